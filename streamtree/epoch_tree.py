@@ -1,0 +1,114 @@
+"""The result of one epoch: a snapshot of the dTSSBP tree after inference at epoch t."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class EpochTree:
+    """One epoch's topic tree.
+
+    All per-node arrays are aligned: entry ``k`` of each describes node ``node_ids[k]``.
+    Nodes are listed in depth-first pre-order with children in stick order, so the root
+    is first and a parent always precedes its children.
+
+    Attributes
+    ----------
+    epoch : int
+        Index of the epoch (0, 1, 2, ... in the order epochs were fitted).
+    node_ids : ndarray of int64, shape (K,)
+        Persistent node ids; an id is never reused for another node.
+    parent : ndarray of int64, shape (K,)
+        Parent node id, ``-1`` for the root.
+    depth : ndarray of int64, shape (K,)
+        Depth of each node, root at 0.
+    mass : ndarray of float64, shape (K,)
+        Stick-breaking mass pi of each node (posterior-mean sticks at the end of the epoch).
+        Sums to at most 1; the rest is the mass of not-yet-seen nodes.
+    counts : ndarray of int64, shape (K,)
+        Documents of this epoch assigned to the node itself.
+    subtree_counts : ndarray of int64, shape (K,)
+        Documents of this epoch assigned to the node or any descendant.
+    window_counts : ndarray of int64, shape (K,)
+        Documents at the node summed over the stick window (past epochs plus this one).
+    theta : ndarray of float64, shape (K, p)
+        Node parameters: unit mean directions (vMF) or means (Gaussian).
+    concentration : ndarray of float64, shape (K,)
+        Per-node vMF concentration beta, or for the Gaussian likelihood the observation
+        precision 1 / sigma_x**2.
+    born : ndarray of int64, shape (K,)
+        Epoch in which each node was created.
+    assignments : ndarray of int64, shape (n_documents,)
+        Node id of each row of the epoch's input matrix.
+    died : ndarray of int64
+        Ids of nodes alive at the previous epoch that are gone after this one.
+    label : str or None
+        Optional human label of the epoch (e.g. ``"1790s"``).
+    """
+
+    epoch: int
+    node_ids: np.ndarray
+    parent: np.ndarray
+    depth: np.ndarray
+    mass: np.ndarray
+    counts: np.ndarray
+    subtree_counts: np.ndarray
+    window_counts: np.ndarray
+    theta: np.ndarray
+    concentration: np.ndarray
+    born: np.ndarray
+    assignments: np.ndarray
+    died: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    label: str | None = None
+
+    @property
+    def n_nodes(self) -> int:
+        return int(self.node_ids.shape[0])
+
+    def index_of(self, node_id: int) -> int:
+        """Row of ``node_id`` in the per-node arrays (KeyError if absent)."""
+        hits = np.flatnonzero(self.node_ids == node_id)
+        if hits.size == 0:
+            raise KeyError(f"node {node_id} is not in the tree of epoch {self.epoch}")
+        return int(hits[0])
+
+    def children(self, node_id: int) -> np.ndarray:
+        """Ids of the children of ``node_id`` in stick order."""
+        return self.node_ids[self.parent == node_id]
+
+    def top_words(self, vocabulary: np.ndarray, n: int = 10) -> list[list[str]]:
+        """The ``n`` vocabulary entries with the largest theta weight, per node."""
+        vocabulary = np.asarray(vocabulary)
+        if vocabulary.shape[0] != self.theta.shape[1]:
+            raise ValueError(
+                f"vocabulary has {vocabulary.shape[0]} entries but theta has {self.theta.shape[1]} columns"
+            )
+        n = min(n, self.theta.shape[1])
+        top = np.argsort(-self.theta, axis=1, kind="stable")[:, :n]
+        return [list(vocabulary[row]) for row in top]
+
+    def format(self, vocabulary: np.ndarray | None = None, top_words: int = 8, min_count: int = 0) -> str:
+        """An indented text rendering in the style of the dTSSBP paper's figures.
+
+        Each line: indentation by depth, node id, documents in the subtree, documents at the
+        node, mass, and (with a vocabulary) the top words by theta. ``*`` marks nodes born in
+        this epoch.
+        """
+        words = self.top_words(vocabulary, top_words) if vocabulary is not None else None
+        lines = [f"epoch {self.epoch}" + (f" ({self.label})" if self.label else "")
+                 + f": {self.n_nodes} nodes, {int(self.assignments.shape[0])} documents"]
+        for k in range(self.n_nodes):
+            if self.subtree_counts[k] < min_count and self.parent[k] != -1:
+                continue
+            mark = "*" if self.born[k] == self.epoch else " "
+            text = (f"{'  ' * int(self.depth[k])}{mark}[{int(self.node_ids[k])}] "
+                    f"n={int(self.subtree_counts[k])} own={int(self.counts[k])} mass={self.mass[k]:.3f}")
+            if words is not None:
+                text += "  " + " ".join(words[k])
+            lines.append(text)
+        if self.died.size:
+            lines.append("died: " + ", ".join(str(int(i)) for i in self.died))
+        return "\n".join(lines)
