@@ -1,0 +1,59 @@
+"""The in-process engine: shards are row blocks of the local matrix."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from streamtree.engines.base import Engine, shard_bounds
+from streamtree.inference.enumerated import Candidates, SweepStats, row_sq_norms, sweep_rows
+
+
+class LocalEngine(Engine):
+    """Runs the shards in this process.
+
+    Parameters
+    ----------
+    n_shards : int
+        Number of row shards (each with its own random stream). Results depend on it, so keep
+        it fixed to reproduce a run; it need not equal the number of threads.
+    n_threads : int
+        Worker threads; the numba kernel and BLAS release the GIL, so shards overlap.
+    """
+
+    def __init__(self, n_shards: int = 1, n_threads: int = 1) -> None:
+        self.n_shards = int(n_shards)
+        self.n_threads = max(1, int(n_threads))
+        self._shards: list = []
+        self._sq: list[np.ndarray] = []
+        self._rngs: list[np.random.Generator] = []
+        self._labels: list[np.ndarray] = []
+
+    def load(self, X, seeds: list[np.random.SeedSequence]) -> None:
+        if len(seeds) != self.n_shards:
+            raise ValueError(f"{len(seeds)} seeds for {self.n_shards} shards")
+        b = shard_bounds(X.shape[0], self.n_shards)
+        self._shards = [X[b[s]:b[s + 1]] for s in range(self.n_shards)]
+        self._sq = [row_sq_norms(x) for x in self._shards]
+        self._rngs = [np.random.Generator(np.random.PCG64(s)) for s in seeds]
+        self._labels = [np.zeros(x.shape[0], dtype=np.int64) for x in self._shards]
+
+    def _one(self, s: int, cand: Candidates) -> SweepStats:
+        labels, stats = sweep_rows(self._shards[s], cand, self._rngs[s], self._sq[s])
+        self._labels[s] = labels
+        return stats
+
+    def sweep(self, cand: Candidates) -> SweepStats:
+        if self.n_threads > 1 and self.n_shards > 1:
+            with ThreadPoolExecutor(self.n_threads) as pool:
+                parts = list(pool.map(lambda s: self._one(s, cand), range(self.n_shards)))
+        else:
+            parts = [self._one(s, cand) for s in range(self.n_shards)]
+        return SweepStats.combine(parts)
+
+    def labels(self) -> np.ndarray:
+        return np.concatenate(self._labels) if self._labels else np.zeros(0, dtype=np.int64)
+
+    def close(self) -> None:
+        self._shards, self._sq, self._rngs, self._labels = [], [], [], []

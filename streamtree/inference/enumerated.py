@@ -1,0 +1,207 @@
+"""Enumerated blocked Gibbs z-update: the production sampler.
+
+Every live node is a candidate, and every node above the depth cap also gets one placeholder
+child that stands for all of its not-yet-created children (it carries their residual stick mass
+and the collapsed new-node marginal). Given sticks and parameters, the documents are
+conditionally independent, so a sweep is one sparse-dense product ``X @ Theta.T`` per row block
+followed by one categorical draw per row; this module holds both halves and the per-shard
+statistics the coordinator needs afterwards. Nothing here knows about shards or processes:
+engines call :func:`sweep_rows` on whatever rows they hold.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+from numba import njit
+
+import streamtree  # noqa: F401  (numba cache configuration)
+from streamtree.likelihoods.vmf import log_normalizer_nb
+
+VMF = 0
+LINEAR = 1  # Gaussian: the log density is linear in x.theta and ||x||^2
+
+_BLOCK_ROWS = 4096
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """The broadcast state of one z-sweep.
+
+    Live column ``k`` has log weight ``live_a[k] + live_b[k] * (x . theta_k) + live_c[k] * ||x||^2``.
+    Placeholder ``j`` looks at its parent's column ``t = x . theta_{ph_parent[j]}``:
+
+    * ``kind == VMF``: ``ph_a[j] - log C_p(sqrt(b^2 + c^2 + 2 b c t))`` with ``b = ph_b[j]`` (the
+      new node's concentration) and ``c = ph_c[j]`` (the prior concentration around the parent),
+      which is log mass plus the collapsed marginal when ``ph_a`` holds
+      ``log mass + log C_p(b) + log C_p(c)``;
+    * ``kind == LINEAR``: ``ph_a[j] + ph_b[j] * t + ph_c[j] * ||x||^2``.
+    """
+
+    kind: int
+    theta_T: np.ndarray  # (p, K), C-contiguous
+    live_a: np.ndarray
+    live_b: np.ndarray
+    live_c: np.ndarray
+    ph_parent: np.ndarray
+    ph_a: np.ndarray
+    ph_b: np.ndarray
+    ph_c: np.ndarray
+
+    @property
+    def n_live(self) -> int:
+        return int(self.live_a.shape[0])
+
+    @property
+    def n_placeholders(self) -> int:
+        return int(self.ph_a.shape[0])
+
+    @property
+    def n_columns(self) -> int:
+        return self.n_live + self.n_placeholders
+
+    @property
+    def dim(self) -> int:
+        return int(self.theta_T.shape[0])
+
+
+@njit(cache=True, nogil=True)
+def _sample_block(scores, sqnorm, live_a, live_b, live_c, ph_parent, ph_a, ph_b, ph_c, kind, p,
+                  u, labels, lognorm, sample):
+    n, K = scores.shape
+    P = ph_a.shape[0]
+    w = np.empty(K + P)
+    for i in range(n):
+        m = -np.inf
+        for k in range(K):
+            v = live_a[k] + live_b[k] * scores[i, k] + live_c[k] * sqnorm[i]
+            w[k] = v
+            if v > m:
+                m = v
+        for j in range(P):
+            t = scores[i, ph_parent[j]]
+            if kind == 0:
+                b = ph_b[j]
+                c = ph_c[j]
+                r2 = b * b + c * c + 2.0 * b * c * t
+                v = ph_a[j] - log_normalizer_nb(p, math.sqrt(r2 if r2 > 0.0 else 0.0))
+            else:
+                v = ph_a[j] + ph_b[j] * t + ph_c[j] * sqnorm[i]
+            w[K + j] = v
+            if v > m:
+                m = v
+        s = 0.0
+        for k in range(K + P):
+            e = math.exp(w[k] - m)
+            w[k] = e
+            s += e
+        lognorm[i] = m + math.log(s)
+        if sample:
+            target = u[i] * s
+            acc = 0.0
+            chosen = -1
+            for k in range(K + P):
+                if w[k] > 0.0:
+                    chosen = k
+                    acc += w[k]
+                    if acc > target:
+                        break
+            labels[i] = chosen
+
+
+def row_sq_norms(X) -> np.ndarray:
+    """||x_n||^2 per row for dense or CSR input."""
+    if sp.issparse(X):
+        return np.asarray(X.multiply(X).sum(axis=1)).ravel()
+    return np.einsum("ij,ij->i", X, X)
+
+
+def score_rows(X, cand: Candidates, u: np.ndarray | None, sqnorm: np.ndarray | None = None,
+               block_rows: int = _BLOCK_ROWS) -> tuple[np.ndarray, np.ndarray]:
+    """Log normaliser of each row's conditional and, if ``u`` is given, a draw per row.
+
+    Parameters
+    ----------
+    X : csr_matrix or ndarray, shape (n, p)
+    cand : Candidates
+    u : ndarray of shape (n,) with uniforms in [0, 1), or None to only score.
+
+    Returns
+    -------
+    labels : ndarray of int64, shape (n,)
+        Candidate column per row (live ``0..K-1``, placeholders ``K..K+P-1``); -1 when scoring only.
+    lognorm : ndarray, shape (n,)
+        ``log sum_c exp(weight_c)``: the log predictive density of the row when the weights are
+        log mass plus log likelihood.
+    """
+    n = X.shape[0]
+    if sqnorm is None:
+        sqnorm = row_sq_norms(X) if cand.kind == LINEAR else np.zeros(n)
+    labels = np.full(n, -1, dtype=np.int64)
+    lognorm = np.empty(n)
+    sample = u is not None
+    uu = u if sample else np.zeros(0)
+    for start in range(0, n, block_rows):
+        stop = min(start + block_rows, n)
+        scores = np.asarray(X[start:stop] @ cand.theta_T)
+        _sample_block(np.ascontiguousarray(scores, dtype=np.float64), sqnorm[start:stop],
+                      cand.live_a, cand.live_b, cand.live_c, cand.ph_parent, cand.ph_a, cand.ph_b,
+                      cand.ph_c, cand.kind, float(cand.dim), uu[start:stop] if sample else uu,
+                      labels[start:stop], lognorm[start:stop], sample)
+    return labels, lognorm
+
+
+@dataclass
+class SweepStats:
+    """Sufficient statistics of one sweep over some rows, by candidate column.
+
+    ``sums`` holds the summed document vectors only for the columns in ``occupied`` (rows of
+    ``sums`` follow ``occupied``); ``sumsq`` is the summed ``||x||^2`` per column.
+    """
+
+    counts: np.ndarray
+    occupied: np.ndarray
+    sums: np.ndarray
+    sumsq: np.ndarray
+    loglik: float
+
+    @staticmethod
+    def combine(parts: list["SweepStats"]) -> "SweepStats":
+        """Sum shard statistics in shard order (fixed order keeps results bit-identical)."""
+        counts = np.sum([p.counts for p in parts], axis=0)
+        occupied = np.flatnonzero(counts)
+        pos = {int(c): r for r, c in enumerate(occupied)}
+        dim = parts[0].sums.shape[1]
+        sums = np.zeros((occupied.shape[0], dim))
+        for part in parts:
+            for r, c in enumerate(part.occupied):
+                sums[pos[int(c)]] += part.sums[r]
+        sumsq = np.sum([p.sumsq for p in parts], axis=0)
+        return SweepStats(counts, occupied, sums, sumsq, float(sum(p.loglik for p in parts)))
+
+
+def sweep_statistics(X, labels: np.ndarray, n_columns: int, sqnorm: np.ndarray, loglik: float) -> SweepStats:
+    """Counts, per-column sums of rows and of squared norms for one block of rows."""
+    n = X.shape[0]
+    counts = np.bincount(labels, minlength=n_columns).astype(np.int64)
+    occupied = np.flatnonzero(counts)
+    if n == 0:
+        return SweepStats(counts, occupied, np.zeros((0, X.shape[1])), np.zeros(n_columns), loglik)
+    Z = sp.csr_matrix((np.ones(n), (labels, np.arange(n))), shape=(n_columns, n))
+    sums = Z[occupied] @ X
+    sums = sums.toarray() if sp.issparse(sums) else np.asarray(sums)
+    sumsq = np.bincount(labels, weights=sqnorm, minlength=n_columns)
+    return SweepStats(counts, occupied, sums, sumsq, loglik)
+
+
+def sweep_rows(X, cand: Candidates, rng: np.random.Generator, sqnorm: np.ndarray | None = None
+               ) -> tuple[np.ndarray, SweepStats]:
+    """One z-update over a block of rows with its own random stream."""
+    if sqnorm is None:
+        sqnorm = row_sq_norms(X)
+    u = rng.random(X.shape[0])
+    labels, lognorm = score_rows(X, cand, u, sqnorm)
+    return labels, sweep_statistics(X, labels, cand.n_columns, sqnorm, float(lognorm.sum()))

@@ -1,0 +1,165 @@
+"""Stick samplers of the dTSSBP and node masses in log space.
+
+With windowed counts (past epochs W plus the live epoch X_t) the Gibbs conditionals are
+
+    nu_e      ~ Beta(1 + n_e,  alpha(|e|) + Y_e)
+    psi_{e.i} ~ Beta(1 + S_{e.i},  gamma + sum_{j > i} S_{e.j})
+
+where n_e are the documents at e, Y_e those strictly below e, and S = n + Y is the subtree total.
+With the live counts left out the same formulas give the epoch's prior. Nodes at the depth cap
+have nu = 1; the DP baselines fix nu = 0 at the root so that it holds no data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from streamtree.tree import TreeArrays
+from streamtree.window import subtree_sums
+
+# Clip sticks away from 0 and 1 (as the reference TSSB code does) so logs stay finite.
+_LOG_EPS = np.log(1e-12)
+
+
+@dataclass(frozen=True)
+class StickParams:
+    """Beta parameters of every node's sticks, aligned with ``TreeArrays`` rows."""
+
+    a_nu: np.ndarray
+    b_nu: np.ndarray
+    a_psi: np.ndarray
+    b_psi: np.ndarray
+    nu_fixed: np.ndarray  # NaN where nu is sampled, else the fixed value (0 or 1)
+
+
+@dataclass(frozen=True)
+class Sticks:
+    """Sticks in log space: log nu, log(1 - nu), log psi, log(1 - psi). Root psi is 1."""
+
+    log_nu: np.ndarray
+    log1m_nu: np.ndarray
+    log_psi: np.ndarray
+    log1m_psi: np.ndarray
+
+
+def alpha_at_depth(depth: np.ndarray, alpha0: float, lam: float) -> np.ndarray:
+    """alpha(d) = alpha0 * lam**d."""
+    return alpha0 * np.power(lam, np.asarray(depth, dtype=np.float64))
+
+
+def stick_params(
+    arrays: TreeArrays,
+    own_counts: np.ndarray,
+    *,
+    alpha0: float,
+    lam: float,
+    gamma: float,
+    max_depth: int | None,
+    root_holds_data: bool = True,
+) -> StickParams:
+    """Beta posterior parameters given per-node document counts (window plus live epoch).
+
+    Parameters
+    ----------
+    arrays : TreeArrays
+        The tree in pre-order.
+    own_counts : ndarray, shape (K,)
+        Documents at each node itself, summed over the counted epochs.
+    """
+    own = np.asarray(own_counts, dtype=np.float64)
+    K = arrays.size
+    if own.shape != (K,):
+        raise ValueError(f"own_counts has shape {own.shape}, expected ({K},)")
+    S = subtree_sums(arrays.parent_index, own)
+    later = np.zeros(K)
+    acc = np.zeros(K)
+    pidx = arrays.parent_index
+    for k in range(K - 1, 0, -1):  # reverse pre-order meets later siblings first
+        later[k] = acc[pidx[k]]
+        acc[pidx[k]] += S[k]
+    a_nu = 1.0 + own
+    b_nu = alpha_at_depth(arrays.depth, alpha0, lam) + (S - own)
+    a_psi = 1.0 + S
+    b_psi = gamma + later
+    nu_fixed = np.full(K, np.nan)
+    if max_depth is not None:
+        nu_fixed[arrays.depth >= max_depth] = 1.0
+    if not root_holds_data:
+        nu_fixed[0] = 0.0
+    return StickParams(a_nu, b_nu, a_psi, b_psi, nu_fixed)
+
+
+def _log_beta_draw(a: np.ndarray, b: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    # Beta as G1 / (G1 + G2) keeps log x and log(1 - x) accurate near 0 and 1.
+    g1 = rng.standard_gamma(a)
+    g2 = rng.standard_gamma(b)
+    with np.errstate(divide="ignore"):
+        lt = np.log(g1 + g2)
+        lx = np.log(g1) - lt
+        l1mx = np.log(g2) - lt
+    lx = np.clip(lx, _LOG_EPS, np.log1p(-1e-12))
+    l1mx = np.clip(l1mx, _LOG_EPS, np.log1p(-1e-12))
+    return lx, l1mx
+
+
+def _apply_fixed(nu_fixed: np.ndarray, log_nu: np.ndarray, log1m_nu: np.ndarray) -> None:
+    one = nu_fixed == 1.0
+    zero = nu_fixed == 0.0
+    log_nu[one], log1m_nu[one] = 0.0, -np.inf
+    log_nu[zero], log1m_nu[zero] = -np.inf, 0.0
+
+
+def sample_sticks(params: StickParams, rng: np.random.Generator) -> Sticks:
+    """One draw of all sticks from their Beta conditionals."""
+    log_nu, log1m_nu = _log_beta_draw(params.a_nu, params.b_nu, rng)
+    log_psi, log1m_psi = _log_beta_draw(params.a_psi, params.b_psi, rng)
+    _apply_fixed(params.nu_fixed, log_nu, log1m_nu)
+    log_psi[0], log1m_psi[0] = 0.0, -np.inf
+    return Sticks(log_nu, log1m_nu, log_psi, log1m_psi)
+
+
+def mean_sticks(params: StickParams) -> Sticks:
+    """Sticks set to their posterior means (for plug-in predictive densities and reports)."""
+    def logs(a, b):
+        t = np.log(a + b)
+        return np.log(a) - t, np.log(b) - t
+
+    log_nu, log1m_nu = logs(params.a_nu, params.b_nu)
+    log_psi, log1m_psi = logs(params.a_psi, params.b_psi)
+    _apply_fixed(params.nu_fixed, log_nu, log1m_nu)
+    log_psi[0], log1m_psi[0] = 0.0, -np.inf
+    return Sticks(log_nu, log1m_nu, log_psi, log1m_psi)
+
+
+def log_masses(arrays: TreeArrays, sticks: Sticks) -> tuple[np.ndarray, np.ndarray]:
+    """Log node masses pi and the log mass of each node's not-yet-created children.
+
+    Returns
+    -------
+    log_pi : ndarray, shape (K,)
+        log pi_e = M(e) + log nu_e, with M(e) the log mass of e's subtree.
+    log_residual : ndarray, shape (K,)
+        R(e) + sum_j log(1 - psi_{e.j}): the mass of all children of e beyond the existing
+        ones (with their subtrees). ``-inf`` at the depth cap. ``log_pi`` and
+        ``log_residual`` together sum to exactly 1 in probability.
+    """
+    K = arrays.size
+    pidx = arrays.parent_index
+    M = np.empty(K)
+    R = np.empty(K)
+    # running sum of log(1 - psi) over earlier siblings, per parent
+    run = np.zeros(K)
+    M[0] = 0.0
+    for k in range(K):
+        if k > 0:
+            p = pidx[k]
+            M[k] = R[p] + sticks.log_psi[k] + run[p]
+            run[p] += sticks.log1m_psi[k]
+        R[k] = M[k] + sticks.log1m_nu[k]
+    log_pi = M + sticks.log_nu
+    with np.errstate(invalid="ignore"):
+        log_residual = R + run
+    log_residual[np.isnan(log_residual)] = -np.inf
+    return log_pi, log_residual
