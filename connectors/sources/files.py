@@ -1,0 +1,329 @@
+"""File sources: Parquet, Arrow IPC (file and stream), JSON Lines and CSV on any ``pyarrow.fs``.
+
+A source is one file, a directory of files (recursively; names starting with ``.`` or ``_``
+are skipped), or a hive-partitioned Parquet/Arrow dataset (``decade=1790/part-0.parquet``:
+the partition keys are columns like any other and can be mapped as time or epoch). The URI
+is a local path or anything ``pyarrow.fs.FileSystem.from_uri`` accepts (``file://``,
+``s3://``, ``gs://``, ``hdfs://``...).
+
+Reading is batched (``batch_size`` rows at most per batch; CSV and JSON are parsed block by
+block), so memory stays bounded by a few batches whatever the source size. Files are read
+one after the other in sorted path order; within a file rows keep their order, so the
+``position`` column (0-based record index within the file) and the default ids
+``"<file>:<position>"`` are stable across runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+import pyarrow.json as pajson
+
+from connectors.sources.base import SourceError, check_columns, normalise, normalised_schema
+from connectors.sources.times import TIME_UNITS
+from streamtree.records import RejectLog
+
+logger = logging.getLogger(__name__)
+
+FORMATS = ("parquet", "ipc", "ipc-stream", "jsonl", "csv")
+_EXTENSIONS = {
+    ".parquet": "parquet", ".pq": "parquet",
+    ".arrow": "ipc", ".feather": "ipc", ".ipc": "ipc", ".arrows": "ipc-stream",
+    ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl",
+    ".csv": "csv", ".tsv": "csv",
+}
+_COMPRESSED = (".gz", ".bz2", ".zst", ".lz4")
+_BLOCK_BYTES = 4 << 20
+_IPC_FILE_MAGIC = b"ARROW1"
+
+
+def resolve(uri: str) -> tuple[pafs.FileSystem, str]:
+    """File system and path of ``uri``; plain paths (also relative ones) are local."""
+    if "://" in uri:
+        try:
+            return pafs.FileSystem.from_uri(uri)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
+            raise SourceError(uri, f"cannot open file system: {exc}") from None
+    return pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(uri))
+
+
+def format_of(path: str) -> str | None:
+    """The format implied by a file name (``.csv.gz`` is CSV), or None."""
+    name = path.lower()
+    for ext in _COMPRESSED:
+        if name.endswith(ext):
+            name = name[: -len(ext)]
+    return _EXTENSIONS.get(os.path.splitext(name)[1])
+
+
+class Source:
+    """Normalised record batches from a file source; build with :func:`open_source`.
+
+    Iterating yields :class:`pyarrow.RecordBatch` with the schema :attr:`schema`:
+    ``source`` (file, relative to the source root), ``position`` (record index in the file),
+    ``id`` (string), ``text`` (valid, non-blank UTF-8), then ``time`` (timestamp[us, UTC])
+    when a time column is mapped and ``epoch`` (int64) when an epoch column is mapped.
+    Records that cannot be used go to :attr:`rejects` (a :class:`~streamtree.records.RejectLog`
+    with per-reason counts) instead. A source can be iterated more than once; each pass
+    re-reads the files and appends to the same reject log.
+    """
+
+    def __init__(self, uri, text_col, time_col, id_col, epoch_col, batch_size, time_unit, fmt):
+        self.uri = uri
+        self.text_col = text_col
+        self.time_col = time_col
+        self.id_col = id_col
+        self.epoch_col = epoch_col
+        self.batch_size = batch_size
+        self.time_unit = time_unit
+        self.fs, self.root = resolve(uri)
+        self.files, self.is_dir = self._discover()
+        self.format = fmt or self._detect_format()
+        self.schema = normalised_schema(time_col is not None, epoch_col is not None)
+        self.rejects = RejectLog()
+        self.n_read = 0
+        self.n_rows = 0
+        self._check_columns()
+
+    # ---- discovery -------------------------------------------------------------------
+    def _discover(self) -> tuple[list[str], bool]:
+        try:
+            info = self.fs.get_file_info(self.root)
+        except OSError as exc:
+            raise SourceError(self.uri, f"cannot stat: {exc}") from None
+        if info.type == pafs.FileType.NotFound:
+            raise SourceError(self.uri, "no such file or directory")
+        if info.type == pafs.FileType.File:
+            return [self.root], False
+        selector = pafs.FileSelector(self.root, recursive=True)
+        files = sorted(
+            f.path for f in self.fs.get_file_info(selector)
+            if f.type == pafs.FileType.File
+            and not any(part.startswith((".", "_")) for part in self._relative(f.path).split("/"))
+        )
+        if not files:
+            raise SourceError(self.uri, "directory holds no data files")
+        return files, True
+
+    def _relative(self, path: str) -> str:
+        # Path below the source root for directories, the bare file name for a single file.
+        prefix = self.root.rstrip("/") + "/"
+        return path[len(prefix):] if path.startswith(prefix) else os.path.basename(path)
+
+    def _detect_format(self) -> str:
+        found = {format_of(f) for f in self.files}
+        if None in found:
+            unknown = next(f for f in self.files if format_of(f) is None)
+            if len(self.files) == 1:
+                return self._sniff(unknown)
+            raise SourceError(unknown, "unknown file type (expected .parquet, .arrow, .arrows, .jsonl, .csv); pass format=")
+        if len(found) > 1:
+            raise SourceError(self.uri, f"directory mixes formats {sorted(found)}; pass format= or split it")
+        fmt = found.pop()
+        if fmt == "ipc" and not self.is_dir:
+            fmt = self._sniff(self.files[0])
+        return fmt
+
+    def _sniff(self, path: str) -> str:
+        # Arrow IPC files start with the magic "ARROW1"; a stream starts with a message.
+        try:
+            with self.fs.open_input_file(path) as f:
+                head = f.read(8)
+        except OSError as exc:
+            raise SourceError(path, f"cannot open: {exc}") from None
+        if head.startswith(_IPC_FILE_MAGIC):
+            return "ipc"
+        if head.startswith(b"PAR1"):
+            return "parquet"
+        if head[:4] == b"\xff\xff\xff\xff":
+            return "ipc-stream"
+        raise SourceError(path, "unknown file type (expected .parquet, .arrow, .arrows, .jsonl, .csv); pass format=")
+
+    def _mapped(self) -> dict[str, str | None]:
+        return {"text": self.text_col, "time": self.time_col, "id": self.id_col, "epoch": self.epoch_col}
+
+    def _columns(self) -> list[str]:
+        return list(dict.fromkeys(c for c in self._mapped().values() if c is not None))
+
+    def _check_columns(self) -> None:
+        names = self._present_columns()
+        check_columns(self.files[0] if not self.is_dir else self.uri, names, self._mapped())
+
+    def _present_columns(self) -> list[str]:
+        fmt = self.format
+        if fmt in ("parquet", "ipc"):
+            return self._dataset().schema.names
+        path = self.files[0]
+        if fmt == "ipc-stream":
+            with self._wrap(path):
+                with self.fs.open_input_stream(path) as f:
+                    return pa.ipc.open_stream(f).schema.names
+        if fmt == "csv":
+            with self._wrap(path):
+                with self._open_text(path) as f:
+                    return pacsv.open_csv(f, read_options=self._csv_read(), parse_options=self._csv_parse(path)).schema.names
+        with self._wrap(path):
+            with self._open_text(path) as f:
+                return pajson.open_json(f, read_options=pajson.ReadOptions(block_size=_BLOCK_BYTES)).schema.names
+
+    def _dataset(self) -> ds.Dataset:
+        fmt = "parquet" if self.format == "parquet" else "ipc"
+        target = self.root if self.is_dir else self.files[0]
+        with self._wrap(target):
+            return ds.dataset(target, filesystem=self.fs, format=fmt, partitioning="hive" if self.is_dir else None)
+
+    def _wrap(self, path: str):
+        return _Wrap(path, self.format)
+
+    def _open_text(self, path: str):
+        return self.fs.open_input_stream(path, compression="detect")
+
+    def _csv_read(self) -> pacsv.ReadOptions:
+        return pacsv.ReadOptions(block_size=_BLOCK_BYTES)
+
+    def _csv_parse(self, path: str) -> pacsv.ParseOptions:
+        name = path.lower()
+        for ext in _COMPRESSED:
+            name = name.removesuffix(ext)
+        return pacsv.ParseOptions(delimiter="\t" if name.endswith(".tsv") else ",", newlines_in_values=True)
+
+    # ---- reading ---------------------------------------------------------------------
+    def _raw(self) -> Iterator[tuple[str, pa.RecordBatch]]:
+        """(file path, raw batch) pairs, in file order and row order."""
+        cols = self._columns()
+        fmt = self.format
+        if fmt in ("parquet", "ipc"):
+            dataset = self._dataset()
+            for fragment in sorted(dataset.get_fragments(), key=lambda fr: fr.path):
+                with self._wrap(fragment.path):
+                    check_columns(fragment.path, dataset.schema.names, self._mapped())
+                    scanner = ds.Scanner.from_fragment(
+                        fragment, schema=dataset.schema, columns=cols, batch_size=self.batch_size
+                    )
+                    for batch in scanner.to_batches():
+                        yield fragment.path, batch
+            return
+        for path in self.files:
+            with self._wrap(path):
+                with (self._open_text(path) if fmt in ("csv", "jsonl") else self.fs.open_input_stream(path)) as f:
+                    if fmt == "ipc-stream":
+                        reader = pa.ipc.open_stream(f)
+                    elif fmt == "csv":
+                        mapped = {c: pa.string() for c in cols}
+                        mapped[self.text_col] = pa.binary()  # validated by us: invalid UTF-8 -> reject
+                        reader = pacsv.open_csv(
+                            f, read_options=self._csv_read(), parse_options=self._csv_parse(path),
+                            convert_options=pacsv.ConvertOptions(
+                                include_columns=cols, column_types=mapped,
+                                null_values=[""], strings_can_be_null=True,
+                            ),
+                        )
+                    else:
+                        reader = pajson.open_json(f, read_options=pajson.ReadOptions(block_size=_BLOCK_BYTES))
+                    check_columns(path, reader.schema.names, self._mapped())
+                    for batch in reader:
+                        batch = batch.select(cols)
+                        for off in range(0, batch.num_rows, self.batch_size):
+                            yield path, batch.slice(off, self.batch_size)
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        positions: dict[str, int] = {}
+        for path, raw in self._raw():
+            start = positions.get(path, 0)
+            positions[path] = start + raw.num_rows
+            name = self._relative(path)
+            good, rejects = normalise(
+                raw, name, start, text_col=self.text_col, time_col=self.time_col,
+                id_col=self.id_col, epoch_col=self.epoch_col, time_unit=self.time_unit,
+            )
+            self.n_read += raw.num_rows
+            self.n_rows += good.num_rows
+            if rejects.num_rows:
+                self.rejects.add(rejects)
+                logger.debug("%s: %d rows rejected in batch at %d", name, rejects.num_rows, start)
+            if good.num_rows:
+                yield good
+
+    def read_all(self) -> pa.Table:
+        """All good rows as one table (rejects go to :attr:`rejects` as usual)."""
+        return pa.Table.from_batches(list(self), schema=self.schema)
+
+
+class _Wrap:
+    """Turns pyarrow's I/O and format errors into :class:`SourceError` naming the file."""
+
+    def __init__(self, path: str, fmt: str) -> None:
+        self.path, self.fmt = path, fmt
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        if exc is None or isinstance(exc, (SourceError, GeneratorExit)):
+            return False
+        if isinstance(exc, (pa.ArrowException, OSError, ValueError)):
+            what = {"parquet": "Parquet", "ipc": "Arrow IPC file", "ipc-stream": "Arrow IPC stream",
+                    "jsonl": "JSON Lines", "csv": "CSV"}[self.fmt]
+            raise SourceError(self.path, f"not a valid or readable {what} file: {exc}") from exc
+        return False
+
+
+def open_source(
+    uri: str,
+    text_col: str,
+    time_col: str | None,
+    id_col: str | None = None,
+    epoch_col: str | None = None,
+    batch_size: int = 8192,
+    *,
+    time_unit: str = "auto",
+    format: str | None = None,
+) -> Source:
+    """Open a file source and map its columns.
+
+    Parameters
+    ----------
+    uri : str
+        A file, a directory, or a hive-partitioned dataset; local path or ``pyarrow.fs`` URI.
+    text_col : str
+        Column with the document text (string, or binary holding UTF-8).
+    time_col : str or None
+        Column with the document time; see :mod:`connectors.sources.times` for how
+        timestamps, dates, ISO strings, integer years and epoch seconds are read. May be
+        None when ``epoch_col`` is given.
+    id_col : str, optional
+        Column with document ids (cast to string). Without it the id is
+        ``"<file>:<position>"``, stable as long as the files do not change.
+    epoch_col : str, optional
+        Column holding an explicit integer epoch (for ``EpochSpec.parse("column")``).
+    batch_size : int
+        Maximum rows per yielded batch.
+    time_unit : {"auto", "year", "s", "ms", "us", "ns"}
+        How numeric times are read.
+    format : str, optional
+        One of ``parquet``, ``ipc``, ``ipc-stream``, ``jsonl``, ``csv``; by default from the
+        file extension (or magic bytes for a single file with no known extension).
+
+    Raises
+    ------
+    SourceError
+        Missing file, unknown format, a mapped column absent (the message lists the
+        columns present), or a file that is not of its format or is corrupt.
+    """
+    if not isinstance(text_col, str) or not text_col:
+        raise ValueError("text_col must be a column name")
+    if time_col is None and epoch_col is None:
+        raise ValueError("give time_col, epoch_col, or both")
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if time_unit not in TIME_UNITS:
+        raise ValueError(f"time_unit must be one of {TIME_UNITS}, got {time_unit!r}")
+    if format is not None and format not in FORMATS:
+        raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
+    return Source(uri, text_col, time_col, id_col, epoch_col, batch_size, time_unit, format)

@@ -1,0 +1,387 @@
+"""Epoch specifications and the bucketing of normalised rows into epochs.
+
+An :class:`EpochSpec` maps each row to an integer epoch *key* and each key to a human
+*label*:
+
+* fixed widths ``"30s"``, ``"15m"`` (minutes), ``"1h"``, ``"1d"``, ``"2w"``: key
+  ``floor((time - origin) / width)``, origin 1970-01-01T00:00Z unless given. Labels are the
+  start of the epoch: ``"2026-03-14"`` when the width and origin are whole days,
+  ``"2026-03-14T10:00"`` for whole minutes, ``"2026-03-14T10:00:30"`` otherwise.
+* year widths ``"Ny"`` (``"year"`` = ``"1y"``, ``"decade"`` = ``"10y"``,
+  ``"century"`` = ``"100y"``): key ``floor(year / N)``, so epochs are aligned to years
+  divisible by N (``"10y"`` gives the 1790s, 1800s, ...). Labels ``"2026"`` for N = 1,
+  ``"1790s"`` for N = 10, 100, 1000, otherwise ``"1790-1814"``.
+* calendar months ``"month"`` or ``"Nmo"``: key ``floor((12 * year + month - 1) / N)``,
+  label of the first month ``"2026-03"``.
+* ``"column"``: the normalised ``epoch`` column (an explicit integer epoch per row) is the
+  key and its decimal text the label.
+
+Calendar fields are taken in UTC.
+
+Bucketing and empty epochs
+--------------------------
+:class:`Bucketer` groups rows by key with vectorised numpy/pyarrow operations (a stable
+argsort per incoming batch; Python only loops over the distinct keys of a batch). Rows may
+arrive in any time order: a replay adds the whole source and then yields epochs in key
+order. Epochs with no rows that lie between the first and the last non-empty epoch are
+yielded too, as empty epochs, because the model must see them: the tree is carried forward
+unchanged and the stick window still advances by one epoch, so old counts age out during
+a gap exactly as they would in calendar time. (For ``"column"`` specs the spacing of keys
+is unknown, so only keys that occur are yielded.)
+
+For streaming use, :meth:`Bucketer.pop_through` closes all epochs up to a key (the
+watermark); rows that later arrive for a closed epoch become rejects with reason
+``"late row for a closed epoch"``.
+
+Rejects from the source are filed under their epoch when their time (or epoch) is known;
+rejects without one (missing or unparsable time) are attached to the next epoch yielded
+(in a replay, the first), or stay in :meth:`Bucketer.leftover_rejects` if none follows.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from streamtree.records import LATE_ROW, REJECT_SCHEMA, empty_rejects, reject_rows
+
+_US = {"s": 1_000_000, "m": 60_000_000, "h": 3_600_000_000, "d": 86_400_000_000, "w": 7 * 86_400_000_000}
+_ALIASES = {"year": "1y", "decade": "10y", "century": "100y", "month": "1mo",
+            "hour": "1h", "day": "1d", "week": "1w", "minute": "1m"}
+_SPEC_RE = re.compile(r"^\s*(\d+)\s*(mo|s|m|h|d|w|y)\s*$")
+_EPOCH0 = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+@dataclass(frozen=True)
+class EpochSpec:
+    """How rows map to epochs (see the module docstring).
+
+    Attributes
+    ----------
+    kind : {"fixed", "years", "months", "column"}
+    width : int
+        Microseconds (``fixed``), years (``years``), months (``months``) or 1 (``column``).
+    origin_us : int
+        Start of epoch 0 for ``fixed`` specs, in microseconds since 1970-01-01 UTC.
+    text : str
+        The spec as parsed (for manifests and messages).
+    """
+
+    kind: str
+    width: int
+    origin_us: int = 0
+    text: str = ""
+
+    @classmethod
+    def parse(cls, text: str, origin: str | datetime | None = None) -> "EpochSpec":
+        """Parse ``"1h"``, ``"1d"``, ``"2w"``, ``"10y"``, ``"3mo"``, ``"month"``, ``"year"``,
+        ``"decade"``, ``"century"``, ``"column"`` (and ``"day"``, ``"hour"``, ``"week"``).
+
+        ``origin`` (ISO string or datetime; naive means UTC) sets the start of epoch 0 for
+        fixed widths; it is not allowed for calendar specs, which align to the calendar.
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"epoch spec must be a string, got {type(text).__name__}")
+        norm = text.strip().lower()
+        if norm == "column":
+            if origin is not None:
+                raise ValueError("origin makes no sense for column epochs")
+            return cls("column", 1, 0, "column")
+        norm = _ALIASES.get(norm, norm)
+        m = _SPEC_RE.match(norm)
+        if not m:
+            raise ValueError(
+                f"cannot parse epoch spec {text!r}: expected e.g. '1h', '1d', '2w', '10y', '3mo', "
+                "'month', 'year', 'decade' or 'column'"
+            )
+        n, unit = int(m.group(1)), m.group(2)
+        if n < 1:
+            raise ValueError(f"epoch width must be positive in {text!r}")
+        if unit in ("y", "mo"):
+            if origin is not None:
+                raise ValueError(f"{text!r} is aligned to the calendar; origin applies to fixed widths only")
+            return cls("years" if unit == "y" else "months", n, 0, text.strip())
+        return cls("fixed", n * _US[unit], _origin_us(origin), text.strip())
+
+    # ---- keys ------------------------------------------------------------------------
+    def keys(self, rows: pa.Table | pa.RecordBatch) -> np.ndarray:
+        """Epoch key (int64) of every row of a normalised table (vectorised)."""
+        if self.kind == "column":
+            if "epoch" not in rows.schema.names:
+                raise ValueError("column epochs need rows with an 'epoch' column (open the source with epoch_col=)")
+            return _int64(rows.column("epoch"))
+        if "time" not in rows.schema.names:
+            raise ValueError(f"epoch spec {self.text!r} needs rows with a 'time' column (open the source with time_col=)")
+        return self.time_keys(rows.column("time"))
+
+    def time_keys(self, time) -> np.ndarray:
+        """Keys of a ``timestamp[us, UTC]`` array without nulls."""
+        if isinstance(time, pa.ChunkedArray):
+            time = time.combine_chunks()
+        if self.kind == "fixed":
+            us = _int64(time.cast(pa.int64()))
+            return np.floor_divide(us - self.origin_us, self.width)
+        year = _int64(pc.year(time))
+        if self.kind == "years":
+            return np.floor_divide(year, self.width)
+        if self.kind == "months":
+            return np.floor_divide(12 * year + _int64(pc.month(time)) - 1, self.width)
+        raise ValueError("column epochs have no time keys")
+
+    # ---- labels ----------------------------------------------------------------------
+    def start(self, key: int) -> datetime | None:
+        """Start time of epoch ``key`` (UTC), or None for column epochs."""
+        key = int(key)
+        if self.kind == "fixed":
+            return _EPOCH0 + timedelta(microseconds=self.origin_us + key * self.width)
+        if self.kind == "years":
+            return datetime(key * self.width, 1, 1, tzinfo=timezone.utc)
+        if self.kind == "months":
+            y, m = divmod(key * self.width, 12)
+            return datetime(y, m + 1, 1, tzinfo=timezone.utc)
+        return None
+
+    def label(self, key: int) -> str:
+        """Human label of epoch ``key``: ``"1790s"``, ``"2026-03"``, ``"2026-03-14T10:00"``."""
+        key = int(key)
+        if self.kind == "column":
+            return str(key)
+        if self.kind == "years":
+            y0 = key * self.width
+            if self.width == 1:
+                return f"{y0}"
+            if self.width in (10, 100, 1000):
+                return f"{y0}s"
+            return f"{y0}-{y0 + self.width - 1}"
+        if self.kind == "months":
+            y, m = divmod(key * self.width, 12)
+            return f"{y:04d}-{m + 1:02d}"
+        start_us = self.origin_us + key * self.width
+        day = _US["d"]
+        start = _EPOCH0 + timedelta(microseconds=start_us)
+        if self.width % day == 0 and start_us % day == 0:
+            return start.strftime("%Y-%m-%d")
+        if self.width % _US["m"] == 0 and start_us % _US["m"] == 0:
+            return start.strftime("%Y-%m-%dT%H:%M")
+        return start.strftime("%Y-%m-%dT%H:%M:%S")
+
+    @property
+    def fills_gaps(self) -> bool:
+        """Whether keys are consecutive in time (all but column specs)."""
+        return self.kind != "column"
+
+
+@dataclass
+class Epoch:
+    """The rows of one epoch.
+
+    Attributes
+    ----------
+    index : int
+        0, 1, 2, ... in the order the bucketer yielded epochs (empty ones included): the
+        ``epoch=`` argument of ``DTSSBP.partial_fit``.
+    key, label : int, str
+        From the :class:`EpochSpec`.
+    rows : pyarrow.Table
+        Normalised rows (``source``, ``position``, ``id``, ``text``, ``time``/``epoch``),
+        in arrival order; zero rows for an empty epoch.
+    rejects : pyarrow.Table
+        Rejects filed under this epoch (schema :data:`streamtree.records.REJECT_SCHEMA`).
+    """
+
+    index: int
+    key: int
+    label: str
+    rows: pa.Table
+    rejects: pa.Table = field(default_factory=empty_rejects)
+
+    @property
+    def n_rows(self) -> int:
+        return self.rows.num_rows
+
+    @property
+    def is_empty(self) -> bool:
+        return self.rows.num_rows == 0
+
+
+class Bucketer:
+    """Group normalised rows by epoch key; see the module docstring.
+
+    Parameters
+    ----------
+    spec : EpochSpec or str
+        How rows map to epochs.
+    """
+
+    def __init__(self, spec: EpochSpec | str) -> None:
+        self.spec = EpochSpec.parse(spec) if isinstance(spec, str) else spec
+        self._rows: dict[int, list[pa.Table]] = {}
+        self._rejects: dict[int, list[pa.Table]] = {}
+        self._unplaced: list[pa.Table] = []
+        self._schema: pa.Schema | None = None
+        self._next_index = 0
+        self._closed_through: int | None = None
+        self.n_rows = 0
+        self.n_late = 0
+
+    @property
+    def closed_through(self) -> int | None:
+        """Largest key already yielded (later rows for it or before it are late), or None."""
+        return self._closed_through
+
+    def add(self, batch: pa.RecordBatch | pa.Table) -> None:
+        """Add normalised rows (any time order)."""
+        table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
+        if self._schema is None:
+            self._schema = table.schema
+        elif table.schema != self._schema:
+            table = table.cast(self._schema)
+        if table.num_rows == 0:
+            return
+        keys = self.spec.keys(table)
+        if self._closed_through is not None:
+            late = keys <= self._closed_through
+            if late.any():
+                self._late(table.filter(pa.array(late)), keys[late])
+                table, keys = table.filter(pa.array(~late)), keys[~late]
+        self.n_rows += table.num_rows
+        for key, part in _split(table, keys):
+            self._rows.setdefault(key, []).append(part)
+
+    def add_rejects(self, rejects: pa.Table) -> None:
+        """File source rejects under their epoch (by ``time``/``epoch``) or the next one yielded."""
+        if rejects.num_rows == 0:
+            return
+        rejects = rejects.select(REJECT_SCHEMA.names).cast(REJECT_SCHEMA)
+        col = "epoch" if self.spec.kind == "column" else "time"
+        known = np.asarray(rejects.column(col).is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        if (~known).any():
+            self._unplaced.append(rejects.filter(pa.array(~known)))
+        if known.any():
+            placed = rejects.filter(pa.array(known))
+            keys = (_int64(placed.column("epoch")) if col == "epoch"
+                    else self.spec.time_keys(placed.column("time")))
+            if self._closed_through is not None:
+                late = keys <= self._closed_through
+                if late.any():
+                    self._unplaced.append(placed.filter(pa.array(late)))
+                    placed, keys = placed.filter(pa.array(~late)), keys[~late]
+            for key, part in _split(placed, keys):
+                self._rejects.setdefault(key, []).append(part)
+
+    def _late(self, rows: pa.Table, keys: np.ndarray) -> None:
+        self.n_late += rows.num_rows
+        self._unplaced.append(reject_rows(rows, LATE_ROW))
+
+    def pop_through(self, key: int) -> Iterator[Epoch]:
+        """Yield (and close) every epoch with key <= ``key`` in key order, empty gaps included.
+
+        With a watermark, this is the streaming step: once the watermark passes an epoch it
+        is yielded (empty if no row came) and later rows for it count as late.
+        """
+        key = int(key)
+        pending = sorted(k for k in set(self._rows) | set(self._rejects) if k <= key)
+        if not self.spec.fills_gaps:
+            order: Iterable[int] = pending
+        elif self._closed_through is not None:
+            order = range(self._closed_through + 1, key + 1)
+        elif pending:
+            order = range(pending[0], key + 1)
+        else:
+            order = ()
+        for k in order:
+            yield self._emit(k)
+
+    def drain(self) -> Iterator[Epoch]:
+        """Yield every pending epoch in key order (a replay: call after adding all rows).
+
+        Key-less rejects go with the first epoch yielded; if there is none they stay in
+        :meth:`leftover_rejects`.
+        """
+        keys = set(self._rows) | set(self._rejects)
+        if keys:
+            yield from self.pop_through(max(keys))
+
+    def leftover_rejects(self) -> pa.Table:
+        """Rejects not yet attached to any epoch (no epoch yielded since they arrived)."""
+        out = pa.concat_tables(self._unplaced) if self._unplaced else empty_rejects()
+        self._unplaced = []
+        return out
+
+    def __iter__(self) -> Iterator[Epoch]:
+        return self.drain()
+
+    def _emit(self, key: int) -> Epoch:
+        parts = self._rows.pop(key, [])
+        if parts:
+            rows = pa.concat_tables(parts)
+        elif self._schema is not None:
+            rows = self._schema.empty_table()
+        else:
+            rows = pa.table({})
+        rej = self._rejects.pop(key, []) + self._unplaced
+        self._unplaced = []
+        rejects = pa.concat_tables(rej) if rej else empty_rejects()
+        epoch = Epoch(self._next_index, int(key), self.spec.label(key), rows, rejects)
+        self._next_index += 1
+        self._closed_through = key if self._closed_through is None else max(self._closed_through, key)
+        return epoch
+
+
+def bucket(batches: Iterable[pa.RecordBatch], spec: EpochSpec | str) -> Iterator[Epoch]:
+    """Replay: read all ``batches``, then yield epochs in key order (gaps as empty epochs).
+
+    When ``batches`` is a source with a ``rejects`` log, its rejects are filed under their
+    epochs as well.
+    """
+    bucketer = Bucketer(spec)
+    for batch in batches:
+        bucketer.add(batch)
+    log = getattr(batches, "rejects", None)
+    if log is not None:
+        bucketer.add_rejects(log.drain())
+    yield from bucketer.drain()
+
+
+def _split(table: pa.Table, keys: np.ndarray) -> Iterator[tuple[int, pa.Table]]:
+    """(key, rows) groups of a table; stable, so rows keep arrival order within a key."""
+    if keys.size == 0:
+        return
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    cuts = np.flatnonzero(np.diff(sorted_keys)) + 1
+    starts = np.concatenate(([0], cuts))
+    ends = np.concatenate((cuts, [keys.size]))
+    if starts.size == 1:
+        yield int(sorted_keys[0]), table
+        return
+    taken = table.take(pa.array(order))
+    for a, b in zip(starts, ends):
+        yield int(sorted_keys[a]), taken.slice(a, b - a)
+
+
+def _int64(values) -> np.ndarray:
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if values.null_count:
+        raise ValueError("epoch keys cannot be computed for null values (normalised rows have none)")
+    return np.asarray(values.cast(pa.int64()).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _origin_us(origin: str | datetime | None) -> int:
+    if origin is None:
+        return 0
+    if isinstance(origin, str):
+        origin = datetime.fromisoformat(origin.replace("Z", "+00:00"))
+    if not isinstance(origin, datetime):
+        raise TypeError(f"origin must be an ISO string or datetime, got {type(origin).__name__}")
+    if origin.tzinfo is None:
+        origin = origin.replace(tzinfo=timezone.utc)
+    delta = origin - _EPOCH0
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
