@@ -130,7 +130,7 @@ class DTSSBP:
         alpha0: float = 1.0,
         lam: float = 0.5,
         gamma: float = 0.5,
-        kappa0: float = 100.0,
+        kappa0: float = 1e4,
         kappa1: float = 1.0,
         a: float = 0.0,
         xi: float = 0.001,

@@ -1,0 +1,110 @@
+"""z-sweep throughput against its floor, and one full epoch of the estimator.
+
+Corpus: synthetic sparse term frequencies (default 50,000 documents, V = 20,000, ~30 non-zeros
+per row, planted topics). Prints:
+
+* the floor: time of the sparse-dense product ``X @ Theta.T`` alone (what any enumerated
+  sampler must at least pay), measured in the same process;
+* one enumerated z-sweep over a tree of ~100 live nodes (plus one placeholder per non-cap node):
+  seconds, documents x candidates per second, and the ratio to the floor;
+* one full epoch of ``DTSSBP.partial_fit`` (default 50 sweeps) with its node count, and peak memory.
+
+Usage: python bench/bench_zsweep.py [--docs 50000] [--vocab 20000] [--nodes 100] [--sweeps 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+
+import numpy as np
+
+import streamtree  # noqa: F401
+from streamtree.inference.enumerated import VMF, Candidates, row_sq_norms, sweep_rows
+from streamtree.inference.sticks import log_masses, sample_sticks, stick_params
+from streamtree.likelihoods.vmf import log_normalizer
+from streamtree.synthetic import sparse_corpus
+from streamtree.tree import TSSBTree
+
+
+def best_of(fn, repeat=3):
+    best = np.inf
+    out = None
+    for _ in range(repeat):
+        t = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t)
+    return best, out
+
+
+def build_candidates(rng, X, n_nodes, max_depth=3):
+    tree = TSSBTree(max_depth)
+    ids = [0]
+    while len(ids) < n_nodes:
+        par = int(rng.choice([i for i in ids if not tree.at_cap(i)]))
+        ids.append(tree.add_child(par))
+    arrays = tree.arrays()
+    p = X.shape[1]
+    # node directions: normalised means of random document subsets (realistic sparsity/overlap)
+    theta = np.empty((arrays.size, p))
+    for k in range(arrays.size):
+        rows = rng.integers(0, X.shape[0], size=50)
+        v = np.asarray(X[rows].sum(axis=0)).ravel() + 1e-3
+        theta[k] = v / np.linalg.norm(v)
+    counts = rng.integers(1, 500, size=arrays.size)
+    params = stick_params(arrays, counts, alpha0=1.0, lam=0.5, gamma=0.5, max_depth=max_depth)
+    log_pi, log_res = log_masses(arrays, sample_sticks(params, rng))
+    beta = rng.uniform(50, 400, size=arrays.size)
+    ph = np.flatnonzero(np.isfinite(log_res))
+    kappa = np.full(ph.size, 1e4)
+    cand = Candidates(VMF, np.ascontiguousarray(theta.T), log_pi + log_normalizer(p, beta), beta,
+                      np.zeros(arrays.size), ph.astype(np.int64),
+                      log_res[ph] + log_normalizer(p, beta[ph]) + log_normalizer(p, kappa), beta[ph], kappa)
+    return cand
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--docs", type=int, default=50_000)
+    ap.add_argument("--vocab", type=int, default=20_000)
+    ap.add_argument("--nodes", type=int, default=100)
+    ap.add_argument("--sweeps", type=int, default=50)
+    ap.add_argument("--skip-epoch", action="store_true")
+    args = ap.parse_args()
+
+    rng = np.random.default_rng(0)
+    t = time.perf_counter()
+    corpus = sparse_corpus(rng, n_docs=args.docs, p=args.vocab, nnz_per_row=30, n_topics=args.nodes)
+    X = corpus.X
+    print(f"corpus: {X.shape[0]} docs, V={X.shape[1]}, {X.nnz / X.shape[0]:.1f} nnz/row "
+          f"(built in {time.perf_counter() - t:.1f}s)")
+    cand = build_candidates(rng, X, args.nodes)
+    K, P = cand.n_live, cand.n_placeholders
+    sq = row_sq_norms(X)
+    sweep_rows(X[:100], cand, np.random.default_rng(1), sq[:100])  # compile
+
+    floor, _ = best_of(lambda: X @ cand.theta_T)
+    sweep, _ = best_of(lambda: sweep_rows(X, cand, np.random.default_rng(1), sq))
+    n = X.shape[0]
+    print(f"tree: {K} live nodes + {P} placeholders = {K + P} candidate columns")
+    print(f"floor  X @ Theta.T           : {floor:.3f} s  ({n * K / floor / 1e6:.1f} M doc-node/s)")
+    print(f"enumerated z-sweep (1 core)  : {sweep:.3f} s  ({n * (K + P) / sweep / 1e6:.1f} M doc-candidate/s, "
+          f"{n * K / sweep / 1e6:.1f} M doc-live-node/s)")
+    print(f"sweep / floor                : {sweep / floor:.2f}x  (target <= 2x)")
+
+    if not args.skip_epoch:
+        from streamtree import DTSSBP
+
+        model = DTSSBP(kappa0=1e4, max_depth=3, n_sweeps=args.sweeps, random_state=0)
+        t = time.perf_counter()
+        tree = model.partial_fit(X)
+        epoch_s = time.perf_counter() - t
+        print(f"one epoch, {args.sweeps} sweeps   : {epoch_s:.1f} s  ({tree.n_nodes} live nodes at the end; "
+              f"target < 60 s)")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak RSS                     : {peak:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()

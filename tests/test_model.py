@@ -1,0 +1,183 @@
+"""End-to-end behaviour of the DTSSBP estimator."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.metrics import adjusted_rand_score
+
+from streamtree import DTSSBP, EpochTree
+from streamtree.synthetic import gaussian_evolving_tree, vmf_tree_corpus
+from streamtree.variants import VARIANTS
+
+
+@pytest.fixture(scope="module")
+def vmf_corpus():
+    rng = np.random.default_rng(0)
+    return vmf_tree_corpus(rng, p=2000, branching=(3, 2, 2), kappa=300.0, beta=1500.0, docs_per_node=60)
+
+
+def small_vmf_epochs(seed=3, n_epochs=3):
+    rng = np.random.default_rng(seed)
+    return [vmf_tree_corpus(rng, p=300, branching=(2, 2), kappa=60.0, beta=400.0, docs_per_node=25).X
+            for _ in range(n_epochs)]
+
+
+def test_vmf_corpus_from_the_model_is_recovered(vmf_corpus):
+    """A depth-3 tree (22 nodes, V = 2000) sampled along the model's links: ARI >= 0.8."""
+    model = DTSSBP(kappa0=1e4, max_depth=3, n_sweeps=60, random_state=0)
+    tree = model.partial_fit(vmf_corpus.X)
+    ari = adjusted_rand_score(vmf_corpus.labels, tree.assignments)
+    assert ari >= 0.8, ari
+    assert isinstance(tree, EpochTree)
+    assert tree.depth.max() <= 3
+    assert np.allclose(np.linalg.norm(tree.theta, axis=1), 1.0)
+    assert tree.counts.sum() == vmf_corpus.X.shape[0]
+    assert tree.subtree_counts[0] == vmf_corpus.X.shape[0]
+    assert set(np.unique(tree.assignments)) <= set(tree.node_ids.tolist())
+
+
+def test_same_seed_same_trees_bit_identical():
+    epochs = small_vmf_epochs()
+    runs = []
+    for _ in range(2):
+        m = DTSSBP(kappa0=1e3, n_sweeps=8, random_state=42, n_shards=3)
+        runs.append([m.partial_fit(X) for X in epochs])
+    for a, b in zip(*runs):
+        for field in ("node_ids", "parent", "depth", "mass", "counts", "theta", "concentration", "born",
+                      "assignments", "died"):
+            assert np.array_equal(getattr(a, field), getattr(b, field)), field
+
+
+def test_threads_do_not_change_results():
+    epochs = small_vmf_epochs(n_epochs=2)
+    a = DTSSBP(kappa0=1e3, n_sweeps=5, random_state=1, n_shards=2, n_threads=1)
+    b = DTSSBP(kappa0=1e3, n_sweeps=5, random_state=1, n_shards=2, n_threads=2)
+    for X in epochs:
+        ta, tb = a.partial_fit(X), b.partial_fit(X)
+        assert np.array_equal(ta.assignments, tb.assignments)
+        assert np.array_equal(ta.theta, tb.theta)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_baselines_run_through_the_same_estimator(variant):
+    epochs = small_vmf_epochs(n_epochs=3)
+    model = DTSSBP.baseline(variant, kappa0=1e3, n_sweeps=6, random_state=0)
+    trees = [model.partial_fit(X) for X in epochs]
+    last = trees[-1]
+    assert last.assignments.shape[0] == epochs[-1].shape[0]
+    if variant.endswith("dp"):
+        assert last.depth.max() <= 1
+        assert last.counts[0] == 0, "the DP root holds no data"
+    if variant.startswith("t-"):
+        # independent epochs: nothing but the root survives from one epoch to the next
+        assert set(trees[1].node_ids.tolist()) & set(trees[0].node_ids.tolist()) == {0}
+    if variant.startswith("o-"):
+        # theta is frozen after the birth epoch
+        common = [i for i in trees[1].node_ids if i in set(trees[2].node_ids.tolist()) and i != 0
+                  and trees[1].born[trees[1].index_of(i)] < 2]
+        for i in common:
+            if trees[2].born[trees[2].index_of(i)] < 1:
+                assert np.array_equal(trees[1].theta[trees[1].index_of(i)], trees[2].theta[trees[2].index_of(i)])
+    scores = model.score_samples(epochs[-1][:10])
+    assert scores.shape == (10,) and np.all(np.isfinite(scores))
+
+
+def test_window_zero_resets_tree_and_infinite_window_keeps_counts():
+    epochs = small_vmf_epochs(n_epochs=3)
+    inf = DTSSBP(window=None, kappa0=1e3, n_sweeps=5, random_state=0)
+    trees = [inf.partial_fit(X) for X in epochs]
+    assert trees[-1].window_counts[0] >= trees[-1].counts[0]
+    total_docs = sum(X.shape[0] for X in epochs)
+    assert trees[-1].window_counts.sum() == total_docs
+
+
+def test_score_samples_is_a_log_density():
+    """On the sphere S^2 the predictive density integrates to one."""
+    rng = np.random.default_rng(5)
+    mu = np.array([0.0, 0.0, 1.0])
+    X = rng.normal(mu * 3, 1.0, size=(200, 3))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    m = DTSSBP(kappa0=10.0, n_sweeps=10, random_state=0, max_depth=2)
+    m.partial_fit(sp.csr_matrix(X))
+    # Fibonacci-sphere quadrature of exp(log density)
+    n = 20000
+    i = np.arange(n) + 0.5
+    phi = np.arccos(1 - 2 * i / n)
+    th = np.pi * (1 + 5 ** 0.5) * i
+    G = np.column_stack([np.cos(th) * np.sin(phi), np.sin(th) * np.sin(phi), np.cos(phi)])
+    integral = np.exp(m.score_samples(sp.csr_matrix(G))).mean() * 4 * np.pi
+    assert abs(integral - 1.0) < 5e-3, integral
+    un = m.score_samples(sp.csr_matrix(X), normalized=False)
+    assert un.shape == (200,) and np.all(np.isfinite(un))
+
+
+def test_empty_epoch_carries_tree_forward_and_window_advances():
+    epochs = small_vmf_epochs(n_epochs=2)
+    m = DTSSBP(window=1, kappa0=1e3, n_sweeps=5, random_state=0)
+    t0 = m.partial_fit(epochs[0])
+    empty = sp.csr_matrix((0, epochs[0].shape[1]))
+    t1 = m.partial_fit(empty)
+    assert np.array_equal(t1.node_ids, t0.node_ids)
+    assert t1.assignments.shape == (0,)
+    # with window 1 the nodes' counts leave the window after the empty epoch: only the root remains
+    t2 = m.partial_fit(epochs[1])
+    assert t2.epoch == 2
+    assert not (set(t0.node_ids.tolist()) - {0}) & set(t2.node_ids.tolist())
+
+
+def test_input_validation_messages():
+    m = DTSSBP()
+    X = sp.csr_matrix(np.array([[1.0, 1.0], [0.0, 1.0]]))
+    with pytest.raises(ValueError, match="L2-normalised"):
+        m.partial_fit(X)
+    with pytest.raises(ValueError, match="all zeros"):
+        DTSSBP().partial_fit(sp.csr_matrix(np.array([[0.0, 0.0], [0.0, 1.0]])))
+    with pytest.raises(ValueError, match="NaN"):
+        DTSSBP(likelihood="gaussian").partial_fit(np.array([[np.nan, 1.0]]))
+    with pytest.raises(ValueError, match="unknown variant"):
+        DTSSBP(variant="nope").partial_fit(sp.csr_matrix(np.array([[0.0, 1.0]])))
+    good = DTSSBP(n_sweeps=2, random_state=0)
+    good.partial_fit(sp.csr_matrix(np.eye(3)))
+    with pytest.raises(ValueError, match="3"):
+        good.partial_fit(sp.csr_matrix(np.eye(4)))
+    with pytest.raises(ValueError, match="not after"):
+        good.partial_fit(sp.csr_matrix(np.eye(3)), epoch=0)
+    with pytest.raises(RuntimeError, match="not fitted"):
+        DTSSBP().score_samples(sp.csr_matrix(np.eye(3)))
+
+
+def _majority_ids(truth, assigned):
+    out = {}
+    for name in np.unique(truth):
+        ids, cnt = np.unique(assigned[truth == name], return_counts=True)
+        out[str(name)] = int(ids[np.argmax(cnt)])
+    return out
+
+
+def test_gaussian_evolving_tree_figure2():
+    """The paper's synthetic experiment: births, deaths, drift; ARI >= 0.9 and stable node ids."""
+    epochs = gaussian_evolving_tree(np.random.default_rng(7))
+    m = DTSSBP(likelihood="gaussian", window=1, max_depth=3, sigma0=25.0, sigma1=0.5, eta=0.5,
+               n_sweeps=40, random_state=0)
+    trees = [m.partial_fit(e.X) for e in epochs]
+    majors = []
+    for e, tree in zip(epochs, trees):
+        ari = adjusted_rand_score(e.labels, tree.assignments)
+        assert ari >= 0.9, (tree.epoch, ari)
+        majors.append(_majority_ids(e.labels, tree.assignments))
+    # a true node keeps its node id across epochs
+    for name in ("root", "A", "B"):
+        assert majors[0][name] == majors[1][name] == majors[2][name], (name, majors)
+    assert majors[0]["A1"] == majors[1]["A1"]
+    # C is born at epoch 1 and its node persists into epoch 2
+    c = majors[1]["C"]
+    assert trees[1].born[trees[1].index_of(c)] == 1
+    assert majors[2]["C"] == c
+    # A1 holds no data at epoch 2 and is gone by epoch 3's start (window 1): died at some point
+    a1 = majors[0]["A1"]
+    assert a1 not in set(trees[2].assignments.tolist())
+    # true parent relations: A and B under the root, A1 under A
+    t0 = trees[0]
+    assert t0.parent[t0.index_of(majors[0]["A1"])] == majors[0]["A"]
+    for name in ("A", "B"):
+        assert t0.parent[t0.index_of(majors[0][name])] == majors[0]["root"]
