@@ -3,3 +3,7 @@
 from streamtree.static.dendrogram import Dendrogram
 
 __all__ = ["Dendrogram"]
+
+from streamtree.static.bhc import BayesianHierarchicalClustering  # noqa: E402
+
+__all__ += ["BayesianHierarchicalClustering"]

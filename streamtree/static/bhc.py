@@ -1,0 +1,415 @@
+"""Bayesian hierarchical clustering (Heller and Ghahramani, ICML 2005).
+
+Agglomerative clustering in which the two trees to merge are the pair with the highest
+posterior probability r_k of the *merged* hypothesis H1 (all points of D_k from one component)
+against every clustering of D_k consistent with the two subtrees. With n_k = |D_k| and a
+Dirichlet process concentration alpha, for a node k with children i and j:
+
+    d_k = alpha Gamma(n_k) + d_i d_j,                 d_leaf = alpha
+    pi_k = alpha Gamma(n_k) / d_k
+    p(D_k | T_k) = pi_k p(D_k | H1) + (1 - pi_k) p(D_i | T_i) p(D_j | T_j)
+    r_k = pi_k p(D_k | H1) / p(D_k | T_k)
+
+all computed in log space. p(D | T) at the root is a sum over the tree-consistent partitions of
+the data weighted by the Dirichlet process prior renormalised to those partitions, and
+p(D | T) d_root Gamma(alpha) / Gamma(n + alpha) is a lower bound on the DP mixture marginal.
+
+The search keeps an n x n matrix of the log r of every live pair and, per cluster, its best
+partner; a merge computes the new cluster's scores against all live clusters in one vectorised
+call to the likelihood, and only clusters whose best partner disappeared rescan their row.
+Memory is 8 n^2 bytes plus the likelihood's per-cluster statistics; time is O(n^2) score
+evaluations.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import numpy as np
+from scipy.optimize import minimize
+from scipy.special import gammaln, logsumexp
+from sklearn.base import BaseEstimator, ClusterMixin
+
+from streamtree.static.dendrogram import Dendrogram
+from streamtree.static.likelihoods import make_likelihood
+
+__all__ = ["BayesianHierarchicalClustering", "bhc_tree_log_evidence"]
+
+logger = logging.getLogger(__name__)
+
+_LOG_HALF = math.log(0.5)
+
+
+def _merge_scores(log_alpha, n_new, logd_i, logt_i, logd_j, logt_j, log_h1):
+    """Vectorised d_k / pi_k / p(D_k|T_k) / r_k recursion for candidate merges."""
+    a = log_alpha + gammaln(n_new)
+    logd = np.logaddexp(a, logd_i + logd_j)
+    merged = a - logd + log_h1  # log pi_k p(D_k | H1)
+    split = logd_i + logd_j - logd + logt_i + logt_j  # log (1 - pi_k) p(D_i|T_i) p(D_j|T_j)
+    logt = np.logaddexp(merged, split)
+    return merged - logt, split - logt, logt, logd
+
+
+def _greedy_bhc(lik, X: np.ndarray, log_alpha: float) -> dict:
+    """Run the greedy merge search; returns per-step merge records in merge order."""
+    n = X.shape[0]
+    leaf_ml = lik.init_slots(X)
+    logd = np.full(n, log_alpha)
+    logt = leaf_ml.copy()
+    size = np.ones(n)
+    cid = np.arange(n)  # cluster id held by each slot
+    alive = np.ones(n, dtype=bool)
+    m = n - 1
+    rec = {k: np.empty(m) for k in ("log_rk", "log_1m_rk", "log_evidence", "log_dk", "log_h1")}
+    left = np.empty(m, dtype=np.int64)
+    right = np.empty(m, dtype=np.int64)
+    if m == 0:
+        lik.release()
+        return {"left": left, "right": right, "leaf_log_ml": leaf_ml, **rec}
+
+    S = np.empty((n, n))
+    block = max(1, (1 << 21) // n)
+    for start in range(0, n, block):
+        rows = np.arange(start, min(n, start + block))
+        h1 = lik.leaf_pair_log_marginal(rows)
+        S[rows] = _merge_scores(log_alpha, 2.0, log_alpha, logt[rows][:, None], log_alpha,
+                                logt[None, :], h1)[0]
+    np.fill_diagonal(S, -np.inf)
+    best = S.argmax(axis=1)
+    best_score = S[np.arange(n), best]
+
+    for step in range(m):
+        a = int(np.argmax(best_score))
+        b = int(best[a])
+        if b < a:
+            a, b = b, a  # the merged cluster takes the lower slot
+        h1_ab = float(lik.merged_log_marginal(a, np.array([b]))[0])
+        lr, l1mr, lt, ld = _merge_scores(log_alpha, size[a] + size[b], logd[a], logt[a],
+                                         logd[b], logt[b], h1_ab)
+        left[step], right[step] = cid[a], cid[b]
+        rec["log_rk"][step], rec["log_1m_rk"][step] = lr, l1mr
+        rec["log_evidence"][step], rec["log_dk"][step] = lt, ld
+        rec["log_h1"][step] = h1_ab
+
+        lik.merge_slots(a, b)
+        size[a] += size[b]
+        logd[a], logt[a], cid[a] = ld, lt, n + step
+        alive[b] = False
+        S[b, :] = -np.inf
+        S[:, b] = -np.inf
+        best_score[b] = -np.inf
+        if step == m - 1:
+            break
+
+        live = np.flatnonzero(alive)
+        live = live[live != a]
+        h1 = lik.merged_log_marginal(a, live)
+        scores = _merge_scores(log_alpha, size[a] + size[live], logd[a], logt[a], logd[live],
+                               logt[live], h1)[0]
+        S[a, live] = scores
+        S[live, a] = scores
+        # Clusters whose best partner was a or b rescan their row; the rest can only improve.
+        stale = (best[live] == a) | (best[live] == b)
+        better = ~stale & (scores > best_score[live])
+        up = live[better]
+        best[up] = a
+        best_score[up] = scores[better]
+        redo = live[stale]
+        if redo.size:
+            nb = S[redo].argmax(axis=1)
+            best[redo] = nb
+            best_score[redo] = S[redo, nb]
+        best[a] = int(S[a].argmax())
+        best_score[a] = S[a, best[a]]
+    lik.release()
+    return {"left": left, "right": right, "leaf_log_ml": leaf_ml, **rec}
+
+
+def bhc_tree_log_evidence(node_log_ml: np.ndarray, linkage: np.ndarray, alpha: float) -> float:
+    """log p(D | T) of a fixed binary tree from the log p(D_k | H1) of its 2n - 1 nodes.
+
+    ``node_log_ml`` holds leaves ``0..n-1`` then internal nodes in linkage row order.
+    """
+    n = linkage.shape[0] + 1
+    log_alpha = math.log(alpha)
+    logd = np.empty(2 * n - 1)
+    logt = np.empty(2 * n - 1)
+    logd[:n] = log_alpha
+    logt[:n] = node_log_ml[:n]
+    for k in range(n - 1):
+        i, j, size = int(linkage[k, 0]), int(linkage[k, 1]), linkage[k, 3]
+        _, _, logt[n + k], logd[n + k] = _merge_scores(log_alpha, size, logd[i], logt[i], logd[j],
+                                                       logt[j], node_log_ml[n + k])
+    return float(logt[-1])
+
+
+class BayesianHierarchicalClustering(ClusterMixin, BaseEstimator):
+    """Bayesian hierarchical clustering with conjugate component models.
+
+    Parameters
+    ----------
+    likelihood : {"gaussian", "bernoulli", "multinomial"}
+        Component model: Gaussian with a Normal-inverse-Wishart prior (real features),
+        independent Bernoullis with Beta priors (binary features), or a multinomial over
+        categories with a Dirichlet prior (non-negative integer counts, e.g. word counts).
+    alpha : float
+        Concentration of the Dirichlet process prior over partitions.
+    mean_prior : array of shape (n_features,), optional
+        Gaussian: prior mean ``m0`` (default: the data mean).
+    kappa0 : float
+        Gaussian: prior precision scaling of the mean, mu | Sigma ~ N(m0, Sigma / kappa0).
+    nu0 : float, optional
+        Gaussian: inverse-Wishart degrees of freedom, > n_features - 1 (default n_features + 2).
+    scale : float or array of shape (n_features, n_features), optional
+        Gaussian: inverse-Wishart scale matrix ``S0``; a float ``s`` means ``s * diag(Var X)``
+        (default 0.1: with ``nu0 = d + 2`` the prior mean of Sigma is a tenth of the data variance).
+    beta_prior : tuple (a, b) of floats or arrays of shape (n_features,), optional
+        Bernoulli: Beta prior per feature (default: mean = smoothed feature frequency, a + b = 2).
+    dirichlet_prior : float or array of shape (n_features,), optional
+        Multinomial: Dirichlet parameters (default: mean = smoothed category frequencies, total
+        concentration = n_features).
+    optimize_hyperparameters : bool
+        If True, maximise the root evidence log p(D | T) over log-scale multipliers of alpha and
+        the likelihood's main hyperparameters (Gaussian: kappa0 and the scale matrix; Bernoulli:
+        a and b; multinomial: the Dirichlet concentration), alternating an optimisation with the
+        tree fixed (L-BFGS-B) and a rebuild of the tree, as long as the evidence improves.
+    max_hyper_iter : int
+        Maximum number of optimise / rebuild rounds when ``optimize_hyperparameters``.
+
+    Attributes
+    ----------
+    dendrogram_ : Dendrogram
+        The tree. Its linkage rows are sorted by height (SciPy's convention); ``stats`` holds, per
+        row, ``log_rk``, ``log_1m_rk`` (log(1 - r_k)), ``log_evidence`` (log p(D_k | T_k)),
+        ``log_dk``, ``log_h1`` (log p(D_k | H1)) and ``merge_step`` (the greedy step of the merge).
+    linkage_ : ndarray of shape (n_samples - 1, 4)
+        SciPy linkage matrix. Heights: ``-log max r_a`` over the node and its ancestors a, which
+        is >= 0, never decreases towards the root, and puts exactly the nodes that the r_k >= 0.5
+        cut keeps whole at height <= log 2, so ``fcluster(linkage_, log(2), "distance")``
+        reproduces ``labels_``. (Raw per-merge r_k are in ``log_rk_``; heights flatten the inside
+        of confident clusters towards 0 by design.)
+    log_evidence_ : float
+        log p(D | T) at the root.
+    log_rk_ : ndarray of shape (n_samples - 1,)
+        log r_k per linkage row.
+    labels_ : ndarray of shape (n_samples,)
+        Flat clustering: from the root down, a node whose r_k >= 0.5 is a cluster, otherwise its
+        two subtrees are cut apart. Labels are numbered by their smallest member.
+    n_clusters_ : int
+    alpha_ : float
+        The DP concentration used (after optimisation if requested).
+    hyperparameters_ : dict
+        The likelihood's prior parameters used.
+    """
+
+    def __init__(self, likelihood: str = "gaussian", alpha: float = 1.0, *, mean_prior=None,
+                 kappa0: float = 0.1, nu0: float | None = None, scale=None, beta_prior=None,
+                 dirichlet_prior=None, optimize_hyperparameters: bool = False,
+                 max_hyper_iter: int = 5):
+        self.likelihood = likelihood
+        self.alpha = alpha
+        self.mean_prior = mean_prior
+        self.kappa0 = kappa0
+        self.nu0 = nu0
+        self.scale = scale
+        self.beta_prior = beta_prior
+        self.dirichlet_prior = dirichlet_prior
+        self.optimize_hyperparameters = optimize_hyperparameters
+        self.max_hyper_iter = max_hyper_iter
+
+    # ----------------------------------------------------------------------------- input
+    def _validate(self, X, fitted: bool = False) -> np.ndarray:
+        if hasattr(X, "toarray"):
+            X = X.toarray()
+        X = np.asarray(X)
+        if X.dtype == bool:
+            X = X.astype(np.float64)
+        if not np.issubdtype(X.dtype, np.number):
+            raise ValueError(f"X must be numeric, got dtype {X.dtype}")
+        X = X.astype(np.float64, copy=True)
+        if X.ndim != 2:
+            raise ValueError(f"X must be a 2-D array (n_samples, n_features), got shape {X.shape}")
+        if X.shape[0] < 1 or X.shape[1] < 1:
+            raise ValueError(f"X must have at least one sample and one feature, got {X.shape}")
+        if not np.all(np.isfinite(X)):
+            raise ValueError("X contains NaN or infinite values")
+        if fitted and X.shape[1] != self.n_features_in_:
+            raise ValueError(f"X has {X.shape[1]} features, the model was fitted with "
+                             f"{self.n_features_in_}")
+        if self.likelihood == "bernoulli" and not np.all((X == 0) | (X == 1)):
+            raise ValueError("likelihood='bernoulli' needs binary data (only 0 and 1)")
+        if self.likelihood == "multinomial":
+            if np.any(X < 0):
+                raise ValueError("likelihood='multinomial' needs non-negative counts")
+            if not np.all(X == np.round(X)):
+                raise ValueError("likelihood='multinomial' needs integer counts")
+        return X
+
+    def _make_likelihood(self, X):
+        if not (np.isfinite(self.alpha) and self.alpha > 0):
+            raise ValueError(f"alpha must be positive, got {self.alpha}")
+        return make_likelihood(self.likelihood, X, mean_prior=self.mean_prior,
+                               kappa0=self.kappa0, nu0=self.nu0, scale=self.scale,
+                               beta_prior=self.beta_prior, dirichlet_prior=self.dirichlet_prior)
+
+    # ----------------------------------------------------------------------------- fit
+    def fit(self, X, y=None) -> "BayesianHierarchicalClustering":
+        """Build the tree for the rows of ``X``."""
+        if self.likelihood not in ("gaussian", "bernoulli", "multinomial"):
+            raise ValueError(f"unknown likelihood {self.likelihood!r}; use 'gaussian', "
+                             "'bernoulli' or 'multinomial'")
+        X = self._validate(X)
+        self.n_features_in_ = X.shape[1]
+        lik = self._make_likelihood(X)
+        alpha = float(self.alpha)
+        rec = _greedy_bhc(lik, X, math.log(alpha))
+        dend, node_evidence = self._assemble(rec, X.shape[0])
+        if self.optimize_hyperparameters and X.shape[0] > 1:
+            lik, alpha, rec, dend, node_evidence = self._optimise(X, lik, alpha, rec, dend,
+                                                                  node_evidence)
+        self._lik = lik
+        self._X = X
+        self._node_stats = None
+        self.alpha_ = alpha
+        self.hyperparameters_ = {"alpha": alpha, **lik.hyperparameters()}
+        self.dendrogram_ = dend
+        self.linkage_ = dend.linkage
+        self.log_rk_ = dend.stats["log_rk"]
+        self.log_evidence_ = node_evidence
+        self.labels_ = self._cut(dend)
+        self.n_clusters_ = int(self.labels_.max()) + 1
+        return self
+
+    def _assemble(self, rec: dict, n: int) -> tuple[Dendrogram, float]:
+        m = n - 1
+        if m == 0:
+            d = Dendrogram.from_merges([], [], [], 1, stats={})
+            return d, float(rec["leaf_log_ml"][0])
+        left, right = rec["left"], rec["right"]
+        # height = -log of the largest r on the path from the node to the root (top-down max)
+        parent = np.full(m, -1, dtype=np.int64)
+        for s in range(m):
+            for c in (left[s], right[s]):
+                if c >= n:
+                    parent[c - n] = s
+        star = rec["log_rk"].copy()
+        for s in range(m - 2, -1, -1):
+            star[s] = max(star[s], star[parent[s]])
+        heights = np.maximum(-star, 0.0)
+        order = np.lexsort((np.arange(m), heights))  # parents sort after their children
+        pos = np.empty(m, dtype=np.int64)
+        pos[order] = np.arange(m)
+
+        def relabel(c):
+            return np.where(c < n, c, n + pos[np.maximum(c - n, 0)])
+
+        stats = {k: rec[k][order] for k in ("log_rk", "log_1m_rk", "log_evidence", "log_dk",
+                                             "log_h1")}
+        stats["merge_step"] = order.astype(np.int64)
+        dend = Dendrogram.from_merges(relabel(left[order]), relabel(right[order]),
+                                      heights[order], n, stats=stats)
+        return dend, float(rec["log_evidence"][-1])
+
+    @staticmethod
+    def _cut(dend: Dendrogram) -> np.ndarray:
+        n = dend.n_leaves
+        labels = np.empty(n, dtype=np.int64)
+        if n == 1:
+            labels[0] = 0
+            return labels
+        Z, log_rk = dend.linkage, dend.stats["log_rk"]
+        groups: list[list[int]] = []
+        stack = [2 * n - 2]
+        while stack:
+            c = stack.pop()
+            if c < n or log_rk[c - n] >= _LOG_HALF:
+                members: list[int] = []
+                sub = [c]
+                while sub:
+                    x = sub.pop()
+                    if x < n:
+                        members.append(x)
+                    else:
+                        sub.extend((int(Z[x - n, 0]), int(Z[x - n, 1])))
+                groups.append(members)
+            else:
+                stack.extend((int(Z[c - n, 0]), int(Z[c - n, 1])))
+        groups.sort(key=min)
+        for g, members in enumerate(groups):
+            labels[members] = g
+        return labels
+
+    # ----------------------------------------------------------------------------- hyper
+    def _members(self, dend: Dendrogram) -> list[np.ndarray]:
+        n = dend.n_leaves
+        return [np.array([i]) for i in range(n)] + dend.clusters_of()
+
+    def _optimise(self, X, lik, alpha, rec, dend, evidence):
+        base_lik, base_alpha = lik, alpha
+        n_tune = 1 + len(base_lik.tunable)
+        theta = np.zeros(n_tune)
+        best = (evidence, lik, alpha, rec, dend)
+
+        def build(t):
+            return base_lik.with_log_multipliers(t[1:]), base_alpha * math.exp(t[0])
+
+        for it in range(self.max_hyper_iter):
+            Z = best[4].linkage
+            stats = best[1].node_stats(X, self._members(best[4]))
+
+            def negev(t):
+                lk, al = build(t)
+                return -bhc_tree_log_evidence(lk.node_log_marginal(stats), Z, al)
+
+            res = minimize(negev, theta, method="L-BFGS-B", bounds=[(-9.0, 9.0)] * n_tune)
+            lk, al = build(res.x)
+            rec = _greedy_bhc(lk, X, math.log(al))
+            dend, ev = self._assemble(rec, X.shape[0])
+            logger.info("BHC hyperparameter round %d: fixed-tree evidence %.4f, rebuilt %.4f",
+                        it, -res.fun, ev)
+            if ev <= best[0] + 1e-8 * abs(best[0]):
+                break
+            theta = res.x
+            best = (ev, lk, al, rec, dend)
+        ev, lik, alpha, rec, dend = best
+        return lik, alpha, rec, dend, ev
+
+    # ----------------------------------------------------------------------------- predict
+    def _log_weights(self) -> np.ndarray:
+        """log of the predictive weight of every node: r_k prod_{ancestors a} (1 - r_a)."""
+        dend = self.dendrogram_
+        n = dend.n_leaves
+        if n == 1:
+            return np.zeros(1)
+        Z = dend.linkage
+        log_rk, log_1m = dend.stats["log_rk"], dend.stats["log_1m_rk"]
+        prefix = np.zeros(2 * n - 1)
+        logw = np.empty(2 * n - 1)
+        for k in range(n - 2, -1, -1):  # parents have larger row numbers
+            c = n + k
+            logw[c] = prefix[c] + log_rk[k]
+            for child in (int(Z[k, 0]), int(Z[k, 1])):
+                prefix[child] = prefix[c] + log_1m[k]
+        logw[:n] = prefix[:n]  # a leaf has r = 1
+        return logw
+
+    def predictive_log_density(self, X_new) -> np.ndarray:
+        """log p(x | D) for each row of ``X_new``.
+
+        The predictive of the tree is a mixture over all its nodes k (leaves included) of the
+        component posterior predictive p(x | D_k), with weight r_k times the product of
+        (1 - r_a) over the ancestors a of k (leaves have r = 1, so the weights sum to one).
+        """
+        if not hasattr(self, "dendrogram_"):
+            raise ValueError("this BayesianHierarchicalClustering instance is not fitted yet")
+        X_new = self._validate(X_new, fitted=True)
+        if self._node_stats is None:
+            self._node_stats = self._lik.node_stats(self._X, self._members(self.dendrogram_))
+        logw = self._log_weights()
+        out = np.empty(X_new.shape[0])
+        chunk = max(1, (1 << 22) // logw.size)
+        for s in range(0, X_new.shape[0], chunk):
+            lp = self._lik.log_predictive(self._node_stats, X_new[s:s + chunk])
+            out[s:s + chunk] = logsumexp(logw[:, None] + lp, axis=0)
+        return out
