@@ -84,7 +84,10 @@ class TextVectorizer:
 
     def fit(self, texts: Iterable[str]) -> "TextVectorizer":
         """Fit the vocabulary on ``texts`` (strings; a pyarrow string array works too)."""
-        texts = _as_list(texts)
+        self._fit(_as_list(texts))
+        return self
+
+    def _fit(self, texts: list[str]) -> sp.csr_matrix:
         if not texts:
             raise ValueError("cannot fit a vocabulary on zero documents")
         counter = self._counter()
@@ -96,7 +99,7 @@ class TextVectorizer:
         self.document_frequency_ = np.asarray((counts > 0).sum(axis=0), dtype=np.int64).ravel()
         self.n_fit_documents_ = len(texts)
         self._fixed = self._counter({t: i for i, t in enumerate(self.vocabulary_)})
-        return self
+        return counts.tocsr()
 
     def transform(self, texts: Iterable[str]) -> tuple[sp.csr_matrix, np.ndarray]:
         """Term frequencies of ``texts`` over the fixed vocabulary, rows scaled to unit L2 norm.
@@ -109,16 +112,12 @@ class TextVectorizer:
             Texts with no vocabulary term (route them to rejects).
         """
         self._check_fitted()
-        texts = _as_list(texts)
-        counts = self._fixed.transform(texts).tocsr()
-        counts.sort_indices()
-        X = normalize(counts.astype(np.float64), norm="l2", axis=1, copy=False)
-        empty = np.diff(X.indptr) == 0
-        return sp.csr_matrix(X), empty
+        return _unit_rows(self._fixed.transform(_as_list(texts)).tocsr())
 
     def fit_transform(self, texts: Iterable[str]) -> tuple[sp.csr_matrix, np.ndarray]:
-        texts = _as_list(texts)
-        return self.fit(texts).transform(texts)
+        """``fit(texts).transform(texts)``, tokenising only once."""
+        # CountVectorizer's fitted columns are the sorted terms, i.e. vocabulary_ order.
+        return _unit_rows(self._fit(_as_list(texts)))
 
     def vocabulary_hash(self) -> str:
         """sha256 (hex) of the terms in column order, one per line: identifies the columns."""
@@ -162,6 +161,12 @@ class TextVectorizer:
     def _check_fitted(self) -> None:
         if not hasattr(self, "vocabulary_"):
             raise RuntimeError("TextVectorizer is not fitted; call fit(texts) first")
+
+
+def _unit_rows(counts: sp.csr_matrix) -> tuple[sp.csr_matrix, np.ndarray]:
+    counts.sort_indices()
+    X = normalize(counts.astype(np.float64), norm="l2", axis=1, copy=False)
+    return sp.csr_matrix(X), np.diff(X.indptr) == 0
 
 
 def _as_list(texts) -> list[str]:

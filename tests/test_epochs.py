@@ -1,0 +1,173 @@
+"""Epoch specs (keys against calendar arithmetic done by hand) and bucketing."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from connectors.sources import open_source
+from streamtree.epochs import Bucketer, EpochSpec, bucket
+from streamtree.records import REJECT_SCHEMA, make_rejects
+
+SOTU = Path(__file__).resolve().parents[1] / "examples" / "data" / "sotu_paragraphs.parquet"
+UTC = timezone.utc
+EPOCH0 = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def rows(times, texts=None, epochs=None) -> pa.Table:
+    n = len(times) if times is not None else len(epochs)
+    cols = {
+        "source": pa.array(["mem"] * n), "position": pa.array(np.arange(n, dtype=np.int64)),
+        "id": pa.array([f"d{i}" for i in range(n)]), "text": pa.array(texts or [f"text {i}" for i in range(n)]),
+    }
+    if times is not None:
+        cols["time"] = pa.array(times, pa.timestamp("us", tz="UTC"))
+    if epochs is not None:
+        cols["epoch"] = pa.array(epochs, pa.int64())
+    return pa.table(cols)
+
+
+def random_times(rng, n, lo_year=1700, hi_year=2100):
+    lo = (datetime(lo_year, 1, 1, tzinfo=UTC) - EPOCH0) // timedelta(microseconds=1)
+    hi = (datetime(hi_year, 1, 1, tzinfo=UTC) - EPOCH0) // timedelta(microseconds=1)
+    us = rng.integers(lo, hi, size=n)
+    return [EPOCH0 + timedelta(microseconds=int(u)) for u in us]
+
+
+def test_parse_kinds_and_errors():
+    assert EpochSpec.parse("1h") == EpochSpec("fixed", 3_600_000_000, 0, "1h")
+    assert EpochSpec.parse("2w").width == 14 * 86_400_000_000
+    assert EpochSpec.parse("15m").width == 15 * 60_000_000
+    assert EpochSpec.parse("decade") == EpochSpec("years", 10, 0, "decade")
+    assert EpochSpec.parse("10y").kind == "years" and EpochSpec.parse("year").width == 1
+    assert EpochSpec.parse("month") == EpochSpec("months", 1, 0, "month")
+    assert EpochSpec.parse("3mo").width == 3
+    assert EpochSpec.parse("column").kind == "column"
+    assert EpochSpec.parse("1d", origin="2026-03-14T06:00").origin_us == (
+        datetime(2026, 3, 14, 6, tzinfo=UTC) - EPOCH0) // timedelta(microseconds=1)
+    for bad in ("", "0d", "1x", "fortnight", "-1h", "1.5h"):
+        with pytest.raises(ValueError, match="epoch"):
+            EpochSpec.parse(bad)
+    with pytest.raises(ValueError, match="calendar"):
+        EpochSpec.parse("10y", origin="2000-01-01")
+
+
+@pytest.mark.parametrize("text,width", [("1h", timedelta(hours=1)), ("1d", timedelta(days=1)),
+                                        ("2w", timedelta(weeks=2)), ("30s", timedelta(seconds=30))])
+def test_fixed_width_keys_match_calendar_arithmetic(text, width):
+    rng = np.random.default_rng(0)
+    times = random_times(rng, 300)
+    for origin in (None, datetime(2026, 3, 14, 6, 30, tzinfo=UTC)):
+        spec = EpochSpec.parse(text, origin=origin)
+        keys = spec.keys(rows(times))
+        o = origin or EPOCH0
+        expected = [(t - o) // width for t in times]  # floor division of timedeltas
+        np.testing.assert_array_equal(keys, expected)
+        for k, t in zip(keys[:20], times[:20]):
+            assert spec.start(k) <= t < spec.start(k) + width
+
+
+def test_year_and_month_keys_and_labels():
+    rng = np.random.default_rng(1)
+    times = random_times(rng, 300, 1600, 2400)
+    t = rows(times)
+    for n in (1, 10, 25, 100):
+        np.testing.assert_array_equal(EpochSpec.parse(f"{n}y").keys(t), [x.year // n for x in times])
+    for n in (1, 3):
+        np.testing.assert_array_equal(EpochSpec.parse(f"{n}mo").keys(t),
+                                      [(12 * x.year + x.month - 1) // n for x in times])
+    decade = EpochSpec.parse("10y")
+    assert [decade.label(k) for k in (179, 180, 202)] == ["1790s", "1800s", "2020s"]
+    assert decade.keys(rows([datetime(1799, 12, 31, 23, 59, tzinfo=UTC), datetime(1800, 1, 1, tzinfo=UTC)])).tolist() == [179, 180]
+    assert EpochSpec.parse("year").label(2026) == "2026"
+    assert EpochSpec.parse("25y").label(1775 // 25) == "1775-1799"
+    month = EpochSpec.parse("month")
+    assert month.label(2026 * 12 + 2) == "2026-03"
+    assert month.start(2026 * 12 + 2) == datetime(2026, 3, 1, tzinfo=UTC)
+    assert EpochSpec.parse("3mo").label((2026 * 12 + 3) // 3) == "2026-04"
+
+
+def test_fixed_labels():
+    hour = EpochSpec.parse("1h")
+    t = datetime(2026, 3, 14, 10, 42, tzinfo=UTC)
+    assert hour.label(hour.keys(rows([t]))[0]) == "2026-03-14T10:00"
+    day = EpochSpec.parse("1d")
+    assert day.label(day.keys(rows([t]))[0]) == "2026-03-14"
+    shifted = EpochSpec.parse("1d", origin="2026-01-01T06:00")
+    assert shifted.label(shifted.keys(rows([t]))[0]) == "2026-03-14T06:00"
+    secs = EpochSpec.parse("30s")
+    assert secs.label(secs.keys(rows([datetime(2026, 3, 14, 10, 0, 45, tzinfo=UTC)]))[0]) == "2026-03-14T10:00:30"
+
+
+def test_out_of_order_rows_and_empty_epochs():
+    years = [1825, 1791, 1799, 1822, 1790, 1828, 1795]
+    t = rows([datetime(y, 6, 1, tzinfo=UTC) for y in years])
+    # Feed in two batches, in the shuffled order.
+    eps = list(bucket([t.slice(0, 4).to_batches()[0], t.slice(4).to_batches()[0]], "10y"))
+    assert [(e.index, e.key, e.label, e.n_rows) for e in eps] == [
+        (0, 179, "1790s", 4), (1, 180, "1800s", 0), (2, 181, "1810s", 0), (3, 182, "1820s", 3)]
+    # Within an epoch rows keep arrival order.
+    assert eps[0].rows.column("id").to_pylist() == ["d1", "d2", "d4", "d6"]
+    assert eps[3].rows.column("id").to_pylist() == ["d0", "d3", "d5"]
+    assert eps[1].is_empty and eps[1].rows.schema == t.schema
+    # Same groups as a brute-force grouping.
+    for e in eps:
+        assert sorted(e.rows.column("id").to_pylist()) == sorted(
+            f"d{i}" for i, y in enumerate(years) if y // 10 == e.key)
+
+
+def test_column_epochs_do_not_fill_gaps():
+    t = rows(None, epochs=[1800, 1790, 1820, 1790])
+    eps = list(bucket([t], "column"))
+    assert [(e.index, e.key, e.label, e.n_rows) for e in eps] == [(0, 1790, "1790", 2), (1, 1800, "1800", 1), (2, 1820, "1820", 1)]
+    with pytest.raises(ValueError, match="epoch_col"):
+        EpochSpec.parse("column").keys(rows([datetime(2000, 1, 1, tzinfo=UTC)]))
+    with pytest.raises(ValueError, match="time_col"):
+        EpochSpec.parse("1d").keys(t)
+
+
+def test_rejects_are_filed_under_their_epoch():
+    b = Bucketer("10y")
+    b.add(rows([datetime(1791, 1, 1, tzinfo=UTC), datetime(1811, 1, 1, tzinfo=UTC)]))
+    b.add_rejects(make_rejects(
+        source=["f", "f", "f"], position=[7, 8, 9], id=["f:7", "f:8", "f:9"],
+        reason=["empty text", "missing time", "empty text"],
+        time=pa.array([datetime(1812, 1, 1, tzinfo=UTC), None, datetime(1802, 1, 1, tzinfo=UTC)],
+                      pa.timestamp("us", tz="UTC"))))
+    eps = list(b)
+    assert [e.label for e in eps] == ["1790s", "1800s", "1810s"]
+    assert eps[0].rejects.column("position").to_pylist() == [8]  # key-less: first epoch
+    assert eps[1].rejects.column("position").to_pylist() == [9] and eps[1].is_empty
+    assert eps[2].rejects.column("position").to_pylist() == [7]
+    assert all(e.rejects.schema == REJECT_SCHEMA for e in eps)
+
+
+def test_streaming_watermark_and_late_rows():
+    b = Bucketer("1d")
+    day = lambda d, h=12: datetime(2026, 3, d, h, tzinfo=UTC)  # noqa: E731
+    b.add(rows([day(1), day(3), day(2)]))
+    first = list(b.pop_through(EpochSpec.parse("1d").keys(rows([day(2)]))[0]))
+    assert [(e.label, e.n_rows) for e in first] == [("2026-03-01", 1), ("2026-03-02", 1)]
+    b.add(rows([day(2, 18), day(4)]))  # the first is late: its epoch is closed
+    assert b.n_late == 1
+    rest = list(b.drain())
+    assert [(e.index, e.label, e.n_rows) for e in rest] == [(2, "2026-03-03", 1), (3, "2026-03-04", 1)]
+    assert rest[0].rejects.column("reason").to_pylist() == ["late row for a closed epoch"]
+    # A watermark past the data closes empty epochs too.
+    assert [e.label for e in b.pop_through(b.closed_through + 2)] == ["2026-03-05", "2026-03-06"]
+
+
+def test_sotu_decades_in_key_order():
+    src = open_source(str(SOTU), "text", "year", batch_size=5000)
+    eps = list(bucket(src, "decade"))
+    assert len(eps) == 24
+    assert [e.label for e in eps] == [f"{y}s" for y in range(1790, 2030, 10)]
+    counts = dict(zip(*np.unique(pq.read_table(SOTU, columns=["decade"]).column("decade").to_numpy(), return_counts=True)))
+    assert [e.n_rows for e in eps] == [counts[y] for y in range(1790, 2030, 10)]
+    assert eps[1].n_rows == 221 and eps[18].n_rows == 3312
+    assert sum(e.n_rows for e in eps) == 25_488

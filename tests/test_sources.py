@@ -1,0 +1,294 @@
+"""File sources: formats, column mapping, time interpretation and rejects."""
+
+from __future__ import annotations
+
+import json
+from datetime import date, datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.feather as feather
+import pyarrow.parquet as pq
+import pytest
+
+from connectors.sources import SourceError, open_source
+from streamtree.records import REJECT_SCHEMA
+
+SOTU = Path(__file__).resolve().parents[1] / "examples" / "data" / "sotu_paragraphs.parquet"
+UTC = timezone.utc
+
+
+def utc(*args) -> datetime:
+    return datetime(*args, tzinfo=UTC)
+
+
+def table3() -> pa.Table:
+    return pa.table({
+        "doc": ["a", "b", "c"],
+        "body": ["alpha beta", "gamma delta", "epsilon"],
+        "when": ["2026-03-14T10:00:00", "2026-03-15", "2026-03-16T00:00:00Z"],
+    })
+
+
+EXPECTED_TIMES = [utc(2026, 3, 14, 10), utc(2026, 3, 15), utc(2026, 3, 16)]
+
+
+# ---- the bundled corpus -----------------------------------------------------------------
+def test_sotu_reads_in_batches():
+    src = open_source(str(SOTU), "text", "year", batch_size=4096)
+    sizes, n, years, positions = [], 0, [], []
+    for batch in src:
+        assert batch.schema == src.schema
+        sizes.append(batch.num_rows)
+        years.append(pc.year(batch.column("time")).to_numpy())
+        positions.append(batch.column("position").to_numpy())
+        n += batch.num_rows
+    assert n == 25_488 and src.n_read == 25_488 and src.rejects.total == 0
+    assert max(sizes) <= 4096 and len(sizes) >= 25_488 // 4096
+    np.testing.assert_array_equal(np.concatenate(positions), np.arange(25_488))
+    raw = pq.read_table(SOTU, columns=["year", "decade"])
+    np.testing.assert_array_equal(np.concatenate(years), raw.column("year").to_numpy())
+    assert len(np.unique(np.concatenate(years) // 10)) == 24
+
+
+def test_sotu_date_column_and_epoch_column():
+    src = open_source(str(SOTU), "text", "date", id_col="fileid", epoch_col="decade")
+    t = src.read_all()
+    assert t.num_rows == 25_488
+    first = t.slice(0, 1).to_pylist()[0]
+    assert first["time"] == utc(1790, 1, 8) and first["epoch"] == 1790 and first["id"] == "1790-Washington-1"
+    assert len(pc.unique(t.column("epoch"))) == 24
+
+
+# ---- formats ------------------------------------------------------------------------------
+def check3(src) -> None:
+    t = src.read_all()
+    assert t.column("id").to_pylist() == ["a", "b", "c"]
+    assert t.column("text").to_pylist() == ["alpha beta", "gamma delta", "epsilon"]
+    assert t.column("time").to_pylist() == EXPECTED_TIMES
+    assert t.column("position").to_pylist() == [0, 1, 2]
+    assert src.rejects.total == 0
+
+
+def test_parquet_ipc_file_ipc_stream_jsonl_csv(tmp_path):
+    t = table3()
+    pq.write_table(t, tmp_path / "d.parquet")
+    feather.write_feather(t, tmp_path / "d.arrow", compression="uncompressed")
+    with pa.ipc.new_stream(tmp_path / "d.arrows", t.schema) as w:
+        w.write_table(t)
+    (tmp_path / "d.jsonl").write_text("\n".join(json.dumps(r) for r in t.to_pylist()) + "\n")
+    (tmp_path / "d.csv").write_text("doc,body,when\n" + "\n".join(
+        f"{r['doc']},{r['body']},{r['when']}" for r in t.to_pylist()) + "\n")
+    for name in ("d.parquet", "d.arrow", "d.arrows", "d.jsonl", "d.csv"):
+        check3(open_source(str(tmp_path / name), "body", "when", id_col="doc"))
+    # A stream written under a file-format extension is recognised by its first bytes.
+    (tmp_path / "s.arrow").write_bytes((tmp_path / "d.arrows").read_bytes())
+    assert open_source(str(tmp_path / "s.arrow"), "body", "when").format == "ipc-stream"
+    # And the file: URI form goes through pyarrow.fs.
+    check3(open_source((tmp_path / "d.parquet").as_uri(), "body", "when", id_col="doc"))
+
+
+def test_row_positions_and_default_ids_across_row_groups(tmp_path):
+    n = 23
+    t = pa.table({"text": [f"doc number {i}" for i in range(n)], "year": list(range(1900, 1900 + n))})
+    pq.write_table(t, tmp_path / "f.parquet", row_group_size=5)
+    src = open_source(str(tmp_path / "f.parquet"), "text", "year", batch_size=3)
+    batches = list(src)
+    assert max(b.num_rows for b in batches) <= 3
+    out = pa.Table.from_batches(batches)
+    assert out.column("id").to_pylist() == [f"f.parquet:{i}" for i in range(n)]
+    assert out.column("text").to_pylist() == t.column("text").to_pylist()
+    assert out.column("source").to_pylist() == ["f.parquet"] * n
+
+
+def test_hive_partitioned_directory(tmp_path):
+    t = pa.table({"text": ["a b", "c d", "e f", "g h", "i j"], "decade": [1790, 1790, 1800, 1810, 1810],
+                  "year": [1791, 1795, 1803, 1811, 1819]})
+    pq.write_to_dataset(t, tmp_path / "ds", partition_cols=["decade"])
+    (tmp_path / "ds" / "_SUCCESS").write_text("")  # ignored: leading underscore
+    src = open_source(str(tmp_path / "ds"), "text", "year", epoch_col="decade", batch_size=2)
+    out = src.read_all()
+    assert out.num_rows == 5
+    assert sorted(zip(out.column("epoch").to_pylist(), out.column("text").to_pylist())) == sorted(
+        zip(t.column("decade").to_pylist(), t.column("text").to_pylist()))
+    assert all(s.startswith("decade=") for s in out.column("source").to_pylist())
+    # Ids are <relative file>:<position> and unique across files.
+    ids = out.column("id").to_pylist()
+    assert len(set(ids)) == 5 and all(i.split(":")[0].startswith("decade=") for i in ids)
+
+
+def test_directory_of_jsonl_files(tmp_path):
+    d = tmp_path / "j"
+    d.mkdir()
+    (d / "b.jsonl").write_text('{"t": "second file", "y": 2001}\n')
+    (d / "a.jsonl").write_text('{"t": "first file", "y": 2000}\n{"t": "still first", "y": 2000}\n')
+    out = open_source(str(d), "t", "y").read_all()
+    assert out.column("id").to_pylist() == ["a.jsonl:0", "a.jsonl:1", "b.jsonl:0"]
+
+
+# ---- time interpretation ------------------------------------------------------------------
+def test_time_types(tmp_path):
+    n = 2
+    cases = {
+        "ts_naive": (pa.array([datetime(2026, 3, 14, 10), datetime(1790, 1, 8)], pa.timestamp("ns")),
+                     [utc(2026, 3, 14, 10), utc(1790, 1, 8)]),
+        "ts_paris": (pa.array([datetime(2026, 3, 14, 10, tzinfo=UTC)] * n, pa.timestamp("ms", tz="Europe/Paris")),
+                     [utc(2026, 3, 14, 10)] * n),
+        "dates": (pa.array([date(2026, 3, 14), date(1790, 1, 8)], pa.date32()), [utc(2026, 3, 14), utc(1790, 1, 8)]),
+        "years": (pa.array([1790, 2026], pa.int16()), [utc(1790, 1, 1), utc(2026, 1, 1)]),
+        "seconds": (pa.array([1_773_482_400, 86_400], pa.int64()), [utc(2026, 3, 14, 10), utc(1970, 1, 2)]),
+        "fseconds": (pa.array([1_773_482_400.5, 0.0]), [utc(2026, 3, 14, 10, 0, 0, 500_000), utc(1970, 1, 1)]),
+        "iso_offset": (pa.array(["2026-03-14T12:00:00+02:00", " 1790-01-08 "]), [utc(2026, 3, 14, 10), utc(1790, 1, 8)]),
+        "year_text": (pa.array(["1790", "2026"]), [utc(1790, 1, 1), utc(2026, 1, 1)]),
+    }
+    cols = {"text": ["some words", "more words"]}
+    cols.update({k: v for k, (v, _) in cases.items()})
+    pq.write_table(pa.table(cols), tmp_path / "t.parquet")
+    for name, (_, expected) in cases.items():
+        out = open_source(str(tmp_path / "t.parquet"), "text", name).read_all()
+        assert out.column("time").to_pylist() == expected, name
+    # Forced units.
+    pq.write_table(pa.table({"text": ["x y"], "ms": [86_400_000], "y": [12]}), tmp_path / "u.parquet")
+    assert open_source(str(tmp_path / "u.parquet"), "text", "ms", time_unit="ms").read_all()["time"].to_pylist() == [utc(1970, 1, 2)]
+    assert open_source(str(tmp_path / "u.parquet"), "text", "y", time_unit="s").read_all()["time"].to_pylist() == [utc(1970, 1, 1, 0, 0, 12)]
+
+
+# ---- bad input ----------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["m.parquet", "m.csv", "m.jsonl", "m.arrow"])
+def test_missing_column_names_it_and_lists_present(tmp_path, name):
+    t = pa.table({"body": ["x"], "when": ["2026-01-01"]})
+    path = tmp_path / name
+    if name.endswith(".parquet"):
+        pq.write_table(t, path)
+    elif name.endswith(".arrow"):
+        feather.write_feather(t, path)
+    elif name.endswith(".csv"):
+        path.write_text("body,when\nx,2026-01-01\n")
+    else:
+        path.write_text('{"body": "x", "when": "2026-01-01"}\n')
+    with pytest.raises(SourceError) as err:
+        open_source(str(path), "text", "when")
+    msg = str(err.value)
+    assert "text column 'text' not found" in msg and "'body'" in msg and "'when'" in msg
+    with pytest.raises(SourceError, match="id column 'doc_id' not found"):
+        open_source(str(path), "body", "when", id_col="doc_id")
+
+
+def test_not_parquet_and_corrupt_files(tmp_path):
+    bogus = tmp_path / "fake.parquet"
+    bogus.write_text("text,year\nhello,1790\n")
+    with pytest.raises(SourceError) as err:
+        open_source(str(bogus), "text", "year").read_all()
+    assert str(bogus) in str(err.value) and "Parquet" in str(err.value)
+    assert err.value.path == str(bogus)
+
+    good = tmp_path / "good.parquet"
+    pq.write_table(pa.table({"text": [f"w{i} x" for i in range(2000)], "year": [1800] * 2000}), good)
+    data = good.read_bytes()
+    cut = tmp_path / "cut.parquet"
+    cut.write_bytes(data[: len(data) // 2])
+    with pytest.raises(SourceError, match="cut.parquet"):
+        open_source(str(cut), "text", "year").read_all()
+    # Footer intact, page data scrambled: the failure shows up while reading batches.
+    scrambled = bytearray(data)
+    scrambled[8:len(data) // 2] = bytes(len(data) // 2 - 8)
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(bytes(scrambled))
+    with pytest.raises(SourceError, match="bad.parquet"):
+        open_source(str(bad), "text", "year").read_all()
+
+    arrow = tmp_path / "junk.arrow"
+    arrow.write_bytes(b"definitely not arrow data")
+    with pytest.raises(SourceError, match="junk.arrow"):
+        open_source(str(arrow), "text", "year").read_all()
+    unknown = tmp_path / "mystery.bin"
+    unknown.write_bytes(b"\x00\x01\x02 nothing")
+    with pytest.raises(SourceError, match="unknown file type"):
+        open_source(str(unknown), "text", "year")
+    with pytest.raises(SourceError, match="no such file"):
+        open_source(str(tmp_path / "absent.parquet"), "text", "year")
+
+
+def test_bad_times_and_empty_text_become_rejects(tmp_path):
+    t = pa.table({
+        "text": ["fine one", "no time", "blank time", "bad time", "bad month", "   ", None, "", "fine two"],
+        "when": ["2026-03-14", None, "  ", "17 Brumaire", "2026-13-01", "2026-03-14", "2026-03-14",
+                 None, "2026-03-15T08:30"],
+    })
+    pq.write_table(t, tmp_path / "r.parquet")
+    src = open_source(str(tmp_path / "r.parquet"), "text", "when")
+    good = src.read_all()
+    assert good.column("text").to_pylist() == ["fine one", "fine two"]
+    rej = src.rejects.table()
+    assert rej.schema == REJECT_SCHEMA
+    assert rej.column("position").to_pylist() == [1, 2, 3, 4, 5, 6, 7]
+    assert rej.column("reason").to_pylist() == [
+        "missing time", "missing time", "unparsable time '17 Brumaire'", "unparsable time '2026-13-01'",
+        "empty text", "empty text", "empty text"]
+    assert rej.column("text").to_pylist()[:2] == ["no time", "blank time"]
+    # Empty-text rejects keep their (valid) time so they can be filed under their epoch.
+    assert rej.column("time").to_pylist()[4:6] == [utc(2026, 3, 14)] * 2
+    assert dict(src.rejects.counts) == {"missing time": 2, "unparsable time": 2, "empty text": 3}
+    assert src.n_read == 9 and src.n_rows == 2
+
+
+def test_numeric_time_rejects(tmp_path):
+    pq.write_table(pa.table({"text": ["a b"] * 4, "t": [1.0e9, float("nan"), float("inf"), None]}), tmp_path / "n.parquet")
+    src = open_source(str(tmp_path / "n.parquet"), "text", "t")
+    assert src.read_all().num_rows == 1
+    assert src.rejects.table().column("reason").to_pylist() == ["missing time", "unparsable time 'inf'", "missing time"]
+
+
+def test_invalid_utf8_parquet_binary_column(tmp_path):
+    t = pa.table({"text": pa.array([b"caf\xc3\xa9 ok", b"bad \xff\xfe bytes", b"fine"], pa.binary()),
+                  "year": [1800, 1801, 1802]})
+    pq.write_table(t, tmp_path / "b.parquet")
+    src = open_source(str(tmp_path / "b.parquet"), "text", "year")
+    assert src.read_all().column("text").to_pylist() == ["café ok", "fine"]
+    rej = src.rejects.table().to_pylist()
+    assert [(r["position"], r["reason"], r["text"]) for r in rej] == [(1, "invalid UTF-8", None)]
+
+
+def test_invalid_utf8_csv(tmp_path):
+    path = tmp_path / "u.csv"
+    path.write_bytes(b"id,text,year\n1,good words,1790\n2,\"bad \xff word\",1791\n3,,1792\n4,more words,1793\n")
+    src = open_source(str(path), "text", "year", id_col="id")
+    out = src.read_all()
+    assert out.column("id").to_pylist() == ["1", "4"]
+    rej = src.rejects.table().to_pylist()
+    assert [(r["id"], r["position"], r["reason"]) for r in rej] == [("2", 1, "invalid UTF-8"), ("3", 2, "empty text")]
+    assert out.column("time").to_pylist() == [utc(1790, 1, 1), utc(1793, 1, 1)]
+
+
+def test_invalid_utf8_jsonl(tmp_path):
+    path = tmp_path / "u.jsonl"
+    path.write_bytes(b'{"text": "ok one", "t": "2026-01-01"}\n{"text": "bad \xff\xfe", "t": "2026-01-02"}\n'
+                     b'{"text": "ok two", "t": "2026-01-03"}\n{"text": "no time"}\n')
+    src = open_source(str(path), "text", "t")
+    assert src.read_all().column("text").to_pylist() == ["ok one", "ok two"]
+    rej = src.rejects.table().to_pylist()
+    assert [(r["position"], r["reason"], r["id"]) for r in rej] == [
+        (1, "invalid UTF-8", "u.jsonl:1"), (3, "missing time", "u.jsonl:3")]
+    assert rej[0]["time"] == utc(2026, 1, 2)
+
+
+def test_missing_ids_and_bad_epochs_are_rejected(tmp_path):
+    pq.write_table(pa.table({"text": ["a b", "c d", "e f", "g h"], "id": ["x", None, "z", "w"],
+                             "ep": ["3", "4", "third", None]}), tmp_path / "e.parquet")
+    src = open_source(str(tmp_path / "e.parquet"), "text", None, id_col="id", epoch_col="ep")
+    out = src.read_all()
+    assert out.column("epoch").to_pylist() == [3] and out.column("id").to_pylist() == ["x"]
+    assert src.rejects.table().column("reason").to_pylist() == ["missing id", "unparsable epoch 'third'", "missing epoch"]
+
+
+def test_argument_validation():
+    with pytest.raises(ValueError, match="time_col, epoch_col"):
+        open_source(str(SOTU), "text", None)
+    with pytest.raises(ValueError, match="batch_size"):
+        open_source(str(SOTU), "text", "year", batch_size=0)
+    with pytest.raises(ValueError, match="time_unit"):
+        open_source(str(SOTU), "text", "year", time_unit="fortnights")
+    with pytest.raises(SourceError, match="text column 'year' has type int64"):
+        open_source(str(SOTU), "year", "year").read_all()

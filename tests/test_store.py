@@ -1,0 +1,228 @@
+"""Snapshot store: exact round trips, atomic publish, lineage, static snapshots."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from scipy.cluster.hierarchy import linkage
+
+from connectors.stores import SnapshotStore, StoreError
+from streamtree.epoch_tree import EpochTree
+from streamtree.records import make_rejects
+from streamtree.static.dendrogram import Dendrogram
+from streamtree.text import TextVectorizer
+
+
+def make_tree(epoch, node_ids, parent, born, p=6, seed=0, n_docs=5, died=(), label=None):
+    rng = np.random.default_rng(seed)
+    k = len(node_ids)
+    theta = np.zeros((k, p))
+    for i in range(k):
+        support = rng.choice(p, size=rng.integers(1, p + 1), replace=False)  # some dense, some sparse
+        theta[i, support] = rng.normal(size=support.size)
+        theta[i] /= np.linalg.norm(theta[i])
+    depth = np.zeros(k, dtype=np.int64)
+    ids = list(node_ids)
+    for i, par in enumerate(parent):
+        depth[i] = 0 if par == -1 else depth[ids.index(par)] + 1
+    counts = rng.integers(0, 4, size=k)
+    return EpochTree(
+        epoch=epoch, node_ids=np.asarray(node_ids, dtype=np.int64), parent=np.asarray(parent, dtype=np.int64),
+        depth=depth, mass=rng.dirichlet(np.ones(k + 1))[:k], counts=counts, subtree_counts=counts + 1,
+        window_counts=counts + 2, theta=theta, concentration=rng.uniform(1, 100, size=k),
+        born=np.asarray(born, dtype=np.int64), assignments=rng.choice(np.asarray(node_ids), size=n_docs),
+        died=np.asarray(died, dtype=np.int64), label=label,
+    )
+
+
+def assert_same_tree(a: EpochTree, b: EpochTree):
+    for name in ("node_ids", "parent", "depth", "mass", "counts", "subtree_counts", "window_counts",
+                 "theta", "concentration", "born", "assignments", "died"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert x.dtype == y.dtype and x.shape == y.shape, name
+        np.testing.assert_array_equal(x, y, err_msg=name)  # exact: stored as float64
+    assert a.epoch == b.epoch and a.label == b.label
+
+
+def vocab6():
+    return TextVectorizer(min_df=1, max_df=1.0, stop_words=None).fit(
+        ["alpha beta gamma", "delta epsilon zeta"])
+
+
+def test_round_trip_exact(tmp_path):
+    store = SnapshotStore(str(tmp_path / "run"))
+    assert store.epochs() == [] and store.vocabulary() is None
+    v = vocab6()
+    store.write_vocabulary(v)
+    store.set_config({"window": 2, "spec": "10y"})
+    t0 = make_tree(0, [0, 1, 2], [-1, 0, 0], [0, 0, 0], label="1790s")
+    t1 = make_tree(1, [0, 1, 3, 4], [-1, 0, 1, 0], [0, 0, 1, 1], seed=1, died=[2], label="1800s")
+    rej = make_rejects(["f.csv"], [3], ["f.csv:3"], ["empty text"], text=["  "])
+    store.publish(t0, [f"d{i}" for i in range(5)], key=179, checkpoint={"epoch": 0, "rng": [1, 2]})
+    store.publish(t1, [f"e{i}" for i in range(5)], key=180, rejects=rej, checkpoint={"epoch": 1})
+
+    assert [(e["epoch"], e["label"], e["key"]) for e in store.epochs()] == [(0, "1790s", 179), (1, "1800s", 180)]
+    for t, prefix in ((t0, "d"), (t1, "e")):
+        got = store.read(t.epoch)
+        assert_same_tree(got.tree, t)
+        assert got.doc_ids.tolist() == [f"{prefix}{i}" for i in range(5)]
+        assert got.theta_exact
+        assert got.top_words == t.top_words(v.vocabulary_, 10)
+    assert store.read(0).rejects is None
+    assert store.read(1).rejects.to_pylist()[0]["reason"] == "empty text"
+    assert store.checkpoint() == {"epoch": 1}
+    assert store.config() == {"window": 2, "spec": "10y"}
+    assert store.vocabulary().tolist() == v.vocabulary_.tolist()
+    assert store.vectorizer().vocabulary_hash() == v.vocabulary_hash()
+
+    # Plain Parquet/JSON readers see the layout the docs promise.
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["vocabulary"]["hash"] == v.vocabulary_hash() and manifest["versions"]["pyarrow"] == pa.__version__
+    nodes = pq.read_table(tmp_path / "run" / "epochs" / "000001" / "nodes.parquet")
+    assert nodes.column_names == ["id", "parent", "depth", "epoch", "count", "subtree_count", "window_count",
+                                  "mass", "concentration", "born", "top_words"]
+    assert nodes.column("id").to_pylist() == [0, 1, 3, 4]
+    theta = pq.read_table(tmp_path / "run" / "epochs" / "000001" / "theta.parquet")
+    dense_rows = [i is None for i in theta.column("indices").to_pylist()]
+    nnz = (t1.theta != 0).sum(axis=1)
+    assert dense_rows == (nnz > 4).tolist()
+    assign = pq.read_table(tmp_path / "run" / "epochs" / "000000" / "assignments.parquet")
+    assert assign.column("node_id").to_pylist() == t0.assignments.tolist()
+    assert not list((tmp_path / "run" / "epochs").glob(".tmp-*"))
+
+
+def test_theta_top_n_is_lossy_and_says_so(tmp_path):
+    store = SnapshotStore(str(tmp_path), theta_top_n=2)
+    t = make_tree(0, [0, 1], [-1, 0], [0, 0], p=6, seed=3)
+    store.publish(t, ["a"] * 5)
+    got = store.read(0)
+    assert not got.theta_exact and store.epochs()[0]["theta"]["exact"] is False
+    for row, full in zip(got.tree.theta, t.theta):
+        top = np.argsort(-np.abs(full), kind="stable")[:2]
+        expected = np.zeros_like(full)
+        expected[top] = full[top]
+        np.testing.assert_array_equal(row, expected)
+
+
+def test_crash_before_manifest_commit_keeps_previous_epoch(tmp_path, monkeypatch):
+    store = SnapshotStore(str(tmp_path))
+    t0 = make_tree(0, [0, 1], [-1, 0], [0, 0])
+    store.publish(t0, list("abcde"))
+    before = (tmp_path / "manifest.json").read_text()
+
+    def crash(text):
+        raise OSError("simulated crash before the manifest commit")
+
+    monkeypatch.setattr(store, "_write_manifest", crash)
+    t1 = make_tree(1, [0, 1, 2], [-1, 0, 0], [0, 0, 1], seed=5)
+    with pytest.raises(OSError, match="simulated"):
+        store.publish(t1, list("vwxyz"))
+    # The folder was renamed into place but is not committed: invisible to readers.
+    assert (tmp_path / "epochs" / "000001" / "nodes.parquet").exists()
+    fresh = SnapshotStore(str(tmp_path))
+    assert (tmp_path / "manifest.json").read_text() == before
+    assert [e["epoch"] for e in fresh.epochs()] == [0]
+    assert_same_tree(fresh.read(0).tree, t0)
+    with pytest.raises(StoreError, match="not published"):
+        fresh.read(1)
+    assert list(fresh.lineage()) == [0, 1]
+
+    monkeypatch.undo()
+    t1b = make_tree(1, [0, 1, 3], [-1, 0, 1], [0, 0, 1], seed=6)
+    store.publish(t1b, list("VWXYZ"))
+    assert [e["epoch"] for e in fresh.epochs()] == [0, 1]
+    got = fresh.read(1)
+    assert_same_tree(got.tree, t1b)
+    assert got.doc_ids.tolist() == list("VWXYZ")
+
+
+def test_crash_while_writing_epoch_files_leaves_no_visible_trace(tmp_path, monkeypatch):
+    store = SnapshotStore(str(tmp_path))
+    t0 = make_tree(0, [0], [-1], [0])
+    store.publish(t0, list("abcde"))
+    real = store._write_parquet
+
+    def fail_on_theta(table, path):
+        if path.endswith("theta.parquet"):
+            raise OSError("disk full")
+        real(table, path)
+
+    monkeypatch.setattr(store, "_write_parquet", fail_on_theta)
+    with pytest.raises(OSError, match="disk full"):
+        store.publish(make_tree(1, [0], [-1], [0]), list("abcde"))
+    assert not (tmp_path / "epochs" / "000001").exists()
+    assert [e["epoch"] for e in SnapshotStore(str(tmp_path)).epochs()] == [0]
+
+
+def test_republish_needs_replace(tmp_path):
+    store = SnapshotStore(str(tmp_path))
+    store.publish(make_tree(0, [0, 1], [-1, 0], [0, 0]), list("abcde"))
+    t = make_tree(0, [0, 2], [-1, 0], [0, 0], seed=9)
+    with pytest.raises(StoreError, match="already published"):
+        store.publish(t, list("abcde"))
+    store.publish(t, list("ABCDE"), replace=True)
+    assert_same_tree(store.read(0).tree, t)
+    assert len(store.epochs()) == 1 and not list((tmp_path / "epochs").glob(".old-*"))
+
+
+def test_publish_validation(tmp_path):
+    store = SnapshotStore(str(tmp_path))
+    store.write_vocabulary(vocab6())
+    t = make_tree(0, [0], [-1], [0], p=6)
+    with pytest.raises(ValueError, match="doc_ids"):
+        store.publish(t, ["a"])
+    with pytest.raises(TypeError, match="JSON"):
+        store.publish(t, list("abcde"), checkpoint={"state": np.zeros(3)})
+    with pytest.raises(ValueError, match="vocabulary"):
+        store.publish(make_tree(0, [0], [-1], [0], p=4), list("abcde"))
+    assert store.epochs() == []
+    store.publish(t, list("abcde"))
+    other = TextVectorizer(min_df=1, stop_words=None, max_df=1.0).fit(["other words entirely"])
+    with pytest.raises(StoreError, match="different vocabulary"):
+        store.write_vocabulary(other)
+
+
+def test_lineage(tmp_path):
+    store = SnapshotStore(str(tmp_path))
+    # epoch 0: 0 -> {1, 2}; epoch 1: 2 dies, 3 born under 1; epoch 2: 3 moves under 0, 4 born.
+    store.publish(make_tree(0, [0, 1, 2], [-1, 0, 0], [0, 0, 0]), list("abcde"))
+    store.publish(make_tree(1, [0, 1, 3], [-1, 0, 1], [0, 0, 1], died=[2]), list("abcde"))
+    store.publish(make_tree(2, [0, 1, 3, 4], [-1, 0, 0, 1], [0, 0, 1, 2]), list("abcde"))
+    lin = store.lineage()
+    assert sorted(lin) == [0, 1, 2, 3, 4]
+    assert (lin[2].born, lin[2].died, lin[2].epochs) == (0, 1, [0])
+    assert (lin[3].born, lin[3].died, lin[3].parents) == (1, None, {1: 1, 2: 0})
+    assert lin[3].parent_changes == [(2, 1, 0)]
+    assert (lin[4].born, lin[4].epochs, lin[4].parent_changes) == (2, [2], [])
+    assert lin[0].parents == {0: -1, 1: -1, 2: -1} and lin[0].died is None
+
+
+def test_static_snapshots(tmp_path):
+    store = SnapshotStore(str(tmp_path))
+    store.publish(make_tree(0, [0], [-1], [0]), list("abcde"))
+    X = np.random.default_rng(0).normal(size=(7, 3))
+    Z = linkage(X, "average")
+    dend = Dendrogram(linkage=Z, heights=np.arange(6.0), stats={"log_rk": np.linspace(-1, 0, 6)})
+    store.write_static(0, "bhc", dend, stats={"log_evidence": -12.5}, leaf_ids=[f"d{i}" for i in range(7)])
+    store.write_static(0, "kingman", Z)
+    assert store.epochs()[0]["static"] == ["bhc", "kingman"]
+    got = store.read_static(0, "bhc")
+    np.testing.assert_array_equal(got.linkage, Z)
+    np.testing.assert_array_equal(got.heights, np.arange(6.0))
+    np.testing.assert_array_equal(got.stats["log_rk"], np.linspace(-1, 0, 6))
+    assert got.stats["log_evidence"] == -12.5 and got.leaf_ids == [f"d{i}" for i in range(7)]
+    np.testing.assert_array_equal(store.read_static(0, "kingman").heights, Z[:, 2])
+    plain = pq.read_table(tmp_path / "epochs" / "000000" / "static" / "bhc.parquet")
+    assert plain.column_names[:5] == ["left", "right", "distance", "size", "height"]
+    with pytest.raises(StoreError, match="no static snapshot"):
+        store.read_static(0, "tmc")
+    with pytest.raises(StoreError, match="not published"):
+        store.write_static(3, "bhc", Z)
+    with pytest.raises(ValueError, match="method"):
+        store.write_static(0, "../evil", Z)
+    with pytest.raises(ValueError, match="shape"):
+        store.write_static(0, "bad", Z[:, :3])

@@ -1,0 +1,107 @@
+"""Text vectoriser: exact term frequencies, empty-row reporting, vocabulary persistence."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import scipy.sparse as sp
+
+from streamtree.text import TextVectorizer
+
+SOTU = Path(__file__).resolve().parents[1] / "examples" / "data" / "sotu_paragraphs.parquet"
+
+
+def small():
+    return TextVectorizer(min_df=1, max_df=1.0, stop_words="english")
+
+
+def test_exact_l2_normalised_term_frequencies():
+    docs = ["Apple apple banana", "banana cherry cherry cherry", "apple 1790 $5 the"]
+    v = small().fit(docs)
+    assert v.vocabulary_.tolist() == ["apple", "banana", "cherry"]  # digits and stop words dropped
+    X, empty = v.transform(docs)
+    assert isinstance(X, sp.csr_matrix) and X.dtype == np.float64 and X.has_sorted_indices
+    expected = np.array([[2, 1, 0], [0, 1, 3], [1, 0, 0]], dtype=float)
+    expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    np.testing.assert_allclose(X.toarray(), expected, rtol=0, atol=1e-15)
+    assert not empty.any()
+    np.testing.assert_array_equal(v.document_frequency_, [2, 2, 1])
+
+
+def test_unicode_tokens():
+    v = small().fit(["Über naïve café", "ÜBER Straße"])
+    assert set(v.vocabulary_) == {"über", "naïve", "café", "straße"}
+    X, _ = v.transform(["über über café"])
+    col = {t: i for i, t in enumerate(v.vocabulary_)}
+    assert X[0, col["über"]] == pytest.approx(2 / np.sqrt(5)) and X[0, col["café"]] == pytest.approx(1 / np.sqrt(5))
+
+
+def test_empty_after_filtering_is_reported_not_dropped():
+    v = small().fit(["alpha beta", "beta gamma"])
+    texts = ["alpha", "the and of", "zeta eta", "", "gamma alpha", "42"]
+    X, empty = v.transform(texts)
+    assert X.shape == (6, 3)  # every input keeps its row
+    assert empty.tolist() == [False, True, True, True, False, True]
+    assert np.flatnonzero(empty).tolist() == [1, 2, 3, 5]
+    norms = np.sqrt(np.asarray(X.multiply(X).sum(axis=1)).ravel())
+    np.testing.assert_allclose(norms[~empty], 1.0, rtol=0, atol=1e-15)
+    assert (norms[empty] == 0).all()
+
+
+def test_document_frequency_pruning():
+    docs = ["common rare", "common other", "common other", "common thing"]
+    v = TextVectorizer(min_df=2, max_df=0.9, stop_words=None).fit(docs)
+    assert v.vocabulary_.tolist() == ["other"]  # "common" is in 100% > 90%, others in < 2 docs
+    assert TextVectorizer(min_df=1, max_df=1.0, max_features=2, stop_words=None).fit(docs).vocabulary_.tolist() == ["common", "other"]
+    with pytest.raises(ValueError, match="vocabulary fitting failed"):
+        TextVectorizer(min_df=10).fit(docs)
+
+
+def test_hash_and_persistence_round_trip(tmp_path):
+    docs = ["the quick brown fox", "lazy dogs jump", "quick quick dogs", "Brown owls"]
+    v = small().fit(docs)
+    terms = v.vocabulary_.tolist()
+    assert v.vocabulary_hash() == hashlib.sha256("\n".join(terms).encode()).hexdigest()
+    pq.write_table(v.to_arrow(), tmp_path / "vocabulary.parquet")
+    w = TextVectorizer.from_arrow(pq.read_table(tmp_path / "vocabulary.parquet"))
+    assert w.vocabulary_.tolist() == terms and w.vocabulary_hash() == v.vocabulary_hash()
+    assert w.min_df == 1 and w.stop_words == "english" and w.n_fit_documents_ == 4
+    new = ["quick owls and foxes", "nothing known here"]
+    (Xa, ea), (Xb, eb) = v.transform(new), w.transform(new)
+    assert (Xa != Xb).nnz == 0 and ea.tolist() == eb.tolist() == [False, True]
+    # Rows in shuffled order come back in column order; edited terms fail the hash check.
+    t = v.to_arrow()
+    perm = np.random.default_rng(0).permutation(t.num_rows)
+    assert TextVectorizer.from_arrow(t.take(pa.array(perm))).vocabulary_.tolist() == terms
+    edited = t.set_column(1, "term", pa.array(["x" + s for s in terms]))
+    with pytest.raises(ValueError, match="hash"):
+        TextVectorizer.from_arrow(edited)
+    with pytest.raises(ValueError, match="metadata"):
+        TextVectorizer.from_arrow(t.replace_schema_metadata({}))
+
+
+def test_validation():
+    with pytest.raises(RuntimeError, match="not fitted"):
+        TextVectorizer().transform(["a"])
+    with pytest.raises(ValueError, match="zero documents"):
+        TextVectorizer().fit([])
+    with pytest.raises(TypeError, match="single string"):
+        small().fit("just one string")
+
+
+def test_sotu_vocabulary_and_rows():
+    texts = pq.read_table(SOTU, columns=["text"]).column("text")
+    v = TextVectorizer(min_df=5, max_df=0.5)
+    X, empty = v.fit_transform(texts)
+    Xt, et = v.transform(texts[:300])
+    assert (Xt != X[:300]).nnz == 0 and (et == empty[:300]).all()
+    assert X.shape == (25_488, v.vocabulary_.shape[0]) and 5_000 < X.shape[1] < 20_000
+    norms = np.sqrt(np.asarray(X.multiply(X).sum(axis=1)).ravel())
+    np.testing.assert_allclose(norms[~empty], 1.0, atol=1e-12)
+    assert 0 < empty.sum() < 100  # a few one-word salutations have no vocabulary term
+    assert {"war", "congress", "tax"} <= set(v.vocabulary_)
