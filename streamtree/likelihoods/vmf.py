@@ -548,6 +548,8 @@ def sample_vmf(mu: ArrayLike, kappa: float, size: int, rng: np.random.Generator)
         bad = tnorm == 0.0
     out *= (np.sqrt(omw2) / tnorm)[:, None]
     out += w[:, None] * mu[None, :]
+    # One cheap renormalisation removes the rounding left by the projection (visible at p = 2).
+    out /= np.linalg.norm(out, axis=1)[:, None]
     return out
 
 
