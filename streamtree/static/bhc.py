@@ -284,7 +284,10 @@ class BayesianHierarchicalClustering(ClusterMixin, BaseEstimator):
     def _assemble(self, rec: dict, n: int) -> tuple[Dendrogram, float]:
         m = n - 1
         if m == 0:
-            d = Dendrogram.from_merges([], [], [], 1, stats={})
+            empty = {k: np.empty(0) for k in ("log_rk", "log_1m_rk", "log_evidence", "log_dk",
+                                              "log_h1")}
+            empty["merge_step"] = np.empty(0, dtype=np.int64)
+            d = Dendrogram.from_merges([], [], [], 1, stats=empty)
             return d, float(rec["leaf_log_ml"][0])
         left, right = rec["left"], rec["right"]
         # height = -log of the largest r on the path from the node to the root (top-down max)
@@ -377,7 +380,13 @@ class BayesianHierarchicalClustering(ClusterMixin, BaseEstimator):
 
     # ----------------------------------------------------------------------------- predict
     def _log_weights(self) -> np.ndarray:
-        """log of the predictive weight of every node: r_k prod_{ancestors a} (1 - r_a)."""
+        """log predictive weight of every node: (n_k / n) r_k prod_{ancestors a} (1 - r_a).
+
+        r_k prod (1 - r_a) is the posterior probability, over the tree-consistent partitions,
+        that D_k is one of the clusters; a new point joins a cluster of size n_k with
+        probability n_k / n (the Polya urn without its new-cluster term), and the expected sum
+        of n_k / n over the clusters of a partition is 1, so the weights sum to one.
+        """
         dend = self.dendrogram_
         n = dend.n_leaves
         if n == 1:
@@ -392,14 +401,17 @@ class BayesianHierarchicalClustering(ClusterMixin, BaseEstimator):
             for child in (int(Z[k, 0]), int(Z[k, 1])):
                 prefix[child] = prefix[c] + log_1m[k]
         logw[:n] = prefix[:n]  # a leaf has r = 1
-        return logw
+        sizes = np.concatenate([np.ones(n), Z[:, 3]])
+        return logw + np.log(sizes / n)
 
     def predictive_log_density(self, X_new) -> np.ndarray:
         """log p(x | D) for each row of ``X_new``.
 
         The predictive of the tree is a mixture over all its nodes k (leaves included) of the
-        component posterior predictive p(x | D_k), with weight r_k times the product of
-        (1 - r_a) over the ancestors a of k (leaves have r = 1, so the weights sum to one).
+        component posterior predictive p(x | D_k), with weight n_k / n times r_k times the
+        product of (1 - r_a) over the ancestors a of k (leaves have r = 1): the probability that
+        D_k is a cluster of the posterior partition times the chance that x joins it. The
+        weights sum to one; the DP's new-cluster term is not included.
         """
         if not hasattr(self, "dendrogram_"):
             raise ValueError("this BayesianHierarchicalClustering instance is not fitted yet")
