@@ -7,3 +7,7 @@ __all__ = ["Dendrogram"]
 from streamtree.static.bhc import BayesianHierarchicalClustering  # noqa: E402
 
 __all__ += ["BayesianHierarchicalClustering"]
+
+from streamtree.static.coalescent import KingmanCoalescent  # noqa: E402
+
+__all__ += ["KingmanCoalescent"]
