@@ -52,6 +52,7 @@ __all__ = [
     "SliceState",
     "StickPrior",
     "find_node",
+    "new_child",
     "prune_trailing_empty",
     "pre_expand",
     "slice_sweep",
@@ -153,7 +154,7 @@ def _log_beta_one(b: float, rng: np.random.Generator) -> tuple[float, float]:
     return min(max(lx, _CLIP_LO), _CLIP_HI), min(max(l1mx, _CLIP_LO), _CLIP_HI)
 
 
-def _new_child(parent: int, state: SliceState, prior: StickPrior, draw_theta: DrawTheta,
+def new_child(parent: int, state: SliceState, prior: StickPrior, draw_theta: DrawTheta,
                rng: np.random.Generator) -> int:
     """Append a child with sticks and parameter drawn from their conditionals (prior: no data)."""
     tree = state.tree
@@ -187,12 +188,12 @@ def find_node(u: float, state: SliceState, prior: StickPrior, draw_theta: DrawTh
         if u < nu:
             return node
         u = min((u - nu) / math.exp(state.log1m_nu[node]), 1.0)
-        kids = tree.children[node]  # the live list: _new_child appends to it
+        kids = tree.children[node]  # the live list: new_child appends to it
         acc = 0.0  # sum of log(1 - psi) over the children passed so far
         i = 0
         while True:
             if i == len(kids):
-                _new_child(node, state, prior, draw_theta, rng)
+                new_child(node, state, prior, draw_theta, rng)
             child = kids[i]
             lo = -math.expm1(acc)  # e_{i-1}
             width = math.exp(acc + state.log_psi[child])  # e_i - e_{i-1}
@@ -292,7 +293,7 @@ def pre_expand(state: SliceState, prior: StickPrior, draw_theta: DrawTheta, rng:
             continue
         acc = sum(state.log1m_psi[c] for c in state.tree.children[node])
         while acc >= log_tol:
-            c = _new_child(node, state, prior, draw_theta, rng)
+            c = new_child(node, state, prior, draw_theta, rng)
             acc += state.log1m_psi[c]
         stack.extend(state.tree.children[node])
 
