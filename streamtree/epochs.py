@@ -209,6 +209,24 @@ class Epoch:
     def is_empty(self) -> bool:
         return self.rows.num_rows == 0
 
+    def reject(self, mask, reason: str) -> "Epoch":
+        """A copy with ``rows[mask]`` moved to :attr:`rejects` under ``reason``.
+
+        For example, rows empty after vocabulary filtering::
+
+            X, empty = vectorizer.transform(epoch.rows.column("text"))
+            epoch = epoch.reject(empty, EMPTY_AFTER_VOCABULARY)
+            X = X[~empty]
+        """
+        mask = np.asarray(mask, dtype=bool)
+        if mask.shape != (self.rows.num_rows,):
+            raise ValueError(f"mask has shape {mask.shape}, epoch has {self.rows.num_rows} rows")
+        if not mask.any():
+            return self
+        moved = reject_rows(self.rows.filter(pa.array(mask)), reason)
+        return Epoch(self.index, self.key, self.label, self.rows.filter(pa.array(~mask)),
+                     pa.concat_tables([self.rejects, moved]))
+
 
 class Bucketer:
     """Group normalised rows by epoch key; see the module docstring.

@@ -171,3 +171,23 @@ def test_sotu_decades_in_key_order():
     assert [e.n_rows for e in eps] == [counts[y] for y in range(1790, 2030, 10)]
     assert eps[1].n_rows == 221 and eps[18].n_rows == 3312
     assert sum(e.n_rows for e in eps) == 25_488
+
+
+def test_epoch_reject_moves_rows_with_reason():
+    from streamtree.records import EMPTY_AFTER_VOCABULARY
+    from streamtree.text import TextVectorizer
+
+    t = rows([datetime(1790 + i, 1, 1, tzinfo=UTC) for i in range(4)],
+             texts=["liberty union", "the of and", "union debt", "zzz"])
+    (ep,) = list(bucket([t], "decade"))
+    vec = TextVectorizer(min_df=1, max_df=1.0).fit(["liberty union debt"])
+    X, empty = vec.transform(ep.rows.column("text"))
+    kept = ep.reject(empty, EMPTY_AFTER_VOCABULARY)
+    assert kept.rows.column("id").to_pylist() == ["d0", "d2"] and X[~empty].shape[0] == 2
+    rej = kept.rejects.to_pylist()
+    assert [(r["id"], r["reason"], r["text"]) for r in rej] == [
+        ("d1", "empty after vocabulary filtering", "the of and"), ("d3", "empty after vocabulary filtering", "zzz")]
+    assert rej[0]["time"] == datetime(1791, 1, 1, tzinfo=UTC)
+    assert ep.reject(np.zeros(4, bool), "x") is ep
+    with pytest.raises(ValueError, match="mask"):
+        ep.reject([True], "x")
