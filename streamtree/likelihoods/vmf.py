@@ -191,12 +191,16 @@ def _d_nb(nu, x):
     top = nu + m
     ratio = math.exp(_debye_log_ratio_nb(top, x))  # R_N
     acc = 0.0
+    prod = 1.0  # product of the den factors, flushed into acc before it can overflow
     for j in range(m - 1, -1, -1):
         mu = nu + j
         den = 2.0 * (mu + 1.0) + x * ratio
-        acc += math.log(den)
+        prod *= den
+        if prod > 1e250:
+            acc += math.log(prod)
+            prod = 1.0
         ratio = x / den
-    return _debye_d_nb(top, x) + acc
+    return _debye_d_nb(top, x) + acc + math.log(prod)
 
 
 @njit(cache=True, nogil=True)
@@ -267,8 +271,9 @@ def _d(nu: np.ndarray, x: np.ndarray) -> np.ndarray:
     nu, x = np.broadcast_arrays(np.asarray(nu, dtype=float), np.asarray(x, dtype=float))
     out = np.full(x.shape, np.nan)
     series = 0.25 * x * x <= nu + 1.0
-    debye = ~series & (nu >= _DEBYE_MIN_ORDER)
-    small = ~series & ~debye & np.isfinite(x)
+    finite = np.isfinite(x)
+    debye = ~series & (nu >= _DEBYE_MIN_ORDER) & finite
+    small = ~series & ~debye & finite
     if series.any():
         n_, x_ = nu[series], x[series]
         out[series] = _series_log1p(n_, x_) - n_ * _LOG_2 - gammaln(n_ + 1.0)
@@ -278,6 +283,7 @@ def _d(nu: np.ndarray, x: np.ndarray) -> np.ndarray:
         # ive does not underflow here: x > 2 sqrt(nu + 1) and nu < 50.
         n_, x_ = nu[small], x[small]
         out[small] = np.log(ive(n_, x_)) + x_ - n_ * np.log(x_)
+    out[np.isposinf(x)] = np.inf  # I_nu grows like e^x: log C_p(inf) = -inf
     return out
 
 
