@@ -28,7 +28,9 @@ covers words of its documents and its ancestors'), so most rows are sparse. With
 ``theta_top_n`` set, only the top-N entries by absolute value are kept (lossy, for very
 large vocabularies); the manifest and :attr:`StoredEpoch.theta_exact` say so.
 
-Everything is Parquet or JSON: no pickle anywhere, readable by any Parquet tool.
+Everything is Parquet or JSON: no pickle anywhere, readable by any Parquet tool. A store
+has one writer at a time (the replay or the service); any number of readers may read it
+while it is being written.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 import streamtree
+from connectors.sources.base import SourceError
 from connectors.sources.files import resolve
 from streamtree.epoch_tree import EpochTree
 from streamtree.records import REJECT_SCHEMA
@@ -157,8 +160,11 @@ class SnapshotStore:
             raise ValueError(f"theta_top_n must be a positive integer or None, got {theta_top_n!r}")
         self.uri = uri
         self.theta_top_n = theta_top_n
-        self.fs, self.root = resolve(uri)
-        self.root = self.root.rstrip("/")
+        try:
+            self.fs, root = resolve(uri)
+        except SourceError as exc:
+            raise StoreError(str(exc)) from None
+        self.root = root.rstrip("/")
 
     # ---- paths and low-level I/O -----------------------------------------------------
     def _path(self, *parts: str) -> str:
