@@ -17,6 +17,7 @@ from collections.abc import Iterable
 import numpy as np
 import pyarrow as pa
 import scipy.sparse as sp
+from sklearn.base import BaseEstimator
 from sklearn.feature_extraction.text import CountVectorizer
 from sklearn.preprocessing import normalize
 
@@ -26,7 +27,7 @@ TOKEN_PATTERN = r"(?u)\b[^\W\d_]{2,}\b"
 _META_KEY = b"streamtree.vectorizer"
 
 
-class TextVectorizer:
+class TextVectorizer(BaseEstimator):
     """Bag-of-words vectoriser producing rows on the unit sphere (for the vMF likelihood).
 
     Parameters

@@ -292,3 +292,19 @@ def test_argument_validation():
         open_source(str(SOTU), "text", "year", time_unit="fortnights")
     with pytest.raises(SourceError, match="text column 'year' has type int64"):
         open_source(str(SOTU), "year", "year").read_all()
+
+
+def test_year_unit_out_of_range_and_source_rejects_follow_their_epochs(tmp_path):
+    from streamtree.epochs import bucket
+
+    pq.write_table(pa.table({
+        "text": ["early words", "", "late words", "lost words", "far words"],
+        "year": [1791, 1805, 1823, None, 123_456],
+    }), tmp_path / "y.parquet")
+    src = open_source(str(tmp_path / "y.parquet"), "text", "year", time_unit="year")
+    eps = list(bucket(src, "decade"))
+    assert [(e.label, e.n_rows) for e in eps] == [("1790s", 1), ("1800s", 0), ("1810s", 0), ("1820s", 1)]
+    # Key-less rejects ride with the first epoch; the empty text one with its own decade.
+    assert eps[0].rejects.column("reason").to_pylist() == ["missing time", "unparsable time '123456'"]
+    assert eps[1].rejects.column("reason").to_pylist() == ["empty text"]
+    assert dict(src.rejects.counts) == {"empty text": 1, "missing time": 1, "unparsable time": 1}
