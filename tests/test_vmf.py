@@ -421,3 +421,35 @@ def test_new_node_marginal_limits_broadcasting_and_numba_twin():
         val = vmf.log_new_node_marginal(-1.0, p, 50.0, 50.0)
         assert val == pytest.approx(2 * vmf.log_normalizer(p, 50.0) - log_c0, abs=1e-9)
     assert isinstance(vmf.log_new_node_marginal(0.1, 3, 1.0, 2.0), float)
+
+
+def test_log_normalizer_derivative_is_minus_mean_resultant_length():
+    # d log C_p / d kappa = -A_p(kappa): ties the two code paths together in high dimension.
+    for p in (2, 3, 100, 2636, 100000):
+        for kappa in (0.5, 50.0, 5e3, 5e4):
+            h = 1e-3 * kappa
+            fd = (vmf.log_normalizer(p, kappa + h) - vmf.log_normalizer(p, kappa - h)) / (2 * h)
+            # Rounding of log C_p (a few ulp of its magnitude) divided by the step.
+            rounding = 8 * np.finfo(float).eps * max(1.0, abs(vmf.log_normalizer(p, kappa))) / h
+            a = vmf.mean_resultant_length(p, kappa)
+            assert abs(fd + a) < 1e-6 * a + rounding, (p, kappa, fd, a)
+
+
+def test_numba_kernels_are_callable_from_other_kernels():
+    from numba import njit
+
+    @njit
+    def total(ts, p, beta, kappa):
+        acc = 0.0
+        for t in ts:
+            acc += vmf.log_new_node_marginal_nb(t, p, beta, kappa)
+        return acc + vmf.log_normalizer_nb(p, kappa) + vmf.mean_resultant_length_nb(p, kappa)
+
+    ts = np.linspace(-1.0, 1.0, 7)
+    p, beta, kappa = 2636.0, 300.0, 40.0
+    expect = (
+        vmf.log_new_node_marginal(ts, 2636, beta, kappa).sum()
+        + vmf.log_normalizer(2636, kappa)
+        + vmf.mean_resultant_length(2636, kappa)
+    )
+    assert total(ts, p, beta, kappa) == pytest.approx(expect, rel=1e-13)
