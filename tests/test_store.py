@@ -176,11 +176,12 @@ def test_publish_validation(tmp_path):
     with pytest.raises(ValueError, match="doc_ids"):
         store.publish(t, ["a"])
     with pytest.raises(TypeError, match="JSON"):
-        store.publish(t, list("abcde"), checkpoint={"state": np.zeros(3)})
+        store.publish(t, list("abcde"), checkpoint={"state": object()})
     with pytest.raises(ValueError, match="vocabulary"):
         store.publish(make_tree(0, [0], [-1], [0], p=4), list("abcde"))
     assert store.epochs() == []
-    store.publish(t, list("abcde"))
+    store.publish(t, list("abcde"), checkpoint={"counts": np.arange(3), "beta": np.float64(0.5)})
+    assert store.checkpoint() == {"counts": [0, 1, 2], "beta": 0.5}
     other = TextVectorizer(min_df=1, stop_words=None, max_df=1.0).fit(["other words entirely"])
     with pytest.raises(StoreError, match="different vocabulary"):
         store.write_vocabulary(other)

@@ -225,9 +225,8 @@ class SnapshotStore:
 
     def set_config(self, config: dict) -> None:
         """Record the run configuration (any JSON-serialisable dict) in the manifest."""
-        _check_json(config, "config")
         manifest = self.manifest()
-        manifest["config"] = config
+        manifest["config"] = _to_json(config, "config")
         self._commit(manifest)
 
     def config(self) -> dict:
@@ -302,7 +301,8 @@ class SnapshotStore:
         key, label : optional
             Epoch key and label (label defaults to ``tree.label``).
         checkpoint : dict, optional
-            JSON-serialisable state to resume from; committed with the manifest.
+            State to resume from, committed with the manifest: JSON data, where numpy
+            arrays and scalars are stored as lists and numbers.
         replace : bool, default False
             Allow replacing an epoch that is already published.
         """
@@ -313,7 +313,7 @@ class SnapshotStore:
         if doc_ids.shape[0] != tree.assignments.shape[0]:
             raise ValueError(f"{doc_ids.shape[0]} doc_ids for {tree.assignments.shape[0]} assignments")
         if checkpoint is not None:
-            _check_json(checkpoint, "checkpoint")
+            checkpoint = _to_json(checkpoint, "checkpoint")
         manifest = self.manifest()
         published = {e["epoch"]: e for e in manifest["epochs"]}
         if epoch in published and not replace:
@@ -464,8 +464,8 @@ class SnapshotStore:
             if arr.ndim == 1 and arr.shape[0] == m:
                 cols[f"stat_{name}"] = pa.array(arr)
             else:
-                scalars[name] = value.item() if isinstance(value, np.generic) else value
-        _check_json(scalars, "scalar stats")
+                scalars[name] = value
+        scalars = _to_json(scalars, "scalar stats")
         meta = {"method": method, "epoch": int(epoch), "scalars": scalars,
                 "leaf_ids": None if leaf_ids is None else [str(i) for i in leaf_ids]}
         table = pa.table(cols).replace_schema_metadata({b"streamtree.static": json.dumps(meta).encode()})
@@ -547,11 +547,18 @@ def _dense_theta(table: pa.Table, node_ids: np.ndarray, p: int) -> np.ndarray:
     return theta
 
 
-def _check_json(value, what: str) -> None:
+def _to_json(value, what: str):
+    """``value`` as plain JSON data (numpy arrays and scalars become lists and numbers)."""
+    def default(obj):
+        if isinstance(obj, (np.ndarray, np.generic)):
+            return obj.tolist()
+        raise TypeError(f"{type(obj).__name__} is not JSON-serialisable")
+
     try:
-        json.dumps(value, allow_nan=False)
+        return json.loads(json.dumps(value, allow_nan=False, default=default))
     except (TypeError, ValueError) as exc:
-        raise TypeError(f"{what} must be JSON-serialisable (plain dicts, lists, str, finite numbers): {exc}") from None
+        raise TypeError(f"{what} must be JSON-serialisable (dicts, lists, str, finite numbers, "
+                        f"numpy arrays): {exc}") from None
 
 
 def _versions() -> dict:
