@@ -266,7 +266,7 @@ class Bucketer:
         if self._closed_through is not None:
             late = keys <= self._closed_through
             if late.any():
-                self._late(table.filter(pa.array(late)), keys[late])
+                self._late(table.filter(pa.array(late)))
                 table, keys = table.filter(pa.array(~late)), keys[~late]
         self.n_rows += table.num_rows
         for key, part in _split(table, keys):
@@ -293,7 +293,7 @@ class Bucketer:
             for key, part in _split(placed, keys):
                 self._rejects.setdefault(key, []).append(part)
 
-    def _late(self, rows: pa.Table, keys: np.ndarray) -> None:
+    def _late(self, rows: pa.Table) -> None:
         self.n_late += rows.num_rows
         self._unplaced.append(reject_rows(rows, LATE_ROW))
 

@@ -308,3 +308,23 @@ def test_year_unit_out_of_range_and_source_rejects_follow_their_epochs(tmp_path)
     assert eps[0].rejects.column("reason").to_pylist() == ["missing time", "unparsable time '123456'"]
     assert eps[1].rejects.column("reason").to_pylist() == ["empty text"]
     assert dict(src.rejects.counts) == {"empty text": 1, "missing time": 1, "unparsable time": 1}
+
+
+def test_malformed_and_type_changing_jsonl_name_the_file(tmp_path):
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"text": "a b", "t": 1790}\n{"text": "c d",\n')
+    with pytest.raises(SourceError, match="broken.jsonl"):
+        open_source(str(broken), "text", "t").read_all()
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text('{"text": "a b", "t": 1790}\n{"text": "c d", "t": "1791"}\n')
+    with pytest.raises(SourceError, match="mixed.jsonl.*changed from number to string"):
+        open_source(str(mixed), "text", "t").read_all()
+
+
+def test_directory_file_missing_a_column_is_named(tmp_path):
+    d = tmp_path / "dd"
+    d.mkdir()
+    pq.write_table(pa.table({"text": ["a b"], "year": [1790]}), d / "a.parquet")
+    pq.write_table(pa.table({"body": ["c d"], "year": [1791]}), d / "b.parquet")
+    with pytest.raises(SourceError, match=r"b\.parquet: text column 'text' not found; columns present: 'body', 'year'"):
+        open_source(str(d), "text", "year").read_all()

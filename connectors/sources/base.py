@@ -198,8 +198,7 @@ def _as_string(values: pa.Array, source: str, name: str) -> pa.Array:
     if pa.types.is_dictionary(values.type):
         values = values.dictionary_decode()
     if pa.types.is_binary(values.type) or pa.types.is_large_binary(values.type):
-        text, invalid = _decode_text(values, source, name)
-        return text
+        return _decode_text(values, source, name)[0]
     try:
         return pc.cast(values, pa.string())
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:

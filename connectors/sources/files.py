@@ -11,6 +11,14 @@ block), so memory stays bounded by a few batches whatever the source size. Files
 one after the other in sorted path order; within a file rows keep their order, so the
 ``position`` column (0-based record index within the file) and the default ids
 ``"<file>:<position>"`` are stable across runs.
+
+Format notes: CSV files need a header row; the text column is read as bytes and checked for
+UTF-8 by us (so a bad row is rejected, not the file). JSON Lines are parsed by pyarrow, which
+infers one type per field: a field must keep one JSON type throughout a file (a time that
+is sometimes a number and sometimes a string is an error naming the file), and a single
+record may not exceed the 4 MiB parse block. A malformed line is an error naming the file.
+In a directory, all files must share one format, and a file lacking a mapped column is an
+error naming that file.
 """
 
 from __future__ import annotations
@@ -202,7 +210,11 @@ class Source:
             dataset = self._dataset()
             for fragment in sorted(dataset.get_fragments(), key=lambda fr: fr.path):
                 with self._wrap(fragment.path):
-                    check_columns(fragment.path, dataset.schema.names, self._mapped())
+                    # The dataset schema comes from the first file; check each file's own.
+                    keys = ds.get_partition_keys(fragment.partition_expression)
+                    present = fragment.physical_schema.names + [
+                        n for n in keys if n not in fragment.physical_schema.names]
+                    check_columns(fragment.path, present, self._mapped())
                     scanner = ds.Scanner.from_fragment(
                         fragment, schema=dataset.schema, columns=cols, batch_size=self.batch_size
                     )
