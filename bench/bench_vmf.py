@@ -1,8 +1,8 @@
 """Benchmark of the vMF numerics against the obvious SciPy routes, in the same process.
 
-Run: ``python bench/bench_vmf.py``. Prints throughput of the log normaliser (NumPy and numba),
-CPU times, the share of inputs where the naive ``log(ive) + kappa`` route breaks down, and the time and peak
-memory of the Wood sampler next to ``scipy.stats.vonmises_fisher``.
+Run: ``python bench/bench_vmf.py``. Prints CPU times of the log normaliser (NumPy and numba),
+the share of inputs where the naive ``log(ive) + kappa`` route breaks down, and the time and
+peak memory of the Wood sampler next to ``scipy.stats.vonmises_fisher``.
 """
 
 from __future__ import annotations
@@ -54,14 +54,18 @@ def main() -> None:
     n = 1_000_000
     kappas = 10.0 ** rng.uniform(-3, 6, size=n)
     print(f"log C_p over {n:,} kappas log-uniform in [1e-3, 1e6]")
-    print(f"{'p':>7} {'ours ms':>9} {'ours ns/call nb':>16} {'naive ms':>9} {'naive non-finite':>17}")
+    hdr = ("p", "ours ms", "ours ns/call nb", "naive ms", "naive non-finite")
+    print(f"{hdr[0]:>7} {hdr[1]:>9} {hdr[2]:>16} {hdr[3]:>9} {hdr[4]:>17}")
     for p in (3, 100, 2636, 36901, 100000):
         t_ours = best_of(lambda: log_normalizer(p, kappas))
         _loop_nb(float(p), kappas[:10])
         t_nb = best_of(lambda: _loop_nb(float(p), kappas))
         t_naive = best_of(lambda: naive_log_normalizer(p, kappas))
         bad = np.mean(~np.isfinite(naive_log_normalizer(p, kappas)))
-        print(f"{p:>7} {1e3 * t_ours:>9.1f} {1e9 * t_nb / n:>16.1f} {1e3 * t_naive:>9.1f} {bad:>16.1%}")
+        print(
+            f"{p:>7} {1e3 * t_ours:>9.1f} {1e9 * t_nb / n:>16.1f} {1e3 * t_naive:>9.1f} "
+            f"{bad:>16.1%}"
+        )
 
     print("\nscipy.stats.vonmises_fisher.logpdf at the mean direction (kappa = 100):")
     for p in (100, 2636):
@@ -82,7 +86,7 @@ def main() -> None:
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
         line = f"  p={p:>6} kappa={kappa:>8g}: ours {1e3 * dt:7.1f} ms {peak / 2**20:7.1f} MB"
-        if p <= 2636:
+        if p <= 2636 and kappa == 100.0:  # scipy takes ~10 s CPU per call here
             tracemalloc.start()
             t0 = time.process_time()
             stats.vonmises_fisher(mu, kappa).rvs(200, random_state=rng)

@@ -34,7 +34,12 @@ def test_new_node_marginal_matches_scipy_from_inner_products():
     prior_var = np.array([0.5, 1.0, 2.0, 4.0])  # per candidate parent (e.g. by depth)
     noise_var = 0.3
     out = gaussian.log_new_node_marginal(
-        (X * X).sum(1)[:, None], X @ theta.T, (theta * theta).sum(1)[None, :], p, prior_var, noise_var
+        (X * X).sum(1)[:, None],
+        X @ theta.T,
+        (theta * theta).sum(1)[None, :],
+        p,
+        prior_var,
+        noise_var,
     )
     assert out.shape == (n, k)
     for j in range(k):

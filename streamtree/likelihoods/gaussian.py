@@ -84,7 +84,8 @@ def log_new_node_marginal(
         Broadcast shape of the inputs (a float if all are scalars). The squared distance
         ``||x||^2 - 2 x.mean + ||mean||^2`` is floored at 0 against rounding.
     """
-    args = [np.asarray(a, dtype=float) for a in (sq_norm_x, dot, sq_norm_mean, prior_var, noise_var)]
+    inputs = (sq_norm_x, dot, sq_norm_mean, prior_var, noise_var)
+    args = [np.asarray(a, dtype=float) for a in inputs]
     sx, d, sm, pv, nv = args
     v = pv + nv
     if np.any(v <= 0.0):
