@@ -68,6 +68,7 @@ _CLIP_HI = math.log1p(-1e-12)
 # Give up on a slice step once the bracket is below this width: only reachable when the current
 # node's interval is itself narrower than floating-point resolution.
 _MIN_BRACKET = 4.0 * np.finfo(float).eps
+_BELOW_ONE = math.nextafter(1.0, 0.0)  # rescaled u stays in [0, 1) despite rounding
 
 
 @dataclass(frozen=True)
@@ -187,7 +188,7 @@ def find_node(u: float, state: SliceState, prior: StickPrior, draw_theta: DrawTh
         nu = math.exp(state.log_nu[node])
         if u < nu:
             return node
-        u = min((u - nu) / math.exp(state.log1m_nu[node]), 1.0)
+        u = min((u - nu) / math.exp(state.log1m_nu[node]), _BELOW_ONE)
         kids = tree.children[node]  # the live list: new_child appends to it
         acc = 0.0  # sum of log(1 - psi) over the children passed so far
         i = 0
@@ -201,7 +202,7 @@ def find_node(u: float, state: SliceState, prior: StickPrior, draw_theta: DrawTh
             if u <= -math.expm1(acc):
                 break
             i += 1
-        u = min(max((u - lo) / width, 0.0), math.nextafter(1.0, 0.0))
+        u = min(max((u - lo) / width, 0.0), _BELOW_ONE)
         node = child
 
 
