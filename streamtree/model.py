@@ -25,13 +25,11 @@ import scipy.sparse as sp
 
 from streamtree.engines.base import Engine
 from streamtree.epoch_tree import EpochTree
+from streamtree.inference import merge as merge_moves
 from streamtree.inference.enumerated import LINEAR, VMF, Candidates, score_rows
 from streamtree.inference.sticks import log_masses, mean_sticks, sample_sticks, stick_params
 from streamtree.inference.theta_map import map_theta_gaussian, map_theta_vmf
-try:
-    from streamtree.likelihoods import gaussian as gauss
-except ImportError:  # pragma: no cover
-    gauss = None
+from streamtree.likelihoods import gaussian as gauss
 from streamtree.likelihoods import vmf
 from streamtree.tree import ROOT, TSSBTree
 from streamtree.variants import VARIANTS, resolve_variant
@@ -93,10 +91,18 @@ class DTSSBP:
         Gaussian variant: parent-link variance sigma0 * sigma1**d, previous-epoch link
         N(eta * theta_prev, sigma0 * sigma1**(d + a)) (the root links to its predecessor with
         mean theta_prev and variance sigma0 * sigma1**a).
+    noise_var : float or None
+        Gaussian variant: the observation variance sigma_x**2 shared by all nodes when known;
+        ``None`` estimates it per node (pooled within-node variance).
     n_sweeps : int
         Gibbs sweeps per epoch.
     n_map_iter : int
         Maximum even/odd alternations of the MAP parameter step per sweep.
+    merge_moves : bool
+        In the second half of an epoch's sweeps, offer every node a merge into its parent
+        after each sweep (see :mod:`streamtree.inference.merge`); this removes duplicate
+        parent-child chains. The first half is left to explore: new nodes start as mixtures
+        near their parent and would be merged back before they can separate.
     min_node_docs : int
         Nodes with fewer documents keep their previous concentration (a newborn node starts
         with its parent's) instead of a noisy estimate.
@@ -137,8 +143,10 @@ class DTSSBP:
         sigma0: float = 1.0,
         sigma1: float = 0.5,
         eta: float = 0.5,
+        noise_var: float | None = None,
         n_sweeps: int = 50,
         n_map_iter: int = 10,
+        merge_moves: bool = True,
         min_node_docs: int = 2,
         beta_bounds: tuple[float, float] = (1e-3, 1e6),
         engine: Any = "local",
@@ -161,8 +169,10 @@ class DTSSBP:
         self.sigma0 = sigma0
         self.sigma1 = sigma1
         self.eta = eta
+        self.noise_var = noise_var
         self.n_sweeps = n_sweeps
         self.n_map_iter = n_map_iter
+        self.merge_moves = merge_moves
         self.min_node_docs = min_node_docs
         self.beta_bounds = beta_bounds
         self.engine = engine
@@ -213,6 +223,8 @@ class DTSSBP:
             raise ValueError(f"kappa1 must be > 0, got {self.kappa1!r}")
         if not 0 < self.sigma1:
             raise ValueError(f"sigma1 must be > 0, got {self.sigma1!r}")
+        if self.noise_var is not None and not self.noise_var > 0:
+            raise ValueError(f"noise_var must be > 0 or None, got {self.noise_var!r}")
         if not 0 <= self.eta < 1:
             raise ValueError(f"eta must be in [0, 1), got {self.eta!r}")
         if not (isinstance(self.n_sweeps, numbers.Integral) and self.n_sweeps >= 1):
@@ -453,6 +465,71 @@ class DTSSBP:
         self.window_counts_.forget(removed)
         return removed
 
+    def _prior_kwargs(self) -> dict:
+        c = self.config_
+        return dict(alpha0=self.alpha0, lam=self.lam, gamma=c.gamma, max_depth=c.max_depth,
+                    root_holds_data=c.root_holds_data)
+
+    def _merge_step(self, current: dict[int, int], sums: dict[int, np.ndarray], sumsq: dict[int, float],
+                    col_ids: np.ndarray, rng: np.random.Generator) -> None:
+        """Heat-bath choice, node by node (leaves first), between keeping it and merging it into its parent."""
+        tree, win = self.tree_, self.window_counts_
+        p = self.n_features_in_
+        kw = self._prior_kwargs()
+
+        def prior_of(t: TSSBTree, past: dict[int, int], now: dict[int, int]) -> float:
+            arr = t.arrays()
+            return merge_moves.collapsed_log_prior(
+                arr, np.array([past.get(int(i), 0) for i in arr.ids], dtype=np.float64),
+                np.array([now.get(int(i), 0) for i in arr.ids], dtype=np.float64), **kw)
+
+        past = dict(win.total)
+        before = prior_of(tree, past, current)
+        for c in reversed(tree.preorder()):
+            if c == ROOT or c not in tree:
+                continue
+            par = tree.parent[c]
+            if par == ROOT and not self.config_.root_holds_data:
+                continue
+            n = current.get(c, 0)
+            data = 0.0
+            if n:
+                s = sums[c]
+                prior = self._new_node_prior(tree.depth[c])
+                if self.likelihood == "vmf":
+                    data = (merge_moves.vmf_group_log_likelihood(n, s, self.theta_[par], self.beta_[par], p)
+                            - merge_moves.vmf_group_log_marginal(n, s, self.theta_[par], prior, self.beta_[c], p))
+                else:
+                    data = (merge_moves.gaussian_group_log_likelihood(n, s, sumsq[c], self.theta_[par],
+                                                                      1.0 / self.beta_[par])
+                            - merge_moves.gaussian_group_log_marginal(n, s, sumsq[c], self.theta_[par], prior,
+                                                                      1.0 / self.beta_[c]))
+            trial = tree.copy()
+            trial.merge_into_parent(c)
+            past_m = dict(past)
+            if c in past_m:
+                past_m[par] = past_m.get(par, 0) + past_m.pop(c)
+            now_m = dict(current)
+            if c in now_m:
+                now_m[par] = now_m.get(par, 0) + now_m.pop(c)
+            after = prior_of(trial, past_m, now_m)
+            delta = data + after - before
+            # merge with probability 1 / (1 + exp(-delta)), in log space
+            if np.log(rng.random()) >= -np.logaddexp(0.0, -delta):
+                continue  # keep the node
+            tree.merge_into_parent(c)
+            win.merge(c, par)
+            past, current_new = past_m, now_m
+            current.clear()
+            current.update(current_new)
+            if n:
+                sums[par] = sums[par] + sums.pop(c) if par in sums else sums.pop(c)
+                sumsq[par] = sumsq.get(par, 0.0) + sumsq.pop(c)
+            self.theta_.pop(c)
+            self.beta_.pop(c)
+            col_ids[col_ids == c] = par
+            before = after
+
     def _update_concentrations(self, counts: dict[int, int], sums: dict[int, np.ndarray],
                                sumsq: dict[int, float]) -> None:
         ids = [nid for nid, n in counts.items() if n >= self.min_node_docs and nid in self.tree_]
@@ -467,6 +544,9 @@ class DTSSBP:
                                              kappa_min=lo, kappa_max=hi)
             for i, b in zip(ids, est):
                 self.beta_[i] = float(b)
+        elif self.noise_var is not None:
+            for i in ids:
+                self.beta_[i] = 1.0 / self.noise_var
         else:
             S = np.stack([sums[i] for i in ids])
             Q = np.array([sumsq[i] for i in ids])
@@ -524,6 +604,8 @@ class DTSSBP:
             b = vmf.estimate_concentration(np.array([r]), np.array([float(n)]), p, min_count=2,
                                            fallback=np.array([lo]), kappa_min=lo, kappa_max=hi)
             self.beta_[ROOT] = float(b[0])
+        elif self.noise_var is not None:
+            self.beta_[ROOT] = 1.0 / self.noise_var
         else:
             mean = self.theta_[ROOT]
             sq = float(np.einsum("ij,ij->", X, X))
@@ -557,6 +639,8 @@ class DTSSBP:
             stats = engine.sweep(cand)
             col_ids, current, sums, sumsq = self._materialise(arrays, cand, ph_rows, stats, epoch)
             self._cull(current)
+            if self.merge_moves and 2 * sweep >= self.n_sweeps:  # explore first, then tidy
+                self._merge_step(current, sums, sumsq, col_ids, rng)
             self._update_concentrations(current, sums, sumsq)
             self._map_step(sums, current, prev, epoch)
             logger.debug("epoch %d sweep %d: %d nodes, log p(x) %.4g", epoch, sweep, len(self.tree_), stats.loglik)

@@ -89,6 +89,26 @@ class TSSBTree:
             del self.parent[nid], self.children[nid], self.depth[nid], self.born[nid]
         return removed
 
+    def merge_into_parent(self, node_id: int) -> int:
+        """Delete ``node_id`` and give its children, in order, its place under its parent.
+
+        The moved subtrees rise one level. Returns the parent's id.
+        """
+        if node_id == ROOT:
+            raise ValueError("the root has no parent to merge into")
+        par = self.parent[node_id]
+        kids = self.children[node_id]
+        siblings = self.children[par]
+        pos = siblings.index(node_id)
+        siblings[pos:pos + 1] = kids
+        for k in kids:
+            self.parent[k] = par
+        for k in kids:
+            for nid in self.subtree(k):
+                self.depth[nid] -= 1
+        del self.parent[node_id], self.children[node_id], self.depth[node_id], self.born[node_id]
+        return par
+
     def subtree(self, node_id: int) -> list[int]:
         out, stack = [], [node_id]
         while stack:

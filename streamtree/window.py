@@ -59,6 +59,14 @@ class WindowedCounts:
         for i in ids & self.total.keys():
             del self.total[i]
 
+    def merge(self, src: int, dst: int) -> None:
+        """Move every past count of node ``src`` to node ``dst`` (the nodes were merged)."""
+        for snap in self.history:
+            if src in snap:
+                snap[dst] = snap.get(dst, 0) + snap.pop(src)
+        if src in self.total:
+            self.total[dst] = self.total.get(dst, 0) + self.total.pop(src)
+
     def state(self) -> dict:
         """A JSON-serialisable checkpoint of the buffer."""
         return {"window": self.window,
