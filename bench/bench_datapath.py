@@ -13,7 +13,11 @@ and, measured in the same process, the baseline of each stage done with no data-
 machinery: ``pyarrow.parquet.read_table`` of the two columns plus a numpy group-by of the
 year column, and a bare scikit-learn ``CountVectorizer.fit_transform`` plus L2 normalisation.
 
-Usage: python bench/bench_datapath.py [--repeat 3] [--batch-size 8192]
+With ``--scale N`` it also writes the corpus N times over into one Parquet file and streams it
+through the source (no bucketing), reporting rows per second and the peak of pyarrow's
+allocated memory while streaming: bounded by a few batches, not by the file.
+
+Usage: python bench/bench_datapath.py [--repeat 3] [--batch-size 8192] [--scale 0]
 """
 
 from __future__ import annotations
@@ -105,10 +109,29 @@ def baseline_vectorise(tables):
     return normalize(X.astype(np.float64))
 
 
+def stream_scaled(scale, batch_size):
+    t = pq.read_table(SOTU, columns=["text", "year"])
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "big.parquet"
+        with pq.ParquetWriter(path, t.schema) as w:
+            for _ in range(scale):
+                w.write_table(t, row_group_size=16_384)
+        del t
+        size = path.stat().st_size
+        base = pa.total_allocated_bytes()
+        peak, n = 0, 0
+        start = time.perf_counter()
+        for batch in open_source(str(path), "text", "year", batch_size=batch_size):
+            n += batch.num_rows
+            peak = max(peak, pa.total_allocated_bytes() - base)
+        return n, time.perf_counter() - start, peak, size
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=8192)
+    parser.add_argument("--scale", type=int, default=0)
     args = parser.parse_args()
 
     t_read, epochs = best_of(lambda: read_and_bucket(args.batch_size), args.repeat)
@@ -131,6 +154,10 @@ def main() -> None:
     for name, t_v in (("fit + transform", t_vec), ("fit_transform", t_once)):
         total = t_read + t_v
         print(f"read + bucket + vectorise ({name}): {total:.2f} s ({n / total:,.0f} paragraphs/s)")
+    if args.scale > 0:
+        rows, secs, peak, size = stream_scaled(args.scale, args.batch_size)
+        print(f"streamed {rows:,} rows ({size / 2**20:.0f} MiB Parquet) in {secs:.2f} s "
+              f"({rows / secs:,.0f} rows/s); peak Arrow memory while streaming {peak / 2**20:.1f} MiB")
 
 
 if __name__ == "__main__":

@@ -328,3 +328,4 @@ def test_directory_file_missing_a_column_is_named(tmp_path):
     pq.write_table(pa.table({"body": ["c d"], "year": [1791]}), d / "b.parquet")
     with pytest.raises(SourceError, match=r"b\.parquet: text column 'text' not found; columns present: 'body', 'year'"):
         open_source(str(d), "text", "year").read_all()
+

@@ -208,6 +208,7 @@ class Source:
         fmt = self.format
         if fmt in ("parquet", "ipc"):
             dataset = self._dataset()
+            scan_options = ds.ParquetFragmentScanOptions(pre_buffer=False) if fmt == "parquet" else None
             for fragment in sorted(dataset.get_fragments(), key=lambda fr: fr.path):
                 with self._wrap(fragment.path):
                     # The dataset schema comes from the first file; check each file's own.
@@ -215,8 +216,12 @@ class Source:
                     present = fragment.physical_schema.names + [
                         n for n in keys if n not in fragment.physical_schema.names]
                     check_columns(fragment.path, present, self._mapped())
+                    # No read-ahead and no Parquet pre-buffering: with pyarrow's defaults the
+                    # scanner holds many batches and the raw column chunks of the whole file
+                    # in memory (measured: ~the file size), which undoes the bounded memory.
                     scanner = ds.Scanner.from_fragment(
-                        fragment, schema=dataset.schema, columns=cols, batch_size=self.batch_size
+                        fragment, schema=dataset.schema, columns=cols, batch_size=self.batch_size,
+                        batch_readahead=0, fragment_scan_options=scan_options,
                     )
                     for batch in scanner.to_batches():
                         yield fragment.path, batch
