@@ -38,17 +38,28 @@ __all__ = ["BayesianHierarchicalClustering", "bhc_tree_log_evidence"]
 
 logger = logging.getLogger(__name__)
 
-_LOG_HALF = math.log(0.5)
-
 
 def _merge_scores(log_alpha, n_new, logd_i, logt_i, logd_j, logt_j, log_h1):
-    """Vectorised d_k / pi_k / p(D_k|T_k) / r_k recursion for candidate merges."""
+    """Vectorised d_k / pi_k / p(D_k|T_k) / r_k recursion for candidate merges.
+
+    Returns the log odds log(r_k / (1 - r_k)), log r_k, log(1 - r_k), log p(D_k|T_k), log d_k.
+    Merges are ranked by the log odds: log r_k rounds to 0 for every r_k near 1, which would
+    turn the choice among confident merges into ties.
+    """
     a = log_alpha + gammaln(n_new)
     logd = np.logaddexp(a, logd_i + logd_j)
     merged = a - logd + log_h1  # log pi_k p(D_k | H1)
     split = logd_i + logd_j - logd + logt_i + logt_j  # log (1 - pi_k) p(D_i|T_i) p(D_j|T_j)
-    logt = np.logaddexp(merged, split)
-    return merged - logt, split - logt, logt, logd
+    odds = merged - split
+    return odds, -np.logaddexp(0.0, -odds), -np.logaddexp(0.0, odds), np.logaddexp(merged, split), logd
+
+
+def _merge_odds(log_alpha_lgamma_n, logd_i, logt_i, logd_j, logt_j, log_h1):
+    """log r_k / (1 - r_k) alone: log d_k cancels, so scoring needs no logaddexp.
+
+    ``log_alpha_lgamma_n`` is log alpha + log Gamma(n_k).
+    """
+    return log_alpha_lgamma_n + log_h1 - (logd_i + logd_j + logt_i + logt_j)
 
 
 def _greedy_bhc(lik, X: np.ndarray, log_alpha: float) -> dict:
@@ -61,20 +72,22 @@ def _greedy_bhc(lik, X: np.ndarray, log_alpha: float) -> dict:
     cid = np.arange(n)  # cluster id held by each slot
     alive = np.ones(n, dtype=bool)
     m = n - 1
-    rec = {k: np.empty(m) for k in ("log_rk", "log_1m_rk", "log_evidence", "log_dk", "log_h1")}
+    rec = {k: np.empty(m) for k in ("log_rk", "log_1m_rk", "log_evidence", "log_dk", "log_h1",
+                                  "log_odds")}
     left = np.empty(m, dtype=np.int64)
     right = np.empty(m, dtype=np.int64)
     if m == 0:
         lik.release()
         return {"left": left, "right": right, "leaf_log_ml": leaf_ml, **rec}
 
-    S = np.empty((n, n))
-    block = max(1, (1 << 21) // n)
+    S = np.empty((n, n))  # log odds of merging each live pair
+    lgamma_n = gammaln(np.arange(n + 1.0))
+    block = max(1, (1 << 18) // n)  # rows per block of leaf pairs: bounds the temporaries
     for start in range(0, n, block):
         rows = np.arange(start, min(n, start + block))
         h1 = lik.leaf_pair_log_marginal(rows)
-        S[rows] = _merge_scores(log_alpha, 2.0, log_alpha, logt[rows][:, None], log_alpha,
-                                logt[None, :], h1)[0]
+        S[rows] = _merge_odds(log_alpha, log_alpha, logt[rows][:, None], log_alpha,
+                              logt[None, :], h1)  # log Gamma(2) = 0
     np.fill_diagonal(S, -np.inf)
     best = S.argmax(axis=1)
     best_score = S[np.arange(n), best]
@@ -85,12 +98,13 @@ def _greedy_bhc(lik, X: np.ndarray, log_alpha: float) -> dict:
         if b < a:
             a, b = b, a  # the merged cluster takes the lower slot
         h1_ab = float(lik.merged_log_marginal(a, np.array([b]))[0])
-        lr, l1mr, lt, ld = _merge_scores(log_alpha, size[a] + size[b], logd[a], logt[a],
-                                         logd[b], logt[b], h1_ab)
+        lo, lr, l1mr, lt, ld = _merge_scores(log_alpha, size[a] + size[b], logd[a], logt[a],
+                                             logd[b], logt[b], h1_ab)
         left[step], right[step] = cid[a], cid[b]
         rec["log_rk"][step], rec["log_1m_rk"][step] = lr, l1mr
         rec["log_evidence"][step], rec["log_dk"][step] = lt, ld
         rec["log_h1"][step] = h1_ab
+        rec["log_odds"][step] = lo
 
         lik.merge_slots(a, b)
         size[a] += size[b]
@@ -105,8 +119,8 @@ def _greedy_bhc(lik, X: np.ndarray, log_alpha: float) -> dict:
         live = np.flatnonzero(alive)
         live = live[live != a]
         h1 = lik.merged_log_marginal(a, live)
-        scores = _merge_scores(log_alpha, size[a] + size[live], logd[a], logt[a], logd[live],
-                               logt[live], h1)[0]
+        scores = _merge_odds(log_alpha + lgamma_n[(size[a] + size[live]).astype(np.int64)],
+                             logd[a], logt[a], logd[live], logt[live], h1)
         S[a, live] = scores
         S[live, a] = scores
         # Clusters whose best partner was a or b rescan their row; the rest can only improve.
@@ -139,7 +153,7 @@ def bhc_tree_log_evidence(node_log_ml: np.ndarray, linkage: np.ndarray, alpha: f
     logt[:n] = node_log_ml[:n]
     for k in range(n - 1):
         i, j, size = int(linkage[k, 0]), int(linkage[k, 1]), linkage[k, 3]
-        _, _, logt[n + k], logd[n + k] = _merge_scores(log_alpha, size, logd[i], logt[i], logd[j],
+        _, _, _, logt[n + k], logd[n + k] = _merge_scores(log_alpha, size, logd[i], logt[i], logd[j],
                                                        logt[j], node_log_ml[n + k])
     return float(logt[-1])
 
@@ -160,10 +174,12 @@ class BayesianHierarchicalClustering(ClusterMixin, BaseEstimator):
     kappa0 : float
         Gaussian: prior precision scaling of the mean, mu | Sigma ~ N(m0, Sigma / kappa0).
     nu0 : float, optional
-        Gaussian: inverse-Wishart degrees of freedom, > n_features - 1 (default n_features + 2).
+        Gaussian: inverse-Wishart degrees of freedom, > n_features - 1 (default
+        2 n_features + 2).
     scale : float or array of shape (n_features, n_features), optional
-        Gaussian: inverse-Wishart scale matrix ``S0``; a float ``s`` means ``s * diag(Var X)``
-        (default 0.1: with ``nu0 = d + 2`` the prior mean of Sigma is a tenth of the data variance).
+        Gaussian: the inverse-Wishart scale matrix ``S0``, or a float ``s`` for
+        ``S0 = s (nu0 - d - 1) diag(Var X)``, which makes the prior mean of the component
+        covariance ``s diag(Var X)`` (default 0.2).
     beta_prior : tuple (a, b) of floats or arrays of shape (n_features,), optional
         Bernoulli: Beta prior per feature (default: mean = smoothed feature frequency, a + b = 2).
     dirichlet_prior : float or array of shape (n_features,), optional
@@ -172,8 +188,10 @@ class BayesianHierarchicalClustering(ClusterMixin, BaseEstimator):
     optimize_hyperparameters : bool
         If True, maximise the root evidence log p(D | T) over log-scale multipliers of alpha and
         the likelihood's main hyperparameters (Gaussian: kappa0 and the scale matrix; Bernoulli:
-        a and b; multinomial: the Dirichlet concentration), alternating an optimisation with the
-        tree fixed (L-BFGS-B) and a rebuild of the tree, as long as the evidence improves.
+        a and b; multinomial: the Dirichlet concentration), starting from the best of a coarse
+        grid (factors 1/16 to 16 of the scale matrix, Beta strength or Dirichlet concentration,
+        each with its own tree), then alternating an optimisation with the tree fixed
+        (L-BFGS-B) and a rebuild of the tree, as long as the evidence improves.
     max_hyper_iter : int
         Maximum number of optimise / rebuild rounds when ``optimize_hyperparameters``.
 
@@ -181,7 +199,8 @@ class BayesianHierarchicalClustering(ClusterMixin, BaseEstimator):
     ----------
     dendrogram_ : Dendrogram
         The tree. Its linkage rows are sorted by height (SciPy's convention); ``stats`` holds, per
-        row, ``log_rk``, ``log_1m_rk`` (log(1 - r_k)), ``log_evidence`` (log p(D_k | T_k)),
+        row, ``log_rk``, ``log_1m_rk`` (log(1 - r_k)), ``log_odds`` (log r_k/(1-r_k), the
+        merge criterion), ``log_evidence`` (log p(D_k | T_k)),
         ``log_dk``, ``log_h1`` (log p(D_k | H1)) and ``merge_step`` (the greedy step of the merge).
     linkage_ : ndarray of shape (n_samples - 1, 4)
         SciPy linkage matrix. Heights: ``-log max r_a`` over the node and its ancestors a, which
@@ -284,8 +303,8 @@ class BayesianHierarchicalClustering(ClusterMixin, BaseEstimator):
     def _assemble(self, rec: dict, n: int) -> tuple[Dendrogram, float]:
         m = n - 1
         if m == 0:
-            empty = {k: np.empty(0) for k in ("log_rk", "log_1m_rk", "log_evidence", "log_dk",
-                                              "log_h1")}
+            empty = {k: np.empty(0) for k in ("log_rk", "log_1m_rk", "log_odds", "log_evidence",
+                                              "log_dk", "log_h1")}
             empty["merge_step"] = np.empty(0, dtype=np.int64)
             d = Dendrogram.from_merges([], [], [], 1, stats=empty)
             return d, float(rec["leaf_log_ml"][0])
@@ -296,10 +315,10 @@ class BayesianHierarchicalClustering(ClusterMixin, BaseEstimator):
             for c in (left[s], right[s]):
                 if c >= n:
                     parent[c - n] = s
-        star = rec["log_rk"].copy()
+        star = rec["log_odds"].copy()
         for s in range(m - 2, -1, -1):
             star[s] = max(star[s], star[parent[s]])
-        heights = np.maximum(-star, 0.0)
+        heights = np.logaddexp(0.0, -star)  # -log r*, accurate also for r* near 1
         order = np.lexsort((np.arange(m), heights))  # parents sort after their children
         pos = np.empty(m, dtype=np.int64)
         pos[order] = np.arange(m)
@@ -307,8 +326,8 @@ class BayesianHierarchicalClustering(ClusterMixin, BaseEstimator):
         def relabel(c):
             return np.where(c < n, c, n + pos[np.maximum(c - n, 0)])
 
-        stats = {k: rec[k][order] for k in ("log_rk", "log_1m_rk", "log_evidence", "log_dk",
-                                             "log_h1")}
+        stats = {k: rec[k][order] for k in ("log_rk", "log_1m_rk", "log_odds", "log_evidence",
+                                             "log_dk", "log_h1")}
         stats["merge_step"] = order.astype(np.int64)
         dend = Dendrogram.from_merges(relabel(left[order]), relabel(right[order]),
                                       heights[order], n, stats=stats)
@@ -321,12 +340,12 @@ class BayesianHierarchicalClustering(ClusterMixin, BaseEstimator):
         if n == 1:
             labels[0] = 0
             return labels
-        Z, log_rk = dend.linkage, dend.stats["log_rk"]
+        Z, log_odds = dend.linkage, dend.stats["log_odds"]
         groups: list[list[int]] = []
         stack = [2 * n - 2]
         while stack:
             c = stack.pop()
-            if c < n or log_rk[c - n] >= _LOG_HALF:
+            if c < n or log_odds[c - n] >= 0.0:  # r_k >= 1/2
                 members: list[int] = []
                 sub = [c]
                 while sub:
@@ -356,6 +375,17 @@ class BayesianHierarchicalClustering(ClusterMixin, BaseEstimator):
 
         def build(t):
             return base_lik.with_log_multipliers(t[1:]), base_alpha * math.exp(t[0])
+
+        # The fixed-tree optimum of a poor tree can be a poor (even degenerate) local optimum,
+        # so first rebuild the tree along a coarse log grid of the main prior scale.
+        direction = np.concatenate([[0.0], base_lik.grid_direction])
+        for g in np.log(4.0) * np.array([-2.0, -1.0, 1.0, 2.0]):
+            lk, al = build(g * direction)
+            rec_g = _greedy_bhc(lk, X, math.log(al))
+            dend_g, ev_g = self._assemble(rec_g, X.shape[0])
+            if ev_g > best[0]:
+                theta, best = g * direction, (ev_g, lk, al, rec_g, dend_g)
+        logger.info("BHC hyperparameter grid: best evidence %.4f", best[0])
 
         for it in range(self.max_hyper_iter):
             Z = best[4].linkage
