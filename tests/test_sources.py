@@ -329,3 +329,23 @@ def test_directory_file_missing_a_column_is_named(tmp_path):
     with pytest.raises(SourceError, match=r"b\.parquet: text column 'text' not found; columns present: 'body', 'year'"):
         open_source(str(d), "text", "year").read_all()
 
+
+
+def test_iso_string_variants():
+    from connectors.sources.times import to_utc_timestamps
+
+    cases = {
+        "2026-03-14T10:00:00+0200": utc(2026, 3, 14, 8),
+        "2026-03-14T10:00+02": utc(2026, 3, 14, 8),
+        "2026-03-14T10:00Z": utc(2026, 3, 14, 10),
+        "2026-03-14T10:00:00.123456789Z": utc(2026, 3, 14, 10, 0, 0, 123456),
+        "2026-03-14 10:00:00 UTC": utc(2026, 3, 14, 10),
+        "2026-03-14T10:00:00.5-01:30": utc(2026, 3, 14, 11, 30, 0, 500000),
+        "2026-03": utc(2026, 3, 1),
+        "0800": utc(800, 1, 1),
+        "-1.5": utc(1969, 12, 31, 23, 59, 58, 500000),
+    }
+    times, missing, bad = to_utc_timestamps(pa.array(list(cases) + ["14/03/2026", "2026-02-30", None, " "]))
+    assert times.to_pylist()[: len(cases)] == list(cases.values())
+    assert bad.tolist() == [False] * len(cases) + [True, True, False, False]
+    assert missing.tolist() == [False] * len(cases) + [False, False, True, True]

@@ -13,10 +13,11 @@ How each input type is interpreted
 * floats: epoch seconds (or the forced ``time_unit``; ``"year"`` needs whole numbers).
   NaN counts as missing.
 * strings: surrounding whitespace is stripped; an empty string is missing. An integer or
-  decimal string is interpreted like the number above (CSV files carry years as text). Any
-  other string is parsed as ISO 8601: ``2026-03-14``, ``2026-03-14T10:00``,
-  ``2026-03-14 10:00:00.123``; with a zone suffix (``Z``, ``+02:00``) it is converted to UTC,
-  without one it is taken as UTC.
+  decimal string is interpreted like the number above (CSV files carry years as text; note
+  that a compact ``20260314`` is therefore epoch seconds). Any other string is parsed as
+  ISO 8601: ``2026-03``, ``2026-03-14``, ``2026-03-14T10:00``, ``2026-03-14 10:00:00.123``
+  (digits beyond microseconds are truncated); with a zone suffix (``Z``, ``+02:00``,
+  ``+0200``, `` UTC``) it is converted to UTC, without one it is taken as UTC.
 
 Rows whose value is null come back as null with ``missing`` set; rows with a value that
 cannot be interpreted come back as null with ``bad`` set (the caller turns those into
@@ -139,6 +140,11 @@ def _from_numbers(values: pa.Array, time_unit: str) -> tuple[pa.Array, np.ndarra
 def _from_strings(values: pa.Array, time_unit: str) -> tuple[pa.Array, np.ndarray, np.ndarray]:
     s = pc.utf8_trim_whitespace(values)
     s = pc.if_else(pc.equal(s, ""), pa.scalar(None, pa.string()), s)
+    # Light normalisation before the ISO parser: "2026-03" -> "2026-03-01", a " UTC"/"GMT"
+    # suffix -> "Z", and fractions beyond microseconds truncated (the parser rejects them).
+    s = pc.replace_substring_regex(s, r"^(\d{4}-\d{2})$", r"\1-01")
+    s = pc.replace_substring_regex(s, r"(\d)\s*(UTC|GMT)$", r"\1Z")
+    s = pc.replace_substring_regex(s, r"(\.\d{6})\d+", r"\1")
     n = len(s)
     present = _valid(s)
     is_int = _mask(pc.match_substring_regex(s, _INT_RE))
