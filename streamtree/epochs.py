@@ -245,8 +245,18 @@ class Bucketer:
         self._schema: pa.Schema | None = None
         self._next_index = 0
         self._closed_through: int | None = None
+        self._max_key: int | None = None
         self.n_rows = 0
         self.n_late = 0
+
+    @property
+    def max_key(self) -> int | None:
+        """Largest epoch key seen so far in the rows (None before any row).
+
+        A streaming consumer that tolerates rows up to one epoch late calls
+        ``pop_through(bucketer.max_key - 1)`` after each batch.
+        """
+        return self._max_key
 
     @property
     def closed_through(self) -> int | None:
@@ -263,6 +273,8 @@ class Bucketer:
         if table.num_rows == 0:
             return
         keys = self.spec.keys(table)
+        top = int(keys.max())
+        self._max_key = top if self._max_key is None else max(self._max_key, top)
         if self._closed_through is not None:
             late = keys <= self._closed_through
             if late.any():

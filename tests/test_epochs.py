@@ -150,8 +150,10 @@ def test_rejects_are_filed_under_their_epoch():
 def test_streaming_watermark_and_late_rows():
     b = Bucketer("1d")
     day = lambda d, h=12: datetime(2026, 3, d, h, tzinfo=UTC)  # noqa: E731
+    assert b.max_key is None
     b.add(rows([day(1), day(3), day(2)]))
-    first = list(b.pop_through(EpochSpec.parse("1d").keys(rows([day(2)]))[0]))
+    assert b.max_key == EpochSpec.parse("1d").keys(rows([day(3)]))[0]
+    first = list(b.pop_through(b.max_key - 1))
     assert [(e.label, e.n_rows) for e in first] == [("2026-03-01", 1), ("2026-03-02", 1)]
     b.add(rows([day(2, 18), day(4)]))  # the first is late: its epoch is closed
     assert b.n_late == 1

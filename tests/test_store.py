@@ -72,7 +72,9 @@ def test_round_trip_exact(tmp_path):
         assert got.doc_ids.tolist() == [f"{prefix}{i}" for i in range(5)]
         assert got.theta_exact
         assert got.top_words == t.top_words(v.vocabulary_, 10)
-    assert store.read(0).rejects is None
+    assert store.read(0).rejects is None and store.rejects(0) is None
+    assert store.rejects(1).column("position").to_pylist() == [3]
+    assert store.nodes(1).column("top_words").to_pylist() == store.read(1).top_words
     assert store.read(1).rejects.to_pylist()[0]["reason"] == "empty text"
     assert store.checkpoint() == {"epoch": 1}
     assert store.config() == {"window": 2, "spec": "10y"}

@@ -409,6 +409,17 @@ class SnapshotStore:
             rejects=rejects,
         )
 
+    def nodes(self, epoch: int) -> pa.Table:
+        """The ``nodes.parquet`` table of a published epoch (for reports and ``show``)."""
+        return self._read_parquet(self._path(self._entry(epoch)["path"], "nodes.parquet"))
+
+    def rejects(self, epoch: int) -> pa.Table | None:
+        """The rejects filed under a published epoch (None if it had none)."""
+        entry = self._entry(epoch)
+        if not entry["n_rejects"]:
+            return None
+        return self._read_parquet(self._path(entry["path"], "rejects.parquet"))
+
     def lineage(self) -> dict[int, NodeLineage]:
         """Per node id: epoch born, epoch it died (first published epoch after its last
         appearance, None if alive in the last one), its parent in every epoch it was alive,
