@@ -229,3 +229,12 @@ def test_static_snapshots(tmp_path):
         store.write_static(0, "../evil", Z)
     with pytest.raises(ValueError, match="shape"):
         store.write_static(0, "bad", Z[:, :3])
+
+
+def test_file_uri_and_bad_uri(tmp_path):
+    store = SnapshotStore((tmp_path / "viauri").as_uri())
+    t = make_tree(0, [0, 1], [-1, 0], [0, 0])
+    store.publish(t, list("abcde"), label="2026-03")
+    assert_same_tree(SnapshotStore(str(tmp_path / "viauri")).read(0).tree, EpochTree(**{**t.__dict__, "label": "2026-03"}))
+    with pytest.raises(StoreError, match="nosuchscheme"):
+        SnapshotStore("nosuchscheme://bucket/run")
