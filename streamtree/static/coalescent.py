@@ -217,6 +217,8 @@ class KingmanCoalescent:
                 lam, q = mutation_newton_update(X, tree, lam, q)
             logger.debug("hyper iteration %d: objective %.4f", it, obj)
         self._alg, self._tree, self._X = alg, tree, X
+        self.__dict__.pop("_down", None)
+        self.__dict__.pop("_attach", None)
         if self.likelihood == "brownian":
             self.diffusion_variance_ = lam
         else:
@@ -275,7 +277,7 @@ class KingmanCoalescent:
         down = self._down
         par = tree.parent()
         if n_quad is None:
-            n_quad = int(np.clip(4e5 // max(n * n / 2, 1), 2, 8))
+            n_quad = int(np.clip(1e6 // max(n * n / 2, 1), 2, 48))
         xg, wg = np.polynomial.legendre.leggauss(n_quad)
         nodes, ts, logw = [], [], []
         edges = np.concatenate([[0.0], tree.heights])
@@ -285,8 +287,10 @@ class KingmanCoalescent:
             lo, hi = edges[k], edges[k + 1]
             kk = n - k
             if hi > lo:
-                t = 0.5 * (hi - lo) * xg + 0.5 * (hi + lo)
-                lw = np.log(0.5 * (hi - lo) * wg) + log_surv - kk * (t - lo)
+                # t = lo + (hi - lo) v^2 removes the 1/sqrt(t) behaviour of leaf branches near 0
+                v = 0.5 * (xg + 1.0)
+                t = lo + (hi - lo) * v * v
+                lw = np.log(wg * (hi - lo) * v) + log_surv - kk * (t - lo)
                 for c in alive:
                     nodes.append(np.full(n_quad, c))
                     ts.append(t)
@@ -317,12 +321,14 @@ class KingmanCoalescent:
         The new point joins the fitted tree at a branch and time drawn from the conditional
         coalescent (supplement eq. 3), the process value there has the posterior given all
         data (upward and downward messages, supplement eq. 4), and the new point diffuses/mutates
-        from it for the joining time. Time is integrated by Gauss-Legendre quadrature within each
-        inter-coalescence interval and Gauss-Laguerre above the root.
+        from it for the joining time. Time is integrated by Gauss-Legendre quadrature (in the square root of the elapsed
+        time) within each inter-coalescence interval and Gauss-Laguerre above the root.
         """
         self._check_fitted()
         Y = self._check_X(X_new, fitted=True)
-        post, ts, logw = self._attachment_points()
+        if not hasattr(self, "_attach"):
+            self._attach = self._attachment_points()
+        post, ts, logw = self._attach
         out = np.empty(Y.shape[0])
         for i in range(Y.shape[0]):
             out[i] = logsumexp(logw + self._alg.log_predict(post, ts, Y[i][None, :]))
@@ -349,7 +355,9 @@ class KingmanCoalescent:
             est = alg.point_estimate(post)
             return np.where(np.isnan(X), est, X)
         Y = self._check_X(X, fitted=True)
-        post, ts, logw = self._attachment_points()
+        if not hasattr(self, "_attach"):
+            self._attach = self._attachment_points()
+        post, ts, logw = self._attach
         out = Y.copy()
         for i in range(Y.shape[0]):
             miss = np.isnan(Y[i])

@@ -54,12 +54,15 @@ def merge_message(alg, msgs, hgt, a: int, b: int, h: float):
 
 
 def upward(alg, X: np.ndarray, left, right, heights) -> Tree:
-    """Upward pass of belief propagation on a fixed tree (paper eqs. 4-6)."""
+    """Upward pass of belief propagation on a fixed tree (paper eqs. 4-6).
+
+    Fewer than ``n - 1`` merges describe a forest; its messages are still valid.
+    """
     n = X.shape[0]
     msgs = alg.alloc(X, 2 * n - 1)
     hgt = np.zeros(2 * n - 1)
-    lz = np.zeros(n - 1)
-    for k in range(n - 1):
+    lz = np.zeros(len(left))
+    for k in range(len(left)):
         a, b, h = int(left[k]), int(right[k]), float(heights[k])
         m, lz[k] = merge_message(alg, msgs, hgt, a, b, h)
         alg.put(msgs, [n + k], m)
