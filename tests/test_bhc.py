@@ -273,6 +273,26 @@ def test_hyperparameter_optimisation_increases_evidence():
     np.testing.assert_array_equal(opt.labels_, np.repeat([0, 1, 2], 15))
 
 
+def test_bernoulli_and_multinomial_recover_planted_clusters():
+    rng = np.random.default_rng(11)
+    truth = np.repeat([0, 1, 2], 20)
+    protos = rng.random((3, 40)) < 0.5
+    flips = rng.random((60, 40)) < 0.08
+    Xb = (protos[truth] ^ flips).astype(float)
+    mb = BayesianHierarchicalClustering(likelihood="bernoulli").fit(Xb)
+    np.testing.assert_array_equal(mb.labels_, truth)
+    assert dendrogram_purity(mb.dendrogram_, truth) == 1.0
+
+    topics = rng.dirichlet(np.full(30, 0.2), size=3)
+    Xc = np.stack([rng.multinomial(60, topics[t]) for t in truth]).astype(float)
+    mc = BayesianHierarchicalClustering(likelihood="multinomial").fit(Xc)
+    np.testing.assert_array_equal(mc.labels_, truth)
+    opt = BayesianHierarchicalClustering(likelihood="multinomial",
+                                         optimize_hyperparameters=True).fit(Xc)
+    assert opt.log_evidence_ >= mc.log_evidence_
+    np.testing.assert_array_equal(opt.labels_, truth)
+
+
 # ------------------------------------------------------------------------------ prediction
 def _brute_predictive(model, X, x):
     """sum_k (n_k/n) r_k prod_anc (1 - r_a) p(x | D_k), predictives as ratios of marginals."""
