@@ -11,3 +11,7 @@ __all__ += ["BayesianHierarchicalClustering"]
 from streamtree.static.coalescent import KingmanCoalescent  # noqa: E402
 
 __all__ += ["KingmanCoalescent"]
+
+from streamtree.static.tmc import TimeMarginalizedCoalescent  # noqa: E402
+
+__all__ += ["TimeMarginalizedCoalescent"]

@@ -28,6 +28,8 @@ LOG2PI = math.log(2.0 * math.pi)
 MAX_SHRINK = 40
 REGRAFT_BUDGET = 2 * (MAX_SHRINK + 1)
 HEIGHT_BUDGET = MAX_SHRINK + 1
+# branches whose midpoint density is this far below the best get a single proposal cell
+REFINE_NATS = 25.0
 
 
 @njit(cache=True)
@@ -216,13 +218,17 @@ def _attach_logf(tt, ti, tpi, tl, ui, oi, ul, A, B, C, d, sigma2, i_internal, l_
     ``base`` holds the branch's structure term; ``A, B, C`` are ``|yl - yi|^2``,
     ``|yl - oi|^2`` and ``(yl - yi).(yl - oi)`` so the Gaussian needs no O(d) work per point.
     """
-    f = base + log_time_factor(tt, tpi, a, b, lbeta_ab)
+    if tt <= ti or tt <= tl or tt >= tpi:
+        return -np.inf
+    # the Beta time factors written with as few logarithms as possible (hot path)
+    ltt = math.log(tt)
+    ltp = math.log(tpi)
+    f = base + (a - 1.0) * (math.log(tpi - tt) - ltp) + (b - 1.0) * (ltt - ltp) - ltp - lbeta_ab
     if i_internal:
-        f += log_time_factor(ti, tt, a, b, lbeta_ab) - old_i
+        f += (a - 1.0) * (math.log(tt - ti) - ltt) + (b - 1.0) * (math.log(ti) - ltt) - ltt \
+            - lbeta_ab - old_i
     if l_internal:
-        f += log_time_factor(tl, tt, a, b, lbeta_ab)
-    if f == -np.inf:
-        return f
+        f += (a - 1.0) * (math.log(tt - tl) - ltt) + (b - 1.0) * (math.log(tl) - ltt) - ltt - lbeta_ab
     va = ui + tt - ti
     vb = oi + tpi - tt
     s = va + vb
@@ -344,14 +350,19 @@ def regraft(l, parent, ch, t, m, root, umean, uvar, omean, ovar, order, sigma2, 
     """Gibbs update of where the subtree ``l`` hangs (its parent must not be the root).
 
     The conditional over (branch, time) is sampled by slice sampling twice:
-    1. in the quantile coordinate of a grid approximation ``q`` (``n_grid`` cells per branch,
-       density ``f`` at the cell midpoint, mixed with ``eps`` of the length-uniform density so
-       ``q > 0`` wherever ``f > 0``). In that coordinate the target is ``f / q``, nearly flat,
-       so shrinkage from the whole of ``[0, 1]`` moves across all branches at once;
+
+    1. in the quantile coordinate of a piecewise-constant approximation ``q`` of the
+       conditional ``f``: every branch is one cell valued at its midpoint, and branches whose
+       midpoint is within ``REFINE_NATS`` of the best are split into ``n_grid`` cells; ``q`` is
+       mixed with ``eps`` of the length-uniform density so ``q > 0`` wherever ``f > 0``. In that
+       coordinate the target is ``f / q``, nearly flat, so shrinkage from the whole of
+       ``[0, 1]`` moves across all branches at once;
     2. in time along the chosen branch (shrinkage from the whole branch), which refines the
        continuous attachment point.
-    Both are exact slice-sampling updates of the same conditional. Returns 1 if the topology
-    changed.
+
+    ``q`` depends only on the pruned subtree and the remaining tree, which every state reachable
+    by this move shares, so both steps are exact slice-sampling updates of the same
+    conditional. Returns 1 if the topology changed.
     """
     d = umean.shape[1]
     p, s = _detach(l, parent, ch, m)
@@ -360,33 +371,58 @@ def regraft(l, parent, ch, t, m, root, umean, uvar, omean, ovar, order, sigma2, 
     nodes, base, A, B, C, old_i, lo, hi = attachment_tables(
         l, parent, ch, t, m, root, umean, uvar, omean, ovar, order, a, b, lbeta_ab)
     nb = nodes.shape[0]
-    G = n_grid
-    ncell = nb * G
-    logw = np.full(ncell, -np.inf)
-    width = np.zeros(ncell)
-    total_len = 0.0
+    # screening: one midpoint per valid branch
+    fmid = np.full(nb, -np.inf)
+    valid = np.zeros(nb, dtype=np.bool_)
     j0 = -1
+    best = -np.inf
+    total_len = 0.0
     for j in range(nb):
         if nodes[j] == s:
             j0 = j
         if hi[j] <= lo[j]:
             continue
-        wdt = (hi[j] - lo[j]) / G
+        valid[j] = True
         total_len += hi[j] - lo[j]
+        fmid[j] = _branch_logf(j, 0.5 * (lo[j] + hi[j]), l, nodes, base, A, B, C, old_i, parent,
+                               ch, t, uvar, ovar, d, sigma2, a, b, lbeta_ab)
+        if fmid[j] > best:
+            best = fmid[j]
+    ncell_b = np.zeros(nb, dtype=np.int64)
+    for j in range(nb):
+        if valid[j]:
+            ncell_b[j] = n_grid if (n_grid > 1 and fmid[j] > best - REFINE_NATS) else 1
+    first = np.zeros(nb + 1, dtype=np.int64)
+    for j in range(nb):
+        first[j + 1] = first[j] + ncell_b[j]
+    ncell = first[nb]
+    cb = np.empty(ncell, dtype=np.int64)
+    clo = np.empty(ncell)
+    width = np.empty(ncell)
+    logw = np.empty(ncell)
+    for j in range(nb):
+        G = ncell_b[j]
+        if G == 0:
+            continue
+        wdt = (hi[j] - lo[j]) / G
         for g in range(G):
-            c = j * G + g
+            c = first[j] + g
+            cb[c] = j
+            clo[c] = lo[j] + g * wdt
             width[c] = wdt
-            tm = lo[j] + (g + 0.5) * wdt
-            logw[c] = _branch_logf(j, tm, l, nodes, base, A, B, C, old_i, parent, ch, t, uvar,
-                                   ovar, d, sigma2, a, b, lbeta_ab) + math.log(wdt)
+            if G == 1:
+                fv = fmid[j]
+            else:
+                fv = _branch_logf(j, clo[c] + 0.5 * wdt, l, nodes, base, A, B, C, old_i, parent,
+                                  ch, t, uvar, ovar, d, sigma2, a, b, lbeta_ab)
+            logw[c] = fv + math.log(wdt)
     mx = np.max(logw)
-    prob = np.zeros(ncell)
+    prob = np.empty(ncell)
     if mx > -np.inf:
         ssum = 0.0
         for c in range(ncell):
-            if logw[c] > -np.inf:
-                prob[c] = math.exp(logw[c] - mx)
-                ssum += prob[c]
+            prob[c] = math.exp(logw[c] - mx)
+            ssum += prob[c]
         for c in range(ncell):
             prob[c] = (1.0 - eps) * prob[c] / ssum + eps * width[c] / total_len
     else:
@@ -396,12 +432,11 @@ def regraft(l, parent, ch, t, m, root, umean, uvar, omean, ovar, order, sigma2, 
     cdf_total = cdf[-1]
 
     # current point in the quantile coordinate
-    c0 = j0 * G + min(int((t0 - lo[j0]) / width[j0 * G]), G - 1)
-    start = cdf[c0] - prob[c0]
-    u0 = (start + prob[c0] * (t0 - (lo[j0] + (c0 - j0 * G) * width[c0])) / width[c0]) / cdf_total
+    c0 = first[j0] + min(int((t0 - lo[j0]) / width[first[j0]]), ncell_b[j0] - 1)
+    u0 = (cdf[c0] - prob[c0] + prob[c0] * (t0 - clo[c0]) / width[c0]) / cdf_total
     f0 = _branch_logf(j0, t0, l, nodes, base, A, B, C, old_i, parent, ch, t, uvar, ovar, d,
                       sigma2, a, b, lbeta_ab)
-    y = f0 - math.log(prob[c0] / (width[c0] * cdf_total)) + math.log(u[0])
+    y = f0 - math.log(prob[c0] / width[c0]) + math.log(u[0])
     left = 0.0
     right = 1.0
     jn = j0
@@ -412,18 +447,12 @@ def regraft(l, parent, ch, t, m, root, umean, uvar, omean, ovar, order, sigma2, 
         c = np.searchsorted(cdf, target, side="right")
         if c >= ncell:
             c = ncell - 1
-        while prob[c] <= 0.0 and c > 0:  # zero-width cells of invalid branches
-            c -= 1
-        jj = c // G
+        jj = cb[c]
         frac = (target - (cdf[c] - prob[c])) / prob[c]
         frac = min(max(frac, 0.0), 1.0)
-        tt = lo[jj] + (c - jj * G + frac) * width[c]
-        if tt <= lo[jj] or tt >= hi[jj]:
-            fval = -np.inf
-        else:
-            fval = _branch_logf(jj, tt, l, nodes, base, A, B, C, old_i, parent, ch, t, uvar,
-                                ovar, d, sigma2, a, b, lbeta_ab)
-            fval -= math.log(prob[c] / (width[c] * cdf_total))
+        tt = clo[c] + frac * width[c]
+        fval = _branch_logf(jj, tt, l, nodes, base, A, B, C, old_i, parent, ch, t, uvar, ovar, d,
+                            sigma2, a, b, lbeta_ab) - math.log(prob[c] / width[c])
         if fval > y:
             jn = jj
             tn = tt
@@ -440,15 +469,15 @@ def regraft(l, parent, ch, t, m, root, umean, uvar, omean, ovar, order, sigma2, 
     y = f1 + math.log(u[off])
     left = lo[jn]
     right = hi[jn]
+    t1 = tn
     for it in range(MAX_SHRINK):
         tt = left + u[off + 1 + it] * (right - left)
-        if tt > lo[jn] and tt < hi[jn]:
-            fval = _branch_logf(jn, tt, l, nodes, base, A, B, C, old_i, parent, ch, t, uvar,
-                                ovar, d, sigma2, a, b, lbeta_ab)
-            if fval > y:
-                tn = tt
-                break
-        if tt < tn:
+        fval = _branch_logf(jn, tt, l, nodes, base, A, B, C, old_i, parent, ch, t, uvar, ovar, d,
+                            sigma2, a, b, lbeta_ab)
+        if fval > y:
+            tn = tt
+            break
+        if tt < t1:
             left = tt
         else:
             right = tt
