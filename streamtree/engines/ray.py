@@ -1,0 +1,381 @@
+"""The Ray engine: one actor per row shard, on one machine or a cluster.
+
+Documents stay on the actor that holds them. Each sweep puts the
+:class:`~streamtree.inference.enumerated.Candidates` into the object store once; every actor runs
+the same :func:`~streamtree.inference.enumerated.sweep_rows` as the local engine on its shard with
+its own PCG64 stream and sends back its :class:`~streamtree.inference.enumerated.SweepStats`,
+which are merged in shard order. Same seeds and shard count, same numbers as
+:class:`~streamtree.engines.local.LocalEngine`, bit for bit.
+
+Fault tolerance: after every sweep the engine keeps each shard's stream state (a few integers).
+When an actor dies (Ray restarts it up to ``max_restarts`` times, or the engine replaces it once
+Ray gives up), the engine re-sends the shard from the object store together with the stream
+state as of the start of the interrupted sweep and runs that sweep again, so the epoch ends
+exactly as an undisturbed one would. Actors that lost their state between sweeps are detected
+by a load generation number carried by every call.
+
+Security: a Ray cluster runs any code submitted to it. A cluster started here listens on
+127.0.0.1 only; never expose the ports of a multi-node cluster to an untrusted network.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from streamtree.engines.base import Engine, shard_bounds
+from streamtree.engines.ray_shard import ShardWorker
+from streamtree.inference.enumerated import Candidates, SweepStats
+
+logger = logging.getLogger(__name__)
+
+_AUTH_MODES = ("disabled", "token")
+
+
+@contextmanager
+def _loopback_only():
+    """Make a locally started Ray cluster use 127.0.0.1 for every service.
+
+    On Linux Ray resolves its node address to the routable interface and binds there; with
+    ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` it treats the machine as a single-node cluster and
+    uses the loopback address. Ray reads the variable once at import, hence the module patch
+    when Ray is already imported. Child processes (GCS, raylet) inherit it at start.
+    """
+    import ray._private.ray_constants as rc
+
+    name = rc.ENABLE_RAY_CLUSTERS_ENV_VAR
+    old_env, old_flag = os.environ.get(name), rc.ENABLE_RAY_CLUSTER
+    os.environ[name] = "0"
+    rc.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        rc.ENABLE_RAY_CLUSTER = old_flag
+        if old_env is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old_env
+
+
+def _is_loopback(address: str) -> bool:
+    host = address.split("://")[-1].rsplit(":", 1)[0].strip("[]")
+    return host in ("127.0.0.1", "localhost", "::1")
+
+
+def _set_auth_mode(mode: str) -> None:
+    """Select Ray's authentication mode for this process and the ones it starts.
+
+    Ray 2.5x+ turns token authentication on by default for a new local cluster (and writes a
+    token under the home directory); choosing explicitly makes the behaviour independent of the
+    Ray version and of files left by earlier runs. Ray caches the mode at import, so the cached
+    configuration is refreshed the way Ray itself does when it enables tokens.
+    """
+    os.environ["RAY_AUTH_MODE"] = mode
+    if "ray._raylet" in sys.modules:
+        try:
+            from ray._raylet import Config
+
+            Config.initialize("")
+        except (ImportError, AttributeError):  # older Ray without authentication modes
+            pass
+
+
+class RayEngine(Engine):
+    """Runs each row shard in a Ray actor.
+
+    Parameters
+    ----------
+    n_shards : int
+        Number of row shards, one actor each. Results depend on it (as for the local engine),
+        not on where the actors run.
+    address : str, optional
+        Address of an existing cluster (``"auto"``, ``"ray://host:10001"``, ``"host:6379"``).
+        Default: the ``RAY_ADDRESS`` environment variable (set inside Ray jobs), else a new local
+        single-node cluster: loopback only, no dashboard, no usage statistics. If Ray is already
+        initialised in this process, that connection is used whatever ``address`` says.
+    numba_threads : int
+        CPUs reserved per actor; also its ``NUMBA_NUM_THREADS`` and ``OMP_NUM_THREADS``.
+    object_store_memory : int, optional
+        Object store size in bytes of a locally started cluster.
+    max_restarts : int
+        Times Ray restarts a dead actor; also the retries of one shard's sweep before giving up.
+    actor_options : dict, optional
+        Extra ``ray.remote`` options for the actors (e.g. ``{"resources": {"shard": 1}}``); they
+        override the defaults (SPREAD scheduling, ``num_cpus=numba_threads``).
+    init_kwargs : dict, optional
+        Extra keyword arguments for ``ray.init``.
+    auth_mode : {"disabled", "token"}, optional
+        Ray authentication mode (environment variable ``RAY_AUTH_MODE``). Default: the
+        variable's value if set, else ``"disabled"`` for a local loopback-only cluster and Ray's
+        own choice when connecting to ``address``. With ``"token"`` the token comes from
+        ``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``.
+    ready_timeout : float
+        Seconds to wait for the actors to be placed before failing with an explanation.
+    """
+
+    def __init__(self, n_shards: int = 1, address: str | None = None, numba_threads: int = 1,
+                 object_store_memory: int | None = None, max_restarts: int = 3,
+                 actor_options: dict | None = None, init_kwargs: dict | None = None,
+                 auth_mode: str | None = None, ready_timeout: float = 300.0) -> None:
+        if int(n_shards) < 1:
+            raise ValueError(f"n_shards must be >= 1, got {n_shards!r}")
+        if int(numba_threads) < 1:
+            raise ValueError(f"numba_threads must be >= 1, got {numba_threads!r}")
+        if int(max_restarts) < 0:
+            raise ValueError(f"max_restarts must be >= 0, got {max_restarts!r}")
+        if auth_mode is not None and auth_mode not in _AUTH_MODES:
+            raise ValueError(f"auth_mode must be one of {_AUTH_MODES} or None, got {auth_mode!r}")
+        for name, opt in (("actor_options", actor_options), ("init_kwargs", init_kwargs)):
+            if opt is not None and not isinstance(opt, dict):
+                raise ValueError(f"{name} must be a dict, got {type(opt).__name__}")
+        self.n_shards = int(n_shards)
+        self.address = address
+        self.numba_threads = int(numba_threads)
+        self.object_store_memory = object_store_memory
+        self.max_restarts = int(max_restarts)
+        self.actor_options = dict(actor_options or {})
+        self.init_kwargs = dict(init_kwargs or {})
+        self.auth_mode = auth_mode
+        self.ready_timeout = float(ready_timeout)
+        self._reset()
+
+    def _reset(self) -> None:
+        self._actors: list = []
+        self._actor_cls = None
+        self._owns_ray = False
+        self._shard_refs: list = []
+        self._states: list[dict] = []   # each shard's stream state after the last completed sweep
+        self._before: list[dict] = []   # ... and before it (for replaying that sweep)
+        self._last_cand = None
+        self._gen = 0
+        self._n_rows = 0
+
+    # ------------------------------------------------------------------ cluster and actors
+    def _connect(self):
+        import ray
+
+        if ray.is_initialized():
+            return ray
+        kwargs: dict[str, Any] = dict(self.init_kwargs)
+        # inside a Ray job (`ray job submit`, KubeRay RayJob) RAY_ADDRESS names the cluster
+        address = self.address or os.environ.get("RAY_ADDRESS") or None
+        if address is None:
+            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+            _set_auth_mode(self.auth_mode or os.environ.get("RAY_AUTH_MODE") or "disabled")
+            kwargs.setdefault("include_dashboard", False)
+            # never fewer CPUs than the actors reserve, or they would wait forever
+            kwargs.setdefault("num_cpus", max(os.cpu_count() or 1, self.n_shards * self.numba_threads))
+            if self.object_store_memory is not None:
+                kwargs.setdefault("object_store_memory", int(self.object_store_memory))
+            with _loopback_only():
+                ray.init(**kwargs)
+            logger.info("started a local Ray cluster (loopback only) with %s CPUs", kwargs["num_cpus"])
+        else:
+            if self.auth_mode is not None:
+                _set_auth_mode(self.auth_mode)
+            if _is_loopback(address):
+                # a loopback cluster: the driver must take 127.0.0.1 as its own address too
+                with _loopback_only():
+                    ray.init(address=address, **kwargs)
+            else:
+                ray.init(address=address, **kwargs)
+            logger.info("connected to the Ray cluster at %s", address)
+        self._owns_ray = True
+        return ray
+
+    def _options(self) -> dict:
+        threads = str(self.numba_threads)
+        opts: dict[str, Any] = {"num_cpus": self.numba_threads, "scheduling_strategy": "SPREAD",
+                                "max_restarts": self.max_restarts, "max_task_retries": 0}
+        user = dict(self.actor_options)
+        runtime_env = dict(user.pop("runtime_env", None) or {})
+        env_vars = {"NUMBA_NUM_THREADS": threads, "OMP_NUM_THREADS": threads}
+        env_vars.update(runtime_env.get("env_vars") or {})
+        runtime_env["env_vars"] = env_vars
+        opts.update(user)
+        opts["runtime_env"] = runtime_env
+        # the engine replays interrupted sweeps itself; Ray must not re-run them on an empty actor
+        opts["max_task_retries"] = 0
+        return opts
+
+    def _new_actor(self):
+        return self._actor_cls.remote()
+
+    def _start(self) -> None:
+        ray = self._connect()
+        self._actor_cls = ray.remote(ShardWorker).options(**self._options())
+        self._actors = [self._new_actor() for _ in range(self.n_shards)]
+        try:
+            ray.get([a.node_id.remote() for a in self._actors], timeout=self.ready_timeout)
+        except ray.exceptions.GetTimeoutError:
+            cpus = ray.cluster_resources().get("CPU", 0)
+            self.close()
+            raise RuntimeError(
+                f"{self.n_shards} shard actors needing {self.numba_threads} CPU(s) each were not placed "
+                f"within {self.ready_timeout:.0f} s; the cluster has {cpus:g} CPUs. Use fewer shards, "
+                f"fewer numba_threads or a bigger cluster.") from None
+
+    # ------------------------------------------------------------------ Engine interface
+    def load(self, X, seeds: list[np.random.SeedSequence]) -> None:
+        if len(seeds) != self.n_shards:
+            raise ValueError(f"{len(seeds)} seeds for {self.n_shards} shards")
+        if not self._actors:
+            self._start()
+        import ray
+
+        b = shard_bounds(X.shape[0], self.n_shards)
+        self._gen += 1
+        self._n_rows = X.shape[0]
+        self._shard_refs = [ray.put(X[b[s]:b[s + 1]]) for s in range(self.n_shards)]
+        self._states = [np.random.PCG64(s).state for s in seeds]
+        self._before = list(self._states)
+        self._last_cand = None
+        refs = [a.load.remote(self._shard_refs[s], self._states[s], self._gen)
+                for s, a in enumerate(self._actors)]
+        for s in range(self.n_shards):
+            try:
+                ray.get(refs[s])
+            except _actor_errors():
+                self._reload(s, self._states[s])
+
+    def sweep(self, cand: Candidates) -> SweepStats:
+        if not self._shard_refs:
+            raise RuntimeError("load() must be called before sweep()")
+        import ray
+
+        cand_ref = ray.put(cand)
+        self._before = list(self._states)
+        refs = [a.sweep.remote(cand_ref, self._gen) for a in self._actors]
+        parts = []
+        for s in range(self.n_shards):
+            stats, state = self._result(s, refs[s], cand_ref)
+            self._states[s] = state
+            parts.append(stats)
+        self._last_cand = cand_ref
+        return SweepStats.combine(parts)
+
+    def labels(self) -> np.ndarray:
+        if not self._shard_refs:
+            return np.zeros(0, dtype=np.int64)
+        import ray
+
+        out = []
+        for s, a in enumerate(self._actors):
+            try:
+                lab = ray.get(a.labels.remote(self._gen))
+            except _actor_errors():
+                lab = None
+            if lab is None:
+                lab = self._recover_labels(s)
+            out.append(np.asarray(lab, dtype=np.int64))
+        return np.concatenate(out)
+
+    def close(self) -> None:
+        import ray
+
+        if ray.is_initialized():
+            for a in self._actors:
+                try:
+                    ray.kill(a, no_restart=True)
+                except Exception:  # already gone
+                    pass
+            if self._owns_ray:
+                ray.shutdown()
+        self._reset()
+
+    # ------------------------------------------------------------------ recovery
+    def _reload(self, s: int, state: dict) -> None:
+        """Send shard ``s`` and a stream state to its actor.
+
+        Waits while Ray restarts the actor (calls to a restarting actor fail at once rather
+        than queue) and starts a replacement if Ray has given up on it.
+        """
+        import ray
+        from ray.exceptions import ActorDiedError, RayActorError
+
+        deadline = time.monotonic() + self.ready_timeout
+        delay = 0.05
+        while True:
+            try:
+                ray.get(self._actors[s].load.remote(self._shard_refs[s], state, self._gen))
+                return
+            except ActorDiedError:
+                logger.warning("shard %d: actor is gone for good; starting a replacement", s)
+                self._actors[s] = self._new_actor()
+            except RayActorError:  # restarting or temporarily unreachable
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"shard {s}: actor did not come back within "
+                                       f"{self.ready_timeout:.0f} s") from None
+                time.sleep(delay)
+                delay = min(2 * delay, 1.0)
+
+    def _result(self, s: int, ref, cand_ref) -> tuple[SweepStats, dict]:
+        """Shard ``s``'s sweep result, replaying the sweep after a crash."""
+        import ray
+
+        for attempt in range(self.max_restarts + 1):
+            try:
+                out = ray.get(ref)
+            except _actor_errors() as exc:
+                logger.warning("shard %d: sweep interrupted (%s); replaying it", s, type(exc).__name__)
+                out = None
+            if out is not None:
+                return out
+            if attempt == self.max_restarts:
+                break
+            self._reload(s, self._before[s])
+            ref = self._actors[s].sweep.remote(cand_ref, self._gen)
+        raise RuntimeError(f"shard {s}: sweep failed {self.max_restarts + 1} times; giving up")
+
+    def _recover_labels(self, s: int) -> np.ndarray:
+        """Rebuild the labels of an actor that lost its state after the last sweep."""
+        import ray
+
+        if self._last_cand is None:  # loaded but never swept: nothing to rebuild
+            self._reload(s, self._states[s])
+            return np.zeros(int(ray.get(self._shard_refs[s]).shape[0]), dtype=np.int64)
+        logger.warning("shard %d: labels lost; replaying the last sweep", s)
+        self._reload(s, self._before[s])
+        ref = self._actors[s].sweep.remote(self._last_cand, self._gen)
+        _, state = self._result(s, ref, self._last_cand)
+        if state != self._states[s]:
+            raise RuntimeError(f"shard {s}: replayed sweep diverged from the original")
+        return ray.get(self._actors[s].labels.remote(self._gen))
+
+    # ------------------------------------------------------------------ introspection
+    def shard_info(self) -> list[dict]:
+        """Per shard: node id, process id, sweeps done by the current process, peak memory."""
+        import ray
+
+        return ray.get([a.info.remote() for a in self._actors])
+
+    def _crash_during_next_sweep(self, s: int) -> None:
+        """Fault injection for tests: shard ``s``'s actor dies half-way through the next sweep."""
+        import ray
+
+        ray.get(self._actors[s].crash_during_next_sweep.remote())
+
+    def __getstate__(self) -> dict:
+        # actor handles and object references do not outlive the process; actors restart lazily
+        state = {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._reset()
+
+    def __repr__(self) -> str:
+        return (f"RayEngine(n_shards={self.n_shards}, address={self.address!r}, "
+                f"numba_threads={self.numba_threads})")
+
+
+def _actor_errors() -> tuple[type[BaseException], ...]:
+    from ray.exceptions import ObjectLostError, RayActorError
+
+    return (RayActorError, ObjectLostError)

@@ -1,0 +1,252 @@
+"""The Ray engine: parity with the local engine, two nodes on loopback, crash recovery, deployments.
+
+All Ray tests share one module-scoped two-node cluster (head + one worker node, both on
+127.0.0.1) started with ``ray.cluster_utils.Cluster``.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shlex
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from streamtree import DTSSBP
+from streamtree.engines.local import LocalEngine
+from streamtree.engines.ray import RayEngine, _loopback_only, _set_auth_mode
+from streamtree.engines.ray_shard import ShardWorker
+from streamtree.synthetic import vmf_tree_corpus
+
+DEPLOYMENTS = Path(__file__).resolve().parents[1] / "deployments"
+N_SWEEPS = 5
+FIELDS = ("node_ids", "parent", "depth", "mass", "counts", "subtree_counts", "window_counts", "theta",
+          "concentration", "born", "assignments", "died")
+
+
+def corpus_epochs(n_epochs: int = 3) -> list:
+    rng = np.random.default_rng(11)
+    return [vmf_tree_corpus(rng, p=300, branching=(3, 2), kappa=20.0, beta=400.0, docs_per_node=60).X
+            for _ in range(n_epochs)]
+
+
+def fit(engine, epochs, n_shards=2):
+    model = DTSSBP(n_sweeps=N_SWEEPS, max_depth=2, kappa0=100.0, engine=engine, n_shards=n_shards, random_state=0)
+    model.fit(epochs)
+    return model
+
+
+def assert_same_trees(a: DTSSBP, b: DTSSBP) -> None:
+    assert len(a.trees_) == len(b.trees_)
+    for ta, tb in zip(a.trees_, b.trees_):
+        for f in FIELDS:
+            x, y = getattr(ta, f), getattr(tb, f)
+            assert x.shape == y.shape and x.dtype == y.dtype, f
+            assert np.array_equal(x, y), f"epoch {ta.epoch}: {f} differs"
+
+
+@pytest.fixture(scope="module")
+def epochs():
+    return corpus_epochs()
+
+
+@pytest.fixture(scope="module")
+def local_model(epochs):
+    model = fit("local", epochs)
+    # the comparison is only meaningful if the tree grew and changed during the run
+    assert model.trees_[-1].n_nodes >= 4
+    assert set(model.trees_[-1].born.tolist()) == {0, 1, 2}  # nodes born in every epoch
+    return model
+
+
+# ---------------------------------------------------------------------------- no cluster needed
+def test_shard_worker_replays_a_sweep_from_a_saved_stream_state(epochs, local_model):
+    """The actor logic in-process: a reload with the pre-sweep state reproduces the sweep exactly."""
+    X = epochs[0]
+    cand = local_model.predictive_
+    seed = np.random.SeedSequence(5)
+    ref = LocalEngine(n_shards=1)
+    ref.load(X, [seed])
+    want = [ref.sweep(cand) for _ in range(3)]
+
+    w = ShardWorker()
+    start = np.random.PCG64(seed).state
+    w.load(X, start, gen=1)
+    assert w.sweep(cand, gen=2) is None and w.labels(gen=2) is None  # stale generation: refuse
+    _, s1 = w.sweep(cand, gen=1)
+    before = s1
+    stats2, s2 = w.sweep(cand, gen=1)
+    w2 = ShardWorker()  # a restarted actor: empty, then reloaded with the state before sweep 2
+    assert w2.sweep(cand, gen=1) is None
+    w2.load(X, before, gen=1)
+    replay, s2b = w2.sweep(cand, gen=1)
+    assert s2b == s2
+    for got in (stats2, replay):
+        assert np.array_equal(got.counts, want[1].counts)
+        assert np.array_equal(got.sums, want[1].sums)
+        assert got.loglik == want[1].loglik
+    _, s3 = w2.sweep(cand, gen=1)
+    assert np.array_equal(w2.labels(gen=1), ref.labels())
+    assert s3 != s2
+
+
+def test_engine_validation_and_pickling():
+    with pytest.raises(ValueError, match="n_shards"):
+        RayEngine(n_shards=0)
+    with pytest.raises(ValueError, match="auth_mode"):
+        RayEngine(auth_mode="password")
+    with pytest.raises(ValueError, match="actor_options"):
+        RayEngine(actor_options=["num_cpus"])
+    eng = RayEngine(n_shards=3, numba_threads=2, actor_options={"runtime_env": {"env_vars": {"A": "1"}}})
+    opts = eng._options()
+    assert opts["scheduling_strategy"] == "SPREAD" and opts["num_cpus"] == 2
+    assert opts["max_task_retries"] == 0 and opts["max_restarts"] == 3
+    assert opts["runtime_env"]["env_vars"] == {"NUMBA_NUM_THREADS": "2", "OMP_NUM_THREADS": "2", "A": "1"}
+    back = pickle.loads(pickle.dumps(eng))
+    assert back.n_shards == 3 and back._actors == [] and back.actor_options == eng.actor_options
+
+
+# ---------------------------------------------------------------------------- deployments
+def test_deployment_manifests_parse_and_carry_what_the_project_relies_on():
+    import yaml
+
+    from streamtree.cli import build_parser
+
+    launcher = yaml.safe_load((DEPLOYMENTS / "ray-cluster.yaml").read_text())
+    assert launcher["cluster_name"] and launcher["max_workers"] >= 1
+    assert "streamtree" in launcher["docker"]["image"]
+    assert "--env RAY_AUTH_MODE=token" in launcher["docker"]["run_options"]
+    assert any("auth_token" in k for k in launcher["file_mounts"])
+    types = launcher["available_node_types"]
+    assert launcher["head_node_type"] in types
+    assert all(t["resources"]["CPU"] >= 1 for name, t in types.items() if name != launcher["head_node_type"])
+    head_start = " ".join(launcher["head_start_ray_commands"])
+    assert "ray start --head" in head_start and "--dashboard-host=127.0.0.1" in head_start
+
+    docs = list(yaml.safe_load_all((DEPLOYMENTS / "kuberay-raycluster.yaml").read_text()))
+    cluster = next(d for d in docs if d["kind"] == "RayCluster")
+    assert cluster["apiVersion"] == "ray.io/v1" and cluster["spec"]["authOptions"]["mode"] == "token"
+    assert any(d["kind"] == "NetworkPolicy" for d in docs)
+    spec = cluster["spec"]
+    assert spec["headGroupSpec"]["serviceType"] == "ClusterIP"
+    for g in [spec["headGroupSpec"]] + spec["workerGroupSpecs"]:
+        c = g["template"]["spec"]["containers"][0]
+        assert "streamtree" in c["image"]
+        assert c["resources"]["limits"]["cpu"] and c["resources"]["requests"]["memory"]
+    assert spec["workerGroupSpecs"][0]["replicas"] >= 1
+
+    job = yaml.safe_load((DEPLOYMENTS / "kuberay-rayjob.yaml").read_text())
+    assert job["kind"] == "RayJob" and job["spec"]["shutdownAfterJobFinishes"] is True
+    assert job["spec"]["rayClusterSpec"]["authOptions"]["mode"] == "token"
+    argv = shlex.split(job["spec"]["entrypoint"])
+    assert argv[:2] == ["streamtree", "replay"]
+    args = build_parser().parse_args(argv[1:])  # the entrypoint is valid for the real CLI
+    assert args.engine == "ray" and args.shards >= 1
+    workers = job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
+    cpus = workers["replicas"] * int(workers["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"])
+    assert args.shards <= cpus  # every shard actor can be placed
+    head = job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    assert "streamtree" in head["image"] and head["resources"]["limits"]["cpu"]
+
+    containerfile = (DEPLOYMENTS / "Containerfile").read_text()
+    assert "pip install ." in containerfile and "ENTRYPOINT" in containerfile
+    unit = (DEPLOYMENTS / "streamtree.service").read_text()
+    assert "ExecStart=/opt/streamtree/bin/streamtree serve" in unit and "[Install]" in unit
+
+
+# ---------------------------------------------------------------------------- Ray cluster
+@pytest.fixture(scope="module")
+def ray_cluster():
+    import ray
+    from ray.cluster_utils import Cluster
+
+    saved = {k: os.environ.get(k) for k in ("RAY_USAGE_STATS_ENABLED", "RAY_AUTH_MODE")}
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    _set_auth_mode("disabled")
+    with _loopback_only():
+        cluster = Cluster(initialize_head=True,
+                          head_node_args={"num_cpus": 2, "include_dashboard": False})
+        cluster.add_node(num_cpus=2)
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address)
+    try:
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.mark.ray
+def test_ray_matches_local_bit_for_bit_with_shards_on_both_nodes(ray_cluster, epochs, local_model):
+    import ray
+
+    engine = RayEngine(n_shards=2)
+    model = fit(engine, epochs)
+    assert_same_trees(model, local_model)
+
+    info = engine.shard_info()
+    nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    assert len(nodes) == 2
+    assert {i["node_id"] for i in info} == nodes  # SPREAD put one shard on each node
+    assert all(i["n_sweeps"] == N_SWEEPS * len(epochs) for i in info)  # and both did every sweep
+    # all services of the test cluster are on loopback
+    assert {n["NodeManagerAddress"] for n in ray.nodes()} == {"127.0.0.1"}
+    engine.close()
+    assert engine._actors == []
+
+
+class CrashingEngine(RayEngine):
+    """Kills shard actors at chosen moments: mid-sweep, between sweeps and before labels."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.calls = 0
+        self.epoch_ends = 0
+
+    def sweep(self, cand):
+        import ray
+
+        self.calls += 1
+        if self.calls == 2:  # epoch 0: shard 1 dies half-way through its sweep
+            self._crash_during_next_sweep(1)
+        if self.calls == N_SWEEPS + 3:  # epoch 1: shard 0 killed between two sweeps
+            ray.kill(self._actors[0], no_restart=False)
+        return super().sweep(cand)
+
+    def labels(self):
+        import ray
+
+        self.epoch_ends += 1
+        if self.epoch_ends == 2:  # epoch 1: shard 1 loses its labels after the last sweep
+            ray.kill(self._actors[1], no_restart=False)
+        return super().labels()
+
+
+@pytest.mark.ray
+def test_actors_killed_mid_epoch_give_the_undisturbed_result(ray_cluster, epochs, local_model):
+    engine = CrashingEngine(n_shards=2, max_restarts=3)
+    model = fit(engine, epochs)
+    assert_same_trees(model, local_model)
+    pids = [i["pid"] for i in engine.shard_info()]
+    assert len(set(pids)) == 2
+    # both actors were restarted: neither process has done every sweep of the run
+    assert all(i["n_sweeps"] < N_SWEEPS * len(epochs) for i in engine.shard_info())
+    engine.close()
+
+
+@pytest.mark.ray
+def test_too_many_crashes_raise_a_clear_error(ray_cluster, epochs):
+    engine = RayEngine(n_shards=1, max_restarts=0)
+    engine.load(epochs[0], [np.random.SeedSequence(0)])
+    fitted = fit("local", epochs[:1], n_shards=1)
+    engine._crash_during_next_sweep(0)
+    with pytest.raises(RuntimeError, match="sweep failed 1 times"):
+        engine.sweep(fitted.predictive_)
+    engine.close()
