@@ -1,0 +1,359 @@
+"""The ``streamtree`` command line: ``replay``, ``show`` and ``evaluate``.
+
+User errors (unreadable sources, missing columns, bad stores, bad arguments) print one line
+``streamtree: error: <what> (<where>): <what to do>`` and exit with status 2; no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2 (argparse's default also prints usage)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return v
+
+
+def _window(text: str) -> int | None:
+    if text.lower() in ("inf", "all", "none"):
+        return None
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer or 'inf', got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer or 'inf', got {text!r}")
+    return v
+
+
+def _df(text: str) -> int | float:
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a count or a fraction, got {text!r}") from None
+    if not 0 < v <= 1:
+        raise argparse.ArgumentTypeError(f"a fraction must be in (0, 1], got {text!r}")
+    return v
+
+
+def _list_of(conv, name: str):
+    def parse(text: str):
+        items = [t.strip() for t in text.split(",") if t.strip()]
+        if not items:
+            raise argparse.ArgumentTypeError(f"empty {name} list")
+        return [conv(t) for t in items]
+
+    return parse
+
+
+def _variant_list(text: str) -> list[str]:
+    from streamtree.variants import VARIANTS
+
+    items = [t.strip().lower() for t in text.split(",") if t.strip()]
+    bad = [t for t in items if t not in VARIANTS]
+    if bad or not items:
+        raise argparse.ArgumentTypeError(f"unknown variant(s) {', '.join(bad) or '(none)'}; "
+                                         f"choose from {','.join(VARIANTS)}")
+    return items
+
+
+def _add_source_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("source", help="Parquet/Arrow/JSONL/CSV file, directory or dataset")
+    p.add_argument("--text-col", required=True, help="column holding the document text")
+    p.add_argument("--time-col", help="column holding the document time (timestamp, date, ISO string, year)")
+    p.add_argument("--id-col", help="column holding document ids (default: <file>:<row>)")
+    p.add_argument("--epoch-col", help="column holding an explicit integer epoch (with --epoch column)")
+    p.add_argument("--time-unit", default="auto", help="how numeric times are read: auto, year, s, ms, us, ns")
+    p.add_argument("--epoch", default="10y", help="epoch width: 10y, year, month, 1d, 1h, column ... (default 10y)")
+    p.add_argument("--min-df", type=_df, default=2, help="drop terms in fewer documents (count or fraction)")
+    p.add_argument("--max-df", type=_df, default=0.5, help="drop terms in more documents (count or fraction)")
+    p.add_argument("--max-features", type=_positive_int, default=None, help="keep only the most frequent terms")
+
+
+def _add_model_args(p: argparse.ArgumentParser, *, for_evaluate: bool = False) -> None:
+    p.add_argument("--window", type=_window, default=2, help="epochs in the stick window (int or inf)")
+    if not for_evaluate:
+        p.add_argument("--max-depth", type=int, default=3, help="deepest node depth, root = 0")
+        p.add_argument("--kappa0", type=_positive_float, default=1e4, help="vMF link strength")
+        p.add_argument("--variant", default="dtssbp",
+                       choices=["dtssbp", "o-tssbp", "t-tssbp", "ddp", "o-dp", "t-dp"])
+    p.add_argument("--sweeps", type=_positive_int, default=50, help="Gibbs sweeps per epoch")
+    p.add_argument("--seed", type=int, default=0, help="random seed")
+    p.add_argument("--engine", choices=["local", "ray"], default="local", help="where the z-updates run")
+    p.add_argument("--shards", type=_positive_int, default=1, help="row shards per epoch (changes results)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="streamtree", description="Evolving topic trees over time-stamped text (dTSSBP).")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="log progress (-vv: debug)")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    r = sub.add_parser("replay", help="fit one tree per epoch over a source and publish them to a store",
+                       description="Replay a source epoch by epoch into a snapshot store.")
+    _add_source_args(r)
+    _add_model_args(r)
+    r.add_argument("--top-words", type=_positive_int, default=10, help="top words stored per node")
+    r.add_argument("--store", required=True, help="snapshot store directory (or pyarrow.fs URI)")
+    g = r.add_mutually_exclusive_group()
+    g.add_argument("--resume", action="store_true",
+                   help="finish an interrupted replay of the same configuration (refits, publishes missing epochs)")
+    g.add_argument("--overwrite", action="store_true", help="delete the store's content first")
+    r.add_argument("--quiet", action="store_true", help="no progress lines")
+
+    s = sub.add_parser("show", help="print the published trees (or one node's lineage)",
+                       description="Print a store's epoch trees like the dTSSBP paper's figures.")
+    s.add_argument("store", help="snapshot store directory")
+    s.add_argument("--epoch", help="epoch index or label (default: all)")
+    s.add_argument("--node", type=int, help="print this node's lineage across epochs")
+    s.add_argument("--top-words", type=_positive_int, default=10, help="words per node")
+    s.add_argument("--min-docs", type=int, default=0, help="hide nodes with fewer documents in their subtree")
+
+    e = sub.add_parser(
+        "evaluate", help="held-out log-likelihood of the dTSSBP and its baselines (the paper's protocol)",
+        description="Per epoch a random 90/10 train/test split. First half of the epochs: pick kappa0 from "
+                    "the grid and the best restart by mean held-out log predictive density. Second half: "
+                    "--repeats runs from the first epoch with the chosen kappa0, scored on the second-half "
+                    "epochs only. Reports the normalised log predictive density (a proper density on the "
+                    "sphere) and the paper's unnormalised score (vMF normalisers dropped).")
+    _add_source_args(e)
+    _add_model_args(e, for_evaluate=True)
+    e.add_argument("--variants", type=_variant_list, default=["dtssbp", "o-tssbp", "t-tssbp", "ddp", "o-dp", "t-dp"])
+    e.add_argument("--max-depth", type=_list_of(int, "depth"), default=[3, 4], help="comma list, e.g. 3,4")
+    e.add_argument("--repeats", type=_positive_int, default=5)
+    e.add_argument("--kappa0-grid", type=_list_of(_positive_float, "kappa0"), default=[1, 10, 100, 1000, 10000])
+    e.add_argument("--restarts", type=_positive_int, default=5)
+    e.add_argument("--test-fraction", type=float, default=0.1)
+    e.add_argument("--max-docs-per-epoch", type=_positive_int, default=None,
+                   help="subsample each epoch to at most this many documents (quick runs)")
+    e.add_argument("--max-epochs", type=_positive_int, default=None, help="use only the first N epochs")
+    e.add_argument("--quiet", action="store_true", help="no progress lines")
+    return parser
+
+
+# ---------------------------------------------------------------------------------- show
+def resolve_epoch(entries: list[dict], text: str) -> dict:
+    """The manifest entry for an epoch given by index (``3``) or label (``1840s``)."""
+    for e in entries:
+        if e.get("label") == text:
+            return e
+    try:
+        idx = int(text)
+    except ValueError:
+        idx = None
+    for e in entries:
+        if idx is not None and e["epoch"] == idx:
+            return e
+    shown = ", ".join(f"{e['epoch']} ({e['label']})" for e in entries[:12])
+    raise _UserError(f"no published epoch {text!r}", "--epoch",
+                     f"use an index or label among: {shown}{' ...' if len(entries) > 12 else ''}")
+
+
+def format_epoch(stored, vocabulary=None, *, top_words: int = 10, min_docs: int = 0) -> str:
+    """One epoch's tree in the style of the dTSSBP paper's Figures 4 and 5.
+
+    One line per node, indented by depth: ``*`` for nodes born in this epoch, the node id,
+    documents of this epoch in the node's subtree (and at the node itself), and the top
+    words by theta. Nodes whose subtree has fewer than ``min_docs`` documents are hidden
+    (with their descendants); nodes gone since the previous epoch are listed at the end.
+    """
+    tree = stored.tree
+    if vocabulary is not None and tree.theta.shape[1] == len(vocabulary) and stored.theta_exact:
+        words = tree.top_words(vocabulary, top_words)
+    else:
+        words = [w[:top_words] for w in stored.top_words]
+    born = int((tree.born == tree.epoch).sum())
+    head = (f"epoch {tree.epoch}" + (f" ({tree.label})" if tree.label else "")
+            + f": {int(tree.assignments.shape[0])} documents, {tree.n_nodes} nodes, {born} born, "
+            f"{tree.died.size} died")
+    lines = [head]
+    hidden: set[int] = set()
+    for k in range(tree.n_nodes):
+        nid, par = int(tree.node_ids[k]), int(tree.parent[k])
+        if par in hidden or (par != -1 and tree.subtree_counts[k] < min_docs):
+            hidden.add(nid)
+            continue
+        mark = "*" if tree.born[k] == tree.epoch else " "
+        lines.append(f"{'    ' * int(tree.depth[k])}{mark}[{nid}] {int(tree.subtree_counts[k])} docs "
+                     f"({int(tree.counts[k])} here): {' '.join(words[k])}")
+    if hidden:
+        lines.append(f"  ({len(hidden)} nodes with fewer than {min_docs} documents hidden)")
+    if tree.died.size:
+        lines.append("  died: " + ", ".join(str(int(i)) for i in tree.died))
+    lines.append("  (* born this epoch; counts are this epoch's documents in the subtree)")
+    return "\n".join(lines)
+
+
+def format_lineage(store, node_id: int, *, top_words: int = 10) -> str:
+    """One node across epochs: parent, documents and top words in each epoch it was alive."""
+    from connectors.stores.snapshot import StoreError
+
+    lineage = store.lineage()
+    rec = lineage.get(int(node_id))
+    if rec is None:
+        raise StoreError(f"{store.uri}: node {node_id} never appears in the published epochs")
+    labels = {e["epoch"]: e["label"] for e in store.epochs()}
+    vocab = store.vocabulary()
+    died = "alive in the last epoch" if rec.died is None else f"gone from epoch {rec.died} ({labels.get(rec.died)})"
+    lines = [f"node {node_id}: born in epoch {rec.born} ({labels.get(rec.born)}), {died}"]
+    for ep in rec.epochs:
+        stored = store.read(ep)
+        k = stored.tree.index_of(node_id)
+        words = (stored.tree.top_words(vocab, top_words)[k] if vocab is not None and stored.theta_exact
+                 else stored.top_words[k][:top_words])
+        lines.append(f"  epoch {ep} ({labels.get(ep)}): parent {rec.parents[ep]}, "
+                     f"{int(stored.tree.subtree_counts[k])} docs ({int(stored.tree.counts[k])} here): "
+                     f"{' '.join(words)}")
+    for ep, old, new in rec.parent_changes:
+        lines.append(f"  parent changed at epoch {ep}: {old} -> {new}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------- commands
+def _replay_config(args):
+    from streamtree.replay import ReplayConfig
+
+    return ReplayConfig(
+        source=args.source, text_col=args.text_col, time_col=args.time_col, id_col=args.id_col,
+        epoch_col=args.epoch_col, epoch=args.epoch, time_unit=args.time_unit, window=args.window,
+        max_depth=args.max_depth if not isinstance(args.max_depth, list) else args.max_depth[0],
+        kappa0=getattr(args, "kappa0", 1e4), n_sweeps=args.sweeps, variant=getattr(args, "variant", "dtssbp"),
+        seed=args.seed, engine=args.engine, n_shards=args.shards, min_df=args.min_df, max_df=args.max_df,
+        max_features=args.max_features, top_words=getattr(args, "top_words", 10),
+    )
+
+
+def cmd_replay(args) -> int:
+    from connectors.stores.snapshot import SnapshotStore
+    from streamtree.replay import replay, stderr_progress
+
+    config = _replay_config(args)
+    if config.time_col is None and config.epoch_col is None:
+        raise _UserError("give --time-col (or --epoch-col with --epoch column)", "replay", "add the column name")
+    mode = "resume" if args.resume else "overwrite" if args.overwrite else "refuse"
+    try:
+        summary = replay(config, args.store, mode=mode, progress=None if args.quiet else stderr_progress())
+    except KeyboardInterrupt:
+        done = SnapshotStore(args.store).epochs()
+        last = f"epoch {done[-1]['epoch']} ({done[-1]['label']})" if done else "no epoch"
+        sys.stderr.write(f"\nstreamtree: interrupted; the store {args.store} is readable through {last}; "
+                         "rerun with --resume to finish\n")
+        return EXIT_INTERRUPTED
+    print(summary.format())
+    print(f"store: {args.store}")
+    return 0
+
+
+def cmd_show(args) -> int:
+    from connectors.stores.snapshot import SnapshotStore, StoreError
+
+    store = SnapshotStore(args.store)
+    entries = store.epochs()
+    if not entries:
+        raise StoreError(f"{args.store}: no published epochs (is this a store? run `streamtree replay` first)")
+    if args.node is not None:
+        print(format_lineage(store, args.node, top_words=args.top_words))
+        return 0
+    chosen = entries if args.epoch is None else [resolve_epoch(entries, args.epoch)]
+    vocab = store.vocabulary()
+    for i, entry in enumerate(chosen):
+        if i:
+            print()
+        print(format_epoch(store.read(entry["epoch"]), vocab, top_words=args.top_words, min_docs=args.min_docs))
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    from streamtree.evaluate import EvaluationConfig, evaluate, format_results, load_split_epochs
+
+    if not 0 < args.test_fraction < 1:
+        raise _UserError(f"--test-fraction must be in (0, 1), got {args.test_fraction}", "evaluate",
+                         "use e.g. 0.1")
+    config = _replay_config(args)
+    if config.time_col is None and config.epoch_col is None:
+        raise _UserError("give --time-col (or --epoch-col with --epoch column)", "evaluate", "add the column name")
+    ev = EvaluationConfig(variants=args.variants, depths=args.max_depth, kappa0_grid=args.kappa0_grid,
+                          restarts=args.restarts, repeats=args.repeats, n_sweeps=args.sweeps,
+                          window=args.window, seed=args.seed, test_fraction=args.test_fraction,
+                          max_docs_per_epoch=args.max_docs_per_epoch, max_epochs=args.max_epochs,
+                          engine=args.engine, n_shards=args.shards)
+    data = load_split_epochs(config, ev)
+    log = None if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    results = evaluate(data, ev, log=log)
+    print(format_results(results, data, ev))
+    return 0
+
+
+class _UserError(Exception):
+    def __init__(self, what: str, where: str, todo: str) -> None:
+        super().__init__(f"{what} ({where}): {todo}")
+
+
+def _user_message(exc: BaseException) -> str | None:
+    """The one-line message for a user error, or None for a bug (which keeps its traceback)."""
+    from connectors.sources import SourceError
+    from connectors.stores.snapshot import StoreError
+
+    if isinstance(exc, SourceError):
+        return f"cannot read source {exc}; check the path, the format and the column names"
+    if isinstance(exc, StoreError):
+        return f"snapshot store {exc}"
+    if isinstance(exc, _UserError):
+        return str(exc)
+    if isinstance(exc, FileNotFoundError):
+        return f"{exc}; check the path"
+    if isinstance(exc, ValueError):
+        return f"{exc}; check the arguments"
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    command = {"replay": cmd_replay, "show": cmd_show, "evaluate": cmd_evaluate}[args.command]
+    try:
+        return command(args)
+    except KeyboardInterrupt:
+        sys.stderr.write("\nstreamtree: interrupted\n")
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # user errors become one line; anything else is a bug and raises
+        msg = _user_message(exc)
+        if msg is None:
+            raise
+        sys.stderr.write(f"streamtree {args.command}: error: {msg}\n")
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

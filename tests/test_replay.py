@@ -1,0 +1,154 @@
+"""Replay pipeline: every record fitted or rejected, determinism, rejects, refuse/resume/overwrite."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from connectors.sources import SourceError
+from connectors.stores.snapshot import SnapshotStore, StoreError
+from streamtree.records import EMPTY_AFTER_VOCABULARY, EMPTY_TEXT, MISSING_TIME
+from streamtree.replay import ReplayConfig, replay
+
+SOU = Path(__file__).resolve().parent.parent / "examples" / "data" / "sotu_paragraphs.parquet"
+
+
+def sou_slice(path: Path, n: int = 240, years=(1790, 1820), seed: int = 0) -> Path:
+    """``n`` random paragraphs of the bundled corpus from ``years`` (three decades by default)."""
+    t = pq.read_table(SOU, columns=["fileid", "paragraph", "year", "text"])
+    t = t.filter(pc.and_(pc.greater_equal(t["year"], years[0]), pc.less(t["year"], years[1])))
+    idx = np.sort(np.random.default_rng(seed).choice(t.num_rows, n, replace=False))
+    t = t.take(pa.array(idx))
+    ids = pc.binary_join_element_wise(pc.cast(t["fileid"], pa.string()), pc.cast(t["paragraph"], pa.string()), "#")
+    t = t.append_column("doc_id", ids)
+    pq.write_table(t, path)
+    return path
+
+
+def config(path, **kw) -> ReplayConfig:
+    base = dict(source=str(path), text_col="text", time_col="year", id_col="doc_id", epoch="10y",
+                time_unit="year", n_sweeps=3, kappa0=100.0, max_features=500, min_df=2, seed=3)
+    base.update(kw)
+    return ReplayConfig(**base)
+
+
+def store_tables(uri) -> dict[str, pa.Table]:
+    out = {}
+    for f in sorted(Path(uri).rglob("*.parquet")):
+        out[str(f.relative_to(uri))] = pq.read_table(f)
+    return out
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    return sou_slice(tmp_path_factory.mktemp("sou") / "slice.parquet")
+
+
+@pytest.fixture(scope="module")
+def replayed(corpus, tmp_path_factory):
+    uri = str(tmp_path_factory.mktemp("store") / "run")
+    return uri, replay(config(corpus), uri)
+
+
+def test_every_record_is_fitted_or_rejected(corpus, replayed):
+    uri, summary = replayed
+    store = SnapshotStore(uri)
+    entries = store.epochs()
+    assert [e["label"] for e in entries] == ["1790s", "1800s", "1810s"]
+    ids = []
+    for e in entries:
+        st = store.read(e["epoch"])
+        ids += list(st.doc_ids)
+        assert st.tree.assignments.shape[0] == e["n_documents"]
+        assert set(st.tree.assignments.tolist()) <= set(st.tree.node_ids.tolist())
+        if st.rejects is not None:
+            ids += st.rejects.column("id").to_pylist()
+    source_ids = pq.read_table(corpus, columns=["doc_id"]).column("doc_id").to_pylist()
+    assert sorted(ids) == sorted(source_ids)  # each exactly once
+    assert summary.n_documents + summary.n_rejects == summary.n_records == len(source_ids)
+    assert summary.n_epochs == 3 and summary.n_published == 3
+    assert summary.vocabulary_size == 500 and len(store.vocabulary()) == 500
+    assert store.config()["replay"]["kappa0"] == 100.0
+    assert store.checkpoint() == {"last_epoch": 2, "documents": summary.n_documents}
+
+
+def test_same_seed_same_store_and_other_seed_differs(corpus, replayed, tmp_path):
+    uri, _ = replayed
+    replay(config(corpus), str(tmp_path / "again"))
+    a, b = store_tables(uri), store_tables(tmp_path / "again")
+    assert a.keys() == b.keys()
+    for name in a:
+        assert a[name].equals(b[name]), name
+    replay(config(corpus, seed=4), str(tmp_path / "other"))
+    c = store_tables(tmp_path / "other")
+    assert any(not a[n].equals(c[n]) for n in a if n.endswith("assignments.parquet"))
+
+
+def test_rejects_are_counted_and_stored(tmp_path):
+    texts = ["war army navy peace treaty"] * 6 + ["taxes revenue debt treasury money"] * 6
+    years = [1791] * 6 + [1801] * 6
+    rows = {
+        "doc_id": [f"d{i}" for i in range(len(texts))] + ["empty", "notime", "stop", "rare"],
+        "text": texts + ["   ", "war army", "the and of which", "zebra quokka"],
+        "year": years + [1795, None, 1805, 1805],
+    }
+    pq.write_table(pa.table(rows), tmp_path / "c.parquet")
+    uri = str(tmp_path / "s")
+    summary = replay(config(tmp_path / "c.parquet", max_features=None, min_df=2, max_df=1.0), uri)
+    assert summary.rejects == {EMPTY_TEXT: 1, MISSING_TIME: 1, EMPTY_AFTER_VOCABULARY: 2}
+    assert summary.n_empty_after_filter == 2
+    assert summary.n_documents == 12
+    assert "empty after vocabulary filtering: 2" in summary.format()
+    store = SnapshotStore(uri)
+    got = {}
+    for e in store.epochs():
+        rj = store.read(e["epoch"]).rejects
+        if rj is not None:
+            for i, r in zip(rj.column("id").to_pylist(), rj.column("reason").to_pylist()):
+                got[i] = (e["label"], r)
+    # key-less rejects go with the first epoch, the others with their own
+    assert got == {"empty": ("1790s", EMPTY_TEXT), "notime": ("1790s", MISSING_TIME),
+                   "stop": ("1800s", EMPTY_AFTER_VOCABULARY), "rare": ("1800s", EMPTY_AFTER_VOCABULARY)}
+
+
+def test_refuse_resume_overwrite(corpus, replayed, tmp_path):
+    uri, _ = replayed
+    with pytest.raises(StoreError, match="already holds 3 published epochs of the same configuration.*--resume"):
+        replay(config(corpus), uri)
+    with pytest.raises(StoreError, match="different configuration"):
+        replay(config(corpus, kappa0=10.0), uri, mode="resume")
+
+    # an interrupt after the second epoch leaves a readable store at that epoch ...
+    part = str(tmp_path / "part")
+
+    def interrupt(p):
+        if p.index == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        replay(config(corpus), part, progress=interrupt)
+    store = SnapshotStore(part)
+    assert [e["label"] for e in store.epochs()] == ["1790s", "1800s"]
+    store.read(1)
+    # ... and resuming it gives exactly the store of an uninterrupted run
+    seen = []
+    summary = replay(config(corpus), part, mode="resume", progress=seen.append)
+    assert summary.n_published == 1 and [p.skipped for p in seen] == [True, True, False]
+    a, b = store_tables(uri), store_tables(part)
+    assert a.keys() == b.keys() and all(a[n].equals(b[n]) for n in a)
+
+    summary = replay(config(corpus, kappa0=10.0, n_sweeps=2), part, mode="overwrite")
+    assert summary.n_published == 3
+    assert SnapshotStore(part).config()["replay"]["kappa0"] == 10.0
+
+
+def test_overwrite_keeps_store_when_source_is_bad(replayed, tmp_path):
+    uri, _ = replayed
+    with pytest.raises(SourceError, match="missing.parquet: no such file"):
+        replay(config(tmp_path / "missing.parquet"), uri, mode="overwrite")
+    assert len(SnapshotStore(uri).epochs()) == 3
