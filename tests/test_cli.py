@@ -1,0 +1,157 @@
+"""The streamtree command line end to end on a slice of the SOU corpus, and its user errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from connectors.stores.snapshot import SnapshotStore
+from streamtree.cli import main
+from test_replay import sou_slice
+
+FAST = ["--sweeps", "3", "--kappa0", "100", "--max-features", "500", "--seed", "1"]
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "streamtree.cli", *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return sou_slice(tmp_path_factory.mktemp("sou") / "slice.parquet", n=200)
+
+
+@pytest.fixture(scope="module")
+def store(corpus, tmp_path_factory):
+    uri = str(tmp_path_factory.mktemp("cli") / "store")
+    assert main(["replay", str(corpus), "--text-col", "text", "--time-col", "year", "--id-col", "doc_id",
+                 "--epoch", "10y", "--quiet", "--store", uri, *FAST]) == 0
+    return uri
+
+
+def test_replay_and_show_through_the_console(corpus, tmp_path):
+    uri = str(tmp_path / "store")
+    r = run_cli("replay", str(corpus), "--text-col", "text", "--time-col", "year", "--epoch", "10y",
+                "--store", uri, *FAST)
+    assert r.returncode == 0, r.stderr
+    assert "epochs: 3 (3 published now)" in r.stdout
+    fitted = int(r.stdout.split("documents: ")[1].split(" fitted of 200 records read")[0])
+    rejected = int(r.stdout.split("rejects: ")[1].split("\n")[0])
+    assert fitted + rejected == 200
+    assert f"empty after vocabulary filtering: {rejected}" in r.stdout  # the slice has no other rejects
+    progress = [line for line in r.stderr.splitlines() if line.startswith("[")]
+    assert [line.split(":")[0] for line in progress] == ["[1/3] 1790s", "[2/3] 1800s", "[3/3] 1810s"]
+    assert all("docs/s" in line and "live nodes" in line for line in progress)
+
+    r = run_cli("show", uri, "--top-words", "5")
+    assert r.returncode == 0, r.stderr
+    store = SnapshotStore(uri)
+    vocab = store.vocabulary()
+    for e in store.epochs():
+        tree = store.read(e["epoch"]).tree
+        assert f"epoch {e['epoch']} ({e['label']}): {tree.assignments.shape[0]} documents" in r.stdout
+        words = tree.top_words(vocab, 5)
+        for k in range(tree.n_nodes):  # every node on its own line, indented by depth, with its top words
+            mark = "*" if tree.born[k] == tree.epoch else " "
+            line = (f"{'    ' * int(tree.depth[k])}{mark}[{int(tree.node_ids[k])}] "
+                    f"{int(tree.subtree_counts[k])} docs ({int(tree.counts[k])} here): {' '.join(words[k])}")
+            assert line in r.stdout.splitlines()
+
+
+def test_show_one_epoch_min_docs_and_lineage(store, capsys):
+    st = SnapshotStore(store)
+    last = st.read(2).tree
+    assert main(["show", store, "--epoch", "1810s", "--min-docs", "1000"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("epoch 2 (1810s)") and "epoch 1 (" not in out
+    assert f"({last.n_nodes - 1} nodes with fewer than 1000 documents hidden)" in out
+    assert main(["show", store, "--epoch", "1"]) == 0
+    assert capsys.readouterr().out.startswith("epoch 1 (1800s)")
+
+    assert main(["show", store, "--node", "0"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "node 0: born in epoch 0 (1790s), alive in the last epoch"
+    assert sum(line.startswith("  epoch ") for line in out.splitlines()) == 3
+
+
+def test_evaluate_runs_the_protocol(corpus, capsys):
+    rc = main(["evaluate", str(corpus), "--text-col", "text", "--time-col", "year", "--epoch", "10y",
+               "--variants", "dtssbp,t-dp", "--max-depth", "2", "--repeats", "2", "--kappa0-grid", "10,100",
+               "--restarts", "1", "--sweeps", "2", "--max-features", "300", "--quiet"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "Normalised held-out log predictive density" in out
+    assert "Unnormalised held-out score per document as in the paper" in out
+    assert out.count("dtssbp") >= 3 and "+-" in out
+    assert "t-dp depth 2: kappa0=10 (seed 0) (kappa0 plays no role)" in out
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["replay", "{corpus}", "--text-col", "body", "--time-col", "year", "--store", "{tmp}/s"],
+     "text column 'body' not found; columns present: 'fileid', 'paragraph', 'year', 'text', 'doc_id'"),
+    (["replay", "{corpus}", "--text-col", "text", "--time-col", "when", "--store", "{tmp}/s"],
+     "time column 'when' not found"),
+    (["replay", "{tmp}/corrupt.parquet", "--text-col", "text", "--time-col", "year", "--store", "{tmp}/s"],
+     "corrupt.parquet: not a valid or readable Parquet file"),
+    (["replay", "{tmp}/nothing.parquet", "--text-col", "text", "--time-col", "year", "--store", "{tmp}/s"],
+     "nothing.parquet: no such file"),
+    (["replay", "{corpus}", "--text-col", "text", "--time-col", "year", "--epoch", "7q", "--store", "{tmp}/s"],
+     "cannot parse epoch spec '7q'"),
+    (["replay", "{corpus}", "--text-col", "text", "--time-col", "year", "--sweeps", "0", "--store", "{tmp}/s"],
+     "argument --sweeps: expected a positive integer, got '0'"),
+    (["show", "{tmp}/no-store"], "no published epochs"),
+    (["evaluate", "{corpus}", "--text-col", "text", "--time-col", "year", "--variants", "dtssbp,lda"],
+     "unknown variant(s) lda"),
+])
+def test_user_errors_are_one_clear_line(corpus, tmp_path, capsys, args, expected):
+    (tmp_path / "corrupt.parquet").write_bytes(b"PAR1 this is not parquet at all")
+    argv = [a.format(corpus=corpus, tmp=tmp_path) for a in args]
+    rc = call(argv)
+    err = capsys.readouterr().err
+    assert rc == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err
+    assert expected in lines[0]
+
+
+def test_show_errors_name_the_choices(store, capsys):
+    assert main(["show", store, "--epoch", "1900s"]) == 2
+    err = capsys.readouterr().err
+    assert "no published epoch '1900s'" in err and "0 (1790s), 1 (1800s), 2 (1810s)" in err
+    assert main(["show", store, "--node", "99999"]) == 2
+    assert "node 99999 never appears" in capsys.readouterr().err
+
+
+def test_existing_store_is_refused_with_advice(corpus, store, capsys):
+    argv = ["replay", str(corpus), "--text-col", "text", "--time-col", "year", "--id-col", "doc_id",
+            "--quiet", "--store", store, *FAST]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "already holds 3 published epochs" in err and "--overwrite" in err
+    assert main([*argv, "--resume"]) == 0
+    assert "epochs: 3 (0 published now)" in capsys.readouterr().out
+
+
+def test_rejects_reach_the_summary_and_the_store(tmp_path, capsys):
+    rows = {"text": ["war army navy peace"] * 5 + ["", "zebra"], "year": [1801] * 5 + [1802, 1803]}
+    pq.write_table(pa.table(rows), tmp_path / "c.parquet")
+    uri = str(tmp_path / "s")
+    assert main(["replay", str(tmp_path / "c.parquet"), "--text-col", "text", "--time-col", "year",
+                 "--quiet", "--store", uri, "--sweeps", "2", "--max-df", "1.0"]) == 0
+    out = capsys.readouterr().out
+    assert "rejects: 2\n  empty text: 1\n  empty after vocabulary filtering: 1\n" in out
+    rj = SnapshotStore(uri).read(0).rejects
+    assert sorted(rj.column("reason").to_pylist()) == ["empty after vocabulary filtering", "empty text"]
+
+
+def call(argv) -> int:
+    """main()'s exit status, whether it returns it or argparse exits."""
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return exc.code
