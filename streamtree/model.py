@@ -103,6 +103,14 @@ class DTSSBP:
         after each sweep (see :mod:`streamtree.inference.merge`); this removes duplicate
         parent-child chains. The first half is left to explore: new nodes start as mixtures
         near their parent and would be merged back before they can separate.
+    split_proposals : float
+        In the first half of an epoch's sweeps, after the MAP step, each node holding at
+        least ``2 * min_node_docs`` documents proposes, with this probability, a new child
+        seeded by one of its documents drawn at random (direction halfway between the node and
+        the document; the document itself for the Gaussian). Single-document births through the
+        placeholder are rare in high dimension; seeded children let coherent groups split off,
+        and the merge moves of the second half remove the proposals the data do not support.
+        ``0`` disables proposals.
     min_node_docs : int
         Nodes with fewer documents keep their previous concentration (a newborn node starts
         with its parent's) instead of a noisy estimate.
@@ -147,6 +155,7 @@ class DTSSBP:
         n_sweeps: int = 50,
         n_map_iter: int = 10,
         merge_moves: bool = True,
+        split_proposals: float = 0.5,
         min_node_docs: int = 2,
         beta_bounds: tuple[float, float] = (1e-3, 1e6),
         engine: Any = "local",
@@ -173,6 +182,7 @@ class DTSSBP:
         self.n_sweeps = n_sweeps
         self.n_map_iter = n_map_iter
         self.merge_moves = merge_moves
+        self.split_proposals = split_proposals
         self.min_node_docs = min_node_docs
         self.beta_bounds = beta_bounds
         self.engine = engine
@@ -465,6 +475,31 @@ class DTSSBP:
         self.window_counts_.forget(removed)
         return removed
 
+    def _propose_children(self, stats, col_ids: np.ndarray, current: dict[int, int], epoch: int,
+                          rng: np.random.Generator) -> None:
+        """Seed new children from random member documents of well-populated nodes."""
+        if stats.seeds is None:
+            return
+        tree = self.tree_
+        for r, col in enumerate(stats.occupied):
+            nid = int(col_ids[col])
+            if nid not in tree or current.get(nid, 0) < 2 * self.min_node_docs:
+                continue
+            if rng.random() >= self.split_proposals:
+                continue
+            parent = nid if not tree.at_cap(nid) else tree.parent[nid]
+            if parent < 0 or tree.at_cap(parent):
+                continue
+            x = stats.seeds[r]
+            x = np.asarray(x.toarray()).ravel() if sp.issparse(x) else np.asarray(x, dtype=np.float64).ravel()
+            child = tree.add_child(parent, born=epoch)
+            if self.likelihood == "vmf":
+                v = x / max(np.linalg.norm(x), 1e-300) + self.theta_[nid]
+                self.theta_[child] = v / np.linalg.norm(v)
+            else:
+                self.theta_[child] = x.copy()
+            self.beta_[child] = self.beta_[nid]
+
     def _prior_kwargs(self) -> dict:
         c = self.config_
         return dict(alpha0=self.alpha0, lam=self.lam, gamma=c.gamma, max_depth=c.max_depth,
@@ -643,6 +678,8 @@ class DTSSBP:
                 self._merge_step(current, sums, sumsq, col_ids, rng)
             self._update_concentrations(current, sums, sumsq)
             self._map_step(sums, current, prev, epoch)
+            if self.split_proposals > 0 and 2 * sweep < self.n_sweeps - 2:
+                self._propose_children(stats, col_ids, current, epoch, rng)
             logger.debug("epoch %d sweep %d: %d nodes, log p(x) %.4g", epoch, sweep, len(self.tree_), stats.loglik)
         labels = col_ids[engine.labels()] if n else np.zeros(0, dtype=np.int64)
         tree = self._snapshot(epoch, label, current, labels, prev_ids)
