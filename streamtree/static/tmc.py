@@ -339,10 +339,9 @@ class TimeMarginalizedCoalescent:
             heights = rng.permutation(internal)
             heights = heights[heights != state.root]
             u = rng.random(N * K.REGRAFT_BUDGET + heights.size * K.HEIGHT_BUDGET)
-            moved = K.sweep(prune_order, heights, state.parent, state.ch, state.t, state.m,
-                            state.root, umean, uvar, sigma2, alpha, beta, self.n_grid, 0.05, u)
-            eligible = np.count_nonzero(state.parent[prune_order] != state.root) - 1
-            accept[it] = moved / max(eligible, 1)
+            moved, tried = K.sweep(prune_order, heights, state.parent, state.ch, state.t, state.m,
+                                   state.root, umean, uvar, sigma2, alpha, beta, self.n_grid, 0.05, u)
+            accept[it] = moved / max(tried, 1)
             ll, ssq = K.log_likelihood(state.ch, state.t, state.root, umean, uvar, sigma2)
             if self.sample_hyperparameters:
                 sigma2 = sample_sigma2(float(ssq), n, d, self.sigma2_prior, rng)

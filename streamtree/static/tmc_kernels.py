@@ -562,7 +562,7 @@ def sweep(prune_order, height_order, parent, ch, t, m, root, umean, uvar, sigma2
     the root, then slice-sample the time of every node of ``height_order``.
 
     ``u`` holds ``REGRAFT_BUDGET`` uniforms per prune move followed by ``HEIGHT_BUDGET`` per
-    height move. Returns the number of topology changes.
+    height move. Returns ``(topology changes, regraft moves attempted)``.
     """
     lbeta_ab = math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
     N = ch.shape[0]
@@ -570,19 +570,21 @@ def sweep(prune_order, height_order, parent, ch, t, m, root, umean, uvar, sigma2
     ovar = np.zeros(N)
     order = np.empty(N, dtype=np.int64)
     moved = 0
+    tried = 0
     pos = 0
     for l in prune_order:
         blk = u[pos:pos + REGRAFT_BUDGET]
         pos += REGRAFT_BUDGET
         if parent[l] < 0 or parent[l] == root:
             continue
+        tried += 1
         moved += regraft(l, parent, ch, t, m, root, umean, uvar, omean, ovar, order, sigma2, a,
                          b, lbeta_ab, n_grid, eps, blk)
     for j in height_order:
         blk = u[pos:pos + HEIGHT_BUDGET]
         pos += HEIGHT_BUDGET
         update_height(j, parent, ch, t, umean, uvar, omean, ovar, sigma2, a, b, lbeta_ab, blk)
-    return moved
+    return moved, tried
 
 
 @njit(cache=True)
