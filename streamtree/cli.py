@@ -1,7 +1,9 @@
 """The ``streamtree`` command line: ``replay``, ``show`` and ``evaluate``.
 
 User errors (unreadable sources, missing columns, bad stores, bad arguments) print one line
-``streamtree: error: <what> (<where>): <what to do>`` and exit with status 2; no traceback.
+``streamtree <command>: error: <what> (<where>): <what to do>`` and exit with status 2; no
+traceback (``-vv`` shows it). Ctrl-C during a replay exits with status 130 and says up to
+which epoch the store is readable; ``--resume`` finishes the replay.
 """
 
 from __future__ import annotations
@@ -349,7 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except Exception as exc:  # user errors become one line; anything else is a bug and raises
         msg = _user_message(exc)
-        if msg is None:
+        if msg is None or args.verbose >= 2:  # -vv: the full traceback, for bug reports
             raise
         sys.stderr.write(f"streamtree {args.command}: error: {msg}\n")
         return EXIT_USAGE

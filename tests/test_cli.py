@@ -155,3 +155,31 @@ def call(argv) -> int:
         return main(argv)
     except SystemExit as exc:
         return exc.code
+
+
+@pytest.mark.slow
+def test_ctrl_c_leaves_a_readable_store_and_resume_finishes_it(corpus, tmp_path):
+    import signal
+
+    uri = str(tmp_path / "store")
+    argv = [sys.executable, "-m", "streamtree.cli", "replay", str(corpus), "--text-col", "text",
+            "--time-col", "year", "--store", uri, *FAST, "--sweeps", "30"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = proc.stderr.readline()  # printed once epoch 0 is published
+    assert first.startswith("[1/3] 1790s"), first
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    done = SnapshotStore(uri).epochs()
+    if proc.returncode == 0:  # the replay won the race and finished
+        assert len(done) == 3
+        return
+    assert proc.returncode == 130, err
+    assert 1 <= len(done) < 3
+    last = done[-1]
+    assert f"readable through epoch {last['epoch']} ({last['label']})" in err and "--resume" in err
+    assert "Traceback" not in err
+    SnapshotStore(uri).read(last["epoch"])
+    r = run_cli("replay", str(corpus), "--text-col", "text", "--time-col", "year", "--store", uri, *FAST,
+                "--sweeps", "30", "--resume", "--quiet")
+    assert r.returncode == 0, r.stderr
+    assert f"epochs: 3 ({3 - len(done)} published now)" in r.stdout
