@@ -16,15 +16,16 @@ Inference alternates, per sweep,
 * prune-and-regraft Gibbs moves: every node ``l`` (in random order) is cut out with its parent
   and re-attached on any branch of the remaining tree at any time, drawn from its exact
   conditional by slice sampling over (branch, time) -- see :func:`tmc_kernels.regraft`. Nodes
-  whose parent is the root are left in place (the root is pinned at time 1, so cutting there
-  changes the dimension); moving their siblings' descendants still reaches every topology,
+  whose parent is the root are left in place (cutting them would remove the root, which is
+  pinned at time 1). Every topology stays reachable: a leaf on a root side with two or more
+  leaves can always be cut and re-attached anywhere, including above the other side's top,
 * slice-sampling updates of every non-root internal node's time,
 * (``sample_hyperparameters``) the conjugate inverse-Gamma draw of ``sigma2`` and slice-sampling
   updates of ``alpha`` and ``beta`` under Gamma priors on ``alpha - 1`` and ``beta - 1``.
 
 All moves leave ``p(tree, times, sigma2, alpha, beta | X)`` invariant. Differences from the
-paper: the time density includes the ``1 / t_parent`` Jacobian (the paper's eq. 7 writes the Beta
-densities of the fractions only), and the cross-branch slice step works in the quantile
+paper: the time density includes the ``1 / t_parent`` Jacobian (the paper's eq. 7 lists only the
+Beta densities of the fractions, which is not a density over the times being sampled), and the cross-branch slice step works in the quantile
 coordinate of a grid approximation instead of locating the density's extrema by Newton steps.
 """
 
@@ -180,7 +181,8 @@ def _slice_positive(logp, x0: float, lower: float, rng: np.random.Generator, wid
     return x0
 
 
-def sigma2_posterior(ssq: float, n_leaves: int, dim: int, prior: tuple[float, float]) -> tuple[float, float]:
+def sigma2_posterior(ssq: float, n_leaves: int, dim: int,
+                     prior: tuple[float, float]) -> tuple[float, float]:
     """Inverse-Gamma posterior ``(shape, scale)`` of ``sigma2`` given a tree.
 
     The likelihood is ``prod_v N(yhat_a - yhat_b; 0, sigma2 * s_v * I)`` over the ``n - 1``
@@ -238,7 +240,9 @@ class TimeMarginalizedCoalescent:
     thin : int
         Keep every ``thin``-th sweep after burn-in.
     n_grid : int
-        Cells per branch of the grid that guides the cross-branch slice step.
+        Cells per branch of the piecewise-constant approximation that guides the cross-branch
+        slice step (only branches whose midpoint density is within 25 nats of the best are
+        split; the rest get one cell). Affects mixing speed only, never the target.
     random_state : None, int or numpy.random.Generator
 
     Attributes
@@ -400,7 +404,8 @@ class TimeMarginalizedCoalescent:
         return lp
 
     # ------------------------------------------------------------------ prediction
-    def predictive_log_density(self, X_new, n_quadrature: int = 16, max_samples: int | None = None) -> np.ndarray:
+    def predictive_log_density(self, X_new, n_quadrature: int = 16,
+                               max_samples: int | None = None) -> np.ndarray:
         """log p(x | X) for each row of ``X_new``, averaged over the retained samples.
 
         For one sample, a new leaf is attached on the branch above node ``i`` at time ``s`` with
