@@ -274,7 +274,9 @@ def test_pair_optimum_mutation():
                                                          np.array([hh]))[0])
 
         grid = lb + np.linspace(1e-9, 20, 20001)
-        assert neg(h) <= min(neg(g) for g in grid) + 1e-7
+        vals = -rate * (grid - lb) + alg.logz_pairs(tree.msgs, tree.hgt, np.full(grid.size, a),
+                                                    np.full(grid.size, b), grid)
+        assert neg(h) <= -vals.max() + 1e-7
 
 
 # --------------------------------------------------------------------------- greedy

@@ -382,6 +382,13 @@ class BrownianMessages:
     def opt_pairs(self, msg, hgt, I, J, rate, hfloor):
         return bm_opt_pairs(msg[0], msg[1], hgt, self.lam, I, J, float(rate), float(hfloor), self.smin)
 
+    def pair_offset(self, msg, hgt, I, J, h):
+        """Half the combined branch variance of each pair at height ``h`` (mean over shared dims)."""
+        va, vb = msg[1][I], msg[1][J]
+        both = np.isfinite(va) & np.isfinite(vb)
+        v = np.where(both, va + vb, 0.0).sum(axis=1) / np.maximum(both.sum(axis=1), 1)
+        return 0.5 * v + h - 0.5 * (hgt[I] + hgt[J])
+
     def best_partner(self, msg, hgt, rows, cols):
         return bm_best_partner(msg[0], msg[1], hgt, self.lam, rows, cols, self.smin)
 
@@ -469,6 +476,10 @@ class MutationMessages:
 
     def opt_pairs(self, msg, hgt, I, J, rate, hfloor):
         return mut_opt_pairs(msg[0], hgt, self.lam, self.q, I, J, float(rate), float(hfloor))
+
+    def pair_offset(self, msg, hgt, I, J, h):
+        """Half the summed branch lengths of each pair at height ``h``."""
+        return h - 0.5 * (hgt[I] + hgt[J])
 
     def best_partner(self, msg, hgt, rows, cols):
         return mut_best_partner(msg[0], hgt, self.lam, self.q, rows, cols)
