@@ -64,6 +64,9 @@ def local_model(epochs):
 # ---------------------------------------------------------------------------- no cluster needed
 def test_shard_worker_replays_a_sweep_from_a_saved_stream_state(epochs, local_model):
     """The actor logic in-process: a reload with the pre-sweep state reproduces the sweep exactly."""
+    import ray
+
+    ray_was_up = ray.is_initialized()
     X = epochs[0]
     cand = local_model.predictive_
     seed = np.random.SeedSequence(5)
@@ -90,6 +93,7 @@ def test_shard_worker_replays_a_sweep_from_a_saved_stream_state(epochs, local_mo
     _, s3 = w2.sweep(cand, gen=1)
     assert np.array_equal(w2.labels(gen=1), ref.labels())
     assert s3 != s2
+    assert ray.is_initialized() == ray_was_up  # the worker never starts Ray by itself
 
 
 def test_engine_validation_and_pickling():
@@ -106,6 +110,24 @@ def test_engine_validation_and_pickling():
     assert opts["runtime_env"]["env_vars"] == {"NUMBA_NUM_THREADS": "2", "OMP_NUM_THREADS": "2", "A": "1"}
     back = pickle.loads(pickle.dumps(eng))
     assert back.n_shards == 3 and back._actors == [] and back.actor_options == eng.actor_options
+
+
+def test_loopback_detection_and_environment_restored():
+    import ray._private.ray_constants as rc
+
+    from streamtree.engines.ray import _is_loopback
+
+    assert _is_loopback("127.0.0.1:6379") and _is_loopback("ray://localhost:10001")
+    assert _is_loopback("[::1]:6379")
+    assert not _is_loopback("auto") and not _is_loopback("10.0.0.5:6379")
+    before_env, before_flag = os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"), rc.ENABLE_RAY_CLUSTER
+    with _loopback_only():
+        assert os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0" and rc.ENABLE_RAY_CLUSTER is False
+        from ray._private.services import get_node_ip_address
+
+        assert get_node_ip_address() == "127.0.0.1"
+    assert os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER") == before_env
+    assert rc.ENABLE_RAY_CLUSTER == before_flag
 
 
 # ---------------------------------------------------------------------------- deployments

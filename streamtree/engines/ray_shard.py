@@ -40,14 +40,14 @@ class ShardWorker:
         self._n_sweeps = 0
         self._crash_next = False
 
-    def load(self, X, rng_state: dict, gen: int) -> str:
-        """Take a shard and the random-stream state to continue from; returns the node id."""
+    def load(self, X, rng_state: dict, gen: int) -> int:
+        """Take a shard and the random-stream state to continue from; returns its row count."""
         self._X = X
         self._sq = row_sq_norms(X)
         self._rng = generator_from_state(rng_state)
         self._labels = np.zeros(X.shape[0], dtype=np.int64)
         self._gen = gen
-        return self.node_id()
+        return int(X.shape[0])
 
     def sweep(self, cand: Candidates, gen: int) -> tuple[SweepStats, dict] | None:
         """One z-update of the shard; returns its statistics and the stream state after it."""
@@ -65,10 +65,11 @@ class ShardWorker:
     def labels(self, gen: int) -> np.ndarray | None:
         return self._labels if gen == self._gen else None
 
-    def node_id(self) -> str:
+    def node_id(self) -> str | None:
+        """Ray node of this worker (``None`` outside Ray; never starts Ray by itself)."""
         import ray
 
-        return ray.get_runtime_context().get_node_id()
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
 
     def info(self) -> dict:
         """Where the worker runs and how much it did (for tests and benchmarks)."""
