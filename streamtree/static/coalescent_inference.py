@@ -125,9 +125,18 @@ def greedy_rate1(alg, X: np.ndarray) -> Tree:
     heights = np.empty(n - 1)
     lz = np.empty(n - 1)
     h_prev = 0.0
+    # A row whose cached partner has merged keeps its old value as a lower bound (pair optima
+    # never change and the candidate set only loses members, apart from new nodes that are
+    # compared on creation); it is recomputed only if it reaches the front.
+    stale = np.zeros(N, dtype=bool)
     for k in range(n - 1):
         ids = np.flatnonzero(act)
-        a = int(ids[np.argmin(besth[ids])])
+        while True:
+            a = int(ids[np.argmin(besth[ids])])
+            if not stale[a]:
+                break
+            best_rows(np.array([a]), ids)
+            stale[a] = False
         b = int(bestp[a])
         h = max(float(besth[a]), h_prev)
         c = n + k
@@ -147,9 +156,8 @@ def greedy_rate1(alg, X: np.ndarray) -> Tree:
         better = hh < besth[others]
         besth[others[better]] = hh[better]
         bestp[others[better]] = c
-        stale = others[(bestp[others] == a) | (bestp[others] == b)]
-        if stale.size:
-            best_rows(stale, np.append(others, c))
+        stale[others[better]] = False
+        stale[others[(bestp[others] == a) | (bestp[others] == b)]] = True
     return Tree(left, right, heights, lz, msgs, hgt)
 
 

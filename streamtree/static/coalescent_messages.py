@@ -102,10 +102,16 @@ def _bm_opt_one(mu, var, hgt, lam, a, b, rate, hfloor, smin, s0, q):
     if g <= 0.0:
         return lo
     gap = 0.0
+    sbar = 0.0
     for j in range(nd):
         gap = max(gap, q[j] - s0[j])
+        sbar += s0[j] / nd
     hi = lb + 0.5 * gap + 1.0
-    h = 0.5 * (lo + hi)
+    # start from the closed form with the offsets replaced by their mean
+    s = (-nd + math.sqrt(nd * nd + 4.0 * rate * Q)) / (2.0 * rate)
+    h = lb + 0.5 * (s - sbar)
+    if not (lo < h < hi):
+        h = 0.5 * (lo + hi)
     for _it in range(100):
         g, g2 = _bm_dfun(h, lb, s0, q, nd, rate)
         if g > 0.0:
