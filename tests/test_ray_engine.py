@@ -272,3 +272,43 @@ def test_too_many_crashes_raise_a_clear_error(ray_cluster, epochs):
     with pytest.raises(RuntimeError, match="sweep failed 1 times"):
         engine.sweep(fitted.predictive_)
     engine.close()
+
+
+_DEFAULT_PATH = """
+import json, os, sys
+import numpy as np
+from streamtree import DTSSBP
+from streamtree.synthetic import vmf_tree_corpus
+import ray
+
+X = vmf_tree_corpus(np.random.default_rng(0), p=50, branching=(2,), docs_per_node=20).X
+model = DTSSBP(n_sweeps=2, max_depth=1, engine="ray", n_shards=2, random_state=0).fit([X])
+local = DTSSBP(n_sweeps=2, max_depth=1, engine="local", n_shards=2, random_state=0).fit([X])
+same = all(np.array_equal(getattr(a, f), getattr(b, f)) for a, b in zip(model.trees_, local.trees_)
+           for f in ("node_ids", "theta", "assignments"))
+nodes = ray.nodes()
+print(json.dumps({"same": same, "addresses": sorted({n["NodeManagerAddress"] for n in nodes}),
+                  "gcs": ray.get_runtime_context().gcs_address, "auth": os.environ.get("RAY_AUTH_MODE")}))
+model._engine.close()
+print(json.dumps({"shut_down": not ray.is_initialized()}))
+"""
+
+
+@pytest.mark.ray
+def test_default_engine_starts_a_private_loopback_cluster(tmp_path):
+    """engine="ray" with no address in a fresh process: local Ray on 127.0.0.1, no token written."""
+    import json
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env["HOME"] = str(tmp_path)  # any file Ray writes under ~ lands here
+    out = subprocess.run([sys.executable, "-c", _DEFAULT_PATH], env=env, capture_output=True, text=True,
+                         timeout=240, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = [json.loads(x) for x in out.stdout.splitlines() if x.startswith("{")]
+    assert lines[0]["same"] is True
+    assert lines[0]["addresses"] == ["127.0.0.1"] and lines[0]["gcs"].startswith("127.0.0.1:")
+    assert lines[0]["auth"] == "disabled"
+    assert lines[1]["shut_down"] is True
+    assert not (tmp_path / ".ray" / "auth_token").exists()

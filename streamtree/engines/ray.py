@@ -174,7 +174,8 @@ class RayEngine(Engine):
             if self.object_store_memory is not None:
                 kwargs.setdefault("object_store_memory", int(self.object_store_memory))
             with _loopback_only():
-                ray.init(**kwargs)
+                # "local": always a new private instance, never another Ray found on this machine
+                ray.init(address="local", **kwargs)
             logger.info("started a local Ray cluster (loopback only) with %s CPUs", kwargs["num_cpus"])
         else:
             if self.auth_mode is not None:
