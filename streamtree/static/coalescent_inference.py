@@ -269,13 +269,16 @@ class _PostPostProposal:
             sig = 1.0 / np.sqrt(-c2)
             xhat = x0 + c1 / -c2
             lap = L[1] + 0.5 * c1**2 / -c2 + 0.5 * np.log(2 * np.pi) + np.log(sig) + log_ndtr((xhat - np.log(c)) / sig)
-            logm = np.where(c2 < 0, lap, L[1] + np.log(c + d_opt))
+            ok = (c2 < 0) & (np.abs(c1 / c2) <= 2.0) & np.isfinite(lap)
+            logm = np.where(ok, lap, L[1] + np.log(c + d_opt))
             # an optimum at the boundary is better described by exp(f(0) + f'(0) delta)
             step = 1e-3 * (c + self.ref)
             f = self.log_delta_target(np.tile(k_all, 2), np.concatenate([np.zeros(S * P), step])).reshape(2, -1)
             slope = (f[1] - f[0]) / step
             edge = np.where(slope < 0, f[0] - np.log(-slope), -np.inf)
-            logm = np.where(np.isfinite(edge), np.maximum(logm, edge), logm)
+            boundary = d_opt <= 1e-9 / C
+            logm = np.where(boundary & np.isfinite(edge), edge,
+                            np.where(np.isfinite(edge), np.maximum(logm, edge), logm))
         bad = ~np.isfinite(logm)
         if bad.any():  # crude but positive: the weight corrects any error here
             kk = k_all[bad]
