@@ -337,12 +337,17 @@ class KingmanCoalescent:
     def impute(self, X=None) -> np.ndarray:
         """Fill NaN entries by the posterior mean (Brownian) / most probable state (discrete).
 
-        ``X=None`` imputes the training data using the tree (each leaf's value given all other
-        leaves). New rows are imputed by averaging over where they would join the tree, weighted
-        by their observed entries.
+        ``X=None`` (or the training matrix itself) imputes the training data using the tree:
+        each leaf's missing entries given all other leaves. Other rows are imputed by averaging
+        over where they would join the tree, weighted by their observed entries. The latter
+        stores O(n^2) attachment points, so it is meant for trees of up to a few thousand leaves.
         """
         self._check_fitted()
         alg, tree = self._alg, self._tree
+        if X is not None:
+            Xa = np.asarray(X, dtype=np.float64)
+            if Xa.shape == self._X.shape and np.array_equal(Xa, self._X, equal_nan=True):
+                X = None
         if X is None:
             X = self._X
             n = tree.n_leaves
