@@ -17,14 +17,7 @@ from streamtree.static.coalescent_hyper import (
     brownian_map_update,
     mutation_newton_update,
 )
-from streamtree.static.coalescent_inference import (
-    Tree,
-    downward,
-    greedy_local,
-    greedy_rate1,
-    smc,
-    upward,
-)
+from streamtree.static.coalescent_inference import downward, greedy_local, greedy_rate1, smc
 from streamtree.static.coalescent_messages import BrownianMessages, MutationMessages
 from streamtree.static.dendrogram import Dendrogram
 
@@ -115,6 +108,24 @@ class KingmanCoalescent:
         Fitted ``Lambda`` diagonal (Brownian).
     mutation_rate_, base_distribution_ : ndarrays
         Fitted mutation parameters (discrete).
+    objective_history_ : list of float
+        ``log p(X, tree)`` (plus the log prior of ``Lambda`` for Brownian) after each tree build.
+    smc_log_weights_, n_resample_ : SMC only
+        Normalised final log weights and the number of resampling steps.
+
+    Notes
+    -----
+    * Greedy-Rate1 merges a pair at its rate-1 optimal time, or at the current time when that
+      optimum is earlier (times never decrease). A pair sharing no observed feature has no
+      likelihood information and its optimum is at zero duration.
+    * The Brownian root is flat (improper), so Brownian likelihoods are densities defined up to
+      translation; ``log_z`` of a merge is then a log density ratio and the LLR threshold 0 of the
+      flat clustering depends on the data scale. For the stationary mutation process ``log_z`` is
+      a genuine log likelihood ratio.
+    * SMC-PostPost works for both likelihoods (its proposal only needs ``Z`` as a function of
+      time); the tree reported by SMC is the highest-weight particle.
+    * Durations of exact duplicates in two or more dimensions would be zero with infinite
+      density; Brownian branch variances are floored at ``1e-9`` (in units of ``Lambda``).
     """
 
     def __init__(self, likelihood: str = "brownian", method: str = "greedy-rate1", n_particles: int = 50,

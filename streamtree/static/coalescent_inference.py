@@ -347,7 +347,8 @@ def _choose_rows(prob: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return np.minimum((cum < u[:, None]).sum(axis=1), prob.shape[1] - 1)
 
 
-def smc(alg, X: np.ndarray, proposal: str, n_particles: int, rng: np.random.Generator, resample: bool = True) -> SMCResult:
+def smc(alg, X: np.ndarray, proposal: str, n_particles: int, rng: np.random.Generator,
+        resample: bool = True) -> SMCResult:
     """Sequential Monte Carlo over coalescent trees (paper section 4.1), vectorised over particles.
 
     Proposals: ``"priorprior"`` (duration and pair from the prior), ``"priorpost"`` (duration from
