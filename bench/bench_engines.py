@@ -26,6 +26,7 @@ Usage: python bench/bench_engines.py [--docs 50000] [--vocab 20000] [--nnz 30] [
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import pickle
 import resource
@@ -75,9 +76,12 @@ def nbytes(obj) -> int:
     return len(head) + sum(memoryview(b).nbytes for b in buffers)
 
 
-def same(a: SweepStats, b: SweepStats) -> bool:
-    return (np.array_equal(a.counts, b.counts) and np.array_equal(a.occupied, b.occupied)
-            and np.array_equal(a.sums, b.sums) and np.array_equal(a.sumsq, b.sumsq) and a.loglik == b.loglik)
+def digest(st: SweepStats) -> str:
+    """Fingerprint of merged statistics (kept instead of the statistics, which are ~15 MB each)."""
+    h = hashlib.sha256()
+    for a in (st.counts, st.occupied, st.sums, st.sumsq, np.array([st.loglik])):
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
 
 
 def run_interleaved(engines: dict, X, cand, n_sweeps: int) -> dict:
@@ -92,14 +96,16 @@ def run_interleaved(engines: dict, X, cand, n_sweeps: int) -> dict:
         engine.load(X, seeds)
         load_s = time.perf_counter() - t
         t = time.perf_counter()
-        stats = [engine.sweep(cand)]
+        stats = [digest(engine.sweep(cand))]
         out[name] = {"load_s": load_s, "warm_s": time.perf_counter() - t, "stats": stats, "times": [],
                      "cores": engine.n_shards}
     for _ in range(n_sweeps):
         for name, (engine, _) in engines.items():
             t = time.perf_counter()
-            out[name]["stats"].append(engine.sweep(cand))
+            st = engine.sweep(cand)
             out[name]["times"].append(time.perf_counter() - t)
+            out[name]["stats"].append(digest(st))
+            del st
     for name, (engine, _) in engines.items():
         r = out[name]
         r["sweep_s"] = float(np.median(r["times"]))
@@ -199,7 +205,7 @@ def main() -> None:
     for name, r, base in rows:
         n = r["cores"]
         ratio = r["sweep_s"] / base["sweep_s"]
-        ok = all(same(a, b) for a, b in zip(r["stats"], base["stats"])) and np.array_equal(r["labels"], base["labels"])
+        ok = r["stats"] == base["stats"] and np.array_equal(r["labels"], base["labels"])
         mb = (cand_bytes + sum(traffic[n])) / MB if name.startswith("ray") else 0.0
         peaks = ", ".join(f"{a['max_rss_bytes'] / MB:.0f}" for a in r.get("actors", []))
         print(f"{name:34s} {r['sweep_s']:8.3f} {ratio:8.2f}x {r['warm_s']:9.2f} {r['load_s']:7.2f} "
