@@ -276,55 +276,71 @@ class KingmanCoalescent:
         if not hasattr(self, "_tree"):
             raise RuntimeError("this KingmanCoalescent is not fitted yet; call fit(X) first")
 
-    def _attachment_points(self, n_quad: int | None = None):
-        """Quadrature over where a new point joins the tree: log prior weight of joining each
-        alive branch at each time node, the posterior message of the process there, and the
-        time. Between events the new lineage joins each of the k alive lineages at rate 1, so
-        the density of joining a given branch at time t is ``exp(-int_0^t k(u) du)``."""
-        tree, alg = self._tree, self._alg
+    def _attachment_index(self, n_quad: int | None = None):
+        """Quadrature over where a new point joins the tree: for every entry the branch (node
+        below it), the time, the log prior weight, and whether it lies above the root. Between
+        events the new lineage joins each of the k alive lineages at rate 1, so the density of
+        joining a given branch at time t is ``exp(-int_0^t k(u) du)``."""
+        tree = self._tree
         n = tree.n_leaves
-        if not hasattr(self, "_down"):
-            self._down = downward(alg, tree)
-        down = self._down
-        par = tree.parent()
         if n_quad is None:
             n_quad = int(np.clip(1e6 // max(n * n / 2, 1), 2, 48))
         xg, wg = np.polynomial.legendre.leggauss(n_quad)
+        v = 0.5 * (xg + 1.0)
         nodes, ts, logw = [], [], []
         edges = np.concatenate([[0.0], tree.heights])
         log_surv = 0.0
-        alive = list(range(n))
+        alive = np.arange(n)
         for k in range(n - 1):
             lo, hi = edges[k], edges[k + 1]
             kk = n - k
             if hi > lo:
                 # t = lo + (hi - lo) v^2 removes the 1/sqrt(t) behaviour of leaf branches near 0
-                v = 0.5 * (xg + 1.0)
                 t = lo + (hi - lo) * v * v
                 lw = np.log(wg * (hi - lo) * v) + log_surv - kk * (t - lo)
-                for c in alive:
-                    nodes.append(np.full(n_quad, c))
-                    ts.append(t)
-                    logw.append(lw)
+                nodes.append(np.repeat(alive, n_quad))
+                ts.append(np.tile(t, alive.size))
+                logw.append(np.tile(lw, alive.size))
                 log_surv -= kk * (hi - lo)
-            a, b = int(tree.left[k]), int(tree.right[k])
-            alive = [c for c in alive if c != a and c != b] + [n + k]
-        nodes = np.concatenate(nodes) if nodes else np.zeros(0, np.int64)
-        ts = np.concatenate(ts) if ts else np.zeros(0)
-        logw = np.concatenate(logw) if logw else np.zeros(0)
-        hc, hp = tree.hgt[nodes], tree.hgt[par[nodes]]
-        up = alg.propagate(alg.take(tree.msgs, nodes), ts - hc)
-        dn = alg.propagate(alg.take(down, nodes), hp - ts)
-        post, _ = alg.combine(up, dn)
+            a, b = tree.left[k], tree.right[k]
+            alive = np.append(alive[(alive != a) & (alive != b)], n + k)
         # above the root: one lineage, rate 1, no message from above
         xl, wl = np.polynomial.laguerre.laggauss(24)
         root = 2 * n - 2
-        t_r = tree.hgt[root] + xl
-        post_r = alg.propagate(alg.take(tree.msgs, np.full(xl.size, root)), xl)
-        ts = np.concatenate([ts, t_r])
-        logw = np.concatenate([logw, np.log(wl) + log_surv])
-        post = tuple(np.concatenate([p1, p2]) for p1, p2 in zip(post, post_r))
-        return post, ts, logw
+        nodes.append(np.full(xl.size, root))
+        ts.append(tree.hgt[root] + xl)
+        logw.append(np.log(wl) + log_surv)
+        above = np.zeros(sum(x.size for x in nodes), dtype=bool)
+        above[-xl.size:] = True
+        return np.concatenate(nodes), np.concatenate(ts), np.concatenate(logw), above
+
+    def _attachment_chunks(self):
+        """Yield (posterior message, time, log weight) over blocks of attachment points; small
+        trees keep a single cached block, large ones are streamed to bound memory."""
+        if hasattr(self, "_attach"):
+            yield from self._attach
+            return
+        tree, alg = self._tree, self._alg
+        if not hasattr(self, "_down"):
+            self._down = downward(alg, tree)
+        par = tree.parent()
+        nodes, ts, logw, above = self._attachment_index()
+        width = self.n_features_in_ * (2 if self.likelihood == "brownian" else self.n_states_)
+        block = max(1, int(4e6 // width))
+        chunks = []
+        for s in range(0, nodes.size, block):
+            sl = slice(s, s + block)
+            c, t, ab = nodes[sl], ts[sl], above[sl]
+            up = alg.propagate(alg.take(tree.msgs, c), t - tree.hgt[c])
+            # the root's outside message is the no-information message: nothing comes from above
+            dn = alg.propagate(alg.take(self._down, c), np.where(ab, 0.0, tree.hgt[par[c]] - t))
+            post, _ = alg.combine(up, dn)
+            chunk = (post, t, logw[sl])
+            if nodes.size <= block:
+                chunks.append(chunk)
+            yield chunk
+        if chunks:
+            self._attach = chunks
 
     def predictive_log_density(self, X_new) -> np.ndarray:
         """``log p(x_new | X, tree)`` of each row (NaN entries are marginalised out).
@@ -337,12 +353,10 @@ class KingmanCoalescent:
         """
         self._check_fitted()
         Y = self._check_X(X_new, fitted=True)
-        if not hasattr(self, "_attach"):
-            self._attach = self._attachment_points()
-        post, ts, logw = self._attach
-        out = np.empty(Y.shape[0])
-        for i in range(Y.shape[0]):
-            out[i] = logsumexp(logw + self._alg.log_predict(post, ts, Y[i][None, :]))
+        out = np.full(Y.shape[0], -np.inf)
+        for post, ts, logw in self._attachment_chunks():
+            for i in range(Y.shape[0]):
+                out[i] = np.logaddexp(out[i], logsumexp(logw + self._alg.log_predict(post, ts, Y[i][None, :])))
         return out
 
     def impute(self, X=None) -> np.ndarray:
@@ -371,20 +385,25 @@ class KingmanCoalescent:
             est = alg.point_estimate(post)
             return np.where(np.isnan(X), est, X)
         Y = self._check_X(X, fitted=True)
-        if not hasattr(self, "_attach"):
-            self._attach = self._attachment_points()
-        post, ts, logw = self._attach
-        out = Y.copy()
-        for i in range(Y.shape[0]):
-            miss = np.isnan(Y[i])
-            if not miss.any():
-                continue
-            lw = logw + alg.log_predict(post, ts, Y[i][None, :])
-            w = np.exp(lw - logsumexp(lw))
+        rows = np.flatnonzero(np.isnan(Y).any(axis=1))
+        lognorm = np.full(rows.size, -np.inf)
+        acc = [None] * rows.size  # running weighted sums, scaled by exp(-lognorm)
+        for post, ts, logw in self._attachment_chunks():
             if self.likelihood == "brownian":
-                out[i, miss] = (w[:, None] * post[0][:, miss]).sum(axis=0)
+                value = post[0]
             else:
                 e = np.exp(-alg.lam * ts[:, None])[..., None]
-                probs = e * alg.state_posterior(post) + (1 - e) * alg.q
-                out[i, miss] = np.argmax((w[:, None, None] * probs).sum(axis=0), axis=-1)[miss]
+                value = e * alg.state_posterior(post) + (1 - e) * alg.q
+            for r, i in enumerate(rows):
+                lw = logw + alg.log_predict(post, ts, Y[i][None, :])
+                new = np.logaddexp(lognorm[r], logsumexp(lw))
+                w = np.exp(lw - new)
+                part = np.tensordot(w, value, axes=1)
+                acc[r] = part if acc[r] is None else acc[r] * np.exp(lognorm[r] - new) + part
+                lognorm[r] = new
+        out = Y.copy()
+        for r, i in enumerate(rows):
+            miss = np.isnan(Y[i])
+            est = acc[r] if self.likelihood == "brownian" else np.argmax(acc[r], axis=-1)
+            out[i, miss] = est[miss]
         return out
