@@ -100,7 +100,9 @@ class RayEngine(Engine):
         single-node cluster: loopback only, no dashboard, no usage statistics. If Ray is already
         initialised in this process, that connection is used whatever ``address`` says.
     numba_threads : int
-        CPUs reserved per actor; also its ``NUMBA_NUM_THREADS`` and ``OMP_NUM_THREADS``.
+        CPUs reserved per actor; also its ``NUMBA_NUM_THREADS`` and ``OMP_NUM_THREADS`` (the
+        shard sweep itself is single-threaded today, so more threads only help numba-parallel
+        code paths).
     object_store_memory : int, optional
         Object store size in bytes of a locally started cluster.
     max_restarts : int
