@@ -50,6 +50,10 @@ def main(n: int = 2000, D: int = 20) -> None:
     print(f"Greedy-Rate1 binary          n={n // 2:5d} D={D}: {t_bin:7.2f} s CPU  (SciPy average linkage "
           f"{t_avg_b:.3f} s)")
 
+    est = KingmanCoalescent().fit(X[:500])
+    t_pred = timed(lambda: est.predictive_log_density(X[500:510]))
+    print(f"predictive_log_density n=500 D={D}: {t_pred / 10:.3f} s CPU per new row (block of 10)")
+
     ns, Ds, S = 100, 5, 50
     Xs = rng.normal(size=(ns, Ds))
     for m in ("greedy-maxprob", "smc-priorprior", "smc-priorpost", "smc-postpost"):
