@@ -228,20 +228,17 @@ def format_results(results: list[ModelResult], data: SplitData, ev: EvaluationCo
         f"empty after vocabulary filtering, dropped: {data.n_dropped_train} training, "
         f"{data.n_dropped_test} test documents.",
     ]
-    width = 22
     for title, attr in (
         ("Normalised held-out log predictive density per document, "
          "log sum_e pi_e C_p(beta_e) exp(beta_e theta_e.x) (higher is better):", "normalized"),
         ("Unnormalised held-out score per document as in the paper, "
          "log sum_e pi_e exp(beta_e theta_e.x), vMF normalisers dropped (not a density):", "unnormalized"),
     ):
+        cells = {(v, d): _cell(getattr(by[(v, d)], attr)) if (v, d) in by else "-" for v in variants for d in depths}
+        width = max(len(c) for c in cells.values()) + 3
         lines += ["", title, f"{'model':<10}" + "".join(f"{'depth ' + str(d):>{width}}" for d in depths)]
         for v in variants:
-            row = f"{v:<10}"
-            for d in depths:
-                r = by.get((v, d))
-                row += f"{_cell(getattr(r, attr)) if r else '-':>{width}}"
-            lines.append(row)
+            lines.append(f"{v:<10}" + "".join(f"{cells[(v, d)]:>{width}}" for d in depths))
     lines += ["", "chosen kappa0 (seed), time:"]
     for r in results:
         note = "" if kappa0_matters(r.variant, r.depth) else " (kappa0 plays no role)"
