@@ -38,6 +38,7 @@ from streamtree.window import WindowedCounts, subtree_sums
 logger = logging.getLogger(__name__)
 
 _NORM_TOL = 1e-6
+_MERGE_GRACE = 2  # sweeps a new node lives before it may be merged away
 
 
 def _make_engine(engine, n_shards: int, n_threads: int, options: dict | None) -> Engine:
@@ -97,20 +98,21 @@ class DTSSBP:
     n_sweeps : int
         Gibbs sweeps per epoch.
     n_map_iter : int
-        Maximum even/odd alternations of the MAP parameter step per sweep.
+        Maximum even/odd alternations of the MAP parameter step per sweep. The step starts
+        from the previous sweep's parameters, so a few alternations per sweep suffice.
     merge_moves : bool
-        In the second half of an epoch's sweeps, offer every node a merge into its parent
-        after each sweep (see :mod:`streamtree.inference.merge`); this removes duplicate
-        parent-child chains. The first half is left to explore: new nodes start as mixtures
-        near their parent and would be merged back before they can separate.
-    split_proposals : float
-        In the first half of an epoch's sweeps, after the MAP step, each node holding at
-        least ``2 * min_node_docs`` documents proposes, with this probability, a new child
-        seeded by one of its documents drawn at random (direction halfway between the node and
-        the document; the document itself for the Gaussian). Single-document births through the
-        placeholder are rare in high dimension; seeded children let coherent groups split off,
-        and the merge moves of the second half remove the proposals the data do not support.
-        ``0`` disables proposals.
+        After each sweep, offer every node at least two sweeps old a merge into its parent
+        (see :mod:`streamtree.inference.merge`); this removes duplicate parent-child chains
+        and unsupported proposals. Younger nodes are spared: they start near their parent and
+        need a sweep or two to gather their documents.
+    split_proposals : int
+        Seeded child proposals per sweep (all but the last few sweeps of an epoch): after the
+        MAP step, this many nodes holding at least ``2 * min_node_docs`` documents, drawn in
+        proportion to their counts, each get a new child seeded by one of their documents
+        drawn at random (direction halfway between the node and the document; the document
+        itself for the Gaussian). Single-document births through the placeholder are rare in
+        high dimension; seeded children let coherent groups split off, and the merge moves
+        remove the proposals the data do not support. ``0`` disables proposals.
     min_node_docs : int
         Nodes with fewer documents keep their previous concentration (a newborn node starts
         with its parent's) instead of a noisy estimate.
@@ -153,9 +155,9 @@ class DTSSBP:
         eta: float = 0.5,
         noise_var: float | None = None,
         n_sweeps: int = 50,
-        n_map_iter: int = 10,
+        n_map_iter: int = 3,
         merge_moves: bool = True,
-        split_proposals: float = 0.5,
+        split_proposals: int = 2,
         min_node_docs: int = 2,
         beta_bounds: tuple[float, float] = (1e-3, 1e6),
         engine: Any = "local",
@@ -438,6 +440,7 @@ class DTSSBP:
                 continue
             parent = int(arrays.ids[prow])
             nid = self.tree_.add_child(parent, born=epoch)
+            self._born_sweep[nid] = self._sweep
             col_ids[col] = nid
             s = stats.sums[row_of[col]]
             prior = self._new_node_prior(self.tree_.depth[nid])
@@ -477,28 +480,60 @@ class DTSSBP:
 
     def _propose_children(self, stats, col_ids: np.ndarray, current: dict[int, int], epoch: int,
                           rng: np.random.Generator) -> None:
-        """Seed new children from random member documents of well-populated nodes."""
+        """Seed up to ``split_proposals`` new children from random member documents of nodes
+        drawn in proportion to their document counts."""
         if stats.seeds is None:
             return
         tree = self.tree_
+        rows, weights = [], []
         for r, col in enumerate(stats.occupied):
             nid = int(col_ids[col])
-            if nid not in tree or current.get(nid, 0) < 2 * self.min_node_docs:
-                continue
-            if rng.random() >= self.split_proposals:
-                continue
-            parent = nid if not tree.at_cap(nid) else tree.parent[nid]
-            if parent < 0 or tree.at_cap(parent):
-                continue
+            n = current.get(nid, 0)
+            if nid in tree and n >= 2 * self.min_node_docs:
+                rows.append(r)
+                weights.append(float(n))
+        if not rows:
+            return
+        k = min(int(self.split_proposals), len(rows))
+        w = np.asarray(weights)
+        picks = rng.choice(len(rows), size=k, replace=False, p=w / w.sum())
+        for i in picks:
+            r = rows[i]
+            nid = int(col_ids[stats.occupied[r]])
             x = stats.seeds[r]
             x = np.asarray(x.toarray()).ravel() if sp.issparse(x) else np.asarray(x, dtype=np.float64).ravel()
-            child = tree.add_child(parent, born=epoch)
             if self.likelihood == "vmf":
                 v = x / max(np.linalg.norm(x), 1e-300) + self.theta_[nid]
-                self.theta_[child] = v / np.linalg.norm(v)
+                theta = v / np.linalg.norm(v)
             else:
-                self.theta_[child] = x.copy()
+                theta = x.copy()
+            parent = self._best_attachment(nid, theta)
+            if parent is None:
+                continue
+            child = tree.add_child(parent, born=epoch)
+            self._born_sweep[child] = self._sweep
+            self.theta_[child] = theta
             self.beta_[child] = self.beta_[nid]
+
+    def _best_attachment(self, nid: int, theta: np.ndarray) -> int | None:
+        """The node on the path from ``nid`` to the root (above the depth cap) under which a new
+        child with parameter ``theta`` has the highest parent-link log density."""
+        tree = self.tree_
+        best, best_score = None, -np.inf
+        a = nid
+        while a >= 0:
+            if not tree.at_cap(a):
+                d = tree.depth[a] + 1
+                prior = self._new_node_prior(d)
+                if self.likelihood == "vmf":
+                    score = float(vmf.log_normalizer(self.n_features_in_, prior) + prior * theta @ self.theta_[a])
+                else:
+                    diff = theta - self.theta_[a]
+                    score = float(-diff @ diff / (2 * prior) - 0.5 * theta.shape[0] * np.log(2 * np.pi * prior))
+                if score > best_score:
+                    best, best_score = a, score
+            a = tree.parent[a]
+        return best
 
     def _prior_kwargs(self) -> dict:
         c = self.config_
@@ -520,9 +555,12 @@ class DTSSBP:
 
         past = dict(win.total)
         before = prior_of(tree, past, current)
+        log_total = np.log(sum(past.values()) + sum(current.values()) + 2.0)
         for c in reversed(tree.preorder()):
             if c == ROOT or c not in tree:
                 continue
+            if self._sweep - self._born_sweep.get(c, -_MERGE_GRACE) < _MERGE_GRACE:
+                continue  # too young: a new node needs a few sweeps to gather its documents
             par = tree.parent[c]
             if par == ROOT and not self.config_.root_holds_data:
                 continue
@@ -533,12 +571,16 @@ class DTSSBP:
                 prior = self._new_node_prior(tree.depth[c])
                 if self.likelihood == "vmf":
                     data = (merge_moves.vmf_group_log_likelihood(n, s, self.theta_[par], self.beta_[par], p)
-                            - merge_moves.vmf_group_log_marginal(n, s, self.theta_[par], prior, self.beta_[c], p))
+                            - merge_moves.vmf_group_log_marginal(n, s, self.theta_[par], prior, self.beta_[par], p))
                 else:
                     data = (merge_moves.gaussian_group_log_likelihood(n, s, sumsq[c], self.theta_[par],
                                                                       1.0 / self.beta_[par])
                             - merge_moves.gaussian_group_log_marginal(n, s, sumsq[c], self.theta_[par], prior,
                                                                       1.0 / self.beta_[c]))
+            # The stick prior's gain from a merge grows like (documents moved) x log(total); when
+            # the data's Bayes factor is far beyond any such gain, skip the O(K) prior evaluation.
+            if data < -(n + past.get(c, 0) + 1) * 3.0 * log_total - 20.0:
+                continue
             trial = tree.copy()
             trial.merge_into_parent(c)
             past_m = dict(past)
@@ -664,7 +706,9 @@ class DTSSBP:
         engine = self._engine
         if n:
             engine.load(X, list(shard_seeds))
+        self._born_sweep: dict[int, int] = {}
         for sweep in range(self.n_sweeps if n else 0):
+            self._sweep = sweep
             arrays = self.tree_.arrays()
             params = stick_params(arrays, self._own_counts(arrays.ids, current), alpha0=self.alpha0, lam=self.lam,
                                   gamma=self.config_.gamma, max_depth=self.config_.max_depth,
@@ -674,11 +718,11 @@ class DTSSBP:
             stats = engine.sweep(cand)
             col_ids, current, sums, sumsq = self._materialise(arrays, cand, ph_rows, stats, epoch)
             self._cull(current)
-            if self.merge_moves and 2 * sweep >= self.n_sweeps:  # explore first, then tidy
+            if self.merge_moves:
                 self._merge_step(current, sums, sumsq, col_ids, rng)
             self._update_concentrations(current, sums, sumsq)
             self._map_step(sums, current, prev, epoch)
-            if self.split_proposals > 0 and 2 * sweep < self.n_sweeps - 2:
+            if self.split_proposals > 0 and sweep < self.n_sweeps - 1 - _MERGE_GRACE:
                 self._propose_children(stats, col_ids, current, epoch, rng)
             logger.debug("epoch %d sweep %d: %d nodes, log p(x) %.4g", epoch, sweep, len(self.tree_), stats.loglik)
         labels = col_ids[engine.labels()] if n else np.zeros(0, dtype=np.int64)
