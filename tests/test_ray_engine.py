@@ -174,8 +174,6 @@ def test_deployment_manifests_parse_and_carry_what_the_project_relies_on():
 
     containerfile = (DEPLOYMENTS / "Containerfile").read_text()
     assert "pip install ." in containerfile and "ENTRYPOINT" in containerfile
-    unit = (DEPLOYMENTS / "streamtree.service").read_text()
-    assert "ExecStart=/opt/streamtree/bin/streamtree serve" in unit and "[Install]" in unit
 
 
 # ---------------------------------------------------------------------------- Ray cluster
