@@ -395,6 +395,18 @@ class DTSSBP:
         _, lognorm = score_rows(X, cand, None)
         return lognorm
 
+    def close(self) -> None:
+        """Release the engine's resources (Ray actors, shard copies). The fitted state stays."""
+        engine = getattr(self, "_engine", None)
+        if engine is not None:
+            engine.close()
+
+    def __enter__(self) -> "DTSSBP":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     # ------------------------------------------------------------------ inference
     def _own_counts(self, ids: np.ndarray, current: dict[int, int]) -> np.ndarray:
         return self.window_counts_.counts(ids) + np.array([current.get(int(i), 0) for i in ids], dtype=np.int64)
