@@ -1,4 +1,4 @@
-"""The ``streamtree`` command line: ``replay``, ``show`` and ``evaluate``.
+"""The ``streamtree`` command line: ``replay``, ``show``, ``snapshot`` and ``evaluate``.
 
 User errors (unreadable sources, missing columns, bad stores, bad arguments) print one line
 ``streamtree <command>: error: <what> (<where>): <what to do>`` and exit with status 2; no
@@ -12,6 +12,10 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -131,6 +135,27 @@ def build_parser() -> argparse.ArgumentParser:
                    help="finish an interrupted replay of the same configuration (refits, publishes missing epochs)")
     g.add_argument("--overwrite", action="store_true", help="delete the store's content first")
     r.add_argument("--quiet", action="store_true", help="no progress lines")
+    r.add_argument("--static", choices=["bhc", "coalescent", "tmc"],
+                   help="also store a static hierarchy of each published epoch (static/<method>.parquet)")
+    r.add_argument("--static-over", choices=["documents", "nodes"], default="documents",
+                   help="leaves of the static hierarchy: a sample of the documents or the tree's nodes")
+    r.add_argument("--static-max-points", type=_positive_int, default=300,
+                   help="at most this many leaves (a seeded random sample above it; default 300)")
+
+    n = sub.add_parser("snapshot", help="compute a static hierarchy (BHC, coalescent, TMC) of a stored epoch",
+                       description="Fit a static hierarchy of one stored epoch and write it to the store. "
+                                   "Over nodes it uses the stored theta; over documents it re-reads the "
+                                   "epoch's rows from the source (the stored replay's unless --source) "
+                                   "and vectorises them with the stored vocabulary.")
+    n.add_argument("store", help="snapshot store directory")
+    n.add_argument("--method", required=True, help="bhc, coalescent or tmc")
+    n.add_argument("--epoch", required=True, help="epoch index or label")
+    n.add_argument("--over", choices=["documents", "nodes"], default="nodes", help="leaves (default nodes)")
+    n.add_argument("--max-points", type=_positive_int, default=300, help="at most this many leaves")
+    n.add_argument("--source", help="source of the documents (default: the one the store was replayed from)")
+    n.add_argument("--text-col", help="text column (default: the stored replay's)")
+    n.add_argument("--time-col", help="time column (default: the stored replay's)")
+    n.add_argument("--seed", type=int, default=0, help="random seed of the sample and the fit")
 
     s = sub.add_parser("show", help="print the published trees (or one node's lineage)",
                        description="Print a store's epoch trees like the dTSSBP paper's figures.")
@@ -139,6 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--node", type=int, help="print this node's lineage across epochs")
     s.add_argument("--top-words", type=_positive_int, default=10, help="words per node")
     s.add_argument("--min-docs", type=int, default=0, help="hide nodes with fewer documents in their subtree")
+    s.add_argument("--static", metavar="METHOD", help="print the stored static snapshot METHOD instead")
 
     e = sub.add_parser(
         "evaluate", help="held-out log-likelihood of the dTSSBP and its baselines (the paper's protocol)",
@@ -262,8 +288,14 @@ def cmd_replay(args) -> int:
     if config.time_col is None and config.epoch_col is None:
         raise _UserError("give --time-col (or --epoch-col with --epoch column)", "replay", "add the column name")
     mode = "resume" if args.resume else "overwrite" if args.overwrite else "refuse"
+    static = None
+    if args.static:
+        from streamtree.snapshots import StaticOptions
+
+        static = StaticOptions(args.static, args.static_over, args.static_max_points)
     try:
-        summary = replay(config, args.store, mode=mode, progress=None if args.quiet else stderr_progress())
+        summary = replay(config, args.store, mode=mode, progress=None if args.quiet else stderr_progress(),
+                         static=static)
     except KeyboardInterrupt:
         done = SnapshotStore(args.store).epochs()
         last = f"epoch {done[-1]['epoch']} ({done[-1]['label']})" if done else "no epoch"
@@ -286,12 +318,95 @@ def cmd_show(args) -> int:
         print(format_lineage(store, args.node, top_words=args.top_words))
         return 0
     chosen = entries if args.epoch is None else [resolve_epoch(entries, args.epoch)]
+    if args.static:
+        from streamtree.snapshots import format_static
+
+        for i, entry in enumerate(chosen):
+            head = f"epoch {entry['epoch']} ({entry['label']}) static {args.static}"
+            if args.static not in entry.get("static", []):
+                print(f"{head}: not (yet) computed")
+                continue
+            snap = store.read_static(entry["epoch"], args.static)
+            scalars = {k: v for k, v in snap.stats.items() if np.ndim(v) == 0}
+            print(f"{head}: " + format_static(snap.linkage, snap.heights, snap.leaf_ids, scalars))
+        return 0
     vocab = store.vocabulary()
     for i, entry in enumerate(chosen):
         if i:
             print()
         print(format_epoch(store.read(entry["epoch"]), vocab, top_words=args.top_words, min_docs=args.min_docs))
     return 0
+
+
+def cmd_snapshot(args) -> int:
+    from connectors.stores.snapshot import SnapshotStore, StoreError
+    from streamtree.snapshots import METHODS, static_snapshot
+
+    if args.method not in METHODS:
+        raise _UserError(f"unknown method {args.method!r}", "--method", f"choose from {', '.join(METHODS)}")
+    store = SnapshotStore(args.store)
+    entries = store.epochs()
+    if not entries:
+        raise StoreError(f"{args.store}: no published epochs (is this a store? run `streamtree replay` first)")
+    entry = resolve_epoch(entries, args.epoch)
+    stored = store.read(entry["epoch"])
+    rng = np.random.default_rng([args.seed, int(entry["epoch"])])
+    if args.over == "nodes":
+        if not stored.theta_exact:
+            logger.warning("the store keeps only the top theta entries; node directions are approximate")
+        res = static_snapshot(args.method, node_theta=stored.tree.theta, ids=stored.tree.node_ids.tolist(),
+                              max_points=args.max_points, rng=rng)
+    else:
+        X = _stored_epoch_rows(store, entry, stored, args)
+        res = static_snapshot(args.method, X, ids=stored.doc_ids.tolist(), labels=stored.tree.assignments,
+                              max_points=args.max_points, rng=rng)
+    store.write_static(entry["epoch"], args.method, res.dendrogram, res.stats, leaf_ids=res.leaf_ids)
+    h = res.dendrogram.heights
+    st = res.stats
+    sample = f" (a sample of {st['n_total']})" if st["sampled"] else ""
+    line = (f"epoch {entry['epoch']} ({entry['label']}) {args.method} over {args.over}: {st['n_points']} leaves"
+            f"{sample}, {st['components']} SVD dims, heights {h.min():.4g} .. {h.max():.4g}")
+    if "dtssbp_purity" in st:
+        line += f", dendrogram purity vs dTSSBP nodes {st['dtssbp_purity']:.3f}"
+    print(line)
+    print(f"stored: {args.store} epoch {entry['epoch']} static/{args.method}.parquet")
+    return 0
+
+
+def _stored_epoch_rows(store, entry: dict, stored, args):
+    """The stored epoch's documents re-read from the source, vectorised with the stored vocabulary,
+    in the stored document order."""
+    from connectors.stores.snapshot import StoreError
+    from streamtree.replay import ReplayConfig, read_epochs
+
+    base = dict(store.config().get("replay") or {})
+    if not base and not (args.source and args.text_col):
+        raise _UserError("the store has no replay configuration", "--over documents",
+                         "give --source, --text-col and --time-col")
+    fields = set(ReplayConfig.__dataclass_fields__)
+    base = {k: v for k, v in base.items() if k in fields}
+    for name in ("source", "text_col", "time_col"):
+        if getattr(args, name):
+            base[name] = getattr(args, name)
+    base.setdefault("time_col", None)
+    config = ReplayConfig(**base)
+    vec = store.vectorizer()
+    if vec is None:
+        raise StoreError(f"{args.store}: no stored vocabulary; cannot vectorise documents")
+    epochs, _ = read_epochs(config)
+    match = [e for e in epochs if e.index == entry["epoch"]]
+    if not match:
+        raise _UserError(f"the source has no epoch {entry['epoch']} ({entry['label']})", "--source",
+                         "use the source the store was replayed from")
+    rows = match[0].rows
+    pos = {str(i): k for k, i in enumerate(rows.column("id").to_pylist())}
+    missing = [d for d in stored.doc_ids if str(d) not in pos]
+    if missing:
+        raise _UserError(f"{len(missing)} stored documents of epoch {entry['epoch']} are not in the source "
+                         f"(e.g. {missing[0]!r})", "--source", "use the source the store was replayed from")
+    take = np.asarray([pos[str(d)] for d in stored.doc_ids], dtype=np.int64)
+    X, _ = vec.transform(rows.column("text").take(take))
+    return X
 
 
 def cmd_evaluate(args) -> int:
@@ -343,7 +458,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
-    command = {"replay": cmd_replay, "show": cmd_show, "evaluate": cmd_evaluate}[args.command]
+    command = {"replay": cmd_replay, "show": cmd_show, "snapshot": cmd_snapshot,
+               "evaluate": cmd_evaluate}[args.command]
     try:
         return command(args)
     except KeyboardInterrupt:

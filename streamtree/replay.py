@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import scipy.sparse as sp
 
@@ -28,6 +29,7 @@ from connectors.sources import open_source
 from connectors.stores.snapshot import SnapshotStore, StoreError
 from streamtree.epochs import Epoch, EpochSpec, bucket
 from streamtree.records import EMPTY_AFTER_VOCABULARY, RejectLog
+from streamtree.snapshots import StaticOptions, static_snapshot
 from streamtree.text import TextVectorizer
 
 logger = logging.getLogger(__name__)
@@ -183,6 +185,7 @@ def replay(
     progress: Callable[[EpochProgress], None] | None = None,
     epochs: list[Epoch] | None = None,
     n_records: int | None = None,
+    static: StaticOptions | None = None,
 ) -> ReplaySummary:
     """Replay ``config.source`` into the store at ``store_uri``.
 
@@ -198,6 +201,11 @@ def replay(
         Called with an :class:`EpochProgress` after each epoch.
     epochs, n_records : optional
         Pre-read epochs (from :func:`read_epochs`), to skip reading the source again.
+    static : StaticOptions, optional
+        Also fit a static hierarchy (see :mod:`streamtree.snapshots`) of each newly published
+        epoch and store it as ``static/<method>.parquet``. It is written after the epoch's
+        publish and becomes visible with the next manifest commit, so a reader may see an
+        epoch before its static snapshot and must treat a missing one as "not yet".
 
     Returns
     -------
@@ -254,6 +262,8 @@ def replay(
                           rejects=rejects, key=ep.key, label=ep.label,
                           checkpoint={"last_epoch": ep.index, "documents": n_docs})
             n_published += 1
+            if static is not None:
+                _write_static(store, static, ep, tree, X, config.seed)
         if progress is not None:
             progress(EpochProgress(ep.index, len(epochs), ep.label, X.shape[0], rejects.num_rows,
                                    tree.n_nodes, time.perf_counter() - t0, skipped))
@@ -266,6 +276,25 @@ def replay(
         rejects=dict(log.counts), n_empty_after_filter=n_empty, vocabulary_size=p,
         seconds=time.perf_counter() - start, fit_seconds=fit_seconds,
     )
+
+
+def _write_static(store: SnapshotStore, opts: StaticOptions, ep: Epoch, tree, X, seed: int) -> None:
+    """Fit and store the static snapshot of a just-published epoch (seeded per epoch)."""
+    t0 = time.perf_counter()
+    rng = np.random.default_rng([seed, ep.index])
+    try:
+        if opts.over == "nodes":
+            res = static_snapshot(opts.method, node_theta=tree.theta, ids=tree.node_ids.tolist(),
+                                  max_points=opts.max_points, rng=rng)
+        else:
+            res = static_snapshot(opts.method, X, ids=ep.rows.column("id").to_pylist(), labels=tree.assignments,
+                                  max_points=opts.max_points, rng=rng)
+    except ValueError as exc:  # e.g. an epoch with a single document or node
+        logger.warning("epoch %s: no static %s snapshot: %s", ep.label, opts.method, exc)
+        return
+    store.write_static(ep.index, opts.method, res.dendrogram, res.stats, leaf_ids=res.leaf_ids)
+    logger.info("epoch %s: static %s snapshot over %d %s in %.2fs", ep.label, opts.method,
+                res.stats["n_points"], opts.over, time.perf_counter() - t0)
 
 
 def stderr_progress(stream=None) -> Callable[[EpochProgress], None]:

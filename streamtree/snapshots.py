@@ -1,0 +1,218 @@
+"""Static hierarchical snapshots of one epoch: BHC, Kingman's coalescent or the TMC.
+
+Pure: arrays and a ``numpy.random.Generator`` in, a :class:`SnapshotResult` out; storing it
+(``SnapshotStore.write_static``) is the caller's business.
+
+The leaves are either the epoch's documents (unit-L2 term-frequency rows, a seeded random
+sample of at most ``max_points``) or the epoch tree's nodes (their theta directions). All
+three models are Gaussian/Brownian on real vectors, so the rows are first projected to
+``n_components`` dimensions with a truncated SVD (a multinomial BHC would need the raw term
+counts, which the L2 rows no longer carry). Defaults, chosen so that a replay of the State of
+the Union corpus with ``--static bhc`` adds well under a minute in total:
+
+* ``max_points = 300``: greedy BHC and greedy-rate1 are O(n^2) merge scans;
+* ``n_components = 20``: enough for the main topical directions, cheap NIW determinants; of
+  those, only the leading ones holding 90% of their variance are kept (``stats["components"]``);
+* ``tmc_sweeps = 20`` (``burn_in = 10``): the sampler starts from average linkage, so a few
+  sweeps already refine it; this is a snapshot, not a converged posterior.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+from streamtree.static.dendrogram import Dendrogram
+
+METHODS = ("bhc", "coalescent", "tmc")
+OVER = ("documents", "nodes")
+DEFAULT_MAX_POINTS = 300
+DEFAULT_COMPONENTS = 20
+DEFAULT_TMC_SWEEPS = 20
+VARIANCE_KEPT = 0.9
+
+
+@dataclass(frozen=True)
+class StaticOptions:
+    """What a replay computes after each published epoch."""
+
+    method: str
+    over: str = "documents"
+    max_points: int = DEFAULT_MAX_POINTS
+
+    def __post_init__(self) -> None:
+        check_method(self.method)
+        if self.over not in OVER:
+            raise ValueError(f"static snapshots are over one of {OVER}, got {self.over!r}")
+        if int(self.max_points) < 2:
+            raise ValueError(f"max_points must be at least 2, got {self.max_points}")
+
+
+@dataclass
+class SnapshotResult:
+    """A fitted static snapshot.
+
+    Attributes
+    ----------
+    dendrogram : Dendrogram
+        Over ``len(leaf_ids)`` leaves; per-merge statistics in ``dendrogram.stats``.
+    leaf_ids : list
+        Id of each leaf in linkage order (document ids, node ids or row indices).
+    rows : ndarray of int
+        Row of the input each leaf came from.
+    stats : dict
+        Scalars describing the fit (method, over, n_points, n_total, sampled, components,
+        and ``dtssbp_purity`` when labels were given).
+    """
+
+    dendrogram: Dendrogram
+    leaf_ids: list
+    rows: np.ndarray
+    stats: dict = field(default_factory=dict)
+
+
+def check_method(method: str) -> str:
+    if method not in METHODS:
+        raise ValueError(f"unknown static method {method!r}; choose from {', '.join(METHODS)}")
+    return method
+
+
+def project(X, n_components: int, rng: np.random.Generator) -> tuple[np.ndarray, int]:
+    """Rows of ``X`` in at most ``n_components`` SVD dimensions (fewer for few rows/columns).
+
+    Returns the dense projection and the number of dimensions kept.
+    """
+    n, p = X.shape
+    k = int(min(n_components, n - 1, p - 1))
+    if k < 1:  # one column or two rows: nothing to reduce
+        D = X.toarray() if sp.issparse(X) else np.asarray(X, dtype=np.float64)
+        return np.asarray(D, dtype=np.float64), D.shape[1]
+    from sklearn.decomposition import TruncatedSVD
+
+    svd = TruncatedSVD(n_components=k, random_state=int(rng.integers(2**31 - 1)))
+    Y = svd.fit_transform(X)
+    # Drop the trailing components that together hold less than 10% of the kept variance:
+    # near-noise axes make the full-covariance Gaussian of BHC (and the Brownian models)
+    # spend their evidence on noise and blur clusters that one or two axes separate.
+    var = np.asarray(svd.explained_variance_, dtype=np.float64)
+    if var.sum() > 0:
+        k = int(min(k, np.searchsorted(np.cumsum(var) / var.sum(), VARIANCE_KEPT) + 1))
+    return np.asarray(Y[:, :k], dtype=np.float64), k
+
+
+def _fit(method: str, Y: np.ndarray, rng: np.random.Generator, tmc_sweeps: int) -> Dendrogram:
+    if method == "bhc":
+        from streamtree.static.bhc import BayesianHierarchicalClustering
+
+        return BayesianHierarchicalClustering(likelihood="gaussian").fit(Y).dendrogram_
+    seed = int(rng.integers(2**31 - 1))
+    if method == "coalescent":
+        from streamtree.static.coalescent import KingmanCoalescent
+
+        # unit diffusion variance on standardised projections: the scale of the SVD axes varies
+        sd = Y.std(axis=0)
+        return KingmanCoalescent(likelihood="brownian", method="greedy-rate1", random_state=seed).fit(
+            Y / np.where(sd > 0, sd, 1.0)).dendrogram_
+    from streamtree.static.tmc import TimeMarginalizedCoalescent
+
+    return TimeMarginalizedCoalescent(n_sweeps=tmc_sweeps, burn_in=tmc_sweeps // 2,
+                                      random_state=seed).fit(Y).dendrogram_
+
+
+def static_snapshot(
+    method: str,
+    X=None,
+    *,
+    node_theta=None,
+    ids=None,
+    labels=None,
+    max_points: int = DEFAULT_MAX_POINTS,
+    n_components: int = DEFAULT_COMPONENTS,
+    tmc_sweeps: int = DEFAULT_TMC_SWEEPS,
+    rng: np.random.Generator,
+) -> SnapshotResult:
+    """Fit a static hierarchy over an epoch's documents or its tree's node directions.
+
+    Parameters
+    ----------
+    method : {"bhc", "coalescent", "tmc"}
+        Gaussian BHC, Kingman's coalescent (Brownian, greedy-rate1) or the time-marginalised
+        coalescent (``tmc_sweeps`` Gibbs sweeps, half burn-in; the best state kept).
+    X : array or sparse matrix of shape (n_documents, p), optional
+        The epoch's document rows; used when ``node_theta`` is None.
+    node_theta : array of shape (n_nodes, p), optional
+        Fit over the epoch tree's nodes instead (no sampling unless more than ``max_points``).
+    ids : sequence, optional
+        Id of each input row (document or node ids); default the row indices.
+    labels : array of shape (n_rows,), optional
+        A reference clustering of the rows (e.g. the dTSSBP node of each document): its
+        dendrogram purity over the leaves goes to ``stats["dtssbp_purity"]``.
+    max_points : int
+        Cap on the leaves; above it a seeded uniform sample without replacement is used
+        (``stats["sampled"]`` says so).
+    n_components : int
+        Truncated-SVD dimensions the models see.
+    rng : numpy.random.Generator
+
+    Returns
+    -------
+    SnapshotResult
+    """
+    check_method(method)
+    over = "documents" if node_theta is None else "nodes"
+    data = X if node_theta is None else node_theta
+    if data is None:
+        raise ValueError("give the documents X or node_theta")
+    if not sp.issparse(data):
+        data = np.asarray(data, dtype=np.float64)
+        if data.ndim != 2:
+            raise ValueError(f"expected a 2-d array of rows, got shape {data.shape}")
+    n = data.shape[0]
+    if int(max_points) < 2:
+        raise ValueError(f"max_points must be at least 2, got {max_points}")
+    if n < 2:
+        raise ValueError(f"a static snapshot needs at least 2 {over}, got {n}")
+    if ids is not None and len(ids) != n:
+        raise ValueError(f"{len(ids)} ids for {n} rows")
+    rows = np.arange(n) if n <= max_points else np.sort(rng.choice(n, int(max_points), replace=False))
+    sub = data[rows]
+    Y, k = project(sub, n_components, rng)
+    dend = _fit(method, Y, rng, int(tmc_sweeps))
+    leaf_ids = rows.tolist() if ids is None else [ids[i] for i in rows]
+    leaf_ids = [x.item() if isinstance(x, np.generic) else x for x in leaf_ids]
+    stats = {"method": method, "over": over, "n_points": int(rows.size), "n_total": int(n),
+             "sampled": bool(rows.size < n), "components": int(k)}
+    if method == "tmc":
+        stats["tmc_sweeps"] = int(tmc_sweeps)
+    if labels is not None:
+        from streamtree.static.metrics import dendrogram_purity
+
+        labels = np.asarray(labels)
+        if labels.shape != (n,):
+            raise ValueError(f"expected {n} labels, got shape {labels.shape}")
+        stats["dtssbp_purity"] = float(dendrogram_purity(dend, labels[rows]))
+    return SnapshotResult(dendrogram=dend, leaf_ids=leaf_ids, rows=rows, stats=stats)
+
+
+def format_static(linkage: np.ndarray, heights: np.ndarray, leaf_ids, scalars: dict, *,
+                  top: int = 8, newick_chars: int = 240) -> str:
+    """A compact text view of a stored snapshot: the fit, the top merges, a Newick prefix."""
+    n = linkage.shape[0] + 1
+    head = ", ".join(f"{k} {v}" for k, v in scalars.items() if not isinstance(v, (list, dict)))
+    lines = [f"{n} leaves; heights {float(np.min(heights)):.4g} .. {float(np.max(heights)):.4g}; {head}"]
+    lines.append(f"top {min(top, n - 1)} merges (root first): size = left + right @ height")
+    size = np.concatenate([np.ones(n, dtype=np.int64), linkage[:, 3].astype(np.int64)])
+    for k in range(n - 2, max(n - 2 - top, -1), -1):
+        a, b = int(linkage[k, 0]), int(linkage[k, 1])
+        lines.append(f"  #{n + k}: {size[n + k]} = {size[a]} + {size[b]} @ {heights[k]:.4g}")
+    dend = Dendrogram(linkage=linkage, heights=heights)
+    labels = leaf_ids if leaf_ids is not None else None
+    newick = dend.to_newick(labels=labels, branch_lengths=False)
+    lines.append("newick: " + (newick if len(newick) <= newick_chars else newick[:newick_chars] + " ..."))
+    return "\n".join(lines)
+
+
+__all__ = ["DEFAULT_COMPONENTS", "DEFAULT_MAX_POINTS", "DEFAULT_TMC_SWEEPS", "METHODS", "OVER",
+           "SnapshotResult", "StaticOptions", "check_method", "format_static", "project", "static_snapshot"]

@@ -1,0 +1,126 @@
+"""Static snapshots beside each epoch's tree: the pure fit, replay --static, snapshot and show --static."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from scipy.cluster.hierarchy import is_valid_linkage
+
+from connectors.stores.snapshot import SnapshotStore
+from streamtree.cli import main
+from streamtree.replay import replay
+from streamtree.snapshots import METHODS, StaticOptions, static_snapshot
+from test_replay import config, sou_slice
+
+
+def two_blobs(n_per: int = 12, d: int = 30, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Unit rows around two orthogonal directions: every method must split them at the root."""
+    rng = np.random.default_rng(seed)
+    centres = np.zeros((2, d))
+    centres[0, :d // 2] = 1.0
+    centres[1, d // 2:] = 1.0
+    y = np.repeat([0, 1], n_per)
+    X = centres[y] + 0.05 * rng.standard_normal((2 * n_per, d))
+    return X / np.linalg.norm(X, axis=1, keepdims=True), y
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_each_method_gives_a_valid_tree_whose_root_separates_the_blobs(method):
+    X, y = two_blobs()
+    ids = [f"doc{i}" for i in range(X.shape[0])]
+    res = static_snapshot(method, X, ids=ids, labels=y, rng=np.random.default_rng(1))
+    Z = res.dendrogram.linkage
+    assert Z.shape == (X.shape[0] - 1, 4) and is_valid_linkage(Z)
+    assert res.leaf_ids == ids and res.rows.tolist() == list(range(X.shape[0]))
+    root_children = res.dendrogram.clusters_of()
+    n = X.shape[0]
+    a, b = (int(c) for c in Z[-1, :2])
+    sides = [set(root_children[c - n]) if c >= n else {c} for c in (a, b)]
+    assert sorted(sorted(y[list(s)].tolist()) for s in sides) == [[0] * 12, [1] * 12]
+    assert res.stats["dtssbp_purity"] == pytest.approx(1.0)
+    assert res.stats["over"] == "documents" and not res.stats["sampled"]
+
+
+def test_sample_cap_is_seeded_and_ids_follow_the_rows():
+    X, y = two_blobs(n_per=20)
+    ids = np.arange(100, 140)
+    a = static_snapshot("bhc", X, ids=ids, max_points=15, rng=np.random.default_rng(5))
+    b = static_snapshot("bhc", X, ids=ids, max_points=15, rng=np.random.default_rng(5))
+    assert a.dendrogram.n_leaves == 15 and a.stats["sampled"] and a.stats["n_total"] == 40
+    assert a.rows.tolist() == b.rows.tolist() and np.array_equal(a.dendrogram.linkage, b.dendrogram.linkage)
+    assert a.leaf_ids == (ids[a.rows]).tolist() and len(set(a.rows.tolist())) == 15
+
+
+def test_over_nodes_uses_theta_rows_and_node_ids():
+    theta, _ = two_blobs(n_per=3)
+    res = static_snapshot("coalescent", node_theta=theta, ids=[7, 8, 9, 10, 11, 12], rng=np.random.default_rng(0))
+    assert res.stats["over"] == "nodes" and sorted(res.leaf_ids) == [7, 8, 9, 10, 11, 12]
+    assert is_valid_linkage(res.dendrogram.linkage)
+
+
+def test_bad_inputs_raise_clear_errors():
+    X, _ = two_blobs(n_per=2)
+    with pytest.raises(ValueError, match="unknown static method"):
+        static_snapshot("ward", X, rng=np.random.default_rng(0))
+    with pytest.raises(ValueError, match="at least 2"):
+        static_snapshot("bhc", X[:1], rng=np.random.default_rng(0))
+    with pytest.raises(ValueError, match="over one of"):
+        StaticOptions("bhc", over="words")
+
+
+@pytest.fixture(scope="module")
+def static_store(tmp_path_factory):
+    path = sou_slice(tmp_path_factory.mktemp("sou") / "slice.parquet", n=150)
+    uri = str(tmp_path_factory.mktemp("static") / "store")
+    replay(config(path), uri, static=StaticOptions("bhc", max_points=40))
+    return path, uri
+
+
+def test_replay_with_static_bhc_writes_a_readable_parquet_per_epoch(static_store):
+    _, uri = static_store
+    store = SnapshotStore(uri)
+    entries = store.epochs()
+    assert len(entries) == 3
+    for e in entries:
+        assert e["static"] == ["bhc"]
+        stored = store.read(e["epoch"])
+        snap = store.read_static(e["epoch"], "bhc")
+        n_docs = len(stored.doc_ids)
+        assert len(snap.leaf_ids) == min(n_docs, 40) == snap.linkage.shape[0] + 1
+        assert is_valid_linkage(snap.linkage)
+        assert set(snap.leaf_ids) <= set(stored.doc_ids.tolist())
+        assert snap.stats["method"] == "bhc" and snap.stats["n_total"] == n_docs
+        assert 0.0 < snap.stats["dtssbp_purity"] <= 1.0
+        table = pq.read_table(f"{uri}/{e['path']}/static/bhc.parquet")
+        assert table.num_rows == snap.linkage.shape[0] and "stat_log_rk" in table.column_names
+
+
+def test_snapshot_command_over_nodes_and_documents_then_show(static_store, capsys):
+    path, uri = static_store
+    assert main(["snapshot", uri, "--method", "tmc", "--epoch", "1", "--over", "nodes"]) == 0
+    out = capsys.readouterr().out
+    store = SnapshotStore(uri)
+    tree = store.read(1).tree
+    snap = store.read_static(1, "tmc")
+    assert sorted(int(i) for i in snap.leaf_ids) == sorted(tree.node_ids.tolist())
+    assert f"{tree.n_nodes} leaves" in out and "heights" in out
+    assert main(["snapshot", uri, "--method", "coalescent", "--epoch", "0", "--over", "documents",
+                 "--source", str(path), "--max-points", "30"]) == 0
+    out = capsys.readouterr().out
+    assert "30 leaves (a sample of" in out and "dendrogram purity vs dTSSBP nodes" in out
+    assert set(store.read_static(0, "coalescent").leaf_ids) <= set(store.read(0).doc_ids.tolist())
+    assert main(["show", uri, "--static", "tmc"]) == 0
+    out = capsys.readouterr().out
+    assert "static tmc:" in out and "newick: (" in out and "not (yet) computed" in out
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--method", "ward", "--epoch", "0"], "unknown method 'ward'"),
+    (["--method", "bhc", "--epoch", "1900s"], "no published epoch '1900s'"),
+])
+def test_snapshot_errors_are_one_line(static_store, capsys, args, expected):
+    _, uri = static_store
+    assert main(["snapshot", uri, *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("streamtree snapshot: error:") and expected in err and "\n" not in err
