@@ -158,13 +158,13 @@ def run_model(data: SplitData, params: dict, scored: range) -> tuple[float, floa
     """
     from streamtree.model import DTSSBP
 
-    model = DTSSBP(**params)
     norm, unnorm = [], []
-    for i, ep in enumerate(data.epochs[: scored.stop]):
-        model.partial_fit(ep.X_train, epoch=ep.index, label=ep.label)
-        if i in scored and ep.X_test.shape[0]:
-            norm.append(float(np.mean(model.score_samples(ep.X_test, normalized=True))))
-            unnorm.append(float(np.mean(model.score_samples(ep.X_test, normalized=False))))
+    with DTSSBP(**params) as model:
+        for i, ep in enumerate(data.epochs[: scored.stop]):
+            model.partial_fit(ep.X_train, epoch=ep.index, label=ep.label)
+            if i in scored and ep.X_test.shape[0]:
+                norm.append(float(np.mean(model.score_samples(ep.X_test, normalized=True))))
+                unnorm.append(float(np.mean(model.score_samples(ep.X_test, normalized=False))))
     return float(np.mean(norm)), float(np.mean(unnorm))
 
 

@@ -233,40 +233,43 @@ def replay(
                           "streamtree": streamtree.__version__})
         store.write_vocabulary(vec)
     model = DTSSBP(**config.model_params())
-    log = RejectLog()
-    n_docs = n_empty = n_published = 0
-    fit_seconds = 0.0
-    carried: list[pa.Table] = []  # rejects of leading epochs with no documents to fit
-    p = vec.vocabulary_.shape[0]
-    for ep in epochs:
-        t0 = time.perf_counter()
-        if ep.n_rows:
-            X, empty = vec.transform(ep.rows.column("text"))
-            n_empty += int(empty.sum())
-            ep = ep.reject(empty, EMPTY_AFTER_VOCABULARY)
-            X = X[~empty]
-        else:
-            X = sp.csr_matrix((0, p))
-        rejects = pa.concat_tables(carried + [ep.rejects]) if carried else ep.rejects
-        if X.shape[0] == 0 and not hasattr(model, "trees_"):
-            carried = [rejects]  # the model needs documents in its first epoch
-            continue
-        carried = []
-        tree = model.partial_fit(X, epoch=ep.index, label=ep.label)
-        fit_seconds += time.perf_counter() - t0
-        n_docs += X.shape[0]
-        log.add(rejects)
-        skipped = ep.index in done
-        if not skipped:
-            store.publish(tree, ep.rows.column("id").to_pylist(), n_top_words=config.top_words,
-                          rejects=rejects, key=ep.key, label=ep.label,
-                          checkpoint={"last_epoch": ep.index, "documents": n_docs})
-            n_published += 1
-            if static is not None:
-                _write_static(store, static, ep, tree, X, config.seed)
-        if progress is not None:
-            progress(EpochProgress(ep.index, len(epochs), ep.label, X.shape[0], rejects.num_rows,
-                                   tree.n_nodes, time.perf_counter() - t0, skipped))
+    try:
+        log = RejectLog()
+        n_docs = n_empty = n_published = 0
+        fit_seconds = 0.0
+        carried: list[pa.Table] = []  # rejects of leading epochs with no documents to fit
+        p = vec.vocabulary_.shape[0]
+        for ep in epochs:
+            t0 = time.perf_counter()
+            if ep.n_rows:
+                X, empty = vec.transform(ep.rows.column("text"))
+                n_empty += int(empty.sum())
+                ep = ep.reject(empty, EMPTY_AFTER_VOCABULARY)
+                X = X[~empty]
+            else:
+                X = sp.csr_matrix((0, p))
+            rejects = pa.concat_tables(carried + [ep.rejects]) if carried else ep.rejects
+            if X.shape[0] == 0 and not hasattr(model, "trees_"):
+                carried = [rejects]  # the model needs documents in its first epoch
+                continue
+            carried = []
+            tree = model.partial_fit(X, epoch=ep.index, label=ep.label)
+            fit_seconds += time.perf_counter() - t0
+            n_docs += X.shape[0]
+            log.add(rejects)
+            skipped = ep.index in done
+            if not skipped:
+                store.publish(tree, ep.rows.column("id").to_pylist(), n_top_words=config.top_words,
+                              rejects=rejects, key=ep.key, label=ep.label,
+                              checkpoint={"last_epoch": ep.index, "documents": n_docs})
+                n_published += 1
+                if static is not None:
+                    _write_static(store, static, ep, tree, X, config.seed)
+            if progress is not None:
+                progress(EpochProgress(ep.index, len(epochs), ep.label, X.shape[0], rejects.num_rows,
+                                       tree.n_nodes, time.perf_counter() - t0, skipped))
+    finally:
+        model.close()  # release engine resources (Ray actors)
     if carried:  # no epoch had a document left
         raise ValueError(f"{config.source}: no document is left after vocabulary filtering "
                          f"({n_empty} empty rows); lower --min-df or raise --max-features")
