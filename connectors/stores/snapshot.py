@@ -284,6 +284,7 @@ class SnapshotStore:
         label: str | None = None,
         checkpoint: dict | None = None,
         replace: bool = False,
+        events=None,
     ) -> None:
         """Atomically add one epoch to the store.
 
@@ -305,6 +306,10 @@ class SnapshotStore:
             arrays and scalars are stored as lists and numbers.
         replace : bool, default False
             Allow replacing an epoch that is already published.
+        events : streamtree.events.Events or pyarrow.Table, optional
+            The epoch's events as the model recorded them (:data:`EVENT_SCHEMA`), written
+            to ``events.parquet``; without it, :meth:`events` derives births, deaths and
+            parent changes from the stored trees.
         """
         epoch = int(tree.epoch)
         if epoch < 0:
@@ -342,6 +347,8 @@ class SnapshotStore:
             rejects = rejects.select(REJECT_SCHEMA.names).cast(REJECT_SCHEMA)
             self._write_parquet(rejects, f"{tmp}/rejects.parquet")
             n_rejects = rejects.num_rows
+        if events is not None:
+            self._write_parquet(_events_table(events, epoch), f"{tmp}/events.parquet")
 
         old = None
         if self._exists(final):
@@ -501,6 +508,63 @@ class SnapshotStore:
         return StaticSnapshot(linkage=linkage, heights=table.column("height").to_numpy(),
                               stats=stats, leaf_ids=meta["leaf_ids"])
 
+    # ---- tables for analysis: nodes of all epochs, events --------------------------------
+    def all_nodes(self, columns: list[str] | None = None, *, pandas: bool = False):
+        """The nodes of every published epoch as one table (one row per node and epoch).
+
+        The columns of ``nodes.parquet`` (:data:`NODE_SCHEMA`, or ``columns`` of them) plus
+        ``label``, the epoch's label from the manifest. ``pandas=True`` returns a
+        ``pandas.DataFrame`` (pandas is not a dependency of streamtree: install it first).
+        """
+        entries = self.manifest()["epochs"]
+        wanted = None if columns is None else [c for c in columns if c != "label"]
+        if wanted is not None and (bad := sorted(set(wanted) - set(NODE_SCHEMA.names))):
+            raise ValueError(f"unknown node column(s) {bad}; the columns are {NODE_SCHEMA.names + ['label']}")
+        schema = NODE_SCHEMA if wanted is None else pa.schema([NODE_SCHEMA.field(c) for c in wanted])
+        tables = []
+        for e in entries:
+            t = self._read_parquet(self._path(e["path"], "nodes.parquet"), columns=wanted)
+            t = t.select(schema.names).cast(schema)
+            tables.append(t.append_column(pa.field("label", pa.string()),
+                                          pa.array([e["label"]] * t.num_rows, pa.string())))
+        table = (pa.concat_tables(tables) if tables
+                 else schema.empty_table().append_column(pa.field("label", pa.string()), pa.array([], pa.string())))
+        if columns is not None:
+            table = table.select(list(columns))
+        return _as_pandas(table) if pandas else table
+
+    def events(self, epoch: int | None = None, *, pandas: bool = False):
+        """Events of one published epoch, or of all (:data:`EVENT_SCHEMA`, see
+        :mod:`streamtree.events`).
+
+        An epoch published with ``events`` reads its ``events.parquet``; any other epoch's
+        births, deaths and parent changes are derived from its tree and the previous
+        published epoch's (every node of the first published epoch is born). ``pandas=True``
+        returns a ``pandas.DataFrame``.
+        """
+        from streamtree.events import derive_events
+
+        entries = self.manifest()["epochs"]
+        if epoch is not None:
+            self._entry(epoch)  # a clear error for an unpublished epoch
+        tables = []
+        prev = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        for i, e in enumerate(entries):
+            path = self._path(e["path"], "events.parquet")
+            want = epoch is None or e["epoch"] == int(epoch)
+            needs_tree = want or (i + 1 < len(entries) and (epoch is None or entries[i + 1]["epoch"] == int(epoch)))
+            if want and self._exists(path):
+                tables.append(self._read_parquet(path).select(EVENT_SCHEMA.names).cast(EVENT_SCHEMA))
+            if not needs_tree:
+                continue
+            t = self._read_parquet(self._path(e["path"], "nodes.parquet"), columns=["id", "parent"])
+            now = (np.asarray(t.column("id").to_numpy(), np.int64), np.asarray(t.column("parent").to_numpy(), np.int64))
+            if want and not self._exists(path):
+                tables.append(_events_table(derive_events(e["epoch"], *prev, *now), e["epoch"]))
+            prev = now
+        table = pa.concat_tables(tables) if tables else EVENT_SCHEMA.empty_table()
+        return _as_pandas(table) if pandas else table
+
 
 def _nodes_table(tree: EpochTree, top_words) -> pa.Table:
     k = tree.n_nodes
@@ -579,3 +643,46 @@ def _versions() -> dict:
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+#: Schema of ``events.parquet`` and of :meth:`SnapshotStore.events`; ``other_id`` is the
+#: source node of ``split_from``, the target of ``merged_into``, the new parent of
+#: ``parent_changed``, and null for ``born`` and ``died``.
+EVENT_SCHEMA = pa.schema([
+    pa.field("epoch", pa.int64(), nullable=False),
+    pa.field("node_id", pa.int64(), nullable=False),
+    pa.field("event", pa.string(), nullable=False),
+    pa.field("other_id", pa.int64()),
+])
+
+
+def _events_table(events, epoch: int) -> pa.Table:
+    """An :class:`~streamtree.events.Events` (or a table) as an events table of ``epoch``."""
+    from streamtree.events import EVENT_KINDS, NO_OTHER
+
+    if isinstance(events, pa.Table):
+        missing = sorted(set(EVENT_SCHEMA.names) - set(events.column_names))
+        if missing:
+            raise ValueError(f"events table lacks column(s) {missing}")
+        table = events.select(EVENT_SCHEMA.names).cast(EVENT_SCHEMA)
+    else:
+        other = np.asarray(events.other_id, dtype=np.int64)
+        table = pa.Table.from_arrays([
+            pa.array(np.asarray(events.epoch, dtype=np.int64)), pa.array(np.asarray(events.node_id, dtype=np.int64)),
+            pa.array([str(k) for k in events.event], pa.string()),
+            pa.array(other, pa.int64(), mask=other == NO_OTHER)], schema=EVENT_SCHEMA)
+    kinds = set(table.column("event").to_pylist())
+    if bad := sorted(kinds - set(EVENT_KINDS)):
+        raise ValueError(f"unknown event kind(s) {bad}; events are {', '.join(EVENT_KINDS)}")
+    if table.num_rows and set(table.column("epoch").to_pylist()) != {int(epoch)}:
+        raise ValueError(f"events of epoch {epoch} carry other epochs")
+    return table
+
+
+def _as_pandas(table: pa.Table):
+    try:
+        import pandas  # noqa: F401
+    except ImportError:
+        raise ImportError("pandas=True needs pandas, which streamtree does not install: "
+                          "pip install pandas (or use the Arrow table)") from None
+    return table.to_pandas()

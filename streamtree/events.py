@@ -1,0 +1,94 @@
+"""Events between consecutive epoch trees: births, deaths, splits, merges, parent changes.
+
+An event is one row ``(epoch, node_id, event, other_id)``:
+
+* ``born``: ``node_id`` is in this epoch's tree and not in the previous one;
+* ``died``: ``node_id`` was in the previous epoch's tree and is not in this one;
+* ``split_from``: ``node_id`` was created from the documents of ``other_id``;
+* ``merged_into``: ``node_id`` was absorbed by ``other_id``;
+* ``parent_changed``: ``node_id`` is in both trees and its parent is now ``other_id``.
+
+``other_id`` is -1 (null in the stored table) for ``born`` and ``died``. Births, deaths and
+parent changes follow from the node ids and parents of two consecutive trees alone
+(:func:`derive_events`); splits and merges need the sampler's knowledge of which move made a
+node, so only the model can record them.
+
+Pure: arrays in, arrays out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+#: The event names, in the order rows of one epoch are listed.
+EVENT_KINDS = ("born", "died", "split_from", "merged_into", "parent_changed")
+#: Events that carry an ``other_id``.
+WITH_OTHER = ("split_from", "merged_into", "parent_changed")
+NO_OTHER = -1
+
+
+@dataclass(frozen=True)
+class Events:
+    """Aligned event columns; ``other_id`` is -1 where an event has no other node."""
+
+    epoch: np.ndarray
+    node_id: np.ndarray
+    event: np.ndarray
+    other_id: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.node_id.shape[0])
+
+    @classmethod
+    def empty(cls) -> Events:
+        z = np.zeros(0, dtype=np.int64)
+        return cls(z, z.copy(), np.zeros(0, dtype=object), z.copy())
+
+    def of(self, kind: str) -> Events:
+        """Only the events of one kind."""
+        keep = self.event == kind
+        return Events(self.epoch[keep], self.node_id[keep], self.event[keep], self.other_id[keep])
+
+
+def derive_events(epoch: int, prev_ids, prev_parents, ids, parents) -> Events:
+    """Births, deaths and parent changes of epoch ``epoch`` from two consecutive trees.
+
+    Parameters
+    ----------
+    epoch : int
+        The later epoch; every event is filed under it (a node that died at ``epoch`` was
+        alive in the previous tree and is gone from this one).
+    prev_ids, prev_parents : array-like of int
+        Node ids and parent ids (-1 for the root) of the previous epoch's tree; empty for
+        the first epoch (then every node is born).
+    ids, parents : array-like of int
+        The same for this epoch's tree.
+
+    Returns
+    -------
+    Events
+        Rows ordered by kind (born, died, parent_changed) and, within a kind, by node id.
+    """
+    prev_ids = np.asarray(prev_ids, dtype=np.int64).ravel()
+    prev_parents = np.asarray(prev_parents, dtype=np.int64).ravel()
+    ids = np.asarray(ids, dtype=np.int64).ravel()
+    parents = np.asarray(parents, dtype=np.int64).ravel()
+    if prev_ids.shape != prev_parents.shape or ids.shape != parents.shape:
+        raise ValueError("each tree needs one parent per node id")
+    for name, arr in (("previous", prev_ids), ("this", ids)):
+        if np.unique(arr).size != arr.size:
+            raise ValueError(f"the {name} epoch's tree repeats a node id")
+
+    born = np.setdiff1d(ids, prev_ids)  # sorted
+    died = np.setdiff1d(prev_ids, ids)
+    both, i_prev, i_now = np.intersect1d(prev_ids, ids, return_indices=True)
+    moved = prev_parents[i_prev] != parents[i_now]
+    changed, new_parent = both[moved], parents[i_now][moved]
+
+    node_id = np.concatenate([born, died, changed])
+    other = np.concatenate([np.full(born.size + died.size, NO_OTHER, dtype=np.int64), new_parent])
+    kind = np.array(["born"] * born.size + ["died"] * died.size + ["parent_changed"] * changed.size,
+                    dtype=object)
+    return Events(np.full(node_id.size, int(epoch), dtype=np.int64), node_id, kind, other)

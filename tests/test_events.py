@@ -1,0 +1,118 @@
+"""Events between consecutive trees, and the store's nodes/events tables for other tools."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from connectors.stores import SnapshotStore, StoreError
+from connectors.stores.snapshot import EVENT_SCHEMA
+from streamtree.events import Events, derive_events
+from test_store import make_tree  # tests/ is on sys.path under pytest
+
+
+def rows(ev: Events):
+    return list(zip(ev.epoch.tolist(), ev.node_id.tolist(), ev.event.tolist(), ev.other_id.tolist()))
+
+
+def test_derive_events_born_died_parent_changed():
+    # 0 root; 1, 2 under 0; 3 under 1.  Next: 2 gone, 3 moved under 0, 5 born under 1.
+    ev = derive_events(4, [0, 1, 2, 3], [-1, 0, 0, 1], [0, 1, 3, 5], [-1, 0, 0, 1])
+    assert rows(ev) == [(4, 5, "born", -1), (4, 2, "died", -1), (4, 3, "parent_changed", 0)]
+    assert rows(ev.of("died")) == [(4, 2, "died", -1)]
+
+
+def test_derive_events_first_epoch_all_born_and_no_change_is_empty():
+    ev = derive_events(0, [], [], [7, 3, 9], [-1, 7, 7])
+    assert rows(ev) == [(0, 3, "born", -1), (0, 7, "born", -1), (0, 9, "born", -1)]
+    assert len(derive_events(1, [7, 3], [-1, 7], [3, 7], [7, -1])) == 0  # order does not matter
+
+
+def test_derive_events_rejects_bad_input():
+    with pytest.raises(ValueError, match="one parent per node"):
+        derive_events(1, [0, 1], [-1], [0], [-1])
+    with pytest.raises(ValueError, match="repeats a node id"):
+        derive_events(1, [0, 0], [-1, 0], [0], [-1])
+
+
+def three_epochs(tmp_path, events_of_1=None):
+    store = SnapshotStore(str(tmp_path / "run"))
+    store.publish(make_tree(0, [0, 1, 2], [-1, 0, 0], [0, 0, 0], label="a"), list("abcde"))
+    store.publish(make_tree(1, [0, 1, 2, 3], [-1, 0, 1, 0], [0, 0, 0, 1], seed=1, label="b"), list("abcde"),
+                  events=events_of_1)
+    store.publish(make_tree(2, [0, 2, 3], [-1, 0, 0], [0, 0, 1], seed=2, died=[1], label="c"), list("abcde"))
+    return store
+
+
+def test_store_derives_events_from_the_stored_trees(tmp_path):
+    store = three_epochs(tmp_path)
+    got = store.events()
+    assert got.schema == EVENT_SCHEMA
+    assert got.to_pylist() == [
+        {"epoch": 0, "node_id": 0, "event": "born", "other_id": None},
+        {"epoch": 0, "node_id": 1, "event": "born", "other_id": None},
+        {"epoch": 0, "node_id": 2, "event": "born", "other_id": None},
+        {"epoch": 1, "node_id": 3, "event": "born", "other_id": None},
+        {"epoch": 1, "node_id": 2, "event": "parent_changed", "other_id": 1},
+        {"epoch": 2, "node_id": 1, "event": "died", "other_id": None},
+        {"epoch": 2, "node_id": 2, "event": "parent_changed", "other_id": 0},
+    ]
+    assert store.events(2).to_pylist() == got.to_pylist()[5:]
+    assert store.events(1).to_pylist() == got.to_pylist()[3:5]
+    with pytest.raises(StoreError, match="not published"):
+        store.events(7)
+
+
+def test_store_reads_the_models_events_where_published(tmp_path):
+    model_events = Events(np.array([1, 1]), np.array([3, 2]), np.array(["split_from", "merged_into"], dtype=object),
+                          np.array([1, 0]))
+    store = three_epochs(tmp_path, events_of_1=model_events)
+    on_disk = pq.read_table(tmp_path / "run" / "epochs" / "000001" / "events.parquet")
+    assert on_disk.schema == EVENT_SCHEMA
+    assert store.events(1).to_pylist() == [
+        {"epoch": 1, "node_id": 3, "event": "split_from", "other_id": 1},
+        {"epoch": 1, "node_id": 2, "event": "merged_into", "other_id": 0}]
+    assert [r["event"] for r in store.events().to_pylist()][3:] == ["split_from", "merged_into", "died",
+                                                                   "parent_changed"]
+    assert not (tmp_path / "run" / "epochs" / "000002" / "events.parquet").exists()
+
+
+def test_publish_refuses_bad_events(tmp_path):
+    store = SnapshotStore(str(tmp_path))
+    tree = make_tree(0, [0, 1], [-1, 0], [0, 0])
+    bad_kind = pa.table({"epoch": [0], "node_id": [1], "event": ["exploded"], "other_id": [None]})
+    with pytest.raises(ValueError, match="unknown event kind"):
+        store.publish(tree, list("abcde"), events=bad_kind)
+    wrong_epoch = pa.table({"epoch": [3], "node_id": [1], "event": ["born"], "other_id": [None]})
+    with pytest.raises(ValueError, match="other epochs"):
+        store.publish(tree, list("abcde"), events=wrong_epoch)
+    assert store.epochs() == []
+
+
+def test_all_nodes_is_every_epochs_nodes_in_one_table(tmp_path):
+    store = three_epochs(tmp_path)
+    table = store.all_nodes()
+    assert table.num_rows == 3 + 4 + 3
+    assert table.column_names[-1] == "label"
+    assert table.column("epoch").to_pylist() == [0] * 3 + [1] * 4 + [2] * 3
+    assert table.column("label").to_pylist() == ["a"] * 3 + ["b"] * 4 + ["c"] * 3
+    for e in store.epochs():
+        part = table.filter(pa.compute.equal(table.column("epoch"), e["epoch"])).drop_columns(["label"])
+        assert part.equals(store.nodes(e["epoch"]))
+    sub = store.all_nodes(["id", "label", "count"])
+    assert sub.column_names == ["id", "label", "count"] and sub.num_rows == 10
+    with pytest.raises(ValueError, match="unknown node column"):
+        store.all_nodes(["nope"])
+    empty = SnapshotStore(str(tmp_path / "empty")).all_nodes()
+    assert empty.num_rows == 0 and "label" in empty.column_names
+
+
+def test_pandas_frames_when_pandas_is_installed(tmp_path):
+    pd = pytest.importorskip("pandas", reason="pandas is optional; the Arrow tables are tested above")
+    store = three_epochs(tmp_path)
+    nodes = store.all_nodes(pandas=True)
+    events = store.events(pandas=True)
+    assert isinstance(nodes, pd.DataFrame) and len(nodes) == 10
+    assert events["event"].tolist().count("born") == 4
