@@ -206,13 +206,16 @@ def resolve_epoch(entries: list[dict], text: str) -> dict:
                      f"use an index or label among: {shown}{' ...' if len(entries) > 12 else ''}")
 
 
-def format_epoch(stored, vocabulary=None, *, top_words: int = 10, min_docs: int = 0) -> str:
+def format_epoch(stored, vocabulary=None, *, top_words: int = 10, min_docs: int = 0, events=None) -> str:
     """One epoch's tree in the style of the dTSSBP paper's Figures 4 and 5.
 
     One line per node, indented by depth: ``*`` for nodes born in this epoch, the node id,
     documents of this epoch in the node's subtree (and at the node itself), and the top
     words by theta. Nodes whose subtree has fewer than ``min_docs`` documents are hidden
     (with their descendants); nodes gone since the previous epoch are listed at the end.
+    With the epoch's ``events`` (a table of :data:`~connectors.stores.snapshot.EVENT_SCHEMA`),
+    nodes that split from another are marked ``<``, nodes that changed parent ``^``, and
+    merges are listed at the end.
     """
     tree = stored.tree
     if vocabulary is not None and tree.theta.shape[1] == len(vocabulary) and stored.theta_exact:
@@ -223,6 +226,18 @@ def format_epoch(stored, vocabulary=None, *, top_words: int = 10, min_docs: int 
     head = (f"epoch {tree.epoch}" + (f" ({tree.label})" if tree.label else "")
             + f": {int(tree.assignments.shape[0])} documents, {tree.n_nodes} nodes, {born} born, "
             f"{tree.died.size} died")
+    split_from, moved, merged = {}, {}, []
+    for ev in ([] if events is None else events.to_pylist()):
+        if ev["event"] == "split_from":
+            split_from[ev["node_id"]] = ev["other_id"]
+        elif ev["event"] == "parent_changed":
+            moved[ev["node_id"]] = ev["other_id"]
+        elif ev["event"] == "merged_into":
+            merged.append(f"{ev['node_id']} -> {ev['other_id']}")
+    if split_from or merged:
+        head += f", {len(split_from)} split, {len(merged)} merged"
+    if events is not None:
+        head += f", {len(moved)} changed parent"
     lines = [head]
     hidden: set[int] = set()
     for k in range(tree.n_nodes):
@@ -230,14 +245,21 @@ def format_epoch(stored, vocabulary=None, *, top_words: int = 10, min_docs: int 
         if par in hidden or (par != -1 and tree.subtree_counts[k] < min_docs):
             hidden.add(nid)
             continue
-        mark = "*" if tree.born[k] == tree.epoch else " "
+        mark = ("<" if nid in split_from else "*" if tree.born[k] == tree.epoch
+                else "^" if nid in moved else " ")
+        note = f" (split from {split_from[nid]})" if nid in split_from else ""
         lines.append(f"{'    ' * int(tree.depth[k])}{mark}[{nid}] {int(tree.subtree_counts[k])} docs "
-                     f"({int(tree.counts[k])} here): {' '.join(words[k])}")
+                     f"({int(tree.counts[k])} here){note}: {' '.join(words[k])}")
     if hidden:
         lines.append(f"  ({len(hidden)} nodes with fewer than {min_docs} documents hidden)")
     if tree.died.size:
         lines.append("  died: " + ", ".join(str(int(i)) for i in tree.died))
-    lines.append("  (* born this epoch; counts are this epoch's documents in the subtree)")
+    if merged:
+        lines.append("  merged: " + ", ".join(merged))
+    legend = "* born this epoch"
+    if events is not None:
+        legend += ", < born by splitting from another node, ^ parent changed"
+    lines.append(f"  ({legend}; counts are this epoch's documents in the subtree)")
     return "\n".join(lines)
 
 
@@ -334,7 +356,8 @@ def cmd_show(args) -> int:
     for i, entry in enumerate(chosen):
         if i:
             print()
-        print(format_epoch(store.read(entry["epoch"]), vocab, top_words=args.top_words, min_docs=args.min_docs))
+        print(format_epoch(store.read(entry["epoch"]), vocab, top_words=args.top_words, min_docs=args.min_docs,
+                           events=store.events(entry["epoch"])))
     return 0
 
 

@@ -116,3 +116,21 @@ def test_pandas_frames_when_pandas_is_installed(tmp_path):
     events = store.events(pandas=True)
     assert isinstance(nodes, pd.DataFrame) and len(nodes) == 10
     assert events["event"].tolist().count("born") == 4
+
+
+def test_show_marks_events(tmp_path, capsys):
+    from streamtree.cli import main
+
+    model_events = Events(np.array([1, 1, 1]), np.array([3, 2, 9]),
+                          np.array(["split_from", "parent_changed", "merged_into"], dtype=object), np.array([1, 1, 0]))
+    store = three_epochs(tmp_path, events_of_1=model_events)
+    assert main(["show", store.uri, "--epoch", "b"]) == 0
+    out = capsys.readouterr().out
+    assert "1 split, 1 merged, 1 changed parent" in out.splitlines()[0]
+    assert "    <[3] " in out and "(split from 1)" in out
+    assert "    ^[2] " in out
+    assert "merged: 9 -> 0" in out
+    assert "< born by splitting from another node, ^ parent changed" in out
+    assert main(["show", store.uri, "--epoch", "c"]) == 0  # derived events: the parent change of node 2
+    out = capsys.readouterr().out
+    assert "0 changed parent" not in out and "1 changed parent" in out and "    ^[2] " in out
