@@ -1,0 +1,474 @@
+"""What the report shows, as plain JSON-ready data.
+
+Two steps: :func:`read_store` reads a snapshot store into a :class:`StoreContent` (arrays,
+the only I/O), and :func:`report_data` turns that into the dict the page draws from (pure:
+same content, same dict). The figures' geometry is computed here, so that it can be
+checked against the store's numbers without a browser; the page only maps it to plotly
+traces.
+
+**The evolving tree** is an alluvial view: one column per epoch, one band per node whose
+height in a column is its share of that column's documents (the documents at the node itself
+plus those of its descendants folded into it). In every column the bands are stacked in the
+tree's depth-first order, a node above its children and siblings by id, so a subtree always
+occupies one contiguous stretch: bands follow the parent links. A node is shown when its
+subtree held at least ``threshold`` of the documents in some column; smaller nodes are folded
+into their nearest shown ancestor. Layouts are computed for a ladder of thresholds (the
+page's control), keeping only those that show at most ``max_bands`` bands.
+
+**Long runs** (more epochs than ``max_columns``) are aggregated: consecutive epochs are
+grouped into ``ceil(n_epochs / max_columns)`` per column; a node's documents are summed over
+its column's epochs, and its parent is the one of the last epoch of the column in which it
+appears. The one-epoch tree, the lineage and the run summary always keep every epoch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from streamtree.events import EVENT_KINDS
+
+#: Colours of the top-level branches (colour-blind friendly, after Okabe and Ito, and Tol).
+PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
+           "#332288", "#88CCEE", "#44AA99", "#117733", "#999933", "#AA4499", "#882255")
+ROOT_COLOUR = "#9aa0a6"
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    """Knobs of the report; the defaults suit runs from a few to thousands of epochs.
+
+    Attributes
+    ----------
+    top_words : int
+        Words shown per node.
+    thresholds : tuple of float
+        Candidate fold thresholds (share of a column's documents) offered by the page.
+    max_bands : int
+        Thresholds that would show more bands than this are not offered; if even the
+        largest candidate does, the threshold that keeps the ``max_bands`` largest nodes is.
+    readable_bands : int
+        The page opens at the smallest offered threshold showing at most this many bands.
+    max_columns : int
+        Columns of the evolving tree; longer runs are aggregated (see the module docs).
+    max_dendrograms : int
+        Static dendrograms embedded at most (evenly spaced over the epochs that have them).
+    """
+
+    top_words: int = 8
+    thresholds: tuple[float, ...] = (0.0, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1)
+    max_bands: int = 400
+    readable_bands: int = 100
+    max_columns: int = 200
+    max_dendrograms: int = 48
+
+    def __post_init__(self) -> None:
+        for name in ("top_words", "max_bands", "readable_bands", "max_columns", "max_dendrograms"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        if not self.thresholds or any(not 0 <= t < 1 for t in self.thresholds):
+            raise ValueError(f"thresholds must be shares in [0, 1), got {self.thresholds!r}")
+
+
+@dataclass
+class StaticContent:
+    """One stored static dendrogram."""
+
+    epoch: int
+    method: str
+    linkage: np.ndarray
+    leaf_ids: list[str] | None
+    over: str | None
+
+
+@dataclass
+class StoreContent:
+    """A store's published content, as arrays (what :func:`report_data` needs).
+
+    Per epoch (in publish order): ``epoch``, ``label``, ``n_documents``, ``n_rejects``.
+    Per node and epoch (``node_*``, ordered by epoch then the tree's depth-first order):
+    the row's epoch, id, parent, depth, documents at the node (``count``) and in its subtree,
+    mass, epoch of birth and top words. Events as in :mod:`streamtree.events`.
+    """
+
+    uri: str
+    config: dict
+    vocabulary_size: int | None
+    epoch: np.ndarray
+    label: list[str]
+    n_documents: np.ndarray
+    n_rejects: np.ndarray
+    rejects_by_reason: dict[str, int]
+    node_epoch: np.ndarray
+    node_id: np.ndarray
+    node_parent: np.ndarray
+    node_depth: np.ndarray
+    node_count: np.ndarray
+    node_subtree: np.ndarray
+    node_mass: np.ndarray
+    node_born: np.ndarray
+    node_words: list[list[str]]
+    event_epoch: np.ndarray
+    event_node: np.ndarray
+    event_kind: np.ndarray
+    event_other: np.ndarray
+    static: list[StaticContent] = field(default_factory=list)
+    versions: dict = field(default_factory=dict)
+
+
+def read_store(store, *, max_dendrograms: int = ReportOptions.max_dendrograms) -> StoreContent:
+    """Read everything the report needs from a :class:`~connectors.stores.SnapshotStore`."""
+    from streamtree.records import RejectLog
+
+    manifest = store.manifest()
+    entries = manifest["epochs"]
+    nodes = store.all_nodes(["epoch", "id", "parent", "depth", "count", "subtree_count", "mass", "born",
+                             "top_words"])
+    events = store.events()
+    log = RejectLog()
+    for e in entries:
+        if e["n_rejects"]:
+            log.add(store.rejects(e["epoch"]))
+    with_static = [(e["epoch"], m) for e in entries for m in e.get("static", [])]
+    if len(with_static) > max_dendrograms:
+        keep = np.unique(np.linspace(0, len(with_static) - 1, max_dendrograms).round().astype(int))
+        with_static = [with_static[i] for i in keep]
+    static = []
+    for ep, method in with_static:
+        snap = store.read_static(ep, method)
+        over = snap.stats.get("over")
+        static.append(StaticContent(ep, method, snap.linkage, snap.leaf_ids, over if isinstance(over, str) else None))
+    i64 = lambda name: np.asarray(nodes.column(name).to_numpy(), dtype=np.int64)  # noqa: E731
+    other = events.column("other_id").fill_null(-1)
+    vocab = manifest.get("vocabulary")
+    return StoreContent(
+        uri=str(store.uri), config=dict(manifest.get("config") or {}),
+        vocabulary_size=None if vocab is None else int(vocab["size"]),
+        epoch=np.asarray([e["epoch"] for e in entries], dtype=np.int64),
+        label=[str(e["label"]) if e.get("label") is not None else str(e["epoch"]) for e in entries],
+        n_documents=np.asarray([e["n_documents"] for e in entries], dtype=np.int64),
+        n_rejects=np.asarray([e["n_rejects"] for e in entries], dtype=np.int64),
+        rejects_by_reason=dict(log.counts),
+        node_epoch=i64("epoch"), node_id=i64("id"), node_parent=i64("parent"), node_depth=i64("depth"),
+        node_count=i64("count"), node_subtree=i64("subtree_count"),
+        node_mass=np.asarray(nodes.column("mass").to_numpy(), dtype=np.float64), node_born=i64("born"),
+        node_words=[list(w or []) for w in nodes.column("top_words").to_pylist()],
+        event_epoch=np.asarray(events.column("epoch").to_numpy(), dtype=np.int64),
+        event_node=np.asarray(events.column("node_id").to_numpy(), dtype=np.int64),
+        event_kind=np.asarray(events.column("event").to_pylist(), dtype=object),
+        event_other=np.asarray(other.to_numpy(), dtype=np.int64),
+        static=static, versions=dict(manifest.get("versions") or {}),
+    )
+
+
+# ------------------------------------------------------------------------------- evolution
+@dataclass
+class Columns:
+    """Node rows aggregated per column of the evolving tree (one entry per column and id)."""
+
+    n_columns: int
+    per_column: int
+    docs: np.ndarray            # (n_columns,) documents of each column
+    first_epoch: np.ndarray     # (n_columns,) position of the column's first epoch
+    col: np.ndarray             # per entry: column
+    id: np.ndarray
+    parent: np.ndarray          # parent at the last epoch of the column where the id appears
+    count: np.ndarray           # documents at the node, summed over the column's epochs
+    subtree: np.ndarray
+    row: np.ndarray             # node row of that last epoch (for words and hover)
+
+
+def aggregate_columns(epoch_pos: np.ndarray, ids, parents, counts, subtree, n_documents, max_columns: int) -> Columns:
+    """Group the node rows of ``len(n_documents)`` epochs into at most ``max_columns`` columns.
+
+    ``epoch_pos`` is each row's epoch position (0 .. n_epochs-1); rows must be in epoch
+    order. One entry per (column, id).
+    """
+    n_epochs = int(len(n_documents))
+    per = max(1, math.ceil(n_epochs / max_columns))
+    n_cols = max(1, math.ceil(n_epochs / per))
+    col_of_row = np.asarray(epoch_pos, dtype=np.int64) // per
+    docs = np.bincount(np.arange(n_epochs) // per, weights=np.asarray(n_documents, dtype=np.float64),
+                       minlength=n_cols).astype(np.int64)
+    ids = np.asarray(ids, dtype=np.int64)
+    key = col_of_row * (int(ids.max(initial=0)) + 2) + ids
+    uniq, inverse = np.unique(key, return_inverse=True)
+    # the last row of each (column, id): rows are in epoch order, so the largest row index
+    last = np.zeros(uniq.size, dtype=np.int64)
+    np.maximum.at(last, inverse, np.arange(ids.size))
+    order = np.lexsort((ids[last], col_of_row[last]))
+    last = last[order]
+    remap = np.empty(uniq.size, dtype=np.int64)
+    remap[order] = np.arange(uniq.size)
+    entry = remap[inverse]
+    return Columns(
+        n_columns=n_cols, per_column=per, docs=docs, first_epoch=np.arange(n_cols) * per,
+        col=col_of_row[last], id=ids[last], parent=np.asarray(parents, dtype=np.int64)[last],
+        count=np.bincount(entry, weights=np.asarray(counts, dtype=np.float64), minlength=uniq.size).astype(np.int64),
+        subtree=np.bincount(entry, weights=np.asarray(subtree, dtype=np.float64), minlength=uniq.size).astype(np.int64),
+        row=last,
+    )
+
+
+def peak_shares(cols: Columns) -> dict[int, float]:
+    """Per id, the largest share of a column's documents its subtree held."""
+    share = cols.subtree / np.maximum(cols.docs[cols.col], 1)
+    peak: dict[int, float] = {}
+    for nid, s in zip(cols.id.tolist(), share.tolist()):
+        if s > peak.get(nid, -1.0):
+            peak[nid] = s
+    return peak
+
+
+def evolution_layout(cols: Columns, shown: set[int]) -> dict[int, dict]:
+    """Bands of the shown ids: per id, parallel lists ``col``, ``y0``, ``y1`` (shares, top
+    down from 0), ``docs`` (documents in the band) and ``row`` (node row for the words).
+
+    Roots (parent -1, or a parent absent from the column) are always shown. A hidden
+    entry's documents go to its nearest shown ancestor in that column.
+    """
+    bands: dict[int, dict] = {}
+    starts = np.searchsorted(cols.col, np.arange(cols.n_columns + 1))
+    for c in range(cols.n_columns):
+        lo, hi = int(starts[c]), int(starts[c + 1])
+        if lo == hi:
+            continue
+        ids = cols.id[lo:hi].tolist()
+        present = set(ids)
+        children: dict[int, list[int]] = {}
+        roots = []
+        for j, (nid, par) in enumerate(zip(ids, cols.parent[lo:hi].tolist())):
+            if par == -1 or par not in present:
+                roots.append(j)
+            else:
+                children.setdefault(par, []).append(j)  # ids ascend within a column: siblings by id
+        height = np.zeros(hi - lo, dtype=np.int64)
+        order: list[int] = []       # shown entries, depth-first
+        seen = np.zeros(hi - lo, dtype=bool)
+        stack = [(j, j) for j in reversed(roots)]  # (entry, shown entry that takes its documents)
+        while stack:
+            j, owner = stack.pop()
+            if seen[j]:
+                continue  # a parent cycle from aggregation: visit each entry once
+            seen[j] = True
+            nid = ids[j]
+            if nid in shown or owner == j:
+                owner = j
+                order.append(j)
+            height[owner] += cols.count[lo + j]
+            for k in reversed(children.get(nid, [])):
+                stack.append((k, owner))
+        total = max(int(cols.docs[c]), 1)
+        y = 0.0
+        for j in order:
+            h = height[j] / total
+            band = bands.setdefault(ids[j], {"col": [], "y0": [], "y1": [], "docs": [], "row": []})
+            band["col"].append(c)
+            band["y0"].append(round(y, 5))
+            band["y1"].append(round(y + h, 5))
+            band["docs"].append(int(height[j]))
+            band["row"].append(int(cols.row[lo + j]))
+            y += h
+    return bands
+
+
+def band_colours(cols: Columns, bands: dict[int, dict], depth_of_row: np.ndarray) -> dict[int, str]:
+    """Each band's colour: its top-level branch (the child of the root it descends from in
+    its largest column), lighter with depth; roots grey."""
+    parent_at: dict[tuple[int, int], int] = {}
+    for c, nid, par in zip(cols.col.tolist(), cols.id.tolist(), cols.parent.tolist()):
+        parent_at[(c, nid)] = par
+    branch_rank: dict[int, int] = {}
+    out = {}
+    for nid in sorted(bands):
+        b = bands[nid]
+        k = int(np.argmax(np.asarray(b["y1"]) - np.asarray(b["y0"])))
+        c = b["col"][k]
+        node, par = nid, parent_at.get((c, nid), -1)
+        hops = 0
+        while par != -1 and (c, par) in parent_at and parent_at[(c, par)] != -1 and hops < 64:
+            node, par = par, parent_at[(c, par)]
+            hops += 1
+        if par == -1:
+            out[nid] = ROOT_COLOUR
+            continue
+        rank = branch_rank.setdefault(node, len(branch_rank))
+        depth = int(depth_of_row[b["row"][k]])
+        out[nid] = _tint(PALETTE[rank % len(PALETTE)], min(0.55, 0.18 * max(depth - 1, 0)))
+    return out
+
+
+def _tint(hex_colour: str, amount: float) -> str:
+    """``hex_colour`` mixed with white by ``amount`` (0 = unchanged)."""
+    rgb = [int(hex_colour[i:i + 2], 16) for i in (1, 3, 5)]
+    return "#" + "".join(f"{round(v + (255 - v) * amount):02x}" for v in rgb)
+
+
+def offered_thresholds(peak: dict[int, float], options: ReportOptions) -> list[float]:
+    """The thresholds the page offers (see :class:`ReportOptions`), ascending."""
+    values = np.sort(np.fromiter(peak.values(), dtype=np.float64, count=len(peak)))[::-1]
+    n_at = lambda t: int(np.count_nonzero(values >= t))  # noqa: E731
+    ok = sorted({float(t) for t in options.thresholds if n_at(t) <= options.max_bands})
+    if not ok:  # keep the max_bands largest nodes
+        t = float(values[options.max_bands - 1])
+        while n_at(t) > options.max_bands:  # ties: step just above
+            t = float(np.nextafter(t, 1.0))
+        ok = [t]
+    return ok
+
+
+# ------------------------------------------------------------------------------- the data
+def report_data(content: StoreContent, options: ReportOptions | None = None) -> dict:
+    """Everything the page shows, as JSON-ready dicts and lists (see the module docs)."""
+    options = options or ReportOptions()
+    n_epochs = int(content.epoch.size)
+    pos_of_epoch = {int(e): i for i, e in enumerate(content.epoch.tolist())}
+    node_pos = np.asarray([pos_of_epoch[int(e)] for e in content.node_epoch.tolist()], dtype=np.int64)
+    words = [" ".join(w[:options.top_words]) for w in content.node_words]
+    epochs = {
+        "epoch": content.epoch.tolist(), "label": list(content.label),
+        "n_documents": content.n_documents.tolist(), "n_rejects": content.n_rejects.tolist(),
+        "n_nodes": np.bincount(node_pos, minlength=n_epochs).tolist(),
+    }
+    nodes = {
+        "e": node_pos.tolist(), "id": content.node_id.tolist(), "parent": content.node_parent.tolist(),
+        "depth": content.node_depth.tolist(), "count": content.node_count.tolist(),
+        "subtree": content.node_subtree.tolist(), "mass": [float(f"{m:.4g}") for m in content.node_mass.tolist()],
+        "born": content.node_born.tolist(), "words": words,
+    }
+    ev_pos = [pos_of_epoch.get(int(e), -1) for e in content.event_epoch.tolist()]
+    events = {"e": ev_pos, "id": content.event_node.tolist(), "kind": [str(k) for k in content.event_kind],
+              "other": content.event_other.tolist()}
+    epochs["born"], epochs["died"] = [0] * n_epochs, [0] * n_epochs
+    for p, kind in zip(ev_pos, events["kind"]):
+        if p >= 0 and kind in ("born", "died"):
+            epochs[kind][p] += 1
+
+    evolution = _evolution(content, node_pos, events, options) if n_epochs else None
+    return {
+        "title": _title(content),
+        "store": content.uri,
+        "options": {"top_words": options.top_words, "max_columns": options.max_columns,
+                    "max_bands": options.max_bands},
+        "summary": {
+            "n_epochs": n_epochs, "n_documents": int(content.n_documents.sum()),
+            "n_rejects": int(content.n_rejects.sum()), "n_node_ids": int(np.unique(content.node_id).size),
+            "n_node_epochs": int(content.node_id.size), "vocabulary_size": content.vocabulary_size,
+            "rejects_by_reason": dict(sorted(content.rejects_by_reason.items(), key=lambda kv: (-kv[1], kv[0]))),
+            "config": _flatten(content.config), "versions": dict(content.versions),
+            "event_counts": {k: int(np.count_nonzero(content.event_kind == k)) for k in EVENT_KINDS},
+        },
+        "epochs": epochs, "nodes": nodes, "events": events, "evolution": evolution,
+        "static": [_dendrogram(s, content, pos_of_epoch, words) for s in content.static],
+    }
+
+
+def _evolution(content: StoreContent, node_pos: np.ndarray, events: dict, options: ReportOptions) -> dict:
+    cols = aggregate_columns(node_pos, content.node_id, content.node_parent, content.node_count,
+                             content.node_subtree, content.n_documents, options.max_columns)
+    peak = peak_shares(cols)
+    roots = set(cols.id[cols.parent == -1].tolist())
+    layouts = []
+    for t in offered_thresholds(peak, options):
+        shown = {nid for nid, s in peak.items() if s >= t} | roots
+        bands = evolution_layout(cols, shown)
+        colours = band_colours(cols, bands, content.node_depth)
+        layouts.append({
+            "threshold": t, "n_bands": len(bands), "n_folded": len(peak) - len(bands),
+            "bands": [{"id": nid, "colour": colours[nid], **bands[nid]} for nid in sorted(bands)],
+            "marks": _event_marks(bands, events, cols.per_column),
+        })
+    readable = [i for i, lay in enumerate(layouts) if lay["n_bands"] <= options.readable_bands]
+    labels = content.label
+    col_labels = [labels[int(f)] if cols.per_column == 1 else
+                  f"{labels[int(f)]} .. {labels[min(int(f) + cols.per_column, len(labels)) - 1]}"
+                  for f in cols.first_epoch]
+    return {
+        "n_columns": cols.n_columns, "per_column": cols.per_column, "column_labels": col_labels,
+        "column_documents": cols.docs.tolist(), "layouts": layouts,
+        "default": readable[0] if readable else len(layouts) - 1,
+    }
+
+
+def _event_marks(bands: dict[int, dict], events: dict, per_column: int) -> dict[str, dict]:
+    """Where each event of a shown node is drawn: ``x`` (column +- half), ``y`` (band
+    middle), the event's index in ``events``, and for events with another shown node the
+    point of that node (``x2``, ``y2``) for a connecting line."""
+    def at(nid: int, col: int):
+        b = bands.get(nid)
+        if b is None:
+            return None
+        # the band's column nearest to ``col`` from below (a node is drawn where it was)
+        i = int(np.searchsorted(b["col"], col, side="right")) - 1
+        if i < 0:
+            i = 0
+        return b["col"][i], (b["y0"][i] + b["y1"][i]) / 2
+
+    marks = {k: {"x": [], "y": [], "i": [], "x2": [], "y2": []} for k in EVENT_KINDS}
+    for i, (p, nid, kind, other) in enumerate(zip(events["e"], events["id"], events["kind"], events["other"])):
+        if p < 0 or nid not in bands:
+            continue
+        col = p // per_column
+        if kind == "died" or kind == "merged_into":  # drawn at the end of the node's band
+            here = at(nid, col - 1 if p % per_column == 0 else col)
+            x = here[0] + 0.3 if here else None
+        else:  # born, split_from, parent_changed: at the start of the node's band in this column
+            here = at(nid, col)
+            x = here[0] - 0.3 if here else None
+        if here is None:
+            continue
+        m = marks[kind]
+        m["x"].append(x)
+        m["y"].append(round(here[1], 5))
+        m["i"].append(i)
+        there = None
+        if kind == "split_from" and other in bands:
+            there = at(other, col - 1 if p % per_column == 0 else col)
+            there = (there[0] + 0.3, there[1]) if there else None
+        elif kind == "merged_into" and other in bands:
+            there = at(other, col)
+            there = (there[0] - 0.3, there[1]) if there else None
+        m["x2"].append(None if there is None else there[0])
+        m["y2"].append(None if there is None else round(there[1], 5))
+    return {k: v for k, v in marks.items() if v["x"]}
+
+
+def _dendrogram(s: StaticContent, content: StoreContent, pos_of_epoch: dict, words: list[str]) -> dict:
+    """A stored dendrogram as line segments (SciPy's drawing coordinates) and leaf labels."""
+    from scipy.cluster.hierarchy import dendrogram
+
+    n = s.linkage.shape[0] + 1
+    leaf_ids = s.leaf_ids if s.leaf_ids is not None else [str(i) for i in range(n)]
+    labels = list(leaf_ids)
+    if s.over == "nodes":  # name node leaves by their words in that epoch
+        rows = np.flatnonzero(content.node_epoch == s.epoch)
+        word_of = {str(int(content.node_id[r])): words[r] for r in rows}
+        labels = [f"node {i}: {' '.join(word_of.get(str(i), '').split()[:4])}" for i in leaf_ids]
+    d = dendrogram(s.linkage, no_plot=True, labels=labels)
+    x, y = [], []
+    for xs, ys in zip(d["icoord"], d["dcoord"]):
+        x += [round(v, 3) for v in xs] + [None]
+        y += [float(f"{v:.5g}") for v in ys] + [None]
+    return {"epoch": pos_of_epoch[int(s.epoch)], "label": content.label[pos_of_epoch[int(s.epoch)]],
+            "method": s.method, "over": s.over, "n_leaves": n, "x": x, "y": y,
+            "leaf_labels": list(d["ivl"]), "leaf_x": [5 + 10 * i for i in range(n)]}
+
+
+def _flatten(config: dict, prefix: str = "") -> list[list[str]]:
+    rows = []
+    for k in sorted(config):
+        v = config[k]
+        if isinstance(v, dict):
+            rows += _flatten(v, f"{prefix}{k}.")
+        else:
+            rows.append([f"{prefix}{k}", "" if v is None else str(v)])
+    return rows
+
+
+def _title(content: StoreContent) -> str:
+    src = (content.config.get("replay") or {}).get("source")
+    name = str(src).replace("\\", "/").rstrip("/").split("/")[-1] if src else content.uri.rstrip("/").split("/")[-1]
+    span = f"{content.label[0]} to {content.label[-1]}" if content.label else "no epochs"
+    return f"streamtree report: {name}, {span}"
