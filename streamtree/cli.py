@@ -1,4 +1,4 @@
-"""The ``streamtree`` command line: ``replay``, ``show``, ``snapshot`` and ``evaluate``.
+"""The ``streamtree`` command line: ``replay``, ``show``, ``snapshot``, ``evaluate`` and ``report``.
 
 User errors (unreadable sources, missing columns, bad stores, bad arguments) print one line
 ``streamtree <command>: error: <what> (<where>): <what to do>`` and exit with status 2; no
@@ -165,6 +165,21 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--top-words", type=_positive_int, default=10, help="words per node")
     s.add_argument("--min-docs", type=int, default=0, help="hide nodes with fewer documents in their subtree")
     s.add_argument("--static", metavar="METHOD", help="print the stored static snapshot METHOD instead")
+
+    rp = sub.add_parser("report", help="write a self-contained HTML report of a store (opens offline)",
+                        description="Write one HTML file showing the evolving tree over epochs, each epoch's "
+                                    "tree, node lineages, static dendrograms and the run summary. plotly.js "
+                                    "and the data are inlined: the file needs no network.")
+    rp.add_argument("store", help="snapshot store directory (or pyarrow.fs URI)")
+    rp.add_argument("-o", "--output", default="report.html", help="HTML file to write (default report.html)")
+    from streamtree.report.data import ReportOptions
+
+    rp.add_argument("--top-words", type=_positive_int, default=ReportOptions.top_words,
+                    help="words shown per node (default %(default)s)")
+    rp.add_argument("--max-columns", type=_positive_int, default=ReportOptions.max_columns,
+                    help="columns of the evolving tree; longer runs group consecutive epochs (default %(default)s)")
+    rp.add_argument("--max-bands", type=_positive_int, default=ReportOptions.max_bands,
+                    help="offer only fold thresholds showing at most this many bands (default %(default)s)")
 
     e = sub.add_parser(
         "evaluate", help="held-out log-likelihood of the dTSSBP and its baselines (the paper's protocol)",
@@ -361,6 +376,20 @@ def cmd_show(args) -> int:
     return 0
 
 
+def cmd_report(args) -> int:
+    from connectors.stores.snapshot import SnapshotStore, StoreError
+    from streamtree.report import ReportOptions, write_report
+
+    store = SnapshotStore(args.store)
+    if not store.epochs():
+        raise StoreError(f"{args.store}: no published epochs (is this a store? run `streamtree replay` first)")
+    options = ReportOptions(top_words=args.top_words, max_columns=args.max_columns, max_bands=args.max_bands,
+                            readable_bands=min(ReportOptions.readable_bands, args.max_bands))
+    path = write_report(store, args.output, options)
+    print(f"report: {path} ({path.stat().st_size / 1e6:.1f} MB; open it in a browser, no network needed)")
+    return 0
+
+
 def cmd_snapshot(args) -> int:
     from connectors.stores.snapshot import SnapshotStore, StoreError
     from streamtree.snapshots import METHODS, static_snapshot
@@ -482,7 +511,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     command = {"replay": cmd_replay, "show": cmd_show, "snapshot": cmd_snapshot,
-               "evaluate": cmd_evaluate}[args.command]
+               "evaluate": cmd_evaluate, "report": cmd_report}[args.command]
     try:
         return command(args)
     except KeyboardInterrupt:

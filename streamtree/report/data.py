@@ -45,7 +45,8 @@ class ReportOptions:
     top_words : int
         Words shown per node.
     thresholds : tuple of float
-        Candidate fold thresholds (share of a column's documents) offered by the page.
+        Candidate fold thresholds (share of a column's documents) offered by the page; one
+        that folds no more nodes than a smaller one is left out.
     max_bands : int
         Thresholds that would show more bands than this are not offered; if even the
         largest candidate does, the threshold that keeps the ``max_bands`` largest nodes is.
@@ -310,7 +311,12 @@ def offered_thresholds(peak: dict[int, float], options: ReportOptions) -> list[f
     """The thresholds the page offers (see :class:`ReportOptions`), ascending."""
     values = np.sort(np.fromiter(peak.values(), dtype=np.float64, count=len(peak)))[::-1]
     n_at = lambda t: int(np.count_nonzero(values >= t))  # noqa: E731
-    ok = sorted({float(t) for t in options.thresholds if n_at(t) <= options.max_bands})
+    ok, shown = [], None
+    for t in sorted({float(t) for t in options.thresholds}):
+        n = n_at(t)
+        if n <= options.max_bands and n != shown:  # a threshold that folds nothing more is not offered
+            ok.append(t)
+            shown = n
     if not ok:  # keep the max_bands largest nodes
         t = float(values[options.max_bands - 1])
         while n_at(t) > options.max_bands:  # ties: step just above

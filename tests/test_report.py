@@ -1,0 +1,213 @@
+"""`streamtree report`: the page's data against the store's numbers (no browser here)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+from scipy.cluster.hierarchy import linkage
+
+from connectors.stores import SnapshotStore
+from streamtree.events import Events
+from streamtree.model import DTSSBP
+from streamtree.records import make_rejects
+from streamtree.report import ReportOptions, read_store, report_data, write_report
+from streamtree.report.data import aggregate_columns, evolution_layout, offered_thresholds, peak_shares
+from streamtree.synthetic import vmf_tree_corpus
+
+N_EPOCHS = 5
+
+
+def build_store(path) -> SnapshotStore:
+    """A small store of fitted dTSSBP trees: planted vMF tree data whose branches come and
+    go, rejects in one epoch, model events (a split and a merge) in one epoch, and a static
+    dendrogram over the nodes of two epochs."""
+    rng = np.random.default_rng(7)
+    data = vmf_tree_corpus(rng, p=120, branching=(3, 2), kappa=60.0, beta=400.0, docs_per_node=12)
+    labels = data.labels
+    model = DTSSBP(window=1, max_depth=3, kappa0=100.0, n_sweeps=6, random_state=3)
+    store = SnapshotStore(str(path))
+    words = np.asarray([f"w{i}" for i in range(120)])
+    planted = np.unique(labels)
+    for t in range(N_EPOCHS):
+        # epochs drop different planted leaves, so nodes are born and die
+        gone = planted[(planted % N_EPOCHS) == t][-1:]
+        keep = ~np.isin(labels, gone) & (rng.random(labels.size) < 0.8)
+        model.partial_fit(data.X[keep], epoch=t, label=f"{2000 + t}")
+        tree = model.trees_[-1]
+        events = None
+        if t == 3:
+            # model-recorded events (the sampler will write these; here they exercise the marks)
+            kids = tree.node_ids[tree.parent == tree.node_ids[0]]
+            events = Events(np.array([t, t]), np.array([kids[-1], 999_999]),
+                            np.array(["split_from", "merged_into"], dtype=object), np.array([kids[0], kids[0]]))
+        rejects = None
+        if t == 1:
+            rejects = make_rejects(["src"] * 3, [1, 2, 3], ["a", "b", "c"],
+                                   ["empty text", "empty text", "unparsable time '17 Brumaire'"])
+        store.publish(tree, [f"d{t}-{i}" for i in range(int(keep.sum()))],
+                      top_words=tree.top_words(words, 8), label=f"{2000 + t}", rejects=rejects, events=events)
+    store.set_config({"replay": {"source": "planted.parquet", "window": 1}, "engine": "local"})
+    for t in (1, 3):
+        tree = store.read(t).tree
+        store.write_static(t, "average", linkage(tree.theta, "average", metric="cosine"),
+                           stats={"over": "nodes"}, leaf_ids=tree.node_ids.tolist())
+    return store
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    return build_store(tmp_path_factory.mktemp("report") / "store")
+
+
+@pytest.fixture(scope="module")
+def data(store):
+    # thresholds between the planted nodes' shares, so that some layouts fold nodes
+    return report_data(read_store(store), ReportOptions(thresholds=(0.0, 0.02, 0.06, 0.12, 0.3)))
+
+
+def test_tiny_layout_exact():
+    # one epoch, 10 documents: root 0 (2 own), 1 under 0 (4), 3 under 1 (2), 2 under 0 (2)
+    cols = aggregate_columns(np.zeros(4, int), [0, 1, 3, 2], [-1, 0, 1, 0], [2, 4, 2, 2], [10, 6, 2, 2], [10], 200)
+    bands = evolution_layout(cols, shown={0, 1, 2, 3})
+    assert {k: (v["y0"], v["y1"], v["docs"]) for k, v in bands.items()} == {
+        0: ([0.0], [0.2], [2]), 1: ([0.2], [0.6], [4]), 3: ([0.6], [0.8], [2]), 2: ([0.8], [1.0], [2])}
+    assert peak_shares(cols) == {0: 1.0, 1: 0.6, 2: 0.2, 3: 0.2}
+    folded = evolution_layout(cols, shown={0, 1})  # 3 folds into 1, 2 into the root
+    assert {k: (v["y0"], v["y1"], v["docs"]) for k, v in folded.items()} == {
+        0: ([0.0], [0.4], [4]), 1: ([0.4], [1.0], [6])}
+
+
+def test_aggregated_columns_sum_documents_and_take_the_last_parent():
+    # 4 epochs into 2 columns; node 5 moves from parent 1 to parent 2 in epoch 1
+    pos = np.array([0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 3, 3])
+    ids = np.array([0, 1, 2, 5, 0, 1, 2, 5, 0, 1, 0, 1])
+    par = np.array([-1, 0, 0, 1, -1, 0, 0, 2, -1, 0, -1, 0])
+    cnt = np.array([1, 2, 3, 4, 1, 1, 1, 1, 5, 5, 2, 8])
+    cols = aggregate_columns(pos, ids, par, cnt, cnt, [10, 4, 10, 10], max_columns=2)
+    assert (cols.n_columns, cols.per_column) == (2, 2)
+    assert cols.docs.tolist() == [14, 20]
+    got = {(c, i): (p, n) for c, i, p, n in zip(cols.col, cols.id, cols.parent, cols.count)}
+    assert got == {(0, 0): (-1, 2), (0, 1): (0, 3), (0, 2): (0, 4), (0, 5): (2, 5), (1, 0): (-1, 7), (1, 1): (0, 13)}
+
+
+def test_offered_thresholds_respect_max_bands():
+    peak = {i: s for i, s in enumerate([1.0, 0.5, 0.3, 0.3, 0.2, 0.05, 0.01])}
+    opts = ReportOptions(thresholds=(0.0, 0.1, 0.25, 0.4), max_bands=4)
+    assert offered_thresholds(peak, opts) == [0.25, 0.4]
+    same = ReportOptions(thresholds=(0.0, 0.005, 0.02, 0.1), max_bands=10)  # 0.005 folds nothing more than 0
+    assert offered_thresholds(peak, same) == [0.0, 0.02, 0.1]
+    only = offered_thresholds(peak, ReportOptions(thresholds=(0.0,), max_bands=3))
+    assert len(only) == 1 and sum(s >= only[0] for s in peak.values()) <= 3
+
+
+def test_report_numbers_match_the_store(store, data):
+    entries = store.epochs()
+    assert data["epochs"]["n_nodes"] == [e["n_nodes"] for e in entries]
+    assert data["epochs"]["n_documents"] == [e["n_documents"] for e in entries]
+    assert data["epochs"]["label"] == [e["label"] for e in entries]
+    nodes = store.all_nodes()
+    assert data["nodes"]["id"] == nodes.column("id").to_pylist()
+    assert data["nodes"]["subtree"] == nodes.column("subtree_count").to_pylist()
+    assert data["nodes"]["words"] == [" ".join(w) for w in nodes.column("top_words").to_pylist()]
+    s = data["summary"]
+    assert s["n_documents"] == sum(e["n_documents"] for e in entries)
+    assert s["n_node_ids"] == len(set(nodes.column("id").to_pylist()))
+    assert s["n_rejects"] == 3 and s["rejects_by_reason"] == {"empty text": 2, "unparsable time": 1}
+    events = store.events().to_pylist()
+    for kind in ("born", "died", "split_from", "merged_into", "parent_changed"):
+        assert s["event_counts"][kind] == sum(e["event"] == kind for e in events)
+    assert s["event_counts"]["split_from"] == 1 and s["event_counts"]["merged_into"] == 1
+    assert data["epochs"]["born"] == [sum(e["event"] == "born" and e["epoch"] == x["epoch"] for e in events)
+                                      for x in entries]
+    assert ["replay.source", "planted.parquet"] in s["config"]
+
+
+def test_every_layout_tiles_each_column_with_its_documents(store, data):
+    ev = data["evolution"]
+    entries = store.epochs()
+    assert ev["n_columns"] == N_EPOCHS and ev["per_column"] == 1
+    assert ev["column_documents"] == [e["n_documents"] for e in entries]
+    ids = set(data["nodes"]["id"])
+    assert ev["layouts"][0]["threshold"] == 0.0 and ev["layouts"][0]["n_bands"] == len(ids)
+    for lay in ev["layouts"]:
+        assert lay["n_bands"] == len(lay["bands"]) and lay["n_bands"] + lay["n_folded"] == len(ids)
+        per_col = {}
+        for b in lay["bands"]:
+            for c, y0, y1, docs in zip(b["col"], b["y0"], b["y1"], b["docs"]):
+                per_col.setdefault(c, []).append((y0, y1, docs))
+        for c, spans in per_col.items():
+            spans.sort()
+            assert sum(d for _, _, d in spans) == ev["column_documents"][c]  # every document once
+            assert spans[0][0] == 0 and abs(spans[-1][1] - 1) < 1e-4
+            assert all(abs(a[1] - b[0]) < 1e-4 for a, b in zip(spans, spans[1:]))  # no gap, no overlap
+    # threshold 0: each band is exactly its node's own documents in each epoch
+    zero = {b["id"]: b for b in ev["layouts"][0]["bands"]}
+    for e, nid, count in zip(data["nodes"]["e"], data["nodes"]["id"], data["nodes"]["count"]):
+        b = zero[nid]
+        assert b["docs"][b["col"].index(e)] == count
+
+
+def test_layouts_show_exactly_the_nodes_above_the_threshold(store, data):
+    nodes = store.all_nodes()
+    docs = {e["epoch"]: e["n_documents"] for e in store.epochs()}
+    peak = {}
+    for nid, par, ep, sub in zip(*(nodes.column(c).to_pylist() for c in ("id", "parent", "epoch", "subtree_count"))):
+        peak[nid] = max(peak.get(nid, 0), sub / docs[ep])
+    roots = set(np.asarray(nodes.column("id"))[np.asarray(nodes.column("parent")) == -1].tolist())
+    layouts = data["evolution"]["layouts"]
+    assert len(layouts) >= 3 and layouts[-1]["n_folded"] > 0
+    for lay in layouts:
+        expected = {n for n, s in peak.items() if s >= lay["threshold"]} | roots
+        assert {b["id"] for b in lay["bands"]} == expected
+
+
+def test_event_marks_and_dendrograms(store, data):
+    lay = data["evolution"]["layouts"][0]
+    split = lay["marks"]["split_from"]
+    assert len(split["x"]) == 1 and split["x2"][0] is not None  # the source is shown: a connecting line
+    assert "merged_into" not in lay["marks"]  # node 999999 is in no tree: nothing to draw it on
+    born = lay["marks"]["born"]
+    assert len(born["x"]) == data["summary"]["event_counts"]["born"]
+    assert [d["label"] for d in data["static"]] == ["2001", "2003"]
+    for d in data["static"]:
+        tree = store.read(int(d["label"]) - 2000).tree
+        assert d["n_leaves"] == tree.n_nodes and len(d["leaf_labels"]) == tree.n_nodes
+        assert sum(v is None for v in d["x"]) == tree.n_nodes - 1  # one segment group per merge
+        assert {re.match(r"node (\d+):", s).group(1) for s in d["leaf_labels"]} == set(map(str, tree.node_ids))
+
+
+def test_long_runs_are_aggregated(store):
+    small = report_data(read_store(store), ReportOptions(max_columns=2))
+    ev = small["evolution"]
+    assert (ev["n_columns"], ev["per_column"]) == (2, 3)
+    assert ev["column_documents"] == [sum(small["epochs"]["n_documents"][:3]), sum(small["epochs"]["n_documents"][3:])]
+    assert ev["column_labels"] == ["2000 .. 2002", "2003 .. 2004"]
+    assert len(small["nodes"]["id"]) == len(report_data(read_store(store))["nodes"]["id"])  # nodes all kept
+
+
+def test_write_report_is_one_offline_file(store, tmp_path, capsys):
+    from streamtree.cli import main
+
+    out = tmp_path / "r.html"
+    assert main(["report", store.uri, "-o", str(out), "--top-words", "5"]) == 0
+    assert str(out) in capsys.readouterr().out
+    page = out.read_text(encoding="utf-8")
+    assert not re.search(r"<(script|link|img|iframe)[^>]+(src|href)=", page)  # nothing loaded from elsewhere
+    payload = page.split('<script type="application/json" id="report-data">')[1].split("</script>")[0]
+    data = json.loads(payload)
+    assert data["options"]["top_words"] == 5
+    assert all(len(w.split()) <= 5 for w in data["nodes"]["words"])
+    assert write_report(store, out).stat().st_size > 1e6  # plotly.js is inlined
+    assert main(["report", str(tmp_path / "missing"), "-o", str(out)]) == 2
+    assert "no published epochs" in capsys.readouterr().err
+
+
+def test_script_json_cannot_close_the_script_element():
+    from streamtree.report.html import _script_json
+
+    text = _script_json({"w": "</script><script>alert(1)</script> & <!--"})
+    assert "</" not in text and "<!--" not in text
+    assert json.loads(text) == {"w": "</script><script>alert(1)</script> & <!--"}
