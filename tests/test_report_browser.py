@@ -1,0 +1,152 @@
+"""The report page in a real headless Chromium: no errors, no network, the figures hold the
+store's counts of nodes and epochs, and a screenshot that is not blank."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+import numpy as np
+import pytest
+
+from streamtree.report import ReportOptions, read_store, report_data, write_report
+from streamtree.report.headless import HeadlessChromium, find_chromium
+from test_report import build_store  # tests/ is on sys.path under pytest
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(find_chromium() is None,
+                       reason="no Chromium on this machine: apt-get install chromium (.ci/run installs it)"),
+]
+
+
+def decode_png(png: bytes) -> np.ndarray:
+    """An 8-bit RGB/RGBA non-interlaced PNG (what Chromium writes) as an (h, w, channels) array."""
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, header = 8, b"", None
+    while pos < len(png):
+        length, kind = struct.unpack(">I4s", png[pos:pos + 8])
+        body = png[pos + 8:pos + 8 + length]
+        if kind == b"IHDR":
+            header = struct.unpack(">IIBBBBB", body)
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    w, h, bits, colour, _, _, interlace = header
+    assert bits == 8 and colour in (2, 6) and interlace == 0
+    ch = 3 if colour == 2 else 4
+    raw = np.frombuffer(zlib.decompress(idat), dtype=np.uint8).reshape(h, 1 + w * ch)
+    out = np.zeros((h, w * ch), dtype=np.int32)
+    prev = np.zeros(w * ch, dtype=np.int32)
+    for y in range(h):
+        f, line = raw[y, 0], raw[y, 1:].astype(np.int32)
+        cur = np.zeros(w * ch, dtype=np.int32)
+        if f in (0, 2):
+            cur = (line + (prev if f == 2 else 0)) % 256
+        else:  # sub, average, Paeth depend on the pixel to the left: go pixel by pixel
+            for x in range(w * ch):
+                a = cur[x - ch] if x >= ch else 0
+                b, c = prev[x], prev[x - ch] if x >= ch else 0
+                if f == 1:
+                    pred = a
+                elif f == 3:
+                    pred = (a + b) // 2
+                else:
+                    p = a + b - c
+                    pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                    pred = a if pa <= pb and pa <= pc else b if pb <= pc else c
+                cur[x] = (line[x] + pred) % 256
+        out[y] = cur
+        prev = cur
+    return out.reshape(h, w, ch)[:, :, :3].astype(np.uint8)
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory):
+    root = tmp_path_factory.mktemp("report-browser")
+    store = build_store(root / "store")
+    options = ReportOptions(thresholds=(0.0, 0.02, 0.06, 0.12, 0.3))
+    path = write_report(store, root / "report.html", options)
+    data = report_data(read_store(store), options)
+    with HeadlessChromium(width=1280, height=900) as browser:
+        load = browser.load(path)
+        yield store, data, browser, load
+
+
+def plot_data(browser, div: str):
+    """The plotly traces a div holds, as drawn (numbers and strings only)."""
+    return browser.evaluate(
+        f"JSON.parse(JSON.stringify(document.getElementById({div!r}).data.map(t => ({{"
+        "type: t.type, meta: t.meta || null, ids: t.ids || null, x: t.x || null, y: t.y || null}))))")
+
+
+def test_page_opens_without_errors_or_network(page):
+    _, _, _, load = page
+    assert load.errors == []
+    assert load.requests == []
+    assert load.ready_ms > 0
+
+
+def test_evolution_holds_the_bands_and_epochs(page):
+    store, data, browser, _ = page
+    ev = data["evolution"]
+    default = ev["layouts"][ev["default"]]
+    traces = plot_data(browser, "evolution")
+    assert sum(t["meta"] and t["meta"]["kind"] == "band" for t in traces) == default["n_bands"]
+    ticks = browser.evaluate("document.getElementById('evolution').layout.xaxis.ticktext")
+    assert ticks == [e["label"] for e in store.epochs()]  # one column per epoch
+    n_ids = len(set(data["nodes"]["id"]))
+    # the threshold control: the finest layout shows one band per node id
+    browser.evaluate("(() => { const s = document.getElementById('threshold'); s.value = '0';"
+                     " s.dispatchEvent(new Event('change')); return 1; })()")
+    traces = plot_data(browser, "evolution")
+    bands = [t for t in traces if t["meta"] and t["meta"]["kind"] == "band"]
+    assert len(bands) == n_ids == ev["layouts"][0]["n_bands"]
+    assert {t["meta"]["node"] for t in bands} == set(data["nodes"]["id"])
+    hover = next(t for t in traces if t["meta"] and t["meta"]["kind"] == "hover")
+    assert len(hover["x"]) == len(data["nodes"]["id"])  # every node of every epoch can be hovered
+    marks = {t["meta"]["event"]: len(t["x"]) for t in traces if t["meta"] and t["meta"]["kind"] == "event"}
+    assert marks["born"] == data["summary"]["event_counts"]["born"] and marks["split_from"] == 1
+    assert browser.evaluate("document.getElementById('threshold').options.length") == len(ev["layouts"])
+
+
+def test_epoch_tree_holds_each_epochs_nodes(page):
+    store, _, browser, _ = page
+    for i, e in enumerate(store.epochs()):
+        browser.evaluate(f"(() => {{ const s = document.getElementById('epoch'); s.value = '{i}';"
+                         " s.dispatchEvent(new Event('change')); return 1; })()")
+        (trace,) = plot_data(browser, "epoch-tree")
+        assert trace["type"] == "icicle" and trace["meta"]["epoch"] == i
+        assert sorted(int(x[1:]) for x in trace["ids"]) == sorted(store.nodes(e["epoch"]).column("id").to_pylist())
+    assert browser.evaluate("document.getElementById('epoch').options.length") == len(store.epochs())
+
+
+def test_lineage_and_summary_and_dendrograms(page):
+    store, data, browser, _ = page
+    lineage = store.lineage()
+    nid = max(lineage, key=lambda n: len(lineage[n].epochs))
+    browser.evaluate(f"(() => {{ document.getElementById('node-id').value = '{nid}';"
+                     " document.getElementById('node-show').click(); return 1; })()")
+    rows = browser.evaluate("document.querySelectorAll('#lineage-table tr').length")
+    died = 0 if lineage[nid].died is None else 1
+    assert rows == 1 + len(lineage[nid].epochs) + died  # header, one row per epoch alive, its death
+    share = next(t for t in plot_data(browser, "lineage-plot") if t["meta"] and t["meta"]["kind"] == "lineage-share")
+    assert sum(v is not None for v in share["y"]) == len(lineage[nid].epochs)
+    docs = next(t for t in plot_data(browser, "documents-plot") if t["meta"] and t["meta"]["kind"] == "documents")
+    assert docs["y"] == [e["n_documents"] for e in store.epochs()]
+    (segments, _) = plot_data(browser, "dendrogram")
+    assert segments["meta"]["leaves"] == data["static"][0]["n_leaves"] == store.read(1).tree.n_nodes
+    reasons = browser.evaluate("[...document.querySelectorAll('#rejects-table td')].map(td => td.textContent)")
+    assert reasons == ["empty text", "2", "unparsable time", "1"]
+
+
+def test_screenshot_is_not_blank(page, tmp_path):
+    _, _, browser, _ = page
+    browser.evaluate("window.scrollTo(0, 0) || 1")
+    png = browser.screenshot()
+    img = decode_png(png)
+    assert img.shape[:2] == (900, 1280)
+    not_white = np.any(img < 245, axis=2).mean()
+    colours = np.unique(img.reshape(-1, 3)[::7], axis=0).shape[0]
+    assert not_white > 0.2, f"only {not_white:.1%} of the screenshot is not white"
+    assert colours > 50, f"only {colours} colours in the screenshot"
