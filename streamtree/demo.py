@@ -9,7 +9,8 @@ a 2,000-term vocabulary (terms in at least 5 paragraphs and at most half of them
 depth 3, kappa0 = 100 (children may move well away from their parent; kappa0 = 1e4 gives
 many near-duplicate nodes and a slower run), a stick window of 1 decade and 10 Gibbs sweeps
 per decade. Pass ``--sweeps``, ``--kappa0``, ``--max-features``, ``--window`` or
-``--decades`` to change them; ``--store`` to write elsewhere.
+``--decades`` to change them; ``--store`` to write elsewhere. It ends by writing the HTML
+report of the store (``--report``, default ``runs/sotu-report.html``) and printing its path.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--min-docs", type=int, default=15, help="hide nodes with fewer documents when printing")
     p.add_argument("--top-words", type=int, default=8)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--report", default="runs/sotu-report.html",
+                   help="HTML report written at the end (default runs/sotu-report.html)")
     args = p.parse_args(argv)
     data = Path(args.data)
     if not data.exists():
@@ -70,10 +73,15 @@ def main(argv: list[str] | None = None) -> int:
     store = SnapshotStore(args.store)
     vocab = store.vocabulary()
     for entry in store.epochs():
-        print(format_epoch(store.read(entry["epoch"]), vocab, top_words=args.top_words, min_docs=args.min_docs))
+        print(format_epoch(store.read(entry["epoch"]), vocab, top_words=args.top_words, min_docs=args.min_docs,
+                           events=store.events(entry["epoch"])))
         print()
     print(f"store: {args.store}  (browse it with: streamtree show {args.store} --epoch 1860s, "
           f"or follow a node with --node ID)")
+    from streamtree.report import write_report
+
+    report = write_report(store, args.report)
+    print(f"report: {report.resolve()}  (open it in a browser; it needs no network)")
     return 0
 
 
