@@ -175,6 +175,28 @@ class HeadlessChromium:
             raise BrowserError(f"{expression[:60]}...: {_exception_text(result['exceptionDetails'])}")
         return result["result"].get("value")
 
+    def cpu_seconds(self) -> float:
+        """CPU time used so far by all of this Chromium's processes (browser, renderers, GPU,
+        services): a load's CPU cost is the difference across it, which unlike wall time does
+        not grow when other programs share the machine."""
+        import websocket
+
+        port = (Path(self._profile) / "DevToolsActivePort").read_text().split()[0]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/version", timeout=5) as r:
+            url = json.loads(r.read())["webSocketDebuggerUrl"]
+        ws = websocket.create_connection(url, timeout=self.timeout, suppress_origin=True)
+        try:
+            ws.send(json.dumps({"id": 1, "method": "SystemInfo.getProcessInfo"}))
+            while True:
+                msg = json.loads(ws.recv())
+                if msg.get("id") == 1:
+                    break
+        finally:
+            ws.close()
+        if "error" in msg:
+            raise BrowserError(f"SystemInfo.getProcessInfo: {msg['error'].get('message')}")
+        return float(sum(p.get("cpuTime", 0.0) for p in msg["result"]["processInfo"]))
+
     # ---- pages ------------------------------------------------------------------------
     def load(self, path: str | os.PathLike, ready: str = "document.body && document.body.dataset.ready") -> PageLoad:
         """Open a local file and wait until ``ready`` (a JS expression) is truthy."""
