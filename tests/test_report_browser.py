@@ -121,6 +121,13 @@ def test_epoch_tree_holds_each_epochs_nodes(page):
         assert trace["type"] == "icicle" and trace["meta"]["epoch"] == i
         assert sorted(int(x[1:]) for x in trace["ids"]) == sorted(store.nodes(e["epoch"]).column("id").to_pylist())
     assert browser.evaluate("document.getElementById('epoch').options.length") == len(store.epochs())
+    for chart in ("treemap", "sunburst", "icicle"):
+        browser.evaluate(f"(() => {{ const s = document.getElementById('epoch-chart'); s.value = '{chart}';"
+                         " s.dispatchEvent(new Event('change')); return 1; })()")
+        assert plot_data(browser, "epoch-tree")[0]["type"] == chart
+    browser.evaluate("document.getElementById('epoch-prev').click() || 1")
+    assert browser.evaluate("document.getElementById('epoch').value") == str(len(store.epochs()) - 2)
+    assert browser.errors() == []
 
 
 def test_lineage_and_summary_and_dendrograms(page):
@@ -140,6 +147,11 @@ def test_lineage_and_summary_and_dendrograms(page):
     assert segments["meta"]["leaves"] == data["static"][0]["n_leaves"] == store.read(1).tree.n_nodes
     reasons = browser.evaluate("[...document.querySelectorAll('#rejects-table td')].map(td => td.textContent)")
     assert reasons == ["empty text", "2", "unparsable time", "1"]
+    # links in the lineage lead to other nodes' lineages
+    parent = browser.evaluate("(() => { const a = document.querySelector('#lineage-section a.node');"
+                              " const id = a.textContent; a.click(); return id; })()")
+    assert browser.evaluate("document.getElementById('node-id').value") == parent
+    assert browser.errors() == []
 
 
 def test_screenshot_is_not_blank(page, tmp_path):

@@ -214,18 +214,10 @@ class HeadlessChromium:
                 break  # the page failed: report its errors rather than wait for the time-out
             time.sleep(0.05)
         seconds = time.monotonic() - start
-        errors, requests = [], []
+        errors, requests = self._errors(), []
         for e in self._events:
-            method, params = e["method"], e.get("params", {})
-            if method == "Runtime.exceptionThrown":
-                errors.append(_exception_text(params.get("exceptionDetails", {})))
-            elif method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
-                errors.append("console: " + " ".join(str(a.get("value", a.get("description", "")))
-                                                      for a in params.get("args", [])))
-            elif method == "Log.entryAdded" and params.get("entry", {}).get("level") == "error":
-                errors.append("log: " + params["entry"].get("text", ""))
-            elif method == "Network.requestWillBeSent":
-                req = params.get("request", {}).get("url", "")
+            if e["method"] == "Network.requestWillBeSent":
+                req = e.get("params", {}).get("request", {}).get("url", "")
                 if req != url and not req.startswith("data:"):
                     requests.append(req)
         if not value and not errors:
@@ -235,6 +227,24 @@ class HeadlessChromium:
         except (TypeError, ValueError):
             ready_ms = float("nan")
         return PageLoad(seconds=seconds, ready_ms=ready_ms, errors=errors, requests=requests)
+
+    def errors(self) -> list[str]:
+        """JavaScript errors since the last :meth:`load` (e.g. after clicking around)."""
+        self.evaluate("1")  # let pending protocol events arrive
+        return self._errors()
+
+    def _errors(self) -> list[str]:
+        out = []
+        for e in self._events:
+            method, params = e["method"], e.get("params", {})
+            if method == "Runtime.exceptionThrown":
+                out.append(_exception_text(params.get("exceptionDetails", {})))
+            elif method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
+                out.append("console: " + " ".join(str(a.get("value", a.get("description", "")))
+                                                   for a in params.get("args", [])))
+            elif method == "Log.entryAdded" and params.get("entry", {}).get("level") == "error":
+                out.append("log: " + params["entry"].get("text", ""))
+        return out
 
     def screenshot(self, *, full_page: bool = False, clip: tuple[int, int, int, int] | None = None) -> bytes:
         """A PNG of the viewport, the whole page, or ``clip`` = (x, y, width, height)."""
