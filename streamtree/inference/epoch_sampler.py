@@ -286,7 +286,7 @@ class EpochSampler:
             s = st.nodes.slot[parent]
             conc = float(st.nodes.concentration[s])
             theta = lik.new_node_theta(st.nodes.theta[s], conc, st.tree.depth[nid], docs)
-            st.nodes.add(nid, theta, conc)
+            st.nodes.add(nid, theta, lik.new_node_concentration(conc, st.tree.depth[nid]))
         counts, sums, sumsq = {}, {}, {}
         for col in stats.occupied:
             nid = int(col_ids[col])
@@ -338,7 +338,8 @@ class EpochSampler:
                 continue
             child = st.tree.add_child(parent, born=epoch)
             self.born_sweep[child] = self.sweep
-            st.nodes.add(child, theta, float(st.nodes.concentration[s]))
+            st.nodes.add(child, theta, lik.new_node_concentration(float(st.nodes.concentration[s]),
+                                                                  st.tree.depth[child]))
 
     def _best_attachment(self, nid: int, theta: np.ndarray) -> int | None:
         """The node on the path from ``nid`` to the root (above the depth cap) under which a new

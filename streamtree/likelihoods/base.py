@@ -104,6 +104,10 @@ class Likelihood(ABC):
                        docs: DocumentSet) -> np.ndarray:
         """Posterior mode of a new node's parameter given its parent and its first documents."""
 
+    def new_node_concentration(self, parent_concentration: float, depth: int) -> float:
+        """A new depth-``depth`` node's starting concentration (by default its parent's)."""
+        return parent_concentration
+
     @abstractmethod
     def seed_child_theta(self, theta_node: np.ndarray, x: np.ndarray) -> np.ndarray:
         """A proposed child's parameter, seeded by document ``x`` of node ``theta_node``."""
