@@ -362,7 +362,8 @@ class EpochSampler:
 
         See :mod:`streamtree.inference.merge`: the collapsed stick prior's change plus the data's
         Bayes factor between the node's documents at the parent (parent's parameters) and at
-        their own node (parameter integrated out under the parent link).
+        their own node (parameter integrated out under the parent link, with the parent's
+        concentration, exactly as the z-kernel scores a new node).
         """
         st, lik, cfg = self.state, self.likelihood, self.settings
         tree, win, nodes = st.tree, st.window, st.nodes
@@ -389,9 +390,9 @@ class EpochSampler:
             data = 0.0
             if n:
                 docs = DocumentSet(float(n), sums[c], sumsq[c])
-                sp_, sc = nodes.slot[par], nodes.slot[c]
+                sp_ = nodes.slot[par]
                 data = (lik.log_likelihood(docs, nodes.theta[sp_], float(nodes.concentration[sp_]))
-                        - lik.log_marginal(docs, nodes.theta[sp_], float(nodes.concentration[sc]), tree.depth[c]))
+                        - lik.log_marginal(docs, nodes.theta[sp_], float(nodes.concentration[sp_]), tree.depth[c]))
             # The stick prior's gain from a merge grows like (documents moved) x log(total); when
             # the data's Bayes factor is far beyond any such gain, skip the O(K) prior evaluation.
             if data < -(n + past.get(c, 0) + 1) * 3.0 * log_total - 20.0:
