@@ -11,7 +11,6 @@ from abc import ABC, abstractmethod
 import numpy as np
 
 from streamtree.inference.enumerated import Candidates, SweepStats
-from streamtree.inference.zsweep import ZSweeper  # noqa: F401  (the interface implemented here)
 
 
 def shard_bounds(n_rows: int, n_shards: int) -> np.ndarray:
@@ -22,7 +21,7 @@ def shard_bounds(n_rows: int, n_shards: int) -> np.ndarray:
 
 
 class Engine(ABC):
-    """Runs enumerated z-sweeps over one epoch's documents (see :class:`ZSweeper`)."""
+    """Runs enumerated z-sweeps over one epoch's documents (see :class:`streamtree.inference.zsweep.ZSweeper`)."""
 
     n_shards: int
 

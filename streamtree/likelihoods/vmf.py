@@ -621,12 +621,14 @@ def group_log_marginal(n: float, s: np.ndarray, mu: np.ndarray, kappa: float, be
     ``n log C_p(beta) + log C_p(kappa) - log C_p(||beta s + kappa mu||)``.
     """
     eta = beta * s + kappa * mu
-    return float(n * log_normalizer(p, beta) + log_normalizer(p, kappa) - log_normalizer(p, np.linalg.norm(eta)))
+    pf = float(p)  # scalar numba kernels: these run once per node per sweep (merge moves)
+    return float(n * log_normalizer_nb(pf, float(beta)) + log_normalizer_nb(pf, float(kappa))
+                 - log_normalizer_nb(pf, float(np.linalg.norm(eta))))
 
 
 def group_log_likelihood(n: float, s: np.ndarray, theta: np.ndarray, beta: float, p: int) -> float:
     """sum_i log f(x_i | theta, beta) from the group's count and sum."""
-    return float(n * log_normalizer(p, beta) + beta * theta @ s)
+    return float(n * log_normalizer_nb(float(p), float(beta)) + beta * theta @ s)
 
 
 def new_node_table(p: int, b: np.ndarray, c: np.ndarray, intervals: int = 1024) -> np.ndarray:
@@ -738,7 +740,7 @@ class VonMisesFisher(Likelihood):
 
     def log_link(self, theta_child, theta_parent, depth):
         prior = self.new_node_prior(depth)
-        return float(log_normalizer(self.n_features, prior) + prior * theta_child @ theta_parent)
+        return float(log_normalizer_nb(float(self.n_features), prior) + prior * theta_child @ theta_parent)
 
     def log_marginal(self, docs, theta_parent, concentration, depth):
         return group_log_marginal(docs.n, docs.s, theta_parent, self.new_node_prior(depth), concentration,
