@@ -482,7 +482,7 @@ def log_dm_marginal_set(
 
     Returns
     -------
-    float, or ndarray of shape (m,) when ``counts_sum`` is 2-D with ``m > 1`` rows or sparse.
+    float for a 1-D dense ``counts_sum``; otherwise (2-D or sparse input) ndarray of shape (m,).
     """
     vector_input = not sp.issparse(counts_sum) and np.ndim(counts_sum) == 1
     M = _as_counts(counts_sum)
