@@ -262,7 +262,7 @@ def test_map_phi_simplex_interior_and_boundary():
     np.testing.assert_allclose(phi, [2.5 / 4.4, 0.0, 1.9 / 4.4, 0.0], rtol=1e-14)
     obj = lambda p: mm.node_log_objective(p, c, alpha, basis="simplex")  # noqa: E731
     for delta in (1e-2, 1e-4):
-        q, best = maximise_truncated(obj, 4, delta, rng, restarts=5)
+        q, best = maximise_truncated(obj, 4, delta, rng, restarts=3)
         num = delta + (1.0 - 4 * delta) * q
         np.testing.assert_allclose(num, phi, atol=4 * delta)  # converges to ours as delta -> 0
     with pytest.raises(ValueError, match="not unique"):

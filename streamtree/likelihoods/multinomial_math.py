@@ -49,8 +49,10 @@ Conventions
     those coordinates to 0 and solves the KKT conditions on the rest (coordinates with
     ``b_w = 0`` may end on the boundary too). It has exact zeros, so ``log phi = -inf`` there.
 
-Numerics: ``log Gamma(a + x) - log Gamma(a)`` is evaluated by a Stirling-series difference for
-``a >= 10`` (no cancellation between two large log-gammas) and by ``lgamma`` otherwise; the
+Numerics: ``log Gamma(a + x) - log Gamma(a)`` is evaluated as one log of the product
+``a (a+1) ... (a+x-1)`` for small integer counts (the common case), by a Stirling-series
+difference for ``a >= 10`` (no cancellation between two large log-gammas) and by ``lgamma``
+otherwise; the
 numba kernels carry their own digamma/trigamma (no SciPy inside numba).
 """
 
@@ -100,6 +102,12 @@ def _log_rising_nb(a: float, x: float) -> float:
     """log Gamma(a + x) - log Gamma(a) for a > 0, x >= 0."""
     if x == 0.0:
         return 0.0
+    if x <= 8.0 and a < 1e30 and x == math.floor(x):
+        # Small integer counts (the common case in sparse text): one log of a short product.
+        prod = a
+        for k in range(1, int(x)):
+            prod *= a + k
+        return math.log(prod)
     if a < _STIRLING_MIN:
         return math.lgamma(a + x) - math.lgamma(a)
     z = a + x
@@ -474,7 +482,7 @@ def log_dm_marginal_set(
 
     Returns
     -------
-    float, or ndarray of shape (m,) when ``counts_sum`` is 2-D with ``m > 1`` rows or sparse.
+    float for a 1-D dense ``counts_sum``; otherwise (2-D or sparse input) ndarray of shape (m,).
     """
     vector_input = not sp.issparse(counts_sum) and np.ndim(counts_sum) == 1
     M = _as_counts(counts_sum)
