@@ -65,14 +65,18 @@ def vectorise(epochs):
     """Fit on the whole corpus, then transform epoch by epoch (tokenises twice)."""
     vec = TextVectorizer(min_df=5, max_df=0.5)
     vec.fit(all_texts(epochs))
-    out = [vec.transform(e.rows.column("text")) for e in epochs]
+    out = []
+    for e in epochs:
+        X = vec.transform(e.rows.column("text"))
+        out.append((X, vec.empty_rows(X)))
     return vec, out
 
 
 def vectorise_once(epochs):
     """Replay shortcut: one fit_transform over the epochs in order, then row slices."""
     vec = TextVectorizer(min_df=5, max_df=0.5)
-    X, empty = vec.fit_transform(all_texts(epochs))
+    X = vec.fit_transform(all_texts(epochs))
+    empty = vec.empty_rows(X)
     bounds = np.cumsum([0] + [e.n_rows for e in epochs])
     return vec, [(X[a:b], empty[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
 

@@ -141,7 +141,7 @@ def main() -> None:
           f"{cand.n_live} live + {cand.n_placeholders} placeholder columns (built in {time.perf_counter() - t:.1f} s)")
     cand_bytes = nbytes(cand)
     print(f"broadcast candidates: {cand_bytes / MB:.2f} MB per sweep "
-          f"(theta {cand.theta_T.nbytes / MB:.2f} MB, new-node tables {cand.ph_table.nbytes / MB:.2f} MB)")
+          f"(theta {cand.coef_T.nbytes / MB:.2f} MB, new-node tables {cand.ph_table.nbytes / MB:.2f} MB)")
 
     seeds = {n: np.random.SeedSequence(1).spawn(n) for n in (1, 2)}
     traffic = {n: shard_traffic(LocalEngine(n_shards=n), X, cand, seeds[n]) for n in (1, 2)}
@@ -156,8 +156,8 @@ def main() -> None:
     ray2._start()
     print(f"single-node Ray and 3 actors started in {time.perf_counter() - t:.1f} s")
     phases = [run_interleaved({
-        "local 1 shard, 1 thread": (LocalEngine(n_shards=1, n_threads=1), seeds[1]),
-        "local 2 shards, 2 threads": (LocalEngine(n_shards=2, n_threads=2), seeds[2]),
+        "local 1 shard, 1 thread": (LocalEngine(n_shards=1, n_jobs=1), seeds[1]),
+        "local 2 shards, 2 threads": (LocalEngine(n_shards=2, n_jobs=2), seeds[2]),
         "ray 1 node, 1 actor": (ray1, seeds[1]),
         "ray 1 node, 2 actors": (ray2, seeds[2]),
     }, X, cand, args.sweeps)]
@@ -183,7 +183,7 @@ def main() -> None:
             eng._start()
             print(f"two-node loopback cluster and 2 actors started in {time.perf_counter() - t:.1f} s")
             phase = run_interleaved({
-                "local 2 shards, 2 threads ": (LocalEngine(n_shards=2, n_threads=2), seeds[2]),
+                "local 2 shards, 2 threads ": (LocalEngine(n_shards=2, n_jobs=2), seeds[2]),
                 "ray 2 nodes, 2 actors": (eng, seeds[2]),
             }, X, cand, args.sweeps)
             assert len({a["node_id"] for a in phase["ray 2 nodes, 2 actors"]["actors"]}) == 2, \

@@ -46,8 +46,8 @@ def _peak_mib() -> float:
 
 def bench_replay(sweeps: int) -> None:
     config = ReplayConfig(source=str(DATA), text_col="text", time_col="year", time_unit="year", epoch="10y",
-                          window=1, max_depth=3, kappa0=100.0, n_sweeps=sweeps, seed=0, min_df=5,
-                          max_df=0.5, max_features=2000)
+                          min_df=5, max_df=0.5, max_features=2000,
+                          model=dict(window=1, max_depth=3, kappa0=100.0, n_sweeps=sweeps, random_state=0))
     print(f"== replay: SOU by decade, 2000 terms, depth 3, kappa0 100, window 1, {sweeps} sweeps")
     with tempfile.TemporaryDirectory() as tmp:
         w0, c0 = time.perf_counter(), _cpu()
@@ -63,13 +63,14 @@ def bench_replay(sweeps: int) -> None:
     vec = fit_vocabulary(config, epochs)
     mats = []
     for ep in epochs:
-        X, empty = vec.transform(ep.rows.column("text"))
+        X = vec.transform(ep.rows.column("text"))
+        empty = vec.empty_rows(X)
         mats.append((ep, X[~empty]))
     model = DTSSBP(**config.model_params())
     w0, c0 = time.perf_counter(), _cpu()
     nodes = []
     for ep, X in mats:
-        nodes.append(model.partial_fit(X, epoch=ep.index, label=ep.label).n_nodes)
+        nodes.append(model.partial_fit(X, epoch=ep.index, label=ep.label).trees_[-1].n_nodes)
     wall_b, cpu_b = time.perf_counter() - w0, _cpu() - c0
     n = sum(X.shape[0] for _, X in mats)
     print(f"baseline: bare partial_fit loop, {n} documents, {wall_b:.1f}s wall, {cpu_b:.1f}s CPU "
@@ -81,14 +82,14 @@ def bench_replay(sweeps: int) -> None:
 def bench_evaluate(args) -> None:
     grid = [float(v) for v in args.kappa0_grid.split(",")]
     ev = EvaluationConfig(depths=[3, 4], kappa0_grid=grid, restarts=args.restarts, repeats=args.repeats,
-                          n_sweeps=args.eval_sweeps, window=2, seed=0,
-                          max_docs_per_epoch=None if args.full else args.max_docs_per_epoch)
+                          seed=0, max_docs_per_epoch=None if args.full else args.max_docs_per_epoch,
+                          model=dict(n_sweeps=args.eval_sweeps, window=2))
     config = ReplayConfig(source=str(DATA), text_col="text", time_col="year", time_unit="year", epoch="10y",
                           min_df=5, max_df=0.5, max_features=args.max_features)
     data = load_split_epochs(config, ev)
     n_train = sum(e.X_train.shape[0] for e in data.epochs)
     print(f"\n== evaluate: six models, depths 3 and 4, grid {grid}, {ev.restarts} restarts, {ev.repeats} repeats, "
-          f"{ev.n_sweeps} sweeps, <= {ev.max_docs_per_epoch} docs per decade ({n_train} training docs)")
+          f"{ev.model_params()['n_sweeps']} sweeps, <= {ev.max_docs_per_epoch} docs per decade ({n_train} training docs)")
     c0 = time.perf_counter()
     results = evaluate(data, ev, log=lambda m: print("  " + m, flush=True) if args.verbose else None)
     wall = time.perf_counter() - c0
@@ -97,7 +98,7 @@ def bench_evaluate(args) -> None:
     # cost of the full protocol, scaled from the measured runs. In units of one all-epoch run,
     # a model costs grid * restarts half-length runs plus `repeats` full ones; time grows
     # about linearly with documents and sweeps (a lower bound: trees grow with the data).
-    scale = (0.9 * 25488 / max(n_train, 1)) * (50 / ev.n_sweeps)
+    scale = (0.9 * 25488 / max(n_train, 1)) * (50 / ev.model_params()['n_sweeps'])
     est = 0.0
     for r in results:
         if r.seconds == 0:  # a DP model's other depth: reused, not rerun

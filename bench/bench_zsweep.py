@@ -84,7 +84,7 @@ def main() -> None:
     sq = row_sq_norms(X)
     sweep_rows(X[:100], cand, np.random.default_rng(1), sq[:100])  # compile
 
-    floor, _ = best_of(lambda: X @ cand.theta_T)
+    floor, _ = best_of(lambda: X @ cand.coef_T)
     sweep, _ = best_of(lambda: sweep_rows(X, cand, np.random.default_rng(1), sq))
     n = X.shape[0]
     print(f"tree: {K} live nodes + {P} placeholders = {K + P} candidate columns")
@@ -98,7 +98,7 @@ def main() -> None:
 
         model = DTSSBP(kappa0=1e4, max_depth=3, n_sweeps=args.sweeps, random_state=0)
         t = time.perf_counter()
-        tree = model.partial_fit(X)
+        tree = model.partial_fit(X).trees_[-1]
         epoch_s = time.perf_counter() - t
         print(f"one epoch, {args.sweeps} sweeps   : {epoch_s:.1f} s  ({tree.n_nodes} live nodes at the end; "
               f"target < 60 s)")

@@ -7,6 +7,7 @@ Williamson and Xing (NIPS 2014), inferred online one epoch at a time.
 from __future__ import annotations
 
 from streamtree import _numba_env  # noqa: F401  (must precede any numba import)
+from streamtree import engines as _engines  # noqa: F401  (registers the "local" and "ray" engines)
 from streamtree.epoch_tree import EpochTree
 
 __version__ = "0.1.0"

@@ -46,9 +46,9 @@ def _positive_float(text: str) -> float:
     return v
 
 
-def _window(text: str) -> int | None:
+def _window(text: str) -> int | str:
     if text.lower() in ("inf", "all", "none"):
-        return None
+        return "inf"  # an infinite window (None), told apart from "not given"
     try:
         v = int(text)
     except ValueError:
@@ -106,17 +106,38 @@ def _add_source_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-features", type=_positive_int, default=None, help="keep only the most frequent terms")
 
 
+#: DTSSBP keyword arguments the model options set (each option's ``dest`` is the parameter's name)
+MODEL_OPTIONS = ("likelihood", "variant", "window", "max_depth", "kappa0", "n_sweeps", "random_state", "engine",
+                 "n_shards", "n_jobs")
+
+
 def _add_model_args(p: argparse.ArgumentParser, *, for_evaluate: bool = False) -> None:
-    p.add_argument("--window", type=_window, default=2, help="epochs in the stick window (int or inf)")
+    """Model options; an option not given keeps :class:`streamtree.DTSSBP`'s default."""
+    from streamtree.variants import VARIANTS
+
+    keep = argparse.SUPPRESS  # absent from the namespace unless given
+    p.add_argument("--likelihood", default=keep,
+                   help="topic family: vmf (unit term-frequency rows) or multinomial (word counts, Dirichlet links)")
+    p.add_argument("--window", type=_window, default=keep, help="epochs in the stick window (int or inf)")
     if not for_evaluate:
-        p.add_argument("--max-depth", type=int, default=3, help="deepest node depth, root = 0")
-        p.add_argument("--kappa0", type=_positive_float, default=1e4, help="vMF link strength")
-        p.add_argument("--variant", default="dtssbp",
-                       choices=["dtssbp", "o-tssbp", "t-tssbp", "ddp", "o-dp", "t-dp"])
-    p.add_argument("--sweeps", type=_positive_int, default=50, help="Gibbs sweeps per epoch")
-    p.add_argument("--seed", type=int, default=0, help="random seed")
-    p.add_argument("--engine", choices=["local", "ray"], default="local", help="where the z-updates run")
-    p.add_argument("--shards", type=_positive_int, default=1, help="row shards per epoch (changes results)")
+        p.add_argument("--max-depth", type=int, default=keep, help="deepest node depth, root = 0")
+        p.add_argument("--kappa0", type=_positive_float, default=keep,
+                       help="link strength of node parameters to their parent and previous self")
+        p.add_argument("--variant", default=keep, choices=VARIANTS)
+        p.add_argument("--seed", dest="random_state", type=int, default=keep, help="random seed (default: a fixed one, so that a replay is reproducible)")
+    p.add_argument("--sweeps", dest="n_sweeps", type=_positive_int, default=keep, help="Gibbs sweeps per epoch")
+    p.add_argument("--engine", default=keep, help="where the z-updates run: local or ray")
+    p.add_argument("--shards", dest="n_shards", type=_positive_int, default=keep,
+                   help="row shards per epoch (changes results)")
+    p.add_argument("--jobs", dest="n_jobs", type=int, default=keep, help="local engine threads (-1: all CPUs)")
+
+
+def _model_options(args) -> dict:
+    """The model options given on the command line, by DTSSBP parameter name."""
+    out = {k: getattr(args, k) for k in MODEL_OPTIONS if hasattr(args, k)}
+    if out.get("window") == "inf":
+        out["window"] = None
+    return out
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -190,12 +211,15 @@ def build_parser() -> argparse.ArgumentParser:
                     "sphere) and the paper's unnormalised score (vMF normalisers dropped).")
     _add_source_args(e)
     _add_model_args(e, for_evaluate=True)
-    e.add_argument("--variants", type=_variant_list, default=["dtssbp", "o-tssbp", "t-tssbp", "ddp", "o-dp", "t-dp"])
-    e.add_argument("--max-depth", type=_list_of(int, "depth"), default=[3, 4], help="comma list, e.g. 3,4")
-    e.add_argument("--repeats", type=_positive_int, default=5)
-    e.add_argument("--kappa0-grid", type=_list_of(_positive_float, "kappa0"), default=[1, 10, 100, 1000, 10000])
-    e.add_argument("--restarts", type=_positive_int, default=5)
-    e.add_argument("--test-fraction", type=float, default=0.1)
+    keep = argparse.SUPPRESS  # absent unless given: EvaluationConfig's defaults apply
+    e.add_argument("--variants", type=_variant_list, default=keep, help="comma list (default: all six)")
+    e.add_argument("--max-depth", dest="depths", type=_list_of(int, "depth"), default=keep,
+                   help="comma list, e.g. 3,4")
+    e.add_argument("--repeats", type=_positive_int, default=keep)
+    e.add_argument("--kappa0-grid", type=_list_of(_positive_float, "kappa0"), default=keep)
+    e.add_argument("--restarts", type=_positive_int, default=keep)
+    e.add_argument("--seed", type=int, default=keep, help="seed of the split and of the first restart")
+    e.add_argument("--test-fraction", type=float, default=keep)
     e.add_argument("--max-docs-per-epoch", type=_positive_int, default=None,
                    help="subsample each epoch to at most this many documents (quick runs)")
     e.add_argument("--max-epochs", type=_positive_int, default=None, help="use only the first N epochs")
@@ -304,16 +328,14 @@ def format_lineage(store, node_id: int, *, top_words: int = 10) -> str:
 
 
 # ---------------------------------------------------------------------------------- commands
-def _replay_config(args):
+def _replay_config(args, model: dict | None = None):
     from streamtree.replay import ReplayConfig
 
     return ReplayConfig(
         source=args.source, text_col=args.text_col, time_col=args.time_col, id_col=args.id_col,
-        epoch_col=args.epoch_col, epoch=args.epoch, time_unit=args.time_unit, window=args.window,
-        max_depth=args.max_depth if not isinstance(args.max_depth, list) else args.max_depth[0],
-        kappa0=getattr(args, "kappa0", 1e4), n_sweeps=args.sweeps, variant=getattr(args, "variant", "dtssbp"),
-        seed=args.seed, engine=args.engine, n_shards=args.shards, min_df=args.min_df, max_df=args.max_df,
-        max_features=args.max_features, top_words=getattr(args, "top_words", 10),
+        epoch_col=args.epoch_col, epoch=args.epoch, time_unit=args.time_unit, min_df=args.min_df,
+        max_df=args.max_df, max_features=args.max_features, top_words=getattr(args, "top_words", 10),
+        model=_model_options(args) if model is None else model,
     )
 
 
@@ -457,24 +479,24 @@ def _stored_epoch_rows(store, entry: dict, stored, args):
         raise _UserError(f"{len(missing)} stored documents of epoch {entry['epoch']} are not in the source "
                          f"(e.g. {missing[0]!r})", "--source", "use the source the store was replayed from")
     take = np.asarray([pos[str(d)] for d in stored.doc_ids], dtype=np.int64)
-    X, _ = vec.transform(rows.column("text").take(take))
+    X = vec.transform(rows.column("text").take(take))
     return X
 
 
 def cmd_evaluate(args) -> int:
     from streamtree.evaluate import EvaluationConfig, evaluate, format_results, load_split_epochs
 
-    if not 0 < args.test_fraction < 1:
+    if hasattr(args, "test_fraction") and not 0 < args.test_fraction < 1:
         raise _UserError(f"--test-fraction must be in (0, 1), got {args.test_fraction}", "evaluate",
                          "use e.g. 0.1")
-    config = _replay_config(args)
+    model = _model_options(args)
+    config = _replay_config(args, model=dict(model))
     if config.time_col is None and config.epoch_col is None:
         raise _UserError("give --time-col (or --epoch-col with --epoch column)", "evaluate", "add the column name")
-    ev = EvaluationConfig(variants=args.variants, depths=args.max_depth, kappa0_grid=args.kappa0_grid,
-                          restarts=args.restarts, repeats=args.repeats, n_sweeps=args.sweeps,
-                          window=args.window, seed=args.seed, test_fraction=args.test_fraction,
-                          max_docs_per_epoch=args.max_docs_per_epoch, max_epochs=args.max_epochs,
-                          engine=args.engine, n_shards=args.shards)
+    protocol = {k: getattr(args, k) for k in ("variants", "depths", "kappa0_grid", "restarts", "repeats", "seed",
+                                              "test_fraction") if hasattr(args, k)}
+    ev = EvaluationConfig(**protocol, max_docs_per_epoch=args.max_docs_per_epoch, max_epochs=args.max_epochs,
+                          model=model)
     data = load_split_epochs(config, ev)
     log = None if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
     results = evaluate(data, ev, log=log)

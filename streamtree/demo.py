@@ -50,20 +50,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--report", default="runs/sotu-report.html",
                    help="HTML report written at the end (default runs/sotu-report.html)")
+    p.add_argument("--likelihood", default=None, help="vmf or multinomial (default: the model's)")
     args = p.parse_args(argv)
     data = Path(args.data)
     if not data.exists():
         print(f"demo: {data} not found (the corpus ships with the repository under examples/data/)",
               file=sys.stderr)
         return 2
+    model = dict(window=args.window, max_depth=args.max_depth, kappa0=args.kappa0, n_sweeps=args.sweeps,
+                 random_state=args.seed)
+    if args.likelihood is not None:
+        model["likelihood"] = args.likelihood
     config = ReplayConfig(source=str(data), text_col="text", time_col=_time_column(data), epoch="10y",
-                          time_unit="year" if _time_column(data) == "year" else "auto",
-                          window=args.window, max_depth=args.max_depth, kappa0=args.kappa0,
-                          n_sweeps=args.sweeps, seed=args.seed, min_df=5, max_df=0.5,
-                          max_features=args.max_features, top_words=args.top_words)
+                          time_unit="year" if _time_column(data) == "year" else "auto", min_df=5, max_df=0.5,
+                          max_features=args.max_features, top_words=args.top_words, model=model)
     os.makedirs(args.store, exist_ok=True)
     print(f"replaying {data.name} by decade into {args.store} "
-          f"(depth {args.max_depth}, kappa0 {args.kappa0:g}, {args.max_features} terms, "
+          f"({config.model_params()['likelihood']}, depth {args.max_depth}, kappa0 {args.kappa0:g}, {args.max_features} terms, "
           f"window {args.window}, {args.sweeps} sweeps per decade)", flush=True)
     summary = replay(config, args.store, mode="overwrite", progress=stderr_progress())
     print(summary.format())

@@ -1,4 +1,4 @@
-"""The result of one epoch: a snapshot of the dTSSBP tree after inference at epoch t."""
+"""The result of one epoch: the dTSSBP tree after inference at epoch t."""
 
 from __future__ import annotations
 
@@ -35,10 +35,11 @@ class EpochTree:
     window_counts : ndarray of int64, shape (K,)
         Documents at the node summed over the stick window (past epochs plus this one).
     theta : ndarray of float64, shape (K, p)
-        Node parameters: unit mean directions (vMF) or means (Gaussian).
+        Node parameters: unit mean directions (vMF), means (Gaussian) or word distributions
+        (multinomial).
     concentration : ndarray of float64, shape (K,)
-        Per-node vMF concentration beta, or for the Gaussian likelihood the observation
-        precision 1 / sigma_x**2.
+        Per-node vMF concentration beta; for the Gaussian likelihood the observation
+        precision 1 / sigma_x**2; for the multinomial the node's parent-link strength.
     born : ndarray of int64, shape (K,)
         Epoch in which each node was created.
     assignments : ndarray of int64, shape (n_documents,)

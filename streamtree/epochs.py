@@ -214,7 +214,8 @@ class Epoch:
 
         For example, rows empty after vocabulary filtering::
 
-            X, empty = vectorizer.transform(epoch.rows.column("text"))
+            X = vectorizer.transform(epoch.rows.column("text"))
+            empty = vectorizer.empty_rows(X)
             epoch = epoch.reject(empty, EMPTY_AFTER_VOCABULARY)
             X = X[~empty]
         """

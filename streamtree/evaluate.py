@@ -43,26 +43,40 @@ import pyarrow as pa
 import scipy.sparse as sp
 
 from streamtree.replay import ReplayConfig, read_epochs
-from streamtree.variants import resolve_variant
+from streamtree.variants import VARIANTS, resolve_variant
 
 
 @dataclass
 class EvaluationConfig:
-    """Settings of :func:`evaluate` (see the module docstring)."""
+    """Settings of :func:`evaluate` (see the module docstring).
 
-    variants: list[str] = field(default_factory=lambda: ["dtssbp", "o-tssbp", "t-tssbp", "ddp", "o-dp", "t-dp"])
+    ``model`` holds the other keyword arguments of :class:`streamtree.model.DTSSBP` (likelihood,
+    window, sweeps, engine, ...); the protocol sets ``variant``, ``max_depth``, ``kappa0`` and
+    ``random_state`` of every run itself, and everything else takes the estimator's defaults.
+    """
+
+    variants: list[str] = field(default_factory=lambda: list(VARIANTS))
     depths: list[int] = field(default_factory=lambda: [3, 4])
     kappa0_grid: list[float] = field(default_factory=lambda: [1.0, 10.0, 100.0, 1000.0, 10000.0])
     restarts: int = 5
     repeats: int = 5
-    n_sweeps: int = 50
-    window: int | None = 2
     seed: int = 0
     test_fraction: float = 0.1
     max_docs_per_epoch: int | None = None
     max_epochs: int | None = None
-    engine: str = "local"
-    n_shards: int = 1
+    model: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        fixed = {"variant", "max_depth", "kappa0", "random_state"} & set(self.model)
+        if fixed:
+            raise ValueError(f"the protocol sets {', '.join(sorted(fixed))} itself; use variants, depths, "
+                             "kappa0_grid and seed instead")
+
+    def model_params(self) -> dict:
+        """All DTSSBP keyword arguments shared by the protocol's runs."""
+        from streamtree.model import DTSSBP
+
+        return DTSSBP(**self.model).get_params(deep=False)
 
 
 @dataclass
@@ -119,7 +133,12 @@ def load_split_epochs(config: ReplayConfig, ev: EvaluationConfig) -> SplitData:
     train_all = [c for _, tr, _ in parts for c in (tr.chunks if isinstance(tr, pa.ChunkedArray) else [tr])]
     if not any(len(c) for c in train_all):
         raise ValueError(f"{config.source}: no documents to evaluate on")
-    vec = config.vectorizer()
+    from streamtree.likelihoods import LIKELIHOODS, TEXT_LIKELIHOODS
+
+    likelihood = ev.model_params()["likelihood"]
+    if likelihood not in TEXT_LIKELIHOODS:
+        raise ValueError(f"likelihood {likelihood!r} does not model text; choose one of {', '.join(TEXT_LIKELIHOODS)}")
+    vec = config.vectorizer().set_params(norm=LIKELIHOODS[likelihood].text_norm)
     vec.fit(pa.chunked_array(train_all, pa.string()))
     p = vec.vocabulary_.shape[0]
     out: list[SplitEpoch] = []
@@ -127,11 +146,13 @@ def load_split_epochs(config: ReplayConfig, ev: EvaluationConfig) -> SplitData:
     for ep, train, test in parts:
         Xtr, Xte = sp.csr_matrix((0, p)), sp.csr_matrix((0, p))
         if len(train):
-            Xtr, empty = vec.transform(train)
+            Xtr = vec.transform(train)
+            empty = vec.empty_rows(Xtr)
             dropped_train += int(empty.sum())
             Xtr = Xtr[~empty]
         if len(test):
-            Xte, empty = vec.transform(test)
+            Xte = vec.transform(test)
+            empty = vec.empty_rows(Xte)
             dropped_test += int(empty.sum())
             Xte = Xte[~empty]
         if not out and Xtr.shape[0] == 0:
@@ -144,9 +165,16 @@ def load_split_epochs(config: ReplayConfig, ev: EvaluationConfig) -> SplitData:
     return SplitData(out, p, dropped_train, dropped_test)
 
 
+def _variant_config(variant: str, depth: int, params: dict | None = None):
+    from streamtree.model import DTSSBP
+
+    p = params or DTSSBP().get_params(deep=False)
+    return resolve_variant(variant, window=p["window"], max_depth=depth, gamma=p["gamma"], xi=p["xi"])
+
+
 def kappa0_matters(variant: str, depth: int) -> bool:
     """Whether kappa0 enters the model (a parent link, or a time link of depth-rule strength)."""
-    c = resolve_variant(variant, window=2, max_depth=depth, gamma=0.5, xi=0.001)
+    c = _variant_config(variant, depth)
     return c.parent_link or (c.time_link and c.time_kappa is None)
 
 
@@ -174,17 +202,17 @@ def evaluate(data: SplitData, ev: EvaluationConfig,
     results: list[ModelResult] = []
     first, second = range(0, data.middle), range(data.middle, len(data.epochs))
     done: dict[tuple[str, int | None], ModelResult] = {}
+    shared = ev.model_params()
     for variant in ev.variants:
         for depth in ev.depths:
-            same = (variant, resolve_variant(variant, window=2, max_depth=depth, gamma=0.5, xi=0.001).max_depth)
+            same = (variant, _variant_config(variant, depth, shared).max_depth)
             if same in done:  # DP models are one level deep at any depth: no need to rerun
                 old = done[same]
                 results.append(ModelResult(variant, depth, old.kappa0, old.seed, old.selection, old.normalized,
                                            old.unnormalized, 0.0))
                 continue
             t0 = time.perf_counter()
-            base = dict(likelihood="vmf", variant=variant, window=ev.window, max_depth=depth,
-                        n_sweeps=ev.n_sweeps, engine=ev.engine, n_shards=ev.n_shards)
+            base = dict(shared, variant=variant, max_depth=depth)
             grid = ev.kappa0_grid if kappa0_matters(variant, depth) else ev.kappa0_grid[:1]
             selection: dict[tuple[float, int], float] = {}
             for k0 in grid:
@@ -223,16 +251,18 @@ def format_results(results: list[ModelResult], data: SplitData, ev: EvaluationCo
     lines = [
         f"{len(data.epochs)} epochs ({data.epochs[0].label} .. {data.epochs[-1].label}); kappa0 and restart "
         f"chosen on the first {data.middle}, scored on the last {len(data.epochs) - data.middle} "
-        f"({n_test} test documents); vocabulary {data.vocabulary_size} terms; {ev.n_sweeps} sweeps/epoch; "
+        f"({n_test} test documents); vocabulary {data.vocabulary_size} terms; "
+        f"{ev.model_params()['likelihood']} likelihood, {ev.model_params()['n_sweeps']} sweeps/epoch; "
         f"{ev.repeats} repeats (mean +- sd).",
         f"empty after vocabulary filtering, dropped: {data.n_dropped_train} training, "
         f"{data.n_dropped_test} test documents.",
     ]
     for title, attr in (
         ("Normalised held-out log predictive density per document, "
-         "log sum_e pi_e C_p(beta_e) exp(beta_e theta_e.x) (higher is better):", "normalized"),
-        ("Unnormalised held-out score per document as in the paper, "
-         "log sum_e pi_e exp(beta_e theta_e.x), vMF normalisers dropped (not a density):", "unnormalized"),
+         "log sum_e pi_e f(x | theta_e, beta_e) (higher is better):", "normalized"),
+        ("Unnormalised held-out score per document as in the paper, the same with the likelihood's "
+         "normalising constants dropped (vMF: log sum_e pi_e exp(beta_e theta_e.x); not a density):",
+         "unnormalized"),
     ):
         cells = {(v, d): _cell(getattr(by[(v, d)], attr)) if (v, d) in by else "-" for v in variants for d in depths}
         width = max(len(c) for c in cells.values()) + 3

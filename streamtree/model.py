@@ -1,16 +1,10 @@
 """The dTSSBP estimator: online inference of one topic tree per epoch.
 
-Per epoch ``t`` (ALGORITHM: per-epoch driver):
-
-1. Nodes alive after epoch ``t-1`` start with their previous parameters; the stick prior holds
-   the counts of the last ``window`` epochs.
-2. ``n_sweeps`` times: sample all sticks from their windowed Beta conditionals; run the
-   enumerated blocked-Gibbs z-update over the documents (in shards, on the chosen engine);
-   turn placeholders that received documents into new nodes; delete nodes whose windowed
-   counts are all zero; re-estimate each node's concentration; update the node parameters by
-   MAP, alternating even and odd depths.
-3. Publish the :class:`~streamtree.epoch_tree.EpochTree`, push the epoch's counts into the
-   window and delete nodes that fell out of it.
+:class:`DTSSBP` validates its parameters, holds the fitted state and delegates: one epoch's
+sweeps run in :class:`~streamtree.inference.epoch_sampler.EpochSampler`, the observation family
+is a :class:`~streamtree.likelihoods.base.Likelihood` and the z-updates run on a
+:class:`~streamtree.inference.zsweep.ZSweeper` (an engine, resolved by name through the core's
+registry or passed in).
 """
 
 from __future__ import annotations
@@ -18,59 +12,37 @@ from __future__ import annotations
 import logging
 import numbers
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
+from sklearn.base import BaseEstimator
+from sklearn.exceptions import NotFittedError
+from sklearn.utils._param_validation import HasMethods, Interval, StrOptions, validate_parameter_constraints
 
-from streamtree.engines.base import Engine
 from streamtree.epoch_tree import EpochTree
-from streamtree.inference import merge as merge_moves
-from streamtree.inference.enumerated import LINEAR, VMF, Candidates, score_rows
-from streamtree.inference.sticks import log_masses, mean_sticks, sample_sticks, stick_params
-from streamtree.inference.theta_map import map_theta_gaussian, map_theta_vmf
-from streamtree.likelihoods import gaussian as gauss
-from streamtree.likelihoods import vmf
-from streamtree.tree import ROOT, TSSBTree
-from streamtree.variants import VARIANTS, resolve_variant
-from streamtree.window import WindowedCounts, subtree_sums
+from streamtree.inference.epoch_sampler import (CHECKPOINT_FORMAT, ChainState, EpochSampler, SamplerSettings,
+                                                predictive_masses)
+from streamtree.inference.zsweep import engine_names, make_engine
+from streamtree.likelihoods import LIKELIHOODS, Likelihood
+from streamtree.variants import VARIANTS, VariantConfig, resolve_variant
 
 logger = logging.getLogger(__name__)
 
-_NORM_TOL = 1e-6
-_MERGE_GRACE = 2  # sweeps a new node lives before it may be merged away
+# parameters that say where the model runs, not what it computes (they may differ on restore)
+RUN_LOCATION_PARAMS = ("engine", "n_jobs", "engine_options")
 
 
-def _make_engine(engine, n_shards: int, n_threads: int, options: dict | None) -> Engine:
-    if isinstance(engine, Engine):
-        return engine
-    if engine == "local":
-        from streamtree.engines.local import LocalEngine
-
-        return LocalEngine(n_shards=n_shards, n_threads=n_threads, **(options or {}))
-    if engine == "ray":
-        from streamtree.engines.ray import RayEngine
-
-        return RayEngine(n_shards=n_shards, **(options or {}))
-    raise ValueError(f"unknown engine {engine!r}; use 'local', 'ray' or an Engine instance")
-
-
-def _seed_sequence(random_state) -> np.random.SeedSequence:
-    if isinstance(random_state, np.random.SeedSequence):
-        return random_state
-    if random_state is None or isinstance(random_state, numbers.Integral):
-        return np.random.SeedSequence(random_state)
-    raise ValueError(f"random_state must be None, an int or a numpy SeedSequence, got {random_state!r}")
-
-
-class DTSSBP:
+class DTSSBP(BaseEstimator):
     """Dependent tree-structured stick-breaking process, fitted online one epoch at a time.
 
     Parameters
     ----------
-    likelihood : {"vmf", "gaussian"}
-        von Mises-Fisher topics on L2-normalised term-frequency rows (CSR), or isotropic
-        Gaussian nodes on real-valued rows (dense).
+    likelihood : {"vmf", "gaussian", "multinomial"}
+        von Mises-Fisher topics on L2-normalised term-frequency rows (CSR); isotropic Gaussian
+        nodes on real-valued rows (dense); or word distributions over raw term counts (CSR)
+        with Dirichlet links (see :mod:`streamtree.likelihoods`).
     variant : {"dtssbp", "o-tssbp", "t-tssbp", "ddp", "o-dp", "t-dp"}
         The model or one of the paper's baselines (see :mod:`streamtree.variants`).
     window : int or None
@@ -84,17 +56,18 @@ class DTSSBP:
     gamma : float
         Branch stick concentration.
     kappa0, kappa1, a : float
-        vMF link strengths: parent link kappa0 * kappa1**d, previous-epoch link
-        kappa0 * kappa1**(d + a). A new node's direction has prior vMF(theta_parent, kappa0 * kappa1**d).
+        Link strengths of vMF directions and multinomial word distributions: parent link
+        kappa0 * kappa1**d, previous-epoch link kappa0 * kappa1**(d + a). A new node's
+        parameter has its parent link as prior.
     xi : float
         Time-link strength of the DP baselines.
     sigma0, sigma1, eta : float
-        Gaussian variant: parent-link variance sigma0 * sigma1**d, previous-epoch link
+        Gaussian likelihood: parent-link variance sigma0 * sigma1**d, previous-epoch link
         N(eta * theta_prev, sigma0 * sigma1**(d + a)) (the root links to its predecessor with
         mean theta_prev and variance sigma0 * sigma1**a).
     noise_var : float or None
-        Gaussian variant: the observation variance sigma_x**2 shared by all nodes when known;
-        ``None`` estimates it per node (pooled within-node variance).
+        Gaussian likelihood: the observation variance sigma_x**2 shared by all nodes when
+        known; ``None`` estimates it per node (pooled within-node variance).
     n_sweeps : int
         Gibbs sweeps per epoch.
     n_map_iter : int
@@ -109,20 +82,23 @@ class DTSSBP:
         Seeded child proposals per sweep (all but the last few sweeps of an epoch): after the
         MAP step, this many nodes holding at least ``2 * min_node_docs`` documents, drawn in
         proportion to their counts, each get a new child seeded by one of their documents
-        drawn at random (direction halfway between the node and the document; the document
-        itself for the Gaussian). Single-document births through the placeholder are rare in
-        high dimension; seeded children let coherent groups split off, and the merge moves
-        remove the proposals the data do not support. ``0`` disables proposals.
+        drawn at random. Single-document births through the placeholder are rare in high
+        dimension; seeded children let coherent groups split off, and the merge moves remove
+        the proposals the data do not support. ``0`` disables proposals.
     min_node_docs : int
         Nodes with fewer documents keep their previous concentration (a newborn node starts
         with its parent's) instead of a noisy estimate.
-    beta_bounds : (float, float)
-        Clip range of vMF concentrations.
-    engine : {"local", "ray"} or Engine
-        Where the z-updates run.
-    n_shards, n_threads : int
-        Row shards per epoch (each has its own random stream; results depend on ``n_shards``
-        but not on the engine or ``n_threads``) and local worker threads.
+    concentration_bounds : (float, float)
+        Clip range of estimated vMF concentrations.
+    engine : str or engine object
+        Where the z-updates run: a registered engine name (``"local"``, ``"ray"``; see
+        :mod:`streamtree.engines`) or an object implementing
+        :class:`~streamtree.inference.zsweep.ZSweeper`.
+    n_shards : int
+        Row shards per epoch. Each has its own random stream; results depend on ``n_shards``
+        but not on the engine or ``n_jobs``.
+    n_jobs : int or None
+        Local engine worker threads (``None``: 1, ``-1``: all CPUs).
     engine_options : dict, optional
         Extra keyword arguments for the engine.
     random_state : int, numpy SeedSequence or None
@@ -131,11 +107,48 @@ class DTSSBP:
     Attributes
     ----------
     trees_ : list of EpochTree
-        One tree per epoch seen.
-    tree_ : TSSBTree
-        The current tree structure.
+        One tree per epoch fitted by this object (after :meth:`from_checkpoint`, the trees
+        fitted since, after the checkpoint's last tree).
+    likelihood_ : Likelihood
+        The observation family.
+    variant_config_ : VariantConfig
+        The resolved variant.
+    state_ : ChainState
+        Tree, window counts and node parameters carried to the next epoch.
+    predictive_ : Candidates
+        The predictive mixture of the last epoch in the z-kernel's form.
     n_features_in_ : int
     """
+
+    _parameter_constraints: dict = {
+        "likelihood": [StrOptions(set(LIKELIHOODS))],
+        "variant": [StrOptions(set(VARIANTS))],
+        "window": [Interval(numbers.Integral, 0, None, closed="left"), None],
+        "max_depth": [Interval(numbers.Integral, 0, None, closed="left")],
+        "alpha0": [Interval(numbers.Real, 0, None, closed="neither")],
+        "lam": [Interval(numbers.Real, 0, 1, closed="right")],
+        "gamma": [Interval(numbers.Real, 0, None, closed="neither")],
+        "kappa0": [Interval(numbers.Real, 0, None, closed="neither")],
+        "kappa1": [Interval(numbers.Real, 0, None, closed="neither")],
+        "a": [Interval(numbers.Real, None, None, closed="neither")],
+        "xi": [Interval(numbers.Real, 0, None, closed="neither")],
+        "sigma0": [Interval(numbers.Real, 0, None, closed="neither")],
+        "sigma1": [Interval(numbers.Real, 0, None, closed="neither")],
+        "eta": [Interval(numbers.Real, 0, 1, closed="left")],
+        "noise_var": [Interval(numbers.Real, 0, None, closed="neither"), None],
+        "n_sweeps": [Interval(numbers.Integral, 1, None, closed="left")],
+        "n_map_iter": [Interval(numbers.Integral, 1, None, closed="left")],
+        "merge_moves": ["boolean"],
+        "split_proposals": [Interval(numbers.Integral, 0, None, closed="left")],
+        "min_node_docs": [Interval(numbers.Integral, 1, None, closed="left")],
+        "concentration_bounds": [tuple, list],
+        "engine": [str, HasMethods(["load", "sweep", "labels", "close"])],
+        "n_shards": [Interval(numbers.Integral, 1, None, closed="left")],
+        "n_jobs": [Interval(numbers.Integral, 1, None, closed="left"),
+                   Interval(numbers.Integral, None, -1, closed="right"), None],
+        "engine_options": [dict, None],
+        "random_state": [Interval(numbers.Integral, 0, None, closed="left"), np.random.SeedSequence, None],
+    }
 
     def __init__(
         self,
@@ -159,10 +172,10 @@ class DTSSBP:
         merge_moves: bool = True,
         split_proposals: int = 2,
         min_node_docs: int = 2,
-        beta_bounds: tuple[float, float] = (1e-3, 1e6),
+        concentration_bounds: tuple[float, float] = (1e-3, 1e6),
         engine: Any = "local",
         n_shards: int = 1,
-        n_threads: int = 1,
+        n_jobs: int | None = None,
         engine_options: dict | None = None,
         random_state: Any = None,
     ) -> None:
@@ -186,32 +199,12 @@ class DTSSBP:
         self.merge_moves = merge_moves
         self.split_proposals = split_proposals
         self.min_node_docs = min_node_docs
-        self.beta_bounds = beta_bounds
+        self.concentration_bounds = concentration_bounds
         self.engine = engine
         self.n_shards = n_shards
-        self.n_threads = n_threads
+        self.n_jobs = n_jobs
         self.engine_options = engine_options
         self.random_state = random_state
-
-    # ------------------------------------------------------------------ scikit-learn plumbing
-    def get_params(self, deep: bool = True) -> dict:
-        import inspect
-
-        names = [p for p in inspect.signature(type(self).__init__).parameters if p != "self"]
-        return {n: getattr(self, n) for n in names}
-
-    def set_params(self, **params) -> "DTSSBP":
-        valid = self.get_params()
-        for k, v in params.items():
-            if k not in valid:
-                raise ValueError(f"invalid parameter {k!r} for DTSSBP")
-            setattr(self, k, v)
-        return self
-
-    def __repr__(self) -> str:
-        defaults = type(self)().get_params()
-        changed = {k: v for k, v in self.get_params().items() if defaults.get(k) != v}
-        return "DTSSBP(" + ", ".join(f"{k}={v!r}" for k, v in changed.items()) + ")"
 
     @classmethod
     def baseline(cls, name: str, **params) -> "DTSSBP":
@@ -220,158 +213,145 @@ class DTSSBP:
 
     # ------------------------------------------------------------------ validation
     def _check_params(self) -> None:
-        if self.likelihood not in ("vmf", "gaussian"):
-            raise ValueError(f"likelihood must be 'vmf' or 'gaussian', got {self.likelihood!r}")
-        if self.variant not in VARIANTS:
-            raise ValueError(f"unknown variant {self.variant!r}; choose one of {', '.join(VARIANTS)}")
-        if not (isinstance(self.max_depth, numbers.Integral) and self.max_depth >= 0):
-            raise ValueError(f"max_depth must be a non-negative int, got {self.max_depth!r}")
-        for name in ("alpha0", "gamma", "kappa0", "sigma0", "xi"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        if not 0 < self.lam <= 1:
-            raise ValueError(f"lam must be in (0, 1], got {self.lam!r}")
-        if not self.kappa1 > 0:
-            raise ValueError(f"kappa1 must be > 0, got {self.kappa1!r}")
-        if not 0 < self.sigma1:
-            raise ValueError(f"sigma1 must be > 0, got {self.sigma1!r}")
-        if self.noise_var is not None and not self.noise_var > 0:
-            raise ValueError(f"noise_var must be > 0 or None, got {self.noise_var!r}")
-        if not 0 <= self.eta < 1:
-            raise ValueError(f"eta must be in [0, 1), got {self.eta!r}")
-        if not (isinstance(self.n_sweeps, numbers.Integral) and self.n_sweeps >= 1):
-            raise ValueError(f"n_sweeps must be a positive int, got {self.n_sweeps!r}")
+        validate_parameter_constraints(self._parameter_constraints, self.get_params(deep=False),
+                                       caller_name=type(self).__name__)
+        if isinstance(self.engine, str) and self.engine not in engine_names():
+            raise ValueError(f"The 'engine' parameter of DTSSBP must be one of {sorted(engine_names())} or an "
+                             f"engine object. Got {self.engine!r} instead.")
+        bounds = self.concentration_bounds
+        if not (len(bounds) == 2 and all(isinstance(b, numbers.Real) for b in bounds) and 0 < bounds[0] <= bounds[1]):
+            raise ValueError("The 'concentration_bounds' parameter of DTSSBP must be a pair (low, high) with "
+                             f"0 < low <= high. Got {bounds!r} instead.")
 
-    def _validate_X(self, X, first: bool):
-        if self.likelihood == "vmf":
-            if not sp.issparse(X):
-                X = np.asarray(X, dtype=np.float64)
-                if X.ndim != 2:
-                    raise ValueError(f"X must be 2-D, got shape {X.shape}")
-                X = sp.csr_matrix(X)
-            X = sp.csr_matrix(X, dtype=np.float64)
-            X.sort_indices()
-            data = X.data
-        else:
-            if sp.issparse(X):
-                X = X.toarray()
-            X = np.ascontiguousarray(X, dtype=np.float64)
-            if X.ndim != 2:
-                raise ValueError(f"X must be 2-D, got shape {X.shape}")
-            data = X
-        if not np.all(np.isfinite(data)):
-            raise ValueError("X contains NaN or infinite values")
-        p = X.shape[1]
-        if not first and p != self.n_features_in_:
-            raise ValueError(f"X has {p} features, but the model was fitted with {self.n_features_in_}")
-        if self.likelihood == "vmf" and X.shape[0]:
-            norms = np.sqrt(np.asarray(X.multiply(X).sum(axis=1)).ravel())
-            bad = np.flatnonzero(np.abs(norms - 1.0) > _NORM_TOL)
-            if bad.size:
-                empty = bad[norms[bad] == 0]
-                hint = (f"{empty.size} rows are all zeros (e.g. row {empty[0]}): drop empty documents first"
-                        if empty.size else "normalise rows, e.g. sklearn.preprocessing.normalize(X)")
-                raise ValueError(f"the vMF likelihood needs L2-normalised rows; {bad.size} rows are not "
-                                 f"(first: row {bad[0]}, norm {norms[bad[0]]:.6g}); {hint}")
+    def _settings(self, config: VariantConfig) -> SamplerSettings:
+        return SamplerSettings(alpha0=self.alpha0, lam=self.lam, gamma=config.gamma, max_depth=config.max_depth,
+                               root_holds_data=config.root_holds_data,
+                               freeze_after_birth=config.freeze_after_birth, n_sweeps=self.n_sweeps,
+                               n_map_iter=self.n_map_iter, merge_moves=self.merge_moves,
+                               split_proposals=self.split_proposals, min_node_docs=self.min_node_docs)
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "state_"):
+            raise NotFittedError(f"This {type(self).__name__} instance is not fitted yet; call partial_fit "
+                                 "(one epoch) or fit (a sequence of epochs) first.")
+
+    def _validate_X(self, X, family: type[Likelihood]):
+        X = family.check_input(X)
+        if hasattr(self, "n_features_in_") and X.shape[1] != self.n_features_in_:
+            raise ValueError(f"X has {X.shape[1]} features, but the model was fitted with {self.n_features_in_}")
         return X
 
     # ------------------------------------------------------------------ state
-    def _init_state(self, p: int) -> None:
-        self._check_params()
-        self.config_ = resolve_variant(self.variant, window=self.window, max_depth=self.max_depth,
-                                       gamma=self.gamma, xi=self.xi)
-        self.n_features_in_ = p
-        self.tree_ = TSSBTree(self.config_.max_depth)
-        self.window_counts_ = WindowedCounts(self.config_.window)
-        self.theta_: dict[int, np.ndarray] = {}
-        self.beta_: dict[int, float] = {}
+    def _start(self, n_features: int) -> None:
+        """First epoch: resolve the variant and family, empty state, engine, seeds."""
+        config = resolve_variant(self.variant, window=self.window, max_depth=self.max_depth, gamma=self.gamma,
+                                 xi=self.xi)
+        self.variant_config_ = config
+        self.n_features_in_ = n_features
+        self.likelihood_ = LIKELIHOODS[self.likelihood].from_params(self.get_params(deep=False), config, n_features)
+        self.state_ = ChainState.empty(config.max_depth, config.window, n_features)
         self.trees_: list[EpochTree] = []
         self._seeds = _seed_sequence(self.random_state)
-        self._engine = _make_engine(self.engine, self.n_shards, self.n_threads, self.engine_options)
-        self._root_parent = None
+        self._last_tree: EpochTree | None = None
 
-    def _link_strengths(self, depth: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per-node (parent, time) link strengths for vMF; variances for the Gaussian."""
-        c = self.config_
-        d = depth.astype(np.float64)
-        if self.likelihood == "vmf":
-            par = self.kappa0 * self.kappa1 ** d if c.parent_link else np.zeros_like(d)
-            if not c.time_link:
-                tim = np.zeros_like(d)
-            elif c.time_kappa is not None:
-                tim = np.full_like(d, c.time_kappa)
-            else:
-                tim = self.kappa0 * self.kappa1 ** (d + self.a)
-            return par, tim
-        par = self.sigma0 * self.sigma1 ** d if c.parent_link else np.full_like(d, np.inf)
-        if not c.time_link:
-            tim = np.full_like(d, np.inf)
-        elif c.time_kappa is not None:
-            tim = np.full_like(d, 1.0 / c.time_kappa)
-        else:
-            tim = self.sigma0 * self.sigma1 ** (d + self.a)
-        return par, tim
-
-    def _new_node_prior(self, depth: int) -> float:
-        """vMF: prior concentration of a new node around its parent; Gaussian: prior variance."""
-        if self.likelihood == "vmf":
-            return self.kappa0 * self.kappa1 ** depth if self.config_.parent_link else 0.0
-        return self.sigma0 * self.sigma1 ** depth if self.config_.parent_link else self.sigma0
+    def _engine_for_run(self):
+        engine = getattr(self, "_engine", None)
+        if engine is None:
+            engine = make_engine(self.engine, n_shards=self.n_shards, n_jobs=self.n_jobs,
+                                 options=self.engine_options)
+            if getattr(engine, "n_shards", self.n_shards) != self.n_shards:
+                raise ValueError(f"the engine has {engine.n_shards} shards but n_shards={self.n_shards}")
+            self._engine = engine
+        return engine
 
     # ------------------------------------------------------------------ public API
-    def fit(self, X, y=None, *, epochs=None) -> "DTSSBP":
+    def fit(self, X: Sequence, y=None, *, epochs=None) -> "DTSSBP":
         """Fit from scratch on a sequence of epochs.
 
         Parameters
         ----------
-        X : sequence of matrices (one per epoch), or one matrix with ``epochs`` giving each
-            row's epoch (rows are grouped by sorted epoch value).
+        X : sequence of matrices, one per epoch (in time order); or, with ``epochs``, one
+            matrix whose row ``i`` belongs to epoch ``epochs[i]`` (rows are grouped by sorted
+            epoch value).
+        epochs : array-like of shape (n_rows,), optional
+            Each row's epoch when ``X`` is a single matrix.
+
+        Returns
+        -------
+        self
         """
-        if hasattr(self, "trees_"):
-            del self.trees_
         if epochs is None:
+            if sp.issparse(X) or (isinstance(X, np.ndarray) and X.ndim == 2):
+                raise TypeError("fit takes a sequence of epochs (one matrix each), got a single matrix; "
+                                "call partial_fit(X) to fit one epoch, fit([X]) for a one-epoch sequence, "
+                                "or fit(X, epochs=...) to give each row's epoch")
             batches = list(X)
         else:
             epochs = np.asarray(epochs)
             if epochs.shape[0] != X.shape[0]:
                 raise ValueError(f"epochs has {epochs.shape[0]} entries for {X.shape[0]} rows")
             batches = [X[np.flatnonzero(epochs == e)] for e in np.unique(epochs)]
+        if not batches:
+            raise ValueError("fit needs at least one epoch")
+        self._reset()
         for t, Xt in enumerate(batches):
             self.partial_fit(Xt, epoch=t)
         return self
 
-    def partial_fit(self, X, y=None, *, epoch: int | None = None, label: str | None = None) -> EpochTree:
-        """Run inference for one epoch and return its tree.
+    def _reset(self) -> None:
+        for name in ("state_", "trees_", "likelihood_", "variant_config_", "n_features_in_", "predictive_",
+                     "_last_tree"):
+            if hasattr(self, name):
+                delattr(self, name)
+
+    def partial_fit(self, X, y=None, *, epoch: int | None = None, label: str | None = None) -> "DTSSBP":
+        """Run inference for one epoch; its tree is then ``self.trees_[-1]``.
 
         Parameters
         ----------
-        X : CSR matrix (vMF, rows L2-normalised) or ndarray (Gaussian), shape (n, p)
-            The epoch's training documents. ``n = 0`` is an empty epoch: the tree is carried
-            forward unchanged and the stick window still advances.
+        X : matrix, shape (n, p)
+            The epoch's training documents: CSR with L2-normalised rows (vMF), CSR raw term
+            counts (multinomial) or a dense array (Gaussian). ``n = 0`` is an empty epoch:
+            the tree is carried forward unchanged and the stick window still advances.
         epoch : int, optional
             Epoch index (default: one more than the last). Must increase.
         label : str, optional
             Human label stored in the EpochTree.
+
+        Returns
+        -------
+        self
         """
-        first = not hasattr(self, "trees_")
+        first = not hasattr(self, "state_")
         if first:
             self._check_params()
-        X = self._validate_X(X, first)
+        X = self._validate_X(X, LIKELIHOODS[self.likelihood] if first else type(self.likelihood_))
         if first:
-            self._init_state(X.shape[1])
+            self._start(X.shape[1])
+        last = self._last_tree
         if epoch is None:
-            epoch = self.trees_[-1].epoch + 1 if self.trees_ else 0
-        if self.trees_ and epoch <= self.trees_[-1].epoch:
-            raise ValueError(f"epoch {epoch} is not after the last fitted epoch {self.trees_[-1].epoch}")
+            epoch = last.epoch + 1 if last is not None else 0
+        if last is not None and epoch <= last.epoch:
+            raise ValueError(f"epoch {epoch} is not after the last fitted epoch {last.epoch}")
         start = time.perf_counter()
-        ss = self._seeds.spawn(1)[0]
-        children = ss.spawn(1 + self._engine.n_shards)
+        engine = self._engine_for_run()
+        children = self._seeds.spawn(1)[0].spawn(1 + engine.n_shards)
         rng = np.random.Generator(np.random.PCG64(children[0]))
-        tree = self._run_epoch(X, int(epoch), label, rng, children[1:])
+        sampler = EpochSampler(self.state_, self.likelihood_, self._settings(self.variant_config_), engine, rng)
+        tree = sampler.run(X, int(epoch), label, children[1:], last)
         self.trees_.append(tree)
+        self._last_tree = tree
+        self.predictive_ = self._predictive_kernel(normalized=True)
         logger.info("epoch %s: %d documents, %d nodes (%d born, %d died) in %.2fs", epoch, X.shape[0],
                     tree.n_nodes, int(np.sum(tree.born == epoch)), tree.died.size, time.perf_counter() - start)
-        return tree
+        return self
+
+    def _predictive_kernel(self, normalized: bool):
+        tree = self._last_tree
+        log_pi, log_res, arrays = predictive_masses(tree, self._settings(self.variant_config_))
+        cand, _ = self.likelihood_.kernel(arrays, tree.theta, tree.concentration, log_pi, log_res,
+                                          normalized=normalized)
+        return cand
 
     def score_samples(self, X, normalized: bool = True) -> np.ndarray:
         """Log predictive density of each row under the tree of the last fitted epoch.
@@ -382,24 +362,29 @@ class DTSSBP:
 
         Parameters
         ----------
+        X : matrix, shape (n, p)
         normalized : bool
-            ``False`` drops the vMF normalisers C_p(beta) (the paper's "unnormalised" score):
-            log sum_e pi_e exp(beta_e theta_e . x).
+            ``False`` drops the family's normalising constants: the vMF normalisers C_p(beta)
+            (the dTSSBP paper's "unnormalised" score, log sum_e pi_e exp(beta_e theta_e . x)),
+            the Gaussian (2 pi sigma^2)^(-p/2), the multinomial coefficient.
+
+        Returns
+        -------
+        ndarray of shape (n,)
         """
-        if not hasattr(self, "predictive_"):
-            raise RuntimeError("this DTSSBP is not fitted yet; call partial_fit first")
-        X = self._validate_X(X, first=False)
-        cand = self.predictive_ if normalized else self._predictive_unnormalized
-        if self.likelihood == "gaussian" and not normalized:
-            raise ValueError("normalized=False is only defined for the vMF likelihood")
-        _, lognorm = score_rows(X, cand, None)
-        return lognorm
+        self._check_fitted()
+        X = self._validate_X(X, type(self.likelihood_))
+        log_pi, log_res, arrays = predictive_masses(self._last_tree, self._settings(self.variant_config_))
+        tree = self._last_tree
+        return self.likelihood_.log_predictive(X, arrays, tree.theta, tree.concentration, log_pi, log_res,
+                                               normalized=normalized)
 
     def close(self) -> None:
         """Release the engine's resources (Ray actors, shard copies). The fitted state stays."""
         engine = getattr(self, "_engine", None)
         if engine is not None:
             engine.close()
+            self._engine = None
 
     def __enter__(self) -> "DTSSBP":
         return self
@@ -407,374 +392,119 @@ class DTSSBP:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    # ------------------------------------------------------------------ inference
-    def _own_counts(self, ids: np.ndarray, current: dict[int, int]) -> np.ndarray:
-        return self.window_counts_.counts(ids) + np.array([current.get(int(i), 0) for i in ids], dtype=np.int64)
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        state.pop("_engine", None)  # engines hold processes and actors; a copy starts its own
+        return state
 
-    def _candidates(self, arrays, log_pi, log_res, normalized: bool = True) -> tuple[Candidates, np.ndarray]:
-        """Broadcast state of a sweep; also returns the parent row of each placeholder."""
-        ids = arrays.ids
-        theta = np.stack([self.theta_[int(i)] for i in ids])
-        conc = np.array([self.beta_[int(i)] for i in ids])
-        p = self.n_features_in_
-        ph_rows = np.flatnonzero(np.isfinite(log_res))
-        ph_depth = arrays.depth[ph_rows] + 1
-        prior = np.array([self._new_node_prior(int(d)) for d in ph_depth])
-        if self.likelihood == "vmf":
-            logc = vmf.log_normalizer(p, conc) if normalized else np.zeros_like(conc)
-            live_a = log_pi + logc
-            live_b, live_c = conc, np.zeros_like(conc)
-            b = conc[ph_rows]
-            ph_a = log_res[ph_rows] + vmf.log_normalizer(p, b) + vmf.log_normalizer(p, prior)
-            if not normalized:  # keep the new-node term on the same footing as live nodes
-                ph_a = ph_a - vmf.log_normalizer(p, b)
-            cand = Candidates(VMF, np.ascontiguousarray(theta.T), live_a, live_b, live_c,
-                              ph_rows.astype(np.int64), ph_a, b.astype(np.float64), prior)
-        else:
-            var = 1.0 / conc
-            sq = np.einsum("ij,ij->i", theta, theta)
-            live_a = log_pi - sq / (2 * var) - 0.5 * p * np.log(2 * np.pi * var)
-            v = prior + var[ph_rows]
-            ph_a = log_res[ph_rows] - sq[ph_rows] / (2 * v) - 0.5 * p * np.log(2 * np.pi * v)
-            cand = Candidates(LINEAR, np.ascontiguousarray(theta.T), live_a, 1.0 / var, -0.5 / var,
-                              ph_rows.astype(np.int64), ph_a, 1.0 / v, -0.5 / v)
-        return cand, ph_rows
+    # ------------------------------------------------------------------ checkpoints
+    def get_checkpoint(self) -> tuple[dict[str, np.ndarray], dict]:
+        """Everything needed to continue fitting, as numeric arrays plus JSON metadata.
 
-    def _materialise(self, arrays, cand, ph_rows, stats, epoch: int) -> tuple[np.ndarray, dict, dict, dict]:
-        """Turn occupied placeholders into nodes; per-node counts, sums and sums of squares."""
-        col_ids = np.full(cand.n_columns, -1, dtype=np.int64)
-        col_ids[: cand.n_live] = arrays.ids
-        row_of = {int(c): r for r, c in enumerate(stats.occupied)}
-        p = self.n_features_in_
-        for j, prow in enumerate(ph_rows):
-            col = cand.n_live + j
-            if stats.counts[col] == 0:
-                continue
-            parent = int(arrays.ids[prow])
-            nid = self.tree_.add_child(parent, born=epoch)
-            self._born_sweep[nid] = self._sweep
-            col_ids[col] = nid
-            s = stats.sums[row_of[col]]
-            prior = self._new_node_prior(self.tree_.depth[nid])
-            b = self.beta_[parent]
-            if self.likelihood == "vmf":
-                eta = prior * self.theta_[parent] + b * s
-                nrm = np.linalg.norm(eta)
-                self.theta_[nid] = eta / nrm if nrm > 0 else self.theta_[parent].copy()
-            else:
-                var = 1.0 / b
-                n = stats.counts[col]
-                self.theta_[nid] = (self.theta_[parent] / prior + s / var) / (1.0 / prior + n / var)
-            self.beta_[nid] = b
-        counts, sums, sumsq = {}, {}, {}
-        for col in stats.occupied:
-            nid = int(col_ids[col])
-            counts[nid] = int(stats.counts[col])
-            sums[nid] = stats.sums[row_of[int(col)]]
-            sumsq[nid] = float(stats.sumsq[col])
-        del p
-        return col_ids, counts, sums, sumsq
+        Returns
+        -------
+        arrays : dict of str to ndarray
+            Tree structure, node parameters and concentrations, window counts and the last
+            epoch's tree (numeric dtypes only).
+        meta : dict
+            JSON-serialisable: the JSON-able parameters of :meth:`get_params` (engine objects
+            excluded), the format version, the seed sequence's state and the last epoch.
+        """
+        self._check_fitted()
+        arrays, chain = self.state_.to_arrays()
+        tree = self._last_tree
+        for name in ("node_ids", "parent", "depth", "mass", "counts", "subtree_counts", "window_counts", "theta",
+                     "concentration", "born", "assignments", "died"):
+            arrays[f"last_{name}"] = np.asarray(getattr(tree, name))
+        ss = self._seeds
+        params = {k: _jsonable(v) for k, v in self.get_params(deep=False).items()}
+        params = {k: v for k, v in params.items() if v is not _NOT_JSON}
+        meta = {
+            "format": CHECKPOINT_FORMAT,
+            "model": type(self).__name__,
+            "params": params,
+            "n_features_in": int(self.n_features_in_),
+            "seed_sequence": {"entropy": _int_or_list(ss.entropy), "spawn_key": [int(k) for k in ss.spawn_key],
+                              "pool_size": int(ss.pool_size), "n_children_spawned": int(ss.n_children_spawned)},
+            "chain": chain,
+            "last_epoch": int(tree.epoch),
+            "last_label": tree.label,
+        }
+        return arrays, meta
 
-    def _cull(self, current: dict[int, int]) -> list[int]:
-        """Delete subtrees whose windowed counts (past window plus live epoch) are all zero."""
-        arrays = self.tree_.arrays()
-        S = subtree_sums(arrays.parent_index, self._own_counts(arrays.ids, current))
-        removed: list[int] = []
-        for k in range(1, arrays.size):
-            nid = int(arrays.ids[k])
-            if S[k] == 0 and nid in self.tree_:
-                removed.extend(self.tree_.remove_subtree(nid))
-        for nid in removed:
-            self.theta_.pop(nid, None)
-            self.beta_.pop(nid, None)
-        self.window_counts_.forget(removed)
-        return removed
+    @classmethod
+    def from_checkpoint(cls, arrays: dict[str, np.ndarray], meta: dict, **overrides) -> "DTSSBP":
+        """A model that continues exactly where :meth:`get_checkpoint` left off.
 
-    def _propose_children(self, stats, col_ids: np.ndarray, current: dict[int, int], epoch: int,
-                          rng: np.random.Generator) -> None:
-        """Seed up to ``split_proposals`` new children from random member documents of nodes
-        drawn in proportion to their document counts."""
-        if stats.seeds is None:
-            return
-        tree = self.tree_
-        rows, weights = [], []
-        for r, col in enumerate(stats.occupied):
-            nid = int(col_ids[col])
-            n = current.get(nid, 0)
-            if nid in tree and n >= 2 * self.min_node_docs:
-                rows.append(r)
-                weights.append(float(n))
-        if not rows:
-            return
-        k = min(int(self.split_proposals), len(rows))
-        w = np.asarray(weights)
-        picks = rng.choice(len(rows), size=k, replace=False, p=w / w.sum())
-        for i in picks:
-            r = rows[i]
-            nid = int(col_ids[stats.occupied[r]])
-            x = stats.seeds[r]
-            x = np.asarray(x.toarray()).ravel() if sp.issparse(x) else np.asarray(x, dtype=np.float64).ravel()
-            if self.likelihood == "vmf":
-                v = x / max(np.linalg.norm(x), 1e-300) + self.theta_[nid]
-                theta = v / np.linalg.norm(v)
-            else:
-                theta = x.copy()
-            parent = self._best_attachment(nid, theta)
-            if parent is None:
-                continue
-            child = tree.add_child(parent, born=epoch)
-            self._born_sweep[child] = self._sweep
-            self.theta_[child] = theta
-            self.beta_[child] = self.beta_[nid]
+        Parameters
+        ----------
+        arrays, meta
+            The output of :meth:`get_checkpoint` (``meta`` may have been through JSON).
+        **overrides
+            Run-location parameters to change: ``engine``, ``n_jobs``, ``engine_options``.
 
-    def _best_attachment(self, nid: int, theta: np.ndarray) -> int | None:
-        """The node on the path from ``nid`` to the root (above the depth cap) under which a new
-        child with parameter ``theta`` has the highest parent-link log density."""
-        tree = self.tree_
-        best, best_score = None, -np.inf
-        a = nid
-        while a >= 0:
-            if not tree.at_cap(a):
-                d = tree.depth[a] + 1
-                prior = self._new_node_prior(d)
-                if self.likelihood == "vmf":
-                    score = float(vmf.log_normalizer(self.n_features_in_, prior) + prior * theta @ self.theta_[a])
-                else:
-                    diff = theta - self.theta_[a]
-                    score = float(-diff @ diff / (2 * prior) - 0.5 * theta.shape[0] * np.log(2 * np.pi * prior))
-                if score > best_score:
-                    best, best_score = a, score
-            a = tree.parent[a]
-        return best
+        Returns
+        -------
+        DTSSBP
+            Fitted; ``trees_`` holds the checkpoint's last epoch tree only.
+        """
+        if meta.get("format") != CHECKPOINT_FORMAT or meta.get("model") != cls.__name__:
+            raise ValueError(f"not a {cls.__name__} checkpoint of format {CHECKPOINT_FORMAT} "
+                             f"(got model {meta.get('model')!r}, format {meta.get('format')!r})")
+        bad = set(overrides) - set(RUN_LOCATION_PARAMS)
+        if bad:
+            raise ValueError(f"only {', '.join(RUN_LOCATION_PARAMS)} may be overridden on restore, "
+                             f"not {', '.join(sorted(bad))}")
+        params = dict(meta["params"])
+        if isinstance(params.get("concentration_bounds"), list):
+            params["concentration_bounds"] = tuple(params["concentration_bounds"])
+        params.update(overrides)
+        ss_meta = meta["seed_sequence"]
+        model = cls(**params)
+        model._check_params()
+        model._start(int(meta["n_features_in"]))
+        model._seeds = np.random.SeedSequence(ss_meta["entropy"], spawn_key=tuple(ss_meta["spawn_key"]),
+                                              pool_size=ss_meta["pool_size"],
+                                              n_children_spawned=ss_meta["n_children_spawned"])
+        model.state_ = ChainState.from_arrays(arrays, meta["chain"])
+        last = EpochTree(
+            epoch=int(meta["last_epoch"]), label=meta.get("last_label"),
+            **{name: np.asarray(arrays[f"last_{name}"]) for name in (
+                "node_ids", "parent", "depth", "mass", "counts", "subtree_counts", "window_counts", "theta",
+                "concentration", "born", "assignments", "died")})
+        model.trees_ = [last]
+        model._last_tree = last
+        model.predictive_ = model._predictive_kernel(normalized=True)
+        return model
 
-    def _prior_kwargs(self) -> dict:
-        c = self.config_
-        return dict(alpha0=self.alpha0, lam=self.lam, gamma=c.gamma, max_depth=c.max_depth,
-                    root_holds_data=c.root_holds_data)
 
-    def _merge_step(self, current: dict[int, int], sums: dict[int, np.ndarray], sumsq: dict[int, float],
-                    col_ids: np.ndarray, rng: np.random.Generator) -> None:
-        """Heat-bath choice, node by node (leaves first), between keeping it and merging it into its parent."""
-        tree, win = self.tree_, self.window_counts_
-        p = self.n_features_in_
-        kw = self._prior_kwargs()
+_NOT_JSON = object()
 
-        def prior_of(t: TSSBTree, past: dict[int, int], now: dict[int, int]) -> float:
-            arr = t.arrays()
-            return merge_moves.collapsed_log_prior(
-                arr, np.array([past.get(int(i), 0) for i in arr.ids], dtype=np.float64),
-                np.array([now.get(int(i), 0) for i in arr.ids], dtype=np.float64), **kw)
 
-        past = dict(win.total)
-        before = prior_of(tree, past, current)
-        log_total = np.log(sum(past.values()) + sum(current.values()) + 2.0)
-        for c in reversed(tree.preorder()):
-            if c == ROOT or c not in tree:
-                continue
-            if self._sweep - self._born_sweep.get(c, -_MERGE_GRACE) < _MERGE_GRACE:
-                continue  # too young: a new node needs a few sweeps to gather its documents
-            par = tree.parent[c]
-            if par == ROOT and not self.config_.root_holds_data:
-                continue
-            n = current.get(c, 0)
-            data = 0.0
-            if n:
-                s = sums[c]
-                prior = self._new_node_prior(tree.depth[c])
-                if self.likelihood == "vmf":
-                    data = (merge_moves.vmf_group_log_likelihood(n, s, self.theta_[par], self.beta_[par], p)
-                            - merge_moves.vmf_group_log_marginal(n, s, self.theta_[par], prior, self.beta_[par], p))
-                else:
-                    data = (merge_moves.gaussian_group_log_likelihood(n, s, sumsq[c], self.theta_[par],
-                                                                      1.0 / self.beta_[par])
-                            - merge_moves.gaussian_group_log_marginal(n, s, sumsq[c], self.theta_[par], prior,
-                                                                      1.0 / self.beta_[c]))
-            # The stick prior's gain from a merge grows like (documents moved) x log(total); when
-            # the data's Bayes factor is far beyond any such gain, skip the O(K) prior evaluation.
-            if data < -(n + past.get(c, 0) + 1) * 3.0 * log_total - 20.0:
-                continue
-            trial = tree.copy()
-            trial.merge_into_parent(c)
-            past_m = dict(past)
-            if c in past_m:
-                past_m[par] = past_m.get(par, 0) + past_m.pop(c)
-            now_m = dict(current)
-            if c in now_m:
-                now_m[par] = now_m.get(par, 0) + now_m.pop(c)
-            after = prior_of(trial, past_m, now_m)
-            delta = data + after - before
-            # merge with probability 1 / (1 + exp(-delta)), in log space
-            if np.log(rng.random()) >= -np.logaddexp(0.0, -delta):
-                continue  # keep the node
-            tree.merge_into_parent(c)
-            win.merge(c, par)
-            past, current_new = past_m, now_m
-            current.clear()
-            current.update(current_new)
-            if n:
-                sums[par] = sums[par] + sums.pop(c) if par in sums else sums.pop(c)
-                sumsq[par] = sumsq.get(par, 0.0) + sumsq.pop(c)
-            self.theta_.pop(c)
-            self.beta_.pop(c)
-            col_ids[col_ids == c] = par
-            before = after
+def _jsonable(value):
+    """A JSON-able form of a parameter value, or ``_NOT_JSON`` (engine objects, seed sequences)."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, (tuple, list)):
+        items = [_jsonable(v) for v in value]
+        return _NOT_JSON if any(v is _NOT_JSON for v in items) else items
+    if isinstance(value, dict):
+        items = {str(k): _jsonable(v) for k, v in value.items()}
+        return _NOT_JSON if any(v is _NOT_JSON for v in items.values()) else items
+    return _NOT_JSON
 
-    def _update_concentrations(self, counts: dict[int, int], sums: dict[int, np.ndarray],
-                               sumsq: dict[int, float]) -> None:
-        ids = [nid for nid, n in counts.items() if n >= self.min_node_docs and nid in self.tree_]
-        if not ids:
-            return
-        n = np.array([counts[i] for i in ids], dtype=np.float64)
-        if self.likelihood == "vmf":
-            r = np.array([np.linalg.norm(sums[i]) for i in ids])
-            lo, hi = self.beta_bounds
-            est = vmf.estimate_concentration(r, n, self.n_features_in_, min_count=self.min_node_docs,
-                                             fallback=np.array([self.beta_[i] for i in ids]),
-                                             kappa_min=lo, kappa_max=hi)
-            for i, b in zip(ids, est):
-                self.beta_[i] = float(b)
-        elif self.noise_var is not None:
-            for i in ids:
-                self.beta_[i] = 1.0 / self.noise_var
-        else:
-            S = np.stack([sums[i] for i in ids])
-            Q = np.array([sumsq[i] for i in ids])
-            var = gauss.estimate_noise_variance(S, Q, n, self.n_features_in_, min_count=self.min_node_docs,
-                                                fallback=np.array([1.0 / self.beta_[i] for i in ids]))
-            for i, v in zip(ids, var):
-                self.beta_[i] = float(1.0 / v)
 
-    def _map_step(self, sums: dict[int, np.ndarray], counts: dict[int, int], prev: dict[int, np.ndarray],
-                  epoch: int) -> None:
-        arrays = self.tree_.arrays()
-        ids = arrays.ids
-        K, p = arrays.size, self.n_features_in_
-        theta = np.stack([self.theta_[int(i)] for i in ids])
-        S = np.zeros((K, p))
-        n = np.zeros(K)
-        for k, i in enumerate(ids):
-            if int(i) in sums:
-                S[k] = sums[int(i)]
-                n[k] = counts[int(i)]
-        has_prev = np.array([int(i) in prev for i in ids])
-        P = np.stack([prev.get(int(i), theta[k]) for k, i in enumerate(ids)])
-        update = np.ones(K, dtype=bool)
-        if self.config_.freeze_after_birth:
-            update = np.array([self.tree_.born[int(i)] == epoch for i in ids])
-        conc = np.array([self.beta_[int(i)] for i in ids])
-        par, tim = self._link_strengths(arrays.depth)
-        if self.likelihood == "vmf":
-            new = map_theta_vmf(arrays, theta, S, conc, P, has_prev, self._root_parent, par, tim,
-                                update=update, n_iter=self.n_map_iter)
-        else:
-            time_coef = np.where(arrays.parent_index >= 0, self.eta, 1.0)
-            time_var = tim.copy()
-            if self.config_.time_link and self.config_.time_kappa is None:
-                time_var[0] = self.sigma0 * self.sigma1 ** self.a
-            new = map_theta_gaussian(arrays, theta, S, n, 1.0 / conc, P, has_prev, par, time_coef, time_var,
-                                     update=update, n_iter=self.n_map_iter)
-        for k, i in enumerate(ids):
-            self.theta_[int(i)] = new[k]
+def _int_or_list(entropy):
+    if isinstance(entropy, (list, tuple, np.ndarray)):
+        return [int(e) for e in entropy]
+    return int(entropy)
 
-    def _root_direction(self, X) -> np.ndarray:
-        if self.likelihood == "vmf":
-            m = np.asarray(X.mean(axis=0)).ravel()
-            nrm = np.linalg.norm(m)
-            return m / nrm if nrm > 0 else np.full(m.shape[0], 1.0 / np.sqrt(m.shape[0]))
-        return np.asarray(X.mean(axis=0)).ravel()
 
-    def _init_root(self, X) -> None:
-        """First epoch: all documents at the root, whose parameters come from all the data."""
-        n, p = X.shape
-        self.theta_[ROOT] = self._root_direction(X)
-        if self.likelihood == "vmf":
-            r = np.linalg.norm(np.asarray(X.sum(axis=0)).ravel())
-            lo, hi = self.beta_bounds
-            b = vmf.estimate_concentration(np.array([r]), np.array([float(n)]), p, min_count=2,
-                                           fallback=np.array([lo]), kappa_min=lo, kappa_max=hi)
-            self.beta_[ROOT] = float(b[0])
-        elif self.noise_var is not None:
-            self.beta_[ROOT] = 1.0 / self.noise_var
-        else:
-            mean = self.theta_[ROOT]
-            sq = float(np.einsum("ij,ij->", X, X))
-            var = gauss.estimate_noise_variance(mean[None] * n, np.array([sq]), np.array([float(n)]), p,
-                                                min_count=2, fallback=np.array([1.0]))
-            self.beta_[ROOT] = float(1.0 / var[0])
-
-    def _run_epoch(self, X, epoch: int, label: str | None, rng: np.random.Generator,
-                   shard_seeds: list[np.random.SeedSequence]) -> EpochTree:
-        n = X.shape[0]
-        prev_ids = set(self.trees_[-1].node_ids.tolist()) if self.trees_ else set()
-        if not self.theta_:
-            if n == 0:
-                raise ValueError("the first epoch must contain documents")
-            self._init_root(X)
-        if n:
-            self._root_parent = self._root_direction(X)
-        prev = {i: t.copy() for i, t in self.theta_.items()} if self.trees_ else {}
-        current: dict[int, int] = {ROOT: n} if not self.trees_ else {}
-        col_ids = np.zeros(0, dtype=np.int64)
-        engine = self._engine
-        if n:
-            engine.load(X, list(shard_seeds))
-        self._born_sweep: dict[int, int] = {}
-        for sweep in range(self.n_sweeps if n else 0):
-            self._sweep = sweep
-            arrays = self.tree_.arrays()
-            params = stick_params(arrays, self._own_counts(arrays.ids, current), alpha0=self.alpha0, lam=self.lam,
-                                  gamma=self.config_.gamma, max_depth=self.config_.max_depth,
-                                  root_holds_data=self.config_.root_holds_data)
-            log_pi, log_res = log_masses(arrays, sample_sticks(params, rng))
-            cand, ph_rows = self._candidates(arrays, log_pi, log_res)
-            stats = engine.sweep(cand)
-            col_ids, current, sums, sumsq = self._materialise(arrays, cand, ph_rows, stats, epoch)
-            self._cull(current)
-            if self.merge_moves:
-                self._merge_step(current, sums, sumsq, col_ids, rng)
-            self._update_concentrations(current, sums, sumsq)
-            self._map_step(sums, current, prev, epoch)
-            if self.split_proposals > 0 and sweep < self.n_sweeps - 1 - _MERGE_GRACE:
-                self._propose_children(stats, col_ids, current, epoch, rng)
-            logger.debug("epoch %d sweep %d: %d nodes, log p(x) %.4g", epoch, sweep, len(self.tree_), stats.loglik)
-        labels = col_ids[engine.labels()] if n else np.zeros(0, dtype=np.int64)
-        tree = self._snapshot(epoch, label, current, labels, prev_ids)
-        # the predictive state of this epoch, before the window moves on
-        arrays = self.tree_.arrays()
-        params = stick_params(arrays, self._own_counts(arrays.ids, current), alpha0=self.alpha0, lam=self.lam,
-                              gamma=self.config_.gamma, max_depth=self.config_.max_depth,
-                              root_holds_data=self.config_.root_holds_data)
-        log_pi, log_res = log_masses(arrays, mean_sticks(params))
-        self.predictive_, _ = self._candidates(arrays, log_pi, log_res)
-        if self.likelihood == "vmf":
-            self._predictive_unnormalized, _ = self._candidates(arrays, log_pi, log_res, normalized=False)
-        self.window_counts_.commit(current)
-        self._cull({})
-        return tree
-
-    def _snapshot(self, epoch, label, current, labels, prev_ids) -> EpochTree:
-        arrays = self.tree_.arrays()
-        ids = arrays.ids
-        own_now = np.array([current.get(int(i), 0) for i in ids], dtype=np.int64)
-        own_win = self._own_counts(ids, current)
-        params = stick_params(arrays, own_win, alpha0=self.alpha0, lam=self.lam, gamma=self.config_.gamma,
-                              max_depth=self.config_.max_depth, root_holds_data=self.config_.root_holds_data)
-        log_pi, _ = log_masses(arrays, mean_sticks(params))
-        parent = np.where(arrays.parent_index >= 0, ids[np.maximum(arrays.parent_index, 0)], -1)
-        died = np.array(sorted(prev_ids - set(ids.tolist())), dtype=np.int64)
-        return EpochTree(
-            epoch=epoch,
-            node_ids=ids.copy(),
-            parent=parent.astype(np.int64),
-            depth=arrays.depth.copy(),
-            mass=np.exp(log_pi),
-            counts=own_now,
-            subtree_counts=subtree_sums(arrays.parent_index, own_now).astype(np.int64),
-            window_counts=own_win,
-            theta=np.stack([self.theta_[int(i)] for i in ids]),
-            concentration=np.array([self.beta_[int(i)] for i in ids]),
-            born=np.array([self.tree_.born[int(i)] for i in ids], dtype=np.int64),
-            assignments=labels.astype(np.int64),
-            died=died,
-            label=label,
-        )
+def _seed_sequence(random_state) -> np.random.SeedSequence:
+    if isinstance(random_state, np.random.SeedSequence):
+        return random_state
+    return np.random.SeedSequence(random_state)

@@ -37,12 +37,18 @@ logger = logging.getLogger(__name__)
 MODES = ("refuse", "resume", "overwrite")
 
 
+#: the seed of a replay unless one is given: a replay is reproducible (and resumable) by default
+REPLAY_SEED = 0
+
+
 @dataclass
 class ReplayConfig:
     """Everything that determines the content of a replayed store.
 
-    The source columns and the epoch spec, the vocabulary settings and the model's
-    hyperparameters; stored in the store's manifest so a resume can check it.
+    The source columns and the epoch spec, the vocabulary settings and the model's parameters
+    (``model``: keyword arguments of :class:`streamtree.model.DTSSBP`; whatever is not given
+    takes the estimator's default, and ``random_state`` defaults to :data:`REPLAY_SEED`).
+    :meth:`identity` goes into the store's manifest so that a resume can check it.
     """
 
     source: str
@@ -52,34 +58,53 @@ class ReplayConfig:
     epoch_col: str | None = None
     epoch: str = "10y"
     time_unit: str = "auto"
-    window: int | None = 2
-    max_depth: int = 3
-    kappa0: float = 1e4
-    n_sweeps: int = 50
-    variant: str = "dtssbp"
-    seed: int = 0
-    engine: str = "local"
-    n_shards: int = 1
     min_df: int | float = 2
     max_df: int | float = 0.5
     max_features: int | None = None
     top_words: int = 10
     batch_size: int = 8192
+    model: dict = field(default_factory=dict)
 
     def model_params(self) -> dict:
-        """Keyword arguments for :class:`streamtree.model.DTSSBP`."""
-        return dict(likelihood="vmf", variant=self.variant, window=self.window, max_depth=self.max_depth,
-                    kappa0=self.kappa0, n_sweeps=self.n_sweeps, random_state=self.seed,
-                    engine=self.engine, n_shards=self.n_shards)
+        """All keyword arguments of :class:`streamtree.model.DTSSBP` for this replay."""
+        from streamtree.likelihoods import LIKELIHOODS, TEXT_LIKELIHOODS
+        from streamtree.model import DTSSBP
+
+        params = DTSSBP(**{"random_state": REPLAY_SEED, **self.model}).get_params(deep=False)
+        if params["likelihood"] in LIKELIHOODS and params["likelihood"] not in TEXT_LIKELIHOODS:
+            raise ValueError(f"likelihood {params['likelihood']!r} does not model text; choose one of "
+                             f"{', '.join(TEXT_LIKELIHOODS)}")
+        return params
+
+    def estimator(self):
+        """A validated, unfitted :class:`streamtree.model.DTSSBP` for this replay."""
+        from streamtree.model import DTSSBP
+
+        model = DTSSBP(**self.model_params())
+        model._check_params()
+        return model
+
+    @property
+    def seed(self):
+        return self.model_params()["random_state"]
+
+    @property
+    def engine(self):
+        return self.model_params()["engine"]
 
     def vectorizer(self) -> TextVectorizer:
-        return TextVectorizer(min_df=self.min_df, max_df=self.max_df, max_features=self.max_features)
+        from streamtree.likelihoods import LIKELIHOODS
+
+        norm = LIKELIHOODS[self.model_params()["likelihood"]].text_norm
+        return TextVectorizer(min_df=self.min_df, max_df=self.max_df, max_features=self.max_features, norm=norm)
 
     def identity(self) -> dict:
-        """The fields that must match for a resume (the engine does not change results)."""
+        """The settings that must match for a resume (where the model runs does not change results)."""
+        from streamtree.model import RUN_LOCATION_PARAMS
+
         d = asdict(self)
-        d.pop("engine")
         d.pop("batch_size")
+        d["model"] = {k: v for k, v in self.model_params().items() if k not in RUN_LOCATION_PARAMS}
         return d
 
 
@@ -211,8 +236,6 @@ def replay(
     -------
     ReplaySummary
     """
-    from streamtree.model import DTSSBP
-
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     start = time.perf_counter()
@@ -229,10 +252,11 @@ def replay(
             raise StoreError(f"{store.uri}: the stored vocabulary differs from the one refitted on the source "
                              "(did the source change?); use --overwrite")
     else:
-        store.set_config({"replay": config.identity(), "engine": config.engine,
+        engine = config.engine
+        store.set_config({"replay": config.identity(), "engine": engine if isinstance(engine, str) else repr(engine),
                           "streamtree": streamtree.__version__})
         store.write_vocabulary(vec)
-    model = DTSSBP(**config.model_params())
+    model = config.estimator()
     try:
         log = RejectLog()
         n_docs = n_empty = n_published = 0
@@ -242,7 +266,8 @@ def replay(
         for ep in epochs:
             t0 = time.perf_counter()
             if ep.n_rows:
-                X, empty = vec.transform(ep.rows.column("text"))
+                X = vec.transform(ep.rows.column("text"))
+                empty = vec.empty_rows(X)
                 n_empty += int(empty.sum())
                 ep = ep.reject(empty, EMPTY_AFTER_VOCABULARY)
                 X = X[~empty]
@@ -253,7 +278,7 @@ def replay(
                 carried = [rejects]  # the model needs documents in its first epoch
                 continue
             carried = []
-            tree = model.partial_fit(X, epoch=ep.index, label=ep.label)
+            tree = model.partial_fit(X, epoch=ep.index, label=ep.label).trees_[-1]
             fit_seconds += time.perf_counter() - t0
             n_docs += X.shape[0]
             log.add(rejects)
@@ -318,5 +343,5 @@ def stderr_progress(stream=None) -> Callable[[EpochProgress], None]:
     return show
 
 
-__all__ = ["MODES", "EpochProgress", "ReplayConfig", "ReplaySummary", "fit_vocabulary", "read_epochs",
+__all__ = ["MODES", "REPLAY_SEED", "EpochProgress", "ReplayConfig", "ReplaySummary", "fit_vocabulary", "read_epochs",
            "replay", "stderr_progress"]

@@ -1,25 +1,29 @@
-"""Text vectoriser with a persisted vocabulary: L2-normalised term frequencies in CSR form.
+"""Text vectoriser with a persisted vocabulary: term frequencies in CSR form.
 
 The vocabulary is fitted once (over a whole corpus, or over a warm-up span the caller
 chooses) and then fixed, so every epoch's matrix has the same columns and theta vectors of
-different epochs are comparable. Documents whose every token is outside the vocabulary have
-an all-zero row that cannot be normalised; :meth:`TextVectorizer.transform` reports them in a
-mask instead of dropping them, and the caller files them as rejects with reason
-``"empty after vocabulary filtering"``.
+different epochs are comparable. Rows are L2-normalised term frequencies (for the vMF
+likelihood) or raw term counts (``norm=None``, for the multinomial likelihood). Documents whose
+every token is outside the vocabulary have an all-zero row; :meth:`TextVectorizer.transform`
+keeps them in place and :meth:`TextVectorizer.empty_rows` finds them, so the caller can file
+them as rejects with reason ``"empty after vocabulary filtering"``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import numbers
 from collections.abc import Iterable
 
 import numpy as np
 import pyarrow as pa
 import scipy.sparse as sp
-from sklearn.base import BaseEstimator
+from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.exceptions import NotFittedError
 from sklearn.feature_extraction.text import CountVectorizer
 from sklearn.preprocessing import normalize
+from sklearn.utils._param_validation import Interval, StrOptions, validate_parameter_constraints
 
 # Words of two or more letters in any script: digits and underscores are separators, so
 # numbers ("1790", "$5") never become terms.
@@ -27,8 +31,8 @@ TOKEN_PATTERN = r"(?u)\b[^\W\d_]{2,}\b"
 _META_KEY = b"streamtree.vectorizer"
 
 
-class TextVectorizer(BaseEstimator):
-    """Bag-of-words vectoriser producing rows on the unit sphere (for the vMF likelihood).
+class TextVectorizer(TransformerMixin, BaseEstimator):
+    """Bag-of-words vectoriser with a fixed vocabulary: unit-norm rows or raw counts.
 
     Parameters
     ----------
@@ -44,6 +48,9 @@ class TextVectorizer(BaseEstimator):
         Lower-case before tokenising.
     token_pattern : str, default :data:`TOKEN_PATTERN`
         Regular expression for tokens (Unicode-aware).
+    norm : {"l2"} or None, default="l2"
+        ``"l2"``: term frequencies scaled to unit Euclidean norm (the vMF likelihood);
+        ``None``: raw term counts (the multinomial likelihood).
 
     Attributes
     ----------
@@ -63,6 +70,7 @@ class TextVectorizer(BaseEstimator):
         stop_words: str | list[str] | None = "english",
         lowercase: bool = True,
         token_pattern: str = TOKEN_PATTERN,
+        norm: str | None = "l2",
     ) -> None:
         self.min_df = min_df
         self.max_df = max_df
@@ -70,11 +78,20 @@ class TextVectorizer(BaseEstimator):
         self.stop_words = stop_words
         self.lowercase = lowercase
         self.token_pattern = token_pattern
+        self.norm = norm
+
+    _parameter_constraints: dict = {
+        "min_df": [Interval(numbers.Integral, 1, None, closed="left"), Interval(numbers.Real, 0, 1, closed="both")],
+        "max_df": [Interval(numbers.Integral, 1, None, closed="left"), Interval(numbers.Real, 0, 1, closed="both")],
+        "max_features": [Interval(numbers.Integral, 1, None, closed="left"), None],
+        "stop_words": [StrOptions({"english"}), list, None],
+        "lowercase": ["boolean"],
+        "token_pattern": [str],
+        "norm": [StrOptions({"l2"}), None],
+    }
 
     def _params(self) -> dict:
-        return {"min_df": self.min_df, "max_df": self.max_df, "max_features": self.max_features,
-                "stop_words": self.stop_words, "lowercase": self.lowercase,
-                "token_pattern": self.token_pattern}
+        return self.get_params(deep=False)
 
     def _counter(self, vocabulary=None) -> CountVectorizer:
         return CountVectorizer(
@@ -83,12 +100,14 @@ class TextVectorizer(BaseEstimator):
             vocabulary=vocabulary, dtype=np.float64,
         )
 
-    def fit(self, texts: Iterable[str]) -> "TextVectorizer":
+    def fit(self, texts: Iterable[str], y=None) -> "TextVectorizer":
         """Fit the vocabulary on ``texts`` (strings; a pyarrow string array works too)."""
         self._fit(_as_list(texts))
         return self
 
     def _fit(self, texts: list[str]) -> sp.csr_matrix:
+        validate_parameter_constraints(self._parameter_constraints, self.get_params(deep=False),
+                                       caller_name=type(self).__name__)
         if not texts:
             raise ValueError("cannot fit a vocabulary on zero documents")
         counter = self._counter()
@@ -102,23 +121,34 @@ class TextVectorizer(BaseEstimator):
         self._fixed = self._counter({t: i for i, t in enumerate(self.vocabulary_)})
         return counts.tocsr()
 
-    def transform(self, texts: Iterable[str]) -> tuple[sp.csr_matrix, np.ndarray]:
-        """Term frequencies of ``texts`` over the fixed vocabulary, rows scaled to unit L2 norm.
+    def transform(self, texts: Iterable[str]) -> sp.csr_matrix:
+        """Term frequencies of ``texts`` over the fixed vocabulary (unit rows or counts, by ``norm``).
 
         Returns
         -------
         X : scipy.sparse.csr_matrix of float64, shape (n, p)
-            One row per input text, in order; rows of ``empty_mask`` are all zero.
-        empty_mask : ndarray of bool, shape (n,)
-            Texts with no vocabulary term (route them to rejects).
+            One row per input text, in order. Texts with no vocabulary term have all-zero rows:
+            :meth:`empty_rows` finds them (route them to rejects).
         """
         self._check_fitted()
-        return _unit_rows(self._fixed.transform(_as_list(texts)).tocsr())
+        return self._finish(self._fixed.transform(_as_list(texts)).tocsr())
 
-    def fit_transform(self, texts: Iterable[str]) -> tuple[sp.csr_matrix, np.ndarray]:
+    def fit_transform(self, texts: Iterable[str], y=None) -> sp.csr_matrix:
         """``fit(texts).transform(texts)``, tokenising only once."""
         # CountVectorizer's fitted columns are the sorted terms, i.e. vocabulary_ order.
-        return _unit_rows(self._fit(_as_list(texts)))
+        return self._finish(self._fit(_as_list(texts)))
+
+    @staticmethod
+    def empty_rows(X: sp.csr_matrix) -> np.ndarray:
+        """Boolean mask of the rows of a :meth:`transform` result with no vocabulary term."""
+        return np.diff(sp.csr_matrix(X).indptr) == 0
+
+    def _finish(self, counts: sp.csr_matrix) -> sp.csr_matrix:
+        counts.sort_indices()
+        X = counts.astype(np.float64)
+        if self.norm == "l2":
+            X = normalize(X, norm="l2", axis=1, copy=False)
+        return sp.csr_matrix(X)
 
     def vocabulary_hash(self) -> str:
         """sha256 (hex) of the terms in column order, one per line: identifies the columns."""
@@ -161,13 +191,7 @@ class TextVectorizer(BaseEstimator):
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "vocabulary_"):
-            raise RuntimeError("TextVectorizer is not fitted; call fit(texts) first")
-
-
-def _unit_rows(counts: sp.csr_matrix) -> tuple[sp.csr_matrix, np.ndarray]:
-    counts.sort_indices()
-    X = normalize(counts.astype(np.float64), norm="l2", axis=1, copy=False)
-    return sp.csr_matrix(X), np.diff(X.indptr) == 0
+            raise NotFittedError("TextVectorizer is not fitted; call fit(texts) first")
 
 
 def _as_list(texts) -> list[str]:

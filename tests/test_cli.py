@@ -183,3 +183,25 @@ def test_ctrl_c_leaves_a_readable_store_and_resume_finishes_it(corpus, tmp_path)
                 "--sweeps", "30", "--resume", "--quiet")
     assert r.returncode == 0, r.stderr
     assert f"epochs: 3 ({3 - len(done)} published now)" in r.stdout
+
+
+def test_multinomial_replay_and_evaluate_through_the_cli(corpus, tmp_path, capsys):
+    """--likelihood multinomial: the store holds word distributions fitted on raw counts."""
+    uri = str(tmp_path / "multi")
+    assert main(["replay", str(corpus), "--text-col", "text", "--time-col", "year", "--id-col", "doc_id",
+                 "--epoch", "10y", "--quiet", "--store", uri, "--likelihood", "multinomial", *FAST]) == 0
+    store = SnapshotStore(uri)
+    assert store.config()["replay"]["model"]["likelihood"] == "multinomial"
+    assert store.vectorizer().norm is None  # raw counts
+    for e in store.epochs():
+        tree = store.read(e["epoch"]).tree
+        assert tree.n_nodes >= 1 and tree.assignments.shape[0] > 0
+        assert abs(tree.theta.sum(axis=1) - 1.0).max() < 1e-6  # word distributions (top entries kept)
+    capsys.readouterr()
+    rc = main(["evaluate", str(corpus), "--text-col", "text", "--time-col", "year", "--epoch", "10y",
+               "--likelihood", "multinomial", "--variants", "dtssbp", "--max-depth", "2", "--repeats", "1",
+               "--restarts", "1", "--kappa0-grid", "100", "--sweeps", "2", "--max-features", "300", "--quiet"])
+    assert rc == 0
+    assert "multinomial likelihood" in capsys.readouterr().out
+    assert main(["replay", str(corpus), "--text-col", "text", "--time-col", "year", "--store",
+                 str(tmp_path / "g"), "--likelihood", "gaussian"]) == 2

@@ -54,7 +54,7 @@ def column_weights(x, cand):
             la[col] = cand.live_a[col]
         else:
             pa[col - cand.n_live] = cand.ph_a[col - cand.n_live]
-        masked = Candidates(cand.kind, cand.theta_T, la, cand.live_b, cand.live_c, cand.ph_parent, pa,
+        masked = Candidates(cand.kind, cand.coef_T, la, cand.live_b, cand.live_c, cand.ph_parent, pa,
                             cand.ph_b, cand.ph_c, cand.ph_table)
         out[col] = score_rows(X, masked, None)[1][0]
     return out

@@ -183,7 +183,8 @@ def test_epoch_reject_moves_rows_with_reason():
              texts=["liberty union", "the of and", "union debt", "zzz"])
     (ep,) = list(bucket([t], "decade"))
     vec = TextVectorizer(min_df=1, max_df=1.0).fit(["liberty union debt"])
-    X, empty = vec.transform(ep.rows.column("text"))
+    X = vec.transform(ep.rows.column("text"))
+    empty = vec.empty_rows(X)
     kept = ep.reject(empty, EMPTY_AFTER_VOCABULARY)
     assert kept.rows.column("id").to_pylist() == ["d0", "d2"] and X[~empty].shape[0] == 2
     rej = kept.rejects.to_pylist()

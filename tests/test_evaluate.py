@@ -61,7 +61,7 @@ def test_kappa0_matters_only_with_depth_rule_links():
 
 def test_protocol_selects_on_first_half_and_scores_second_half(corpus):
     ev = EvaluationConfig(variants=["dtssbp", "ddp"], depths=[2, 3], kappa0_grid=[10.0, 1000.0], restarts=2,
-                          repeats=2, n_sweeps=2, seed=11)
+                          repeats=2, seed=11, model=dict(n_sweeps=2))
     data = load_split_epochs(cfg(corpus), ev)
     results = evaluate(data, ev)
     assert [(r.variant, r.depth) for r in results] == [("dtssbp", 2), ("dtssbp", 3), ("ddp", 2), ("ddp", 3)]

@@ -5,8 +5,10 @@ import pytest
 from scipy import integrate
 from scipy.special import betaln
 
-from streamtree.inference.merge import (collapsed_log_prior, gaussian_group_log_likelihood,
-                                        gaussian_group_log_marginal, vmf_group_log_marginal)
+from streamtree.inference.merge import collapsed_log_prior
+from streamtree.likelihoods.gaussian import group_log_likelihood as gaussian_group_log_likelihood
+from streamtree.likelihoods.gaussian import group_log_marginal as gaussian_group_log_marginal
+from streamtree.likelihoods.vmf import group_log_marginal as vmf_group_log_marginal
 from streamtree.inference.sticks import sample_sticks, stick_params, log_masses
 from streamtree.likelihoods.vmf import log_normalizer
 from streamtree.tree import TSSBTree

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from sklearn.exceptions import NotFittedError
 from sklearn.metrics import adjusted_rand_score
 
 from streamtree import DTSSBP, EpochTree
@@ -25,7 +26,7 @@ def small_vmf_epochs(seed=3, n_epochs=3):
 def test_vmf_corpus_from_the_model_is_recovered(vmf_corpus):
     """A depth-3 tree (22 nodes, V = 2000) sampled along the model's links: ARI >= 0.8."""
     model = DTSSBP(kappa0=1e4, max_depth=3, n_sweeps=60, random_state=0)
-    tree = model.partial_fit(vmf_corpus.X)
+    tree = model.partial_fit(vmf_corpus.X).trees_[-1]
     ari = adjusted_rand_score(vmf_corpus.labels, tree.assignments)
     assert ari >= 0.8, ari
     assert isinstance(tree, EpochTree)
@@ -41,7 +42,7 @@ def test_same_seed_same_trees_bit_identical():
     runs = []
     for _ in range(2):
         m = DTSSBP(kappa0=1e3, n_sweeps=8, random_state=42, n_shards=3)
-        runs.append([m.partial_fit(X) for X in epochs])
+        runs.append([m.partial_fit(X).trees_[-1] for X in epochs])
     for a, b in zip(*runs):
         for field in ("node_ids", "parent", "depth", "mass", "counts", "theta", "concentration", "born",
                       "assignments", "died"):
@@ -50,10 +51,10 @@ def test_same_seed_same_trees_bit_identical():
 
 def test_threads_do_not_change_results():
     epochs = small_vmf_epochs(n_epochs=2)
-    a = DTSSBP(kappa0=1e3, n_sweeps=5, random_state=1, n_shards=2, n_threads=1)
-    b = DTSSBP(kappa0=1e3, n_sweeps=5, random_state=1, n_shards=2, n_threads=2)
+    a = DTSSBP(kappa0=1e3, n_sweeps=5, random_state=1, n_shards=2, n_jobs=1)
+    b = DTSSBP(kappa0=1e3, n_sweeps=5, random_state=1, n_shards=2, n_jobs=2)
     for X in epochs:
-        ta, tb = a.partial_fit(X), b.partial_fit(X)
+        ta, tb = a.partial_fit(X).trees_[-1], b.partial_fit(X).trees_[-1]
         assert np.array_equal(ta.assignments, tb.assignments)
         assert np.array_equal(ta.theta, tb.theta)
 
@@ -62,7 +63,7 @@ def test_threads_do_not_change_results():
 def test_baselines_run_through_the_same_estimator(variant):
     epochs = small_vmf_epochs(n_epochs=3)
     model = DTSSBP.baseline(variant, kappa0=1e3, n_sweeps=6, random_state=0)
-    trees = [model.partial_fit(X) for X in epochs]
+    trees = [model.partial_fit(X).trees_[-1] for X in epochs]
     last = trees[-1]
     assert last.assignments.shape[0] == epochs[-1].shape[0]
     if variant.endswith("dp"):
@@ -85,7 +86,7 @@ def test_baselines_run_through_the_same_estimator(variant):
 def test_window_zero_resets_tree_and_infinite_window_keeps_counts():
     epochs = small_vmf_epochs(n_epochs=3)
     inf = DTSSBP(window=None, kappa0=1e3, n_sweeps=5, random_state=0)
-    trees = [inf.partial_fit(X) for X in epochs]
+    trees = [inf.partial_fit(X).trees_[-1] for X in epochs]
     assert trees[-1].window_counts[0] >= trees[-1].counts[0]
     total_docs = sum(X.shape[0] for X in epochs)
     assert trees[-1].window_counts.sum() == total_docs
@@ -114,13 +115,13 @@ def test_score_samples_is_a_log_density():
 def test_empty_epoch_carries_tree_forward_and_window_advances():
     epochs = small_vmf_epochs(n_epochs=2)
     m = DTSSBP(window=1, kappa0=1e3, n_sweeps=5, random_state=0)
-    t0 = m.partial_fit(epochs[0])
+    t0 = m.partial_fit(epochs[0]).trees_[-1]
     empty = sp.csr_matrix((0, epochs[0].shape[1]))
-    t1 = m.partial_fit(empty)
+    t1 = m.partial_fit(empty).trees_[-1]
     assert np.array_equal(t1.node_ids, t0.node_ids)
     assert t1.assignments.shape == (0,)
     # with window 1 the nodes' counts leave the window after the empty epoch: only the root remains
-    t2 = m.partial_fit(epochs[1])
+    t2 = m.partial_fit(epochs[1]).trees_[-1]
     assert t2.epoch == 2
     assert not (set(t0.node_ids.tolist()) - {0}) & set(t2.node_ids.tolist())
 
@@ -134,7 +135,7 @@ def test_input_validation_messages():
         DTSSBP().partial_fit(sp.csr_matrix(np.array([[0.0, 0.0], [0.0, 1.0]])))
     with pytest.raises(ValueError, match="NaN"):
         DTSSBP(likelihood="gaussian").partial_fit(np.array([[np.nan, 1.0]]))
-    with pytest.raises(ValueError, match="unknown variant"):
+    with pytest.raises(ValueError, match="'variant' parameter"):
         DTSSBP(variant="nope").partial_fit(sp.csr_matrix(np.array([[0.0, 1.0]])))
     good = DTSSBP(n_sweeps=2, random_state=0)
     good.partial_fit(sp.csr_matrix(np.eye(3)))
@@ -142,7 +143,7 @@ def test_input_validation_messages():
         good.partial_fit(sp.csr_matrix(np.eye(4)))
     with pytest.raises(ValueError, match="not after"):
         good.partial_fit(sp.csr_matrix(np.eye(3)), epoch=0)
-    with pytest.raises(RuntimeError, match="not fitted"):
+    with pytest.raises(NotFittedError, match="not fitted"):
         DTSSBP().score_samples(sp.csr_matrix(np.eye(3)))
 
 
@@ -160,7 +161,7 @@ def test_gaussian_evolving_tree_figure2():
     # the observation noise is known (0.5**2), as for the paper's hand-made tree
     m = DTSSBP(likelihood="gaussian", window=1, max_depth=3, sigma0=25.0, sigma1=0.5, eta=0.5,
                noise_var=0.25, n_sweeps=40, random_state=0)
-    trees = [m.partial_fit(e.X) for e in epochs]
+    trees = [m.partial_fit(e.X).trees_[-1] for e in epochs]
     majors = []
     for e, tree in zip(epochs, trees):
         ari = adjusted_rand_score(e.labels, tree.assignments)

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from streamtree.inference.enumerated import new_node_table, _hermite
+from streamtree.inference.enumerated import _hermite
+from streamtree.likelihoods.vmf import new_node_table
 from streamtree.likelihoods.vmf import log_normalizer
 
 

@@ -165,10 +165,10 @@ def test_deployment_manifests_parse_and_carry_what_the_project_relies_on():
     argv = shlex.split(job["spec"]["entrypoint"])
     assert argv[:2] == ["streamtree", "replay"]
     args = build_parser().parse_args(argv[1:])  # the entrypoint is valid for the real CLI
-    assert args.engine == "ray" and args.shards >= 1
+    assert args.engine == "ray" and args.n_shards >= 1
     workers = job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
     cpus = workers["replicas"] * int(workers["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"])
-    assert args.shards <= cpus  # every shard actor can be placed
+    assert args.n_shards <= cpus  # every shard actor can be placed
     head = job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
     assert "streamtree" in head["image"] and head["resources"]["limits"]["cpu"]
 

@@ -30,11 +30,18 @@ def sou_slice(path: Path, n: int = 240, years=(1790, 1820), seed: int = 0) -> Pa
     return path
 
 
+MODEL_KEYS = {"n_sweeps", "kappa0", "random_state", "window", "engine", "n_shards", "likelihood"}
+
+
 def config(path, **kw) -> ReplayConfig:
     base = dict(source=str(path), text_col="text", time_col="year", id_col="doc_id", epoch="10y",
-                time_unit="year", n_sweeps=3, kappa0=100.0, max_features=500, min_df=2, seed=3)
+                time_unit="year", max_features=500, min_df=2)
+    model = dict(n_sweeps=3, kappa0=100.0, random_state=3)
+    if "seed" in kw:
+        kw["random_state"] = kw.pop("seed")
+    model.update({k: kw.pop(k) for k in list(kw) if k in MODEL_KEYS})
     base.update(kw)
-    return ReplayConfig(**base)
+    return ReplayConfig(**base, model=model)
 
 
 def store_tables(uri) -> dict[str, pa.Table]:
@@ -73,7 +80,7 @@ def test_every_record_is_fitted_or_rejected(corpus, replayed):
     assert summary.n_documents + summary.n_rejects == summary.n_records == len(source_ids)
     assert summary.n_epochs == 3 and summary.n_published == 3
     assert summary.vocabulary_size == 500 and len(store.vocabulary()) == 500
-    assert store.config()["replay"]["kappa0"] == 100.0
+    assert store.config()["replay"]["model"]["kappa0"] == 100.0
     assert store.checkpoint() == {"last_epoch": 2, "documents": summary.n_documents}
 
 
@@ -144,7 +151,7 @@ def test_refuse_resume_overwrite(corpus, replayed, tmp_path):
 
     summary = replay(config(corpus, kappa0=10.0, n_sweeps=2), part, mode="overwrite")
     assert summary.n_published == 3
-    assert SnapshotStore(part).config()["replay"]["kappa0"] == 10.0
+    assert SnapshotStore(part).config()["replay"]["model"]["kappa0"] == 10.0
 
 
 def test_overwrite_keeps_store_when_source_is_bad(replayed, tmp_path):

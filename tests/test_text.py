@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from sklearn.exceptions import NotFittedError
 import scipy.sparse as sp
 
 from streamtree.text import TextVectorizer
@@ -24,7 +25,8 @@ def test_exact_l2_normalised_term_frequencies():
     docs = ["Apple apple banana", "banana cherry cherry cherry", "apple 1790 $5 the"]
     v = small().fit(docs)
     assert v.vocabulary_.tolist() == ["apple", "banana", "cherry"]  # digits and stop words dropped
-    X, empty = v.transform(docs)
+    X = v.transform(docs)
+    empty = v.empty_rows(X)
     assert isinstance(X, sp.csr_matrix) and X.dtype == np.float64 and X.has_sorted_indices
     expected = np.array([[2, 1, 0], [0, 1, 3], [1, 0, 0]], dtype=float)
     expected /= np.linalg.norm(expected, axis=1, keepdims=True)
@@ -36,7 +38,7 @@ def test_exact_l2_normalised_term_frequencies():
 def test_unicode_tokens():
     v = small().fit(["Über naïve café", "ÜBER Straße"])
     assert set(v.vocabulary_) == {"über", "naïve", "café", "straße"}
-    X, _ = v.transform(["über über café"])
+    X = v.transform(["über über café"])
     col = {t: i for i, t in enumerate(v.vocabulary_)}
     assert X[0, col["über"]] == pytest.approx(2 / np.sqrt(5)) and X[0, col["café"]] == pytest.approx(1 / np.sqrt(5))
 
@@ -44,7 +46,8 @@ def test_unicode_tokens():
 def test_empty_after_filtering_is_reported_not_dropped():
     v = small().fit(["alpha beta", "beta gamma"])
     texts = ["alpha", "the and of", "zeta eta", "", "gamma alpha", "42"]
-    X, empty = v.transform(texts)
+    X = v.transform(texts)
+    empty = v.empty_rows(X)
     assert X.shape == (6, 3)  # every input keeps its row
     assert empty.tolist() == [False, True, True, True, False, True]
     assert np.flatnonzero(empty).tolist() == [1, 2, 3, 5]
@@ -72,7 +75,8 @@ def test_hash_and_persistence_round_trip(tmp_path):
     assert w.vocabulary_.tolist() == terms and w.vocabulary_hash() == v.vocabulary_hash()
     assert w.min_df == 1 and w.stop_words == "english" and w.n_fit_documents_ == 4
     new = ["quick owls and foxes", "nothing known here"]
-    (Xa, ea), (Xb, eb) = v.transform(new), w.transform(new)
+    Xa, Xb = v.transform(new), w.transform(new)
+    ea, eb = v.empty_rows(Xa), w.empty_rows(Xb)
     assert (Xa != Xb).nnz == 0 and ea.tolist() == eb.tolist() == [False, True]
     # Rows in shuffled order come back in column order; edited terms fail the hash check.
     t = v.to_arrow()
@@ -86,7 +90,7 @@ def test_hash_and_persistence_round_trip(tmp_path):
 
 
 def test_validation():
-    with pytest.raises(RuntimeError, match="not fitted"):
+    with pytest.raises(NotFittedError, match="not fitted"):
         TextVectorizer().transform(["a"])
     with pytest.raises(ValueError, match="zero documents"):
         TextVectorizer().fit([])
@@ -97,8 +101,10 @@ def test_validation():
 def test_sotu_vocabulary_and_rows():
     texts = pq.read_table(SOTU, columns=["text"]).column("text")
     v = TextVectorizer(min_df=5, max_df=0.5)
-    X, empty = v.fit_transform(texts)
-    Xt, et = v.transform(texts[:300])
+    X = v.fit_transform(texts)
+    empty = v.empty_rows(X)
+    Xt = v.transform(texts[:300])
+    et = v.empty_rows(Xt)
     assert (Xt != X[:300]).nnz == 0 and (et == empty[:300]).all()
     assert X.shape == (25_488, v.vocabulary_.shape[0]) and 5_000 < X.shape[1] < 20_000
     norms = np.sqrt(np.asarray(X.multiply(X).sum(axis=1)).ravel())

@@ -1,10 +1,7 @@
-"""The engine interface: where the per-epoch z-updates run.
+"""Base class of the engines: an implementation of the core's z-sweep interface.
 
-An engine holds one epoch's documents split into a fixed number of contiguous row shards, each
-with its own random stream spawned from the epoch's seed sequence. The coordinator (the
-estimator) broadcasts :class:`~streamtree.inference.enumerated.Candidates` once per sweep and gets
-back the merged :class:`~streamtree.inference.enumerated.SweepStats`; labels stay with the shards
-until asked for. Given the same seed and shard count, every engine returns the same numbers.
+The interface itself (:class:`~streamtree.inference.zsweep.ZSweeper`) is defined in the core;
+this abstract class only makes the engines declare every method of it.
 """
 
 from __future__ import annotations
@@ -24,7 +21,7 @@ def shard_bounds(n_rows: int, n_shards: int) -> np.ndarray:
 
 
 class Engine(ABC):
-    """Runs enumerated z-sweeps over one epoch's documents."""
+    """Runs enumerated z-sweeps over one epoch's documents (see :class:`streamtree.inference.zsweep.ZSweeper`)."""
 
     n_shards: int
 

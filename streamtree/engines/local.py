@@ -5,6 +5,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+from joblib import effective_n_jobs
 
 from streamtree.engines.base import Engine, shard_bounds
 from streamtree.inference.enumerated import Candidates, SweepStats, row_sq_norms, sweep_rows
@@ -18,13 +19,15 @@ class LocalEngine(Engine):
     n_shards : int
         Number of row shards (each with its own random stream). Results depend on it, so keep
         it fixed to reproduce a run; it need not equal the number of threads.
-    n_threads : int
-        Worker threads; the numba kernel and BLAS release the GIL, so shards overlap.
+    n_jobs : int
+        Worker threads (``None``: 1; ``-1``: all CPUs); the numba kernel and BLAS release the
+        GIL, so shards overlap.
     """
 
-    def __init__(self, n_shards: int = 1, n_threads: int = 1) -> None:
+    def __init__(self, n_shards: int = 1, n_jobs: int | None = 1) -> None:
         self.n_shards = int(n_shards)
-        self.n_threads = max(1, int(n_threads))
+        self.n_jobs = n_jobs
+        self._n_threads = effective_n_jobs(n_jobs)
         self._shards: list = []
         self._sq: list[np.ndarray] = []
         self._rngs: list[np.random.Generator] = []
@@ -45,8 +48,8 @@ class LocalEngine(Engine):
         return stats
 
     def sweep(self, cand: Candidates) -> SweepStats:
-        if self.n_threads > 1 and self.n_shards > 1:
-            with ThreadPoolExecutor(self.n_threads) as pool:
+        if self._n_threads > 1 and self.n_shards > 1:
+            with ThreadPoolExecutor(self._n_threads) as pool:
                 parts = list(pool.map(lambda s: self._one(s, cand), range(self.n_shards)))
         else:
             parts = [self._one(s, cand) for s in range(self.n_shards)]

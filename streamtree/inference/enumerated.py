@@ -19,10 +19,11 @@ import scipy.sparse as sp
 from numba import njit
 
 import streamtree  # noqa: F401  (numba cache configuration)
-from streamtree.likelihoods.vmf import log_normalizer_nb, mean_resultant_length_nb
 
-VMF = 0
-LINEAR = 1  # Gaussian: the log density is linear in x.theta and ||x||^2
+# Numeric forms of the placeholder (new-node) term; live columns are always linear.
+VMF = 0  # a tabulated function of the parent's score (the vMF collapsed new-node marginal)
+LINEAR = 1  # linear in the parent's score and ||x||^2 (the Gaussian new-node marginal)
+DIRICHLET = 2  # Dirichlet-multinomial over the row's counts with a per-placeholder Dirichlet
 
 _BLOCK_ROWS = 4096
 # Cubic Hermite table of the collapsed new-node term over t = x . theta_parent in [-1, 1]:
@@ -33,21 +34,29 @@ TABLE_INTERVALS = 1024
 
 @dataclass(frozen=True)
 class Candidates:
-    """The broadcast state of one z-sweep.
+    """The broadcast state of one z-sweep: what a likelihood object hands the kernel.
 
-    Live column ``k`` has log weight ``live_a[k] + live_b[k] * (x . theta_k) + live_c[k] * ||x||^2``.
-    Placeholder ``j`` looks at its parent's column ``t = x . theta_{ph_parent[j]}``:
+    ``coef_T`` is the coefficient matrix of the one sparse-dense product: ``score[n, k] =
+    x_n . coef_T[:, k]`` (node directions for vMF and Gaussian, log word probabilities for the
+    multinomial). Live column ``k`` has log weight
+    ``live_a[k] + live_b[k] * score[n, k] + live_c[k] * ||x_n||^2``. Placeholder ``j`` stands
+    for all new children of live column ``ph_parent[j]``; its log weight by ``kind``:
 
-    * ``kind == VMF``: ``ph_a[j] - log C_p(sqrt(b^2 + c^2 + 2 b c t))`` with ``b = ph_b[j]`` (the
-      new node's concentration) and ``c = ph_c[j]`` (the prior concentration around the parent),
-      which is log mass plus the collapsed marginal when ``ph_a`` holds
-      ``log mass + log C_p(b) + log C_p(c)``; the second term is read from ``ph_table``
-      (see :func:`new_node_table`);
-    * ``kind == LINEAR``: ``ph_a[j] + ph_b[j] * t + ph_c[j] * ||x||^2``.
+    * ``VMF``: ``ph_a[j] - log C_p(sqrt(b^2 + c^2 + 2 b c t))`` with ``t`` the parent's score,
+      ``b = ph_b[j]`` (the new node's concentration) and ``c = ph_c[j]`` (the prior
+      concentration around the parent), which is log mass plus the collapsed marginal when
+      ``ph_a`` holds ``log mass + log C_p(b) + log C_p(c)``; the second term is read from
+      ``ph_table`` (see :func:`streamtree.likelihoods.vmf.new_node_table`);
+    * ``LINEAR``: ``ph_a[j] + ph_b[j] * t + ph_c[j] * ||x||^2``;
+    * ``DIRICHLET``: ``ph_a[j] + lgamma(A) - lgamma(A + n_x) + sum_w [lgamma(alpha_w + x_w) -
+      lgamma(alpha_w)]`` over the row's non-zero counts, with ``alpha = ph_alpha[j]``,
+      ``A = ph_b[j] = sum(alpha)`` and ``n_x`` the row's total count: log mass plus the
+      Dirichlet-multinomial marginal when ``ph_a`` holds the log mass (the multinomial
+      coefficient, equal for every column, is left out).
     """
 
     kind: int
-    theta_T: np.ndarray  # (p, K), C-contiguous
+    coef_T: np.ndarray  # (p, K), C-contiguous
     live_a: np.ndarray
     live_b: np.ndarray
     live_c: np.ndarray
@@ -56,11 +65,16 @@ class Candidates:
     ph_b: np.ndarray
     ph_c: np.ndarray
     ph_table: np.ndarray | None = None  # VMF: (P, TABLE_INTERVALS + 1, 2) values and slopes
+    ph_alpha: np.ndarray | None = None  # DIRICHLET: (P, p) Dirichlet parameters
 
     def __post_init__(self) -> None:
         if self.kind == VMF and self.ph_table is None:
+            from streamtree.likelihoods.vmf import new_node_table
+
             object.__setattr__(self, "ph_table",
                                new_node_table(self.dim, np.asarray(self.ph_b), np.asarray(self.ph_c)))
+        if self.kind == DIRICHLET and self.ph_alpha is None:
+            raise ValueError("DIRICHLET candidates need ph_alpha")
 
     @property
     def n_live(self) -> int:
@@ -76,33 +90,7 @@ class Candidates:
 
     @property
     def dim(self) -> int:
-        return int(self.theta_T.shape[0])
-
-
-def new_node_table(p: int, b: np.ndarray, c: np.ndarray, intervals: int = TABLE_INTERVALS) -> np.ndarray:
-    """Values and slopes of g(t) = -log C_p(sqrt(b^2 + c^2 + 2 b c t)) on a uniform grid of [-1, 1].
-
-    Uses d log C_p(rho) / d rho = -A_p(rho) and d rho / d t = b c / rho.
-    """
-    b = np.ascontiguousarray(b, dtype=np.float64).ravel()
-    c = np.ascontiguousarray(c, dtype=np.float64).ravel()
-    out = np.empty((b.shape[0], intervals + 1, 2))
-    _fill_table(float(p), b, c, out)
-    return out
-
-
-@njit(cache=True, nogil=True)
-def _fill_table(p, b, c, out):
-    n = out.shape[1] - 1
-    for j in range(b.shape[0]):
-        bc = b[j] * c[j]
-        d2 = (b[j] - c[j]) ** 2
-        for i in range(n + 1):
-            t = -1.0 + 2.0 * i / n
-            r2 = d2 + 2.0 * bc * (1.0 + t)
-            rho = math.sqrt(r2) if r2 > 0.0 else 0.0
-            out[j, i, 0] = -log_normalizer_nb(p, rho)
-            out[j, i, 1] = mean_resultant_length_nb(p, rho) * bc / rho if rho > 0.0 else 0.0
+        return int(self.coef_T.shape[0])
 
 
 @njit(cache=True, nogil=True)
@@ -123,8 +111,8 @@ def _hermite(table, j, t):
 
 
 @njit(cache=True, nogil=True)
-def _sample_block(scores, sqnorm, live_a, live_b, live_c, ph_parent, ph_a, ph_b, ph_c, table, kind,
-                  u, labels, lognorm, sample):
+def _sample_block(scores, sqnorm, live_a, live_b, live_c, ph_parent, ph_a, ph_b, ph_c, table, ph_scores,
+                  kind, u, labels, lognorm, sample):
     n, K = scores.shape
     P = ph_a.shape[0]
     w = np.empty(K + P)
@@ -139,8 +127,10 @@ def _sample_block(scores, sqnorm, live_a, live_b, live_c, ph_parent, ph_a, ph_b,
             t = scores[i, ph_parent[j]]
             if kind == 0:
                 v = ph_a[j] + _hermite(table, j, min(max(t, -1.0), 1.0))
-            else:
+            elif kind == 1:
                 v = ph_a[j] + ph_b[j] * t + ph_c[j] * sqnorm[i]
+            else:
+                v = ph_a[j] + ph_scores[i, j]
             w[K + j] = v
             if v > m:
                 m = v
@@ -161,6 +151,44 @@ def _sample_block(scores, sqnorm, live_a, live_b, live_c, ph_parent, ph_a, ph_b,
                     if acc > target:
                         break
             labels[i] = chosen
+
+
+@njit(cache=True, nogil=True)
+def _log_rising(a, x):
+    """lgamma(a + x) - lgamma(a) for a count x >= 0 (a product of x factors when x is small)."""
+    if x <= 8.0 and x == math.floor(x):
+        acc = 0.0
+        for j in range(int(x)):
+            acc += math.log(a + j)
+        return acc
+    return math.lgamma(a + x) - math.lgamma(a)
+
+
+@njit(cache=True, nogil=True)
+def _dirichlet_block(indptr, indices, data, alpha, alpha_sum, out):
+    """out[i, j] = sum_w [lgamma(alpha_jw + x_iw) - lgamma(alpha_jw)] + lgamma(A_j) - lgamma(A_j + n_i)."""
+    n = indptr.shape[0] - 1
+    P = alpha.shape[0]
+    for i in range(n):
+        total = 0.0
+        for q in range(indptr[i], indptr[i + 1]):
+            total += data[q]
+        for j in range(P):
+            acc = -_log_rising(alpha_sum[j], total)
+            for q in range(indptr[i], indptr[i + 1]):
+                acc += _log_rising(alpha[j, indices[q]], data[q])
+            out[i, j] = acc
+
+
+def dirichlet_placeholder_scores(X, alpha: np.ndarray, alpha_sum: np.ndarray) -> np.ndarray:
+    """Dirichlet-multinomial log marginal of each CSR count row under each placeholder's
+    Dirichlet ``alpha[j]`` (``alpha_sum[j] = sum(alpha[j])``), without the multinomial
+    coefficient: shape (n, P)."""
+    X = sp.csr_matrix(X)
+    out = np.empty((X.shape[0], alpha.shape[0]))
+    _dirichlet_block(X.indptr.astype(np.int64), X.indices.astype(np.int64), np.asarray(X.data, np.float64),
+                     np.ascontiguousarray(alpha, np.float64), np.ascontiguousarray(alpha_sum, np.float64), out)
+    return out
 
 
 def row_sq_norms(X) -> np.ndarray:
@@ -196,12 +224,16 @@ def score_rows(X, cand: Candidates, u: np.ndarray | None, sqnorm: np.ndarray | N
     sample = u is not None
     uu = u if sample else np.zeros(0)
     table = cand.ph_table if cand.ph_table is not None else np.zeros((0, 2, 2))
+    no_ph_scores = np.zeros((0, 0))
     for start in range(0, n, block_rows):
         stop = min(start + block_rows, n)
-        scores = np.asarray(X[start:stop] @ cand.theta_T)
+        scores = np.asarray(X[start:stop] @ cand.coef_T)
+        ph_scores = no_ph_scores
+        if cand.kind == DIRICHLET:
+            ph_scores = dirichlet_placeholder_scores(X[start:stop], cand.ph_alpha, cand.ph_b)
         _sample_block(np.ascontiguousarray(scores, dtype=np.float64), sqnorm[start:stop],
                       cand.live_a, cand.live_b, cand.live_c, cand.ph_parent, cand.ph_a, cand.ph_b,
-                      cand.ph_c, table, cand.kind, uu[start:stop] if sample else uu,
+                      cand.ph_c, table, ph_scores, cand.kind, uu[start:stop] if sample else uu,
                       labels[start:stop], lognorm[start:stop], sample)
     return labels, lognorm
 

@@ -23,7 +23,6 @@ import numpy as np
 from scipy.special import betaln
 
 from streamtree.inference.sticks import stick_params
-from streamtree.likelihoods.vmf import log_normalizer
 from streamtree.tree import TreeArrays
 
 
@@ -43,32 +42,3 @@ def collapsed_log_prior(arrays: TreeArrays, past: np.ndarray, now: np.ndarray, *
     out = np.sum(betaln(post.a_nu[free], post.b_nu[free]) - betaln(prior.a_nu[free], prior.b_nu[free]))
     out += np.sum(betaln(post.a_psi[1:], post.b_psi[1:]) - betaln(prior.a_psi[1:], prior.b_psi[1:]))
     return float(out)
-
-
-def vmf_group_log_marginal(n: float, s: np.ndarray, mu: np.ndarray, kappa: float, beta: float, p: int) -> float:
-    """log of the integral of prod_i C_p(beta) exp(beta theta.x_i) against vMF(theta; mu, kappa)."""
-    eta = beta * s + kappa * mu
-    return float(n * log_normalizer(p, beta) + log_normalizer(p, kappa) - log_normalizer(p, np.linalg.norm(eta)))
-
-
-def vmf_group_log_likelihood(n: float, s: np.ndarray, theta: np.ndarray, beta: float, p: int) -> float:
-    """sum_i log f(x_i | theta, beta) from the group's count and sum."""
-    return float(n * log_normalizer(p, beta) + beta * theta @ s)
-
-
-def gaussian_group_log_marginal(n: float, s: np.ndarray, sumsq: float, mu: np.ndarray, prior_var: float,
-                                noise_var: float) -> float:
-    """log of the integral of prod_i N(x_i; theta, noise_var I) against N(theta; mu, prior_var I)."""
-    p = s.shape[0]
-    lam = 1.0 / prior_var + n / noise_var
-    m = (mu / prior_var + s / noise_var) / lam
-    return float(-0.5 * n * p * np.log(2 * np.pi * noise_var) - 0.5 * p * np.log(prior_var * lam)
-                 - sumsq / (2 * noise_var) - mu @ mu / (2 * prior_var) + 0.5 * lam * m @ m)
-
-
-def gaussian_group_log_likelihood(n: float, s: np.ndarray, sumsq: float, theta: np.ndarray,
-                                  noise_var: float) -> float:
-    """sum_i log N(x_i; theta, noise_var I) from the group's sufficient statistics."""
-    p = s.shape[0]
-    return float(-0.5 * n * p * np.log(2 * np.pi * noise_var)
-                 - (sumsq - 2 * theta @ s + n * theta @ theta) / (2 * noise_var))

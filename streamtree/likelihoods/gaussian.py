@@ -14,8 +14,15 @@ import numpy as np
 from numba import njit
 from numpy.typing import ArrayLike
 
+from streamtree.inference.enumerated import LINEAR, Candidates
+from streamtree.inference.theta_map import map_theta_gaussian
+from streamtree.likelihoods.base import Likelihood
+
 __all__ = [
+    "Gaussian",
     "estimate_noise_variance",
+    "group_log_likelihood",
+    "group_log_marginal",
     "log_density",
     "log_new_node_marginal",
     "log_new_node_marginal_nb",
@@ -167,3 +174,131 @@ def estimate_noise_variance(
         ss = sum_sq[ok] - np.einsum("ij,ij->i", sum_x[ok], sum_x[ok]) / n_ok
         out[ok] = np.maximum(ss / (p * (n_ok - 1.0)), var_min)
     return out
+
+
+def group_log_marginal(n: float, s: np.ndarray, sumsq: float, mu: np.ndarray, prior_var: float,
+                       noise_var: float) -> float:
+    """log of the integral of prod_i N(x_i; theta, noise_var I) against N(theta; mu, prior_var I)."""
+    p = s.shape[0]
+    lam = 1.0 / prior_var + n / noise_var
+    m = (mu / prior_var + s / noise_var) / lam
+    return float(-0.5 * n * p * np.log(2 * np.pi * noise_var) - 0.5 * p * np.log(prior_var * lam)
+                 - sumsq / (2 * noise_var) - mu @ mu / (2 * prior_var) + 0.5 * lam * m @ m)
+
+
+def group_log_likelihood(n: float, s: np.ndarray, sumsq: float, theta: np.ndarray, noise_var: float) -> float:
+    """sum_i log N(x_i; theta, noise_var I) from the group's sufficient statistics."""
+    p = s.shape[0]
+    return float(-0.5 * n * p * np.log(2 * np.pi * noise_var)
+                 - (sumsq - 2 * theta @ s + n * theta @ theta) / (2 * noise_var))
+
+
+class Gaussian(Likelihood):
+    """Isotropic Gaussian nodes on real-valued dense rows: ``x | node ~ N(theta, sigma_x^2 I)``.
+
+    Node means are linked to their parent by ``N(theta_parent, sigma0 sigma1^d I)`` and to their
+    previous-epoch mean by ``N(eta theta_prev, sigma0 sigma1^(d + a) I)`` (the root:
+    ``N(theta_prev, sigma0 sigma1^a I)``). The concentration is the precision ``1 / sigma_x^2``:
+    ``1 / noise_var`` when given, else the pooled within-node variance of nodes with at least
+    ``min_node_docs`` documents.
+    """
+
+    name = "gaussian"
+    for_text = False
+    text_norm = None
+    params = ("sigma0", "sigma1", "eta", "a", "noise_var", "min_node_docs")
+
+    @classmethod
+    def check_input(cls, X):
+        if hasattr(X, "toarray"):
+            X = X.toarray()
+        X = np.ascontiguousarray(X, dtype=np.float64)
+        if X.ndim != 2:
+            raise ValueError(f"X must be 2-D, got shape {X.shape}")
+        if not np.all(np.isfinite(X)):
+            raise ValueError("X contains NaN or infinite values")
+        return X
+
+    def link_strengths(self, depth):
+        """Per-node (parent, previous-epoch) link variances (inf where there is no link)."""
+        v = self.variant
+        d = np.asarray(depth, dtype=np.float64)
+        par = self.sigma0 * self.sigma1 ** d if v.parent_link else np.full_like(d, np.inf)
+        if not v.time_link:
+            tim = np.full_like(d, np.inf)
+        elif v.time_kappa is not None:
+            tim = np.full_like(d, 1.0 / v.time_kappa)
+        else:
+            tim = self.sigma0 * self.sigma1 ** (d + self.a)
+        return par, tim
+
+    def root_anchor(self, X):
+        return np.asarray(X.mean(axis=0)).ravel()
+
+    def initial_root(self, X):
+        n, p = X.shape
+        mean = self.root_anchor(X)
+        if self.noise_var is not None:
+            return mean, 1.0 / self.noise_var
+        sq = float(np.einsum("ij,ij->", X, X))
+        var = estimate_noise_variance(mean[None] * n, np.array([sq]), np.array([float(n)]), p, min_count=2,
+                                      fallback=np.array([1.0]))
+        return mean, float(1.0 / var[0])
+
+    def kernel(self, arrays, theta, concentration, log_mass, log_residual, *, normalized=True):
+        p = self.n_features
+        var = 1.0 / np.asarray(concentration, dtype=np.float64)
+        ph_rows = np.flatnonzero(np.isfinite(log_residual))
+        prior = np.array([self.new_node_prior(int(d) + 1) for d in arrays.depth[ph_rows]], dtype=np.float64)
+        sq = np.einsum("ij,ij->i", theta, theta)
+        v = prior + var[ph_rows]
+        live_a = log_mass - sq / (2 * var)
+        ph_a = log_residual[ph_rows] - sq[ph_rows] / (2 * v)
+        if normalized:
+            live_a = live_a - 0.5 * p * np.log(2 * np.pi * var)
+            ph_a = ph_a - 0.5 * p * np.log(2 * np.pi * v)
+        cand = Candidates(LINEAR, np.ascontiguousarray(theta.T), live_a, 1.0 / var, -0.5 / var,
+                          ph_rows.astype(np.int64), ph_a, 1.0 / v, -0.5 / v)
+        return cand, ph_rows
+
+    def new_node_prior(self, depth):
+        return self.sigma0 * self.sigma1 ** depth if self.variant.parent_link else self.sigma0
+
+    def new_node_theta(self, theta_parent, concentration, depth, docs):
+        prior, var = self.new_node_prior(depth), 1.0 / concentration
+        return (theta_parent / prior + docs.s / var) / (1.0 / prior + docs.n / var)
+
+    def seed_child_theta(self, theta_node, x):
+        return np.array(x, dtype=np.float64, copy=True)
+
+    def log_link(self, theta_child, theta_parent, depth):
+        prior = self.new_node_prior(depth)
+        diff = theta_child - theta_parent
+        return float(-diff @ diff / (2 * prior) - 0.5 * theta_child.shape[0] * np.log(2 * np.pi * prior))
+
+    def log_marginal(self, docs, theta_parent, concentration, depth):
+        return group_log_marginal(docs.n, docs.s, docs.sumsq, theta_parent, self.new_node_prior(depth),
+                                  1.0 / concentration)
+
+    def log_likelihood(self, docs, theta, concentration):
+        return group_log_likelihood(docs.n, docs.s, docs.sumsq, theta, 1.0 / concentration)
+
+    def update_theta(self, arrays, theta, sums, counts, concentration, prev_theta, has_prev, root_anchor,
+                     update, n_iter):
+        par, tim = self.link_strengths(arrays.depth)
+        time_coef = np.where(arrays.parent_index >= 0, self.eta, 1.0)
+        if self.variant.time_link and self.variant.time_kappa is None:
+            tim[0] = self.sigma0 * self.sigma1 ** self.a  # the root links to its predecessor itself
+        return map_theta_gaussian(arrays, theta, sums, counts, 1.0 / concentration, prev_theta, has_prev, par,
+                                  time_coef, tim, update=update, n_iter=n_iter)
+
+    def update_concentration(self, counts, sums, sumsq, theta, current):
+        current = np.asarray(current, dtype=np.float64)
+        ok = counts >= self.min_node_docs
+        if self.noise_var is not None:
+            return np.where(ok, 1.0 / self.noise_var, current)
+        if not ok.any():
+            return current.copy()
+        var = estimate_noise_variance(sums, sumsq, counts, self.n_features, min_count=self.min_node_docs,
+                                      fallback=1.0 / current)
+        return 1.0 / var

@@ -35,10 +35,18 @@ import math
 import numpy as np
 from numba import njit
 from numpy.typing import ArrayLike
+import scipy.sparse as sp
 from scipy.special import gammaln, ive
 
+from streamtree.inference.enumerated import VMF, Candidates
+from streamtree.inference.theta_map import map_theta_vmf
+from streamtree.likelihoods.base import Likelihood
+
 __all__ = [
+    "VonMisesFisher",
     "estimate_concentration",
+    "group_log_likelihood",
+    "group_log_marginal",
     "log_bessel_iv",
     "log_bessel_iv_nb",
     "log_new_node_marginal",
@@ -47,6 +55,7 @@ __all__ = [
     "log_normalizer_nb",
     "mean_resultant_length",
     "mean_resultant_length_nb",
+    "new_node_table",
     "sample_vmf",
 ]
 
@@ -598,3 +607,156 @@ def log_new_node_marginal(
     if t_a.ndim == 0 and b_a.ndim == 0 and k_a.ndim == 0:
         return float(out)
     return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Collapsed marginals and the z-kernel's new-node table
+# ----------------------------------------------------------------------------------------------
+
+
+def group_log_marginal(n: float, s: np.ndarray, mu: np.ndarray, kappa: float, beta: float, p: int) -> float:
+    """log of the integral of prod_i C_p(beta) exp(beta theta.x_i) against vMF(theta; mu, kappa).
+
+    ``n`` unit documents with sum ``s`` share one direction ``theta`` drawn around ``mu``:
+    ``n log C_p(beta) + log C_p(kappa) - log C_p(||beta s + kappa mu||)``.
+    """
+    eta = beta * s + kappa * mu
+    pf = float(p)  # scalar numba kernels: these run once per node per sweep (merge moves)
+    return float(n * log_normalizer_nb(pf, float(beta)) + log_normalizer_nb(pf, float(kappa))
+                 - log_normalizer_nb(pf, float(np.linalg.norm(eta))))
+
+
+def group_log_likelihood(n: float, s: np.ndarray, theta: np.ndarray, beta: float, p: int) -> float:
+    """sum_i log f(x_i | theta, beta) from the group's count and sum."""
+    return float(n * log_normalizer_nb(float(p), float(beta)) + beta * theta @ s)
+
+
+def new_node_table(p: int, b: np.ndarray, c: np.ndarray, intervals: int = 1024) -> np.ndarray:
+    """Values and slopes of g(t) = -log C_p(sqrt(b^2 + c^2 + 2 b c t)) on a uniform grid of [-1, 1].
+
+    Uses d log C_p(rho) / d rho = -A_p(rho) and d rho / d t = b c / rho.
+    """
+    b = np.ascontiguousarray(b, dtype=np.float64).ravel()
+    c = np.ascontiguousarray(c, dtype=np.float64).ravel()
+    out = np.empty((b.shape[0], intervals + 1, 2))
+    _fill_table(float(p), b, c, out)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _fill_table(p, b, c, out):
+    n = out.shape[1] - 1
+    for j in range(b.shape[0]):
+        bc = b[j] * c[j]
+        d2 = (b[j] - c[j]) ** 2
+        for i in range(n + 1):
+            t = -1.0 + 2.0 * i / n
+            r2 = d2 + 2.0 * bc * (1.0 + t)
+            rho = math.sqrt(r2) if r2 > 0.0 else 0.0
+            out[j, i, 0] = -log_normalizer_nb(p, rho)
+            out[j, i, 1] = mean_resultant_length_nb(p, rho) * bc / rho if rho > 0.0 else 0.0
+
+
+
+
+# ----------------------------------------------------------------------------------------------
+# The family object
+# ----------------------------------------------------------------------------------------------
+
+_NORM_TOL = 1e-6
+
+
+class VonMisesFisher(Likelihood):
+    """vMF topics on L2-normalised rows: ``x | node ~ vMF(theta, beta)``.
+
+    Node directions are linked to their parent by ``vMF(theta_parent, kappa0 kappa1^d)`` and to
+    their own previous-epoch direction by ``vMF(theta_prev, kappa0 kappa1^(d + a))``; ``beta``
+    (the concentration) is estimated per node from its documents' resultant length, clipped to
+    ``concentration_bounds``, and nodes with fewer than ``min_node_docs`` documents keep theirs.
+    """
+
+    name = "vmf"
+    text_norm = "l2"
+    params = ("kappa0", "kappa1", "a", "min_node_docs", "concentration_bounds")
+
+    @classmethod
+    def check_input(cls, X):
+        if not sp.issparse(X):
+            X = np.asarray(X, dtype=np.float64)
+            if X.ndim != 2:
+                raise ValueError(f"X must be 2-D, got shape {X.shape}")
+        X = sp.csr_matrix(X, dtype=np.float64)
+        X.sort_indices()
+        if not np.all(np.isfinite(X.data)):
+            raise ValueError("X contains NaN or infinite values")
+        if X.shape[0]:
+            norms = np.sqrt(np.asarray(X.multiply(X).sum(axis=1)).ravel())
+            bad = np.flatnonzero(np.abs(norms - 1.0) > _NORM_TOL)
+            if bad.size:
+                empty = bad[norms[bad] == 0]
+                hint = (f"{empty.size} rows are all zeros (e.g. row {empty[0]}): drop empty documents first"
+                        if empty.size else "normalise rows, e.g. sklearn.preprocessing.normalize(X)")
+                raise ValueError(f"the vMF likelihood needs L2-normalised rows; {bad.size} rows are not "
+                                 f"(first: row {bad[0]}, norm {norms[bad[0]]:.6g}); {hint}")
+        return X
+
+    def root_anchor(self, X) -> np.ndarray:
+        m = np.asarray(X.mean(axis=0)).ravel()
+        nrm = np.linalg.norm(m)
+        return m / nrm if nrm > 0 else np.full(m.shape[0], 1.0 / np.sqrt(m.shape[0]))
+
+    def initial_root(self, X) -> tuple[np.ndarray, float]:
+        r = np.linalg.norm(np.asarray(X.sum(axis=0)).ravel())
+        lo, hi = self.concentration_bounds
+        b = estimate_concentration(np.array([r]), np.array([float(X.shape[0])]), self.n_features, min_count=2,
+                                   fallback=np.array([lo]), kappa_min=lo, kappa_max=hi)
+        return self.root_anchor(X), float(b[0])
+
+    def kernel(self, arrays, theta, concentration, log_mass, log_residual, *, normalized=True):
+        p = self.n_features
+        conc = np.asarray(concentration, dtype=np.float64)
+        ph_rows = np.flatnonzero(np.isfinite(log_residual))
+        prior = np.array([self.new_node_prior(int(d) + 1) for d in arrays.depth[ph_rows]], dtype=np.float64)
+        logc = log_normalizer(p, conc) if normalized else np.zeros_like(conc)
+        b = conc[ph_rows]
+        ph_a = log_residual[ph_rows] + log_normalizer(p, prior)
+        if normalized:  # unnormalised: the new-node term stays on the same footing as live nodes
+            ph_a = ph_a + log_normalizer(p, b)
+        cand = Candidates(VMF, np.ascontiguousarray(theta.T), log_mass + logc, conc, np.zeros_like(conc),
+                          ph_rows.astype(np.int64), ph_a, b.astype(np.float64), prior)
+        return cand, ph_rows
+
+    def new_node_prior(self, depth: int) -> float:
+        return self.kappa0 * self.kappa1 ** depth if self.variant.parent_link else 0.0
+
+    def new_node_theta(self, theta_parent, concentration, depth, docs):
+        eta = self.new_node_prior(depth) * theta_parent + concentration * docs.s
+        nrm = np.linalg.norm(eta)
+        return eta / nrm if nrm > 0 else theta_parent.copy()
+
+    def seed_child_theta(self, theta_node, x):
+        v = x / max(np.linalg.norm(x), 1e-300) + theta_node
+        return v / np.linalg.norm(v)
+
+    def log_link(self, theta_child, theta_parent, depth):
+        prior = self.new_node_prior(depth)
+        return float(log_normalizer_nb(float(self.n_features), prior) + prior * theta_child @ theta_parent)
+
+    def log_marginal(self, docs, theta_parent, concentration, depth):
+        return group_log_marginal(docs.n, docs.s, theta_parent, self.new_node_prior(depth), concentration,
+                                  self.n_features)
+
+    def log_likelihood(self, docs, theta, concentration):
+        return group_log_likelihood(docs.n, docs.s, theta, concentration, self.n_features)
+
+    def update_theta(self, arrays, theta, sums, counts, concentration, prev_theta, has_prev, root_anchor,
+                     update, n_iter):
+        par, tim = self.link_strengths(arrays.depth)
+        return map_theta_vmf(arrays, theta, sums, concentration, prev_theta, has_prev, root_anchor, par, tim,
+                             update=update, n_iter=n_iter)
+
+    def update_concentration(self, counts, sums, sumsq, theta, current):
+        lo, hi = self.concentration_bounds
+        r = np.linalg.norm(sums, axis=1) if sums.shape[0] else np.zeros(0)
+        return estimate_concentration(r, counts, self.n_features, min_count=self.min_node_docs,
+                                      fallback=current, kappa_min=lo, kappa_max=hi)

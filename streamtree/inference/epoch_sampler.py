@@ -1,0 +1,486 @@
+"""One epoch of dTSSBP inference: the chain's state across epochs and the sweep loop.
+
+Per epoch ``t`` (ALGORITHM: per-epoch driver):
+
+1. Nodes alive after epoch ``t-1`` start with their previous parameters; the stick prior holds
+   the counts of the last ``window`` epochs.
+2. ``n_sweeps`` times: sample all sticks from their windowed Beta conditionals; run the
+   enumerated blocked-Gibbs z-update over the documents (in shards, on the z-sweeper given);
+   turn placeholders that received documents into new nodes; delete nodes whose windowed
+   counts are all zero; offer merges; re-estimate each node's concentration; update the node
+   parameters by MAP, alternating even and odd depths; propose seeded children.
+3. Build the :class:`~streamtree.epoch_tree.EpochTree`, push the epoch's counts into the window
+   and delete nodes that fell out of it.
+
+Everything that depends on the observation family goes through a
+:class:`~streamtree.likelihoods.base.Likelihood`; the z-updates go through a
+:class:`~streamtree.inference.zsweep.ZSweeper`. Nothing here knows which family or engine it has.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from streamtree.epoch_tree import EpochTree
+from streamtree.inference.merge import collapsed_log_prior
+from streamtree.inference.sticks import log_masses, mean_sticks, sample_sticks, stick_params
+from streamtree.inference.zsweep import ZSweeper
+from streamtree.likelihoods.base import DocumentSet, Likelihood
+from streamtree.tree import ROOT, TreeArrays, TSSBTree
+from streamtree.window import WindowedCounts, subtree_sums
+
+logger = logging.getLogger(__name__)
+
+MERGE_GRACE = 2  # sweeps a new node lives before it may be merged away
+CHECKPOINT_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class SamplerSettings:
+    """The estimator's settings that the sweep loop reads (variant already resolved)."""
+
+    alpha0: float
+    lam: float
+    gamma: float
+    max_depth: int | None
+    root_holds_data: bool
+    freeze_after_birth: bool
+    n_sweeps: int
+    n_map_iter: int
+    merge_moves: bool
+    split_proposals: int
+    min_node_docs: int
+
+    def stick_kwargs(self) -> dict:
+        return dict(alpha0=self.alpha0, lam=self.lam, gamma=self.gamma, max_depth=self.max_depth,
+                    root_holds_data=self.root_holds_data)
+
+
+class NodeTable:
+    """Node parameters by node id in persistent matrices (rows are reused after deletions).
+
+    ``theta[slot[id]]`` is a node's parameter and ``concentration[slot[id]]`` its concentration;
+    the matrices grow by doubling, so adding a node does not copy the others every sweep.
+    """
+
+    def __init__(self, n_features: int, capacity: int = 16) -> None:
+        self.theta = np.zeros((capacity, n_features))
+        self.concentration = np.zeros(capacity)
+        self.slot: dict[int, int] = {}
+        self._free: list[int] = list(range(capacity - 1, -1, -1))
+
+    def __contains__(self, node_id: int) -> bool:
+        return node_id in self.slot
+
+    def __len__(self) -> int:
+        return len(self.slot)
+
+    def add(self, node_id: int, theta: np.ndarray, concentration: float) -> None:
+        if not self._free:
+            cap = self.theta.shape[0]
+            self.theta = np.vstack([self.theta, np.zeros_like(self.theta)])
+            self.concentration = np.concatenate([self.concentration, np.zeros(cap)])
+            self._free = list(range(2 * cap - 1, cap - 1, -1))
+        s = self._free.pop()
+        self.slot[node_id] = s
+        self.theta[s] = theta
+        self.concentration[s] = concentration
+
+    def remove(self, node_id: int) -> None:
+        self._free.append(self.slot.pop(node_id))
+
+    def slots(self, ids) -> np.ndarray:
+        return np.fromiter((self.slot[int(i)] for i in ids), dtype=np.int64, count=len(ids))
+
+    def theta_of(self, ids) -> np.ndarray:
+        """A fresh ``(len(ids), p)`` matrix of the nodes' parameters."""
+        return self.theta[self.slots(ids)]
+
+    def concentration_of(self, ids) -> np.ndarray:
+        return self.concentration[self.slots(ids)]
+
+
+@dataclass
+class ChainState:
+    """Everything that carries over from one epoch to the next."""
+
+    tree: TSSBTree
+    window: WindowedCounts
+    nodes: NodeTable
+
+    @classmethod
+    def empty(cls, max_depth: int | None, window: int | None, n_features: int) -> "ChainState":
+        return cls(TSSBTree(max_depth), WindowedCounts(window), NodeTable(n_features))
+
+    def own_counts(self, ids: np.ndarray, current: dict[int, int]) -> np.ndarray:
+        """Past-window plus live-epoch documents at each node."""
+        return self.window.counts(ids) + np.array([current.get(int(i), 0) for i in ids], dtype=np.int64)
+
+    def remove(self, ids) -> None:
+        for nid in ids:
+            if nid in self.nodes:
+                self.nodes.remove(nid)
+        self.window.forget(ids)
+
+    # ------------------------------------------------------------------ checkpoints
+    def to_arrays(self) -> tuple[dict[str, np.ndarray], dict]:
+        """Numeric arrays and JSON metadata holding the whole state (see :meth:`from_arrays`)."""
+        arrays = self.tree.arrays()
+        ids = arrays.ids
+        parent = np.where(arrays.parent_index >= 0, ids[np.maximum(arrays.parent_index, 0)], -1)
+        hist_epoch, hist_ids, hist_counts = [], [], []
+        for h, snap in enumerate(self.window.history):
+            for k in sorted(snap):
+                hist_epoch.append(h)
+                hist_ids.append(k)
+                hist_counts.append(snap[k])
+        out = {
+            "node_ids": ids.astype(np.int64),
+            "node_parent": parent.astype(np.int64),
+            "node_born": np.array([self.tree.born[int(i)] for i in ids], dtype=np.int64),
+            "node_theta": self.nodes.theta_of(ids),
+            "node_concentration": self.nodes.concentration_of(ids),
+            "window_epoch": np.asarray(hist_epoch, dtype=np.int64),
+            "window_node": np.asarray(hist_ids, dtype=np.int64),
+            "window_count": np.asarray(hist_counts, dtype=np.int64),
+        }
+        meta = {"max_depth": self.tree.max_depth, "next_id": int(self.tree.next_id), "window": self.window.window,
+                "window_epochs": len(self.window.history)}
+        return out, meta
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray], meta: dict) -> "ChainState":
+        ids = np.asarray(arrays["node_ids"], dtype=np.int64)
+        theta = np.asarray(arrays["node_theta"], dtype=np.float64)
+        tree = TSSBTree(meta["max_depth"])
+        tree.born[ROOT] = int(arrays["node_born"][0])
+        for nid, par, born in zip(ids[1:], arrays["node_parent"][1:], arrays["node_born"][1:]):
+            nid, par = int(nid), int(par)
+            tree.parent[nid] = par
+            tree.children[nid] = []
+            tree.children[par].append(nid)  # pre-order lists siblings in stick order
+            tree.depth[nid] = tree.depth[par] + 1
+            tree.born[nid] = int(born)
+        tree.next_id = int(meta["next_id"])
+        nodes = NodeTable(theta.shape[1], capacity=max(16, 2 * ids.size))
+        for k, nid in enumerate(ids):
+            nodes.add(int(nid), theta[k], float(arrays["node_concentration"][k]))
+        history = [{} for _ in range(int(meta["window_epochs"]))]
+        for h, nid, c in zip(arrays["window_epoch"], arrays["window_node"], arrays["window_count"]):
+            history[int(h)][str(int(nid))] = int(c)
+        window = WindowedCounts.from_state({"window": meta["window"], "history": history})
+        return cls(tree, window, nodes)
+
+
+def tree_arrays(tree: EpochTree) -> TreeArrays:
+    """The :class:`TreeArrays` of a published epoch tree (its nodes are in pre-order)."""
+    row = {int(i): k for k, i in enumerate(tree.node_ids)}
+    parent_index = np.array([row.get(int(p), -1) for p in tree.parent], dtype=np.int64)
+    rank = np.zeros(tree.n_nodes, dtype=np.int64)
+    seen: dict[int, int] = {}
+    for k in range(1, tree.n_nodes):
+        p = int(parent_index[k])
+        rank[k] = seen.get(p, 0)
+        seen[p] = rank[k] + 1
+    return TreeArrays(tree.node_ids.astype(np.int64), parent_index, tree.depth.astype(np.int64), rank)
+
+
+def predictive_masses(tree: EpochTree, settings: SamplerSettings) -> tuple[np.ndarray, np.ndarray, TreeArrays]:
+    """Posterior-mean log masses and new-child log masses of a published tree's nodes."""
+    arrays = tree_arrays(tree)
+    params = stick_params(arrays, tree.window_counts, **settings.stick_kwargs())
+    log_pi, log_res = log_masses(arrays, mean_sticks(params))
+    return log_pi, log_res, arrays
+
+
+class EpochSampler:
+    """Runs the sweeps of one epoch on a :class:`ChainState` (which it updates in place).
+
+    Parameters
+    ----------
+    state : ChainState
+    likelihood : Likelihood
+    settings : SamplerSettings
+    sweeper : ZSweeper
+        Where the z-updates run.
+    rng : numpy.random.Generator
+        The coordinator's stream (sticks, merges, proposals); shards have their own.
+    """
+
+    def __init__(self, state: ChainState, likelihood: Likelihood, settings: SamplerSettings, sweeper: ZSweeper,
+                 rng: np.random.Generator) -> None:
+        self.state = state
+        self.likelihood = likelihood
+        self.settings = settings
+        self.sweeper = sweeper
+        self.rng = rng
+        self.sweep = 0
+        self.born_sweep: dict[int, int] = {}
+        self.root_anchor: np.ndarray | None = None
+        self.prev_theta: np.ndarray | None = None  # parameters at the start of the epoch, by slot
+        self.prev_slot: dict[int, int] = {}
+
+    # ------------------------------------------------------------------ the epoch
+    def run(self, X, epoch: int, label: str | None, shard_seeds: list[np.random.SeedSequence],
+            previous: EpochTree | None) -> EpochTree:
+        st, lik, cfg = self.state, self.likelihood, self.settings
+        n = X.shape[0]
+        if len(st.nodes) == 0:
+            if n == 0:
+                raise ValueError("the first epoch must contain documents")
+            theta, conc = lik.initial_root(X)
+            st.nodes.add(ROOT, theta, conc)
+        if n:
+            self.root_anchor = lik.root_anchor(X)
+        if previous is not None:
+            self.prev_theta = st.nodes.theta.copy()
+            self.prev_slot = dict(st.nodes.slot)
+        current: dict[int, int] = {ROOT: n} if previous is None else {}
+        col_ids = np.zeros(0, dtype=np.int64)
+        if n:
+            self.sweeper.load(X, list(shard_seeds))
+        for sweep in range(cfg.n_sweeps if n else 0):
+            self.sweep = sweep
+            arrays = st.tree.arrays()
+            params = stick_params(arrays, st.own_counts(arrays.ids, current), **cfg.stick_kwargs())
+            log_pi, log_res = log_masses(arrays, sample_sticks(params, self.rng))
+            cand, ph_rows = lik.kernel(arrays, st.nodes.theta_of(arrays.ids), st.nodes.concentration_of(arrays.ids),
+                                       log_pi, log_res)
+            stats = self.sweeper.sweep(cand)
+            col_ids, current, sums, sumsq = self._materialise(arrays, cand, ph_rows, stats, epoch)
+            self._cull(current)
+            if cfg.merge_moves:
+                self._merge_step(current, sums, sumsq, col_ids)
+            self._update_concentrations(current, sums, sumsq)
+            self._update_theta(sums, current, epoch)
+            if cfg.split_proposals > 0 and sweep < cfg.n_sweeps - 1 - MERGE_GRACE:
+                self._propose_children(stats, col_ids, current, epoch)
+            logger.debug("epoch %d sweep %d: %d nodes, log p(x) %.4g", epoch, sweep, len(st.tree), stats.loglik)
+        labels = col_ids[self.sweeper.labels()] if n else np.zeros(0, dtype=np.int64)
+        prev_ids = set(previous.node_ids.tolist()) if previous is not None else set()
+        tree = self._epoch_tree(epoch, label, current, labels, prev_ids)
+        st.window.commit(current)
+        self._cull({})
+        return tree
+
+    # ------------------------------------------------------------------ steps
+    def _materialise(self, arrays, cand, ph_rows, stats, epoch: int):
+        """Turn occupied placeholders into nodes; per-node counts, sums and sums of squares."""
+        st, lik = self.state, self.likelihood
+        col_ids = np.full(cand.n_columns, -1, dtype=np.int64)
+        col_ids[: cand.n_live] = arrays.ids
+        row_of = {int(c): r for r, c in enumerate(stats.occupied)}
+        for j, prow in enumerate(ph_rows):
+            col = cand.n_live + j
+            if stats.counts[col] == 0:
+                continue
+            parent = int(arrays.ids[prow])
+            nid = st.tree.add_child(parent, born=epoch)
+            self.born_sweep[nid] = self.sweep
+            col_ids[col] = nid
+            docs = DocumentSet(float(stats.counts[col]), stats.sums[row_of[col]], float(stats.sumsq[col]))
+            s = st.nodes.slot[parent]
+            conc = float(st.nodes.concentration[s])
+            theta = lik.new_node_theta(st.nodes.theta[s], conc, st.tree.depth[nid], docs)
+            st.nodes.add(nid, theta, lik.new_node_concentration(conc, st.tree.depth[nid]))
+        counts, sums, sumsq = {}, {}, {}
+        for col in stats.occupied:
+            nid = int(col_ids[col])
+            counts[nid] = int(stats.counts[col])
+            sums[nid] = stats.sums[row_of[int(col)]]
+            sumsq[nid] = float(stats.sumsq[col])
+        return col_ids, counts, sums, sumsq
+
+    def _cull(self, current: dict[int, int]) -> list[int]:
+        """Delete subtrees whose windowed counts (past window plus live epoch) are all zero."""
+        st = self.state
+        arrays = st.tree.arrays()
+        S = subtree_sums(arrays.parent_index, st.own_counts(arrays.ids, current))
+        removed: list[int] = []
+        for k in range(1, arrays.size):
+            nid = int(arrays.ids[k])
+            if S[k] == 0 and nid in st.tree:
+                removed.extend(st.tree.remove_subtree(nid))
+        st.remove(removed)
+        return removed
+
+    def _propose_children(self, stats, col_ids: np.ndarray, current: dict[int, int], epoch: int) -> None:
+        """Seed up to ``split_proposals`` new children from random member documents of nodes
+        drawn in proportion to their document counts."""
+        if stats.seeds is None:
+            return
+        st, lik = self.state, self.likelihood
+        rows, weights = [], []
+        for r, col in enumerate(stats.occupied):
+            nid = int(col_ids[col])
+            n = current.get(nid, 0)
+            if nid in st.tree and n >= 2 * self.settings.min_node_docs:
+                rows.append(r)
+                weights.append(float(n))
+        if not rows:
+            return
+        k = min(int(self.settings.split_proposals), len(rows))
+        w = np.asarray(weights)
+        picks = self.rng.choice(len(rows), size=k, replace=False, p=w / w.sum())
+        for i in picks:
+            r = rows[i]
+            nid = int(col_ids[stats.occupied[r]])
+            x = stats.seeds[r]
+            x = np.asarray(x.toarray()).ravel() if sp.issparse(x) else np.asarray(x, dtype=np.float64).ravel()
+            s = st.nodes.slot[nid]
+            theta = lik.seed_child_theta(st.nodes.theta[s], x)
+            parent = self._best_attachment(nid, theta)
+            if parent is None:
+                continue
+            child = st.tree.add_child(parent, born=epoch)
+            self.born_sweep[child] = self.sweep
+            st.nodes.add(child, theta, lik.new_node_concentration(float(st.nodes.concentration[s]),
+                                                                  st.tree.depth[child]))
+
+    def _best_attachment(self, nid: int, theta: np.ndarray) -> int | None:
+        """The node on the path from ``nid`` to the root (above the depth cap) under which a new
+        child with parameter ``theta`` has the highest parent-link log density."""
+        st = self.state
+        tree = st.tree
+        best, best_score = None, -np.inf
+        a = nid
+        while a >= 0:
+            if not tree.at_cap(a):
+                score = self.likelihood.log_link(theta, st.nodes.theta[st.nodes.slot[a]], tree.depth[a] + 1)
+                if score > best_score:
+                    best, best_score = a, score
+            a = tree.parent[a]
+        return best
+
+    def _merge_step(self, current: dict[int, int], sums: dict[int, np.ndarray], sumsq: dict[int, float],
+                    col_ids: np.ndarray) -> None:
+        """Heat-bath choice, node by node (leaves first), between keeping it and merging it into its parent.
+
+        See :mod:`streamtree.inference.merge`: the collapsed stick prior's change plus the data's
+        Bayes factor between the node's documents at the parent (parent's parameters) and at
+        their own node (parameter integrated out under the parent link, with the parent's
+        concentration, exactly as the z-kernel scores a new node).
+        """
+        st, lik, cfg = self.state, self.likelihood, self.settings
+        tree, win, nodes = st.tree, st.window, st.nodes
+        kw = cfg.stick_kwargs()
+
+        def prior_of(t: TSSBTree, past: dict[int, int], now: dict[int, int]) -> float:
+            arr = t.arrays()
+            return collapsed_log_prior(
+                arr, np.array([past.get(int(i), 0) for i in arr.ids], dtype=np.float64),
+                np.array([now.get(int(i), 0) for i in arr.ids], dtype=np.float64), **kw)
+
+        past = dict(win.total)
+        before = prior_of(tree, past, current)
+        log_total = np.log(sum(past.values()) + sum(current.values()) + 2.0)
+        for c in reversed(tree.preorder()):
+            if c == ROOT or c not in tree:
+                continue
+            if self.sweep - self.born_sweep.get(c, -MERGE_GRACE) < MERGE_GRACE:
+                continue  # too young: a new node needs a few sweeps to gather its documents
+            par = tree.parent[c]
+            if par == ROOT and not cfg.root_holds_data:
+                continue
+            n = current.get(c, 0)
+            data = 0.0
+            if n:
+                docs = DocumentSet(float(n), sums[c], sumsq[c])
+                sp_ = nodes.slot[par]
+                data = (lik.log_likelihood(docs, nodes.theta[sp_], float(nodes.concentration[sp_]))
+                        - lik.log_marginal(docs, nodes.theta[sp_], float(nodes.concentration[sp_]), tree.depth[c]))
+            # The stick prior's gain from a merge grows like (documents moved) x log(total); when
+            # the data's Bayes factor is far beyond any such gain, skip the O(K) prior evaluation.
+            if data < -(n + past.get(c, 0) + 1) * 3.0 * log_total - 20.0:
+                continue
+            trial = tree.copy()
+            trial.merge_into_parent(c)
+            past_m = dict(past)
+            if c in past_m:
+                past_m[par] = past_m.get(par, 0) + past_m.pop(c)
+            now_m = dict(current)
+            if c in now_m:
+                now_m[par] = now_m.get(par, 0) + now_m.pop(c)
+            after = prior_of(trial, past_m, now_m)
+            delta = data + after - before
+            # merge with probability 1 / (1 + exp(-delta)), in log space
+            if np.log(self.rng.random()) >= -np.logaddexp(0.0, -delta):
+                continue  # keep the node
+            tree.merge_into_parent(c)
+            win.merge(c, par)
+            past = past_m
+            current.clear()
+            current.update(now_m)
+            if n:
+                sums[par] = sums[par] + sums.pop(c) if par in sums else sums.pop(c)
+                sumsq[par] = sumsq.get(par, 0.0) + sumsq.pop(c)
+            nodes.remove(c)
+            col_ids[col_ids == c] = par
+            before = after
+
+    def _update_concentrations(self, counts: dict[int, int], sums: dict[int, np.ndarray],
+                               sumsq: dict[int, float]) -> None:
+        st = self.state
+        ids = [nid for nid, n in counts.items() if n >= self.settings.min_node_docs and nid in st.tree]
+        if not ids:
+            return
+        slots = st.nodes.slots(ids)
+        new = self.likelihood.update_concentration(
+            np.array([counts[i] for i in ids], dtype=np.float64), np.stack([sums[i] for i in ids]),
+            np.array([sumsq[i] for i in ids]), st.nodes.theta[slots], st.nodes.concentration[slots])
+        st.nodes.concentration[slots] = new
+
+    def _update_theta(self, sums: dict[int, np.ndarray], counts: dict[int, int], epoch: int) -> None:
+        st = self.state
+        arrays = st.tree.arrays()
+        ids = arrays.ids
+        slots = st.nodes.slots(ids)
+        theta = st.nodes.theta[slots]
+        K, p = theta.shape
+        S = np.zeros((K, p))
+        n = np.zeros(K)
+        for k, i in enumerate(ids):
+            if int(i) in sums:
+                S[k] = sums[int(i)]
+                n[k] = counts[int(i)]
+        has_prev = np.array([int(i) in self.prev_slot for i in ids], dtype=bool)
+        P = theta.copy()
+        if has_prev.any():
+            P[has_prev] = self.prev_theta[[self.prev_slot[int(i)] for i in ids[has_prev]]]
+        update = np.ones(K, dtype=bool)
+        if self.settings.freeze_after_birth:
+            update = np.array([st.tree.born[int(i)] == epoch for i in ids])
+        st.nodes.theta[slots] = self.likelihood.update_theta(
+            arrays, theta, S, n, st.nodes.concentration[slots], P, has_prev, self.root_anchor, update,
+            self.settings.n_map_iter)
+
+    def _epoch_tree(self, epoch, label, current, labels, prev_ids) -> EpochTree:
+        st = self.state
+        arrays = st.tree.arrays()
+        ids = arrays.ids
+        own_now = np.array([current.get(int(i), 0) for i in ids], dtype=np.int64)
+        own_win = st.own_counts(ids, current)
+        params = stick_params(arrays, own_win, **self.settings.stick_kwargs())
+        log_pi, _ = log_masses(arrays, mean_sticks(params))
+        parent = np.where(arrays.parent_index >= 0, ids[np.maximum(arrays.parent_index, 0)], -1)
+        died = np.array(sorted(prev_ids - set(ids.tolist())), dtype=np.int64)
+        return EpochTree(
+            epoch=epoch,
+            node_ids=ids.copy(),
+            parent=parent.astype(np.int64),
+            depth=arrays.depth.copy(),
+            mass=np.exp(log_pi),
+            counts=own_now,
+            subtree_counts=subtree_sums(arrays.parent_index, own_now).astype(np.int64),
+            window_counts=own_win,
+            theta=st.nodes.theta_of(ids),
+            concentration=st.nodes.concentration_of(ids),
+            born=np.array([st.tree.born[int(i)] for i in ids], dtype=np.int64),
+            assignments=labels.astype(np.int64),
+            died=died,
+            label=label,
+        )

@@ -1,0 +1,172 @@
+"""The likelihood interface of the dTSSBP: one object per observation family.
+
+The epoch sampler (:mod:`streamtree.inference.epoch_sampler`) only ever talks to a
+:class:`Likelihood`; it never asks which family it has. A family module (``vmf.py``,
+``gaussian.py``, ``multinomial.py``) holds the maths and one subclass, registered in
+:data:`streamtree.likelihoods.LIKELIHOODS`; adding a family means writing one such module.
+
+Every method takes and returns arrays. Node parameters are rows of a ``(K, p)`` matrix
+``theta`` aligned with a :class:`~streamtree.tree.TreeArrays` pre-order; ``concentration`` is
+the per-node document concentration (vMF beta, Gaussian precision 1 / sigma_x^2, multinomial:
+none, see the family). A document set is described by its sufficient statistics: the number of
+documents ``n``, the sum of their rows ``s`` and the sum of their squared norms ``sumsq``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from streamtree.inference.enumerated import Candidates
+from streamtree.tree import TreeArrays
+from streamtree.variants import VariantConfig
+
+
+@dataclass(frozen=True)
+class DocumentSet:
+    """Sufficient statistics of a set of documents: count, row sum, sum of squared norms."""
+
+    n: float
+    s: np.ndarray
+    sumsq: float = 0.0
+
+
+class Likelihood(ABC):
+    """One observation family: kernel coefficients, collapsed marginals, node updates.
+
+    Subclasses set :attr:`name`, :attr:`text_norm` and :attr:`params` and implement the
+    abstract methods. ``variant`` says which links exist (parent, previous epoch, fixed time
+    strength of the DP baselines).
+    """
+
+    #: the ``likelihood=`` value that selects the family
+    name: ClassVar[str]
+    #: whether the family models bag-of-words rows (replay and evaluate accept only these)
+    for_text: ClassVar[bool] = True
+    #: how a text vectoriser prepares rows for it: ``"l2"`` (unit rows) or ``None`` (raw counts)
+    text_norm: ClassVar[str | None] = "l2"
+    #: estimator parameters the family reads (their values come from ``DTSSBP.get_params()``)
+    params: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, variant: VariantConfig, n_features: int, **settings: Any) -> None:
+        self.variant = variant
+        self.n_features = int(n_features)
+        for name in self.params:
+            setattr(self, name, settings[name])
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any], variant: VariantConfig, n_features: int) -> "Likelihood":
+        """The family configured from the estimator's parameters."""
+        return cls(variant, n_features, **{k: params[k] for k in cls.params})
+
+    # ------------------------------------------------------------------ input
+    @classmethod
+    @abstractmethod
+    def check_input(cls, X) -> Any:
+        """The rows in the form the kernel needs (CSR or dense float64); ValueError if unusable."""
+
+    # ------------------------------------------------------------------ epoch anchors
+    @abstractmethod
+    def root_anchor(self, X) -> np.ndarray:
+        """The root's virtual parent for an epoch with rows ``X`` (its parent-link target)."""
+
+    @abstractmethod
+    def initial_root(self, X) -> tuple[np.ndarray, float]:
+        """Parameter and concentration of the root of the first epoch, from all its rows."""
+
+    # ------------------------------------------------------------------ z-kernel
+    @abstractmethod
+    def kernel(self, arrays: TreeArrays, theta: np.ndarray, concentration: np.ndarray, log_mass: np.ndarray,
+               log_residual: np.ndarray, *, normalized: bool = True) -> tuple[Candidates, np.ndarray]:
+        """The z-kernel's candidates and the tree row of each placeholder's parent.
+
+        Live node ``k`` scores ``log_mass[k] + log f(x | theta_k, concentration_k)``; every row
+        with a finite ``log_residual`` gets a placeholder scoring ``log_residual`` plus the
+        collapsed new-node marginal around that row's parameter. ``normalized=False`` drops the
+        family's normalising constants (the dTSSBP paper's "unnormalised" score).
+        """
+
+    def document_log_constant(self, X) -> np.ndarray:
+        """Per-row log terms the kernel leaves out because they are equal for every node."""
+        return np.zeros(X.shape[0])
+
+    # ------------------------------------------------------------------ new nodes
+    @abstractmethod
+    def new_node_prior(self, depth: int) -> float:
+        """Strength (vMF, multinomial) or variance (Gaussian) of a new node's link to its parent."""
+
+    @abstractmethod
+    def new_node_theta(self, theta_parent: np.ndarray, concentration: float, depth: int,
+                       docs: DocumentSet) -> np.ndarray:
+        """Posterior mode of a new node's parameter given its parent and its first documents."""
+
+    def new_node_concentration(self, parent_concentration: float, depth: int) -> float:
+        """A new depth-``depth`` node's starting concentration (by default its parent's)."""
+        return parent_concentration
+
+    @abstractmethod
+    def seed_child_theta(self, theta_node: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """A proposed child's parameter, seeded by document ``x`` of node ``theta_node``."""
+
+    @abstractmethod
+    def log_link(self, theta_child: np.ndarray, theta_parent: np.ndarray, depth: int) -> float:
+        """Log density of a depth-``depth`` child's parameter given its parent's."""
+
+    # ------------------------------------------------------------------ document sets
+    @abstractmethod
+    def log_marginal(self, docs: DocumentSet, theta_parent: np.ndarray, concentration: float,
+                     depth: int) -> float:
+        """Collapsed log marginal of a document set at one new depth-``depth`` node below
+        ``theta_parent`` (the node's parameter integrated out under its parent link)."""
+
+    @abstractmethod
+    def log_likelihood(self, docs: DocumentSet, theta: np.ndarray, concentration: float) -> float:
+        """Log likelihood of a document set at one node with fixed parameters."""
+
+    # ------------------------------------------------------------------ updates
+    @abstractmethod
+    def update_theta(self, arrays: TreeArrays, theta: np.ndarray, sums: np.ndarray, counts: np.ndarray,
+                     concentration: np.ndarray, prev_theta: np.ndarray, has_prev: np.ndarray,
+                     root_anchor: np.ndarray, update: np.ndarray, n_iter: int) -> np.ndarray:
+        """MAP node parameters by alternating depth-parity blocks (returns a new matrix)."""
+
+    @abstractmethod
+    def update_concentration(self, counts: np.ndarray, sums: np.ndarray, sumsq: np.ndarray,
+                             theta: np.ndarray, current: np.ndarray) -> np.ndarray:
+        """Re-estimated concentrations of nodes with the given statistics (``current`` where
+        a node has too few documents)."""
+
+    # ------------------------------------------------------------------ predictive density
+    def log_predictive(self, X, arrays: TreeArrays, theta: np.ndarray, concentration: np.ndarray,
+                       log_mass: np.ndarray, log_residual: np.ndarray, *, normalized: bool = True) -> np.ndarray:
+        """Log predictive density of each row: the mixture over live nodes plus new-node terms."""
+        from streamtree.inference.enumerated import score_rows
+
+        cand, _ = self.kernel(arrays, theta, concentration, log_mass, log_residual, normalized=normalized)
+        _, lognorm = score_rows(X, cand, None)
+        if normalized:
+            lognorm = lognorm + self.document_log_constant(X)
+        return lognorm
+
+    # ------------------------------------------------------------------ shared link rules
+    def link_strengths(self, depth: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per-node (parent, previous-epoch) link strengths ``kappa0 kappa1^d`` and
+        ``kappa0 kappa1^(d + a)`` (0 where the variant has no such link; the DP baselines'
+        fixed time strength ``xi``)."""
+        v = self.variant
+        d = np.asarray(depth, dtype=np.float64)
+        par = self.kappa0 * self.kappa1 ** d if v.parent_link else np.zeros_like(d)
+        if not v.time_link:
+            tim = np.zeros_like(d)
+        elif v.time_kappa is not None:
+            tim = np.full_like(d, v.time_kappa)
+        else:
+            tim = self.kappa0 * self.kappa1 ** (d + self.a)
+        return par, tim
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(n_features={self.n_features})"

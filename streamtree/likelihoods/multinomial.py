@@ -1,0 +1,152 @@
+"""Multinomial word topics over raw term counts, with Dirichlet links (the LDA-like family).
+
+Each node ``e`` has a word distribution ``phi_e`` with a Dirichlet link to its parent and to its
+own previous-epoch self,
+
+    phi_e ~ Dir(s_par(d) phi_parent + s_tim(d) phi_prev + eps),
+
+with the strengths following the vMF rule (``s_par(d) = kappa0 kappa1^d``,
+``s_tim(d) = kappa0 kappa1^(d + a)``; the root's parent is the epoch's word frequencies) and a
+floor ``eps`` per term (:data:`DIRICHLET_FLOOR`, LDA's usual topic-word prior, which is also the
+whole prior of a node without links). A document's counts given its node are
+``Mult(x | phi_e)``; with ``phi`` integrated out (new nodes, merge and split proposals) they are
+Dirichlet-multinomial, exactly. Node updates are MAP steps by depth parity in the softmax basis
+(see :mod:`streamtree.likelihoods.multinomial_math`), so every ``phi`` stays strictly positive.
+
+Documents are conditionally independent token draws, so the family has no per-node dispersion
+to estimate: a node's ``concentration`` is its parent-link strength ``s_par(d)`` at its
+creation, which the concentration update leaves as it is.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.special import gammaln
+
+from streamtree.inference.enumerated import DIRICHLET, Candidates
+from streamtree.likelihoods.base import Likelihood
+from streamtree.likelihoods.multinomial_math import (log_dm_marginal_set, log_multinomial_coef, map_phi,
+                                                     map_phi_with_children)
+
+#: Dirichlet floor per term: every node's prior holds ``eps`` pseudo-counts of every word
+DIRICHLET_FLOOR = 0.01
+
+
+class Multinomial(Likelihood):
+    """Word distributions over raw term counts with Dirichlet parent and time links."""
+
+    name = "multinomial"
+    text_norm = None  # raw counts
+    params = ("kappa0", "kappa1", "a", "min_node_docs")
+    floor = DIRICHLET_FLOOR
+
+    @classmethod
+    def check_input(cls, X):
+        if not sp.issparse(X):
+            X = np.asarray(X, dtype=np.float64)
+            if X.ndim != 2:
+                raise ValueError(f"X must be 2-D, got shape {X.shape}")
+        X = sp.csr_matrix(X, dtype=np.float64)
+        X.sum_duplicates()
+        X.sort_indices()
+        d = X.data
+        if not np.all(np.isfinite(d)):
+            raise ValueError("X contains NaN or infinite values")
+        if d.size and (d.min() < 0 or not np.array_equal(d, np.round(d))):
+            raise ValueError("the multinomial likelihood needs raw term counts (non-negative integers); "
+                             "use TextVectorizer(norm=None), not L2-normalised rows")
+        if X.shape[0]:
+            empty = np.flatnonzero(np.asarray(X.sum(axis=1)).ravel() == 0)
+            if empty.size:
+                raise ValueError(f"{empty.size} rows have no terms (e.g. row {empty[0]}): drop empty documents "
+                                 "first (TextVectorizer.empty_rows)")
+        return X
+
+    # ------------------------------------------------------------------ helpers
+    def _prior(self, strength: float, phi_parent: np.ndarray) -> np.ndarray:
+        return strength * phi_parent + self.floor
+
+    # ------------------------------------------------------------------ epoch anchors
+    def root_anchor(self, X) -> np.ndarray:
+        c = np.asarray(X.sum(axis=0)).ravel()
+        return c / c.sum()
+
+    def initial_root(self, X):
+        c = np.asarray(X.sum(axis=0)).ravel()
+        par, _ = self.link_strengths(np.zeros(1))
+        return map_phi(c, self._prior(float(par[0]), c / c.sum())), float(par[0])
+
+    # ------------------------------------------------------------------ z-kernel
+    def kernel(self, arrays, theta, concentration, log_mass, log_residual, *, normalized=True):
+        ph_rows = np.flatnonzero(np.isfinite(log_residual))
+        strength = np.array([self.new_node_prior(int(d) + 1) for d in arrays.depth[ph_rows]], dtype=np.float64)
+        alpha = strength[:, None] * theta[ph_rows] + self.floor
+        K = theta.shape[0]
+        cand = Candidates(DIRICHLET, np.ascontiguousarray(np.log(theta).T), np.asarray(log_mass, np.float64),
+                          np.ones(K), np.zeros(K), ph_rows.astype(np.int64), log_residual[ph_rows].astype(np.float64),
+                          alpha.sum(axis=1), np.zeros(ph_rows.size), ph_alpha=np.ascontiguousarray(alpha))
+        return cand, ph_rows
+
+    def document_log_constant(self, X) -> np.ndarray:
+        """The multinomial coefficient log(n! / prod_w x_w!) of each row."""
+        return log_multinomial_coef(X)
+
+    # ------------------------------------------------------------------ new nodes
+    def new_node_prior(self, depth: int) -> float:
+        return self.kappa0 * self.kappa1 ** depth if self.variant.parent_link else 0.0
+
+    def new_node_theta(self, theta_parent, concentration, depth, docs):
+        return map_phi(docs.s, self._prior(self.new_node_prior(depth), theta_parent))
+
+    def new_node_concentration(self, parent_concentration, depth):
+        return self.new_node_prior(depth)
+
+    def seed_child_theta(self, theta_node, x):
+        # halfway between the node's distribution and the document's word frequencies
+        return 0.5 * (theta_node + x / x.sum())
+
+    def log_link(self, theta_child, theta_parent, depth):
+        a = self._prior(self.new_node_prior(depth), theta_parent)
+        return float(gammaln(a.sum()) - gammaln(a).sum() + ((a - 1.0) * np.log(theta_child)).sum())
+
+    # ------------------------------------------------------------------ document sets
+    def log_marginal(self, docs, theta_parent, concentration, depth):
+        alpha = self._prior(self.new_node_prior(depth), theta_parent)
+        return float(log_dm_marginal_set(docs.s, float(docs.s.sum()), alpha))
+
+    def log_likelihood(self, docs, theta, concentration):
+        return float(docs.s @ np.log(theta))
+
+    # ------------------------------------------------------------------ updates
+    def update_theta(self, arrays, theta, sums, counts, concentration, prev_theta, has_prev, root_anchor,
+                     update, n_iter):
+        theta = np.array(theta, dtype=np.float64, copy=True)
+        K = arrays.size
+        par, tim = self.link_strengths(arrays.depth)
+        pidx = arrays.parent_index
+        children: list[list[int]] = [[] for _ in range(K)]
+        for k in range(1, K):
+            children[pidx[k]].append(k)
+        # each node's Dirichlet parameter apart from its parent link: time link plus floor
+        offset = (tim * has_prev)[:, None] * prev_theta + self.floor
+        parity = arrays.depth % 2
+        for _ in range(n_iter):
+            delta = 0.0
+            for q in (0, 1):
+                for k in np.flatnonzero((parity == q) & update):
+                    parent_phi = theta[pidx[k]] if pidx[k] >= 0 else root_anchor
+                    alpha = par[k] * parent_phi + offset[k]
+                    kids = [j for j in children[k] if par[j] > 0]
+                    if kids:
+                        new = map_phi_with_children(sums[k], alpha, np.log(theta[kids]), par[kids], offset[kids])
+                    else:
+                        new = map_phi(sums[k], alpha)
+                    delta = max(delta, float(np.max(np.abs(new - theta[k]))))
+                    theta[k] = new
+            if delta < 1e-10:
+                break
+        return theta
+
+    def update_concentration(self, counts, sums, sumsq, theta, current):
+        return np.array(current, dtype=np.float64, copy=True)

@@ -1,0 +1,117 @@
+"""The scikit-learn contract of DTSSBP and TextVectorizer, and the core's import rules."""
+
+import ast
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.base import clone
+from sklearn.decomposition import TruncatedSVD
+from sklearn.exceptions import NotFittedError
+from sklearn.pipeline import Pipeline
+
+from streamtree import DTSSBP
+from streamtree.synthetic import vmf_tree_corpus
+from streamtree.text import TextVectorizer
+
+PKG = Path(__file__).resolve().parent.parent / "streamtree"
+
+
+def small_epoch(seed=0):
+    return vmf_tree_corpus(np.random.default_rng(seed), p=60, branching=(2,), kappa=20.0, beta=200.0,
+                           docs_per_node=15).X
+
+
+@pytest.mark.parametrize("bad", [dict(n_map_iter=-5), dict(split_proposals=-1), dict(n_jobs=0),
+                                 dict(merge_moves="no"), dict(likelihood="poisson"), dict(window=-1),
+                                 dict(lam=1.5), dict(kappa0=0.0), dict(n_shards=0), dict(engine="nope"),
+                                 dict(concentration_bounds=(5.0, 1.0)), dict(random_state=-3),
+                                 dict(min_node_docs=0), dict(eta=1.0), dict(noise_var=-1.0)])
+def test_every_bad_parameter_is_rejected_at_fit(bad):
+    model = DTSSBP(n_sweeps=1, **bad)  # construction never validates (scikit-learn convention)
+    with pytest.raises(ValueError, match=f"'{next(iter(bad))}' parameter"):
+        model.partial_fit(small_epoch())
+
+
+def test_clone_params_and_not_fitted():
+    model = DTSSBP(kappa0=10.0, n_jobs=-1, concentration_bounds=(1.0, 1e5), random_state=3)
+    twin = clone(model)
+    assert twin.get_params() == model.get_params() and twin is not model
+    assert "kappa0=10.0" in repr(model)
+    with pytest.raises(NotFittedError):
+        model.score_samples(small_epoch())
+    with pytest.raises(NotFittedError):
+        model.get_checkpoint()
+
+
+def test_partial_fit_returns_self_and_fit_needs_a_sequence():
+    X = small_epoch()
+    model = DTSSBP(n_sweeps=2, random_state=0)
+    assert model.partial_fit(X) is model and model.trees_[-1].epoch == 0
+    assert model.partial_fit(small_epoch(1)) is model and [t.epoch for t in model.trees_] == [0, 1]
+    with pytest.raises(TypeError, match="partial_fit"):
+        DTSSBP(n_sweeps=2).fit(X)
+    with pytest.raises(TypeError, match="partial_fit"):
+        DTSSBP(n_sweeps=2, likelihood="gaussian").fit(np.zeros((4, 3)))
+    refit = clone(model).fit([X, small_epoch(1)])
+    assert [t.epoch for t in refit.trees_] == [0, 1]
+    # refitting starts from scratch
+    assert [t.epoch for t in refit.fit([X]).trees_] == [0]
+
+
+def test_gaussian_unnormalised_score_drops_the_normaliser():
+    rng = np.random.default_rng(0)
+    X = np.vstack([rng.normal(0, 1, (30, 2)), rng.normal(8, 1, (30, 2))])
+    model = DTSSBP(likelihood="gaussian", sigma0=25.0, noise_var=1.0, n_sweeps=5, random_state=0).fit([X])
+    norm, unnorm = model.score_samples(X[:7]), model.score_samples(X[:7], normalized=False)
+    # every term loses its factor (2 pi v)^(-p/2) with v >= noise_var = 1 (v = 1 for live nodes,
+    # prior + noise variance for new-node terms), so the difference is at least p/2 log(2 pi)
+    assert np.all(np.isfinite(unnorm))
+    assert np.all(unnorm - norm >= np.log(2 * np.pi) - 1e-9)
+    assert np.all(unnorm - norm <= np.log(2 * np.pi * (1 + 25.0)))
+
+
+def test_text_vectorizer_is_a_pipeline_step():
+    texts = ["war army navy", "tax revenue debt", "army navy soldiers", "debt tax bank", "zzz"]
+    pipe = Pipeline([("vec", TextVectorizer(min_df=1, max_df=1.0, stop_words=None)), ("svd", TruncatedSVD(2))])
+    Z = pipe.fit_transform(texts)
+    assert Z.shape == (5, 2)
+    vec = clone(pipe.named_steps["vec"]).fit(texts[:4])
+    X = vec.transform(texts)
+    assert sp.issparse(X) and X.shape[0] == 5
+    assert vec.empty_rows(X).tolist() == [False, False, False, False, True]
+    counts = clone(vec).set_params(norm=None).fit(texts[:4]).transform(["army army navy"])
+    assert counts.toarray().max() == 2.0
+    with pytest.raises(ValueError, match="'min_df' parameter"):
+        TextVectorizer(min_df=-1).fit(texts)
+    with pytest.raises(NotFittedError):
+        TextVectorizer().transform(texts)
+
+
+def _imports(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+CORE = [p for p in PKG.rglob("*.py") if p.parent.name in ("inference", "likelihoods")] + [
+    PKG / n for n in ("model.py", "tree.py", "window.py", "variants.py", "epoch_tree.py", "text.py")]
+
+
+@pytest.mark.parametrize("path", CORE, ids=lambda p: str(p.relative_to(PKG)))
+def test_core_imports_no_engine_or_connector(path):
+    bad = {m for m in _imports(path) if m.startswith(("streamtree.engines", "connectors", "ray"))}
+    assert not bad, f"{path.name} imports {bad}"
+
+
+@pytest.mark.parametrize("path", [PKG / "model.py"] + sorted((PKG / "inference").glob("*.py")),
+                         ids=lambda p: p.name)
+def test_sampler_never_branches_on_the_family(path):
+    text = path.read_text()
+    for name in ("vmf", "gaussian", "multinomial"):
+        assert f'== "{name}"' not in text and f"== '{name}'" not in text, (path.name, name)

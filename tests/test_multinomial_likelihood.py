@@ -1,0 +1,120 @@
+"""The multinomial likelihood object: its z-kernel columns, its predictive pmf, planted recovery."""
+
+import itertools
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.metrics import adjusted_rand_score
+
+from streamtree import DTSSBP
+from streamtree.inference.enumerated import score_rows
+from streamtree.likelihoods.multinomial import Multinomial
+from streamtree.likelihoods.multinomial_math import new_node_log_marginal
+from streamtree.tree import TSSBTree
+from streamtree.variants import resolve_variant
+
+
+def family(V, **kw):
+    config = resolve_variant("dtssbp", window=2, max_depth=2, gamma=0.5, xi=0.001)
+    return Multinomial(config, V, **{"kappa0": 30.0, "kappa1": 1.0, "a": 0.0, "min_node_docs": 2, **kw})
+
+
+def test_kernel_columns_are_multinomial_and_dirichlet_multinomial():
+    rng = np.random.default_rng(0)
+    V = 12
+    tree = TSSBTree(2)
+    a = tree.add_child(0)
+    tree.add_child(a)
+    arrays = tree.arrays()
+    theta = rng.dirichlet(np.ones(V), size=3)
+    log_mass = np.log([0.2, 0.3, 0.1])
+    log_res = np.array([np.log(0.15), np.log(0.25), -np.inf])  # the last node is at the depth cap
+    lik = family(V)
+    cand, ph_rows = lik.kernel(arrays, theta, np.full(3, 30.0), log_mass, log_res)
+    assert ph_rows.tolist() == [0, 1]
+    X = sp.csr_matrix(rng.poisson(0.8, size=(6, V)).astype(float) + np.eye(6, V))
+    alphas = 30.0 * theta[ph_rows] + lik.floor
+    want = np.column_stack([log_mass + (X @ np.log(theta).T),
+                            log_res[ph_rows] + new_node_log_marginal(X, alphas, include_coef=False)])
+    for i in range(X.shape[0]):
+        _, lognorm = score_rows(X[i], cand, None)
+        assert lognorm[0] == pytest.approx(np.logaddexp.reduce(want[i]), abs=1e-10)
+
+
+def compositions(n, V):
+    for cut in itertools.combinations(range(n + V - 1), V - 1):
+        bars = (-1,) + cut + (n + V - 1,)
+        yield [bars[i + 1] - bars[i] - 1 for i in range(V)]
+
+
+def test_predictive_is_a_pmf_over_documents_of_each_length():
+    rng = np.random.default_rng(2)
+    V = 3
+    topics = np.array([[0.8, 0.1, 0.1], [0.1, 0.1, 0.8]])
+    X = sp.csr_matrix(np.array([rng.multinomial(5, topics[i % 2]) for i in range(40)], dtype=float))
+    model = DTSSBP(likelihood="multinomial", kappa0=20.0, max_depth=2, n_sweeps=8, random_state=0).fit([X])
+    for n in (1, 4):
+        docs = sp.csr_matrix(np.array(list(compositions(n, V)), dtype=float))
+        total = np.exp(model.score_samples(docs)).sum()
+        assert total == pytest.approx(1.0, abs=1e-9), n
+
+
+def hierarchical_dirichlet_epochs(rng, V=600, docs_per_node=50, drift=300.0):
+    """Text from a planted 3-level tree of word distributions (not the model's own sampler).
+
+    The root is a sparse Dirichlet draw; each child's distribution is Dir(c * parent + 0.01) with
+    a concentration that grows with depth, so siblings share their parent's vocabulary and differ
+    in emphasis. Epoch 1 redraws every node around its epoch-0 self (Dir(drift * phi)), drops one
+    leaf and adds a new one. Documents have 40-120 tokens.
+    """
+    root = rng.dirichlet(np.full(V, 0.05))
+    names, phis, parents = ["r"], [root], [None]
+    for i in range(3):
+        names.append(f"{i}")
+        phis.append(rng.dirichlet(40.0 * root + 0.01))
+        parents.append("r")
+        for j in range(2):
+            names.append(f"{i}{j}")
+            phis.append(rng.dirichlet(150.0 * phis[-1 - j] + 0.01) if j == 0 else
+                        rng.dirichlet(150.0 * phis[names.index(f"{i}")] + 0.01))
+            parents.append(f"{i}")
+    truth0 = dict(zip(names, phis))
+    truth1 = {k: rng.dirichlet(drift * v + 0.01) for k, v in truth0.items() if k != "21"}
+    truth1["12"] = rng.dirichlet(150.0 * truth0["1"] + 0.01)
+    out = []
+    for truth in (truth0, truth1):
+        rows, labels = [], []
+        for name, phi in truth.items():
+            for _ in range(docs_per_node):
+                rows.append(rng.multinomial(rng.integers(40, 121), phi))
+                labels.append(name)
+        perm = rng.permutation(len(rows))
+        out.append((sp.csr_matrix(np.array(rows, dtype=float)[perm]), np.array(labels)[perm]))
+    return out
+
+
+def majority(labels, assigned):
+    out = {}
+    for name in np.unique(labels):
+        ids, cnt = np.unique(assigned[labels == name], return_counts=True)
+        out[str(name)] = int(ids[np.argmax(cnt)])
+    return out
+
+
+@pytest.mark.slow
+def test_planted_hierarchical_dirichlet_tree_is_recovered():
+    epochs = hierarchical_dirichlet_epochs(np.random.default_rng(11))
+    model = DTSSBP(likelihood="multinomial", kappa0=100.0, max_depth=3, n_sweeps=40, random_state=0)
+    majors = []
+    for X, labels in epochs:
+        tree = model.partial_fit(X).trees_[-1]
+        ari = adjusted_rand_score(labels, tree.assignments)
+        assert ari >= 0.8, (tree.epoch, ari, tree.n_nodes)
+        majors.append(majority(labels, tree.assignments))
+        # every true node's documents land together in one node of their own
+        assert len(set(majors[-1].values())) == len(majors[-1])
+    # the new leaf is a node born in epoch 1; the dead leaf's node receives nothing
+    t1 = model.trees_[-1]
+    assert t1.born[t1.index_of(majors[1]["12"])] == 1
+    assert majors[0]["21"] not in set(t1.assignments.tolist())
