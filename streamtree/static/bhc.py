@@ -270,6 +270,8 @@ class BayesianHierarchicalClustering(ClusterMixin, BaseEstimator):
         X = validate_data(self, X, reset=not fitted, accept_sparse=True, dtype=np.float64)
         # a dense copy: the training matrix is kept for prediction
         X = X.toarray() if sparse.issparse(X) else np.array(X, dtype=np.float64, copy=True)
+        if not np.all(np.isfinite(X)):  # some sparse formats are not checked by validate_data
+            raise ValueError("Input X contains NaN or infinite values")
         if self.likelihood == "bernoulli" and not np.all((X == 0) | (X == 1)):
             raise ValueError("likelihood='bernoulli' needs binary data (only 0 and 1)")
         if self.likelihood == "multinomial":
