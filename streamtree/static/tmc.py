@@ -252,6 +252,7 @@ class TimeMarginalizedCoalescent(BaseEstimator):
         slice step (only branches whose midpoint density is within 25 nats of the best are
         split; the rest get one cell). Affects mixing speed only, never the target.
     random_state : None, int or numpy.random.Generator
+        Seed of the sampler; a fixed seed gives identical runs.
 
     Attributes
     ----------
