@@ -76,6 +76,25 @@ def topology_key(left: np.ndarray, right: np.ndarray, n: int) -> np.ndarray:
     return np.sort(keys[n:])
 
 
+def hyperparameter_change(lam: np.ndarray, new_lam: np.ndarray, q: np.ndarray | None = None,
+                          new_q: np.ndarray | None = None) -> float:
+    """Largest change of the identified part of the hyperparameters, in log units.
+
+    A common factor of all diffusion variances (or mutation rates) trades off against the
+    coalescent times and is only weakly identified, so it drifts slowly from round to round;
+    the rates relative to their geometric mean set the tree, and those are compared. Base
+    distributions (discrete likelihoods) are compared entry by entry.
+    """
+    def shape(v):
+        lv = np.log(v)
+        return lv - lv.mean()
+
+    change = float(np.max(np.abs(shape(new_lam) - shape(lam)))) if lam.size else 0.0
+    if q is not None and new_q is not None:
+        change = max(change, float(np.max(np.abs(np.log(new_q) - np.log(q)))))
+    return change
+
+
 class KingmanCoalescent(ClusterMixin, BaseEstimator):
     """Bayesian hierarchical clustering with Kingman's coalescent prior.
 
@@ -92,10 +111,15 @@ class KingmanCoalescent(ClusterMixin, BaseEstimator):
         Particles for the SMC methods.
     n_hyper_iter : int, default=10
         Most rounds of (re-estimate the hyperparameters given the tree, rebuild the tree), as
-        in the paper's experiments (10 rounds). The rounds stop early once a rebuild gives the
-        same topology as the round before: from then on the updates mostly rescale the
-        diffusion variance against the coalescent times, which leaves the clustering alone.
-        ``0`` keeps ``diffusion_variance`` / ``mutation_rate`` fixed.
+        in the paper's experiments (10 rounds). ``0`` keeps ``diffusion_variance`` /
+        ``mutation_rate`` fixed. The rounds stop early once a rebuild gives the same topology
+        as the round before, or once the hyperparameters have converged (see ``tol``).
+    tol : float, default=0.05
+        Convergence threshold of the re-estimation: the rounds end (after one last rebuild)
+        when no diffusion variance / mutation rate relative to their geometric mean, and no
+        base-distribution entry, changes by more than ``tol`` in log units (5% by default).
+        A common factor of all of them trades off against the coalescent times, is only weakly
+        identified and keeps drifting slowly, so it is left out of the comparison.
     diffusion_variance : float or array of shape (n_features,)
         Diagonal of ``Lambda`` (Brownian), the initial value when ``n_hyper_iter > 0``.
     variance_prior : (shape, rate)
@@ -163,6 +187,7 @@ class KingmanCoalescent(ClusterMixin, BaseEstimator):
         "method": [StrOptions(set(_METHODS))],
         "n_particles": [Interval(Integral, 1, None, closed="left")],
         "n_hyper_iter": [Interval(Integral, 0, None, closed="left")],
+        "tol": [Interval(Real, 0, None, closed="left")],
         "diffusion_variance": [Interval(Real, 0, None, closed="neither"), "array-like"],
         "variance_prior": ["array-like"],
         "mutation_rate": [Interval(Real, 0, None, closed="neither"), "array-like"],
@@ -173,13 +198,14 @@ class KingmanCoalescent(ClusterMixin, BaseEstimator):
     }
 
     def __init__(self, likelihood: str = "brownian", method: str = "greedy-rate1", n_particles: int = 50,
-                 n_hyper_iter: int = 10, diffusion_variance=1.0, variance_prior=(1.1, 1.1), mutation_rate=1.0,
+                 n_hyper_iter: int = 10, tol: float = 0.05, diffusion_variance=1.0, variance_prior=(1.1, 1.1), mutation_rate=1.0,
                  base_distribution=None, n_states: int | None = None, llr_threshold: float = 0.0,
                  random_state=None):
         self.likelihood = likelihood
         self.method = method
         self.n_particles = n_particles
         self.n_hyper_iter = n_hyper_iter
+        self.tol = tol
         self.diffusion_variance = diffusion_variance
         self.variance_prior = variance_prior
         self.mutation_rate = mutation_rate
@@ -251,7 +277,7 @@ class KingmanCoalescent(ClusterMixin, BaseEstimator):
             raise ValueError(f"features {np.flatnonzero(empty).tolist()} are unobserved in every sample")
         rng = np.random.default_rng(self.random_state)
         if self.likelihood == "brownian":
-            lam = self._per_feature(self.diffusion_variance, D, "diffusion_variance")
+            lam, q = self._per_feature(self.diffusion_variance, D, "diffusion_variance"), None
             prior = np.asarray(self.variance_prior, dtype=np.float64)
             if prior.shape != (2,) or not np.all(np.isfinite(prior) & (prior > 0)):
                 raise ValueError(f"variance_prior must be (shape > 0, rate > 0), got {self.variance_prior!r}")
@@ -261,7 +287,7 @@ class KingmanCoalescent(ClusterMixin, BaseEstimator):
             lam = self._per_feature(self.mutation_rate, D, "mutation_rate")
             q = self._base(X, K)
         self.objective_history_ = []
-        previous = None
+        previous, converged = None, False
         for it in range(int(self.n_hyper_iter) + 1):
             alg = BrownianMessages(lam) if self.likelihood == "brownian" else MutationMessages(lam, q)
             tree, log_marg = self._build(alg, X, rng)
@@ -271,14 +297,17 @@ class KingmanCoalescent(ClusterMixin, BaseEstimator):
             else:
                 obj = float(tree.log_z.sum()) + alg.leaf_log_const(X) + tree.log_prior()
             self.objective_history_.append(obj)
-            if it == int(self.n_hyper_iter) or (previous is not None and np.array_equal(key, previous)):
+            if converged or it == int(self.n_hyper_iter) or (previous is not None and np.array_equal(key, previous)):
                 break
             previous = key
             if self.likelihood == "brownian":
-                lam = brownian_map_update(tree, a, b)
+                new_lam, new_q = brownian_map_update(tree, a, b), None
             else:
-                lam, q = mutation_newton_update(X, tree, lam, q)
-            logger.debug("hyper iteration %d: objective %.4f", it, obj)
+                new_lam, new_q = mutation_newton_update(X, tree, lam, q)
+            change = hyperparameter_change(lam, new_lam, q, new_q)
+            converged = change < float(self.tol)
+            lam, q = new_lam, new_q
+            logger.debug("hyper iteration %d: objective %.4f, relative change %.4f", it, obj, change)
         self.n_hyper_iter_ = len(self.objective_history_) - 1
         self._alg, self._tree, self._X = alg, tree, X
         self.__dict__.pop("_down", None)
