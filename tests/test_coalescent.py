@@ -654,3 +654,34 @@ def test_digits_purity_at_defaults_at_or_above_average_linkage():
     p_coal, p_avg = np.mean(res, axis=0)
     print(f"digits purity at defaults: coalescent {p_coal:.4f}, average linkage {p_avg:.4f}")
     assert p_coal >= p_avg
+
+
+def test_hyperparameter_change_ignores_the_common_scale():
+    from streamtree.static.coalescent import hyperparameter_change
+
+    lam = np.array([0.5, 2.0, 1.0])
+    assert hyperparameter_change(lam, 7.0 * lam) == pytest.approx(0.0, abs=1e-12)
+    assert hyperparameter_change(lam, lam * [1.0, 1.1, 1.0]) == pytest.approx(2 / 3 * math.log(1.1))
+    q = np.array([[0.2, 0.8], [0.5, 0.5], [0.9, 0.1]])
+    q2 = q.copy()
+    q2[1] = [0.4, 0.6]
+    assert hyperparameter_change(lam, lam, q, q2) == pytest.approx(math.log(0.5 / 0.4))
+
+
+def test_hyperparameter_rounds_stop_early_and_report_the_tree_they_built():
+    from streamtree.static.coalescent_inference import greedy_rate1
+
+    rng = np.random.default_rng(21)
+    centres = rng.normal(scale=[4.0, 4.0, 0.5], size=(4, 3))
+    X = centres[rng.integers(4, size=60)] + rng.normal(scale=[1.0, 1.0, 3.0], size=(60, 3))
+    est = KingmanCoalescent().fit(X)
+    assert 1 <= est.n_hyper_iter_ < est.n_hyper_iter
+    assert len(est.objective_history_) == est.n_hyper_iter_ + 1
+    # the reported variances are the ones the returned tree was built with
+    tree = greedy_rate1(BrownianMessages(est.diffusion_variance_), X)
+    np.testing.assert_array_equal(Dendrogram.from_merges(tree.left, tree.right, tree.heights, 60).linkage,
+                                  est.linkage_)
+    # the noisy third dimension gets the largest diffusion variance relative to its spread
+    assert np.argmax(est.diffusion_variance_ / X.var(axis=0)) == 2
+    fixed = KingmanCoalescent(n_hyper_iter=0).fit(X)
+    assert fixed.n_hyper_iter_ == 0 and np.all(fixed.diffusion_variance_ == 1.0)
