@@ -109,11 +109,14 @@ class KingmanCoalescent(ClusterMixin, BaseEstimator):
         ``"smc-postpost"``.
     n_particles : int
         Particles for the SMC methods.
-    n_hyper_iter : int, default=10
-        Most rounds of (re-estimate the hyperparameters given the tree, rebuild the tree), as
-        in the paper's experiments (10 rounds). ``0`` keeps ``diffusion_variance`` /
-        ``mutation_rate`` fixed. The rounds stop early once a rebuild gives the same topology
-        as the round before, or once the hyperparameters have converged (see ``tol``).
+    n_hyper_iter : int or "auto", default="auto"
+        Most rounds of (re-estimate the hyperparameters given the tree, rebuild the tree).
+        ``"auto"``: 10 for ``"brownian"``, as in the paper's experiments (its closed-form update
+        is cheap), and 1 for the discrete likelihoods, as in the paper's binary experiment (each
+        of their rounds runs Newton steps on exact per-site likelihoods and costs several tree
+        builds). ``0`` keeps ``diffusion_variance`` / ``mutation_rate`` fixed. The rounds stop
+        early once a rebuild gives the same topology as the round before, or once the
+        hyperparameters have converged (see ``tol``).
     tol : float, default=0.05
         Convergence threshold of the re-estimation: the rounds end (after one last rebuild)
         when no diffusion variance / mutation rate relative to their geometric mean, and no
@@ -186,7 +189,7 @@ class KingmanCoalescent(ClusterMixin, BaseEstimator):
         "likelihood": [StrOptions(set(_LIKELIHOODS))],
         "method": [StrOptions(set(_METHODS))],
         "n_particles": [Interval(Integral, 1, None, closed="left")],
-        "n_hyper_iter": [Interval(Integral, 0, None, closed="left")],
+        "n_hyper_iter": [Interval(Integral, 0, None, closed="left"), StrOptions({"auto"})],
         "tol": [Interval(Real, 0, None, closed="left")],
         "diffusion_variance": [Interval(Real, 0, None, closed="neither"), "array-like"],
         "variance_prior": ["array-like"],
@@ -198,7 +201,7 @@ class KingmanCoalescent(ClusterMixin, BaseEstimator):
     }
 
     def __init__(self, likelihood: str = "brownian", method: str = "greedy-rate1", n_particles: int = 50,
-                 n_hyper_iter: int = 10, tol: float = 0.05, diffusion_variance=1.0, variance_prior=(1.1, 1.1), mutation_rate=1.0,
+                 n_hyper_iter: int | str = "auto", tol: float = 0.05, diffusion_variance=1.0, variance_prior=(1.1, 1.1), mutation_rate=1.0,
                  base_distribution=None, n_states: int | None = None, llr_threshold: float = 0.0,
                  random_state=None):
         self.likelihood = likelihood
@@ -288,7 +291,8 @@ class KingmanCoalescent(ClusterMixin, BaseEstimator):
             q = self._base(X, K)
         self.objective_history_ = []
         previous, converged = None, False
-        for it in range(int(self.n_hyper_iter) + 1):
+        max_rounds = self._max_hyper_rounds()
+        for it in range(max_rounds + 1):
             alg = BrownianMessages(lam) if self.likelihood == "brownian" else MutationMessages(lam, q)
             tree, log_marg = self._build(alg, X, rng)
             key = topology_key(tree.left, tree.right, n)
@@ -297,7 +301,7 @@ class KingmanCoalescent(ClusterMixin, BaseEstimator):
             else:
                 obj = float(tree.log_z.sum()) + alg.leaf_log_const(X) + tree.log_prior()
             self.objective_history_.append(obj)
-            if converged or it == int(self.n_hyper_iter) or (previous is not None and np.array_equal(key, previous)):
+            if converged or it == max_rounds or (previous is not None and np.array_equal(key, previous)):
                 break
             previous = key
             if self.likelihood == "brownian":
@@ -327,6 +331,11 @@ class KingmanCoalescent(ClusterMixin, BaseEstimator):
         self.labels_ = llr_flat_clusters(self.dendrogram_, tree.log_z, float(self.llr_threshold))
         self.n_clusters_ = int(self.labels_.max()) + 1
         return self
+
+    def _max_hyper_rounds(self) -> int:
+        if self.n_hyper_iter == "auto":
+            return 10 if self.likelihood == "brownian" else 1
+        return int(self.n_hyper_iter)
 
     def _base(self, X: np.ndarray, K: int) -> np.ndarray:
         D = X.shape[1]
