@@ -2,9 +2,9 @@
 
 Run: ``python bench/bench_static.py [--n 2000] [--dim 20]``. Data: a mixture of 10 Gaussians in
 ``dim`` dimensions. Times Bayesian hierarchical clustering, SciPy average linkage and, when the
-module is importable, Kingman's coalescent (greedy-rate1, Brownian likelihood); prints the
-ratios to average linkage, the dendrogram purity of each tree, and the peak traced memory of
-each fit (tracemalloc, in a second run so that tracing does not distort the times).
+module is importable, Kingman's coalescent (greedy-rate1, Brownian likelihood, defaults with
+hyperparameter re-estimation); prints the ratios to average linkage, the dendrogram purity of
+each tree, and the peak traced memory of each fit (tracemalloc, in a second run so that tracing does not distort the times).
 Target: BHC at n = 2,000, d = 20 under 10 s on one core.
 """
 

@@ -361,7 +361,7 @@ def test_input_validation():
         BayesianHierarchicalClustering(likelihood="multinomial").fit([[1.5, 1], [0, 2]])
     with pytest.raises(ValueError, match="binary"):
         BayesianHierarchicalClustering(likelihood="bernoulli").fit([[1, 2], [0, 1]])
-    with pytest.raises(ValueError, match="unknown likelihood"):
+    with pytest.raises(ValueError, match="'likelihood' parameter.*'poisson'"):
         BayesianHierarchicalClustering(likelihood="poisson").fit(X)
     with pytest.raises(ValueError, match="alpha"):
         BayesianHierarchicalClustering(alpha=0.0).fit(X)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from scipy import integrate, optimize
 from scipy.cluster.hierarchy import is_monotonic, is_valid_linkage
+from sklearn.exceptions import NotFittedError
 
 import streamtree  # noqa: F401
 from streamtree.static import KingmanCoalescent
@@ -25,6 +26,8 @@ from streamtree.static.coalescent_messages import BrownianMessages, MutationMess
 from streamtree.static.dendrogram import Dendrogram
 
 THREE = np.array([-3.1416, 2.1718, 1.618])
+# Tests against exact answers for given hyperparameters pass n_hyper_iter=0: the estimator
+# re-estimates them by default.
 
 
 # --------------------------------------------------------------------------- helpers
@@ -190,7 +193,7 @@ def test_smc_estimators_converge_to_exact_marginal(three_point_exact, proposal, 
 def test_smc_estimator_api_mean_over_seeds(three_point_exact, method):
     # With resampling active the estimate of p(x) stays unbiased: average it over seeds and
     # compare within four standard errors of that average (and 12% at most).
-    ests = np.array([math.exp(KingmanCoalescent(method=method, n_particles=2000, random_state=s)
+    ests = np.array([math.exp(KingmanCoalescent(n_hyper_iter=0, method=method, n_particles=2000, random_state=s)
                               .fit(THREE[:, None]).log_likelihood_) for s in range(10)])
     se = ests.std(ddof=1) / math.sqrt(ests.size)
     assert abs(ests.mean() - three_point_exact) < 4 * se + 1e-12
@@ -234,12 +237,12 @@ def test_smc_mutation_process_converges_to_exact_marginal(mutation_three_point_e
 def test_smc_reproducible_and_resamples():
     rng = np.random.default_rng(3)
     X = rng.normal(size=(25, 2))
-    a = KingmanCoalescent(method="smc-priorpost", n_particles=20, random_state=11).fit(X)
-    b = KingmanCoalescent(method="smc-priorpost", n_particles=20, random_state=11).fit(X)
+    a = KingmanCoalescent(n_hyper_iter=0, method="smc-priorpost", n_particles=20, random_state=11).fit(X)
+    b = KingmanCoalescent(n_hyper_iter=0, method="smc-priorpost", n_particles=20, random_state=11).fit(X)
     np.testing.assert_array_equal(a.linkage_, b.linkage_)
     assert a.log_likelihood_ == b.log_likelihood_
     assert a.n_resample_ > 0
-    c = KingmanCoalescent(method="smc-priorpost", n_particles=20, random_state=12).fit(X)
+    c = KingmanCoalescent(n_hyper_iter=0, method="smc-priorpost", n_particles=20, random_state=12).fit(X)
     assert c.log_likelihood_ != a.log_likelihood_
 
 
@@ -328,7 +331,7 @@ def test_greedy_returns_valid_trees(method, likelihood):
     X[rng.random((n, D)) < 0.25] = np.nan
     X[0] = np.nan
     X[0, 0] = 1.0
-    est = KingmanCoalescent(likelihood=likelihood, method=method).fit(X)
+    est = KingmanCoalescent(n_hyper_iter=0, likelihood=likelihood, method=method).fit(X)
     Z = est.linkage_
     assert is_valid_linkage(Z) and is_monotonic(Z)
     # (a pair sharing no observed feature has its optimum at duration 0)
@@ -344,7 +347,7 @@ def test_greedy_log_likelihood_is_that_of_its_tree():
     X = rng.normal(size=(15, 3))
     X[rng.random(X.shape) < 0.2] = np.nan
     lam = np.array([0.5, 1.0, 2.0])
-    est = KingmanCoalescent(diffusion_variance=lam).fit(X)
+    est = KingmanCoalescent(n_hyper_iter=0, diffusion_variance=lam).fit(X)
     Z = est.linkage_
     direct = direct_brownian_loglik(X, Z[:, 0].astype(int), Z[:, 1].astype(int), Z[:, 2], lam)
     assert est.log_likelihood_ == pytest.approx(direct, rel=1e-9)
@@ -355,7 +358,7 @@ def test_greedy_rate1_recovers_separated_clusters_and_llr_labels():
     centers = np.array([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0]])
     y = np.repeat(np.arange(3), 15)
     X = centers[y] + 0.03 * rng.normal(size=(45, 2))
-    est = KingmanCoalescent().fit(X)
+    est = KingmanCoalescent(n_hyper_iter=0).fit(X)
     # the three clusters are the three last merges' subtrees
     tops = est.dendrogram_.clusters_of()[-3:-1]
     for members in tops:
@@ -468,7 +471,7 @@ def test_binary_hyper_iterations_increase_objective():
 def test_brownian_predictive_density_integrates_to_one():
     rng = np.random.default_rng(13)
     X = rng.normal(size=(6, 1)) * 2
-    est = KingmanCoalescent().fit(X)
+    est = KingmanCoalescent(n_hyper_iter=0).fit(X)
     with warnings.catch_warnings():
         # the density has kinks at the data points (leaf branches start there), which makes
         # QUADPACK report round-off; the accuracy asserted below is what matters
@@ -482,7 +485,7 @@ def test_brownian_predictive_matches_three_point_marginal():
     # p(x1, x2, y) = int p(x1, x2, tree) p(y | x1, x2, tree) d tree for the 2-point trees
     x = THREE[:2]
     y = THREE[2]
-    est = KingmanCoalescent().fit(x[:, None])
+    est = KingmanCoalescent(n_hyper_iter=0).fit(x[:, None])
     alg = BrownianMessages(np.ones(1))
 
     def integrand(d):
@@ -499,7 +502,7 @@ def test_discrete_predictive_sums_to_one():
     rng = np.random.default_rng(14)
     X = rng.integers(3, size=(7, 3)).astype(float)
     X[1, 2] = np.nan
-    est = KingmanCoalescent(likelihood="multinomial").fit(X)
+    est = KingmanCoalescent(n_hyper_iter=0, likelihood="multinomial").fit(X)
     Y = np.array(list(itertools.product(range(3), repeat=3)), dtype=float)
     assert np.exp(est.predictive_log_density(Y)).sum() == pytest.approx(1.0, abs=1e-6)
     # marginalising a coordinate out equals summing over it
@@ -512,7 +515,7 @@ def test_impute_brownian_is_gaussian_conditional_mean():
     X = rng.normal(size=(6, 2))
     X[2, 0] = np.nan
     X[4, 1] = np.nan
-    est = KingmanCoalescent().fit(X)
+    est = KingmanCoalescent(n_hyper_iter=0).fit(X)
     Z = est.linkage_
     H = lca_heights(Z[:, 0].astype(int), Z[:, 1].astype(int), Z[:, 2], 6)
     root = Z[-1, 2]
@@ -535,7 +538,7 @@ def test_impute_brownian_is_gaussian_conditional_mean():
 def test_impute_new_row_is_predictive_conditional_mean():
     rng = np.random.default_rng(17)
     X = rng.normal(size=(6, 2))
-    est = KingmanCoalescent(diffusion_variance=[0.7, 1.6]).fit(X)
+    est = KingmanCoalescent(n_hyper_iter=0, diffusion_variance=[0.7, 1.6]).fit(X)
     y0 = 0.4
 
     def dens(y1):
@@ -555,7 +558,7 @@ def test_impute_discrete_is_brute_force_mode():
     rng = np.random.default_rng(16)
     X = rng.integers(3, size=(4, 2)).astype(float)
     X[0, 1] = np.nan
-    est = KingmanCoalescent(likelihood="multinomial", n_states=3).fit(X)
+    est = KingmanCoalescent(n_hyper_iter=0, likelihood="multinomial", n_states=3).fit(X)
     Z = est.linkage_
     lam, q = est.mutation_rate_, est.base_distribution_
     scores = []
@@ -584,7 +587,7 @@ def test_validation_errors():
         KingmanCoalescent().fit([[0.0]])
     with pytest.raises(ValueError, match="diffusion_variance"):
         KingmanCoalescent(diffusion_variance=[1.0, 2.0]).fit([[0.0], [1.0]])
-    with pytest.raises(RuntimeError, match="not fitted"):
+    with pytest.raises(NotFittedError, match="not fitted"):
         KingmanCoalescent().impute()
     est = KingmanCoalescent().fit([[0.0, 1.0], [1.0, 2.0]])
     with pytest.raises(ValueError, match="features"):
@@ -594,13 +597,15 @@ def test_validation_errors():
 # --------------------------------------------------------------------------- quality
 def test_digits_purity_against_agglomerative_baselines():
     """Dendrogram purity on scikit-learn's 8x8 digits, the paper's MNIST protocol at small scale:
-    20 examples per digit, 20 PCA dimensions, Greedy-Rate1 with 10 hyperparameter iterations,
+    20 examples per digit, 20 PCA dimensions, Greedy-Rate1 with up to 10 hyperparameter rounds,
     averaged over 5 random subsets.
 
     Measured (10 subsets): coalescent 0.681, average linkage 0.725, Ward 0.713, single 0.673,
-    complete 0.607. The paper's MNIST ordering (coalescent above average linkage) does not hold
-    on this data set, so we assert the orderings that do: above complete linkage, and within
-    10% of average linkage.
+    complete 0.607. With this one global scale (X / X.std()) the principal components keep their
+    relative variances, which average linkage exploits; the paper's MNIST ordering (coalescent
+    above average linkage) does not hold here, so we assert the orderings that do: above complete
+    linkage, and within 10% of average linkage. Standardised per feature, the coalescent is
+    above average linkage (next test).
     """
     from scipy.cluster.hierarchy import linkage
     from sklearn.datasets import load_digits
@@ -623,3 +628,64 @@ def test_digits_purity_against_agglomerative_baselines():
     print(f"digits purity: coalescent {p_coal:.4f}, average {p_avg:.4f}, complete {p_complete:.4f}")
     assert p_coal > p_complete
     assert p_coal > 0.9 * p_avg
+
+
+def test_digits_purity_at_defaults_at_or_above_average_linkage():
+    """The MNIST protocol of the paper on scikit-learn's 8x8 digits, at the defaults: 20 examples
+    per digit, 20 PCA dimensions standardised per feature, mean over 5 random subsets.
+
+    Measured (bench/bench_coalescent.py, 20 subsets): defaults 0.678 +- 0.047, average linkage
+    0.551 +- 0.055, fixed unit diffusion variance (the former default) 0.512 +- 0.044.
+    """
+    from scipy.cluster.hierarchy import linkage
+    from sklearn.datasets import load_digits
+    from sklearn.decomposition import PCA
+
+    from streamtree.static.metrics import dendrogram_purity
+
+    digits = load_digits()
+    res = []
+    for seed in range(5):
+        rng = np.random.default_rng(seed)
+        idx = np.concatenate([rng.choice(np.flatnonzero(digits.target == c), 20, replace=False) for c in range(10)])
+        X = PCA(20, random_state=0).fit_transform(digits.data[idx])
+        X = (X - X.mean(axis=0)) / X.std(axis=0)
+        y = digits.target[idx]
+        res.append([dendrogram_purity(KingmanCoalescent().fit(X).linkage_, y),
+                    dendrogram_purity(linkage(X, "average"), y)])
+    p_coal, p_avg = np.mean(res, axis=0)
+    print(f"digits purity at defaults: coalescent {p_coal:.4f}, average linkage {p_avg:.4f}")
+    assert p_coal >= p_avg
+
+
+def test_hyperparameter_change_ignores_the_common_scale():
+    from streamtree.static.coalescent import hyperparameter_change
+
+    lam = np.array([0.5, 2.0, 1.0])
+    assert hyperparameter_change(lam, 7.0 * lam) == pytest.approx(0.0, abs=1e-12)
+    assert hyperparameter_change(lam, lam * [1.0, 1.1, 1.0]) == pytest.approx(2 / 3 * math.log(1.1))
+    q = np.array([[0.2, 0.8], [0.5, 0.5], [0.9, 0.1]])
+    q2 = q.copy()
+    q2[1] = [0.4, 0.6]
+    assert hyperparameter_change(lam, lam, q, q2) == pytest.approx(math.log(0.5 / 0.4))
+
+
+def test_hyperparameter_rounds_stop_early_and_report_the_tree_they_built():
+    from streamtree.static.coalescent_inference import greedy_rate1
+
+    rng = np.random.default_rng(21)
+    centres = rng.normal(scale=[4.0, 4.0, 0.5], size=(4, 3))
+    X = centres[rng.integers(4, size=60)] + rng.normal(scale=[1.0, 1.0, 3.0], size=(60, 3))
+    est = KingmanCoalescent().fit(X)
+    assert 1 <= est.n_hyper_iter_ < 10  # at most 10 rounds for the Brownian likelihood
+    assert len(est.objective_history_) == est.n_hyper_iter_ + 1
+    # the reported variances are the ones the returned tree was built with
+    tree = greedy_rate1(BrownianMessages(est.diffusion_variance_), X)
+    np.testing.assert_array_equal(Dendrogram.from_merges(tree.left, tree.right, tree.heights, 60).linkage,
+                                  est.linkage_)
+    # the noisy third dimension gets the largest diffusion variance relative to its spread
+    assert np.argmax(est.diffusion_variance_ / X.var(axis=0)) == 2
+    fixed = KingmanCoalescent(n_hyper_iter=0).fit(X)
+    assert fixed.n_hyper_iter_ == 0 and np.all(fixed.diffusion_variance_ == 1.0)
+    binary = KingmanCoalescent(likelihood="binary").fit((X > 0).astype(float))
+    assert binary.n_hyper_iter_ == 1  # one round for discrete likelihoods, as in the paper

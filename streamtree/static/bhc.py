@@ -25,11 +25,15 @@ from __future__ import annotations
 
 import logging
 import math
+from numbers import Integral, Real
 
 import numpy as np
+from scipy import sparse
 from scipy.optimize import minimize
 from scipy.special import gammaln, logsumexp
-from sklearn.base import BaseEstimator, ClusterMixin
+from sklearn.base import BaseEstimator, ClusterMixin, _fit_context
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import check_is_fitted, validate_data
 
 from streamtree.static.dendrogram import Dendrogram
 from streamtree.static.likelihoods import make_likelihood
@@ -197,6 +201,8 @@ class BayesianHierarchicalClustering(ClusterMixin, BaseEstimator):
 
     Attributes
     ----------
+    n_features_in_ : int
+        Number of features seen during fit.
     dendrogram_ : Dendrogram
         The tree. Its linkage rows are sorted by height (SciPy's convention); ``stats`` holds, per
         row, ``log_rk``, ``log_1m_rk`` (log(1 - r_k)), ``log_odds`` (log r_k/(1-r_k), the
@@ -216,11 +222,25 @@ class BayesianHierarchicalClustering(ClusterMixin, BaseEstimator):
         Flat clustering: from the root down, a node whose r_k >= 0.5 is a cluster, otherwise its
         two subtrees are cut apart. Labels are numbered by their smallest member.
     n_clusters_ : int
+        Number of flat clusters in ``labels_``.
     alpha_ : float
         The DP concentration used (after optimisation if requested).
     hyperparameters_ : dict
         The likelihood's prior parameters used.
     """
+
+    _parameter_constraints: dict = {
+        "likelihood": [StrOptions({"gaussian", "bernoulli", "multinomial"})],
+        "alpha": [Interval(Real, 0, None, closed="neither")],
+        "mean_prior": [None, "array-like"],
+        "kappa0": [Interval(Real, 0, None, closed="neither")],
+        "nu0": [None, Interval(Real, 0, None, closed="neither")],
+        "scale": [None, Interval(Real, 0, None, closed="neither"), "array-like"],
+        "beta_prior": [None, "array-like"],
+        "dirichlet_prior": [None, Interval(Real, 0, None, closed="neither"), "array-like"],
+        "optimize_hyperparameters": ["boolean"],
+        "max_hyper_iter": [Interval(Integral, 0, None, closed="left")],
+    }
 
     def __init__(self, likelihood: str = "gaussian", alpha: float = 1.0, *, mean_prior=None,
                  kappa0: float = 0.1, nu0: float | None = None, scale=None, beta_prior=None,
@@ -238,24 +258,20 @@ class BayesianHierarchicalClustering(ClusterMixin, BaseEstimator):
         self.max_hyper_iter = max_hyper_iter
 
     # ----------------------------------------------------------------------------- input
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True  # densified: the statistics are dense per cluster
+        tags.input_tags.positive_only = self.likelihood != "gaussian"
+        return tags
+
     def _validate(self, X, fitted: bool = False) -> np.ndarray:
-        if hasattr(X, "toarray"):
-            X = X.toarray()
-        X = np.asarray(X)
-        if X.dtype == bool:
-            X = X.astype(np.float64)
-        if not np.issubdtype(X.dtype, np.number):
-            raise ValueError(f"X must be numeric, got dtype {X.dtype}")
-        X = X.astype(np.float64, copy=True)
-        if X.ndim != 2:
-            raise ValueError(f"X must be a 2-D array (n_samples, n_features), got shape {X.shape}")
-        if X.shape[0] < 1 or X.shape[1] < 1:
-            raise ValueError(f"X must have at least one sample and one feature, got {X.shape}")
-        if not np.all(np.isfinite(X)):
-            raise ValueError("X contains NaN or infinite values")
-        if fitted and X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {X.shape[1]} features, the model was fitted with "
-                             f"{self.n_features_in_}")
+        if not sparse.issparse(X) and np.ndim(X) != 2:
+            raise ValueError(f"X must be a 2-D array (n_samples, n_features), got shape {np.shape(X)}")
+        X = validate_data(self, X, reset=not fitted, accept_sparse=True, dtype=np.float64)
+        # a dense copy: the training matrix is kept for prediction
+        X = X.toarray() if sparse.issparse(X) else np.array(X, dtype=np.float64, copy=True)
+        if not np.all(np.isfinite(X)):  # some sparse formats are not checked by validate_data
+            raise ValueError("Input X contains NaN or infinite values")
         if self.likelihood == "bernoulli" and not np.all((X == 0) | (X == 1)):
             raise ValueError("likelihood='bernoulli' needs binary data (only 0 and 1)")
         if self.likelihood == "multinomial":
@@ -266,20 +282,29 @@ class BayesianHierarchicalClustering(ClusterMixin, BaseEstimator):
         return X
 
     def _make_likelihood(self, X):
-        if not (np.isfinite(self.alpha) and self.alpha > 0):
-            raise ValueError(f"alpha must be positive, got {self.alpha}")
         return make_likelihood(self.likelihood, X, mean_prior=self.mean_prior,
                                kappa0=self.kappa0, nu0=self.nu0, scale=self.scale,
                                beta_prior=self.beta_prior, dirichlet_prior=self.dirichlet_prior)
 
     # ----------------------------------------------------------------------------- fit
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None) -> "BayesianHierarchicalClustering":
-        """Build the tree for the rows of ``X``."""
-        if self.likelihood not in ("gaussian", "bernoulli", "multinomial"):
-            raise ValueError(f"unknown likelihood {self.likelihood!r}; use 'gaussian', "
-                             "'bernoulli' or 'multinomial'")
+        """Build the tree for the rows of ``X``.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Real features (``"gaussian"``), 0/1 features (``"bernoulli"``) or non-negative
+            integer counts (``"multinomial"``). Sparse input is densified.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        self : BayesianHierarchicalClustering
+            The fitted estimator.
+        """
         X = self._validate(X)
-        self.n_features_in_ = X.shape[1]
         lik = self._make_likelihood(X)
         alpha = float(self.alpha)
         rec = _greedy_bhc(lik, X, math.log(alpha))
@@ -442,9 +467,17 @@ class BayesianHierarchicalClustering(ClusterMixin, BaseEstimator):
         product of (1 - r_a) over the ancestors a of k (leaves have r = 1): the probability that
         D_k is a cluster of the posterior partition times the chance that x joins it. The
         weights sum to one; the DP's new-cluster term is not included.
+
+        Parameters
+        ----------
+        X_new : {array-like, sparse matrix} of shape (n_new, n_features)
+            New rows, of the kind the model was fitted on.
+
+        Returns
+        -------
+        log_density : ndarray of shape (n_new,)
         """
-        if not hasattr(self, "dendrogram_"):
-            raise ValueError("this BayesianHierarchicalClustering instance is not fitted yet")
+        check_is_fitted(self, "dendrogram_")
         X_new = self._validate(X_new, fitted=True)
         if self._node_stats is None:
             self._node_stats = self._lik.node_stats(self._X, self._members(self.dendrogram_))

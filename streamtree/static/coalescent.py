@@ -8,9 +8,14 @@ See :class:`KingmanCoalescent`.
 from __future__ import annotations
 
 import logging
+from numbers import Integral, Real
 
 import numpy as np
+from scipy import sparse
 from scipy.special import logsumexp
+from sklearn.base import BaseEstimator, ClusterMixin, _fit_context
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import check_is_fitted, validate_data
 
 from streamtree.static.coalescent_hyper import (
     brownian_log_objective,
@@ -58,7 +63,39 @@ def llr_flat_clusters(dendrogram: Dendrogram, llr: np.ndarray, threshold: float 
     return labels
 
 
-class KingmanCoalescent:
+def topology_key(left: np.ndarray, right: np.ndarray, n: int) -> np.ndarray:
+    """A fingerprint of a binary tree's topology that ignores merge order and heights.
+
+    Each leaf gets a fixed pseudo-random 64-bit key and each internal node the XOR of its
+    leaves' keys; the sorted keys of the internal nodes identify the set of clusters (two
+    different trees collide with probability about n^2 / 2^64).
+    """
+    keys = np.random.default_rng(0x5EED).integers(1, 2**63, size=2 * n - 1, dtype=np.uint64)
+    for k in range(n - 1):
+        keys[n + k] = keys[left[k]] ^ keys[right[k]]
+    return np.sort(keys[n:])
+
+
+def hyperparameter_change(lam: np.ndarray, new_lam: np.ndarray, q: np.ndarray | None = None,
+                          new_q: np.ndarray | None = None) -> float:
+    """Largest change of the identified part of the hyperparameters, in log units.
+
+    A common factor of all diffusion variances (or mutation rates) trades off against the
+    coalescent times and is only weakly identified, so it drifts slowly from round to round;
+    the rates relative to their geometric mean set the tree, and those are compared. Base
+    distributions (discrete likelihoods) are compared entry by entry.
+    """
+    def shape(v):
+        lv = np.log(v)
+        return lv - lv.mean()
+
+    change = float(np.max(np.abs(shape(new_lam) - shape(lam)))) if lam.size else 0.0
+    if q is not None and new_q is not None:
+        change = max(change, float(np.max(np.abs(np.log(new_q) - np.log(q)))))
+    return change
+
+
+class KingmanCoalescent(ClusterMixin, BaseEstimator):
     """Bayesian hierarchical clustering with Kingman's coalescent prior.
 
     Parameters
@@ -72,8 +109,20 @@ class KingmanCoalescent:
         ``"smc-postpost"``.
     n_particles : int
         Particles for the SMC methods.
-    n_hyper_iter : int
-        Rounds of (re-estimate hyperparameters given the tree, rebuild the tree).
+    n_hyper_iter : int or "auto", default="auto"
+        Most rounds of (re-estimate the hyperparameters given the tree, rebuild the tree).
+        ``"auto"``: 10 for ``"brownian"``, as in the paper's experiments (its closed-form update
+        is cheap), and 1 for the discrete likelihoods, as in the paper's binary experiment (each
+        of their rounds runs Newton steps on exact per-site likelihoods and costs several tree
+        builds). ``0`` keeps ``diffusion_variance`` / ``mutation_rate`` fixed. The rounds stop
+        early once a rebuild gives the same topology as the round before, or once the
+        hyperparameters have converged (see ``tol``).
+    tol : float, default=0.05
+        Convergence threshold of the re-estimation: the rounds end (after one last rebuild)
+        when no diffusion variance / mutation rate relative to their geometric mean, and no
+        base-distribution entry, changes by more than ``tol`` in log units (5% by default).
+        A common factor of all of them trades off against the coalescent times, is only weakly
+        identified and keeps drifting slowly, so it is left out of the comparison.
     diffusion_variance : float or array of shape (n_features,)
         Diagonal of ``Lambda`` (Brownian), the initial value when ``n_hyper_iter > 0``.
     variance_prior : (shape, rate)
@@ -92,6 +141,14 @@ class KingmanCoalescent:
 
     Attributes
     ----------
+    n_features_in_ : int
+        Number of features seen during fit.
+    n_clusters_ : int
+        Number of flat clusters in ``labels_``.
+    n_states_ : int
+        ``K`` (discrete likelihoods).
+    n_hyper_iter_ : int
+        Hyperparameter rounds actually run (``len(objective_history_) - 1``).
     dendrogram_ : Dendrogram
         The tree; ``stats`` holds ``log_z`` (per-merge log likelihood ratio) and ``duration``.
     linkage_ : ndarray (n - 1, 4)
@@ -128,14 +185,30 @@ class KingmanCoalescent:
       density; Brownian branch variances are floored at ``1e-9`` (in units of ``Lambda``).
     """
 
+    _parameter_constraints: dict = {
+        "likelihood": [StrOptions(set(_LIKELIHOODS))],
+        "method": [StrOptions(set(_METHODS))],
+        "n_particles": [Interval(Integral, 1, None, closed="left")],
+        "n_hyper_iter": [Interval(Integral, 0, None, closed="left"), StrOptions({"auto"})],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "diffusion_variance": [Interval(Real, 0, None, closed="neither"), "array-like"],
+        "variance_prior": ["array-like"],
+        "mutation_rate": [Interval(Real, 0, None, closed="neither"), "array-like"],
+        "base_distribution": [None, "array-like"],
+        "n_states": [None, Interval(Integral, 2, None, closed="left")],
+        "llr_threshold": [Interval(Real, None, None, closed="neither")],
+        "random_state": [None, Interval(Integral, 0, None, closed="left"), np.random.Generator],
+    }
+
     def __init__(self, likelihood: str = "brownian", method: str = "greedy-rate1", n_particles: int = 50,
-                 n_hyper_iter: int = 0, diffusion_variance=1.0, variance_prior=(1.1, 1.1), mutation_rate=1.0,
+                 n_hyper_iter: int | str = "auto", tol: float = 0.05, diffusion_variance=1.0, variance_prior=(1.1, 1.1), mutation_rate=1.0,
                  base_distribution=None, n_states: int | None = None, llr_threshold: float = 0.0,
                  random_state=None):
         self.likelihood = likelihood
         self.method = method
         self.n_particles = n_particles
         self.n_hyper_iter = n_hyper_iter
+        self.tol = tol
         self.diffusion_variance = diffusion_variance
         self.variance_prior = variance_prior
         self.mutation_rate = mutation_rate
@@ -145,25 +218,18 @@ class KingmanCoalescent:
         self.random_state = random_state
 
     # ------------------------------------------------------------------ validation
-    def _check_params(self) -> None:
-        if self.likelihood not in _LIKELIHOODS:
-            raise ValueError(f"likelihood must be one of {_LIKELIHOODS}, got {self.likelihood!r}")
-        if self.method not in _METHODS:
-            raise ValueError(f"method must be one of {_METHODS}, got {self.method!r}")
-        if int(self.n_particles) < 1:
-            raise ValueError("n_particles must be at least 1")
-        if int(self.n_hyper_iter) < 0:
-            raise ValueError("n_hyper_iter must be non-negative")
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = True  # NaN marks an unobserved entry
+        tags.input_tags.positive_only = self.likelihood != "brownian"
+        return tags
 
     def _check_X(self, X, fitted: bool = False) -> np.ndarray:
-        X = np.array(X, dtype=np.float64)
-        if X.ndim != 2:
-            raise ValueError(f"X must be 2-dimensional (n_samples, n_features), got shape {X.shape}")
-        if np.isinf(X).any():
-            raise ValueError("X contains infinite values; use NaN for unobserved entries")
-        if fitted:
-            if X.shape[1] != self.n_features_in_:
-                raise ValueError(f"X has {X.shape[1]} features, the model was fitted on {self.n_features_in_}")
+        if not sparse.issparse(X) and np.ndim(X) != 2:
+            raise ValueError(f"X must be 2-dimensional (n_samples, n_features), got shape {np.shape(X)}")
+        # copy: the training matrix is kept for prediction and imputation
+        X = validate_data(self, X, reset=not fitted, dtype=np.float64, ensure_all_finite="allow-nan",
+                          copy=True)
         if self.likelihood != "brownian":
             vals = X[~np.isnan(X)]
             if np.any(vals != np.round(vals)) or np.any(vals < 0):
@@ -177,8 +243,6 @@ class KingmanCoalescent:
         if self.likelihood == "binary":
             return 2
         if self.n_states is not None:
-            if int(self.n_states) < 2:
-                raise ValueError("n_states must be at least 2")
             return int(self.n_states)
         return max(2, int(vals.max()) + 1 if vals.size else 2)
 
@@ -190,43 +254,65 @@ class KingmanCoalescent:
         return v.copy()
 
     # ------------------------------------------------------------------ fit
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None) -> "KingmanCoalescent":
-        """Build the coalescent tree of the rows of ``X`` (NaN = unobserved)."""
-        self._check_params()
+        """Build the coalescent tree of the rows of ``X``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Real features (``"brownian"``) or states ``0..K-1`` (discrete likelihoods); NaN marks
+            an unobserved entry. At least 2 samples.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        self : KingmanCoalescent
+            The fitted estimator.
+        """
         X = self._check_X(X)
         n, D = X.shape
         if n < 2:
-            raise ValueError("need at least 2 samples")
+            raise ValueError(f"KingmanCoalescent needs at least 2 samples, got n_samples = {n}")
         empty = np.isnan(X).all(axis=0)
         if empty.any():
             raise ValueError(f"features {np.flatnonzero(empty).tolist()} are unobserved in every sample")
-        self.n_features_in_ = D
         rng = np.random.default_rng(self.random_state)
         if self.likelihood == "brownian":
-            lam = self._per_feature(self.diffusion_variance, D, "diffusion_variance")
-            a, b = (float(v) for v in self.variance_prior)
-            if a <= 0 or b <= 0:
-                raise ValueError("variance_prior must be (shape > 0, rate > 0)")
+            lam, q = self._per_feature(self.diffusion_variance, D, "diffusion_variance"), None
+            prior = np.asarray(self.variance_prior, dtype=np.float64)
+            if prior.shape != (2,) or not np.all(np.isfinite(prior) & (prior > 0)):
+                raise ValueError(f"variance_prior must be (shape > 0, rate > 0), got {self.variance_prior!r}")
+            a, b = float(prior[0]), float(prior[1])
         else:
             K = self.n_states_ = self._n_states(X[~np.isnan(X)])
             lam = self._per_feature(self.mutation_rate, D, "mutation_rate")
             q = self._base(X, K)
         self.objective_history_ = []
-        for it in range(int(self.n_hyper_iter) + 1):
+        previous, converged = None, False
+        max_rounds = self._max_hyper_rounds()
+        for it in range(max_rounds + 1):
             alg = BrownianMessages(lam) if self.likelihood == "brownian" else MutationMessages(lam, q)
             tree, log_marg = self._build(alg, X, rng)
+            key = topology_key(tree.left, tree.right, n)
             if self.likelihood == "brownian":
                 obj = brownian_log_objective(tree, lam, a, b) + tree.log_prior()
             else:
                 obj = float(tree.log_z.sum()) + alg.leaf_log_const(X) + tree.log_prior()
             self.objective_history_.append(obj)
-            if it == int(self.n_hyper_iter):
+            if converged or it == max_rounds or (previous is not None and np.array_equal(key, previous)):
                 break
+            previous = key
             if self.likelihood == "brownian":
-                lam = brownian_map_update(tree, a, b)
+                new_lam, new_q = brownian_map_update(tree, a, b), None
             else:
-                lam, q = mutation_newton_update(X, tree, lam, q)
-            logger.debug("hyper iteration %d: objective %.4f", it, obj)
+                new_lam, new_q = mutation_newton_update(X, tree, lam, q)
+            change = hyperparameter_change(lam, new_lam, q, new_q)
+            converged = change < float(self.tol)
+            lam, q = new_lam, new_q
+            logger.debug("hyper iteration %d: objective %.4f, relative change %.4f", it, obj, change)
+        self.n_hyper_iter_ = len(self.objective_history_) - 1
         self._alg, self._tree, self._X = alg, tree, X
         self.__dict__.pop("_down", None)
         self.__dict__.pop("_attach", None)
@@ -245,6 +331,11 @@ class KingmanCoalescent:
         self.labels_ = llr_flat_clusters(self.dendrogram_, tree.log_z, float(self.llr_threshold))
         self.n_clusters_ = int(self.labels_.max()) + 1
         return self
+
+    def _max_hyper_rounds(self) -> int:
+        if self.n_hyper_iter == "auto":
+            return 10 if self.likelihood == "brownian" else 1
+        return int(self.n_hyper_iter)
 
     def _base(self, X: np.ndarray, K: int) -> np.ndarray:
         D = X.shape[1]
@@ -273,8 +364,7 @@ class KingmanCoalescent:
 
     # ------------------------------------------------------------------ prediction
     def _check_fitted(self) -> None:
-        if not hasattr(self, "_tree"):
-            raise RuntimeError("this KingmanCoalescent is not fitted yet; call fit(X) first")
+        check_is_fitted(self, "linkage_")
 
     def _attachment_index(self, n_quad: int | None = None):
         """Quadrature over where a new point joins the tree: for every entry the branch (node
@@ -366,6 +456,16 @@ class KingmanCoalescent:
         each leaf's missing entries given all other leaves. Other rows are imputed by averaging
         over where they would join the tree, weighted by their observed entries. The latter
         stores O(n^2) attachment points, so it is meant for trees of up to a few thousand leaves.
+
+        Parameters
+        ----------
+        X : None or array-like of shape (n_rows, n_features)
+            Rows to complete; ``None`` means the training matrix.
+
+        Returns
+        -------
+        X_filled : ndarray of shape (n_rows, n_features)
+            ``X`` with its NaN entries replaced and every observed entry unchanged.
         """
         self._check_fitted()
         alg, tree = self._alg, self._tree

@@ -34,11 +34,16 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from math import lgamma, log
+from numbers import Integral, Real
 
 import numpy as np
 from numpy.polynomial.legendre import leggauss
+from scipy import sparse
 from scipy.cluster.hierarchy import linkage as scipy_linkage
 from scipy.special import betaln, logsumexp
+from sklearn.base import BaseEstimator, _fit_context
+from sklearn.utils._param_validation import Interval
+from sklearn.utils.validation import check_is_fitted, validate_data
 
 from streamtree.static import tmc_kernels as K
 from streamtree.static.dendrogram import Dendrogram
@@ -216,8 +221,11 @@ def log_alpha_beta_posterior(alpha: float, beta: float, slog_b: float, slog_1mb:
     )
 
 
-class TimeMarginalizedCoalescent:
+class TimeMarginalizedCoalescent(BaseEstimator):
     """Bayesian hierarchical clustering with the time-marginalised coalescent prior.
+
+    The result is a tree (``dendrogram_``, ``linkage_``) and posterior samples of trees; the
+    model has no flat-clustering rule, so it is not a scikit-learn ``ClusterMixin``.
 
     Parameters
     ----------
@@ -244,13 +252,21 @@ class TimeMarginalizedCoalescent:
         slice step (only branches whose midpoint density is within 25 nats of the best are
         split; the rest get one cell). Affects mixing speed only, never the target.
     random_state : None, int or numpy.random.Generator
+        Seed of the sampler; a fixed seed gives identical runs.
 
     Attributes
     ----------
+    n_features_in_ : int
+        Number of features seen during fit.
+    X_ : ndarray of shape (n_samples, n_features)
+        The training data (the predictive density conditions on it).
+    state_ : TreeState
+        The sampler's state after the last sweep.
     dendrogram_ : Dendrogram
         The highest-posterior state visited after burn-in (the last state if ``n_sweeps <=
         burn_in``); heights are node times in (0, 1].
     linkage_ : ndarray of shape (n - 1, 4)
+        SciPy linkage matrix of ``dendrogram_``.
     log_posterior_trace_ : ndarray of shape (n_sweeps,)
         Joint log density of the state after each sweep (up to a constant).
     sigma2_, alpha_, beta_ : float
@@ -260,6 +276,20 @@ class TimeMarginalizedCoalescent:
     acceptance_ : ndarray of shape (n_sweeps,)
         Fraction of regraft moves that changed the topology, per sweep.
     """
+
+    _parameter_constraints: dict = {
+        "alpha": [Interval(Real, 0, None, closed="neither")],
+        "beta": [Interval(Real, 0, None, closed="neither")],
+        "n_sweeps": [Interval(Integral, 1, None, closed="left")],
+        "burn_in": [Interval(Integral, 0, None, closed="left")],
+        "sigma2_prior": ["array-like"],
+        "sample_hyperparameters": ["boolean"],
+        "sigma2": [None, Interval(Real, 0, None, closed="neither")],
+        "alpha_beta_prior": ["array-like"],
+        "thin": [Interval(Integral, 1, None, closed="left")],
+        "n_grid": [Interval(Integral, 1, None, closed="left")],
+        "random_state": [None, Interval(Integral, 0, None, closed="left"), np.random.Generator],
+    }
 
     def __init__(self, alpha: float = 2.0, beta: float = 2.0, n_sweeps: int = 100,
                  burn_in: int = 50, sigma2_prior: tuple[float, float] = (1.0, 1.0),
@@ -279,48 +309,48 @@ class TimeMarginalizedCoalescent:
         self.random_state = random_state
 
     # ------------------------------------------------------------------ validation
-    def _validate_params(self) -> None:
+    def _check_params(self) -> None:
+        """Conditions that involve more than one parameter or the content of a pair."""
         for name in ("alpha", "beta"):
             v = getattr(self, name)
-            if not (np.isfinite(v) and v > 0):
-                raise ValueError(f"{name} must be a positive finite number, got {v!r}")
             if self.sample_hyperparameters and v <= 1.0:
                 raise ValueError(
                     f"{name}={v!r}: with sample_hyperparameters=True it must exceed 1 "
                     "(its prior is a Gamma on {name} - 1)"
                 )
-        for name in ("n_sweeps", "thin", "n_grid"):
-            v = getattr(self, name)
-            if not (isinstance(v, (int, np.integer)) and v >= 1):
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        if not (isinstance(self.burn_in, (int, np.integer)) and self.burn_in >= 0):
-            raise ValueError(f"burn_in must be a non-negative integer, got {self.burn_in!r}")
         for name in ("sigma2_prior", "alpha_beta_prior"):
-            v = getattr(self, name)
-            if len(v) != 2 or not all(np.isfinite(x) and x > 0 for x in v):
-                raise ValueError(f"{name} must be two positive numbers (shape, scale/rate), got {v!r}")
-        if self.sigma2 is not None and not (np.isfinite(self.sigma2) and self.sigma2 > 0):
-            raise ValueError(f"sigma2 must be positive or None, got {self.sigma2!r}")
+            v = np.asarray(getattr(self, name), dtype=np.float64)
+            if v.shape != (2,) or not np.all(np.isfinite(v) & (v > 0)):
+                raise ValueError(f"{name} must be two positive numbers (shape, scale/rate), "
+                                 f"got {getattr(self, name)!r}")
 
-    @staticmethod
-    def _validate_X(X, n_min: int = 2, n_features: int | None = None) -> np.ndarray:
-        X = np.asarray(X, dtype=np.float64)
-        if X.ndim != 2:
-            raise ValueError(f"X must be a 2-d array (n_samples, n_features), got shape {X.shape}")
-        if X.shape[0] < n_min:
-            raise ValueError(f"X needs at least {n_min} rows, got {X.shape[0]}")
-        if X.shape[1] < 1:
-            raise ValueError("X needs at least one feature")
-        if n_features is not None and X.shape[1] != n_features:
-            raise ValueError(f"X has {X.shape[1]} features, the model was fitted on {n_features}")
-        if not np.all(np.isfinite(X)):
-            raise ValueError("X contains NaN or infinite values")
+    def _validate_X(self, X, fitted: bool = False) -> np.ndarray:
+        if not sparse.issparse(X) and np.ndim(X) != 2:
+            raise ValueError(f"X must be a 2-d array (n_samples, n_features), got shape {np.shape(X)}")
+        # copy: the training matrix is kept for prediction
+        X = validate_data(self, X, reset=not fitted, dtype=np.float64, copy=True)
+        if not fitted and X.shape[0] < 2:
+            raise ValueError(f"X needs at least 2 rows (samples), got n_samples = {X.shape[0]}")
         return X
 
     # ------------------------------------------------------------------ fitting
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None) -> "TimeMarginalizedCoalescent":
-        """Run the Gibbs sampler on ``X`` of shape (n_samples, n_features)."""
-        self._validate_params()
+        """Run the Gibbs sampler on the rows of ``X``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Real features, at least 2 samples.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        self : TimeMarginalizedCoalescent
+            The fitted estimator.
+        """
+        self._check_params()
         X = self._validate_X(X)
         rng = np.random.default_rng(self.random_state)
         n, d = X.shape
@@ -363,7 +393,6 @@ class TimeMarginalizedCoalescent:
 
         rep = best[1] if best is not None else state
         self.X_ = X
-        self.n_features_in_ = d
         self.state_ = state
         self.dendrogram_ = rep.to_dendrogram()
         self.linkage_ = self.dendrogram_.linkage
@@ -416,10 +445,22 @@ class TimeMarginalizedCoalescent:
         and the prior weights are normalised over those nodes, so each sample contributes an
         exact, normalised Gaussian mixture. The Monte Carlo average over samples is then taken.
         ``max_samples`` keeps that many samples evenly spaced over the retained ones.
+
+        Parameters
+        ----------
+        X_new : array-like of shape (n_new, n_features)
+            New points.
+        n_quadrature : int
+            Gauss-Legendre nodes per branch for the attachment time.
+        max_samples : int or None
+            Use at most this many retained samples.
+
+        Returns
+        -------
+        log_density : ndarray of shape (n_new,)
         """
-        if not hasattr(self, "samples_"):
-            raise ValueError("this TimeMarginalizedCoalescent is not fitted yet; call fit first")
-        X_new = self._validate_X(X_new, n_min=1, n_features=self.n_features_in_)
+        check_is_fitted(self, "samples_")
+        X_new = self._validate_X(X_new, fitted=True)
         samples = self.samples_ if self.samples_ else [self._final_sample()]
         if max_samples is not None and len(samples) > max_samples:
             idx = np.linspace(0, len(samples) - 1, max_samples).round().astype(int)
