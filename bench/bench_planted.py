@@ -1,0 +1,179 @@
+"""Right-sized trees and stable ids on a planted evolving tree (the targets of issue 9).
+
+Corpus: :func:`streamtree.synthetic.planted_dirichlet_tree`, a generator that is not the
+model's own: 31 hierarchical-Dirichlet topics of depth 3, documents of 30-100 tokens, one
+leaf dying and one child born at each later epoch, every node drifting slightly.
+
+Model: ``DTSSBP`` at its defaults except ``max_depth`` (and ``likelihood``); vMF input is the
+L2-normalised term frequencies, multinomial input the raw counts. Baseline in the same run and
+on the same input: scikit-learn's ``KMeans`` given the true number of nodes of the epoch.
+
+Figures per epoch, with their targets:
+
+* nodes holding >= 1% of the epoch's documents (their own documents, not their subtree's),
+  model / truth, target within 0.67-1.5x;
+* adjusted Rand index against the true node of each document, target >= k-means's;
+* ids kept: map every true node to the model node holding most of its documents in each
+  epoch; a true node alive (with documents) in epochs t-1 and t keeps its id when both maps
+  give the same model id. Target >= 80% of those true nodes. Printed below the table: the
+  number of distinct model ids they map to, and how many kept ids are one-to-one (no other
+  surviving true node maps to that model id), since a model that lumps everything into one
+  node would keep every id trivially;
+* CPU seconds of the epoch's ``partial_fit`` and of k-means.
+
+Usage: python bench/bench_planted.py [--sizes 2000x5000[,V x N ...]] [--all-sizes]
+       [--likelihood vmf[,multinomial]] [--max-depth 3] [--epochs 3] [--sweeps N] [--seed 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.cluster import KMeans
+from sklearn.metrics import adjusted_rand_score
+from sklearn.preprocessing import normalize
+
+import streamtree  # noqa: F401  (configures numba's cache before any model import)
+from streamtree.model import DTSSBP
+from streamtree.synthetic import planted_dirichlet_tree
+
+ISSUE_SIZE = "2000x5000"
+OTHER_SIZES = "5000x10000,20000x20000"
+RATIO_RANGE = (0.67, 1.5)
+KEEP_TARGET = 0.8
+
+
+def model_input(counts: sp.csr_matrix, likelihood: str) -> sp.csr_matrix:
+    """What each likelihood fits: unit-L2 term frequencies for vMF, token counts otherwise."""
+    X = counts.astype(np.float64)
+    return normalize(X, norm="l2", axis=1) if likelihood == "vmf" else X
+
+
+def big_nodes(labels: np.ndarray, share: float = 0.01) -> int:
+    """Number of distinct labels holding at least ``share`` of the rows."""
+    _, n = np.unique(labels, return_counts=True)
+    return int(np.sum(n >= share * labels.size))
+
+
+def majority_map(true: np.ndarray, found: np.ndarray) -> dict[int, int]:
+    """Each true label -> the found label holding most of its rows (smallest id on ties)."""
+    pairs, n = np.unique(np.stack([true, found]), axis=1, return_counts=True)
+    out: dict[int, int] = {}
+    best: dict[int, int] = {}
+    for (t, f), c in zip(pairs.T.tolist(), n.tolist()):
+        if c > best.get(t, 0):
+            best[t], out[t] = c, f
+    return out
+
+
+def ids_kept(prev: dict[int, int], now: dict[int, int]) -> tuple[int, int, int, int]:
+    """Between two epochs' majority maps: (kept, surviving, distinct model ids the survivors map
+    to now, kept one-to-one), where a kept id counts one-to-one when no other survivor maps to
+    the same model id in either epoch."""
+    surviving = sorted(set(prev) & set(now))
+    kept = [j for j in surviving if prev[j] == now[j]]
+    users_prev = np.bincount([prev[j] for j in surviving]) if surviving else np.zeros(0)
+    users_now = np.bincount([now[j] for j in surviving]) if surviving else np.zeros(0)
+    one_to_one = sum(users_prev[prev[j]] == 1 and users_now[now[j]] == 1 for j in kept)
+    return len(kept), len(surviving), len({now[j] for j in surviving}), int(one_to_one)
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def run_size(n_features: int, n_documents: int, args, likelihoods: list[str]) -> None:
+    corpus = planted_dirichlet_tree(np.random.default_rng(args.seed), n_features=n_features,
+                                    n_documents=n_documents, n_epochs=args.epochs)
+    true_k = [np.unique(lab).size for lab in corpus.labels]
+    print(f"\n== planted tree: V={n_features}, {n_documents} documents per epoch, {args.epochs} epochs, "
+          f"true nodes per epoch {true_k}, births {[b.tolist() for b in corpus.born[1:]]}, "
+          f"deaths {[d.tolist() for d in corpus.died[1:]]}")
+    km_ari, km_cpu = [], []
+    for t, counts in enumerate(corpus.counts):
+        X = model_input(counts, "vmf")
+        c0 = time.process_time()
+        km = KMeans(n_clusters=true_k[t], random_state=args.seed).fit(X)
+        km_cpu.append(time.process_time() - c0)
+        km_ari.append(adjusted_rand_score(corpus.labels[t], km.labels_))
+    for likelihood in likelihoods:
+        params = {"likelihood": likelihood, "max_depth": args.max_depth, "random_state": args.seed}
+        if args.sweeps is not None:
+            params["n_sweeps"] = args.sweeps
+        model = DTSSBP(**params)
+        print(f"-- DTSSBP({', '.join(f'{k}={v!r}' for k, v in params.items())}), other parameters at defaults")
+        header = (f"{'epoch':>5} {'nodes>=1%':>10} {'truth':>5} {'ratio':>6} {'(0.67-1.5x)':>12} "
+                  f"{'ARI':>6} {'k-means':>8} {'(>= k-means)':>13} {'ids kept':>14} {'(>= 80%)':>9} "
+                  f"{'live K':>6} {'CPU s':>7} {'k-means CPU s':>14}")
+        maps, met, notes = [], [], []
+        for t, counts in enumerate(corpus.counts):
+            X = model_input(counts, likelihood)
+            c0 = time.process_time()
+            try:
+                model.partial_fit(X, epoch=t)
+            except ValueError as exc:
+                if t == 0 and "likelihood" in str(exc):
+                    print(f"   skipped: the model rejects likelihood={likelihood!r} ({exc})")
+                    break
+                raise
+            cpu = time.process_time() - c0
+            if t == 0:
+                print(header)
+            tree = model.trees_[-1]
+            labels = corpus.labels[t]
+            found = np.asarray(tree.assignments)
+            n_big, n_true = big_nodes(found), big_nodes(labels)
+            ratio = n_big / max(n_true, 1)
+            ok_ratio = RATIO_RANGE[0] <= ratio <= RATIO_RANGE[1]
+            ari = adjusted_rand_score(labels, found)
+            ok_ari = ari >= km_ari[t]
+            maps.append(majority_map(labels, found))
+            if t:
+                kept, surv, distinct, strict = ids_kept(maps[-2], maps[-1])
+                share = kept / max(surv, 1)
+                ok_keep = share >= KEEP_TARGET
+                keep_txt = f"{kept}/{surv}={100 * share:.0f}%"
+                notes.append(f"epoch {t}: the {surv} surviving true nodes map to {distinct} model ids; "
+                             f"{strict} of the {kept} kept ids are one-to-one")
+                met += [ok_ratio, ok_ari, ok_keep]
+            else:
+                keep_txt, ok_keep = "-", None
+                met += [ok_ratio, ok_ari]
+            print(f"{t:>5} {n_big:>10} {n_true:>5} {ratio:>5.2f}x {_met(ok_ratio):>12} {ari:>6.3f} "
+                  f"{km_ari[t]:>8.3f} {_met(ok_ari):>13} {keep_txt:>14} "
+                  f"{'-' if ok_keep is None else _met(ok_keep):>9} {tree.n_nodes:>6} {cpu:>7.1f} "
+                  f"{km_cpu[t]:>14.1f}", flush=True)
+        else:
+            for note in notes:
+                print("   " + note)
+            print(f"   {sum(met)} of {len(met)} per-epoch targets met")
+        model.close()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", default=ISSUE_SIZE,
+                   help=f"comma-separated VxN corpus sizes (vocabulary x documents per epoch; default {ISSUE_SIZE})")
+    p.add_argument("--all-sizes", action="store_true", help=f"also run {OTHER_SIZES} (slow)")
+    p.add_argument("--likelihood", default="vmf",
+                   help="comma-separated likelihoods to compare, e.g. vmf,multinomial (default vmf)")
+    p.add_argument("--max-depth", type=int, default=3)
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--sweeps", type=int, default=None, help="Gibbs sweeps per epoch (default: the model's)")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+    sizes = args.sizes.split(",") + (OTHER_SIZES.split(",") if args.all_sizes else [])
+    likelihoods = [s.strip() for s in args.likelihood.split(",") if s.strip()]
+    for size in sizes:
+        try:
+            v, n = (int(x) for x in size.lower().split("x"))
+        except ValueError:
+            raise SystemExit(f"--sizes: {size!r} is not VxN, e.g. 2000x5000") from None
+        run_size(v, n, args, likelihoods)
+
+
+if __name__ == "__main__":
+    main()

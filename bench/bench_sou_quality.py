@@ -1,0 +1,238 @@
+"""Topic quality and node identity on the State of the Union corpus (the SOU targets of issue 9).
+
+Data: SOU paragraphs by decade with the demo's vocabulary (2,000 terms fitted on the whole
+corpus; see ``bench/sou_corpus.py``). Model: ``DTSSBP`` at its defaults except ``max_depth``
+(and ``likelihood``, ``n_sweeps`` when given); vMF input is the L2-normalised term frequencies,
+other likelihoods get the token counts.
+
+Coherence: NPMI (``streamtree.coherence``, exact limits, no smoothing) with probabilities from
+the document co-occurrence of the whole corpus on the same tokens (every non-empty paragraph
+of the selected decades).
+
+* Model, per decade: the 20 nodes holding the most of the decade's documents (their own
+  documents), each described by its 10 largest theta entries.
+* Peer, tomotopy ``HLDAModel(depth=4)`` with its default hyperparameters, one worker, on the
+  same documents as lists of the same vocabulary terms. Protocol (default ``--hlda-fit all``):
+  one HLDA is trained on all selected decades at once (it has no notion of time, and this
+  gives it every document); for each decade, its 20 topics holding the most of that decade's
+  tokens, each described by its 10 most probable words. The same per-decade NPMI is also
+  printed with topics ranked by the decade's documents whose path passes through them.
+  ``--hlda-fit per-decade`` instead trains one HLDA per decade on that decade alone (the same
+  documents the model's per-decade tree sees, without the model's link to the past).
+
+Target: the model's mean over decades >= HLDA's, from the same run.
+
+Node identity of the model: the share of node ids that appear in a single decade; the mean
+Jaccard index between the top-10 words of an id's first and last decade, over ids present in
+more than 3 decades; the number of decade-to-decade transitions (an id present in two
+consecutive decades) whose parent changes; node-decades whose concentration sits at the cap
+``beta_bounds[1]`` (and how many of those hold at most 2 documents).
+
+Usage: python bench/bench_sou_quality.py [--likelihood vmf[,multinomial]] [--max-depth 3]
+       [--sweeps N] [--decades 6 | 1790s,1800s] [--hlda-iter 500] [--hlda-fit all|per-decade]
+       [--no-hlda] [--seed 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import defaultdict
+
+import numpy as np
+from sou_corpus import SouCorpus, load_sou
+
+from streamtree.coherence import topic_npmi
+from streamtree.model import DTSSBP
+
+N_TOP_NODES = 20
+N_TOP_WORDS = 10
+
+
+def model_npmi(trees, corpus: SouCorpus, reference) -> tuple[list[float], dict[int, list[float]]]:
+    """Mean NPMI of the 20 largest nodes per decade, and every scored node's NPMI by depth."""
+    per_decade, by_depth = [], defaultdict(list)
+    for tree in trees:
+        order = np.argsort(-tree.counts, kind="stable")
+        order = order[tree.counts[order] > 0][:N_TOP_NODES]
+        top = np.argsort(-tree.theta[order], axis=1, kind="stable")[:, :N_TOP_WORDS]
+        scores = topic_npmi(top, reference)
+        per_decade.append(float(scores.mean()))
+        for d, s in zip(tree.depth[order].tolist(), scores.tolist()):
+            by_depth[d].append(s)
+    return per_decade, by_depth
+
+
+def identity_figures(trees, model) -> dict:
+    present = defaultdict(list)
+    for t, tree in enumerate(trees):
+        for k, nid in enumerate(tree.node_ids.tolist()):
+            present[nid].append((t, k))
+    single = sum(len(v) == 1 for v in present.values())
+    jacc = []
+    for nid, where in present.items():
+        if len(where) > 3:
+            (t0, k0), (t1, k1) = where[0], where[-1]
+            a = set(np.argsort(-trees[t0].theta[k0], kind="stable")[:N_TOP_WORDS].tolist())
+            b = set(np.argsort(-trees[t1].theta[k1], kind="stable")[:N_TOP_WORDS].tolist())
+            jacc.append(len(a & b) / len(a | b))
+    transitions = changes = 0
+    for prev, now in zip(trees[:-1], trees[1:]):
+        par_prev = dict(zip(prev.node_ids.tolist(), prev.parent.tolist()))
+        for nid, par in zip(now.node_ids.tolist(), now.parent.tolist()):
+            if nid in par_prev:
+                transitions += 1
+                changes += par_prev[nid] != par
+    cap = model.beta_bounds[1]
+    at_cap = sum(int(np.sum(t.concentration >= cap * (1 - 1e-9))) for t in trees)
+    at_cap_small = sum(int(np.sum((t.concentration >= cap * (1 - 1e-9)) & (t.counts <= 2))) for t in trees)
+    return {"ids": len(present), "single": single, "jaccard": jacc, "transitions": transitions,
+            "parent_changes": changes, "node_decades": sum(t.n_nodes for t in trees), "at_cap": at_cap,
+            "at_cap_small": at_cap_small, "cap": cap}
+
+
+def hlda_topics_by_decade(corpus: SouCorpus, args) -> tuple[list[np.ndarray], list[np.ndarray], float, int, str]:
+    """Top-word indices of HLDA's 20 largest topics per decade, ranked by the decade's tokens
+    and by its documents; CPU seconds; topics alive; the protocol's description."""
+    import tomotopy as tp
+
+    column = {w: i for i, w in enumerate(corpus.vocabulary.tolist())}
+
+    def fit(decades: list[int]):
+        mdl = tp.HLDAModel(depth=4, seed=args.seed)
+        owner = []
+        for t in decades:
+            for words in corpus.token_lists(t):
+                mdl.add_doc(words)
+                owner.append(t)
+        mdl.train(args.hlda_iter, workers=1)
+        return mdl, np.asarray(owner)
+
+    def top_of(mdl, sizes: np.ndarray) -> np.ndarray:
+        order = np.argsort(-sizes, kind="stable")
+        order = order[sizes[order] > 0][:N_TOP_NODES]
+        return np.array([[column[w] for w, _ in mdl.get_topic_words(int(k), top_n=N_TOP_WORDS)] for k in order])
+
+    def rank(mdl, owner, t):
+        tokens = np.zeros(mdl.k, dtype=np.int64)
+        docs = np.zeros(mdl.k, dtype=np.int64)
+        all_docs = list(mdl.docs)  # (the corpus view does not index by position)
+        for i in np.flatnonzero(owner == t):
+            d = all_docs[int(i)]
+            tokens += np.bincount(np.asarray(d.topics, dtype=np.int64), minlength=mdl.k)
+            docs[np.unique(np.asarray(d.topics, dtype=np.int64))] += 1
+        return top_of(mdl, tokens), top_of(mdl, docs)
+
+    by_tokens, by_docs = [], []
+    c0 = time.process_time()
+    if args.hlda_fit == "all":
+        mdl, owner = fit(list(range(len(corpus.labels))))
+        live = mdl.live_k
+        for t in range(len(corpus.labels)):
+            a, b = rank(mdl, owner, t)
+            by_tokens.append(a)
+            by_docs.append(b)
+        what = "one HLDA on all selected decades"
+    else:
+        live = 0
+        for t in range(len(corpus.labels)):
+            mdl, owner = fit([t])
+            live += mdl.live_k
+            a, b = rank(mdl, owner, t)
+            by_tokens.append(a)
+            by_docs.append(b)
+        what = "one HLDA per decade"
+    return by_tokens, by_docs, time.process_time() - c0, live, what
+
+
+def run_model(corpus: SouCorpus, likelihood: str, args):
+    params = {"likelihood": likelihood, "max_depth": args.max_depth, "random_state": args.seed}
+    if args.sweeps is not None:
+        params["n_sweeps"] = args.sweeps
+    model = DTSSBP(**params)
+    c0 = time.process_time()
+    for t, label in enumerate(corpus.labels):
+        X = corpus.X[t] if likelihood == "vmf" else corpus.counts[t]
+        try:
+            model.partial_fit(X, epoch=t, label=label)
+        except ValueError as exc:
+            if t == 0 and "likelihood" in str(exc):
+                print(f"-- likelihood={likelihood!r} skipped: the model rejects it ({exc})")
+                return None, params, 0.0
+            raise
+        print(f"   {label}: {X.shape[0]} documents, {model.trees_[-1].n_nodes} nodes, "
+              f"{time.process_time() - c0:.0f}s CPU so far", flush=True)
+    cpu = time.process_time() - c0
+    model.close()
+    return model, params, cpu
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--likelihood", default="vmf", help="comma-separated, e.g. vmf,multinomial (default vmf)")
+    p.add_argument("--max-depth", type=int, default=3, help="model depth cap (default 3, the demo's)")
+    p.add_argument("--sweeps", type=int, default=None, help="Gibbs sweeps per decade (default: the model's)")
+    p.add_argument("--decades", default=None, help="subset: first N decades, or labels like 1790s,1800s")
+    p.add_argument("--hlda-iter", type=int, default=500, help="HLDA training iterations (default 500)")
+    p.add_argument("--hlda-fit", choices=["all", "per-decade"], default="all")
+    p.add_argument("--no-hlda", action="store_true", help="skip the tomotopy side")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+
+    corpus = load_sou(decades=args.decades)
+    reference = corpus.all_counts()
+    print(f"== SOU quality: {len(corpus.labels)} decades ({corpus.labels[0]}-{corpus.labels[-1]}), "
+          f"{corpus.n_documents} paragraphs, {corpus.vocabulary.size} terms; NPMI of the top-{N_TOP_WORDS} words "
+          f"of the {N_TOP_NODES} largest nodes/topics per decade, from the co-occurrence of all "
+          f"{reference.shape[0]} paragraphs")
+
+    hlda = None
+    if not args.no_hlda:
+        try:
+            import tomotopy  # noqa: F401
+        except ImportError:
+            print("-- tomotopy not installed: HLDA side skipped (pip install -e '.[bench]')")
+        else:
+            by_tokens, by_docs, hcpu, live, what = hlda_topics_by_decade(corpus, args)
+            hlda = ([float(topic_npmi(t, reference).mean()) for t in by_tokens],
+                    [float(topic_npmi(t, reference).mean()) for t in by_docs])
+            print(f"-- tomotopy HLDAModel(depth=4), {what}, {args.hlda_iter} iterations, 1 worker: "
+                  f"{hcpu:.0f}s CPU, {live} live topics")
+
+    for likelihood in [s.strip() for s in args.likelihood.split(",") if s.strip()]:
+        model, params, cpu = run_model(corpus, likelihood, args)
+        if model is None:
+            continue
+        trees = model.trees_
+        npmi, by_depth = model_npmi(trees, corpus, reference)
+        print(f"-- DTSSBP({', '.join(f'{k}={v!r}' for k, v in params.items())}), other parameters at defaults: "
+              f"{cpu:.0f}s CPU")
+        print(f"{'decade':>7} {'docs':>6} {'nodes':>6} {'model NPMI':>11}"
+              + (f" {'HLDA NPMI':>10} {'HLDA (by docs)':>15}" if hlda else ""))
+        for t, label in enumerate(corpus.labels):
+            line = f"{label:>7} {corpus.X[t].shape[0]:>6} {trees[t].n_nodes:>6} {npmi[t]:>11.3f}"
+            if hlda:
+                line += f" {hlda[0][t]:>10.3f} {hlda[1][t]:>15.3f}"
+            print(line)
+        mean = float(np.mean(npmi))
+        line = f"{'mean':>7} {'':>6} {'':>6} {mean:>11.3f}"
+        if hlda:
+            h_tok, h_doc = float(np.mean(hlda[0])), float(np.mean(hlda[1]))
+            line += f" {h_tok:>10.3f} {h_doc:>15.3f}"
+            line += f"   target (model >= HLDA by tokens): {'met' if mean >= h_tok else 'NOT met'}"
+            if h_tok > 0:
+                line += f", ratio {mean / h_tok:.2f}"
+        print(line)
+        print("   model NPMI by depth (nodes scored above): "
+              + ", ".join(f"depth {d}: {np.mean(v):.3f} ({len(v)} nodes)" for d, v in sorted(by_depth.items())))
+        f = identity_figures(trees, model)
+        jac = f"{np.mean(f['jaccard']):.2f} over {len(f['jaccard'])} ids" if f["jaccard"] else "no such ids"
+        print(f"   identity: {f['single']} of {f['ids']} ids ({100 * f['single'] / max(f['ids'], 1):.0f}%) live a "
+              f"single decade; first-vs-last top-{N_TOP_WORDS} Jaccard of ids alive > 3 decades: {jac}; "
+              f"{f['parent_changes']} of {f['transitions']} decade-to-decade transitions change the parent")
+        print(f"   concentration at the cap {f['cap']:g}: {f['at_cap']} of {f['node_decades']} node-decades, "
+              f"{f['at_cap_small']} of them holding <= 2 documents")
+
+
+if __name__ == "__main__":
+    main()
