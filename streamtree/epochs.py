@@ -31,7 +31,8 @@ is unknown, so only keys that occur are yielded.)
 
 For streaming use, :meth:`Bucketer.pop_through` closes all epochs up to a key (the
 watermark); rows that later arrive for a closed epoch become rejects with reason
-``"late row for a closed epoch"``.
+``"late row for a closed epoch"`` (or, with ``add(rows, late="next-epoch")``, join the
+first epoch not yet closed).
 
 Rejects from the source are filed under their epoch when their time (or epoch) is known;
 rejects without one (missing or unparsable time) are attached to the next epoch yielded
@@ -56,6 +57,8 @@ _ALIASES = {"year": "1y", "decade": "10y", "century": "100y", "month": "1mo",
             "hour": "1h", "day": "1d", "week": "1w", "minute": "1m"}
 _SPEC_RE = re.compile(r"^\s*(\d+)\s*(mo|s|m|h|d|w|y)\s*$")
 _EPOCH0 = datetime(1970, 1, 1, tzinfo=timezone.utc)
+#: What :meth:`Bucketer.add` does with a row of an epoch that is already closed.
+LATE_POLICIES = ("reject", "next-epoch")
 
 
 @dataclass(frozen=True)
@@ -248,6 +251,7 @@ class Bucketer:
         self._max_key: int | None = None
         self.n_rows = 0
         self.n_late = 0
+        self.n_moved = 0  # late rows put in the next open epoch (late="next-epoch")
 
     @property
     def max_key(self) -> int | None:
@@ -263,8 +267,15 @@ class Bucketer:
         """Largest key already yielded (later rows for it or before it are late), or None."""
         return self._closed_through
 
-    def add(self, batch: pa.RecordBatch | pa.Table) -> None:
-        """Add normalised rows (any time order)."""
+    def add(self, batch: pa.RecordBatch | pa.Table, late: str = "reject") -> None:
+        """Add normalised rows (any time order).
+
+        ``late`` says what happens to rows of an already closed epoch: ``"reject"`` files
+        them as rejects with reason ``"late row for a closed epoch"``; ``"next-epoch"`` puts
+        them in the first epoch not yet closed (their ``time`` is kept as it was).
+        """
+        if late not in LATE_POLICIES:
+            raise ValueError(f"late must be one of {LATE_POLICIES}, got {late!r}")
         table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
         if self._schema is None:
             self._schema = table.schema
@@ -276,10 +287,13 @@ class Bucketer:
         top = int(keys.max())
         self._max_key = top if self._max_key is None else max(self._max_key, top)
         if self._closed_through is not None:
-            late = keys <= self._closed_through
-            if late.any():
-                self._late(table.filter(pa.array(late)))
-                table, keys = table.filter(pa.array(~late)), keys[~late]
+            is_late = keys <= self._closed_through
+            if is_late.any() and late == "next-epoch":
+                self.n_moved += int(is_late.sum())
+                keys = np.where(is_late, self._closed_through + 1, keys)
+            elif is_late.any():
+                self._late(table.filter(pa.array(is_late)))
+                table, keys = table.filter(pa.array(~is_late)), keys[~is_late]
         self.n_rows += table.num_rows
         for key, part in _split(table, keys):
             self._rows.setdefault(key, []).append(part)

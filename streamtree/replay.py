@@ -234,51 +234,90 @@ def replay(
         store.write_vocabulary(vec)
     model = DTSSBP(**config.model_params())
     try:
+        fitter = EpochFitter(model, vec)
         log = RejectLog()
-        n_docs = n_empty = n_published = 0
+        n_docs = n_published = 0
         fit_seconds = 0.0
-        carried: list[pa.Table] = []  # rejects of leading epochs with no documents to fit
-        p = vec.vocabulary_.shape[0]
         for ep in epochs:
             t0 = time.perf_counter()
-            if ep.n_rows:
-                X, empty = vec.transform(ep.rows.column("text"))
-                n_empty += int(empty.sum())
-                ep = ep.reject(empty, EMPTY_AFTER_VOCABULARY)
-                X = X[~empty]
-            else:
-                X = sp.csr_matrix((0, p))
-            rejects = pa.concat_tables(carried + [ep.rejects]) if carried else ep.rejects
-            if X.shape[0] == 0 and not hasattr(model, "trees_"):
-                carried = [rejects]  # the model needs documents in its first epoch
+            fitted = fitter.fit(ep)
+            if fitted is None:  # no documents yet: its rejects go with the next epoch
                 continue
-            carried = []
-            tree = model.partial_fit(X, epoch=ep.index, label=ep.label)
             fit_seconds += time.perf_counter() - t0
-            n_docs += X.shape[0]
-            log.add(rejects)
+            n_docs += fitted.n_documents
+            log.add(fitted.rejects)
             skipped = ep.index in done
             if not skipped:
-                store.publish(tree, ep.rows.column("id").to_pylist(), n_top_words=config.top_words,
-                              rejects=rejects, key=ep.key, label=ep.label,
-                              checkpoint={"last_epoch": ep.index, "documents": n_docs})
+                fitted.publish(store, n_top_words=config.top_words,
+                               checkpoint={"last_epoch": ep.index, "documents": n_docs})
                 n_published += 1
                 if static is not None:
-                    _write_static(store, static, ep, tree, X, config.seed)
+                    _write_static(store, static, ep, fitted.tree, fitted.X, config.seed)
             if progress is not None:
-                progress(EpochProgress(ep.index, len(epochs), ep.label, X.shape[0], rejects.num_rows,
-                                       tree.n_nodes, time.perf_counter() - t0, skipped))
+                progress(EpochProgress(ep.index, len(epochs), ep.label, fitted.n_documents, fitted.rejects.num_rows,
+                                       fitted.tree.n_nodes, time.perf_counter() - t0, skipped))
     finally:
         model.close()  # release engine resources (Ray actors)
-    if carried:  # no epoch had a document left
+    if fitter.carried:  # no epoch had a document left
         raise ValueError(f"{config.source}: no document is left after vocabulary filtering "
-                         f"({n_empty} empty rows); lower --min-df or raise --max-features")
+                         f"({fitter.n_empty} empty rows); lower --min-df or raise --max-features")
     return ReplaySummary(
         n_epochs=len(model.trees_), n_published=n_published, n_documents=n_docs,
         n_records=int(n_records if n_records is not None else n_docs + log.total),
-        rejects=dict(log.counts), n_empty_after_filter=n_empty, vocabulary_size=p,
+        rejects=dict(log.counts), n_empty_after_filter=fitter.n_empty, vocabulary_size=vec.vocabulary_.shape[0],
         seconds=time.perf_counter() - start, fit_seconds=fit_seconds,
     )
+
+
+@dataclass
+class FittedEpoch:
+    """One epoch fitted by :class:`EpochFitter`, ready to publish."""
+
+    epoch: Epoch  # rows fitted (documents empty after vocabulary filtering moved to rejects)
+    tree: object  # EpochTree
+    X: sp.csr_matrix
+    rejects: pa.Table  # this epoch's rejects, with those carried from leading empty epochs
+
+    @property
+    def n_documents(self) -> int:
+        return int(self.X.shape[0])
+
+    def publish(self, store: SnapshotStore, *, n_top_words: int, checkpoint: dict | None = None) -> None:
+        ep = self.epoch
+        store.publish(self.tree, ep.rows.column("id").to_pylist(), n_top_words=n_top_words, rejects=self.rejects,
+                      key=ep.key, label=ep.label, checkpoint=checkpoint)
+
+
+class EpochFitter:
+    """Vectorise and fit epochs in order: the per-epoch step shared by replay and serve.
+
+    Rows empty after vocabulary filtering become rejects of their epoch. Until the model has
+    seen a document (it needs some in its first epoch), epochs without documents are not
+    fitted: :meth:`fit` returns None and their rejects are carried into the next epoch's.
+    """
+
+    def __init__(self, model, vectorizer: TextVectorizer) -> None:
+        self.model = model
+        self.vectorizer = vectorizer
+        self.carried: list[pa.Table] = []
+        self.n_empty = 0
+
+    def fit(self, ep: Epoch) -> FittedEpoch | None:
+        p = self.vectorizer.vocabulary_.shape[0]
+        if ep.n_rows:
+            X, empty = self.vectorizer.transform(ep.rows.column("text"))
+            self.n_empty += int(empty.sum())
+            ep = ep.reject(empty, EMPTY_AFTER_VOCABULARY)
+            X = X[~empty]
+        else:
+            X = sp.csr_matrix((0, p))
+        rejects = pa.concat_tables(self.carried + [ep.rejects]) if self.carried else ep.rejects
+        if X.shape[0] == 0 and not hasattr(self.model, "trees_"):
+            self.carried = [rejects]
+            return None
+        self.carried = []
+        self.model.partial_fit(X, epoch=ep.index, label=ep.label)
+        return FittedEpoch(ep, self.model.trees_[-1], X, rejects)
 
 
 def _write_static(store: SnapshotStore, opts: StaticOptions, ep: Epoch, tree, X, seed: int) -> None:
@@ -318,5 +357,5 @@ def stderr_progress(stream=None) -> Callable[[EpochProgress], None]:
     return show
 
 
-__all__ = ["MODES", "EpochProgress", "ReplayConfig", "ReplaySummary", "fit_vocabulary", "read_epochs",
+__all__ = ["MODES", "EpochFitter", "EpochProgress", "FittedEpoch", "ReplayConfig", "ReplaySummary", "fit_vocabulary", "read_epochs",
            "replay", "stderr_progress"]
