@@ -1,4 +1,4 @@
-"""The ``streamtree`` command line: ``replay``, ``show``, ``snapshot`` and ``evaluate``.
+"""The ``streamtree`` command line: ``replay``, ``serve``, ``show``, ``snapshot`` and ``evaluate``.
 
 User errors (unreadable sources, missing columns, bad stores, bad arguments) print one line
 ``streamtree <command>: error: <what> (<where>): <what to do>`` and exit with status 2; no
@@ -166,6 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--min-docs", type=int, default=0, help="hide nodes with fewer documents in their subtree")
     s.add_argument("--static", metavar="METHOD", help="print the stored static snapshot METHOD instead")
 
+    _add_serve_parser(sub)
+
     e = sub.add_parser(
         "evaluate", help="held-out log-likelihood of the dTSSBP and its baselines (the paper's protocol)",
         description="Per epoch a random 90/10 train/test split. First half of the epochs: pick kappa0 from "
@@ -186,6 +188,58 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--max-epochs", type=_positive_int, default=None, help="use only the first N epochs")
     e.add_argument("--quiet", action="store_true", help="no progress lines")
     return parser
+
+
+def _duration(text: str) -> float:
+    from streamtree.watermark import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _add_serve_parser(sub) -> None:
+    v = sub.add_parser(
+        "serve", help="run the ingestion service: watch a landing folder, publish epochs as they close",
+        description="Watch a landing folder (local or a pyarrow.fs URI) for new Parquet, Arrow, JSONL or CSV "
+                    "files, bucket their rows into event-time epochs, and fit and publish each epoch to the "
+                    "store once the watermark (newest event time minus --allowed-lateness) passes its end. "
+                    "Each file is ingested once: a ledger committed with each epoch records it. Restarts "
+                    "continue from the store. SIGTERM/SIGINT stop after the current step (twice: at once).")
+    v.add_argument("landing", help="landing folder or pyarrow.fs URI prefix (s3://bucket/landing/)")
+    v.add_argument("--store", required=True, help="snapshot store the service owns (directory or pyarrow.fs URI)")
+    v.add_argument("--text-col", required=True, help="column holding the document text")
+    v.add_argument("--time-col", required=True, help="column holding the event time")
+    v.add_argument("--id-col", help="column holding document ids (default: <file>:<row>)")
+    v.add_argument("--time-unit", default="auto", help="how numeric times are read: auto, year, s, ms, us, ns")
+    v.add_argument("--epoch", default="1d", help="epoch width: 1h, 1d, 1w, month, year, 10y ... (default 1d)")
+    v.add_argument("--allowed-lateness", type=_duration, default=0.0,
+                   help="how late (event time behind the newest) a row may arrive: 0, 30m, 6h, 2d, 1y (default 0)")
+    v.add_argument("--late-policy", choices=["reject", "next-epoch"], default="reject",
+                   help="a row for a closed epoch: store it as a reject (default) or put it in the next open epoch")
+    v.add_argument("--idle-timeout", type=_duration, default=None,
+                   help="after no file landed for this long, close the newest epoch too (default: never)")
+    v.add_argument("--poll-interval", type=_duration, default=5.0, help="seconds between listings (default 5s)")
+    v.add_argument("--settle", type=_duration, default=None,
+                   help="a file this old is complete even if not yet seen on two polls (default 2 poll intervals)")
+    v.add_argument("--require-success", action="store_true",
+                   help="read a file only once its folder holds a _SUCCESS marker")
+    v.add_argument("--vocabulary-from", metavar="STORE",
+                   help="use this store's vocabulary (e.g. a replay's) instead of fitting one on a warm-up span")
+    v.add_argument("--warmup-docs", type=_positive_int, default=1000,
+                   help="fit the vocabulary once the closed epochs hold this many documents (default 1000)")
+    v.add_argument("--min-df", type=_df, default=2, help="warm-up vocabulary: drop terms in fewer documents")
+    v.add_argument("--max-df", type=_df, default=0.5, help="warm-up vocabulary: drop terms in more documents")
+    v.add_argument("--max-features", type=_positive_int, default=None, help="warm-up vocabulary: most frequent terms")
+    _add_model_args(v)
+    v.add_argument("--address", help="Ray cluster address for --engine ray (default: RAY_ADDRESS or a local one)")
+    v.add_argument("--top-words", type=_positive_int, default=10, help="top words stored per node")
+    v.add_argument("--once", action="store_true",
+                   help="take the files that are ready, publish every epoch the watermark closed, exit")
+    v.add_argument("--metrics-addr", default="127.0.0.1:9750",
+                   help="HOST:PORT for /metrics (Prometheus) and /healthz, or 'off' (default 127.0.0.1:9750)")
+    v.add_argument("--log-format", choices=["plain", "json"], default="plain", help="log lines plain or JSON")
 
 
 # ---------------------------------------------------------------------------------- show
@@ -305,6 +359,39 @@ def cmd_replay(args) -> int:
     print(summary.format())
     print(f"store: {args.store}")
     return 0
+
+
+def serve_config(args):
+    """The :class:`~streamtree.service.ServeConfig` of parsed ``serve`` arguments."""
+    from streamtree.service import ServeConfig
+
+    if args.address and args.engine != "ray":
+        raise _UserError("--address is for the Ray engine", "serve", "add --engine ray or drop --address")
+    model = dict(likelihood="vmf", variant=args.variant, window=args.window, max_depth=args.max_depth,
+                 kappa0=args.kappa0, n_sweeps=args.sweeps, random_state=args.seed, engine=args.engine,
+                 n_shards=args.shards)
+    if args.address:
+        model["engine_options"] = {"address": args.address}
+    return ServeConfig(
+        landing=args.landing, store=args.store, text_col=args.text_col, time_col=args.time_col, id_col=args.id_col,
+        time_unit=args.time_unit, epoch=args.epoch, allowed_lateness=args.allowed_lateness,
+        late_policy=args.late_policy, idle_timeout=args.idle_timeout, poll_interval=args.poll_interval,
+        settle=args.settle, require_success=args.require_success, vocabulary_from=args.vocabulary_from,
+        warmup_docs=args.warmup_docs, min_df=args.min_df, max_df=args.max_df, max_features=args.max_features,
+        top_words=args.top_words, model=model)
+
+
+def cmd_serve(args) -> int:
+    from streamtree.service import EXIT_ABANDONED, Service, configure_logging, parse_address
+
+    configure_logging(args.log_format, logging.DEBUG if args.verbose >= 1 else logging.INFO)
+    if args.poll_interval <= 0:
+        raise _UserError("--poll-interval must be positive", "serve", "use e.g. 5s")
+    config = serve_config(args)
+    service = Service(config, metrics_addr=parse_address(args.metrics_addr))
+    summary = service.run(once=args.once)
+    print(summary.format())
+    return EXIT_ABANDONED if summary.abandoned else 0
 
 
 def cmd_show(args) -> int:
@@ -459,7 +546,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     command = {"replay": cmd_replay, "show": cmd_show, "snapshot": cmd_snapshot,
-               "evaluate": cmd_evaluate}[args.command]
+               "evaluate": cmd_evaluate, "serve": cmd_serve}[args.command]
     try:
         return command(args)
     except KeyboardInterrupt:
