@@ -407,6 +407,115 @@ class DTSSBP:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    # ------------------------------------------------------------------ checkpoints
+    _CHECKPOINT_FORMAT = 1
+    _TREE_FIELDS = ("node_ids", "parent", "depth", "mass", "counts", "subtree_counts", "window_counts",
+                    "theta", "concentration", "born", "assignments", "died")
+    _CANDIDATE_FIELDS = ("theta_T", "live_a", "live_b", "live_c", "ph_parent", "ph_a", "ph_b", "ph_c")
+
+    def get_checkpoint(self) -> tuple[dict[str, np.ndarray], dict]:
+        """Everything needed to continue after the last fitted epoch.
+
+        Returns named numeric arrays and a JSON-serialisable ``meta`` dict (parameters,
+        SeedSequence state, last epoch); :meth:`from_checkpoint` rebuilds the model, and
+        continuing it gives bit-identical trees to a model that was never stopped.
+        """
+        if not hasattr(self, "trees_") or not self.trees_:
+            raise RuntimeError("this DTSSBP is not fitted yet; call partial_fit first")
+        tree = self.tree_
+        ids = tree.preorder()  # children appear in stick order, so the order is rebuilt exactly
+        arrays: dict[str, np.ndarray] = {
+            "tree_ids": np.asarray(ids, dtype=np.int64),
+            "tree_parent": np.asarray([tree.parent[i] for i in ids], dtype=np.int64),
+            "tree_born": np.asarray([tree.born[i] for i in ids], dtype=np.int64),
+            "theta": np.stack([self.theta_[i] for i in ids]),
+            "beta": np.asarray([self.beta_[i] for i in ids], dtype=np.float64),
+        }
+        hist = list(self.window_counts_.history)
+        arrays["window_epoch"] = np.asarray([j for j, snap in enumerate(hist) for _ in snap], dtype=np.int64)
+        arrays["window_node"] = np.asarray([k for snap in hist for k in snap], dtype=np.int64)
+        arrays["window_count"] = np.asarray([v for snap in hist for v in snap.values()], dtype=np.int64)
+        if self._root_parent is not None:
+            arrays["root_parent"] = np.asarray(self._root_parent, dtype=np.float64)
+        last = self.trees_[-1]
+        for name in self._TREE_FIELDS:
+            arrays[f"last_{name}"] = np.asarray(getattr(last, name))
+        preds = {"predictive": getattr(self, "predictive_", None),
+                 "unnormalized": getattr(self, "_predictive_unnormalized", None)}
+        kinds = {}
+        for prefix, cand in preds.items():
+            if cand is None:
+                continue
+            kinds[prefix] = int(cand.kind)
+            for name in self._CANDIDATE_FIELDS:
+                arrays[f"{prefix}_{name}"] = np.asarray(getattr(cand, name))
+        params = self.get_params()
+        if not isinstance(params["engine"], str):
+            params["engine"] = "local"
+        params["beta_bounds"] = list(params["beta_bounds"])
+        ss = self._seeds
+        meta = {
+            "format": "streamtree-dtssbp-checkpoint", "format_version": self._CHECKPOINT_FORMAT,
+            "params": params, "n_features_in": int(self.n_features_in_), "next_id": int(tree.next_id),
+            "window_epochs": len(hist),
+            "seed_sequence": {"entropy": ss.entropy, "spawn_key": list(ss.spawn_key), "pool_size": ss.pool_size,
+                              "n_children_spawned": ss.n_children_spawned},
+            "last_epoch": int(last.epoch), "last_label": last.label, "candidates": kinds,
+        }
+        return arrays, meta
+
+    @classmethod
+    def from_checkpoint(cls, arrays: dict[str, np.ndarray], meta: dict, **overrides) -> "DTSSBP":
+        """Rebuild a model from :meth:`get_checkpoint` output; ``overrides`` set run-location
+        parameters (``engine``, ``n_threads``, ``engine_options``). ``trees_`` holds only the
+        last epoch's tree."""
+        if meta.get("format") != "streamtree-dtssbp-checkpoint" or meta.get("format_version") != cls._CHECKPOINT_FORMAT:
+            raise ValueError("not a DTSSBP checkpoint of a version this release reads")
+        params = dict(meta["params"])
+        params["beta_bounds"] = tuple(params["beta_bounds"])
+        params.update(overrides)
+        model = cls(**params)
+        model._check_params()
+        model.config_ = resolve_variant(model.variant, window=model.window, max_depth=model.max_depth,
+                                        gamma=model.gamma, xi=model.xi)
+        model.n_features_in_ = int(meta["n_features_in"])
+        tree = TSSBTree(model.config_.max_depth)
+        ids = arrays["tree_ids"].tolist()
+        for nid, par, born in zip(ids, arrays["tree_parent"].tolist(), arrays["tree_born"].tolist()):
+            if par == -1:
+                tree.born[nid] = born
+                continue
+            tree.parent[nid] = par
+            tree.children[nid] = []
+            tree.children[par].append(nid)
+            tree.depth[nid] = tree.depth[par] + 1
+            tree.born[nid] = born
+        tree.next_id = int(meta["next_id"])
+        model.tree_ = tree
+        model.theta_ = {nid: np.array(row) for nid, row in zip(ids, arrays["theta"])}
+        model.beta_ = {nid: float(b) for nid, b in zip(ids, arrays["beta"])}
+        win = WindowedCounts(model.config_.window)
+        snaps = [dict() for _ in range(int(meta["window_epochs"]))]
+        for j, k, v in zip(arrays["window_epoch"].tolist(), arrays["window_node"].tolist(),
+                           arrays["window_count"].tolist()):
+            snaps[j][k] = v
+        for snap in snaps:
+            win.history.append(snap)
+            for k, v in snap.items():
+                win.total[k] = win.total.get(k, 0) + v
+        model.window_counts_ = win
+        model._root_parent = np.array(arrays["root_parent"]) if "root_parent" in arrays else None
+        last = {name: np.array(arrays[f"last_{name}"]) for name in cls._TREE_FIELDS}
+        model.trees_ = [EpochTree(epoch=int(meta["last_epoch"]), label=meta["last_label"], **last)]
+        for prefix, kind in meta["candidates"].items():
+            cand = Candidates(kind, *(np.array(arrays[f"{prefix}_{n}"]) for n in cls._CANDIDATE_FIELDS))
+            setattr(model, "predictive_" if prefix == "predictive" else "_predictive_unnormalized", cand)
+        s = meta["seed_sequence"]
+        model._seeds = np.random.SeedSequence(s["entropy"], spawn_key=tuple(s["spawn_key"]),
+                                              pool_size=s["pool_size"], n_children_spawned=s["n_children_spawned"])
+        model._engine = _make_engine(model.engine, model.n_shards, model.n_threads, model.engine_options)
+        return model
+
     # ------------------------------------------------------------------ inference
     def _own_counts(self, ids: np.ndarray, current: dict[int, int]) -> np.ndarray:
         return self.window_counts_.counts(ids) + np.array([current.get(int(i), 0) for i in ids], dtype=np.int64)

@@ -217,21 +217,25 @@ def replay(
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     start = time.perf_counter()
     store = SnapshotStore(store_uri)
+    with store.writer("replay"):
+        return _replay(store, config, mode, progress, epochs, n_records, static, start)
+
+
+def _replay(store, config, mode, progress, epochs, n_records, static, start):
+    from streamtree.model import DTSSBP
+
     done, wipe = _check_store(store, config, mode)
     if epochs is None:
         epochs, n_records = read_epochs(config)
     vec = fit_vocabulary(config, epochs)
-    if wipe:  # only now that the source has been read successfully
-        store.fs.delete_dir_contents(store.root, missing_dir_ok=True)
     if done:
         stored = store.vectorizer()
         if stored is None or stored.vocabulary_hash() != vec.vocabulary_hash():
             raise StoreError(f"{store.uri}: the stored vocabulary differs from the one refitted on the source "
                              "(did the source change?); use --overwrite")
     else:
-        store.set_config({"replay": config.identity(), "engine": config.engine,
-                          "streamtree": streamtree.__version__})
-        store.write_vocabulary(vec)
+        store.begin({"replay": config.identity(), "engine": config.engine,
+                     "streamtree": streamtree.__version__}, vec)
     model = DTSSBP(**config.model_params())
     try:
         fitter = EpochFitter(model, vec)
@@ -249,7 +253,7 @@ def replay(
             skipped = ep.index in done
             if not skipped:
                 fitted.publish(store, n_top_words=config.top_words,
-                               checkpoint={"last_epoch": ep.index, "documents": n_docs})
+                               state={"last_epoch": ep.index, "documents": n_docs})
                 n_published += 1
                 if static is not None:
                     _write_static(store, static, ep, fitted.tree, fitted.X, config.seed)
@@ -282,10 +286,12 @@ class FittedEpoch:
     def n_documents(self) -> int:
         return int(self.X.shape[0])
 
-    def publish(self, store: SnapshotStore, *, n_top_words: int, checkpoint: dict | None = None) -> None:
+    def publish(self, store: SnapshotStore, *, n_top_words: int, **commit) -> None:
+        """Publish to ``store``; ``commit`` goes to ``SnapshotStore.publish`` (``state``,
+        ``checkpoint``, ``tables``: what is committed with the epoch)."""
         ep = self.epoch
         store.publish(self.tree, ep.rows.column("id").to_pylist(), n_top_words=n_top_words, rejects=self.rejects,
-                      key=ep.key, label=ep.label, checkpoint=checkpoint)
+                      key=ep.key, label=ep.label, **commit)
 
 
 class EpochFitter:

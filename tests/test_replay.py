@@ -74,7 +74,7 @@ def test_every_record_is_fitted_or_rejected(corpus, replayed):
     assert summary.n_epochs == 3 and summary.n_published == 3
     assert summary.vocabulary_size == 500 and len(store.vocabulary()) == 500
     assert store.config()["replay"]["kappa0"] == 100.0
-    assert store.checkpoint() == {"last_epoch": 2, "documents": summary.n_documents}
+    assert store.last_commit()["state"]["documents"] == summary.n_documents
 
 
 def test_same_seed_same_store_and_other_seed_differs(corpus, replayed, tmp_path):
