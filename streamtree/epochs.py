@@ -361,6 +361,38 @@ class Bucketer:
     def __iter__(self) -> Iterator[Epoch]:
         return self.drain()
 
+    # ---- persistence (a streaming consumer checkpoints its open epochs) ----------------
+    def state(self) -> tuple[dict, pa.Table, pa.Table, pa.Table]:
+        """What :meth:`restore` needs: JSON scalars, the pending rows and the pending rejects
+        filed under an epoch (both with their epoch in a ``key`` column: a row moved to the
+        next epoch keeps its own time), and the rejects waiting for the next epoch."""
+        scalars = {"next_index": self._next_index, "closed_through": self._closed_through,
+                   "max_key": self._max_key, "n_rows": self.n_rows, "n_late": self.n_late, "n_moved": self.n_moved}
+        rows = _keyed(self._rows, self._schema)
+        rejects = _keyed(self._rejects, REJECT_SCHEMA)
+        unplaced = pa.concat_tables(self._unplaced) if self._unplaced else empty_rejects()
+        return scalars, rows, rejects, unplaced
+
+    @classmethod
+    def restore(cls, spec: EpochSpec | str, scalars: dict, rows: pa.Table, rejects: pa.Table,
+                unplaced: pa.Table) -> "Bucketer":
+        """A bucketer in the state :meth:`state` returned."""
+        b = cls(spec)
+        b._next_index = int(scalars["next_index"])
+        b._closed_through = None if scalars["closed_through"] is None else int(scalars["closed_through"])
+        b._max_key = None if scalars["max_key"] is None else int(scalars["max_key"])
+        b.n_rows, b.n_late, b.n_moved = int(scalars["n_rows"]), int(scalars["n_late"]), int(scalars["n_moved"])
+        if "key" in rows.column_names and rows.num_columns > 1:
+            b._schema = rows.schema.remove(rows.schema.get_field_index("key"))
+            for key, part in _split(rows.drop_columns(["key"]), _int64(rows.column("key"))):
+                b._rows.setdefault(key, []).append(part)
+        for key, part in _split(rejects.select(REJECT_SCHEMA.names).cast(REJECT_SCHEMA),
+                                _int64(rejects.column("key"))):
+            b._rejects.setdefault(key, []).append(part)
+        if unplaced.num_rows:
+            b._unplaced.append(unplaced.select(REJECT_SCHEMA.names).cast(REJECT_SCHEMA))
+        return b
+
     def _emit(self, key: int) -> Epoch:
         parts = self._rows.pop(key, [])
         if parts:
@@ -391,6 +423,16 @@ def bucket(batches: Iterable[pa.RecordBatch], spec: EpochSpec | str) -> Iterator
     if log is not None:
         bucketer.add_rejects(log.drain())
     yield from bucketer.drain()
+
+
+def _keyed(parts: dict[int, list[pa.Table]], schema: pa.Schema | None) -> pa.Table:
+    """The tables of ``parts`` stacked, with their key in a ``key`` column."""
+    tables = [t.append_column("key", pa.array(np.full(t.num_rows, k, dtype=np.int64)))
+              for k, ts in sorted(parts.items()) for t in ts]
+    if tables:
+        return pa.concat_tables(tables)
+    schema = schema if schema is not None else pa.schema([])
+    return schema.append(pa.field("key", pa.int64())).empty_table()
 
 
 def _split(table: pa.Table, keys: np.ndarray) -> Iterator[tuple[int, pa.Table]]:

@@ -29,15 +29,16 @@ with the vocabulary of a replay of the same files publishes exactly that replay'
 
 Exactly once and restarts
 -------------------------
-Each published epoch commits, atomically with it, the ledger of the files consumed since the
-previous commit (:mod:`connectors.stores.ledger`). Rows of still-open epochs are not
-committed: after a stop or a crash, the files that fed them are not in the ledger and are
-simply read again. On start the service rebuilds its state from the committed ledger by
-re-running the logged events (file reads and idle closes) in order without republishing,
-which reproduces the model, the open epochs and the watermark bit for bit; then it goes on
-with the files not in the ledger. This needs the ledgered files to still be in the landing
-folder. A kill at any point, then a restart, therefore ends in the same store as a service
-that was never stopped.
+While it runs the service holds the store's writer lease. Each published epoch commits,
+atomically with it (one commit record of the store): the model checkpoint, the ledger of
+the files taken since the previous commit (:mod:`connectors.stores.ledger`), the rows and
+rejects still waiting in open epochs, and the watermark and counters. A restart loads the
+last commit and goes on with the files that are not in the ledger: the files taken after
+the last commit are simply taken again, in the same order. So a kill at any point, then a
+restart, ends in the same store as a service that was never stopped, and repeated
+``--once`` runs as files arrive publish what one long-running service would. Resuming
+reads one checkpoint and the ledger, not the history of the data; the landed files may be
+archived once an epoch after them is committed.
 
 Stopping
 --------
@@ -63,10 +64,10 @@ import pyarrow as pa
 
 import streamtree
 from connectors.landing import LandedFile, LandingError, LandingZone, read_landed
-from connectors.stores.ledger import Ledger
+from connectors.stores.ledger import LEDGER_TABLE, ledger_table, read_ledger
 from connectors.stores.snapshot import SnapshotStore, StoreError
 from streamtree.epochs import LATE_POLICIES, Bucketer, Epoch, EpochSpec
-from streamtree.records import make_rejects
+from streamtree.records import REJECT_SCHEMA, make_rejects
 from streamtree.replay import EpochFitter
 from streamtree.text import TextVectorizer
 from streamtree.watermark import Watermark, is_idle
@@ -236,13 +237,14 @@ def parse_address(text: str) -> tuple[str, int] | None:
 # ------------------------------------------------------------------------------ the service
 @dataclass
 class ServeSummary:
-    """Where the service stands when it stops."""
+    """Where the service stands when it stops (totals over the store's life)."""
 
-    files: Counter = field(default_factory=Counter)
+    files: dict = field(default_factory=dict)
     rows_read: int = 0
     documents: int = 0
     rejected: int = 0
     pending_rows: int = 0
+    pending_rejects: int = 0
     epochs_published: int = 0  # by this process
     last_epoch: tuple[int, str] | None = None
     stopped_by: str = "done"
@@ -251,9 +253,9 @@ class ServeSummary:
     def format(self) -> str:
         files = ", ".join(f"{n} {s}" for s, n in sorted(self.files.items())) or "none"
         last = f"epoch {self.last_epoch[0]} ({self.last_epoch[1]})" if self.last_epoch else "no epoch yet"
-        return (f"files: {files}\nrows read: {self.rows_read} = {self.documents} fitted + {self.rejected} rejected "
-                f"+ {self.pending_rows} in open epochs (uncommitted)\n"
-                f"published now: {self.epochs_published} epochs; store committed through {last}")
+        return (f"files: {files}\nrows read: {self.rows_read}; committed: {self.documents} fitted, {self.rejected} "
+                f"rejects; waiting in open epochs: {self.pending_rows} rows, {self.pending_rejects} rejects\n"
+                f"published now: {self.epochs_published} epochs; the store is committed through {last}")
 
 
 class _Abandon(Exception):
@@ -278,16 +280,16 @@ class Service:
         self.landing = LandingZone(config.landing, settle=config.settle_seconds,
                                    require_success=config.require_success)
         self.store = SnapshotStore(config.store)
-        self.ledger = Ledger(self.store)
         self.summary = ServeSummary()
+        self.bound_address: tuple[str, int] | None = None
         self._stop = threading.Event()
         self._signals = 0
         self._in_epoch: Epoch | None = None
         self._heartbeat = time.time()
         self._http: ThreadingHTTPServer | None = None
-        self._reset_state()
+        self._new_state()
 
-    def _reset_state(self) -> None:
+    def _new_state(self) -> None:
         from streamtree.model import DTSSBP
 
         c = self.config
@@ -296,31 +298,25 @@ class Service:
         self.model = DTSSBP(**c.model)
         self.vectorizer: TextVectorizer | None = None
         self.fitter: EpochFitter | None = None
-        self._warmup: list[Epoch] = []
+        self._queue: list[Epoch] = []  # closed epochs waiting to be fitted (warm-up)
         self._events: list[dict] = []  # taken since the last commit
         self._seq = 0
+        self._target: int | None = None  # the epoch key the watermark closes through
         self._hashes: dict[str, str] = {}  # sha256 -> name of the ingested file
         self._taken: dict[str, tuple[int, int]] = {}  # name -> (size, mtime_ns) when taken
         self._changed_warned: set[str] = set()
         self._epoch_ready_ns: dict[int, int] = {}  # epoch key -> newest ready time of its files
         self._last_ready_ns: int | None = None
-        self._committed: set[int] = set()
-        self._replaying = False
-        self._accepted = 0  # rows put into the bucketer
-        self._emitted = 0  # rows of closed epochs
+        self._totals: dict = {"rows_read": 0, "documents": 0, "epochs": 0, "files": {}, "rejected": {}}
+        self._last_commit: tuple[int, str] | None = None
 
     # ---- start -------------------------------------------------------------------------
     def _open_store(self) -> None:
-        """Check the store against the config, set the vocabulary, rebuild from the ledger."""
+        """Check the store against the config; start a new run or restore the last commit."""
         self.landing.check()
-        try:
-            manifest = self.store.manifest()
-        except StoreError:
-            raise
-        except OSError as exc:
-            raise StoreError(f"{self.config.store}: cannot open the store: {exc}") from None
-        epochs = manifest["epochs"]
-        stored = (manifest.get("config") or {}).get("serve")
+        self.store.check_writable()
+        epochs = self.store.epochs()
+        stored = self.store.config().get("serve")
         identity = self.config.identity()
         if epochs and stored is None:
             raise StoreError(f"{self.config.store}: the store holds {len(epochs)} epochs that are not from "
@@ -329,200 +325,207 @@ class Service:
             diff = sorted(k for k in set(stored) | set(identity) if stored.get(k) != identity.get(k))
             raise StoreError(f"{self.config.store}: the store was served with other settings ({', '.join(diff)}); "
                              "restart with the same settings or give another --store")
-        self._committed = {int(e["epoch"]) for e in epochs}
-        self.ledger.remove_uncommitted(self._committed)
+        given = None
         if self.config.vocabulary_from:
-            vec = SnapshotStore(self.config.vocabulary_from).vectorizer()
-            if vec is None:
+            given = SnapshotStore(self.config.vocabulary_from).vectorizer()
+            if given is None:
                 raise StoreError(f"{self.config.vocabulary_from}: no vocabulary in this store (--vocabulary-from)")
-            if epochs and self.store.vectorizer().vocabulary_hash() != vec.vocabulary_hash():
-                raise StoreError(f"{self.config.store}: its vocabulary differs from the one in "
-                                 f"{self.config.vocabulary_from}; restart with the store's own vocabulary source")
-            self._set_vocabulary(vec, write=not epochs)
-        elif epochs:
-            vec = self.store.vectorizer()
-            if vec is None:
-                raise StoreError(f"{self.config.store}: published epochs but no vocabulary; the store is damaged")
-            self._set_vocabulary(vec, write=False)
-        if not epochs:
-            self.store.set_config({"serve": identity, "streamtree": streamtree.__version__})
+        if not epochs:  # a new run (or one that never committed: its files are ours to set aside)
+            self.store.begin({"serve": identity, "streamtree": streamtree.__version__}, given)
+            if given is not None:
+                self._set_vocabulary(given)
             return
-        self._catch_up()
+        vec = self.store.vectorizer()
+        if vec is None:
+            raise StoreError(f"{self.config.store}: published epochs but no vocabulary; the store is damaged")
+        if given is not None and given.vocabulary_hash() != vec.vocabulary_hash():
+            raise StoreError(f"{self.config.store}: its vocabulary differs from the one in "
+                             f"{self.config.vocabulary_from}; restart with the store's own vocabulary source")
+        self._restore(vec)
 
-    def _catch_up(self) -> None:
-        """Re-run the committed events in order (no publishing) to rebuild the state."""
-        events = self.ledger.read(self._committed).to_pylist()
+    def _restore(self, vec: TextVectorizer) -> None:
+        """Continue from the last commit: the model checkpoint, the open epochs, the ledger."""
+        from streamtree.model import DTSSBP
+
         t0 = time.perf_counter()
-        self._replaying = True
-        try:
-            for ev in events:
-                self._seq = ev["seq"] + 1
-                if ev["kind"] == "idle":
-                    self._close(int(ev["close_through"]))
-                    continue
-                landed = LandedFile(f"{self.landing.root}/{ev['name']}", ev["name"], ev["size"], ev["mtime_ns"],
-                                    ev["ready_ns"], _format_of(ev["name"]))
-                self._take(landed, committed=ev)
-        finally:
-            self._replaying = False
-        last = max(self._committed)
-        if self._in_model_through() < last:
-            raise StoreError(f"{self.config.store}: rebuilding from the ledger reached epoch "
-                             f"{self._in_model_through()} but the store holds epoch {last}; the ledger is incomplete")
-        logger.info("resumed: rebuilt the state from %d ledger events through epoch %d in %.1fs",
-                    len(events), last, time.perf_counter() - t0)
+        last = self.store.last_commit()
+        state = (last.get("state") or {}).get("service")
+        if state is None:
+            raise StoreError(f"{self.config.store}: epoch {last['epoch']} carries no service state; "
+                             "give the service a new --store")
+        epoch = int(last["epoch"])
+        runtime = {k: v for k, v in self.config.model.items() if k in ServeConfig._ENGINE_PARAMS}
+        self.model.close()
+        self.model = DTSSBP.from_checkpoint(*self.store.read_checkpoint(epoch), **runtime)
+        self._set_vocabulary(vec)
+        table = lambda name: self.store.read_table(epoch, name)  # noqa: E731
+        self.bucketer = Bucketer.restore(self.spec, state["bucketer"], table("pending_rows"),
+                                         table("pending_rejects"), table("pending_unplaced"))
+        self.watermark.max_time_us = state["max_time_us"]
+        self._queue = _queue_from(state["queue"], table("queued_rows"), table("queued_rejects"))
+        self._seq = int(state["next_seq"])
+        self._target = state["target"]
+        self._last_ready_ns = state["last_ready_ns"]
+        self._epoch_ready_ns = {int(k): int(v) for k, v in state["epoch_ready_ns"].items()}
+        self._totals = state["totals"]
+        for ev in read_ledger(self.store).to_pylist():
+            if ev["kind"] == "file":
+                self._taken[ev["name"]] = (ev["size"], ev["mtime_ns"])
+                if ev["status"] == "ingested":
+                    self._hashes[ev["sha256"]] = ev["name"]
+        m, tot = self.metrics, self._totals
+        m.rows_read.inc(tot["rows_read"])
+        m.documents.inc(tot["documents"])
+        m.epochs.inc(tot["epochs"])
+        for status, n in tot["files"].items():
+            m.files.labels(status).inc(n)
+        for reason, n in tot["rejected"].items():
+            m.rows_rejected.labels(reason).inc(n)
+        m.live_nodes.set(last["n_nodes"])
+        m.committed(time.time())
+        self._last_commit = (epoch, last["label"])
+        self._update_gauges()
+        logger.info("resumed after epoch %d (%s) in %.2fs: %d files in the ledger, %d rows in open epochs",
+                    epoch, last["label"], time.perf_counter() - t0, len(self._taken), self._pending_rows())
+        # epochs the committed files had closed but a stop kept from being committed
+        self._close(self._target)
 
-    def _in_model_through(self) -> int:
-        trees = getattr(self.model, "trees_", None)
-        return trees[-1].epoch if trees else -1
-
-    def _set_vocabulary(self, vec: TextVectorizer, *, write: bool) -> None:
+    def _set_vocabulary(self, vec: TextVectorizer) -> None:
         self.vectorizer = vec
         self.fitter = EpochFitter(self.model, vec)
-        if write:
-            self.store.write_vocabulary(vec)
         logger.info("vocabulary: %d terms", vec.vocabulary_.shape[0])
 
     # ---- taking files ------------------------------------------------------------------
-    def _take(self, landed: LandedFile, committed: dict | None = None) -> None:
-        """Read one file and apply it; ``committed`` is its ledger event when rebuilding."""
+    def _take(self, landed: LandedFile) -> None:
+        """Read one file, apply it, and close the epochs the watermark passed."""
         c = self.config
         event = {"seq": self._seq, "kind": "file", "name": landed.name, "size": landed.size,
                  "mtime_ns": landed.mtime_ns, "ready_ns": landed.ready_ns, "sha256": None, "status": None,
                  "n_read": 0, "detail": None, "close_through": None}
         self._seq += 1
-        if committed is not None and committed["status"] == "duplicate":
-            event.update(committed)
-        elif committed is not None and committed["status"] == "unreadable":
-            event.update(committed)
-            self._unreadable(landed.name, committed["detail"])
+        try:
+            read = read_landed(self.landing.fs, landed, text_col=c.text_col, time_col=c.time_col,
+                               id_col=c.id_col, time_unit=c.time_unit, batch_size=c.batch_size)
+        except LandingError as exc:
+            msg = str(exc).split(": ", 1)[-1]
+            event.update(status="unreadable", detail=msg)
+            logger.warning("landing: %s is unreadable, recorded as a reject: %s", landed.name, msg)
+            reason = f"{UNREADABLE_FILE} '{msg}'"
+            self.bucketer.add_rejects(make_rejects(source=[landed.name], position=[None], id=[None], reason=[reason]))
         else:
-            try:
-                read = read_landed(self.landing.fs, landed, text_col=c.text_col, time_col=c.time_col,
-                                   id_col=c.id_col, time_unit=c.time_unit, batch_size=c.batch_size)
-            except LandingError as exc:
-                if committed is not None:
-                    raise StoreError(f"cannot rebuild from the ledger: {exc} (the file was read fine when it "
-                                     "was ingested; restore it in the landing folder)") from None
-                msg = str(exc).split(": ", 1)[-1]
-                event.update(status="unreadable", detail=msg)
-                logger.warning("landing: %s is unreadable, recorded as a reject: %s", landed.name, msg)
-                self._unreadable(landed.name, msg)
+            dup = self._hashes.get(read.sha256)
+            event.update(sha256=read.sha256, n_read=read.n_read)
+            if dup is not None:
+                event.update(status="duplicate", detail=dup)
+                logger.warning("landing: %s has the same content as %s, already ingested: skipped", landed.name, dup)
             else:
-                if committed is not None and read.sha256 != committed["sha256"]:
-                    raise StoreError(f"cannot rebuild from the ledger: {landed.name} changed since it was ingested "
-                                     "(content hash differs); put the original back in the landing folder")
-                dup = self._hashes.get(read.sha256)
-                event.update(sha256=read.sha256, n_read=read.n_read)
-                if dup is not None:
-                    event.update(status="duplicate", detail=dup)
-                    logger.warning("landing: %s has the same content as %s, already ingested: skipped",
-                                   landed.name, dup)
-                else:
-                    event.update(status="ingested")
-                    self._hashes[read.sha256] = landed.name
-                    self._ingest(landed, read)
+                event.update(status="ingested")
+                self._hashes[read.sha256] = landed.name
+                self._ingest(landed, read)
         self._taken[landed.name] = (landed.size, landed.mtime_ns)
         self._last_ready_ns = max(self._last_ready_ns or 0, landed.ready_ns)
-        self.summary.files[event["status"]] += 1
-        self.metrics.files.labels(event["status"]).inc()
-        if committed is None:
-            self._events.append(event)
-            logger.info("took %s: %s, %d rows", landed.name, event["status"], event["n_read"])
+        status = event["status"]
+        self._totals["files"][status] = self._totals["files"].get(status, 0) + 1
+        self.metrics.files.labels(status).inc()
+        self._events.append(event)
+        logger.info("took %s: %s, %d rows", landed.name, status, event["n_read"])
         self._close(self.watermark.closable_through())
 
     def _ingest(self, landed: LandedFile, read) -> None:
         rows = read.rows
-        self.summary.rows_read += read.n_read
+        self._totals["rows_read"] += read.n_read
         self.metrics.rows_read.inc(read.n_read)
         self.bucketer.add_rejects(read.rejects)
         if rows.num_rows:
-            keys = np.unique(self.spec.keys(rows))
-            for k in keys.tolist():
+            for k in np.unique(self.spec.keys(rows)).tolist():
                 self._epoch_ready_ns[k] = max(self._epoch_ready_ns.get(k, 0), landed.ready_ns)
-            late_before = self.bucketer.n_late
+            late_before, moved_before = self.bucketer.n_late, self.bucketer.n_moved
             self.bucketer.add(rows, late=self.config.late_policy)
-            self._accepted += rows.num_rows - (self.bucketer.n_late - late_before)
             if self.bucketer.n_late > late_before:
-                logger.info("%s: %d late rows for closed epochs (%s)", landed.name,
-                            self.bucketer.n_late - late_before,
-                            "moved to the next open epoch" if self.config.late_policy == "next-epoch" else "rejected")
+                logger.info("%s: %d late rows for closed epochs rejected", landed.name, self.bucketer.n_late - late_before)
+            if self.bucketer.n_moved > moved_before:
+                logger.info("%s: %d late rows for closed epochs moved to the next open epoch", landed.name,
+                            self.bucketer.n_moved - moved_before)
             self.watermark.observe(rows.column("time"))
-            self._update_gauges()
-
-    def _unreadable(self, name: str, message: str) -> None:
-        reason = f"{UNREADABLE_FILE} '{message}'"
-        self.bucketer.add_rejects(make_rejects(source=[name], position=[None], id=[None], reason=[reason]))
+        self._update_gauges()
 
     # ---- closing epochs ----------------------------------------------------------------
     def _close(self, through: int | None) -> None:
+        """Close, fit and publish every epoch through key ``through``, one commit each."""
         if through is None:
             return
+        if self._target is None or through > self._target:
+            self._target = through
         for ep in self.bucketer.pop_through(through):
-            self._emitted += ep.n_rows
             # Replay order: by file name, then position, whatever order the files came in.
             rows = ep.rows.sort_by([("source", "ascending"), ("position", "ascending")]) if ep.n_rows else ep.rows
-            ep = Epoch(ep.index, ep.key, ep.label, rows, ep.rejects)
-            if self.vectorizer is None:
-                self._warm_up(ep)
-            else:
-                self._fit(ep)
-            if self._stop.is_set() and not self._replaying:
-                # leave the remaining closed epochs to the next start (they are re-derived)
-                raise _StopNow()
+            self._queue.append(Epoch(ep.index, ep.key, ep.label, rows, ep.rejects))
+            if self.vectorizer is None and not self._warm_up():
+                continue
+            while self._queue:
+                self._fit(self._queue[0])
+                if self._stop.is_set():  # the rest is re-derived from the commit on restart
+                    raise _StopNow()
 
-    def _warm_up(self, ep: Epoch) -> None:
-        self._warmup.append(ep)
-        n = sum(e.n_rows for e in self._warmup)
+    def _warm_up(self) -> bool:
+        """Fit the vocabulary once the queued closed epochs hold enough documents."""
+        n = sum(e.n_rows for e in self._queue)
         if n < self.config.warmup_docs:
             logger.info("warm-up: %d of %d documents for the vocabulary (epoch %s closed)", n,
-                        self.config.warmup_docs, ep.label)
-            return
-        texts = pa.chunked_array([c for e in self._warmup for c in e.rows.column("text").chunks], pa.string())
+                        self.config.warmup_docs, self._queue[-1].label)
+            return False
         vec = self.config.vectorizer()
-        vec.fit(texts)
-        logger.info("vocabulary fitted on %d documents of %d warm-up epochs", n, len(self._warmup))
-        self._set_vocabulary(vec, write=not self._replaying)
-        queued, self._warmup = self._warmup, []
-        for e in queued:
-            self._fit(e)
+        vec.fit(pa.chunked_array([c for e in self._queue for c in e.rows.column("text").chunks], pa.string()))
+        logger.info("vocabulary fitted on %d documents of %d warm-up epochs", n, len(self._queue))
+        self.store.write_vocabulary(vec)
+        self._set_vocabulary(vec)
+        return True
 
     def _fit(self, ep: Epoch) -> None:
+        """Fit the first queued epoch and commit it (the queue still holds it while fitting)."""
         self._in_epoch = ep
         t0 = time.perf_counter()
         fitted = self.fitter.fit(ep)
         self._heartbeat = time.time()
-        if fitted is None:
+        self._queue.pop(0)
+        if fitted is None:  # no document yet: its rejects go with the next epoch
             self._in_epoch = None
             return
         fit_s = time.perf_counter() - t0
-        tree = fitted.tree
-        # Rebuilding skips the epochs already in the store; an epoch that the committed events
-        # closed but that a crash kept from being committed is committed now (as it would have been).
-        if ep.index not in self._committed:
-            self._commit(fitted, fit_s)
+        self._totals["documents"] += fitted.n_documents
+        self._totals["epochs"] += 1
+        kinds = Counter(_reason_kind(r) for r in fitted.rejects.column("reason").to_pylist())
+        for reason, n in kinds.items():
+            self._totals["rejected"][reason] = self._totals["rejected"].get(reason, 0) + n
+        self._commit(fitted, fit_s)
         del self.model.trees_[:-1]  # the store keeps the history; memory stays flat
-        self.summary.documents += fitted.n_documents
-        self.summary.rejected += fitted.rejects.num_rows
         self.metrics.documents.inc(fitted.n_documents)
-        for reason, n in Counter(_reason_kind(r) for r in fitted.rejects.column("reason").to_pylist()).items():
+        for reason, n in kinds.items():
             self.metrics.rows_rejected.labels(reason).inc(n)
         self.metrics.epochs.inc()
-        self.metrics.live_nodes.set(tree.n_nodes)
-        self.summary.last_epoch = (ep.index, ep.label)
+        self.metrics.live_nodes.set(fitted.tree.n_nodes)
         self._epoch_ready_ns.pop(ep.key, None)
         self._in_epoch = None
         self._update_gauges()
 
     def _commit(self, fitted, fit_s: float) -> None:
+        """Publish the epoch with everything a restart needs (one atomic commit)."""
         ep = fitted.epoch
         t0 = time.perf_counter()
-        events, self._events = self._events, []
-        self.ledger.write(ep.index, events)
-        fitted.publish(self.store, n_top_words=self.config.top_words,
-                       checkpoint={"service": {"epoch": ep.index, "key": ep.key, "next_seq": self._seq,
-                                               "watermark": self.watermark.state()}})
-        self._committed.add(ep.index)
+        scalars, rows, rejects, unplaced = self.bucketer.state()
+        q_rows, q_rejects = _queue_tables(self._queue, rows.schema.remove(rows.schema.get_field_index("key"))
+                                          if rows.num_columns > 1 else None)
+        state = {"service": {
+            "epoch": ep.index, "next_seq": self._seq, "target": self._target, "max_time_us": self.watermark.max_time_us,
+            "bucketer": scalars, "queue": [{"index": e.index, "key": e.key, "label": e.label} for e in self._queue],
+            "last_ready_ns": self._last_ready_ns, "epoch_ready_ns": {str(k): v for k, v in self._epoch_ready_ns.items()},
+            "totals": self._totals}}
+        tables = {LEDGER_TABLE: ledger_table(self._events), "pending_rows": rows, "pending_rejects": rejects,
+                  "pending_unplaced": unplaced, "queued_rows": q_rows, "queued_rejects": q_rejects}
+        fitted.publish(self.store, n_top_words=self.config.top_words, checkpoint=self.model.get_checkpoint(),
+                       state=state, tables=tables)
+        self._events = []
+        self._last_commit = (ep.index, ep.label)
         now = time.time()
         commit_s = time.perf_counter() - t0
         self.metrics.commit_seconds.observe(commit_s)
@@ -536,10 +539,12 @@ class Service:
                     ep.index, ep.label, fitted.n_documents, fitted.rejects.num_rows, fitted.tree.n_nodes,
                     fit_s, commit_s)
 
+    def _pending_rows(self) -> int:
+        _, rows, _, _ = self.bucketer.state()
+        return rows.num_rows + sum(e.n_rows for e in self._queue)
+
     def _update_gauges(self) -> None:
-        pending = self._accepted - self._emitted + sum(e.n_rows for e in self._warmup)
-        self.summary.pending_rows = pending
-        self.metrics.pending_rows.set(pending)
+        self.metrics.pending_rows.set(self._pending_rows())
         mx = self.watermark.max_time_us
         self.metrics.set_max_event(None if mx is None else mx / 1e6)
         if self.watermark.value_us is not None:
@@ -551,8 +556,8 @@ class Service:
         ep = self._in_epoch
         return {"healthy": not stalled and not self._stop.is_set(), "stopping": self._stop.is_set(),
                 "fitting": None if ep is None else ep.label,
-                "last_epoch": None if self.summary.last_epoch is None else self.summary.last_epoch[1],
-                "pending_rows": self.summary.pending_rows, "seconds_since_heartbeat": time.time() - self._heartbeat}
+                "last_epoch": None if self._last_commit is None else self._last_commit[1],
+                "seconds_since_heartbeat": round(time.time() - self._heartbeat, 3)}
 
     def poll_once(self, now: float | None = None) -> int:
         """One poll: take every ready file, then close epochs if the stream is idle. Returns files taken."""
@@ -599,31 +604,26 @@ class Service:
                 old[sig] = signal.signal(sig, self._on_signal)
         try:
             self._start_http()
-            try:
-                self._open_store()
-            except _Abandon:
-                self.summary.abandoned = True
-                return self.summary
-            logger.info("serving %s -> %s (epochs %s, allowed lateness %gs, late rows: %s)%s", self.config.landing,
-                        self.config.store, self.config.epoch, self.config.allowed_lateness, self.config.late_policy,
-                        " once" if once else "")
-            try:
-                if once:
-                    # two listings one poll interval apart, so files still being written are seen growing
-                    self.landing.poll(skip=self._taken)
-                    self._stop.wait(self.config.poll_interval)
-                    self.poll_once()
-                else:
-                    while not self._stop.is_set():
-                        self.poll_once()
+            with self.store.writer("serve"):
+                try:
+                    self._open_store()
+                    logger.info("serving %s -> %s (epochs %s, allowed lateness %gs, late rows: %s)%s",
+                                self.config.landing, self.config.store, self.config.epoch,
+                                self.config.allowed_lateness, self.config.late_policy, " once" if once else "")
+                    if once:
+                        # two listings one poll interval apart, so files still being written are seen growing
+                        self.landing.poll(skip=self._taken)
                         self._stop.wait(self.config.poll_interval)
-            except _StopNow:
-                pass
-            except _Abandon:
-                self.summary.abandoned = True
-                return self.summary
-            self._log_stop()
-            return self.summary
+                        self.poll_once()
+                    else:
+                        while not self._stop.is_set():
+                            self.poll_once()
+                            self._stop.wait(self.config.poll_interval)
+                except _StopNow:
+                    pass
+                except _Abandon:
+                    self.summary.abandoned = True
+            return self._finish()
         finally:
             self.model.close()
             if self._http is not None:
@@ -631,6 +631,21 @@ class Service:
                 self._http.server_close()
             for sig, handler in old.items():
                 signal.signal(sig, handler)
+
+    def _finish(self) -> ServeSummary:
+        s, tot = self.summary, self._totals
+        s.files = dict(tot["files"])
+        s.rows_read, s.documents = tot["rows_read"], tot["documents"]
+        s.rejected = sum(tot["rejected"].values())
+        _, rows, rejects, unplaced = self.bucketer.state()
+        s.pending_rows = rows.num_rows + sum(e.n_rows for e in self._queue)
+        s.pending_rejects = rejects.num_rows + unplaced.num_rows + sum(e.rejects.num_rows for e in self._queue)
+        s.last_epoch = self._last_commit
+        if not s.abandoned:
+            n = sum(1 for e in self._events if e["kind"] == "file")
+            logger.info("stopped (%s): %s; %d rows wait in open epochs; %d files taken since the last commit "
+                        "are taken again on restart", s.stopped_by, self._where(), s.pending_rows, n)
+        return s
 
     def _on_signal(self, signum, frame) -> None:
         self._signals += 1
@@ -647,13 +662,8 @@ class Service:
             raise _Abandon(what)
 
     def _where(self) -> str:
-        last = self.summary.last_epoch
-        return ("the store is committed through " + (f"epoch {last[0]} ({last[1]})" if last else
-                                                      (f"epoch {max(self._committed)}" if self._committed else "no epoch")))
-
-    def _log_stop(self) -> None:
-        logger.info("stopped (%s): %s; %d rows of open epochs stay uncommitted and are re-read from their files "
-                    "on restart", self.summary.stopped_by, self._where(), self.summary.pending_rows)
+        last = self._last_commit
+        return "the store is committed through " + (f"epoch {last[0]} ({last[1]})" if last else "no epoch")
 
     def _start_http(self) -> None:
         if self.metrics_addr is None:
@@ -680,13 +690,28 @@ def _reason_kind(reason: str) -> str:
     return reason if cut < 0 else reason[:cut]
 
 
-def _format_of(name: str) -> str:
-    from connectors.sources.files import format_of
+def _queue_tables(queue: list[Epoch], schema: pa.Schema | None) -> tuple[pa.Table, pa.Table]:
+    """Rows and rejects of closed, not yet fitted epochs, with their place in the queue (``qpos``)."""
+    rows = [e.rows.append_column("qpos", pa.array([i] * e.n_rows, pa.int64())) for i, e in enumerate(queue) if e.n_rows]
+    rejects = [e.rejects.select(REJECT_SCHEMA.names).append_column("qpos", pa.array([i] * e.rejects.num_rows, pa.int64()))
+               for i, e in enumerate(queue) if e.rejects.num_rows]
+    qpos = pa.field("qpos", pa.int64())
+    empty_rows = (schema or pa.schema([])).append(qpos).empty_table()
+    return (pa.concat_tables(rows) if rows else empty_rows,
+            pa.concat_tables(rejects) if rejects else REJECT_SCHEMA.append(qpos).empty_table())
 
-    fmt = format_of(name)
-    if fmt is None:
-        raise StoreError(f"ledger names {name!r}, which is not a data file name")
-    return fmt
+
+def _queue_from(entries: list[dict], rows: pa.Table, rejects: pa.Table) -> list[Epoch]:
+    import pyarrow.compute as pc
+
+    out = []
+    for i, e in enumerate(entries):
+        r = rows.filter(pc.equal(rows.column("qpos"), i)).drop_columns(["qpos"]) if rows.num_rows else None
+        j = rejects.filter(pc.equal(rejects.column("qpos"), i)).drop_columns(["qpos"])
+        if r is None:
+            r = rows.drop_columns(["qpos"]).slice(0, 0)
+        out.append(Epoch(int(e["index"]), int(e["key"]), e["label"], r, j.cast(REJECT_SCHEMA)))
+    return out
 
 
 # ------------------------------------------------------------------------------ logging
