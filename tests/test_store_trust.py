@@ -120,11 +120,12 @@ def test_concurrent_writers_exactly_one_proceeds(tmp_path):
         "            s.publish(make_tree(e, [0, 1], [-1, 0], [0, 0], seed=int(sys.argv[2])), list('abcde'),\n"
         "                      state={'writer': int(sys.argv[2])})\n"
         "            time.sleep(0.3)\n"
+        "        time.sleep(max(0.0, float(sys.argv[3]) + 5 - time.time()))  # hold it while the others try\n"
         "except StoreBusyError as exc:\n"
         "    print(exc); sys.exit(75)\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__), *sys.path])}
-    start = str(time.time() + 4.0)
+    start = str(time.time() + 6.0)
     procs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "s"), str(i), start], env=env,
                               stdout=subprocess.PIPE, text=True) for i in range(4)]
     results = [(p.wait(timeout=120), p.stdout.read()) for p in procs]
