@@ -309,6 +309,7 @@ class Service:
         self._last_ready_ns: int | None = None
         self._totals: dict = {"rows_read": 0, "documents": 0, "epochs": 0, "files": {}, "rejected": {}}
         self._last_commit: tuple[int, str] | None = None
+        self._quiet: dict | None = None  # a run of quiet epochs fitted since the last commit
 
     # ---- start -------------------------------------------------------------------------
     def _open_store(self) -> None:
@@ -492,6 +493,16 @@ class Service:
             self._in_epoch = None
             return
         fit_s = time.perf_counter() - t0
+        if fitted.n_documents == 0 and fitted.rejects.num_rows == 0:
+            # A quiet epoch (a gap in the stream) is not written as a folder: it is recorded with
+            # the next published epoch, as a replay does. Until then nothing is committed, and a
+            # restart derives it again from the last commit.
+            run = self._quiet or {"first": ep.index, "first_label": ep.label}
+            run.update(last=ep.index, last_label=ep.label, n=ep.index - run["first"] + 1)
+            self._quiet = run
+            del self.model.trees_[:-1]
+            self._in_epoch = None
+            return
         self._totals["documents"] += fitted.n_documents
         self._totals["epochs"] += 1
         kinds = Counter(_reason_kind(r) for r in fitted.rejects.column("reason").to_pylist())
@@ -523,8 +534,9 @@ class Service:
         tables = {LEDGER_TABLE: ledger_table(self._events), "pending_rows": rows, "pending_rejects": rejects,
                   "pending_unplaced": unplaced, "queued_rows": q_rows, "queued_rejects": q_rejects}
         fitted.publish(self.store, n_top_words=self.config.top_words, checkpoint=self.model.get_checkpoint(),
-                       state=state, tables=tables)
+                       state=state, tables=tables, empty_before=self._quiet)
         self._events = []
+        self._quiet = None
         self._last_commit = (ep.index, ep.label)
         now = time.time()
         commit_s = time.perf_counter() - t0

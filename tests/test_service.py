@@ -260,3 +260,17 @@ def test_config_checks(tmp_path):
     ident = _config(tmp_path, tmp_path / "s", model=dict(MODEL, engine="ray", engine_options={"address": "x"})).identity()
     assert "engine" not in ident["model"] and "engine_options" not in ident["model"]
     assert ident == _config(tmp_path, tmp_path / "other", poll_interval=9).identity()
+
+
+def test_gap_in_the_stream_is_recorded_like_replay(tmp_path):
+    """Days 1, 2 and 5: the quiet days 3 and 4 are recorded with day 5, as a replay does."""
+    src, land = tmp_path / "src", tmp_path / "land"
+    for d in (1, 2, 5):
+        write_jsonl(str(src / f"day{d}.jsonl"), day_rows(d, 25, 3))
+    replay(ReplayConfig(source=str(src), text_col="text", time_col="time", epoch="1d", max_depth=2,
+                        n_sweeps=3, min_df=1), str(tmp_path / "replay"))
+    shutil.copytree(src, land)
+    _once(_config(land, tmp_path / "store", vocabulary_from=str(tmp_path / "replay"), idle_timeout=1e-3))
+    assert store_epochs(tmp_path / "store") == store_epochs(tmp_path / "replay")
+    last = SnapshotStore(str(tmp_path / "store")).epochs()[-1]
+    assert last["epoch"] == 4 and last["empty_before"]["first"] == 2 and last["empty_before"]["last"] == 3

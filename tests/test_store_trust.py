@@ -109,25 +109,29 @@ def test_lease_on_a_generic_pyarrow_file_system(tmp_path, monkeypatch):
 def test_concurrent_writers_exactly_one_proceeds(tmp_path):
     """Several processes race for one store: one gets the lease, the others are refused."""
     script = (
-        "import sys, time\n"
+        "import pathlib, sys, time\n"
         "from connectors.stores import SnapshotStore, StoreBusyError\n"
         "from test_store import make_tree\n"
-        "s = SnapshotStore(sys.argv[1])\n"
-        "time.sleep(max(0.0, float(sys.argv[3]) - time.time()))  # start together\n"
+        "d, i = pathlib.Path(sys.argv[1]), int(sys.argv[2])\n"
+        "(d / f'ready-{i}').touch()\n"
+        "while len(list(d.glob('ready-*'))) < 4:  # start together, once all have imported\n"
+        "    time.sleep(0.01)\n"
+        "s = SnapshotStore(str(d / 's'))\n"
         "try:\n"
         "    with s.writer('race'):\n"
         "        for e in range(3):\n"
-        "            s.publish(make_tree(e, [0, 1], [-1, 0], [0, 0], seed=int(sys.argv[2])), list('abcde'),\n"
-        "                      state={'writer': int(sys.argv[2])})\n"
-        "            time.sleep(0.3)\n"
+        "            s.publish(make_tree(e, [0, 1], [-1, 0], [0, 0], seed=i), list('abcde'), state={'writer': i})\n"
+        "        end = time.time() + 60\n"
+        "        while len(list(d.glob('tried-*'))) < 3 and time.time() < end:  # hold it while the others try\n"
+        "            time.sleep(0.05)\n"
         "except StoreBusyError as exc:\n"
+        "    (d / f'tried-{i}').touch()\n"
         "    print(exc); sys.exit(75)\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__), *sys.path])}
-    start = str(time.time() + 4.0)
-    procs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "s"), str(i), start], env=env,
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path), str(i)], env=env,
                               stdout=subprocess.PIPE, text=True) for i in range(4)]
-    results = [(p.wait(timeout=120), p.stdout.read()) for p in procs]
+    results = [(p.wait(timeout=180), p.stdout.read()) for p in procs]
     codes = sorted(rc for rc, _ in results)
     assert codes == [0, 75, 75, 75], results
     store = SnapshotStore(str(tmp_path / "s"))

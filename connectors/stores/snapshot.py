@@ -504,6 +504,10 @@ class SnapshotStore:
         """The completion record of a finished run (None while it is unfinished)."""
         return self._base_manifest().get("complete")
 
+    def count_published(self) -> int:
+        """Number of published epochs (lists the commit records, reads none)."""
+        return sum(1 for i in self._ls(self._path(COMMITS)) if _RECORD_RE.match(i.base_name))
+
     def last_commit(self) -> dict | None:
         """The commit record of the latest published epoch (None if none); reads one record."""
         names = sorted(i.base_name for i in self._ls(self._path(COMMITS)) if _RECORD_RE.match(i.base_name))
