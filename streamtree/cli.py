@@ -1,9 +1,17 @@
-"""The ``streamtree`` command line: ``replay``, ``show``, ``snapshot``, ``evaluate`` and ``report``.
+"""The ``streamtree`` command line: ``replay``, ``serve``, ``show``, ``snapshot``, ``evaluate`` and ``report``.
 
-User errors (unreadable sources, missing columns, bad stores, bad arguments) print one line
-``streamtree <command>: error: <what> (<where>): <what to do>`` and exit with status 2; no
-traceback (``-vv`` shows it). Ctrl-C during a replay exits with status 130 and says up to
-which epoch the store is readable; ``--resume`` finishes the replay.
+Errors print one line ``streamtree <command>: error: <what> (<where>): <what to do>``, with
+no traceback (``-vv`` shows it). Exit status:
+
+* 0: success;
+* 1: an unexpected error (a bug: the traceback is printed, please report it);
+* 2: bad usage or input: arguments, an unreadable source, missing columns, times that
+  cannot be read, every record rejected, a store that holds another run;
+* 3: the store is damaged (manifest, commit record or data file) or cannot be written
+  (a file in the way, no permission, a read-only or full disk);
+* 75: another writer holds the store's lease (try again later);
+* 130 / 143: interrupted by SIGINT (Ctrl-C) / SIGTERM; a replay then says up to which
+  epoch the store is readable, and ``--resume`` finishes it.
 """
 
 from __future__ import annotations
@@ -17,8 +25,20 @@ import numpy as np
 
 logger = logging.getLogger(__name__)
 
+EXIT_BUG = 1
 EXIT_USAGE = 2
+EXIT_STORE = 3
+EXIT_BUSY = 75
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread so clean-up runs as for Ctrl-C."""
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -99,7 +119,13 @@ def _add_source_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--time-col", help="column holding the document time (timestamp, date, ISO string, year)")
     p.add_argument("--id-col", help="column holding document ids (default: <file>:<row>)")
     p.add_argument("--epoch-col", help="column holding an explicit integer epoch (with --epoch column)")
-    p.add_argument("--time-unit", default="auto", help="how numeric times are read: auto, year, s, ms, us, ns")
+    p.add_argument("--time-unit", default="auto", choices=["auto", "year", "s", "ms", "us", "ns"],
+                   help="how numeric times are read (default auto: chosen from the values, and said)")
+    p.add_argument("--time-format", help="strptime pattern for time strings that are not ISO 8601, e.g. "
+                                         "'%%d/%%m/%%Y' (default: detect common formats like 2017/2/7)")
+    p.add_argument("--time-range", default="auto",
+                   help="times kept: auto (reject rows far outside the bulk as 'out of range'), all, or "
+                        "START..END with years or ISO dates, e.g. 1790..2020")
     p.add_argument("--epoch", default="10y", help="epoch width: 10y, year, month, 1d, 1h, column ... (default 10y)")
     p.add_argument("--min-df", type=_df, default=2, help="drop terms in fewer documents (count or fraction)")
     p.add_argument("--max-df", type=_df, default=0.5, help="drop terms in more documents (count or fraction)")
@@ -153,8 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--store", required=True, help="snapshot store directory (or pyarrow.fs URI)")
     g = r.add_mutually_exclusive_group()
     g.add_argument("--resume", action="store_true",
-                   help="finish an interrupted replay of the same configuration (refits, publishes missing epochs)")
-    g.add_argument("--overwrite", action="store_true", help="delete the store's content first")
+                   help="continue an interrupted replay of the same configuration from its last checkpoint")
+    g.add_argument("--overwrite", action="store_true",
+                   help="replace the store's run (the old one stays readable until the new one commits)")
     r.add_argument("--quiet", action="store_true", help="no progress lines")
     r.add_argument("--static", choices=["bhc", "coalescent", "tmc"],
                    help="also store a static hierarchy of each published epoch (static/<method>.parquet)")
@@ -202,6 +229,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--max-bands", type=_positive_int, default=ReportOptions.max_bands,
                     help="offer only fold thresholds showing at most this many bands (default %(default)s)")
 
+    _add_serve_parser(sub)
+
     e = sub.add_parser(
         "evaluate", help="held-out log-likelihood of the dTSSBP and its baselines (the paper's protocol)",
         description="Per epoch a random 90/10 train/test split. First half of the epochs: pick kappa0 from "
@@ -225,6 +254,58 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--max-epochs", type=_positive_int, default=None, help="use only the first N epochs")
     e.add_argument("--quiet", action="store_true", help="no progress lines")
     return parser
+
+
+def _duration(text: str) -> float:
+    from streamtree.watermark import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _add_serve_parser(sub) -> None:
+    v = sub.add_parser(
+        "serve", help="run the ingestion service: watch a landing folder, publish epochs as they close",
+        description="Watch a landing folder (local or a pyarrow.fs URI) for new Parquet, Arrow, JSONL or CSV "
+                    "files, bucket their rows into event-time epochs, and fit and publish each epoch to the "
+                    "store once the watermark (newest event time minus --allowed-lateness) passes its end. "
+                    "Each file is ingested once: a ledger committed with each epoch records it. Restarts "
+                    "continue from the store. SIGTERM/SIGINT stop after the current step (twice: at once).")
+    v.add_argument("landing", help="landing folder or pyarrow.fs URI prefix (s3://bucket/landing/)")
+    v.add_argument("--store", required=True, help="snapshot store the service owns (directory or pyarrow.fs URI)")
+    v.add_argument("--text-col", required=True, help="column holding the document text")
+    v.add_argument("--time-col", required=True, help="column holding the event time")
+    v.add_argument("--id-col", help="column holding document ids (default: <file>:<row>)")
+    v.add_argument("--time-unit", default="auto", help="how numeric times are read: auto, year, s, ms, us, ns")
+    v.add_argument("--epoch", default="1d", help="epoch width: 1h, 1d, 1w, month, year, 10y ... (default 1d)")
+    v.add_argument("--allowed-lateness", type=_duration, default=0.0,
+                   help="how late (event time behind the newest) a row may arrive: 0, 30m, 6h, 2d, 1y (default 0)")
+    v.add_argument("--late-policy", choices=["reject", "next-epoch"], default="reject",
+                   help="a row for a closed epoch: store it as a reject (default) or put it in the next open epoch")
+    v.add_argument("--idle-timeout", type=_duration, default=None,
+                   help="after no file landed for this long, close the newest epoch too (default: never)")
+    v.add_argument("--poll-interval", type=_duration, default=5.0, help="seconds between listings (default 5s)")
+    v.add_argument("--settle", type=_duration, default=None,
+                   help="a file this old is complete even if not yet seen on two polls (default 2 poll intervals)")
+    v.add_argument("--require-success", action="store_true",
+                   help="read a file only once its folder holds a _SUCCESS marker")
+    v.add_argument("--vocabulary-from", metavar="STORE",
+                   help="use this store's vocabulary (e.g. a replay's) instead of fitting one on a warm-up span")
+    v.add_argument("--warmup-docs", type=_positive_int, default=1000,
+                   help="fit the vocabulary once the closed epochs hold this many documents (default 1000)")
+    v.add_argument("--min-df", type=_df, default=2, help="warm-up vocabulary: drop terms in fewer documents")
+    v.add_argument("--max-df", type=_df, default=0.5, help="warm-up vocabulary: drop terms in more documents")
+    v.add_argument("--max-features", type=_positive_int, default=None, help="warm-up vocabulary: most frequent terms")
+    _add_model_args(v)
+    v.add_argument("--address", help="Ray cluster address for --engine ray (default: RAY_ADDRESS or a local one)")
+    v.add_argument("--top-words", type=_positive_int, default=10, help="top words stored per node")
+    v.add_argument("--once", action="store_true",
+                   help="take the files that are ready, publish every epoch the watermark closed, exit")
+    v.add_argument("--metrics-addr", default="127.0.0.1:9750",
+                   help="HOST:PORT for /metrics (Prometheus) and /healthz, or 'off' (default 127.0.0.1:9750)")
+    v.add_argument("--log-format", choices=["plain", "json"], default="plain", help="log lines plain or JSON")
 
 
 # ---------------------------------------------------------------------------------- show
@@ -333,7 +414,8 @@ def _replay_config(args, model: dict | None = None):
 
     return ReplayConfig(
         source=args.source, text_col=args.text_col, time_col=args.time_col, id_col=args.id_col,
-        epoch_col=args.epoch_col, epoch=args.epoch, time_unit=args.time_unit, min_df=args.min_df,
+        epoch_col=args.epoch_col, epoch=args.epoch, time_unit=args.time_unit, time_format=args.time_format,
+        time_range=args.time_range, min_df=args.min_df,
         max_df=args.max_df, max_features=args.max_features, top_words=getattr(args, "top_words", 10),
         model=_model_options(args) if model is None else model,
     )
@@ -355,15 +437,60 @@ def cmd_replay(args) -> int:
     try:
         summary = replay(config, args.store, mode=mode, progress=None if args.quiet else stderr_progress(),
                          static=static)
-    except KeyboardInterrupt:
-        done = SnapshotStore(args.store).epochs()
-        last = f"epoch {done[-1]['epoch']} ({done[-1]['label']})" if done else "no epoch"
-        sys.stderr.write(f"\nstreamtree: interrupted; the store {args.store} is readable through {last}; "
-                         "rerun with --resume to finish\n")
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:
+        sys.stderr.write(f"\nstreamtree: {'terminated' if isinstance(exc, Terminated) else 'interrupted'}; "
+                         f"{_where_store_stands(args.store)}\n")
+        return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+    for note in summary.notes:
+        sys.stderr.write(f"note: {note}\n")
     print(summary.format())
     print(f"store: {args.store}")
     return 0
+
+
+def serve_config(args):
+    """The :class:`~streamtree.service.ServeConfig` of parsed ``serve`` arguments."""
+    from streamtree.service import ServeConfig
+
+    model = _model_options(args)
+    if args.address and model.get("engine") != "ray":
+        raise _UserError("--address is for the Ray engine", "serve", "add --engine ray or drop --address")
+    if args.address:
+        model["engine_options"] = {"address": args.address}
+    return ServeConfig(
+        landing=args.landing, store=args.store, text_col=args.text_col, time_col=args.time_col, id_col=args.id_col,
+        time_unit=args.time_unit, epoch=args.epoch, allowed_lateness=args.allowed_lateness,
+        late_policy=args.late_policy, idle_timeout=args.idle_timeout, poll_interval=args.poll_interval,
+        settle=args.settle, require_success=args.require_success, vocabulary_from=args.vocabulary_from,
+        warmup_docs=args.warmup_docs, min_df=args.min_df, max_df=args.max_df, max_features=args.max_features,
+        top_words=args.top_words, model=model)
+
+
+def cmd_serve(args) -> int:
+    from streamtree.service import EXIT_ABANDONED, Service, configure_logging, parse_address
+
+    configure_logging(args.log_format, logging.DEBUG if args.verbose >= 1 else logging.INFO)
+    if args.poll_interval <= 0:
+        raise _UserError("--poll-interval must be positive", "serve", "use e.g. 5s")
+    config = serve_config(args)
+    service = Service(config, metrics_addr=parse_address(args.metrics_addr))
+    summary = service.run(once=args.once)
+    print(summary.format())
+    return EXIT_ABANDONED if summary.abandoned else 0
+
+
+def _where_store_stands(uri: str) -> str:
+    from connectors.stores.snapshot import SnapshotStore, StoreError
+
+    try:
+        store = SnapshotStore(uri)
+        last = store.last_commit()
+    except StoreError as exc:
+        return f"the store {uri} cannot be read ({exc})"
+    if last is None:
+        return f"the store {uri} has no published epoch of this run yet; rerun the same command to start again"
+    return (f"the store {uri} is readable through epoch {last['epoch']} ({last['label']}); "
+            "rerun with --resume to finish")
 
 
 def cmd_show(args) -> int:
@@ -509,21 +636,31 @@ class _UserError(Exception):
         super().__init__(f"{what} ({where}): {todo}")
 
 
-def _user_message(exc: BaseException) -> str | None:
-    """The one-line message for a user error, or None for a bug (which keeps its traceback)."""
+def _user_message(exc: BaseException) -> tuple[str, int] | None:
+    """The one-line message and exit status of a user error, or None for a bug (which keeps
+    its traceback)."""
     from connectors.sources import SourceError
-    from connectors.stores.snapshot import StoreError
+    from connectors.stores import CorruptStoreError, StoreAccessError, StoreBusyError, StoreError
 
     if isinstance(exc, SourceError):
-        return f"cannot read source {exc}; check the path, the format and the column names"
+        return f"cannot read source {exc}; check the path, the format and the column names", EXIT_USAGE
+    if isinstance(exc, StoreBusyError):
+        return f"snapshot store {exc}", EXIT_BUSY
+    if isinstance(exc, (CorruptStoreError, StoreAccessError)):
+        return f"snapshot store {exc}", EXIT_STORE
     if isinstance(exc, StoreError):
-        return f"snapshot store {exc}"
+        return f"snapshot store {exc}", EXIT_USAGE
     if isinstance(exc, _UserError):
-        return str(exc)
+        return str(exc), EXIT_USAGE
     if isinstance(exc, FileNotFoundError):
-        return f"{exc}; check the path"
+        return f"{exc}; check the path", EXIT_USAGE
+    if isinstance(exc, OSError) and exc.errno is not None:
+        from connectors.stores.lease import os_reason
+
+        where = f"{exc.filename}: " if exc.filename else ""
+        return f"{where}{os_reason(exc)}", EXIT_STORE
     if isinstance(exc, ValueError):
-        return f"{exc}; check the arguments"
+        return f"{exc}; check the arguments", EXIT_USAGE
     return None
 
 
@@ -533,18 +670,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     command = {"replay": cmd_replay, "show": cmd_show, "snapshot": cmd_snapshot,
-               "evaluate": cmd_evaluate, "report": cmd_report}[args.command]
+               "evaluate": cmd_evaluate, "report": cmd_report, "serve": cmd_serve}[args.command]
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    else:
+        previous = None
     try:
         return command(args)
-    except KeyboardInterrupt:
-        sys.stderr.write("\nstreamtree: interrupted\n")
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:
+        sys.stderr.write(f"\nstreamtree: {'terminated' if isinstance(exc, Terminated) else 'interrupted'}\n")
+        return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
     except Exception as exc:  # user errors become one line; anything else is a bug and raises
-        msg = _user_message(exc)
-        if msg is None or args.verbose >= 2:  # -vv: the full traceback, for bug reports
+        found = _user_message(exc)
+        if found is None or args.verbose >= 2:  # -vv: the full traceback, for bug reports
             raise
-        sys.stderr.write(f"streamtree {args.command}: error: {msg}\n")
-        return EXIT_USAGE
+        msg, code = found
+        sys.stderr.write(f"streamtree {args.command}: error: {' '.join(msg.split())}\n")
+        return code
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

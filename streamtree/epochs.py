@@ -31,7 +31,8 @@ is unknown, so only keys that occur are yielded.)
 
 For streaming use, :meth:`Bucketer.pop_through` closes all epochs up to a key (the
 watermark); rows that later arrive for a closed epoch become rejects with reason
-``"late row for a closed epoch"``.
+``"late row for a closed epoch"`` (or, with ``add(rows, late="next-epoch")``, join the
+first epoch not yet closed).
 
 Rejects from the source are filed under their epoch when their time (or epoch) is known;
 rejects without one (missing or unparsable time) are attached to the next epoch yielded
@@ -41,6 +42,7 @@ rejects without one (missing or unparsable time) are attached to the next epoch 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -49,13 +51,24 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streamtree.records import LATE_ROW, REJECT_SCHEMA, empty_rejects, reject_rows
+from streamtree.records import (
+    DUPLICATE_ID,
+    LATE_ROW,
+    OUT_OF_RANGE,
+    REJECT_SCHEMA,
+    TIME_TYPE,
+    _reason_kind,
+    empty_rejects,
+    reject_rows,
+)
 
 _US = {"s": 1_000_000, "m": 60_000_000, "h": 3_600_000_000, "d": 86_400_000_000, "w": 7 * 86_400_000_000}
 _ALIASES = {"year": "1y", "decade": "10y", "century": "100y", "month": "1mo",
             "hour": "1h", "day": "1d", "week": "1w", "minute": "1m"}
 _SPEC_RE = re.compile(r"^\s*(\d+)\s*(mo|s|m|h|d|w|y)\s*$")
 _EPOCH0 = datetime(1970, 1, 1, tzinfo=timezone.utc)
+#: What :meth:`Bucketer.add` does with a row of an epoch that is already closed.
+LATE_POLICIES = ("reject", "next-epoch")
 
 
 @dataclass(frozen=True)
@@ -249,6 +262,7 @@ class Bucketer:
         self._max_key: int | None = None
         self.n_rows = 0
         self.n_late = 0
+        self.n_moved = 0  # late rows put in the next open epoch (late="next-epoch")
 
     @property
     def max_key(self) -> int | None:
@@ -264,8 +278,15 @@ class Bucketer:
         """Largest key already yielded (later rows for it or before it are late), or None."""
         return self._closed_through
 
-    def add(self, batch: pa.RecordBatch | pa.Table) -> None:
-        """Add normalised rows (any time order)."""
+    def add(self, batch: pa.RecordBatch | pa.Table, late: str = "reject") -> None:
+        """Add normalised rows (any time order).
+
+        ``late`` says what happens to rows of an already closed epoch: ``"reject"`` files
+        them as rejects with reason ``"late row for a closed epoch"``; ``"next-epoch"`` puts
+        them in the first epoch not yet closed (their ``time`` is kept as it was).
+        """
+        if late not in LATE_POLICIES:
+            raise ValueError(f"late must be one of {LATE_POLICIES}, got {late!r}")
         table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
         if self._schema is None:
             self._schema = table.schema
@@ -277,10 +298,13 @@ class Bucketer:
         top = int(keys.max())
         self._max_key = top if self._max_key is None else max(self._max_key, top)
         if self._closed_through is not None:
-            late = keys <= self._closed_through
-            if late.any():
-                self._late(table.filter(pa.array(late)))
-                table, keys = table.filter(pa.array(~late)), keys[~late]
+            is_late = keys <= self._closed_through
+            if is_late.any() and late == "next-epoch":
+                self.n_moved += int(is_late.sum())
+                keys = np.where(is_late, self._closed_through + 1, keys)
+            elif is_late.any():
+                self._late(table.filter(pa.array(is_late)))
+                table, keys = table.filter(pa.array(~is_late)), keys[~is_late]
         self.n_rows += table.num_rows
         for key, part in _split(table, keys):
             self._rows.setdefault(key, []).append(part)
@@ -348,6 +372,38 @@ class Bucketer:
     def __iter__(self) -> Iterator[Epoch]:
         return self.drain()
 
+    # ---- persistence (a streaming consumer checkpoints its open epochs) ----------------
+    def state(self) -> tuple[dict, pa.Table, pa.Table, pa.Table]:
+        """What :meth:`restore` needs: JSON scalars, the pending rows and the pending rejects
+        filed under an epoch (both with their epoch in a ``key`` column: a row moved to the
+        next epoch keeps its own time), and the rejects waiting for the next epoch."""
+        scalars = {"next_index": self._next_index, "closed_through": self._closed_through,
+                   "max_key": self._max_key, "n_rows": self.n_rows, "n_late": self.n_late, "n_moved": self.n_moved}
+        rows = _keyed(self._rows, self._schema)
+        rejects = _keyed(self._rejects, REJECT_SCHEMA)
+        unplaced = pa.concat_tables(self._unplaced) if self._unplaced else empty_rejects()
+        return scalars, rows, rejects, unplaced
+
+    @classmethod
+    def restore(cls, spec: EpochSpec | str, scalars: dict, rows: pa.Table, rejects: pa.Table,
+                unplaced: pa.Table) -> "Bucketer":
+        """A bucketer in the state :meth:`state` returned."""
+        b = cls(spec)
+        b._next_index = int(scalars["next_index"])
+        b._closed_through = None if scalars["closed_through"] is None else int(scalars["closed_through"])
+        b._max_key = None if scalars["max_key"] is None else int(scalars["max_key"])
+        b.n_rows, b.n_late, b.n_moved = int(scalars["n_rows"]), int(scalars["n_late"]), int(scalars["n_moved"])
+        if "key" in rows.column_names and rows.num_columns > 1:
+            b._schema = rows.schema.remove(rows.schema.get_field_index("key"))
+            for key, part in _split(rows.drop_columns(["key"]), _int64(rows.column("key"))):
+                b._rows.setdefault(key, []).append(part)
+        for key, part in _split(rejects.select(REJECT_SCHEMA.names).cast(REJECT_SCHEMA),
+                                _int64(rejects.column("key"))):
+            b._rejects.setdefault(key, []).append(part)
+        if unplaced.num_rows:
+            b._unplaced.append(unplaced.select(REJECT_SCHEMA.names).cast(REJECT_SCHEMA))
+        return b
+
     def _emit(self, key: int) -> Epoch:
         parts = self._rows.pop(key, [])
         if parts:
@@ -378,6 +434,16 @@ def bucket(batches: Iterable[pa.RecordBatch], spec: EpochSpec | str) -> Iterator
     if log is not None:
         bucketer.add_rejects(log.drain())
     yield from bucketer.drain()
+
+
+def _keyed(parts: dict[int, list[pa.Table]], schema: pa.Schema | None) -> pa.Table:
+    """The tables of ``parts`` stacked, with their key in a ``key`` column."""
+    tables = [t.append_column("key", pa.array(np.full(t.num_rows, k, dtype=np.int64)))
+              for k, ts in sorted(parts.items()) for t in ts]
+    if tables:
+        return pa.concat_tables(tables)
+    schema = schema if schema is not None else pa.schema([])
+    return schema.append(pa.field("key", pa.int64())).empty_table()
 
 
 def _split(table: pa.Table, keys: np.ndarray) -> Iterator[tuple[int, pa.Table]]:
@@ -416,3 +482,295 @@ def _origin_us(origin: str | datetime | None) -> int:
         origin = origin.replace(tzinfo=timezone.utc)
     delta = origin - _EPOCH0
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+# ---------------------------------------------------------------------------------- replay reading
+@dataclass(frozen=True)
+class TimeRange:
+    """Which times a replay keeps: ``"auto"`` (the default), ``"all"``, or ``"START..END"``.
+
+    ``START`` and ``END`` are years (``1790``) or ISO dates/times (``2015-01-01``), either may
+    be empty (``"..2020"``); both ends are inclusive (``END`` = the epoch holding that time).
+    ``"auto"`` keeps the rows within the span of their central bulk on either side of it
+    (see :func:`auto_key_range`) and rejects the rest as ``"out of range"``, so one stray
+    row at year 9999 or 1 cannot create thousands of empty epochs.
+    """
+
+    text: str = "auto"
+    start_us: int | None = None
+    end_us: int | None = None
+
+    @classmethod
+    def parse(cls, text: str | None) -> "TimeRange":
+        text = (text or "auto").strip()
+        if text.lower() in ("auto", "all"):
+            return cls(text.lower())
+        if ".." not in text:
+            raise ValueError(f"cannot parse time range {text!r}: expected 'auto', 'all' or START..END "
+                             "(years like 1790..2020 or dates like 2015-01-01..2018-12-31)")
+        a, b = (t.strip() for t in text.split("..", 1))
+        start, end = _range_end(a, text, False), _range_end(b, text, True)
+        if start is not None and end is not None and start > end:
+            raise ValueError(f"time range {text!r} ends before it starts")
+        return cls(text, start, end)
+
+    def key_range(self, spec: EpochSpec) -> tuple[int | None, int | None]:
+        def key(us):
+            if us is None:
+                return None
+            return int(spec.time_keys(pa.array([us], pa.int64()).cast(TIME_TYPE))[0])
+        return key(self.start_us), key(self.end_us)
+
+
+def _range_end(text: str, whole: str, end: bool) -> int | None:
+    if not text:
+        return None
+    if re.fullmatch(r"[+-]?\d{1,4}", text):
+        year = int(text) + (1 if end else 0)
+        us = (np.datetime64(f"{year:04d}-01-01") if year > 0 else np.datetime64(year - 1970, "Y"))
+        return int(np.datetime64(us, "us").astype(np.int64)) - (1 if end else 0)
+    try:
+        t = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"cannot read {text!r} in time range {whole!r}: use a year or an ISO date") from None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=timezone.utc)
+    delta = t - _EPOCH0
+    us = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    if end and len(text) == 10:  # a date: through the end of that day
+        us += 86_400_000_000 - 1
+    return us
+
+
+def auto_key_range(keys: np.ndarray, counts: np.ndarray) -> tuple[int, int] | None:
+    """The epoch keys an ``"auto"`` time range keeps, from the rows per key.
+
+    The bulk runs from the key of the ``k``-th row to that of the ``k``-th last, with
+    ``k = max(1, 1% of the rows)``; keys within the bulk's own span (at least 10 epochs) of
+    it are kept. None (keep all) for fewer than 20 rows.
+    """
+    order = np.argsort(keys)
+    keys, counts = np.asarray(keys)[order], np.asarray(counts)[order]
+    n = int(counts.sum())
+    if n < 20 or keys.size < 2:
+        return None
+    trim = max(1, int(0.01 * n))
+    cum = np.cumsum(counts)
+    lo = int(keys[np.searchsorted(cum, trim, side="right")])
+    hi = int(keys[np.searchsorted(cum, n - trim - 1, side="right")])
+    margin = max(hi - lo, 10)
+    return lo - margin, hi + margin
+
+
+class _IdSet:
+    """Hashes of the ids seen so far, as sorted numpy runs (8 bytes per id, merged like a
+    binary counter). Two different ids collide with probability about n^2 / 2^65."""
+
+    def __init__(self) -> None:
+        self._runs: list[np.ndarray] = []
+
+    def first_seen(self, ids: list[str]) -> np.ndarray:
+        """Mask of the ids not seen before (in earlier calls or earlier in ``ids``)."""
+        h = np.fromiter((hash(i) for i in ids), dtype=np.int64, count=len(ids))
+        _, first = np.unique(h, return_index=True)
+        fresh = np.zeros(h.size, dtype=bool)
+        fresh[first] = True
+        for run in self._runs:
+            pos = np.searchsorted(run, h)
+            hit = (pos < run.size) & (run[np.minimum(pos, run.size - 1)] == h)
+            fresh &= ~hit
+        new = np.sort(h[fresh])
+        while self._runs and self._runs[-1].size <= new.size:
+            new = np.sort(np.concatenate([self._runs.pop(), new]), kind="mergesort")
+        if new.size:
+            self._runs.append(new)
+        return fresh
+
+
+class EpochReader:
+    """A replay's epochs read from a source in one pass and served one at a time.
+
+    :meth:`scan` reads the source once: it computes each row's epoch key, rejects rows
+    whose id was already seen (``"duplicate id"``, the first is kept) when ``unique_ids``,
+    counts rows per key, and keeps the rows grouped by key, in memory up to
+    ``memory_bytes`` and beyond that in sorted runs spilled to Arrow IPC files in a
+    temporary directory (deleted by :meth:`close`). The time range (see :class:`TimeRange`)
+    is then decided from the counts. :meth:`epochs` yields the epochs in key order
+    (empty epochs between non-empty ones included, as :class:`Bucketer` does) reading each
+    from the runs when it is needed, so memory holds one epoch plus at most
+    ``memory_bytes`` of buffered rows, plus 8 bytes per row for duplicate detection.
+
+    Rejects of the source are filed under their epoch; rejects with no usable time and
+    rows out of range go with the first epoch.
+    """
+
+    def __init__(self, source: Iterable[pa.RecordBatch], spec: EpochSpec | str, *,
+                 time_range: TimeRange | str | None = "auto", unique_ids: bool = False,
+                 memory_bytes: int = 256 << 20) -> None:
+        self.source = source
+        self.spec = EpochSpec.parse(spec) if isinstance(spec, str) else spec
+        self.time_range = time_range if isinstance(time_range, TimeRange) else TimeRange.parse(time_range)
+        self.unique_ids = unique_ids
+        self.memory_bytes = memory_bytes
+        self.notes: list[str] = []
+        self.keys: list[int] = []
+        self.key_range: tuple[int | None, int | None] = (None, None)
+        self.n_rows = 0
+        self._schema: pa.Schema | None = None
+        self._mem: dict[int, list[pa.Table]] = {}
+        self._mem_bytes = 0
+        self._runs: list[tuple[str, dict[int, int]]] = []
+        self._tmpdir: str | None = None
+        self._hist: dict[int, int] = {}
+        self._rejects: list[pa.Table] = []
+        self._reject_keys: dict[int, list[pa.Table]] = {}
+        self._unplaced: list[pa.Table] = []
+        self._out_of_range: list[int] = []
+        self._scanned = False
+
+    # ---- pass 1 ----------------------------------------------------------------------
+    def scan(self) -> "EpochReader":
+        ids = _IdSet() if self.unique_ids else None
+        for batch in self.source:
+            table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
+            if self._schema is None:
+                self._schema = table.schema
+            if table.num_rows == 0:
+                continue
+            if ids is not None:
+                fresh = ids.first_seen(table.column("id").to_pylist())
+                if not fresh.all():
+                    self._rejects.append(reject_rows(table.filter(pa.array(~fresh)), DUPLICATE_ID))
+                    table = table.filter(pa.array(fresh))
+            keys = self.spec.keys(table)
+            uniq, counts = np.unique(keys, return_counts=True)
+            for k, c in zip(uniq.tolist(), counts.tolist()):
+                self._hist[k] = self._hist.get(k, 0) + c
+            self.n_rows += table.num_rows
+            for key, part in _split(table, keys):
+                self._mem.setdefault(key, []).append(part)
+                self._mem_bytes += part.nbytes
+            if self._mem_bytes > self.memory_bytes:
+                self._spill()
+        log = getattr(self.source, "rejects", None)
+        if log is not None:
+            self._rejects.append(log.drain())
+        self._plan()
+        self._scanned = True
+        return self
+
+    def _spill(self) -> None:
+        import tempfile
+
+        if self._tmpdir is None:
+            self._tmpdir = tempfile.mkdtemp(prefix="streamtree-epochs-")
+        path = f"{self._tmpdir}/run-{len(self._runs):06d}.arrows"
+        index = {}
+        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, self._schema) as writer:
+            for i, key in enumerate(sorted(self._mem)):
+                writer.write_table(pa.concat_tables(self._mem[key]).combine_chunks())
+                index[key] = i
+        self._runs.append((path, index))
+        self._mem, self._mem_bytes = {}, 0
+
+    def _plan(self) -> None:
+        col = "epoch" if self.spec.kind == "column" else "time"
+        rejects = pa.concat_tables([r.select(REJECT_SCHEMA.names).cast(REJECT_SCHEMA) for r in self._rejects]) \
+            if self._rejects else empty_rejects()
+        known = np.asarray(rejects.column(col).is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        if (~known).any():
+            self._unplaced.append(rejects.filter(pa.array(~known)))
+        placed = rejects.filter(pa.array(known))
+        reject_keys = (_int64(placed.column("epoch")) if col == "epoch"
+                       else self.spec.time_keys(placed.column("time"))) if placed.num_rows else np.zeros(0, np.int64)
+        lo, hi = None, None
+        if self.spec.fills_gaps and self._hist:
+            if self.time_range.text == "auto":
+                keys = np.fromiter(self._hist, dtype=np.int64)
+                got = auto_key_range(keys, np.fromiter(self._hist.values(), dtype=np.int64))
+                if got is not None and (keys.min() < got[0] or keys.max() > got[1]):
+                    lo, hi = got
+            elif self.time_range.text != "all":
+                lo, hi = self.time_range.key_range(self.spec)
+        self.key_range = (lo, hi)
+
+        def inside(k: int) -> bool:
+            return (lo is None or k >= lo) and (hi is None or k <= hi)
+
+        self._out_of_range = sorted(k for k in self._hist if not inside(k))
+        n_out = sum(self._hist[k] for k in self._out_of_range)
+        for key, part in _split(placed, reject_keys):
+            (self._reject_keys.setdefault(key, []) if inside(key) else self._unplaced).append(part)
+        occupied = sorted({k for k in self._hist if inside(k)} | set(self._reject_keys))
+        if self.spec.fills_gaps and occupied:
+            self.keys = list(range(occupied[0], occupied[-1] + 1))
+        else:
+            self.keys = occupied
+        if lo is not None or hi is not None:
+            span = f"{self.spec.label(lo) if lo is not None else '...'} to {self.spec.label(hi) if hi is not None else '...'}"
+            how = "auto: the bulk of the rows and its span on either side" if self.time_range.text == "auto" \
+                else f"--time-range {self.time_range.text}"
+            self.notes.append(f"time range {span} ({how}): {n_out} rows outside it rejected as "
+                              f"'{OUT_OF_RANGE}'" + ("; --time-range all keeps them" if n_out else ""))
+
+    def reject_counts(self) -> Counter:
+        """Rejects so far by reason: the source's, duplicates and rows out of range."""
+        counts: Counter = Counter()
+        for table in self._rejects:
+            counts.update(_reason_kind(r) for r in table.column("reason").to_pylist())
+        n_out = sum(self._hist[k] for k in self._out_of_range)
+        if n_out:
+            counts[OUT_OF_RANGE] += n_out
+        return counts
+
+    # ---- pass 2 ----------------------------------------------------------------------
+    @property
+    def n_epochs(self) -> int:
+        return len(self.keys)
+
+    def _rows(self, key: int) -> pa.Table:
+        parts = []
+        for path, index in self._runs:
+            if key in index:
+                with pa.OSFile(path, "rb") as f:
+                    parts.append(pa.Table.from_batches([pa.ipc.open_file(f).get_batch(index[key])]))
+        parts.extend(self._mem.get(key, []))
+        if parts:
+            return pa.concat_tables(parts)
+        return self._schema.empty_table() if self._schema is not None else pa.table({})
+
+    def epochs(self, start: int = 0) -> Iterator[Epoch]:
+        """Yield the epochs with index >= ``start`` in key order (earlier ones are not read)."""
+        if not self._scanned:
+            self.scan()
+        for index, key in enumerate(self.keys):
+            if index < start:
+                continue
+            rej = list(self._reject_keys.get(key, []))
+            if index == 0:
+                rej += self._unplaced
+                for k in self._out_of_range:
+                    rej.append(reject_rows(self._rows(k), OUT_OF_RANGE))
+            rejects = pa.concat_tables([r.select(REJECT_SCHEMA.names).cast(REJECT_SCHEMA) for r in rej]) \
+                if rej else empty_rejects()
+            yield Epoch(index, int(key), self.spec.label(key), self._rows(key), rejects)
+
+    def texts(self) -> Iterator[pa.ChunkedArray]:
+        """The text column of each epoch in order (for fitting a vocabulary)."""
+        for ep in self.epochs():
+            yield ep.rows.column("text")
+
+    def close(self) -> None:
+        """Delete the spilled runs (the temporary directory this reader created)."""
+        if self._tmpdir is not None:
+            import shutil
+
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            self._tmpdir = None
+            self._runs = []
+
+    def __enter__(self) -> "EpochReader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -51,6 +51,8 @@ INVALID_UTF8 = "invalid UTF-8"
 MISSING_ID = "missing id"
 EMPTY_AFTER_VOCABULARY = "empty after vocabulary filtering"
 LATE_ROW = "late row for a closed epoch"
+OUT_OF_RANGE = "out of range"  # time far outside the data's bulk, or outside --time-range
+DUPLICATE_ID = "duplicate id"  # the id of an earlier row; the first row with an id is kept
 
 
 def empty_rejects() -> pa.Table:

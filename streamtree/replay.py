@@ -1,22 +1,28 @@
 """Replay a document source through the dTSSBP into a snapshot store, epoch by epoch.
 
-Pipeline: source (bounded-size record batches, rejects logged) -> bucketing into epochs ->
-one vocabulary fitted over the whole corpus -> per epoch: vectorise, move rows that are
-empty after vocabulary filtering to the epoch's rejects, ``DTSSBP.partial_fit``, publish
-(tree, document ids, top words, rejects) -> summary.
+Pipeline: check that the store can be written, take its writer lease -> read the source
+once, bucketing rows into epochs (bounded memory, see :class:`~streamtree.epochs.EpochReader`;
+duplicate ids and times far outside the bulk rejected) -> one vocabulary fitted over the
+corpus -> per epoch: vectorise, move rows that are empty after vocabulary filtering to the
+epoch's rejects, ``DTSSBP.partial_fit``, publish (tree, document ids, top words, rejects and
+the model checkpoint, in one atomic commit) -> summary.
 
 Every input record ends up either assigned to a node of some epoch's tree or in a rejects
-table of the store, with its reason. Each publish is atomic, so an interrupted replay leaves
-the store readable at the last published epoch; ``mode="resume"`` finishes it (the model is
-re-run from the first epoch with the same seed, which reproduces the published trees bit for
-bit, and only the missing epochs are published).
+table of the store, with its reason. Epochs with no documents and no rejects are fitted
+(the stick window moves on) but not written as folders: the next published epoch records
+the run (``empty_before``). Each publish is atomic, so an interrupted replay leaves the
+store readable at the last published epoch; ``mode="resume"`` continues from the model
+checkpoint committed with that epoch, without refitting anything before it, and gives a
+store identical to an uninterrupted run. Resuming a complete store returns at once.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
@@ -26,8 +32,9 @@ import scipy.sparse as sp
 
 import streamtree
 from connectors.sources import open_source
+from connectors.sources.files import canonical_uri
 from connectors.stores.snapshot import SnapshotStore, StoreError
-from streamtree.epochs import Epoch, EpochSpec, bucket
+from streamtree.epochs import Epoch, EpochReader, EpochSpec, TimeRange
 from streamtree.records import EMPTY_AFTER_VOCABULARY, RejectLog
 from streamtree.snapshots import StaticOptions, static_snapshot
 from streamtree.text import TextVectorizer
@@ -35,10 +42,34 @@ from streamtree.text import TextVectorizer
 logger = logging.getLogger(__name__)
 
 MODES = ("refuse", "resume", "overwrite")
+#: ReplayConfig fields that say where and how fast a replay runs, not what it computes.
+RUN_LOCATION = ("engine", "batch_size")
 
 
 #: the seed of a replay unless one is given: a replay is reproducible (and resumable) by default
 REPLAY_SEED = 0
+
+
+def text_model_params(model: dict) -> dict:
+    """All keyword arguments of :class:`streamtree.model.DTSSBP` for fitting text: ``model``
+    over the estimator's defaults, seeded with :data:`REPLAY_SEED` unless it sets one (replay
+    and serve share this, so both fit the same model from the same settings)."""
+    from streamtree.likelihoods import LIKELIHOODS, TEXT_LIKELIHOODS
+    from streamtree.model import DTSSBP
+
+    params = DTSSBP(**{"random_state": REPLAY_SEED, **model}).get_params(deep=False)
+    if params["likelihood"] in LIKELIHOODS and params["likelihood"] not in TEXT_LIKELIHOODS:
+        raise ValueError(f"likelihood {params['likelihood']!r} does not model text; choose one of "
+                         f"{', '.join(TEXT_LIKELIHOODS)}")
+    return params
+
+
+def text_vectorizer(model_params: dict, min_df, max_df, max_features) -> TextVectorizer:
+    """The unfitted vectoriser whose rows suit the model's likelihood (its ``text_norm``)."""
+    from streamtree.likelihoods import LIKELIHOODS
+
+    norm = LIKELIHOODS[model_params["likelihood"]].text_norm
+    return TextVectorizer(min_df=min_df, max_df=max_df, max_features=max_features, norm=norm)
 
 
 @dataclass
@@ -58,6 +89,8 @@ class ReplayConfig:
     epoch_col: str | None = None
     epoch: str = "10y"
     time_unit: str = "auto"
+    time_format: str | None = None
+    time_range: str = "auto"
     min_df: int | float = 2
     max_df: int | float = 0.5
     max_features: int | None = None
@@ -67,14 +100,7 @@ class ReplayConfig:
 
     def model_params(self) -> dict:
         """All keyword arguments of :class:`streamtree.model.DTSSBP` for this replay."""
-        from streamtree.likelihoods import LIKELIHOODS, TEXT_LIKELIHOODS
-        from streamtree.model import DTSSBP
-
-        params = DTSSBP(**{"random_state": REPLAY_SEED, **self.model}).get_params(deep=False)
-        if params["likelihood"] in LIKELIHOODS and params["likelihood"] not in TEXT_LIKELIHOODS:
-            raise ValueError(f"likelihood {params['likelihood']!r} does not model text; choose one of "
-                             f"{', '.join(TEXT_LIKELIHOODS)}")
-        return params
+        return text_model_params(self.model)
 
     def estimator(self):
         """A validated, unfitted :class:`streamtree.model.DTSSBP` for this replay."""
@@ -93,19 +119,19 @@ class ReplayConfig:
         return self.model_params()["engine"]
 
     def vectorizer(self) -> TextVectorizer:
-        from streamtree.likelihoods import LIKELIHOODS
-
-        norm = LIKELIHOODS[self.model_params()["likelihood"]].text_norm
-        return TextVectorizer(min_df=self.min_df, max_df=self.max_df, max_features=self.max_features, norm=norm)
+        return text_vectorizer(self.model_params(), self.min_df, self.max_df, self.max_features)
 
     def identity(self) -> dict:
-        """The settings that must match for a resume (where the model runs does not change results)."""
+        """The settings that must match for a resume: everything but where it runs, with the
+        source spelled canonically (relative or absolute paths of one file are the same)."""
         from streamtree.model import RUN_LOCATION_PARAMS
 
         d = asdict(self)
-        d.pop("batch_size")
+        for name in RUN_LOCATION:
+            d.pop(name, None)
+        d["source"] = canonical_uri(self.source)
         d["model"] = {k: v for k, v in self.model_params().items() if k not in RUN_LOCATION_PARAMS}
-        return d
+        return json.loads(json.dumps(d))
 
 
 @dataclass
@@ -119,7 +145,7 @@ class EpochProgress:
     n_rejects: int
     n_nodes: int
     seconds: float
-    skipped: bool = False  # already published (resume): fitted again but not republished
+    skipped: bool = False  # no documents and no rejects: fitted, recorded with the next publish
 
 
 @dataclass
@@ -133,13 +159,16 @@ class ReplaySummary:
     vocabulary_size: int = 0
     seconds: float = 0.0
     fit_seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+    complete_before: bool = False  # resume of a store that was already complete
 
     @property
     def n_rejects(self) -> int:
         return sum(self.rejects.values())
 
     def format(self) -> str:
-        lines = [f"epochs: {self.n_epochs} ({self.n_published} published now)",
+        lines = [f"epochs: {self.n_epochs} ({self.n_published} published now"
+                 + (", the store was already complete)" if self.complete_before else ")"),
                  f"documents: {self.n_documents} fitted of {self.n_records} records read",
                  f"vocabulary: {self.vocabulary_size} terms",
                  f"rejects: {self.n_rejects}"]
@@ -151,23 +180,53 @@ class ReplaySummary:
         return "\n".join(lines)
 
 
-def read_epochs(config: ReplayConfig) -> tuple[list[Epoch], int]:
-    """Read and bucket the whole source; returns the epochs and the number of records read.
+def open_epochs(config: ReplayConfig) -> tuple[EpochReader, object]:
+    """Open the source and read it once into an :class:`EpochReader` (and return the source).
 
-    Raises SourceError for unreadable sources and ValueError for a bad epoch spec.
+    Raises SourceError for unreadable sources and ValueError for bad epoch or time settings.
     """
     spec = EpochSpec.parse(config.epoch)
     if spec.kind == "column" and config.epoch_col is None:
         raise ValueError("--epoch column needs --epoch-col")
+    time_range = TimeRange.parse(config.time_range)
     src = open_source(config.source, config.text_col, config.time_col, config.id_col, config.epoch_col,
-                      batch_size=config.batch_size, time_unit=config.time_unit)
-    epochs = list(bucket(src, spec))
-    return epochs, src.n_read
+                      batch_size=config.batch_size, time_unit=config.time_unit, time_format=config.time_format)
+    reader = EpochReader(src, spec, time_range=time_range, unique_ids=config.id_col is not None).scan()
+    for note in src.notes + reader.notes:
+        logger.info("%s", note)
+    if reader.n_epochs == 0:
+        reader.close()
+        raise ValueError(_all_rejected(config, src, reader))
+    return reader, src
 
 
-def fit_vocabulary(config: ReplayConfig, epochs: list[Epoch]) -> TextVectorizer:
-    """One vocabulary over the whole corpus, so every epoch's theta has the same columns."""
-    texts = [c for e in epochs for c in e.rows.column("text").chunks]
+def _all_rejected(config: ReplayConfig, src, reader: EpochReader) -> str:
+    counts = reader.reject_counts()
+    shown = ", ".join(f"{reason}: {n}" for reason, n in counts.most_common())
+    hint = ("check --time-col and give --time-format (e.g. '%d/%m/%Y') or --time-unit"
+            if any(r.endswith("time") for r in counts) else "check the column names and the data")
+    notes = "; ".join(src.notes + reader.notes)
+    return (f"{config.source}: every one of the {src.n_read} records was rejected ({shown})"
+            + (f" [{notes}]" if notes else "") + f"; {hint}")
+
+
+def read_epochs(config: ReplayConfig) -> tuple[list[Epoch], int]:
+    """Read and bucket the whole source into a list (for callers that need every epoch at
+    once, e.g. evaluation); returns the epochs and the number of records read."""
+    reader, src = open_epochs(config)
+    with reader:
+        return list(reader.epochs()), src.n_read
+
+
+def fit_vocabulary(config: ReplayConfig, epochs) -> TextVectorizer:
+    """One vocabulary over the whole corpus, so every epoch's theta has the same columns.
+
+    ``epochs`` is a list of epochs or an :class:`EpochReader`. The texts are gathered for
+    one fit (scikit-learn's vocabulary fit is not incremental): the only step of a replay
+    whose memory grows with the corpus, and a resume never repeats it.
+    """
+    chunks = epochs.texts() if isinstance(epochs, EpochReader) else (e.rows.column("text") for e in epochs)
+    texts = [c for col in chunks for c in col.chunks]
     if not texts:
         raise ValueError(f"{config.source}: no usable documents (every record was rejected)")
     vec = config.vectorizer()
@@ -175,31 +234,43 @@ def fit_vocabulary(config: ReplayConfig, epochs: list[Epoch]) -> TextVectorizer:
     return vec
 
 
-def _check_store(store: SnapshotStore, config: ReplayConfig, mode: str) -> tuple[set[int], bool]:
-    """Check the store against ``config``: the epochs already published (to skip on a
-    resume) and whether its content must be deleted (overwrite) before writing."""
-    manifest = store.manifest()
-    done = {int(e["epoch"]) for e in manifest["epochs"]}
-    if not done and manifest.get("vocabulary") is None:
-        return set(), False
-    if mode == "overwrite" or not done:
-        return set(), True
-    same = manifest.get("config", {}).get("replay") == _json(config.identity())
+def _differences(stored: dict, now: dict) -> str:
+    keys = sorted(k for k in set(stored) | set(now) if stored.get(k) != now.get(k))
+    return ", ".join(f"{k}: {stored.get(k)!r} in the store, {now.get(k)!r} now" for k in keys[:4])
+
+
+@dataclass
+class _Start:
+    """Where a replay starts: from scratch, from a checkpoint, or nothing to do."""
+
+    resume_from: dict | None = None  # the last commit record
+    complete: dict | None = None
+
+
+def _start(store: SnapshotStore, config: ReplayConfig, mode: str) -> _Start:
+    manifest = store._base_manifest()
+    last = store.last_commit()
+    if last is None or mode == "overwrite":
+        return _Start()
+    stored = manifest.get("config", {}).get("replay") or {}
+    same = stored == config.identity()
     if mode == "resume" and same:
-        return done, False
+        if manifest.get("complete"):
+            return _Start(last, manifest["complete"])
+        if not last.get("checkpoint"):
+            raise StoreError(f"{store.uri}: the store was written without model checkpoints (by an older "
+                             "streamtree?) and cannot be resumed; use --overwrite or another --store")
+        return _Start(last)
     if mode == "resume":
-        raise StoreError(f"{store.uri}: the store holds {len(done)} epochs of a replay with a different "
-                         "configuration; cannot resume it: use --overwrite or another --store")
+        raise StoreError(f"{store.uri}: the store holds a replay with a different configuration "
+                         f"({_differences(stored, config.identity())}); cannot resume it: use --overwrite "
+                         "or another --store")
     what = "the same" if same else "a different"
     hint = "--resume to finish it, " if same else ""
-    raise StoreError(f"{store.uri}: the store already holds {len(done)} published epochs of {what} "
-                     f"configuration; pass {hint}--overwrite to replace them, or choose another --store")
-
-
-def _json(value):
-    import json
-
-    return json.loads(json.dumps(value))
+    state = "complete" if manifest.get("complete") else "unfinished"
+    raise StoreError(f"{store.uri}: the store already holds {store.count_published()} published epochs of "
+                     f"{what} configuration ({state}, through {last['label']}); pass {hint}--overwrite to replace "
+                     "them, or choose another --store")
 
 
 def replay(
@@ -208,9 +279,8 @@ def replay(
     *,
     mode: str = "refuse",
     progress: Callable[[EpochProgress], None] | None = None,
-    epochs: list[Epoch] | None = None,
-    n_records: int | None = None,
     static: StaticOptions | None = None,
+    lease_timeout: float | None = None,
 ) -> ReplaySummary:
     """Replay ``config.source`` into the store at ``store_uri``.
 
@@ -221,89 +291,209 @@ def replay(
         Snapshot store location (created if needed).
     mode : {"refuse", "resume", "overwrite"}
         What to do when the store already has published epochs: refuse (StoreError),
-        resume a replay of the same configuration, or delete the store's content first.
+        resume a replay of the same configuration from its last checkpoint, or replace it
+        (the old run stays readable until the new one commits its first epoch).
     progress : callable, optional
         Called with an :class:`EpochProgress` after each epoch.
-    epochs, n_records : optional
-        Pre-read epochs (from :func:`read_epochs`), to skip reading the source again.
     static : StaticOptions, optional
         Also fit a static hierarchy (see :mod:`streamtree.snapshots`) of each newly published
         epoch and store it as ``static/<method>.parquet``. It is written after the epoch's
-        publish and becomes visible with the next manifest commit, so a reader may see an
-        epoch before its static snapshot and must treat a missing one as "not yet".
+        publish, so a reader may see an epoch before its static snapshot and must treat a
+        missing one as "not yet".
+    lease_timeout : float, optional
+        Seconds without a heartbeat after which this writer's lease counts as stale.
 
     Returns
     -------
     ReplaySummary
+
+    Raises
+    ------
+    StoreBusyError
+        Another writer holds the store.
+    StoreError
+        The store cannot be written, holds another run, or is damaged.
+    SourceError, ValueError
+        Unreadable source, bad settings, or every record rejected.
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     start = time.perf_counter()
     store = SnapshotStore(store_uri)
-    done, wipe = _check_store(store, config, mode)
-    if epochs is None:
-        epochs, n_records = read_epochs(config)
-    vec = fit_vocabulary(config, epochs)
-    if wipe:  # only now that the source has been read successfully
-        store.fs.delete_dir_contents(store.root, missing_dir_ok=True)
-    if done:
-        stored = store.vectorizer()
-        if stored is None or stored.vocabulary_hash() != vec.vocabulary_hash():
-            raise StoreError(f"{store.uri}: the stored vocabulary differs from the one refitted on the source "
-                             "(did the source change?); use --overwrite")
-    else:
-        engine = config.engine
-        store.set_config({"replay": config.identity(), "engine": engine if isinstance(engine, str) else repr(engine),
-                          "streamtree": streamtree.__version__})
-        store.write_vocabulary(vec)
-    model = config.estimator()
+    store.check_writable()  # before the source is read
+    kw = {} if lease_timeout is None else {"timeout": lease_timeout}
+    with store.writer("replay", **kw):
+        return _replay(store, config, mode, progress, static, start)
+
+
+def _replay(store, config, mode, progress, static, start) -> ReplaySummary:
+    from streamtree.model import DTSSBP
+
+    begin = _start(store, config, mode)
+    stored_files = store.config().get("source_files") if begin.resume_from is not None else None
+    if begin.complete is not None:
+        src = open_source(config.source, config.text_col, config.time_col, config.id_col, config.epoch_col,
+                          time_unit=config.time_unit, time_format=config.time_format)
+        _check_source(store, src, stored_files)
+        summary = ReplaySummary(**begin.complete["summary"])
+        summary.n_published, summary.complete_before = 0, True
+        summary.seconds = time.perf_counter() - start
+        return summary
+    reader, src = open_epochs(config)
     try:
-        log = RejectLog()
-        n_docs = n_empty = n_published = 0
-        fit_seconds = 0.0
-        carried: list[pa.Table] = []  # rejects of leading epochs with no documents to fit
-        p = vec.vocabulary_.shape[0]
-        for ep in epochs:
-            t0 = time.perf_counter()
-            if ep.n_rows:
-                X = vec.transform(ep.rows.column("text"))
-                empty = vec.empty_rows(X)
-                n_empty += int(empty.sum())
-                ep = ep.reject(empty, EMPTY_AFTER_VOCABULARY)
-                X = X[~empty]
-            else:
-                X = sp.csr_matrix((0, p))
-            rejects = pa.concat_tables(carried + [ep.rejects]) if carried else ep.rejects
-            if X.shape[0] == 0 and not hasattr(model, "trees_"):
-                carried = [rejects]  # the model needs documents in its first epoch
-                continue
-            carried = []
-            tree = model.partial_fit(X, epoch=ep.index, label=ep.label).trees_[-1]
-            fit_seconds += time.perf_counter() - t0
-            n_docs += X.shape[0]
-            log.add(rejects)
-            skipped = ep.index in done
-            if not skipped:
-                store.publish(tree, ep.rows.column("id").to_pylist(), n_top_words=config.top_words,
-                              rejects=rejects, key=ep.key, label=ep.label,
-                              checkpoint={"last_epoch": ep.index, "documents": n_docs})
-                n_published += 1
-                if static is not None:
-                    _write_static(store, static, ep, tree, X, config.seed)
-            if progress is not None:
-                progress(EpochProgress(ep.index, len(epochs), ep.label, X.shape[0], rejects.num_rows,
-                                       tree.n_nodes, time.perf_counter() - t0, skipped))
+        notes = src.notes + reader.notes
+        if begin.resume_from is not None:
+            _check_source(store, src, stored_files)
+            vec = store.vectorizer()
+            arrays, meta = store.read_checkpoint(begin.resume_from["epoch"])
+            model = DTSSBP.from_checkpoint(arrays, meta, engine=config.engine)
+            totals = dict(begin.resume_from["state"])
+            first = begin.resume_from["epoch"] + 1
+            logger.info("resuming after epoch %d (%s)", begin.resume_from["epoch"], begin.resume_from["label"])
+        else:
+            vec = fit_vocabulary(config, reader)
+            model = config.estimator()
+            totals = {"documents": 0, "rejects": {}, "empty_after_filter": 0, "fit_seconds": 0.0, "epochs": 0}
+            first = 0
+        run = _Run(store, config, vec, model, reader, totals, progress, static,
+                   begun=begin.resume_from is not None, source_files=src.fingerprint(), notes=notes)
+        try:
+            n_published = run.fit(first)
+        finally:
+            model.close()  # release engine resources (Ray actors)
     finally:
-        model.close()  # release engine resources (Ray actors)
-    if carried:  # no epoch had a document left
-        raise ValueError(f"{config.source}: no document is left after vocabulary filtering "
-                         f"({n_empty} empty rows); lower --min-df or raise --max-features")
-    return ReplaySummary(
-        n_epochs=len(model.trees_), n_published=n_published, n_documents=n_docs,
-        n_records=int(n_records if n_records is not None else n_docs + log.total),
-        rejects=dict(log.counts), n_empty_after_filter=n_empty, vocabulary_size=p,
-        seconds=time.perf_counter() - start, fit_seconds=fit_seconds,
+        reader.close()
+    t = run.totals
+    summary = ReplaySummary(
+        n_epochs=t["epochs"], n_published=n_published, n_documents=t["documents"], n_records=src.n_read,
+        rejects=dict(t["rejects"]), n_empty_after_filter=t["empty_after_filter"],
+        vocabulary_size=int(vec.vocabulary_.shape[0]), seconds=time.perf_counter() - start,
+        fit_seconds=t["fit_seconds"], notes=notes,
     )
+    store.finish(asdict(summary))
+    return summary
+
+
+def _check_source(store: SnapshotStore, src, stored_files) -> None:
+    now = src.fingerprint()
+    if stored_files is not None and now != stored_files:
+        before = {p: n for p, n in stored_files}
+        changed = [p for p, n in now if before.get(p) != n] + [p for p in before if p not in dict(now)]
+        raise StoreError(f"{store.uri}: the source changed since the store was written ({len(changed)} files "
+                         f"added, removed or resized, e.g. {changed[0]!r}); use --overwrite to replay it again")
+
+
+class _Run:
+    """The epoch loop of one replay (fresh or resumed)."""
+
+    def __init__(self, store, config, vec, model, reader, totals, progress, static, *, begun, source_files, notes):
+        self.store, self.config, self.vec, self.model, self.reader = store, config, vec, model, reader
+        self.totals, self.progress, self.static = totals, progress, static
+        self.begun, self.source_files, self.notes = begun, source_files, notes
+
+    def _begin(self) -> None:
+        self.store.begin({"replay": self.config.identity(), "engine": self.config.engine,
+                          "streamtree": streamtree.__version__, "source_files": self.source_files,
+                          "notes": self.notes}, self.vec)
+        self.begun = True
+
+    def fit(self, first: int) -> int:
+        cfg, model, t = self.config, self.model, self.totals
+        pending: dict | None = None  # a run of empty epochs not yet recorded
+        n_published = 0
+        last_index = self.reader.n_epochs - 1
+        fitter = EpochFitter(model, self.vec)
+        for ep in self.reader.epochs(start=first):
+            t0 = time.perf_counter()
+            empty_before = fitter.n_empty
+            fitted = fitter.fit(ep)
+            t["empty_after_filter"] += fitter.n_empty - empty_before
+            if fitted is None:  # the model needs documents in its first epoch: rejects carried
+                continue
+            ep, X, rejects, tree = fitted.epoch, fitted.X, fitted.rejects, fitted.tree
+            t["fit_seconds"] += time.perf_counter() - t0
+            t["documents"] += int(X.shape[0])
+            t["epochs"] += 1
+            log = RejectLog()
+            log.add(rejects)
+            for reason, n in log.counts.items():
+                t["rejects"][reason] = t["rejects"].get(reason, 0) + n
+            quiet = X.shape[0] == 0 and rejects.num_rows == 0 and ep.index != last_index
+            if quiet:
+                if pending is None:
+                    pending = {"first": ep.index, "first_label": ep.label}
+                pending.update(last=ep.index, last_label=ep.label, n=ep.index - pending["first"] + 1)
+            else:
+                if not self.begun:
+                    self._begin()
+                self.store.publish(tree, ep.rows.column("id").to_pylist(), n_top_words=cfg.top_words,
+                                   rejects=rejects, key=ep.key, label=ep.label,
+                                   checkpoint=model.get_checkpoint(), state=t, empty_before=pending)
+                pending = None
+                n_published += 1
+                if self.static is not None:
+                    _write_static(self.store, self.static, ep, tree, X, cfg.seed)
+            if self.progress is not None:
+                self.progress(EpochProgress(ep.index, self.reader.n_epochs, ep.label, X.shape[0],
+                                            rejects.num_rows, tree.n_nodes, time.perf_counter() - t0, quiet))
+        if fitter.carried:  # no epoch had a document left
+            raise ValueError(f"{cfg.source}: no document is left after vocabulary filtering "
+                             f"({t['empty_after_filter']} empty rows); lower --min-df or raise --max-features")
+        return n_published
+
+
+@dataclass
+class FittedEpoch:
+    """One epoch fitted by :class:`EpochFitter`, ready to publish."""
+
+    epoch: Epoch  # rows fitted (documents empty after vocabulary filtering moved to rejects)
+    tree: object  # EpochTree
+    X: sp.csr_matrix
+    rejects: pa.Table  # this epoch's rejects, with those carried from leading empty epochs
+
+    @property
+    def n_documents(self) -> int:
+        return int(self.X.shape[0])
+
+    def publish(self, store: SnapshotStore, *, n_top_words: int, **commit) -> None:
+        """Publish to ``store``; ``commit`` goes to ``SnapshotStore.publish`` (``state``,
+        ``checkpoint``, ``tables``: what is committed with the epoch)."""
+        ep = self.epoch
+        store.publish(self.tree, ep.rows.column("id").to_pylist(), n_top_words=n_top_words, rejects=self.rejects,
+                      key=ep.key, label=ep.label, **commit)
+
+
+class EpochFitter:
+    """Vectorise and fit epochs in order: the per-epoch step shared by replay and serve.
+
+    Rows empty after vocabulary filtering become rejects of their epoch. Until the model has
+    seen a document (it needs some in its first epoch), epochs without documents are not
+    fitted: :meth:`fit` returns None and their rejects are carried into the next epoch's.
+    """
+
+    def __init__(self, model, vectorizer: TextVectorizer) -> None:
+        self.model = model
+        self.vectorizer = vectorizer
+        self.carried: list[pa.Table] = []
+        self.n_empty = 0
+
+    def fit(self, ep: Epoch) -> FittedEpoch | None:
+        p = self.vectorizer.vocabulary_.shape[0]
+        if ep.n_rows:
+            X = self.vectorizer.transform(ep.rows.column("text"))
+            empty = self.vectorizer.empty_rows(X)
+            self.n_empty += int(empty.sum())
+            ep = ep.reject(empty, EMPTY_AFTER_VOCABULARY)
+            X = X[~empty]
+        else:
+            X = sp.csr_matrix((0, p))
+        rejects = pa.concat_tables(self.carried + [ep.rejects]) if self.carried else ep.rejects
+        if X.shape[0] == 0 and not hasattr(self.model, "trees_"):
+            self.carried = [rejects]
+            return None
+        self.carried = []
+        self.model.partial_fit(X, epoch=ep.index, label=ep.label)
+        return FittedEpoch(ep, self.model.trees_[-1], X, rejects)
 
 
 def _write_static(store: SnapshotStore, opts: StaticOptions, ep: Epoch, tree, X, seed: int) -> None:
@@ -332,7 +522,7 @@ def stderr_progress(stream=None) -> Callable[[EpochProgress], None]:
 
     def show(p: EpochProgress) -> None:
         rate = p.n_documents / p.seconds if p.seconds > 0 else 0.0
-        tag = " (already published)" if p.skipped else ""
+        tag = " (no documents: recorded with the next epoch)" if p.skipped else ""
         line = (f"[{p.index + 1}/{p.n_epochs}] {p.label}: {p.n_documents} docs, {rate:.0f} docs/s, "
                 f"{p.n_nodes} live nodes, {p.n_rejects} rejects{tag}")
         stream.write(("\r\x1b[K" + line) if tty else line + "\n")
@@ -343,5 +533,15 @@ def stderr_progress(stream=None) -> Callable[[EpochProgress], None]:
     return show
 
 
-__all__ = ["MODES", "REPLAY_SEED", "EpochProgress", "ReplayConfig", "ReplaySummary", "fit_vocabulary", "read_epochs",
-           "replay", "stderr_progress"]
+def load_model(store_uri: str, epoch: int | None = None, **overrides):
+    """The model of a store as it was after ``epoch`` (default: the latest published one),
+    ready to ``partial_fit`` further epochs; ``overrides`` set run-location parameters such
+    as the engine. Use the store's vectoriser (``SnapshotStore(uri).vectorizer()``) to turn
+    new documents into rows."""
+    from streamtree.model import DTSSBP
+
+    return DTSSBP.from_checkpoint(*SnapshotStore(store_uri).read_checkpoint(epoch), **overrides)
+
+
+__all__ = ["MODES", "REPLAY_SEED", "text_model_params", "text_vectorizer", "EpochFitter", "EpochProgress", "FittedEpoch", "ReplayConfig", "ReplaySummary", "fit_vocabulary", "load_model",
+           "open_epochs", "read_epochs", "replay", "stderr_progress"]

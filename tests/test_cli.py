@@ -134,7 +134,7 @@ def test_existing_store_is_refused_with_advice(corpus, store, capsys):
     err = capsys.readouterr().err
     assert "already holds 3 published epochs" in err and "--overwrite" in err
     assert main([*argv, "--resume"]) == 0
-    assert "epochs: 3 (0 published now)" in capsys.readouterr().out
+    assert "epochs: 3 (0 published now, the store was already complete)" in capsys.readouterr().out
 
 
 def test_rejects_reach_the_summary_and_the_store(tmp_path, capsys):

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from scipy.cluster.hierarchy import linkage
 
-from connectors.stores import SnapshotStore, StoreError
+from connectors.stores import SnapshotStore, StoreAccessError, StoreError
 from streamtree.epoch_tree import EpochTree
 from streamtree.records import make_rejects
 from streamtree.static.dendrogram import Dendrogram
@@ -62,8 +62,8 @@ def test_round_trip_exact(tmp_path):
     t0 = make_tree(0, [0, 1, 2], [-1, 0, 0], [0, 0, 0], label="1790s")
     t1 = make_tree(1, [0, 1, 3, 4], [-1, 0, 1, 0], [0, 0, 1, 1], seed=1, died=[2], label="1800s")
     rej = make_rejects(["f.csv"], [3], ["f.csv:3"], ["empty text"], text=["  "])
-    store.publish(t0, [f"d{i}" for i in range(5)], key=179, checkpoint={"epoch": 0, "rng": [1, 2]})
-    store.publish(t1, [f"e{i}" for i in range(5)], key=180, rejects=rej, checkpoint={"epoch": 1})
+    store.publish(t0, [f"d{i}" for i in range(5)], key=179, state={"epoch": 0, "rng": [1, 2]})
+    store.publish(t1, [f"e{i}" for i in range(5)], key=180, rejects=rej, state={"epoch": 1})
 
     assert [(e["epoch"], e["label"], e["key"]) for e in store.epochs()] == [(0, "1790s", 179), (1, "1800s", 180)]
     for t, prefix in ((t0, "d"), (t1, "e")):
@@ -76,7 +76,8 @@ def test_round_trip_exact(tmp_path):
     assert store.rejects(1).column("position").to_pylist() == [3]
     assert store.nodes(1).column("top_words").to_pylist() == store.read(1).top_words
     assert store.read(1).rejects.to_pylist()[0]["reason"] == "empty text"
-    assert store.checkpoint() == {"epoch": 1}
+    assert store.last_commit()["state"] == {"epoch": 1}
+    assert store.epochs()[0]["state"] == {"epoch": 0, "rng": [1, 2]}
     assert store.config() == {"window": 2, "spec": "10y"}
     assert store.vocabulary().tolist() == v.vocabulary_.tolist()
     assert store.vectorizer().vocabulary_hash() == v.vocabulary_hash()
@@ -95,6 +96,11 @@ def test_round_trip_exact(tmp_path):
     assign = pq.read_table(tmp_path / "run" / "epochs" / "000000" / "assignments.parquet")
     assert assign.column("node_id").to_pylist() == t0.assignments.tolist()
     assert not list((tmp_path / "run" / "epochs").glob(".tmp-*"))
+    # Commit records are plain JSON, one per epoch; no lease is left behind.
+    record = json.loads((tmp_path / "run" / "commits" / "000001.json").read_text())
+    assert record["epoch"] == 1 and record["path"] == "epochs/000001" and record["label"] == "1800s"
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["commits", "epochs", "manifest.json",
+                                                                  "vocabulary.parquet"]
 
 
 def test_theta_top_n_is_lossy_and_says_so(tmp_path):
@@ -116,17 +122,18 @@ def test_crash_before_manifest_commit_keeps_previous_epoch(tmp_path, monkeypatch
     store.publish(t0, list("abcde"))
     before = (tmp_path / "manifest.json").read_text()
 
-    def crash(text):
-        raise OSError("simulated crash before the manifest commit")
+    def crash(entry):
+        raise OSError("simulated crash before the commit record")
 
-    monkeypatch.setattr(store, "_write_manifest", crash)
+    monkeypatch.setattr(store, "_commit_record", crash)
     t1 = make_tree(1, [0, 1, 2], [-1, 0, 0], [0, 0, 1], seed=5)
-    with pytest.raises(OSError, match="simulated"):
+    with pytest.raises(StoreAccessError, match="cannot commit epoch 1: simulated"):
         store.publish(t1, list("vwxyz"))
     # The folder was renamed into place but is not committed: invisible to readers.
     assert (tmp_path / "epochs" / "000001" / "nodes.parquet").exists()
     fresh = SnapshotStore(str(tmp_path))
     assert (tmp_path / "manifest.json").read_text() == before
+    assert not (tmp_path / "commits" / "000001.json").exists()
     assert [e["epoch"] for e in fresh.epochs()] == [0]
     assert_same_tree(fresh.read(0).tree, t0)
     with pytest.raises(StoreError, match="not published"):
@@ -154,9 +161,10 @@ def test_crash_while_writing_epoch_files_leaves_no_visible_trace(tmp_path, monke
         real(table, path)
 
     monkeypatch.setattr(store, "_write_parquet", fail_on_theta)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(StoreAccessError, match="cannot write epoch 1: disk full"):
         store.publish(make_tree(1, [0], [-1], [0]), list("abcde"))
     assert not (tmp_path / "epochs" / "000001").exists()
+    assert [p.name for p in (tmp_path / "epochs").iterdir()] == ["000000"]  # no temporary folder left
     assert [e["epoch"] for e in SnapshotStore(str(tmp_path)).epochs()] == [0]
 
 
@@ -168,7 +176,9 @@ def test_republish_needs_replace(tmp_path):
         store.publish(t, list("abcde"))
     store.publish(t, list("ABCDE"), replace=True)
     assert_same_tree(store.read(0).tree, t)
-    assert len(store.epochs()) == 1 and not list((tmp_path / "epochs").glob(".old-*"))
+    # the replacement went to a new folder (the record switch is the commit) and the old one is gone
+    assert len(store.epochs()) == 1 and [p.name for p in (tmp_path / "epochs").iterdir()] == [
+        store.epochs()[0]["path"].split("/")[1]]
 
 
 def test_publish_validation(tmp_path):
@@ -178,12 +188,14 @@ def test_publish_validation(tmp_path):
     with pytest.raises(ValueError, match="doc_ids"):
         store.publish(t, ["a"])
     with pytest.raises(TypeError, match="JSON"):
-        store.publish(t, list("abcde"), checkpoint={"state": object()})
+        store.publish(t, list("abcde"), state={"state": object()})
+    with pytest.raises(TypeError, match="only numeric arrays"):
+        store.publish(t, list("abcde"), checkpoint=({"a": np.array(["x"], dtype=object)}, {}))
     with pytest.raises(ValueError, match="vocabulary"):
         store.publish(make_tree(0, [0], [-1], [0], p=4), list("abcde"))
     assert store.epochs() == []
-    store.publish(t, list("abcde"), checkpoint={"counts": np.arange(3), "beta": np.float64(0.5)})
-    assert store.checkpoint() == {"counts": [0, 1, 2], "beta": 0.5}
+    store.publish(t, list("abcde"), state={"counts": np.arange(3), "beta": np.float64(0.5)})
+    assert store.last_commit()["state"] == {"counts": [0, 1, 2], "beta": 0.5}
     other = TextVectorizer(min_df=1, stop_words=None, max_df=1.0).fit(["other words entirely"])
     with pytest.raises(StoreError, match="different vocabulary"):
         store.write_vocabulary(other)

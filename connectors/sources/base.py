@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from connectors.sources.times import to_utc_timestamps
+from connectors.sources.times import TimeParser
 from streamtree.records import (
     EMPTY_TEXT,
     INVALID_UTF8,
@@ -70,6 +70,7 @@ def normalise(
     id_col: str | None,
     epoch_col: str | None,
     time_unit: str = "auto",
+    time_parser: TimeParser | None = None,
 ) -> tuple[pa.RecordBatch, pa.Table]:
     """Split a raw batch into normalised good rows and rejects.
 
@@ -81,6 +82,9 @@ def normalise(
         Name of the file the batch came from (goes into the ``source`` column and default ids).
     start : int
         Position (0-based record index in the file) of the batch's first row.
+    time_parser : TimeParser, optional
+        Reads the time column; a source passes its own so that automatic choices made on
+        the first batch hold for all (default: a fresh one with ``time_unit``).
     """
     n = raw.num_rows
     position = pa.array(np.arange(start, start + n, dtype=np.int64))
@@ -109,7 +113,8 @@ def normalise(
         columns["epoch"] = epoch
     if time_col is not None:
         try:
-            time, missing_t, bad_t = to_utc_timestamps(raw.column(time_col), time_unit)
+            parser = time_parser if time_parser is not None else TimeParser(time_unit)
+            time, missing_t, bad_t = parser.parse(raw.column(time_col))
         except TypeError as exc:
             raise SourceError(source, f"time column {time_col!r}: {exc}") from None
         _set_valued(reasons, bad_t, UNPARSABLE_TIME, raw.column(time_col))

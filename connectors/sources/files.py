@@ -34,7 +34,7 @@ import pyarrow.fs as pafs
 import pyarrow.json as pajson
 
 from connectors.sources.base import SourceError, check_columns, normalise, normalised_schema
-from connectors.sources.times import TIME_UNITS
+from connectors.sources.times import TIME_UNITS, TimeParser
 from streamtree.records import RejectLog
 
 logger = logging.getLogger(__name__)
@@ -61,6 +61,20 @@ def resolve(uri: str) -> tuple[pafs.FileSystem, str]:
     return pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(uri))
 
 
+def canonical_uri(uri: str) -> str:
+    """One spelling per location: local paths (relative, ``~``, ``file://``, symlinks) become
+    the absolute real path; other URIs become ``scheme://path`` without options."""
+    if "://" not in uri or uri.startswith("file://"):
+        path = uri[len("file://"):] if uri.startswith("file://") else uri
+        return os.path.realpath(os.path.expanduser(path))
+    scheme = uri.split("://", 1)[0].lower()
+    try:
+        _, path = pafs.FileSystem.from_uri(uri)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError):
+        path = uri.split("://", 1)[1].split("?", 1)[0]
+    return f"{scheme}://{path.rstrip('/')}"
+
+
 def format_of(path: str) -> str | None:
     """The format implied by a file name (``.csv.gz`` is CSV), or None."""
     name = path.lower()
@@ -82,7 +96,7 @@ class Source:
     re-reads the files and appends to the same reject log.
     """
 
-    def __init__(self, uri, text_col, time_col, id_col, epoch_col, batch_size, time_unit, fmt):
+    def __init__(self, uri, text_col, time_col, id_col, epoch_col, batch_size, time_unit, fmt, time_format=None):
         self.uri = uri
         self.text_col = text_col
         self.time_col = time_col
@@ -90,6 +104,8 @@ class Source:
         self.epoch_col = epoch_col
         self.batch_size = batch_size
         self.time_unit = time_unit
+        self.time_format = time_format
+        self.time_parser = TimeParser(time_unit, time_format)
         self.fs, self.root = resolve(uri)
         self.files, self.is_dir = self._discover()
         self.format = fmt or self._detect_format()
@@ -257,7 +273,7 @@ class Source:
             name = self._relative(path)
             good, rejects = normalise(
                 raw, name, start, text_col=self.text_col, time_col=self.time_col,
-                id_col=self.id_col, epoch_col=self.epoch_col, time_unit=self.time_unit,
+                id_col=self.id_col, epoch_col=self.epoch_col, time_parser=self.time_parser,
             )
             self.n_read += raw.num_rows
             self.n_rows += good.num_rows
@@ -266,6 +282,19 @@ class Source:
                 logger.debug("%s: %d rows rejected in batch at %d", name, rejects.num_rows, start)
             if good.num_rows:
                 yield good
+
+    @property
+    def notes(self) -> list[str]:
+        """What the source chose automatically (time units, formats), one sentence each."""
+        return [f"time column {self.time_col!r}: {n}" for n in self.time_parser.notes]
+
+    def fingerprint(self) -> list[list]:
+        """``[relative path, size]`` of each file: cheap to compute, changes when files do."""
+        out = []
+        for path in self.files:
+            info = self.fs.get_file_info(path)
+            out.append([self._relative(path), int(info.size or 0)])
+        return out
 
     def read_all(self) -> pa.Table:
         """All good rows as one table (rejects go to :attr:`rejects` as usual)."""
@@ -301,6 +330,7 @@ def open_source(
     *,
     time_unit: str = "auto",
     format: str | None = None,
+    time_format: str | None = None,
 ) -> Source:
     """Open a file source and map its columns.
 
@@ -322,7 +352,11 @@ def open_source(
     batch_size : int
         Maximum rows per yielded batch.
     time_unit : {"auto", "year", "s", "ms", "us", "ns"}
-        How numeric times are read.
+        How numeric times are read; ``"auto"`` decides once per source from the first
+        values and says so in :attr:`Source.notes`.
+    time_format : str, optional
+        ``strptime`` pattern for time strings that are not ISO 8601 (default: detect one of
+        the common formats, see :mod:`connectors.sources.times`).
     format : str, optional
         One of ``parquet``, ``ipc``, ``ipc-stream``, ``jsonl``, ``csv``; by default from the
         file extension (or magic bytes for a single file with no known extension).
@@ -343,4 +377,6 @@ def open_source(
         raise ValueError(f"time_unit must be one of {TIME_UNITS}, got {time_unit!r}")
     if format is not None and format not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
-    return Source(uri, text_col, time_col, id_col, epoch_col, batch_size, time_unit, format)
+    if time_format is not None and (not isinstance(time_format, str) or "%" not in time_format):
+        raise ValueError(f"time_format must be a strptime pattern such as '%d/%m/%Y', got {time_format!r}")
+    return Source(uri, text_col, time_col, id_col, epoch_col, batch_size, time_unit, format, time_format)

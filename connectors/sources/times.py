@@ -5,19 +5,25 @@ How each input type is interpreted
 * ``timestamp`` (any unit): tz-aware values are converted to UTC; tz-naive values are taken
   to be UTC already. Sub-microsecond precision is truncated.
 * ``date32`` / ``date64``: midnight UTC of that day.
-* integers: with ``time_unit="auto"``, a value with at most four digits (``|v| <= 9999``) is a
-  calendar **year** (1 January, 00:00 UTC: a column like ``year``) and anything larger is
-  **epoch seconds** (epoch second 9999 is 1970-01-01T02:46, never a real document time).
-  ``time_unit="year"`` forces years; ``"s"``, ``"ms"``, ``"us"``, ``"ns"`` force epoch
-  offsets in that unit.
-* floats: epoch seconds (or the forced ``time_unit``; ``"year"`` needs whole numbers).
-  NaN counts as missing.
-* strings: surrounding whitespace is stripped; an empty string is missing. An integer or
-  decimal string is interpreted like the number above (CSV files carry years as text; note
-  that a compact ``20260314`` is therefore epoch seconds). Any other string is parsed as
-  ISO 8601: ``2026-03``, ``2026-03-14``, ``2026-03-14T10:00``, ``2026-03-14 10:00:00.123``
-  (digits beyond microseconds are truncated); with a zone suffix (``Z``, ``+02:00``,
-  ``+0200``, `` UTC``) it is converted to UTC, without one it is taken as UTC.
+* numbers (integers and floats, and integer or decimal strings): with ``time_unit="auto"``
+  the unit is chosen once per column, from the first values seen, and reported in
+  :attr:`TimeParser.notes`: whole numbers whose median magnitude is at most 9999 are
+  calendar **years** (1 January, 00:00 UTC: a ``year`` column, also when pandas stored it
+  as floats because of a missing value); otherwise the magnitude of the median picks epoch
+  **seconds** (below 1e11), **milliseconds** (below 1e14), **microseconds** (below 1e17) or
+  **nanoseconds**. Once chosen, the unit holds for the rest of the column, so a stray
+  ``19995`` in a year column is a bad year (rejected), not a time in 1970. ``time_unit``
+  forces ``"year"``, ``"s"``, ``"ms"``, ``"us"`` or ``"ns"``. NaN counts as missing.
+* other strings: surrounding whitespace is stripped; an empty string is missing. ISO 8601
+  is always understood: ``2026-03``, ``2026-03-14``, ``2026-03-14T10:00``,
+  ``2026-03-14 10:00:00.123`` (digits beyond microseconds are truncated); with a zone
+  suffix (``Z``, ``+02:00``, ``+0200``, `` UTC``) it is converted to UTC, without one it is
+  taken as UTC. Other strings are parsed with ``time_format`` (a ``strptime`` pattern such
+  as ``"%d/%m/%Y"``) when given; otherwise the first strings that are not ISO choose one of
+  the common formats (:data:`COMMON_FORMATS`: ``2017/2/7``, ``7.2.2017``, ``2/7/2017``,
+  ``Feb 7, 2017``, ``7 February 2017``...), the one that reads most of them, and the choice
+  is reported (day/month order is ambiguous when every day is at most 12: the note says
+  so, and ``time_format`` settles it).
 
 Rows whose value is null come back as null with ``missing`` set; rows with a value that
 cannot be interpreted come back as null with ``bad`` set (the caller turns those into
@@ -33,17 +39,28 @@ import pyarrow.compute as pc
 from streamtree.records import TIME_TYPE
 
 TIME_UNITS = ("auto", "year", "s", "ms", "us", "ns")
+#: strptime patterns tried, in this order, on strings that are neither numbers nor ISO 8601.
+COMMON_FORMATS = (
+    "%Y/%m/%d", "%Y/%m/%d %H:%M", "%Y/%m/%d %H:%M:%S", "%Y-%m-%d", "%Y-%m-%d %H:%M", "%Y.%m.%d",
+    "%d.%m.%Y", "%d.%m.%Y %H:%M", "%d.%m.%Y %H:%M:%S",
+    "%m/%d/%Y", "%d/%m/%Y", "%m/%d/%Y %H:%M", "%d/%m/%Y %H:%M", "%m/%d/%Y %H:%M:%S", "%d/%m/%Y %H:%M:%S",
+    "%m/%d/%y", "%d/%m/%y",
+    "%b %d, %Y", "%B %d, %Y", "%b %d %Y", "%d %b %Y", "%d %B %Y", "%d-%b-%Y",
+    "%a, %d %b %Y %H:%M:%S", "%a %b %d %H:%M:%S %Y",
+)
 _US_PER = {"s": 1_000_000, "ms": 1_000, "us": 1, "ns": None}
 _INT_RE = r"^[+-]?\d+$"
 _FLOAT_RE = r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?$"
 # A zone suffix only counts after a clock time, so "2026-03-14" is not read as offset "-14".
 _ZONE_RE = r"\d{2}:\d{2}(:\d{2}(\.\d+)?)?\s*([Zz]|[+-]\d{2}(:?\d{2})?)$"
+_ISO_RE = r"^[+-]?\d{4}-\d{2}-\d{2}([T ]\d.*)?$"
 _MAX_YEAR = 9999
 _INT64_MAX = np.iinfo(np.int64).max
 
 
-def to_utc_timestamps(values: pa.Array, time_unit: str = "auto") -> tuple[pa.Array, np.ndarray, np.ndarray]:
-    """Convert ``values`` to ``timestamp[us, UTC]``.
+def to_utc_timestamps(values: pa.Array, time_unit: str = "auto",
+                      time_format: str | None = None) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+    """Convert ``values`` to ``timestamp[us, UTC]`` (a one-off :class:`TimeParser`).
 
     Returns
     -------
@@ -54,26 +71,96 @@ def to_utc_timestamps(values: pa.Array, time_unit: str = "auto") -> tuple[pa.Arr
     bad : ndarray of bool
         The input value was present but could not be interpreted.
     """
-    if time_unit not in TIME_UNITS:
-        raise ValueError(f"time_unit must be one of {TIME_UNITS}, got {time_unit!r}")
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
-    if pa.types.is_dictionary(values.type):
-        values = values.dictionary_decode()
-    t = values.type
-    if pa.types.is_timestamp(t):
-        out = pc.cast(values, pa.timestamp("us", tz=t.tz), safe=False)
-        out = out.cast(TIME_TYPE) if t.tz is not None else _assume_utc(out)
-    elif pa.types.is_date(t):
-        out = _assume_utc(pc.cast(values, pa.timestamp("us")))
-    elif pa.types.is_integer(t) or pa.types.is_floating(t):
-        return _from_numbers(values, time_unit)
-    elif pa.types.is_string(t) or pa.types.is_large_string(t):
-        return _from_strings(values.cast(pa.string()), time_unit)
+    return TimeParser(time_unit, time_format).parse(values)
+
+
+class TimeParser:
+    """Reads one time column batch after batch, making its automatic choices once.
+
+    Parameters
+    ----------
+    time_unit : {"auto", "year", "s", "ms", "us", "ns"}
+        How numbers are read (see the module docstring).
+    time_format : str, optional
+        ``strptime`` pattern for strings that are not ISO 8601.
+
+    Attributes
+    ----------
+    number_unit : str or None
+        The unit numbers are read in (chosen on the first numbers seen when ``"auto"``).
+    string_format : str or None
+        The pattern non-ISO strings are read with (given, or detected on the first ones).
+    notes : list of str
+        One sentence per automatic choice, for the user.
+    """
+
+    def __init__(self, time_unit: str = "auto", time_format: str | None = None) -> None:
+        if time_unit not in TIME_UNITS:
+            raise ValueError(f"time_unit must be one of {TIME_UNITS}, got {time_unit!r}")
+        if time_format is not None and (not isinstance(time_format, str) or "%" not in time_format):
+            raise ValueError(f"time_format must be a strptime pattern such as '%d/%m/%Y', got {time_format!r}")
+        self.time_unit = time_unit
+        self.time_format = time_format
+        self.number_unit: str | None = None if time_unit == "auto" else time_unit
+        self.string_format: str | None = time_format
+        self.notes: list[str] = []
+
+    def parse(self, values: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+        if isinstance(values, pa.ChunkedArray):
+            values = values.combine_chunks()
+        if pa.types.is_dictionary(values.type):
+            values = values.dictionary_decode()
+        t = values.type
+        if pa.types.is_timestamp(t):
+            out = pc.cast(values, pa.timestamp("us", tz=t.tz), safe=False)
+            out = out.cast(TIME_TYPE) if t.tz is not None else _assume_utc(out)
+        elif pa.types.is_date(t):
+            out = _assume_utc(pc.cast(values, pa.timestamp("us")))
+        elif pa.types.is_integer(t) or pa.types.is_floating(t):
+            return self._numbers(values)
+        elif pa.types.is_string(t) or pa.types.is_large_string(t):
+            return self._strings(values.cast(pa.string()))
+        elif pa.types.is_null(t):
+            n = len(values)
+            return pa.nulls(n, TIME_TYPE), np.ones(n, dtype=bool), np.zeros(n, dtype=bool)
+        else:
+            raise TypeError(f"cannot interpret a column of type {t} as time")
+        missing = ~_valid(values)
+        return out, missing, np.zeros(len(values), dtype=bool)
+
+    def _numbers(self, values: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+        if self.number_unit is None:
+            raw = pc.fill_null(values.cast(pa.float64()), np.nan).to_numpy(zero_copy_only=False)
+            raw = raw[np.isfinite(raw)]
+            if raw.size == 0:
+                return _from_numbers(values, "s")  # all missing: nothing to decide on yet
+            self.number_unit, note = detect_number_unit(raw)
+            self.notes.append(note)
+        return _from_numbers(values, self.number_unit)
+
+    def _strings(self, values: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+        return _from_strings(values, self)
+
+
+def detect_number_unit(values: np.ndarray) -> tuple[str, str]:
+    """The unit of a numeric time column from some of its finite values, and a note saying so."""
+    v = np.abs(np.asarray(values, dtype=np.float64))
+    whole = float(np.mean(np.floor(v) == v))
+    med = float(np.median(v))
+    example = values[0]
+    shown = f"{int(example)}" if float(example).is_integer() and abs(example) < 1e18 else f"{example:g}"
+    if med <= _MAX_YEAR and whole >= 0.9:
+        unit, what = "year", "calendar years"
+    elif med < 1e11:
+        unit, what = "s", "seconds since 1970"
+    elif med < 1e14:
+        unit, what = "ms", "milliseconds since 1970"
+    elif med < 1e17:
+        unit, what = "us", "microseconds since 1970"
     else:
-        raise TypeError(f"cannot interpret a column of type {t} as time")
-    missing = ~_valid(values)
-    return out, missing, np.zeros(len(values), dtype=bool)
+        unit, what = "ns", "nanoseconds since 1970"
+    return unit, (f"numbers read as {what} (detected from values such as {shown}; "
+                  f"--time-unit year|s|ms|us|ns overrides)")
 
 
 def _valid(values: pa.Array) -> np.ndarray:
@@ -100,13 +187,8 @@ def _from_numbers(values: pa.Array, time_unit: str) -> tuple[pa.Array, np.ndarra
         raw = raw.astype(np.int64)
         missing = ~valid
         bad = np.zeros(n, dtype=bool)
-    if time_unit == "auto":
-        # Floats are always epoch seconds in auto mode; integers up to four digits are years.
-        as_year = np.zeros(n, dtype=bool) if is_float else np.abs(raw) <= _MAX_YEAR
-        unit = "s"
-    else:
-        as_year = np.full(n, time_unit == "year")
-        unit = "s" if time_unit == "year" else time_unit
+    as_year = np.full(n, time_unit == "year")
+    unit = "s" if time_unit == "year" else time_unit
     us = np.zeros(n, dtype=np.int64)
     ok = ~missing & ~bad
     # Years: 1 January of that year; whole numbers inside the calendar range only.
@@ -137,9 +219,10 @@ def _from_numbers(values: pa.Array, time_unit: str) -> tuple[pa.Array, np.ndarra
     return out, missing, bad
 
 
-def _from_strings(values: pa.Array, time_unit: str) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+def _from_strings(values: pa.Array, parser: "TimeParser") -> tuple[pa.Array, np.ndarray, np.ndarray]:
     s = pc.utf8_trim_whitespace(values)
     s = pc.if_else(pc.equal(s, ""), pa.scalar(None, pa.string()), s)
+    raw = s
     # Light normalisation before the ISO parser: "2026-03" -> "2026-03-01", a " UTC"/"GMT"
     # suffix -> "Z", and fractions beyond microseconds truncated (the parser rejects them).
     s = pc.replace_substring_regex(s, r"^(\d{4}-\d{2})$", r"\1-01")
@@ -159,20 +242,52 @@ def _from_strings(values: pa.Array, time_unit: str) -> tuple[pa.Array, np.ndarra
         out_us[ok] = vals[ok]
         got[ok] = True
 
-    if is_int.any():
-        ints = _only(s, is_int)
-        take(is_int, _from_numbers(_safe_cast(_only(s, is_int), pa.int64()), time_unit)[0])
-    if is_num.any():
-        take(is_num, _from_numbers(_safe_cast(_only(s, is_num), pa.float64()), time_unit)[0])
-    iso = present & ~is_int & ~is_num
+    if (is_int | is_num).any():
+        nums = _safe_cast(_only(s, is_int | is_num), pa.float64()) if is_num.any() else \
+            _safe_cast(_only(s, is_int), pa.int64())
+        take(is_int | is_num, parser._numbers(nums)[0])
+    # Only ISO-looking strings go to the ISO parser (whose per-value fallback is slow).
+    iso = present & ~is_int & ~is_num & _mask(pc.match_substring_regex(s, _ISO_RE))
     if (iso & has_zone).any():
         take(iso & has_zone, _safe_cast(_only(s, iso & has_zone), TIME_TYPE))
     if (iso & ~has_zone).any():
         take(iso & ~has_zone, _assume_utc(_safe_cast(_only(s, iso & ~has_zone), pa.timestamp("us"))))
+    rest = present & ~got & ~iso
+    if rest.any():
+        if parser.string_format is None:
+            _detect_format(parser, _only(raw, rest))
+        if parser.string_format is not None:
+            take(rest, _assume_utc(pc.strptime(_only(raw, rest), format=parser.string_format, unit="us",
+                                                 error_is_null=True)))
     missing = ~present
     bad = present & ~got
     out = pa.array(out_us, type=pa.int64(), mask=~got).cast(TIME_TYPE)
     return out, missing, bad
+
+
+def _detect_format(parser: "TimeParser", strings: pa.Array) -> None:
+    """Choose the common format that reads most of ``strings`` (non-null, not ISO)."""
+    values = strings.drop_null()
+    if len(values) == 0:
+        return
+    sample = values.slice(0, 1000)
+    counts = [int(pc.strptime(sample, format=f, unit="us", error_is_null=True).is_valid().sum().as_py() or 0)
+              for f in COMMON_FORMATS]
+    best = int(np.argmax(counts))
+    if counts[best] == 0:
+        return  # nothing recognisable: these rows are rejected as unparsable, the next batch may decide
+    fmt = COMMON_FORMATS[best]
+    parser.string_format = fmt
+    note = (f"strings like {values[0].as_py()!r} read with the format {fmt!r} "
+            f"(auto-detected; --time-format overrides)")
+    swapped = {"%m/%d": "%d/%m", "%d/%m": "%m/%d"}
+    for a, b in swapped.items():
+        if a in fmt:
+            other = COMMON_FORMATS.index(fmt.replace(a, b))
+            if counts[other] == counts[best]:
+                note += f"; day and month order is ambiguous in these values: pass --time-format {fmt.replace(a, b)!r} if that is meant"
+            break
+    parser.notes.append(note)
 
 
 def _mask(boolean: pa.Array) -> np.ndarray:

@@ -1,11 +1,8 @@
-"""Snapshot stores: versioned, atomically published epoch trees on ``pyarrow.fs``."""
+"""Snapshot stores: versioned, atomically committed epoch trees on ``pyarrow.fs``, one writer at a time."""
 
-from connectors.stores.snapshot import (
-    NodeLineage,
-    SnapshotStore,
-    StaticSnapshot,
-    StoredEpoch,
-    StoreError,
-)
+from connectors.stores.errors import CorruptStoreError, StoreAccessError, StoreBusyError, StoreError
+from connectors.stores.lease import Lease
+from connectors.stores.snapshot import NodeLineage, SnapshotStore, StaticSnapshot, StoredEpoch
 
-__all__ = ["NodeLineage", "SnapshotStore", "StaticSnapshot", "StoreError", "StoredEpoch"]
+__all__ = ["CorruptStoreError", "Lease", "NodeLineage", "SnapshotStore", "StaticSnapshot", "StoreAccessError",
+           "StoreBusyError", "StoreError", "StoredEpoch"]

@@ -1,45 +1,69 @@
-"""Versioned, atomically published snapshot store of epoch trees on ``pyarrow.fs``.
+"""Versioned, atomically committed snapshot store of epoch trees on ``pyarrow.fs``.
 
 Layout of a store (one run)::
 
-    manifest.json                 the commit point: config, versions, vocabulary hash,
-                                  completed epochs (with labels), latest checkpoint
+    manifest.json                 the run: config, versions, vocabulary, run id, completion
     vocabulary.parquet            index, term, document_frequency
+    commits/000000.json           the commit record of epoch 0 (its commit point)
     epochs/000000/nodes.parquet   one row per node (see NODE_SCHEMA)
     epochs/000000/theta.parquet   node_id, indices (list<int32> or null), values (list<float64>)
     epochs/000000/assignments.parquet   doc_id, node_id
     epochs/000000/rejects.parquet       only when the epoch had rejects
+    epochs/000000/checkpoint.parquet    the model state after this epoch (see below)
+    epochs/000000/checkpoint.json       its JSON metadata (parameters, seed state, ...)
+    epochs/000000/<name>.parquet        extra tables committed with the epoch (e.g. a file ledger)
     epochs/000000/static/<method>.parquet   dendrograms of static snapshots
+    lease.json                    the writer lease while a writer runs (see connectors.stores.lease)
 
-Publishing writes an epoch under a temporary folder name, renames it to its final name and
-only then rewrites the manifest (itself written to a temporary file and renamed). Readers
-trust only the manifest, so an epoch folder not listed there is invisible, and a crash
-between the rename and the manifest commit leaves the store readable at the previous
-epoch; the next publish of that epoch replaces the orphan folder. Renames are atomic on
-local and HDFS file systems; on object stores (S3, GCS) the manifest is a single object
-write, which is atomic there too, while the epoch folder appears object by object (harmless
-because it is not yet in the manifest).
+Commit protocol
+---------------
+Publishing an epoch writes its files under ``epochs/.tmp-<epoch>-<uuid>/``, renames that
+folder to ``epochs/<epoch>``, checks that the writer still holds the lease, and then
+writes the epoch's *commit record* ``commits/<epoch>.json`` (to a temporary name, renamed
+into place). The commit record is the commit point: readers list ``commits/`` and trust
+nothing else, so a folder without a record is invisible, and a crash at any step leaves
+the store readable at the previous epoch. The cost of a commit is one folder and one small
+record, whatever the number of epochs already published; ``manifest.json`` is written when
+a run begins and once when it completes. Renames are atomic on local and HDFS file
+systems; on object stores (S3, GCS) each record is a single object put, which is atomic,
+while an epoch folder appears object by object (harmless: it has no record yet).
+
+Only the store's own names are ever deleted: temporary folders and files it created
+(``.tmp-``, ``.old-``, ``.replaced-`` prefixes) and its own epoch folders. A new run over
+an existing one (``begin(replace=True)``, the ``--overwrite`` of a replay) moves the old
+run's files aside into ``.replaced-<uuid>/`` just before it commits its first epoch and
+deletes them once that commit is done; until then the old run stays readable.
+
+Checkpoints
+-----------
+An epoch may carry the model's checkpoint, ``(arrays, meta)``: named numeric numpy arrays
+go to ``checkpoint.parquet``, one row per array with columns ``name`` (string), ``dtype``
+(numpy dtype string, e.g. ``<f8``), ``shape`` (list<int64>) and ``data`` (the C-order bytes
+of the array), and ``meta`` goes to ``checkpoint.json``. Both are written inside the epoch
+folder, so they are committed with the epoch. Object arrays are refused.
 
 Theta storage: each node's direction is stored *exactly* (float64). Rows with at most
 two thirds nonzero entries are stored sparse (``indices`` + ``values``: 12 bytes per
 nonzero), denser rows dense (``indices`` null, ``values`` of length p: 8 bytes per entry),
-whichever is smaller. vMF mean directions are sparse in practice (a node's direction only
-covers words of its documents and its ancestors'), so most rows are sparse. With
-``theta_top_n`` set, only the top-N entries by absolute value are kept (lossy, for very
-large vocabularies); the manifest and :attr:`StoredEpoch.theta_exact` say so.
+whichever is smaller. With ``theta_top_n`` set, only the top-N entries by absolute value
+are kept (lossy, for very large vocabularies); the commit record and
+:attr:`StoredEpoch.theta_exact` say so.
 
 Everything is Parquet or JSON: no pickle anywhere, readable by any Parquet tool. A store
-has one writer at a time (the replay or the service); any number of readers may read it
-while it is being written.
+has one writer at a time, enforced by the writer lease; any number of readers may read it
+while it is being written. A damaged manifest or commit record (bad JSON, missing fields,
+an epoch path outside ``epochs/``) is a :class:`CorruptStoreError`, never silently skipped.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import platform
 import re
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -51,17 +75,28 @@ import pyarrow.parquet as pq
 import streamtree
 from connectors.sources.base import SourceError
 from connectors.sources.files import resolve
+from connectors.stores.errors import CorruptStoreError, StoreAccessError, StoreBusyError, StoreError
+from connectors.stores.faults import write_point
+from connectors.stores.lease import DEFAULT_TIMEOUT, LEASE, Lease, os_reason
 from streamtree.epoch_tree import EpochTree
 from streamtree.records import REJECT_SCHEMA
 
 logger = logging.getLogger(__name__)
 
 FORMAT = "streamtree-snapshots"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 VOCABULARY = "vocabulary.parquet"
+COMMITS = "commits"
+EPOCHS = "epochs"
+CHECKPOINT_ARRAYS = "checkpoint.parquet"
+CHECKPOINT_META = "checkpoint.json"
+_OWN_NAMES = (MANIFEST, VOCABULARY, COMMITS, EPOCHS, LEASE)
+_TEMP_PREFIXES = (".tmp-", ".old-", ".replaced-", ".probe-", f".{LEASE}.")
 _DENSE_FRACTION = 2 / 3
 _METHOD_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_RECORD_RE = re.compile(r"^(\d{6,})\.json$")
+_RESERVED_TABLES = {"nodes", "theta", "assignments", "rejects", "checkpoint"}
 
 NODE_SCHEMA = pa.schema([
     pa.field("id", pa.int64(), nullable=False),
@@ -85,10 +120,12 @@ ASSIGNMENT_SCHEMA = pa.schema([
     pa.field("doc_id", pa.string(), nullable=False),
     pa.field("node_id", pa.int64(), nullable=False),
 ])
-
-
-class StoreError(Exception):
-    """The store is unreadable or the requested object is not in it."""
+CHECKPOINT_SCHEMA = pa.schema([
+    pa.field("name", pa.string(), nullable=False),
+    pa.field("dtype", pa.string(), nullable=False),
+    pa.field("shape", pa.list_(pa.int64()), nullable=False),
+    pa.field("data", pa.large_binary(), nullable=False),
+])
 
 
 @dataclass
@@ -144,8 +181,11 @@ class StaticSnapshot:
 
 
 class SnapshotStore:
-    """Snapshot store rooted at ``uri`` (a local directory, created if needed, or any
+    """Snapshot store rooted at ``uri`` (a local directory, created when a run begins, or any
     URI ``pyarrow.fs`` supports).
+
+    Reading needs nothing; writing (``begin``, ``publish``, ``write_static``, ``finish``)
+    needs the writer lease: ``with store.writer("replay"): ...``.
 
     Parameters
     ----------
@@ -165,6 +205,8 @@ class SnapshotStore:
         except SourceError as exc:
             raise StoreError(str(exc)) from None
         self.root = root.rstrip("/")
+        self._lease: Lease | None = None
+        self._aside_pending = False
 
     # ---- paths and low-level I/O -----------------------------------------------------
     def _path(self, *parts: str) -> str:
@@ -172,69 +214,313 @@ class SnapshotStore:
 
     @staticmethod
     def epoch_dir(epoch: int) -> str:
-        return f"epochs/{int(epoch):06d}"
+        return f"{EPOCHS}/{int(epoch):06d}"
+
+    @staticmethod
+    def record_name(epoch: int) -> str:
+        return f"{COMMITS}/{int(epoch):06d}.json"
 
     def _exists(self, path: str) -> bool:
-        return self.fs.get_file_info(path).type != pafs.FileType.NotFound
+        try:
+            return self.fs.get_file_info(path).type != pafs.FileType.NotFound
+        except OSError as exc:
+            raise StoreAccessError(f"{path}: cannot stat: {os_reason(exc)}") from None
 
     def _write_parquet(self, table: pa.Table, path: str) -> None:
+        write_point(f"write {path.rsplit('/', 1)[-1]}")
         pq.write_table(table, path, filesystem=self.fs, compression="zstd")
 
     def _read_parquet(self, path: str, columns=None) -> pa.Table:
         try:
             return pq.read_table(path, filesystem=self.fs, columns=columns)
         except (OSError, pa.ArrowException) as exc:
-            raise StoreError(f"{path}: cannot read: {exc}") from None
+            raise CorruptStoreError(f"{path}: cannot read: {exc}") from None
 
-    # ---- manifest --------------------------------------------------------------------
-    def manifest(self) -> dict:
-        """The committed manifest (a fresh empty one if nothing was committed yet)."""
-        path = self._path(MANIFEST)
-        if not self._exists(path):
-            return self._new_manifest()
+    def _write_text(self, path: str, text: str) -> None:
+        """Write ``text`` to a temporary name next to ``path`` and rename it into place."""
+        folder, name = path.rsplit("/", 1)
+        tmp = f"{folder}/.{name}.tmp-{uuid.uuid4().hex}"
+        write_point(f"write {name}")
+        with self.fs.open_output_stream(tmp) as f:
+            f.write(text.encode("utf-8"))
+        write_point(f"rename {name}")
+        self.fs.move(tmp, path)
+
+    def _read_json(self, path: str, what: str):
         try:
             with self.fs.open_input_stream(path) as f:
-                manifest = json.loads(f.read().decode("utf-8"))
-        except (OSError, ValueError) as exc:
-            raise StoreError(f"{path}: unreadable manifest: {exc}") from None
-        if manifest.get("format") != FORMAT:
-            raise StoreError(f"{path}: not a streamtree snapshot manifest")
-        if manifest.get("format_version", 0) > FORMAT_VERSION:
-            raise StoreError(f"{path}: format version {manifest['format_version']} is newer than this reader")
+                return json.loads(f.read().decode("utf-8"))
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise StoreAccessError(f"{path}: cannot read the {what}: {os_reason(exc)}") from None
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise CorruptStoreError(f"{path}: the {what} is not valid JSON ({exc}); the store is damaged: "
+                                    "restore it from a copy, or replay into a new --store") from None
+
+    def _ls(self, path: str) -> list[pafs.FileInfo]:
+        try:
+            return self.fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+        except OSError as exc:
+            raise StoreAccessError(f"{path}: cannot list: {os_reason(exc)}") from None
+
+    # ---- writer side: checks, lease, clean-up --------------------------------------------
+    def check_writable(self) -> None:
+        """Fail early, with one line naming the path, if the store cannot be written here:
+        a file in the way, no permission, a read-only or full file system, or a directory
+        that holds files that are not a store's. Creates the store directory."""
+        info = self.fs.get_file_info(self.root)
+        if info.type == pafs.FileType.File:
+            raise StoreAccessError(f"{self.root}: is a file, not a store directory; choose another --store "
+                                   "or move the file")
+        try:
+            self.fs.create_dir(self.root, recursive=True)
+        except OSError as exc:
+            raise StoreAccessError(f"{self.root}: cannot create the store directory: {os_reason(exc)}") from None
+        probe = self._path(f".probe-{uuid.uuid4().hex}")
+        try:
+            with self.fs.open_output_stream(probe) as f:
+                f.write(b"\0" * 65536)
+        except OSError as exc:
+            raise StoreAccessError(f"{self.root}: cannot write to the store: {os_reason(exc)}") from None
+        finally:
+            try:
+                self.fs.delete_file(probe)
+            except OSError:
+                pass
+        if not self._exists(self._path(MANIFEST)):
+            foreign = sorted(i.base_name for i in self._ls(self.root)
+                             if i.base_name not in _OWN_NAMES and not _is_temporary(i.base_name))
+            if foreign:
+                raise StoreError(f"{self.root}: the directory holds files that are not a streamtree store "
+                                 f"(e.g. {foreign[0]!r}); choose an empty or new --store directory")
+
+    def writer(self, command: str = "write", timeout: float = DEFAULT_TIMEOUT) -> Lease:
+        """Take the writer lease (a context manager); raises :class:`StoreBusyError` naming
+        the holder when another writer has it. Cleans the temporary leftovers of crashed
+        writers once the lease is held."""
+        try:
+            self.fs.create_dir(self.root, recursive=True)
+        except OSError as exc:
+            raise StoreAccessError(f"{self.root}: cannot create the store directory: {os_reason(exc)}") from None
+        store = self
+
+        class _Writer(Lease):
+            def acquire(self):
+                super().acquire()
+                store._lease = self
+                try:
+                    store.clean_leftovers()
+                except BaseException:
+                    self.release()
+                    raise
+                return self
+
+            def release(self):
+                super().release()
+                if store._lease is self:
+                    store._lease = None
+
+        return _Writer(self.fs, self.root, command=command, timeout=timeout)
+
+    def _require_lease(self) -> None:
+        if self._lease is None:
+            raise StoreError(f"{self.root}: writing needs the writer lease: use `with store.writer(...):`")
+        self._lease.check()
+
+    @contextmanager
+    def _writing(self):
+        """Hold the lease for one write: the writer's own, or one taken just for this call."""
+        if self._lease is not None:
+            self._lease.check()
+            yield
+            return
+        with self.writer("write"):
+            yield
+
+    def clean_leftovers(self) -> list[str]:
+        """Delete what crashed writers left behind: temporary files and folders, epoch folders
+        without a commit record. Needs the lease; returns the paths removed. Nothing that
+        does not carry one of the store's own names is touched."""
+        self._require_lease()
+        removed = []
+        committed = {e.get("path") for e in self._records(validate=False)}
+        for folder in (self.root, self._path(EPOCHS), self._path(COMMITS)):
+            for info in self._ls(folder):
+                name = info.base_name
+                rel = info.path[len(self.root) + 1:]
+                leftover = _is_temporary(name) and not name.startswith(".replaced-")
+                if folder == self._path(EPOCHS) and _FOLDER_RE.match(name) and rel not in committed:
+                    leftover = True  # an epoch folder whose commit never happened
+                if leftover:
+                    self._delete(info)
+                    removed.append(rel)
+        asides = [i for i in self._ls(self.root) if i.base_name.startswith(".replaced-")]
+        if asides:
+            if committed:  # the new run has committed: the old one it replaced can go
+                for info in asides:
+                    self._delete(info)
+                    removed.append(info.base_name)
+            else:
+                self._aside_pending = True
+        if removed:
+            logger.info("removed leftovers of an interrupted writer: %s", ", ".join(removed))
+        return removed
+
+    def _delete(self, info: pafs.FileInfo) -> None:
+        write_point(f"delete {info.base_name}")
+        try:
+            if info.type == pafs.FileType.Directory:
+                self.fs.delete_dir(info.path)
+            else:
+                self.fs.delete_file(info.path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise StoreAccessError(f"{info.path}: cannot delete: {os_reason(exc)}") from None
+
+    # ---- manifest and commit records ---------------------------------------------------
+    def manifest(self) -> dict:
+        """The committed state: the run's manifest plus ``epochs``, the validated commit
+        records in epoch order (a fresh empty manifest if nothing was committed yet)."""
+        manifest = self._base_manifest()
+        if manifest.get("format_version") == 1:
+            entries = manifest.get("epochs")
+            if not isinstance(entries, list):
+                raise CorruptStoreError(f"{self._path(MANIFEST)}: 'epochs' is not a list")
+            for e in entries:
+                _check_entry(e, self._path(MANIFEST), None)
+            manifest["epochs"] = sorted(entries, key=lambda e: e["epoch"])
+            return manifest
+        manifest["epochs"] = self._records(run=manifest.get("run"))
+        return manifest
+
+    def _base_manifest(self) -> dict:
+        path = self._path(MANIFEST)
+        try:
+            manifest = self._read_json(path, "manifest")
+        except FileNotFoundError:
+            return self._new_manifest()
+        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+            raise CorruptStoreError(f"{path}: not a streamtree snapshot manifest; the store is damaged or "
+                                    "this is not a store")
+        version = manifest.get("format_version")
+        if not isinstance(version, int) or version < 1:
+            raise CorruptStoreError(f"{path}: format_version {version!r} is not valid")
+        if version > FORMAT_VERSION:
+            raise StoreError(f"{path}: format version {version} is newer than this reader; upgrade streamtree")
+        for key, kind in (("config", dict), ("vocabulary", (dict, type(None)))):
+            if not isinstance(manifest.get(key), kind):
+                raise CorruptStoreError(f"{path}: {key!r} is missing or of the wrong type; the store is damaged")
+        voc = manifest["vocabulary"]
+        if voc is not None and (voc.get("file") != VOCABULARY or not isinstance(voc.get("size"), int)
+                                or not isinstance(voc.get("hash"), str)):
+            raise CorruptStoreError(f"{path}: the vocabulary entry is not valid; the store is damaged")
         return manifest
 
     def _new_manifest(self) -> dict:
         now = _now()
         return {"format": FORMAT, "format_version": FORMAT_VERSION, "created": now, "updated": now,
-                "versions": _versions(), "config": {}, "vocabulary": None, "epochs": [],
-                "checkpoint": None}
+                "versions": _versions(), "run": None, "config": {}, "vocabulary": None, "complete": None,
+                "epochs": []}
 
-    def _commit(self, manifest: dict) -> None:
+    def _records(self, run: str | None = None, validate: bool = True) -> list[dict]:
+        out = []
+        for info in sorted(self._ls(self._path(COMMITS)), key=lambda i: i.base_name):
+            m = _RECORD_RE.match(info.base_name)
+            if not m:
+                continue
+            try:
+                entry = self._read_json(info.path, "commit record")
+            except FileNotFoundError:
+                continue  # replaced while we listed
+            except CorruptStoreError:
+                if validate:
+                    raise
+                continue
+            if validate:
+                _check_entry(entry, info.path, run)
+                if entry["epoch"] != int(m.group(1)):
+                    raise CorruptStoreError(f"{info.path}: the record is for epoch {entry['epoch']}; the store is damaged")
+            elif not isinstance(entry, dict) or not isinstance(entry.get("epoch"), int):
+                continue
+            out.append(entry)
+        return out
+
+    def _write_manifest(self, manifest: dict) -> None:
+        manifest = {k: v for k, v in manifest.items() if k != "epochs"}
         manifest["updated"] = _now()
         manifest["versions"] = _versions()
-        manifest["epochs"].sort(key=lambda e: e["epoch"])
-        self._write_manifest(json.dumps(manifest, indent=1, sort_keys=True, allow_nan=False))
+        self._write_text(self._path(MANIFEST), json.dumps(manifest, indent=1, sort_keys=True, allow_nan=False))
 
-    def _write_manifest(self, text: str) -> None:
-        """Write the manifest to a temporary file and rename it over the old one."""
-        self.fs.create_dir(self.root, recursive=True)
-        tmp = self._path(f".{MANIFEST}.tmp-{uuid.uuid4().hex}")
-        with self.fs.open_output_stream(tmp) as f:
-            f.write(text.encode("utf-8"))
-        self.fs.move(tmp, self._path(MANIFEST))
+    def _commit_record(self, entry: dict) -> None:
+        self.fs.create_dir(self._path(COMMITS), recursive=True)
+        self._require_lease()
+        self._write_text(self._path(self.record_name(entry["epoch"])),
+                         json.dumps(entry, indent=1, sort_keys=True, allow_nan=False))
+
+    def begin(self, config: dict, vectorizer=None) -> None:
+        """Start a new run with ``config`` (JSON data) and a fitted vectoriser: writes the
+        vocabulary and the manifest. The files of a run already in the store are moved aside
+        first and deleted after this run's first commit (see the module docstring)."""
+        with self._writing():
+            config = _to_json(config, "config")
+            present = [n for n in (MANIFEST, VOCABULARY, COMMITS, EPOCHS) if self._exists(self._path(n))]
+            if present:
+                aside = self._path(f".replaced-{uuid.uuid4().hex}")
+                self.fs.create_dir(aside)
+                for name in present:  # the manifest first: from then on readers see no run
+                    write_point(f"set aside {name}")
+                    self.fs.move(self._path(name), f"{aside}/{name}")
+                self._aside_pending = True
+                logger.info("moved the previous run aside to %s until the new run commits", aside)
+            manifest = self._new_manifest()
+            manifest["run"] = uuid.uuid4().hex
+            manifest["config"] = config
+            if vectorizer is not None:
+                self._put_vocabulary(vectorizer, manifest)
+            self._write_manifest(manifest)
 
     def set_config(self, config: dict) -> None:
         """Record the run configuration (any JSON-serialisable dict) in the manifest."""
-        manifest = self.manifest()
-        manifest["config"] = _to_json(config, "config")
-        self._commit(manifest)
+        with self._writing():
+            manifest = self._base_manifest()
+            manifest["config"] = _to_json(config, "config")
+            self._write_manifest(manifest)
 
     def config(self) -> dict:
-        return self.manifest()["config"]
+        return self._base_manifest()["config"]
 
-    def checkpoint(self) -> dict | None:
-        """The checkpoint blob committed with the latest publish (None if none)."""
-        return self.manifest()["checkpoint"]
+    def finish(self, summary: dict) -> None:
+        """Mark the run complete (``summary`` is JSON data shown on a later resume)."""
+        with self._writing():
+            manifest = self._base_manifest()
+            last = self.last_commit()
+            manifest["complete"] = {"summary": _to_json(summary, "summary"), "finished": _now(),
+                                    "last_epoch": None if last is None else last["epoch"]}
+            self._write_manifest(manifest)
+
+    def complete(self) -> dict | None:
+        """The completion record of a finished run (None while it is unfinished)."""
+        return self._base_manifest().get("complete")
+
+    def count_published(self) -> int:
+        """Number of published epochs (lists the commit records, reads none)."""
+        return sum(1 for i in self._ls(self._path(COMMITS)) if _RECORD_RE.match(i.base_name))
+
+    def last_commit(self) -> dict | None:
+        """The commit record of the latest published epoch (None if none); reads one record."""
+        names = sorted(i.base_name for i in self._ls(self._path(COMMITS)) if _RECORD_RE.match(i.base_name))
+        manifest = self._base_manifest()
+        if manifest.get("format_version") == 1:
+            entries = self.manifest()["epochs"]
+            return entries[-1] if entries else None
+        if not names:
+            return None
+        path = self._path(COMMITS, names[-1])
+        entry = self._read_json(path, "commit record")
+        _check_entry(entry, path, manifest.get("run"))
+        return entry
 
     # ---- vocabulary ------------------------------------------------------------------
     def write_vocabulary(self, vectorizer) -> None:
@@ -242,22 +528,26 @@ class SnapshotStore:
 
         The vocabulary fixes the theta columns, so it cannot change once epochs exist.
         """
+        with self._writing():
+            manifest = self.manifest()
+            old = manifest.get("vocabulary")
+            if old is not None and old["hash"] != vectorizer.vocabulary_hash() and manifest["epochs"]:
+                raise StoreError("the store already has epochs with a different vocabulary (hash mismatch)")
+            self._put_vocabulary(vectorizer, manifest)
+            self._write_manifest(manifest)
+
+    def _put_vocabulary(self, vectorizer, manifest: dict) -> None:
         table = vectorizer.to_arrow()
-        digest = vectorizer.vocabulary_hash()
-        manifest = self.manifest()
-        old = manifest.get("vocabulary")
-        if old is not None and old["hash"] != digest and manifest["epochs"]:
-            raise StoreError("the store already has epochs with a different vocabulary (hash mismatch)")
-        self.fs.create_dir(self.root, recursive=True)
         tmp = self._path(f".{VOCABULARY}.tmp-{uuid.uuid4().hex}")
         self._write_parquet(table, tmp)
+        write_point(f"rename {VOCABULARY}")
         self.fs.move(tmp, self._path(VOCABULARY))
-        manifest["vocabulary"] = {"hash": digest, "size": int(table.num_rows), "file": VOCABULARY}
-        self._commit(manifest)
+        manifest["vocabulary"] = {"hash": vectorizer.vocabulary_hash(), "size": int(table.num_rows),
+                                  "file": VOCABULARY}
 
     def vocabulary(self) -> np.ndarray | None:
         """Terms in column order (None if no vocabulary was written)."""
-        if self.manifest().get("vocabulary") is None:
+        if self._base_manifest().get("vocabulary") is None:
             return None
         table = self._read_parquet(self._path(VOCABULARY))
         order = np.argsort(table.column("index").to_numpy(), kind="stable")
@@ -267,9 +557,16 @@ class SnapshotStore:
         """The stored vectoriser, ready to ``transform`` (None if no vocabulary)."""
         from streamtree.text import TextVectorizer
 
-        if self.manifest().get("vocabulary") is None:
+        info = self._base_manifest().get("vocabulary")
+        if info is None:
             return None
-        return TextVectorizer.from_arrow(self._read_parquet(self._path(VOCABULARY)))
+        try:
+            vec = TextVectorizer.from_arrow(self._read_parquet(self._path(VOCABULARY)))
+        except (ValueError, KeyError) as exc:
+            raise CorruptStoreError(f"{self._path(VOCABULARY)}: {exc}") from None
+        if vec.vocabulary_hash() != info["hash"]:
+            raise CorruptStoreError(f"{self._path(VOCABULARY)}: does not match the manifest's vocabulary hash")
+        return vec
 
     # ---- publish ---------------------------------------------------------------------
     def publish(
@@ -282,11 +579,14 @@ class SnapshotStore:
         rejects: pa.Table | None = None,
         key: int | None = None,
         label: str | None = None,
-        checkpoint: dict | None = None,
+        checkpoint: tuple[dict, dict] | None = None,
+        state: dict | None = None,
+        tables: dict[str, pa.Table] | None = None,
+        empty_before: dict | None = None,
         replace: bool = False,
         events=None,
     ) -> None:
-        """Atomically add one epoch to the store.
+        """Atomically add one epoch to the store (needs the writer lease).
 
         Parameters
         ----------
@@ -301,9 +601,16 @@ class SnapshotStore:
             Rows rejected in this epoch (:data:`~streamtree.records.REJECT_SCHEMA`).
         key, label : optional
             Epoch key and label (label defaults to ``tree.label``).
-        checkpoint : dict, optional
-            State to resume from, committed with the manifest: JSON data, where numpy
-            arrays and scalars are stored as lists and numbers.
+        checkpoint : (dict of ndarray, dict), optional
+            The model state after this epoch (``DTSSBP.get_checkpoint()``), committed with it.
+        state : dict, optional
+            JSON data committed in the epoch's record (e.g. a writer's running totals);
+            numpy arrays and scalars are stored as lists and numbers.
+        tables : dict of str to pyarrow.Table, optional
+            Extra tables committed with the epoch as ``<name>.parquet`` (e.g. a file ledger).
+        empty_before : dict, optional
+            A run of epochs with no documents and no rejects fitted just before this one and
+            not written as folders: ``{"first": i, "last": j, "first_label": .., "last_label": ..}``.
         replace : bool, default False
             Allow replacing an epoch that is already published.
         events : streamtree.events.Events or pyarrow.Table, optional
@@ -317,24 +624,71 @@ class SnapshotStore:
         doc_ids = np.asarray([str(d) for d in doc_ids], dtype=object)
         if doc_ids.shape[0] != tree.assignments.shape[0]:
             raise ValueError(f"{doc_ids.shape[0]} doc_ids for {tree.assignments.shape[0]} assignments")
-        if checkpoint is not None:
-            checkpoint = _to_json(checkpoint, "checkpoint")
-        manifest = self.manifest()
-        published = {e["epoch"]: e for e in manifest["epochs"]}
-        if epoch in published and not replace:
-            raise StoreError(f"epoch {epoch} is already published (pass replace=True to overwrite)")
-        if top_words is None:
-            vocab = self.vocabulary()
-            top_words = (tree.top_words(vocab, n_top_words) if vocab is not None
-                         else [[] for _ in range(tree.n_nodes)])
-        if len(top_words) != tree.n_nodes:
-            raise ValueError(f"{len(top_words)} top-word lists for {tree.n_nodes} nodes")
-        vocab_info = manifest.get("vocabulary")
-        if vocab_info is not None and tree.theta.shape[1] != vocab_info["size"]:
-            raise ValueError(f"theta has {tree.theta.shape[1]} columns, the vocabulary {vocab_info['size']} terms")
+        state = None if state is None else _to_json(state, "state")
+        tables = dict(tables or {})
+        for name in tables:
+            if not _METHOD_RE.match(name) or name in _RESERVED_TABLES:
+                raise ValueError(f"table name {name!r} is reserved or not a simple name")
+        ckpt = None if checkpoint is None else _checkpoint_table(*checkpoint)
+        with self._writing():
+            manifest = self._base_manifest()
+            if self._exists(self._path(self.record_name(epoch))) and not replace:
+                raise StoreError(f"epoch {epoch} is already published (pass replace=True to overwrite)")
+            if top_words is None:
+                vocab = self.vocabulary()
+                top_words = (tree.top_words(vocab, n_top_words) if vocab is not None
+                             else [[] for _ in range(tree.n_nodes)])
+            if len(top_words) != tree.n_nodes:
+                raise ValueError(f"{len(top_words)} top-word lists for {tree.n_nodes} nodes")
+            vocab_info = manifest.get("vocabulary")
+            if vocab_info is not None and tree.theta.shape[1] != vocab_info["size"]:
+                raise ValueError(f"theta has {tree.theta.shape[1]} columns, the vocabulary {vocab_info['size']} terms")
+            if manifest.get("run") is None:  # a store written through the low-level API only
+                manifest["run"] = uuid.uuid4().hex
+                self._write_manifest(manifest)
 
-        final = self._path(self.epoch_dir(epoch))
-        tmp = self._path("epochs", f".tmp-{epoch:06d}-{uuid.uuid4().hex}")
+            record = self._path(self.record_name(epoch))
+            previous = self._read_json(record, "commit record").get("path") if self._exists(record) else None
+            # A replacement goes to a new folder, so the record switch stays the only commit point.
+            rel = self.epoch_dir(epoch) if previous is None else f"{self.epoch_dir(epoch)}-{uuid.uuid4().hex[:8]}"
+            final = self._path(rel)
+            if self._exists(final):  # an orphan folder of a crash before its commit: ours to replace
+                self._delete(self.fs.get_file_info(final))
+            tmp = self._path(EPOCHS, f".tmp-{epoch:06d}-{uuid.uuid4().hex}")
+            try:
+                exact = self._write_epoch_files(tmp, tree, top_words, doc_ids, rejects, ckpt, tables, events)
+            except OSError as exc:
+                try:  # our own temporary folder; a crash instead leaves it to clean_leftovers
+                    self.fs.delete_dir(tmp)
+                except OSError:
+                    pass
+                raise StoreAccessError(f"{self.root}: cannot write epoch {epoch}: {os_reason(exc)}") from None
+            n_rejects = 0 if rejects is None else int(rejects.num_rows)
+            write_point("rename epoch folder")
+            self.fs.move(tmp, final)
+            entry = {
+                "run": manifest["run"], "epoch": epoch, "key": None if key is None else int(key),
+                "label": label if label is not None else tree.label,
+                "path": rel, "n_nodes": tree.n_nodes,
+                "n_documents": int(tree.assignments.shape[0]), "n_rejects": n_rejects,
+                "died": [int(i) for i in tree.died],
+                "theta": {"dim": int(tree.theta.shape[1]), "exact": exact, "top_n": self.theta_top_n},
+                "static": [], "published": _now(), "checkpoint": ckpt is not None,
+                "tables": sorted(tables), "state": state, "empty_before": empty_before,
+            }
+            try:
+                self._commit_record(entry)
+            except OSError as exc:
+                raise StoreAccessError(f"{self.root}: cannot commit epoch {epoch}: {os_reason(exc)}") from None
+            if previous is not None and previous != rel and _FOLDER_RE.match(previous.rsplit("/", 1)[-1]):
+                self._delete(self.fs.get_file_info(self._path(previous)))
+            if self._aside_pending:
+                for info in self._ls(self.root):
+                    if info.base_name.startswith(".replaced-"):
+                        self._delete(info)
+                self._aside_pending = False
+
+    def _write_epoch_files(self, tmp, tree, top_words, doc_ids, rejects, ckpt, tables, events=None) -> bool:
         self.fs.create_dir(tmp, recursive=True)
         self._write_parquet(_nodes_table(tree, top_words), f"{tmp}/nodes.parquet")
         theta_table, exact = _theta_table(tree, self.theta_top_n)
@@ -342,39 +696,45 @@ class SnapshotStore:
         self._write_parquet(pa.Table.from_arrays(
             [pa.array(doc_ids.tolist(), pa.string()), pa.array(tree.assignments, pa.int64())],
             schema=ASSIGNMENT_SCHEMA), f"{tmp}/assignments.parquet")
-        n_rejects = 0
         if rejects is not None and rejects.num_rows:
-            rejects = rejects.select(REJECT_SCHEMA.names).cast(REJECT_SCHEMA)
-            self._write_parquet(rejects, f"{tmp}/rejects.parquet")
-            n_rejects = rejects.num_rows
+            self._write_parquet(rejects.select(REJECT_SCHEMA.names).cast(REJECT_SCHEMA), f"{tmp}/rejects.parquet")
         if events is not None:
-            self._write_parquet(_events_table(events, epoch), f"{tmp}/events.parquet")
+            self._write_parquet(_events_table(events, int(tree.epoch)), f"{tmp}/events.parquet")
+        if ckpt is not None:
+            table, meta = ckpt
+            self._write_parquet(table, f"{tmp}/{CHECKPOINT_ARRAYS}")
+            write_point(f"write {CHECKPOINT_META}")
+            with self.fs.open_output_stream(f"{tmp}/{CHECKPOINT_META}") as f:
+                f.write(json.dumps(meta, indent=1, sort_keys=True, allow_nan=False).encode("utf-8"))
+        for name, table in tables.items():
+            self._write_parquet(table, f"{tmp}/{name}.parquet")
+        return exact
 
-        old = None
-        if self._exists(final):
-            if epoch in published:
-                old = self._path("epochs", f".old-{epoch:06d}-{uuid.uuid4().hex}")
-                self.fs.move(final, old)
-            else:  # an orphan from a crash before its manifest commit
-                logger.info("replacing unpublished leftover folder %s", final)
-                self.fs.delete_dir(final)
-        self.fs.move(tmp, final)
+    # ---- checkpoints and extra tables --------------------------------------------------
+    def read_checkpoint(self, epoch: int | None = None) -> tuple[dict[str, np.ndarray], dict]:
+        """The model checkpoint ``(arrays, meta)`` committed with ``epoch`` (default: the
+        latest published epoch); ``DTSSBP.from_checkpoint(*store.read_checkpoint())``
+        continues from it."""
+        entry = self.last_commit() if epoch is None else self._entry(epoch)
+        if entry is None:
+            raise StoreError(f"{self.root}: no published epoch, so no checkpoint")
+        if not entry.get("checkpoint"):
+            raise StoreError(f"{self.root}: epoch {entry['epoch']} was published without a model checkpoint "
+                             "(written by an older streamtree?); replay into a new --store")
+        base = self._path(entry["path"])
+        table = self._read_parquet(f"{base}/{CHECKPOINT_ARRAYS}")
+        try:
+            meta = self._read_json(f"{base}/{CHECKPOINT_META}", "checkpoint metadata")
+        except FileNotFoundError:
+            raise CorruptStoreError(f"{base}/{CHECKPOINT_META}: missing; the store is damaged") from None
+        return _checkpoint_arrays(table, f"{base}/{CHECKPOINT_ARRAYS}"), meta
 
-        entry = {
-            "epoch": epoch, "key": None if key is None else int(key),
-            "label": label if label is not None else tree.label,
-            "path": self.epoch_dir(epoch), "n_nodes": tree.n_nodes,
-            "n_documents": int(tree.assignments.shape[0]), "n_rejects": n_rejects,
-            "died": [int(i) for i in tree.died],
-            "theta": {"dim": int(tree.theta.shape[1]), "exact": exact, "top_n": self.theta_top_n},
-            "static": [], "published": _now(),
-        }
-        manifest["epochs"] = [e for e in manifest["epochs"] if e["epoch"] != epoch] + [entry]
-        if checkpoint is not None:
-            manifest["checkpoint"] = checkpoint
-        self._commit(manifest)
-        if old is not None:
-            self.fs.delete_dir(old)
+    def read_table(self, epoch: int, name: str) -> pa.Table:
+        """An extra table committed with ``epoch`` (see ``publish(tables=...)``)."""
+        entry = self._entry(epoch)
+        if name not in entry.get("tables", []):
+            raise StoreError(f"epoch {epoch} has no table {name!r} (has {entry.get('tables', [])})")
+        return self._read_parquet(self._path(entry["path"], f"{name}.parquet"))
 
     # ---- read ------------------------------------------------------------------------
     def epochs(self) -> list[dict]:
@@ -383,6 +743,14 @@ class SnapshotStore:
         return [dict(e) for e in self.manifest()["epochs"]]
 
     def _entry(self, epoch: int, manifest: dict | None = None) -> dict:
+        if manifest is None and self._base_manifest().get("format_version", FORMAT_VERSION) >= 2:
+            path = self._path(self.record_name(epoch))
+            if self._exists(path):
+                entry = self._read_json(path, "commit record")
+                _check_entry(entry, path, self._base_manifest().get("run"))
+                return entry
+            done = [e["epoch"] for e in self.manifest()["epochs"]]
+            raise StoreError(f"epoch {epoch} is not published (published: {done})")
         manifest = manifest or self.manifest()
         for e in manifest["epochs"]:
             if e["epoch"] == int(epoch):
@@ -463,37 +831,40 @@ class SnapshotStore:
         """
         if not _METHOD_RE.match(method or ""):
             raise ValueError(f"method must be a simple name like 'bhc', got {method!r}")
-        manifest = self.manifest()
-        entry = self._entry(epoch, manifest)
-        linkage = getattr(dendrogram_linkage, "linkage", dendrogram_linkage)
-        linkage = np.asarray(linkage, dtype=np.float64)
-        if linkage.ndim != 2 or linkage.shape[1] != 4:
-            raise ValueError(f"linkage must have shape (n-1, 4), got {linkage.shape}")
-        m = linkage.shape[0]
-        heights = np.asarray(getattr(dendrogram_linkage, "heights", linkage[:, 2]), dtype=np.float64)
-        all_stats = dict(getattr(dendrogram_linkage, "stats", {}) or {})
-        all_stats.update(stats or {})
-        cols = {"left": pa.array(linkage[:, 0].astype(np.int64)), "right": pa.array(linkage[:, 1].astype(np.int64)),
-                "distance": pa.array(linkage[:, 2]), "size": pa.array(linkage[:, 3].astype(np.int64)),
-                "height": pa.array(heights)}
-        scalars = {}
-        for name, value in all_stats.items():
-            arr = np.asarray(value)
-            if arr.ndim == 1 and arr.shape[0] == m:
-                cols[f"stat_{name}"] = pa.array(arr)
-            else:
-                scalars[name] = value
-        scalars = _to_json(scalars, "scalar stats")
-        meta = {"method": method, "epoch": int(epoch), "scalars": scalars,
-                "leaf_ids": None if leaf_ids is None else [str(i) for i in leaf_ids]}
-        table = pa.table(cols).replace_schema_metadata({b"streamtree.static": json.dumps(meta).encode()})
-        folder = self._path(entry["path"], "static")
-        self.fs.create_dir(folder, recursive=True)
-        tmp = f"{folder}/.{method}.tmp-{uuid.uuid4().hex}"
-        self._write_parquet(table, tmp)
-        self.fs.move(tmp, f"{folder}/{method}.parquet")
-        entry["static"] = sorted(set(entry.get("static", [])) | {method})
-        self._commit(manifest)
+        with self._writing():
+            entry = self._entry(epoch)
+            linkage = getattr(dendrogram_linkage, "linkage", dendrogram_linkage)
+            linkage = np.asarray(linkage, dtype=np.float64)
+            if linkage.ndim != 2 or linkage.shape[1] != 4:
+                raise ValueError(f"linkage must have shape (n-1, 4), got {linkage.shape}")
+            m = linkage.shape[0]
+            heights = np.asarray(getattr(dendrogram_linkage, "heights", linkage[:, 2]), dtype=np.float64)
+            all_stats = dict(getattr(dendrogram_linkage, "stats", {}) or {})
+            all_stats.update(stats or {})
+            cols = {"left": pa.array(linkage[:, 0].astype(np.int64)), "right": pa.array(linkage[:, 1].astype(np.int64)),
+                    "distance": pa.array(linkage[:, 2]), "size": pa.array(linkage[:, 3].astype(np.int64)),
+                    "height": pa.array(heights)}
+            scalars = {}
+            for name, value in all_stats.items():
+                arr = np.asarray(value)
+                if arr.ndim == 1 and arr.shape[0] == m:
+                    cols[f"stat_{name}"] = pa.array(arr)
+                else:
+                    scalars[name] = value
+            scalars = _to_json(scalars, "scalar stats")
+            meta = {"method": method, "epoch": int(epoch), "scalars": scalars,
+                    "leaf_ids": None if leaf_ids is None else [str(i) for i in leaf_ids]}
+            table = pa.table(cols).replace_schema_metadata({b"streamtree.static": json.dumps(meta).encode()})
+            folder = self._path(entry["path"], "static")
+            self.fs.create_dir(folder, recursive=True)
+            tmp = f"{folder}/.tmp-{method}-{uuid.uuid4().hex}"
+            self._write_parquet(table, tmp)
+            write_point(f"rename static {method}")
+            self.fs.move(tmp, f"{folder}/{method}.parquet")
+            entry["static"] = sorted(set(entry.get("static", [])) | {method})
+            if self._base_manifest().get("format_version") == 1:
+                raise StoreError(f"{self.root}: a store of format version 1 is read-only; replay into a new --store")
+            self._commit_record(entry)
 
     def read_static(self, epoch: int, method: str) -> StaticSnapshot:
         entry = self._entry(epoch)
@@ -564,6 +935,78 @@ class SnapshotStore:
             prev = now
         table = pa.concat_tables(tables) if tables else EVENT_SCHEMA.empty_table()
         return _as_pandas(table) if pandas else table
+
+
+_FOLDER_RE = re.compile(r"^\d{6,}(-[0-9a-f]{8})?$")
+_ENTRY_TYPES = {"epoch": int, "n_nodes": int, "n_documents": int, "n_rejects": int, "died": list, "theta": dict,
+                "path": str}
+
+
+def _is_temporary(name: str) -> bool:
+    """A temporary name the store itself creates (``.x.tmp-<hex>``, ``.tmp-...``, ``.probe-...``)."""
+    return name.startswith(_TEMP_PREFIXES) or bool(re.match(r"^\..+\.tmp-[0-9a-f]+$", name))
+
+
+def _check_entry(entry, where: str, run: str | None) -> None:
+    """Raise :class:`CorruptStoreError` unless ``entry`` is a well-formed commit record."""
+    def bad(what: str):
+        return CorruptStoreError(f"{where}: {what}; the store is damaged: restore it from a copy, "
+                                 "or replay into a new --store")
+
+    if not isinstance(entry, dict):
+        raise bad("the commit record is not a JSON object")
+    for key, kind in _ENTRY_TYPES.items():
+        if not isinstance(entry.get(key), kind) or isinstance(entry.get(key), bool):
+            raise bad(f"field {key!r} is missing or not a {kind.__name__}")
+    if entry["epoch"] < 0 or entry["n_nodes"] < 1 or entry["n_documents"] < 0 or entry["n_rejects"] < 0:
+        raise bad("negative or zero counts")
+    path = entry["path"]
+    head, _, name = path.partition("/")
+    if head != EPOCHS or not _FOLDER_RE.match(name) or int(name.split("-")[0]) != entry["epoch"]:
+        raise bad(f"epoch path {path!r} is not the epoch's folder under {EPOCHS}/")
+    if not isinstance(entry["theta"].get("dim"), int) or not isinstance(entry["theta"].get("exact"), bool):
+        raise bad("field 'theta' is not valid")
+    if not all(isinstance(i, int) for i in entry["died"]):
+        raise bad("field 'died' holds non-integers")
+    if not isinstance(entry.get("label"), (str, type(None))) or not isinstance(entry.get("key"), (int, type(None))):
+        raise bad("field 'label' or 'key' has the wrong type")
+    static = entry.get("static", [])
+    if not isinstance(static, list) or not all(isinstance(m, str) and _METHOD_RE.match(m) for m in static):
+        raise bad("field 'static' is not a list of method names")
+    tables = entry.get("tables", [])
+    if not isinstance(tables, list) or not all(isinstance(t, str) and _METHOD_RE.match(t) for t in tables):
+        raise bad("field 'tables' is not a list of table names")
+    if run is not None and entry.get("run") != run:
+        raise bad(f"the record belongs to run {entry.get('run')!r}, the manifest to run {run!r}")
+
+
+def _checkpoint_table(arrays: dict, meta: dict) -> tuple[pa.Table, dict]:
+    names, dtypes, shapes, data = [], [], [], []
+    for name, value in arrays.items():
+        arr = np.asarray(value)
+        if arr.dtype.kind not in "biufc":
+            raise TypeError(f"checkpoint array {name!r} has dtype {arr.dtype}; only numeric arrays are stored")
+        names.append(str(name))
+        dtypes.append(arr.dtype.str)
+        shapes.append([int(s) for s in arr.shape])
+        data.append(np.ascontiguousarray(arr).tobytes())
+    table = pa.Table.from_arrays([pa.array(names, pa.string()), pa.array(dtypes, pa.string()),
+                                  pa.array(shapes, pa.list_(pa.int64())), pa.array(data, pa.large_binary())],
+                                 schema=CHECKPOINT_SCHEMA)
+    return table, _to_json(meta, "checkpoint meta")
+
+
+def _checkpoint_arrays(table: pa.Table, where: str) -> dict[str, np.ndarray]:
+    out = {}
+    try:
+        for name, dtype, shape, data in zip(*(table.column(c).to_pylist() for c in CHECKPOINT_SCHEMA.names)):
+            dt = np.dtype(dtype)
+            if dt.kind not in "biufc":
+                raise ValueError(f"dtype {dtype}")
+            out[name] = np.frombuffer(data, dtype=dt).reshape(shape).copy()
+    except (KeyError, ValueError, TypeError) as exc:
+        raise CorruptStoreError(f"{where}: not a valid checkpoint table ({exc}); the store is damaged") from None
+    return out
 
 
 def _nodes_table(tree: EpochTree, top_words) -> pa.Table:

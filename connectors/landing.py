@@ -1,0 +1,323 @@
+"""A landing zone: a folder (local or any ``pyarrow.fs`` URI prefix) where data files arrive.
+
+:class:`LandingZone` lists the folder on every poll and hands out the files that are *ready*,
+oldest first; :func:`read_landed` reads one of them whole into normalised rows and rejects
+(the same normalisation, ids and reject reasons as a replay's file source).
+
+When is a file ready?
+---------------------
+A file still being written must never be read half-way. The conventions, from the most to
+the least robust:
+
+* **Write elsewhere, then rename into place.** Names (or folders) starting with ``.`` or
+  ``_`` and names ending in ``.tmp``, ``.part``, ``.partial``, ``.inprogress``,
+  ``.crdownload``, ``.swp`` or ``~`` are never read, so a writer can write ``.x.parquet`` or
+  ``x.parquet.tmp`` and rename it when done (atomic on local and HDFS file systems; object
+  stores publish an object only once its upload is complete, so there a plain upload is
+  already safe).
+* **A ``_SUCCESS`` marker** (what Spark and Hadoop jobs write): with
+  ``require_success=True`` a file is read only once its folder holds ``_SUCCESS``. Its files
+  are then ordered by the marker's modification time.
+* **Size stability** (the fallback for writers that write in place): a file is ready once its
+  size and modification time were the same on two successive polls, or its modification
+  time is at least ``settle`` seconds old. A writer that pauses longer than that in the
+  middle of a file defeats this rule; use one of the conventions above for such writers.
+
+Files are handed out in the order ``(ready time, name)``, the ready time being the file's
+modification time (or its ``_SUCCESS`` marker's). Polling can only see a file become ready
+after every file whose last write came earlier, so a restarted service that finds several
+files at once processes them in the order a service running all along would have.
+
+Files with an unknown extension (``README.txt``) are listed in :attr:`LandingZone.ignored`
+and logged once; they are not data.
+
+Polling, not OS file events: a poll is one listing (cheap next to fitting an epoch), it works
+the same on local disks, NFS and object stores (which have no inotify), and a missed event
+cannot lose a file. An event library would only shorten the latency below the poll interval.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.fs as pafs
+import pyarrow.ipc as paipc
+import pyarrow.json as pajson
+import pyarrow.parquet as pq
+
+from connectors.sources.base import SourceError, check_columns, normalise, normalised_schema
+from connectors.sources.files import _COMPRESSED, FORMATS, format_of, resolve
+from streamtree.records import REJECT_SCHEMA, empty_rejects
+
+logger = logging.getLogger(__name__)
+
+SUCCESS_MARKER = "_SUCCESS"
+PARTIAL_SUFFIXES = (".tmp", ".part", ".partial", ".inprogress", ".crdownload", ".swp", "~")
+_CODECS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".lz4": "lz4"}
+_BLOCK_BYTES = 4 << 20
+
+
+class LandingError(SourceError):
+    """A landed file cannot be read (corrupt, wrong format, a mapped column missing)."""
+
+
+@dataclass(frozen=True)
+class LandedFile:
+    """A ready file in the landing zone.
+
+    Attributes
+    ----------
+    path : str
+        Path on the landing file system.
+    name : str
+        Path below the landing root (the ``source`` column of its rows, and default ids
+        ``"<name>:<position>"``, as in a replay of the landing folder).
+    size : int
+    mtime_ns : int
+        Modification time (nanoseconds since 1970); on object stores the upload time.
+    ready_ns : int
+        When the file became complete: its ``mtime_ns``, or its ``_SUCCESS`` marker's.
+    format : str
+    """
+
+    path: str
+    name: str
+    size: int
+    mtime_ns: int
+    ready_ns: int
+    format: str
+
+
+@dataclass
+class LandingZone:
+    """The files of a landing folder, handed out once each as they become ready.
+
+    Parameters
+    ----------
+    uri : str
+        Local folder or ``pyarrow.fs`` URI prefix (``s3://bucket/landing/``).
+    settle : float
+        A file whose modification time is this many seconds old is ready even if it was
+        not seen on the previous poll (so a restart need not wait two polls for old files).
+    require_success : bool
+        Read a file only when its folder holds a ``_SUCCESS`` marker.
+    format : str, optional
+        Force one format (one of ``parquet``, ``ipc``, ``ipc-stream``, ``jsonl``, ``csv``)
+        instead of reading it from the extension.
+    """
+
+    uri: str
+    settle: float = 10.0
+    require_success: bool = False
+    format: str | None = None
+    ignored: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        if self.format is not None and self.format not in FORMATS:
+            raise ValueError(f"format must be one of {FORMATS}, got {self.format!r}")
+        self.fs, root = resolve(self.uri)
+        self.root = root.rstrip("/")
+        self._seen: dict[str, tuple[int, int]] = {}  # name -> (size, mtime_ns) at the last poll
+
+    def check(self) -> None:
+        """Raise :class:`SourceError` if the landing folder does not exist or is a file."""
+        try:
+            info = self.fs.get_file_info(self.root)
+        except OSError as exc:
+            raise SourceError(self.uri, f"cannot stat the landing folder: {exc}") from None
+        if info.type == pafs.FileType.File:
+            raise SourceError(self.uri, "the landing location is a file; give the folder files land in")
+        if info.type == pafs.FileType.NotFound and "://" not in self.uri:
+            raise SourceError(self.uri, "no such landing folder; create it (files land in it) or fix the path")
+
+    def name_of(self, path: str) -> str:
+        prefix = self.root + "/"
+        return path[len(prefix):] if path.startswith(prefix) else os.path.basename(path)
+
+    def poll(self, skip=frozenset(), now: float | None = None) -> list[LandedFile]:
+        """The ready files whose names are not in ``skip``, in ``(ready_ns, name)`` order."""
+        now = time.time() if now is None else now
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(self.root, recursive=True, allow_not_found=True))
+        except OSError as exc:
+            logger.warning("landing %s: cannot list: %s (retrying at the next poll)", self.uri, exc)
+            return []
+        markers: dict[str, int] = {}
+        candidates = []
+        for info in infos:
+            if info.type != pafs.FileType.File:
+                continue
+            name = self.name_of(info.path)
+            parts = name.split("/")
+            if parts[-1] == SUCCESS_MARKER:
+                markers["/".join(parts[:-1])] = _mtime_ns(info)
+                continue
+            if any(p.startswith((".", "_")) for p in parts) or parts[-1].lower().endswith(PARTIAL_SUFFIXES):
+                continue
+            candidates.append((info, name))
+        seen, ready = {}, []
+        for info, name in candidates:
+            state = (int(info.size), _mtime_ns(info))
+            seen[name] = state
+            if name in skip:
+                continue
+            fmt = self.format or format_of(name)
+            if fmt is None:
+                if name not in self.ignored:
+                    self.ignored.add(name)
+                    logger.warning("landing: ignoring %s: not a data file (expected .parquet, .arrow, .arrows, "
+                                   ".jsonl, .csv, optionally compressed)", name)
+                continue
+            folder = "/".join(name.split("/")[:-1])
+            if folder in markers:
+                ready.append(LandedFile(info.path, name, state[0], state[1], markers[folder], fmt))
+            elif self.require_success:
+                continue
+            elif self._seen.get(name) == state or now - state[1] / 1e9 >= self.settle:
+                ready.append(LandedFile(info.path, name, state[0], state[1], state[1], fmt))
+        self._seen = seen
+        return sorted(ready, key=lambda f: (f.ready_ns, f.name))
+
+    def state_of(self, name: str) -> tuple[int, int] | None:
+        """(size, mtime_ns) of ``name`` at the last poll (None if it was not there)."""
+        return self._seen.get(name)
+
+
+@dataclass
+class LandedRead:
+    """One landed file read whole: normalised good rows, rejects, rows read, content hash."""
+
+    rows: pa.Table
+    rejects: pa.Table
+    n_read: int
+    sha256: str
+
+
+def read_landed(
+    fs: pafs.FileSystem,
+    landed: LandedFile,
+    *,
+    text_col: str,
+    time_col: str | None,
+    id_col: str | None = None,
+    epoch_col: str | None = None,
+    time_unit: str = "auto",
+    batch_size: int = 8192,
+) -> LandedRead:
+    """Read one landed file whole and normalise it (all or nothing).
+
+    The file is read into memory once: its bytes give the content hash (sha256) of the
+    ledger and are parsed from memory, so a file that fails anywhere contributes no row.
+    Hive partition keys in its folder names (``year=1790/part.parquet``) are columns like
+    the file's own (as strings, which the time and id parsing accept).
+
+    Raises
+    ------
+    LandingError
+        Unreadable, corrupt or not of its format, or a mapped column missing.
+    """
+    name = landed.name
+    try:
+        with fs.open_input_stream(landed.path) as f:
+            data = f.read()
+    except OSError as exc:
+        raise LandingError(name, f"cannot read: {exc}") from None
+    digest = hashlib.sha256(data).hexdigest()
+    mapped = {"text": text_col, "time": time_col, "id": id_col, "epoch": epoch_col}
+    cols = list(dict.fromkeys(c for c in mapped.values() if c is not None))
+    try:
+        table = _parse(data, name, landed.format, cols, text_col)
+        table = _add_partition_keys(table, name, cols)
+        check_columns(name, table.column_names, mapped)
+    except LandingError:
+        raise
+    except SourceError as exc:
+        raise LandingError(exc.path, str(exc).split(": ", 1)[-1]) from None
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise LandingError(name, f"not a valid {landed.format} file: {exc}") from None
+    table = table.select(cols)
+    good, rejects = [], []
+    start = 0
+    for batch in table.to_batches(max_chunksize=batch_size):
+        g, r = normalise(batch, name, start, text_col=text_col, time_col=time_col, id_col=id_col,
+                         epoch_col=epoch_col, time_unit=time_unit)
+        start += batch.num_rows
+        good.append(g)
+        if r.num_rows:
+            rejects.append(r.select(REJECT_SCHEMA.names).cast(REJECT_SCHEMA))
+    schema = normalised_schema(time_col is not None, epoch_col is not None)
+    rows = pa.Table.from_batches(good, schema=schema) if good else schema.empty_table()
+    return LandedRead(rows, pa.concat_tables(rejects) if rejects else empty_rejects(), table.num_rows, digest)
+
+
+def _parse(data: bytes, name: str, fmt: str, cols: list[str], text_col: str) -> pa.Table:
+    buf = pa.BufferReader(data)
+    if fmt == "parquet":
+        return pq.read_table(buf)
+    if fmt == "ipc":
+        return paipc.open_file(buf).read_all()
+    if fmt == "ipc-stream":
+        return paipc.open_stream(buf).read_all()
+    lower = name.lower()
+    for ext in _CODECS:
+        lower = lower.removesuffix(ext)
+    if fmt == "jsonl":
+        return pajson.read_json(_text_stream(data, name), read_options=pajson.ReadOptions(block_size=_BLOCK_BYTES))
+    # CSV as a replay's source reads it: mapped columns as text, the text as bytes (checked for
+    # UTF-8 by the normalisation, so one bad row is a reject and not a failed file). The header
+    # comes from the first block only.
+    present = pacsv.open_csv(_text_stream(data, name), read_options=pacsv.ReadOptions(block_size=_BLOCK_BYTES),
+                             parse_options=_csv_parse(lower)).schema.names
+    types = {c: pa.string() for c in cols if c in present}
+    if text_col in types:
+        types[text_col] = pa.binary()
+    return pacsv.read_csv(_text_stream(data, name), read_options=pacsv.ReadOptions(block_size=_BLOCK_BYTES),
+                          parse_options=_csv_parse(lower),
+                          convert_options=pacsv.ConvertOptions(
+                              include_columns=[c for c in cols if c in present], column_types=types,
+                              null_values=[""], strings_can_be_null=True))
+
+
+def _text_stream(data: bytes, name: str):
+    """A fresh input stream over ``data``, decompressed by the name's extension."""
+    stream = pa.input_stream(pa.BufferReader(data))
+    lower = name.lower()
+    for ext, codec in _CODECS.items():
+        if lower.endswith(ext):
+            return pa.CompressedInputStream(stream, codec)
+    return stream
+
+
+def _csv_parse(lower_name: str) -> pacsv.ParseOptions:
+    return pacsv.ParseOptions(delimiter="\t" if lower_name.endswith(".tsv") else ",", newlines_in_values=True)
+
+
+def _add_partition_keys(table: pa.Table, name: str, cols: list[str]) -> pa.Table:
+    """Constant columns for hive keys ``k=v`` in the folder names that the file lacks."""
+    for part in name.split("/")[:-1]:
+        if "=" not in part:
+            continue
+        key, value = part.split("=", 1)
+        key = urllib.parse.unquote(key)
+        if key in cols and key not in table.column_names:
+            value = urllib.parse.unquote(value)
+            table = table.append_column(key, pa.array([value] * table.num_rows, pa.string()))
+    return table
+
+
+def _mtime_ns(info: pafs.FileInfo) -> int:
+    ns = info.mtime_ns
+    return int(ns) if ns is not None else 0
+
+
+assert set(_CODECS) == set(_COMPRESSED)
+
+__all__ = ["LandedFile", "LandedRead", "LandingError", "LandingZone", "PARTIAL_SUFFIXES", "SUCCESS_MARKER",
+           "read_landed"]

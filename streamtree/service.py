@@ -1,0 +1,764 @@
+"""``streamtree serve``: the long-running ingestion service.
+
+It watches a landing folder (:mod:`connectors.landing`), reads each new file once, buckets
+its rows into event-time epochs, and when the watermark (:mod:`streamtree.watermark`) closes
+an epoch it fits it with the dTSSBP and publishes it to a snapshot store, exactly like one
+epoch of a replay (the per-epoch step is :class:`streamtree.replay.EpochFitter`).
+
+Processing is a deterministic function of the sequence of landed files
+-----------------------------------------------------------------------
+Files are taken one at a time in the order they became ready (see
+:mod:`connectors.landing`). After each file the watermark moves and every epoch it closed is
+fitted and published; a row for an already closed epoch is late (rejected, or moved to the
+next open epoch with ``late_policy="next-epoch"``). Within an epoch, rows are fitted in
+``(file name, position)`` order, the order of a replay of the same folder, whatever order the
+files came in. So the published epochs depend only on the file sequence (and on idle
+closes, which are logged as events), not on poll timing.
+
+Vocabulary
+----------
+A service cannot fit its vocabulary over a corpus it has not seen. By default the
+vocabulary is fitted once on a warm-up span: the first closed epochs, until they hold
+``warmup_docs`` documents; those epochs wait (in memory) and are fitted and published as
+soon as the vocabulary exists, and the vocabulary is then fixed for the life of the store
+(theta columns must not change). Terms that first appear later are not in it; restart with
+a new store (or ``vocabulary_from`` a replay over recent data) to refresh it. With
+``vocabulary_from``, the vocabulary of another store is used from the start; a service run
+with the vocabulary of a replay of the same files publishes exactly that replay's epochs
+(except that a late row is a reject here and part of its epoch in the replay).
+
+Exactly once and restarts
+-------------------------
+While it runs the service holds the store's writer lease. Each published epoch commits,
+atomically with it (one commit record of the store): the model checkpoint, the ledger of
+the files taken since the previous commit (:mod:`connectors.stores.ledger`), the rows and
+rejects still waiting in open epochs, and the watermark and counters. A restart loads the
+last commit and goes on with the files that are not in the ledger: the files taken after
+the last commit are simply taken again, in the same order. So a kill at any point, then a
+restart, ends in the same store as a service that was never stopped, and repeated
+``--once`` runs as files arrive publish what one long-running service would. Resuming
+reads one checkpoint and the ledger, not the history of the data; the landed files may be
+archived once an epoch after them is committed.
+
+Stopping
+--------
+SIGTERM or SIGINT: the service finishes the step it is in (reading a file, or fitting and
+committing the epoch in progress), logs which epoch was committed last and what stays
+uncommitted, and exits 0. A second signal abandons the epoch in progress at once (nothing of
+it is committed; the store stays at the previous epoch) and exits 130.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pyarrow as pa
+
+import streamtree
+from connectors.landing import LandedFile, LandingError, LandingZone, read_landed
+from connectors.stores.ledger import LEDGER_TABLE, ledger_table, read_ledger
+from connectors.stores.snapshot import SnapshotStore, StoreError
+from streamtree.epochs import LATE_POLICIES, Bucketer, Epoch, EpochSpec
+from streamtree.records import REJECT_SCHEMA, make_rejects
+from streamtree.model import RUN_LOCATION_PARAMS
+from streamtree.replay import EpochFitter, text_model_params, text_vectorizer
+from streamtree.text import TextVectorizer
+from streamtree.watermark import Watermark, is_idle
+
+logger = logging.getLogger(__name__)
+
+UNREADABLE_FILE = "unreadable file"  # reject reason, followed by the error: "unreadable file '...'"
+EXIT_ABANDONED = 130
+
+
+@dataclass
+class ServeConfig:
+    """Everything ``streamtree serve`` needs.
+
+    ``model`` holds the keyword arguments of :class:`streamtree.model.DTSSBP`; the service
+    does not interpret them (the run-location ones, ``engine``, ``engine_options`` and ``n_jobs``,
+    only decide where the fit runs and may change between restarts).
+    """
+
+    landing: str
+    store: str
+    text_col: str
+    time_col: str
+    id_col: str | None = None
+    time_unit: str = "auto"
+    epoch: str = "1d"
+    allowed_lateness: float = 0.0  # seconds
+    late_policy: str = "reject"
+    idle_timeout: float | None = None  # seconds
+    poll_interval: float = 5.0
+    settle: float | None = None  # default: 2 poll intervals
+    require_success: bool = False
+    vocabulary_from: str | None = None
+    warmup_docs: int = 1000
+    min_df: int | float = 2
+    max_df: int | float = 0.5
+    max_features: int | None = None
+    top_words: int = 10
+    batch_size: int = 8192
+    model: dict = field(default_factory=dict)
+
+    _RUNTIME = ("landing", "store", "poll_interval", "settle", "batch_size", "idle_timeout")
+
+    def __post_init__(self) -> None:
+        if self.late_policy not in LATE_POLICIES:
+            raise ValueError(f"late policy must be one of {LATE_POLICIES}, got {self.late_policy!r}")
+        if self.allowed_lateness < 0:
+            raise ValueError("allowed lateness must be >= 0")
+        if self.poll_interval <= 0:
+            raise ValueError("poll interval must be positive")
+        if self.idle_timeout is not None and self.idle_timeout <= 0:
+            raise ValueError("idle timeout must be positive")
+        if int(self.warmup_docs) < 1:
+            raise ValueError("warm-up documents must be at least 1")
+        spec = EpochSpec.parse(self.epoch)
+        if spec.kind == "column":
+            raise ValueError("serve needs event-time epochs (e.g. 1d, month, 10y): a watermark cannot close column epochs")
+
+    @property
+    def settle_seconds(self) -> float:
+        return 2 * self.poll_interval if self.settle is None else self.settle
+
+    def identity(self) -> dict:
+        """What must match for a restart to continue a store (not where or how often it runs)."""
+        d = {k: v for k, v in asdict(self).items() if k not in self._RUNTIME}
+        d["model"] = {k: v for k, v in sorted(self.model_params().items()) if k not in RUN_LOCATION_PARAMS}
+        return json.loads(json.dumps(d, default=str))
+
+    def model_params(self) -> dict:
+        """All keyword arguments of :class:`streamtree.model.DTSSBP` (as a replay would use)."""
+        return text_model_params(self.model)
+
+    def vectorizer(self) -> TextVectorizer:
+        return text_vectorizer(self.model_params(), self.min_df, self.max_df, self.max_features)
+
+
+# ------------------------------------------------------------------------------ metrics
+class ServiceMetrics:
+    """Prometheus metrics of one service (its own registry) and a health endpoint.
+
+    Counters are totals over the store's life: on a restart they are rebuilt with the state.
+    """
+
+    def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Counter as PCounter, Gauge, Histogram
+
+        self.registry = r = CollectorRegistry()
+        self.rows_read = PCounter("streamtree_rows_read", "Rows read from landed files", registry=r)
+        self.rows_rejected = PCounter("streamtree_rows_rejected", "Rejected rows committed with an epoch, by reason",
+                                      ["reason"], registry=r)
+        self.documents = PCounter("streamtree_documents_fitted", "Documents fitted in published epochs", registry=r)
+        self.files = PCounter("streamtree_files", "Landed files taken, by status (ingested, duplicate, unreadable)",
+                              ["status"], registry=r)
+        self.epochs = PCounter("streamtree_epochs_published", "Epochs published to the store", registry=r)
+        self.live_nodes = Gauge("streamtree_live_nodes", "Nodes of the last published tree", registry=r)
+        self.pending_rows = Gauge("streamtree_pending_rows", "Rows waiting in open epochs (not yet committed)",
+                                  registry=r)
+        self.watermark = Gauge("streamtree_watermark_timestamp_seconds", "Event-time watermark (unix seconds)",
+                               registry=r)
+        self.max_event = Gauge("streamtree_max_event_timestamp_seconds", "Largest event time seen (unix seconds)",
+                               registry=r)
+        self.lag = Gauge("streamtree_event_time_lag_seconds",
+                         "Wall clock minus the largest event time seen", registry=r)
+        self.since_commit = Gauge("streamtree_seconds_since_last_commit", "Seconds since the last epoch commit",
+                                  registry=r)
+        self.commit_seconds = Histogram("streamtree_checkpoint_seconds",
+                                        "Duration of an epoch commit (ledger, epoch files, manifest)", registry=r,
+                                        buckets=(0.01, 0.03, 0.1, 0.3, 1, 3, 10, 30))
+        self.fit_seconds = Histogram("streamtree_fit_seconds", "Duration of fitting one epoch", registry=r,
+                                     buckets=(0.1, 0.3, 1, 3, 10, 30, 100, 300, 1000))
+        self.latency = Histogram("streamtree_landing_to_publish_seconds",
+                                 "From the newest file of an epoch landing to the epoch's publish", registry=r,
+                                 buckets=(0.1, 0.3, 1, 3, 10, 30, 100, 300, 1000, 3600))
+        self._max_event_s: float | None = None
+        self._last_commit: float | None = None
+        self.lag.set_function(lambda: 0.0 if self._max_event_s is None else time.time() - self._max_event_s)
+        self.since_commit.set_function(lambda: 0.0 if self._last_commit is None else time.time() - self._last_commit)
+
+    def set_max_event(self, seconds: float | None) -> None:
+        self._max_event_s = seconds
+        if seconds is not None:
+            self.max_event.set(seconds)
+
+    def committed(self, at: float) -> None:
+        self._last_commit = at
+
+    def exposition(self) -> bytes:
+        from prometheus_client import generate_latest
+
+        return generate_latest(self.registry)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    service: "Service"  # set on the subclass made per server
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics":
+            from prometheus_client import CONTENT_TYPE_LATEST
+
+            self._send(200, self.service.metrics.exposition(), CONTENT_TYPE_LATEST)
+        elif path in ("/healthz", "/health"):
+            status = self.service.health()
+            self._send(200 if status["healthy"] else 503, json.dumps(status).encode(), "application/json")
+        else:
+            self._send(404, b"not found: try /metrics or /healthz\n", "text/plain")
+
+    def _send(self, code: int, body: bytes, ctype: str) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, fmt, *args) -> None:  # scrapes are not worth a log line each
+        logger.debug("http: " + fmt, *args)
+
+
+def parse_address(text: str) -> tuple[str, int] | None:
+    """``"127.0.0.1:9750"``, ``":9750"`` (loopback), ``"0.0.0.0:9750"``, ``"[::1]:9750"``; ``"off"``: None."""
+    if text.strip().lower() in ("off", "none", ""):
+        return None
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"cannot parse address {text!r}: expected HOST:PORT, e.g. 127.0.0.1:9750, or 'off'")
+    host = host.strip("[]") or "127.0.0.1"
+    return host, int(port)
+
+
+# ------------------------------------------------------------------------------ the service
+@dataclass
+class ServeSummary:
+    """Where the service stands when it stops (totals over the store's life)."""
+
+    files: dict = field(default_factory=dict)
+    rows_read: int = 0
+    documents: int = 0
+    rejected: int = 0
+    pending_rows: int = 0
+    pending_rejects: int = 0
+    epochs_published: int = 0  # by this process
+    last_epoch: tuple[int, str] | None = None
+    stopped_by: str = "done"
+    abandoned: bool = False  # a second signal left without committing the epoch in progress
+
+    def format(self) -> str:
+        files = ", ".join(f"{n} {s}" for s, n in sorted(self.files.items())) or "none"
+        last = f"epoch {self.last_epoch[0]} ({self.last_epoch[1]})" if self.last_epoch else "no epoch yet"
+        return (f"files: {files}\nrows read: {self.rows_read}; committed: {self.documents} fitted, {self.rejected} "
+                f"rejects; waiting in open epochs: {self.pending_rows} rows, {self.pending_rejects} rejects\n"
+                f"published now: {self.epochs_published} epochs; the store is committed through {last}")
+
+
+class _Abandon(Exception):
+    """Raised by a second stop signal: leave now, commit nothing more."""
+
+
+class Service:
+    """The ingestion loop; see the module docstring.
+
+    Parameters
+    ----------
+    config : ServeConfig
+    metrics_addr : (host, port) or None
+        Where to serve ``/metrics`` and ``/healthz`` (None: no HTTP server).
+    """
+
+    def __init__(self, config: ServeConfig, metrics_addr: tuple[str, int] | None = None) -> None:
+        self.config = config
+        self.metrics_addr = metrics_addr
+        self.metrics = ServiceMetrics()
+        self.spec = EpochSpec.parse(config.epoch)
+        self.landing = LandingZone(config.landing, settle=config.settle_seconds,
+                                   require_success=config.require_success)
+        self.store = SnapshotStore(config.store)
+        self.summary = ServeSummary()
+        self.bound_address: tuple[str, int] | None = None
+        self._stop = threading.Event()
+        self._signals = 0
+        self._in_epoch: Epoch | None = None
+        self._heartbeat = time.time()
+        self._http: ThreadingHTTPServer | None = None
+        self._new_state()
+
+    def _new_state(self) -> None:
+        from streamtree.model import DTSSBP
+
+        c = self.config
+        self.bucketer = Bucketer(self.spec)
+        self.watermark = Watermark(self.spec, allowed_lateness_us=int(round(c.allowed_lateness * 1e6)))
+        self.model = DTSSBP(**c.model_params())
+        self.vectorizer: TextVectorizer | None = None
+        self.fitter: EpochFitter | None = None
+        self._queue: list[Epoch] = []  # closed epochs waiting to be fitted (warm-up)
+        self._events: list[dict] = []  # taken since the last commit
+        self._seq = 0
+        self._target: int | None = None  # the epoch key the watermark closes through
+        self._hashes: dict[str, str] = {}  # sha256 -> name of the ingested file
+        self._taken: dict[str, tuple[int, int]] = {}  # name -> (size, mtime_ns) when taken
+        self._changed_warned: set[str] = set()
+        self._epoch_ready_ns: dict[int, int] = {}  # epoch key -> newest ready time of its files
+        self._last_ready_ns: int | None = None
+        self._totals: dict = {"rows_read": 0, "documents": 0, "epochs": 0, "files": {}, "rejected": {}}
+        self._last_commit: tuple[int, str] | None = None
+        self._quiet: dict | None = None  # a run of quiet epochs fitted since the last commit
+
+    # ---- start -------------------------------------------------------------------------
+    def _open_store(self) -> None:
+        """Check the store against the config; start a new run or restore the last commit."""
+        self.landing.check()
+        self.store.check_writable()
+        epochs = self.store.epochs()
+        stored = self.store.config().get("serve")
+        identity = self.config.identity()
+        if epochs and stored is None:
+            raise StoreError(f"{self.config.store}: the store holds {len(epochs)} epochs that are not from "
+                             "`streamtree serve` (a replay?); give the service its own --store")
+        if epochs and stored != identity:
+            diff = sorted(k for k in set(stored) | set(identity) if stored.get(k) != identity.get(k))
+            raise StoreError(f"{self.config.store}: the store was served with other settings ({', '.join(diff)}); "
+                             "restart with the same settings or give another --store")
+        given = None
+        if self.config.vocabulary_from:
+            given = SnapshotStore(self.config.vocabulary_from).vectorizer()
+            if given is None:
+                raise StoreError(f"{self.config.vocabulary_from}: no vocabulary in this store (--vocabulary-from)")
+        if not epochs:  # a new run (or one that never committed: its files are ours to set aside)
+            self.store.begin({"serve": identity, "streamtree": streamtree.__version__}, given)
+            if given is not None:
+                self._set_vocabulary(given)
+            return
+        vec = self.store.vectorizer()
+        if vec is None:
+            raise StoreError(f"{self.config.store}: published epochs but no vocabulary; the store is damaged")
+        if given is not None and given.vocabulary_hash() != vec.vocabulary_hash():
+            raise StoreError(f"{self.config.store}: its vocabulary differs from the one in "
+                             f"{self.config.vocabulary_from}; restart with the store's own vocabulary source")
+        self._restore(vec)
+
+    def _restore(self, vec: TextVectorizer) -> None:
+        """Continue from the last commit: the model checkpoint, the open epochs, the ledger."""
+        from streamtree.model import DTSSBP
+
+        t0 = time.perf_counter()
+        last = self.store.last_commit()
+        state = (last.get("state") or {}).get("service")
+        if state is None:
+            raise StoreError(f"{self.config.store}: epoch {last['epoch']} carries no service state; "
+                             "give the service a new --store")
+        epoch = int(last["epoch"])
+        runtime = {k: v for k, v in self.config.model.items() if k in RUN_LOCATION_PARAMS}
+        self.model.close()
+        self.model = DTSSBP.from_checkpoint(*self.store.read_checkpoint(epoch), **runtime)
+        self._set_vocabulary(vec)
+        table = lambda name: self.store.read_table(epoch, name)  # noqa: E731
+        self.bucketer = Bucketer.restore(self.spec, state["bucketer"], table("pending_rows"),
+                                         table("pending_rejects"), table("pending_unplaced"))
+        self.watermark.max_time_us = state["max_time_us"]
+        self._queue = _queue_from(state["queue"], table("queued_rows"), table("queued_rejects"))
+        self._seq = int(state["next_seq"])
+        self._target = state["target"]
+        self._last_ready_ns = state["last_ready_ns"]
+        self._epoch_ready_ns = {int(k): int(v) for k, v in state["epoch_ready_ns"].items()}
+        self._totals = state["totals"]
+        for ev in read_ledger(self.store).to_pylist():
+            if ev["kind"] == "file":
+                self._taken[ev["name"]] = (ev["size"], ev["mtime_ns"])
+                if ev["status"] == "ingested":
+                    self._hashes[ev["sha256"]] = ev["name"]
+        m, tot = self.metrics, self._totals
+        m.rows_read.inc(tot["rows_read"])
+        m.documents.inc(tot["documents"])
+        m.epochs.inc(tot["epochs"])
+        for status, n in tot["files"].items():
+            m.files.labels(status).inc(n)
+        for reason, n in tot["rejected"].items():
+            m.rows_rejected.labels(reason).inc(n)
+        m.live_nodes.set(last["n_nodes"])
+        m.committed(time.time())
+        self._last_commit = (epoch, last["label"])
+        self._update_gauges()
+        logger.info("resumed after epoch %d (%s) in %.2fs: %d files in the ledger, %d rows in open epochs",
+                    epoch, last["label"], time.perf_counter() - t0, len(self._taken), self._pending_rows())
+        # epochs the committed files had closed but a stop kept from being committed
+        self._close(self._target)
+
+    def _set_vocabulary(self, vec: TextVectorizer) -> None:
+        self.vectorizer = vec
+        self.fitter = EpochFitter(self.model, vec)
+        logger.info("vocabulary: %d terms", vec.vocabulary_.shape[0])
+
+    # ---- taking files ------------------------------------------------------------------
+    def _take(self, landed: LandedFile) -> None:
+        """Read one file, apply it, and close the epochs the watermark passed."""
+        c = self.config
+        event = {"seq": self._seq, "kind": "file", "name": landed.name, "size": landed.size,
+                 "mtime_ns": landed.mtime_ns, "ready_ns": landed.ready_ns, "sha256": None, "status": None,
+                 "n_read": 0, "detail": None, "close_through": None}
+        self._seq += 1
+        try:
+            read = read_landed(self.landing.fs, landed, text_col=c.text_col, time_col=c.time_col,
+                               id_col=c.id_col, time_unit=c.time_unit, batch_size=c.batch_size)
+        except LandingError as exc:
+            msg = str(exc).split(": ", 1)[-1]
+            event.update(status="unreadable", detail=msg)
+            logger.warning("landing: %s is unreadable, recorded as a reject: %s", landed.name, msg)
+            reason = f"{UNREADABLE_FILE} '{msg}'"
+            self.bucketer.add_rejects(make_rejects(source=[landed.name], position=[None], id=[None], reason=[reason]))
+        else:
+            dup = self._hashes.get(read.sha256)
+            event.update(sha256=read.sha256, n_read=read.n_read)
+            if dup is not None:
+                event.update(status="duplicate", detail=dup)
+                logger.warning("landing: %s has the same content as %s, already ingested: skipped", landed.name, dup)
+            else:
+                event.update(status="ingested")
+                self._hashes[read.sha256] = landed.name
+                self._ingest(landed, read)
+        self._taken[landed.name] = (landed.size, landed.mtime_ns)
+        self._last_ready_ns = max(self._last_ready_ns or 0, landed.ready_ns)
+        status = event["status"]
+        self._totals["files"][status] = self._totals["files"].get(status, 0) + 1
+        self.metrics.files.labels(status).inc()
+        self._events.append(event)
+        logger.info("took %s: %s, %d rows", landed.name, status, event["n_read"])
+        self._close(self.watermark.closable_through())
+
+    def _ingest(self, landed: LandedFile, read) -> None:
+        rows = read.rows
+        self._totals["rows_read"] += read.n_read
+        self.metrics.rows_read.inc(read.n_read)
+        self.bucketer.add_rejects(read.rejects)
+        if rows.num_rows:
+            for k in np.unique(self.spec.keys(rows)).tolist():
+                self._epoch_ready_ns[k] = max(self._epoch_ready_ns.get(k, 0), landed.ready_ns)
+            late_before, moved_before = self.bucketer.n_late, self.bucketer.n_moved
+            self.bucketer.add(rows, late=self.config.late_policy)
+            if self.bucketer.n_late > late_before:
+                logger.info("%s: %d late rows for closed epochs rejected", landed.name, self.bucketer.n_late - late_before)
+            if self.bucketer.n_moved > moved_before:
+                logger.info("%s: %d late rows for closed epochs moved to the next open epoch", landed.name,
+                            self.bucketer.n_moved - moved_before)
+            self.watermark.observe(rows.column("time"))
+        self._update_gauges()
+
+    # ---- closing epochs ----------------------------------------------------------------
+    def _close(self, through: int | None) -> None:
+        """Close, fit and publish every epoch through key ``through``, one commit each."""
+        if through is None:
+            return
+        if self._target is None or through > self._target:
+            self._target = through
+        for ep in self.bucketer.pop_through(through):
+            # Replay order: by file name, then position, whatever order the files came in.
+            rows = ep.rows.sort_by([("source", "ascending"), ("position", "ascending")]) if ep.n_rows else ep.rows
+            self._queue.append(Epoch(ep.index, ep.key, ep.label, rows, ep.rejects))
+            if self.vectorizer is None and not self._warm_up():
+                continue
+            while self._queue:
+                self._fit(self._queue[0])
+                if self._stop.is_set():  # the rest is re-derived from the commit on restart
+                    raise _StopNow()
+
+    def _warm_up(self) -> bool:
+        """Fit the vocabulary once the queued closed epochs hold enough documents."""
+        n = sum(e.n_rows for e in self._queue)
+        if n < self.config.warmup_docs:
+            logger.info("warm-up: %d of %d documents for the vocabulary (epoch %s closed)", n,
+                        self.config.warmup_docs, self._queue[-1].label)
+            return False
+        vec = self.config.vectorizer()
+        vec.fit(pa.chunked_array([c for e in self._queue for c in e.rows.column("text").chunks], pa.string()))
+        logger.info("vocabulary fitted on %d documents of %d warm-up epochs", n, len(self._queue))
+        self.store.write_vocabulary(vec)
+        self._set_vocabulary(vec)
+        return True
+
+    def _fit(self, ep: Epoch) -> None:
+        """Fit the first queued epoch and commit it (the queue still holds it while fitting)."""
+        self._in_epoch = ep
+        t0 = time.perf_counter()
+        fitted = self.fitter.fit(ep)
+        self._heartbeat = time.time()
+        self._queue.pop(0)
+        if fitted is None:  # no document yet: its rejects go with the next epoch
+            self._in_epoch = None
+            return
+        fit_s = time.perf_counter() - t0
+        if fitted.n_documents == 0 and fitted.rejects.num_rows == 0:
+            # A quiet epoch (a gap in the stream) is not written as a folder: it is recorded with
+            # the next published epoch, as a replay does. Until then nothing is committed, and a
+            # restart derives it again from the last commit.
+            run = self._quiet or {"first": ep.index, "first_label": ep.label}
+            run.update(last=ep.index, last_label=ep.label, n=ep.index - run["first"] + 1)
+            self._quiet = run
+            del self.model.trees_[:-1]
+            self._in_epoch = None
+            return
+        self._totals["documents"] += fitted.n_documents
+        self._totals["epochs"] += 1
+        kinds = Counter(_reason_kind(r) for r in fitted.rejects.column("reason").to_pylist())
+        for reason, n in kinds.items():
+            self._totals["rejected"][reason] = self._totals["rejected"].get(reason, 0) + n
+        self._commit(fitted, fit_s)
+        del self.model.trees_[:-1]  # the store keeps the history; memory stays flat
+        self.metrics.documents.inc(fitted.n_documents)
+        for reason, n in kinds.items():
+            self.metrics.rows_rejected.labels(reason).inc(n)
+        self.metrics.epochs.inc()
+        self.metrics.live_nodes.set(fitted.tree.n_nodes)
+        self._epoch_ready_ns.pop(ep.key, None)
+        self._in_epoch = None
+        self._update_gauges()
+
+    def _commit(self, fitted, fit_s: float) -> None:
+        """Publish the epoch with everything a restart needs (one atomic commit)."""
+        ep = fitted.epoch
+        t0 = time.perf_counter()
+        scalars, rows, rejects, unplaced = self.bucketer.state()
+        q_rows, q_rejects = _queue_tables(self._queue, rows.schema.remove(rows.schema.get_field_index("key"))
+                                          if rows.num_columns > 1 else None)
+        state = {"service": {
+            "epoch": ep.index, "next_seq": self._seq, "target": self._target, "max_time_us": self.watermark.max_time_us,
+            "bucketer": scalars, "queue": [{"index": e.index, "key": e.key, "label": e.label} for e in self._queue],
+            "last_ready_ns": self._last_ready_ns, "epoch_ready_ns": {str(k): v for k, v in self._epoch_ready_ns.items()},
+            "totals": self._totals}}
+        tables = {LEDGER_TABLE: ledger_table(self._events), "pending_rows": rows, "pending_rejects": rejects,
+                  "pending_unplaced": unplaced, "queued_rows": q_rows, "queued_rejects": q_rejects}
+        fitted.publish(self.store, n_top_words=self.config.top_words, checkpoint=self.model.get_checkpoint(),
+                       state=state, tables=tables, empty_before=self._quiet)
+        self._events = []
+        self._quiet = None
+        self._last_commit = (ep.index, ep.label)
+        now = time.time()
+        commit_s = time.perf_counter() - t0
+        self.metrics.commit_seconds.observe(commit_s)
+        self.metrics.fit_seconds.observe(fit_s)
+        self.metrics.committed(now)
+        ready = self._epoch_ready_ns.get(ep.key)
+        if ready:
+            self.metrics.latency.observe(max(0.0, now - ready / 1e9))
+        self.summary.epochs_published += 1
+        logger.info("published epoch %d (%s): %d documents, %d rejects, %d live nodes; fit %.2fs, commit %.2fs",
+                    ep.index, ep.label, fitted.n_documents, fitted.rejects.num_rows, fitted.tree.n_nodes,
+                    fit_s, commit_s)
+
+    def _pending_rows(self) -> int:
+        _, rows, _, _ = self.bucketer.state()
+        return rows.num_rows + sum(e.n_rows for e in self._queue)
+
+    def _update_gauges(self) -> None:
+        self.metrics.pending_rows.set(self._pending_rows())
+        mx = self.watermark.max_time_us
+        self.metrics.set_max_event(None if mx is None else mx / 1e6)
+        if self.watermark.value_us is not None:
+            self.metrics.watermark.set(self.watermark.value_us / 1e6)
+
+    # ---- the loop ----------------------------------------------------------------------
+    def health(self) -> dict:
+        stalled = time.time() - self._heartbeat > max(60.0, 5 * self.config.poll_interval) and self._in_epoch is None
+        ep = self._in_epoch
+        return {"healthy": not stalled and not self._stop.is_set(), "stopping": self._stop.is_set(),
+                "fitting": None if ep is None else ep.label,
+                "last_epoch": None if self._last_commit is None else self._last_commit[1],
+                "seconds_since_heartbeat": round(time.time() - self._heartbeat, 3)}
+
+    def poll_once(self, now: float | None = None) -> int:
+        """One poll: take every ready file, then close epochs if the stream is idle. Returns files taken."""
+        now = time.time() if now is None else now
+        files = self.landing.poll(skip=self._taken, now=now)
+        self._warn_changed()
+        for f in files:
+            self._take(f)
+            self._heartbeat = time.time()
+            if self._stop.is_set():
+                raise _StopNow()
+        last = None if self._last_ready_ns is None else self._last_ready_ns / 1e9
+        if is_idle(now, last, self.config.idle_timeout):
+            target = self.watermark.closable_through(idle=True)
+            done = self.bucketer.closed_through
+            if target is not None and (done is None or target > done):
+                logger.info("stream idle for %.0fs: closing epochs through %s", now - last, self.spec.label(target))
+                self._events.append({"seq": self._seq, "kind": "idle", "name": None, "size": None, "mtime_ns": None,
+                                     "ready_ns": None, "sha256": None, "status": None, "n_read": None,
+                                     "detail": None, "close_through": int(target)})
+                self._seq += 1
+                self._close(target)
+        self._heartbeat = time.time()
+        return len(files)
+
+    def _warn_changed(self) -> None:
+        for name, state in self._taken.items():
+            now_state = self.landing.state_of(name)
+            if now_state is not None and now_state != state and name not in self._changed_warned:
+                self._changed_warned.add(name)
+                logger.warning("landing: %s changed after it was ingested; the change is ignored (land new data "
+                               "as a new file)", name)
+
+    def request_stop(self, reason: str = "stop requested") -> None:
+        if not self._stop.is_set():
+            self.summary.stopped_by = reason
+        self._stop.set()
+
+    def run(self, once: bool = False, install_signals: bool = True) -> ServeSummary:
+        """Serve until stopped (or, with ``once``, take what is ready, publish what closed, return)."""
+        old = {}
+        if install_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                old[sig] = signal.signal(sig, self._on_signal)
+        try:
+            self._start_http()
+            with self.store.writer("serve"):
+                try:
+                    self._open_store()
+                    logger.info("serving %s -> %s (epochs %s, allowed lateness %gs, late rows: %s)%s",
+                                self.config.landing, self.config.store, self.config.epoch,
+                                self.config.allowed_lateness, self.config.late_policy, " once" if once else "")
+                    if once:
+                        # two listings one poll interval apart, so files still being written are seen growing
+                        self.landing.poll(skip=self._taken)
+                        self._stop.wait(self.config.poll_interval)
+                        self.poll_once()
+                    else:
+                        while not self._stop.is_set():
+                            self.poll_once()
+                            self._stop.wait(self.config.poll_interval)
+                except _StopNow:
+                    pass
+                except _Abandon:
+                    self.summary.abandoned = True
+            return self._finish()
+        finally:
+            self.model.close()
+            if self._http is not None:
+                self._http.shutdown()
+                self._http.server_close()
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
+
+    def _finish(self) -> ServeSummary:
+        s, tot = self.summary, self._totals
+        s.files = dict(tot["files"])
+        s.rows_read, s.documents = tot["rows_read"], tot["documents"]
+        s.rejected = sum(tot["rejected"].values())
+        _, rows, rejects, unplaced = self.bucketer.state()
+        s.pending_rows = rows.num_rows + sum(e.n_rows for e in self._queue)
+        s.pending_rejects = rejects.num_rows + unplaced.num_rows + sum(e.rejects.num_rows for e in self._queue)
+        s.last_epoch = self._last_commit
+        if not s.abandoned:
+            n = sum(1 for e in self._events if e["kind"] == "file")
+            logger.info("stopped (%s): %s; %d rows wait in open epochs; %d files taken since the last commit "
+                        "are taken again on restart", s.stopped_by, self._where(), s.pending_rows, n)
+        return s
+
+    def _on_signal(self, signum, frame) -> None:
+        self._signals += 1
+        name = signal.Signals(signum).name
+        if self._signals == 1:
+            ep = self._in_epoch
+            what = f"finishing and committing epoch {ep.index} ({ep.label}) first" if ep is not None else "no epoch in progress"
+            logger.warning("%s: stopping (%s); send it again to abandon at once", name, what)
+            self.request_stop(name)
+        else:
+            ep = self._in_epoch
+            what = f"epoch {ep.index} ({ep.label}) abandoned, nothing of it committed" if ep else "nothing in progress"
+            logger.warning("%s again: leaving now: %s; %s", name, what, self._where())
+            raise _Abandon(what)
+
+    def _where(self) -> str:
+        last = self._last_commit
+        return "the store is committed through " + (f"epoch {last[0]} ({last[1]})" if last else "no epoch")
+
+    def _start_http(self) -> None:
+        if self.metrics_addr is None:
+            return
+        handler = type("Handler", (_Handler,), {"service": self})
+        try:
+            self._http = ThreadingHTTPServer(self.metrics_addr, handler)
+        except OSError as exc:
+            raise StoreError(f"cannot listen on {self.metrics_addr[0]}:{self.metrics_addr[1]} for metrics: {exc}; "
+                             "use another --metrics-addr or 'off'") from None
+        self._http.daemon_threads = True
+        threading.Thread(target=self._http.serve_forever, name="metrics", daemon=True).start()
+        host, port = self._http.server_address[:2]
+        self.bound_address = (host, port)
+        logger.info("metrics on http://%s:%d/metrics, health on /healthz", host, port)
+
+
+class _StopNow(Exception):
+    """A stop was requested: leave the loop after the step just finished."""
+
+
+def _reason_kind(reason: str) -> str:
+    cut = reason.find(" '")
+    return reason if cut < 0 else reason[:cut]
+
+
+def _queue_tables(queue: list[Epoch], schema: pa.Schema | None) -> tuple[pa.Table, pa.Table]:
+    """Rows and rejects of closed, not yet fitted epochs, with their place in the queue (``qpos``)."""
+    rows = [e.rows.append_column("qpos", pa.array([i] * e.n_rows, pa.int64())) for i, e in enumerate(queue) if e.n_rows]
+    rejects = [e.rejects.select(REJECT_SCHEMA.names).append_column("qpos", pa.array([i] * e.rejects.num_rows, pa.int64()))
+               for i, e in enumerate(queue) if e.rejects.num_rows]
+    qpos = pa.field("qpos", pa.int64())
+    empty_rows = (schema or pa.schema([])).append(qpos).empty_table()
+    return (pa.concat_tables(rows) if rows else empty_rows,
+            pa.concat_tables(rejects) if rejects else REJECT_SCHEMA.append(qpos).empty_table())
+
+
+def _queue_from(entries: list[dict], rows: pa.Table, rejects: pa.Table) -> list[Epoch]:
+    import pyarrow.compute as pc
+
+    out = []
+    for i, e in enumerate(entries):
+        r = rows.filter(pc.equal(rows.column("qpos"), i)).drop_columns(["qpos"]) if rows.num_rows else None
+        j = rejects.filter(pc.equal(rejects.column("qpos"), i)).drop_columns(["qpos"])
+        if r is None:
+            r = rows.drop_columns(["qpos"]).slice(0, 0)
+        out.append(Epoch(int(e["index"]), int(e["key"]), e["label"], r, j.cast(REJECT_SCHEMA)))
+    return out
+
+
+# ------------------------------------------------------------------------------ logging
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message (and the exception, if any)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out = {"time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
+               "level": record.levelname.lower(), "logger": record.name, "message": record.getMessage()}
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False)
+
+
+def configure_logging(fmt: str = "plain", level: int = logging.INFO) -> None:
+    """Log to stderr, plain (``2026-03-14 10:00:00 INFO name: message``) or as JSON lines."""
+    handler = logging.StreamHandler()
+    if fmt == "json":
+        formatter = JsonFormatter()
+        formatter.converter = time.gmtime
+    elif fmt == "plain":
+        formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    else:
+        raise ValueError(f"log format must be 'plain' or 'json', got {fmt!r}")
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    root.addHandler(handler)
+    root.setLevel(level)
+
+
+__all__ = ["EXIT_ABANDONED", "JsonFormatter", "ServeConfig", "ServeSummary", "Service", "ServiceMetrics",
+           "configure_logging", "parse_address"]

@@ -1,0 +1,64 @@
+"""A tiny topical corpus in daily files, and store comparison, for the service tests."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from connectors.stores.snapshot import SnapshotStore
+
+TOPICS = [["tax", "budget", "revenue", "treasury", "debt", "spending"],
+          ["army", "navy", "war", "troops", "defense", "enemy"],
+          ["school", "education", "teacher", "student", "college", "learning"],
+          ["farm", "crop", "harvest", "land", "rural", "farmer"]]
+COMMON = ["the", "policy", "nation", "people", "year"]
+#: the model settings of every service test and of the replays they are compared with (the
+#: rest at the estimator's defaults, as a replay without model options has them)
+MODEL = dict(max_depth=2, n_sweeps=3)
+
+
+def day_rows(day: int, n: int, seed: int) -> list[dict]:
+    """``n`` documents on 2026-03-``day`` (hours spread over the day)."""
+    rng = np.random.default_rng([seed, day])
+    rows = []
+    for _ in range(n):
+        t = rng.integers(len(TOPICS))
+        words = rng.choice(TOPICS[t], size=8).tolist() + rng.choice(COMMON, size=3).tolist()
+        rows.append({"text": " ".join(words), "time": f"2026-03-{day:02d}T{int(rng.integers(0, 24)):02d}:00:00Z"})
+    return rows
+
+
+def write_jsonl(path: str, rows: list[dict]) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = os.path.join(os.path.dirname(path), "." + os.path.basename(path))
+    with open(tmp, "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+    os.replace(tmp, path)
+
+
+def store_epochs(uri: str) -> list[tuple]:
+    """Per published epoch: label, node ids, parents, theta, assignments, document ids."""
+    store = SnapshotStore(str(uri))
+    out = []
+    for e in store.epochs():
+        r = store.read(e["epoch"])
+        t = r.tree
+        out.append((e["epoch"], e["label"], t.node_ids.tolist(), t.parent.tolist(), t.theta.tobytes(),
+                    t.assignments.tolist(), [str(d) for d in r.doc_ids]))
+    return out
+
+
+def store_rejects(uri: str) -> list[tuple[str, str]]:
+    """(id or source, reason) of every committed reject."""
+    store = SnapshotStore(str(uri))
+    out = []
+    for e in store.epochs():
+        rej = store.rejects(e["epoch"])
+        if rej is not None:
+            for src, i, reason in zip(rej.column("source").to_pylist(), rej.column("id").to_pylist(),
+                                      rej.column("reason").to_pylist()):
+                out.append((i or src, reason))
+    return sorted(out)

@@ -1,0 +1,276 @@
+"""The ingestion service in-process: landing rules, --once runs, restarts, replay equality, metrics."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import urllib.request
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from service_corpus import MODEL, day_rows, store_epochs, store_rejects, write_jsonl
+
+from connectors.landing import LandedFile, LandingError, LandingZone, read_landed
+from connectors.stores.ledger import read_ledger
+from connectors.stores.snapshot import SnapshotStore, StoreBusyError, StoreError
+from streamtree.replay import ReplayConfig, replay
+from streamtree.service import ServeConfig, Service, parse_address
+
+DAYS = range(1, 7)
+
+
+# ---------------------------------------------------------------------------------- landing
+def _touch(path, text="x", age=0.0):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+    if age:
+        t = time.time() - age
+        os.utime(path, (t, t))
+
+
+def test_landing_ready_rules(tmp_path):
+    root = str(tmp_path)
+    zone = LandingZone(root, settle=60)
+    _touch(f"{root}/a.jsonl")
+    _touch(f"{root}/.hidden.jsonl")
+    _touch(f"{root}/b.jsonl.tmp")
+    _touch(f"{root}/_temporary/c.jsonl")
+    _touch(f"{root}/notes.txt")
+    assert zone.poll() == []  # nothing seen twice yet
+    ready = zone.poll()
+    assert [f.name for f in ready] == ["a.jsonl"]
+    assert zone.ignored == {"notes.txt"}
+    # a growing file is not ready until unchanged over a poll
+    _touch(f"{root}/d.jsonl", "x")
+    assert [f.name for f in zone.poll(skip={"a.jsonl"})] == []
+    _touch(f"{root}/d.jsonl", "xy")
+    os.utime(f"{root}/d.jsonl", ns=(0, time.time_ns() + 10**9))
+    assert [f.name for f in zone.poll(skip={"a.jsonl"})] == []
+    assert [f.name for f in zone.poll(skip={"a.jsonl"})] == ["d.jsonl"]
+    # an old file is ready at once (settle), ordered by modification time, then name
+    fresh = LandingZone(root, settle=60)
+    _touch(f"{root}/z.jsonl", age=300)
+    _touch(f"{root}/y.jsonl", age=200)
+    assert [f.name for f in fresh.poll(skip={"a.jsonl", "d.jsonl"})] == ["z.jsonl", "y.jsonl"]
+
+
+def test_landing_success_marker(tmp_path):
+    root = str(tmp_path)
+    zone = LandingZone(root, settle=0, require_success=True)
+    _touch(f"{root}/day=1/part-0.jsonl", age=100)
+    _touch(f"{root}/day=2/part-0.jsonl", age=100)
+    assert zone.poll() == []
+    _touch(f"{root}/day=2/_SUCCESS", "")
+    ready = zone.poll()
+    assert [f.name for f in ready] == ["day=2/part-0.jsonl"]
+    assert ready[0].ready_ns > ready[0].mtime_ns  # ordered by the marker
+
+
+def test_read_landed_formats_partitions_and_errors(tmp_path):
+    root = str(tmp_path)
+    rows = day_rows(1, 5, 0)
+    write_jsonl(f"{root}/a.jsonl", rows)
+    pq.write_table(pa.Table.from_pylist(rows), f"{root}/b.parquet")
+    os.makedirs(f"{root}/year=1790")
+    pq.write_table(pa.table({"text": ["army navy war troops"], "id": ["s1"]}), f"{root}/year=1790/c.parquet")
+    with open(f"{root}/d.csv", "w") as f:
+        f.write("text,time\n\"tax, budget\",2026-03-01\n,2026-03-01\n")
+    with open(f"{root}/bad.parquet", "wb") as f:
+        f.write(b"PAR1 not really")
+    zone = LandingZone(root, settle=0)
+    files = {f.name: f for f in zone.poll()}
+    kw = dict(text_col="text", time_col="time")
+    a = read_landed(zone.fs, files["a.jsonl"], **kw)
+    b = read_landed(zone.fs, files["b.parquet"], **kw)
+    assert a.rows.num_rows == b.rows.num_rows == 5 and a.n_read == 5
+    assert a.rows.column("id").to_pylist()[:2] == ["a.jsonl:0", "a.jsonl:1"]
+    assert a.rows.column("time").equals(b.rows.column("time"))
+    assert len(a.sha256) == 64 and a.sha256 != b.sha256
+    c = read_landed(zone.fs, files["year=1790/c.parquet"], text_col="text", time_col="year", id_col="id")
+    assert c.rows.column("time").to_pylist()[0].year == 1790 and c.rows.column("source")[0].as_py() == "year=1790/c.parquet"
+    d = read_landed(zone.fs, files["d.csv"], **kw)
+    assert d.rows.column("text").to_pylist() == ["tax, budget"] and d.rejects.column("reason").to_pylist() == ["empty text"]
+    with pytest.raises(LandingError, match="bad.parquet"):
+        read_landed(zone.fs, files["bad.parquet"], **kw)
+    with pytest.raises(LandingError, match="column 'body' not found"):
+        read_landed(zone.fs, files["a.jsonl"], text_col="body", time_col="time")
+
+
+# ---------------------------------------------------------------------------------- service
+def _config(landing, store, **kw) -> ServeConfig:
+    base = dict(landing=str(landing), store=str(store), text_col="text", time_col="time", epoch="1d",
+                poll_interval=0.05, model=dict(MODEL))
+    base.update(kw)
+    return ServeConfig(**base)
+
+
+def _once(config, **kw) -> Service:
+    service = Service(config, **kw)
+    service.run(once=True, install_signals=False)
+    return service
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """Six daily files and a replay of them (whose vocabulary the service borrows)."""
+    base = tmp_path_factory.mktemp("corpus")
+    for d in DAYS:
+        write_jsonl(f"{base}/all/day{d}.jsonl", day_rows(d, 25, 0))
+    replay(ReplayConfig(source=f"{base}/all", text_col="text", time_col="time", epoch="1d",
+                        model=dict(max_depth=2, n_sweeps=3), min_df=1), f"{base}/replay")
+    return base
+
+
+def test_once_runs_equal_replay_and_each_other(corpus, tmp_path):
+    land = tmp_path / "land"
+    # one run over everything, closing the last epoch as idle
+    shutil.copytree(f"{corpus}/all", land)
+    _once(_config(land, tmp_path / "one", vocabulary_from=f"{corpus}/replay", idle_timeout=1e-3))
+    assert store_epochs(tmp_path / "one") == store_epochs(f"{corpus}/replay")
+    # files arriving in three batches, in reverse order within a batch (allowed two days late),
+    # one --once run each
+    land2 = tmp_path / "land2"
+    os.makedirs(land2)
+    for batch in ([3, 2, 1], [5, 4], [6]):
+        for d in batch:
+            shutil.copy(f"{corpus}/all/day{d}.jsonl", land2 / f"day{d}.jsonl")
+            time.sleep(0.01)
+        last = batch == [6]
+        _once(_config(land2, tmp_path / "many", vocabulary_from=f"{corpus}/replay", allowed_lateness=2 * 86400,
+                      idle_timeout=1e-3 if last else None))
+    assert store_epochs(tmp_path / "many") == store_epochs(f"{corpus}/replay")
+    ledger = read_ledger(SnapshotStore(str(tmp_path / "many")))
+    files = [e for e in ledger.to_pylist() if e["kind"] == "file"]
+    assert sorted(e["name"] for e in files) == [f"day{d}.jsonl" for d in DAYS]
+    assert {e["status"] for e in files} == {"ingested"}
+    assert [e["kind"] for e in ledger.to_pylist()].count("idle") == 1
+
+
+def test_late_duplicate_and_unreadable_files(corpus, tmp_path):
+    land = tmp_path / "land"
+    for d in (1, 2, 3):
+        shutil.copy(f"{corpus}/all/day{d}.jsonl", land / f"day{d}.jsonl") if land.exists() else \
+            (os.makedirs(land), shutil.copy(f"{corpus}/all/day{d}.jsonl", land / f"day{d}.jsonl"))
+    cfg = _config(land, tmp_path / "store", vocabulary_from=f"{corpus}/replay")
+    _once(cfg)
+    assert [e["label"] for e in SnapshotStore(str(tmp_path / "store")).epochs()] == ["2026-03-01", "2026-03-02"]
+    write_jsonl(str(land / "late.jsonl"), [{"text": "tax budget revenue", "time": "2026-03-01T05:00:00Z"},
+                                           {"text": "army navy war", "time": "2026-03-03T05:00:00Z"}])
+    shutil.copy(f"{corpus}/all/day1.jsonl", land / "copy-of-day1.jsonl")
+    (land / "broken.parquet").write_bytes(b"PAR1 truncated")
+    write_jsonl(str(land / "day4.jsonl"), day_rows(4, 25, 0))
+    service = _once(cfg)
+    rejects = store_rejects(tmp_path / "store")
+    assert ("late.jsonl:0", "late row for a closed epoch") in rejects
+    assert any(src == "broken.parquet" and reason.startswith("unreadable file") for src, reason in rejects)
+    assert not any(i.startswith("copy-of-day1") for i, _ in rejects)
+    statuses = {e["name"]: e["status"] for e in read_ledger(SnapshotStore(str(tmp_path / "store"))).to_pylist()}
+    assert statuses["copy-of-day1.jsonl"] == "duplicate" and statuses["broken.parquet"] == "unreadable"
+    docs = [d for e in store_epochs(tmp_path / "store") for d in e[6]]
+    assert "late.jsonl:1" in docs and "late.jsonl:0" not in docs
+    text = service.metrics.exposition().decode()
+    assert 'streamtree_rows_rejected_total{reason="late row for a closed epoch"} 1.0' in text
+    assert 'streamtree_files_total{status="duplicate"} 1.0' in text
+
+
+def test_late_policy_next_epoch(corpus, tmp_path):
+    land = tmp_path / "land"
+    os.makedirs(land)
+    for d in (1, 2, 3):
+        shutil.copy(f"{corpus}/all/day{d}.jsonl", land / f"day{d}.jsonl")
+    cfg = _config(land, tmp_path / "store", vocabulary_from=f"{corpus}/replay", late_policy="next-epoch",
+                  idle_timeout=1e-3)
+    _once(cfg)
+    write_jsonl(str(land / "late.jsonl"), [{"text": "tax budget revenue", "time": "2026-03-01T05:00:00Z"}])
+    write_jsonl(str(land / "day4.jsonl"), day_rows(4, 25, 0))
+    _once(cfg)
+    store = SnapshotStore(str(tmp_path / "store"))
+    where = {d: e["label"] for e in store.epochs() for d in store.read(e["epoch"]).doc_ids}
+    assert where["late.jsonl:0"] == "2026-03-04"  # the first epoch still open when it came
+    assert store_rejects(tmp_path / "store") == []
+
+
+def test_warmup_vocabulary_and_restart_checks(corpus, tmp_path):
+    land = tmp_path / "land"
+    shutil.copytree(f"{corpus}/all", land)
+    cfg = _config(land, tmp_path / "store", warmup_docs=60, min_df=1)
+    _once(cfg)
+    store = SnapshotStore(str(tmp_path / "store"))
+    vec = store.vectorizer()
+    assert vec is not None and vec.n_fit_documents_ == 75  # the first three closed days
+    assert [e["label"] for e in store.epochs()][:3] == ["2026-03-01", "2026-03-02", "2026-03-03"]
+    with pytest.raises(StoreError, match="other settings"):
+        Service(_config(land, tmp_path / "store", warmup_docs=60, min_df=1, epoch="1w")).run(
+            once=True, install_signals=False)
+    with pytest.raises(StoreError, match="not from `streamtree serve`"):
+        Service(_config(land, f"{corpus}/replay")).run(once=True, install_signals=False)
+    with store.writer("someone else"):
+        with pytest.raises(StoreBusyError):
+            Service(cfg).run(once=True, install_signals=False)
+
+
+def test_metrics_and_health_endpoint(corpus, tmp_path):
+    land = tmp_path / "land"
+    shutil.copytree(f"{corpus}/all", land)
+    service = Service(_config(land, tmp_path / "store", vocabulary_from=f"{corpus}/replay"),
+                      metrics_addr=("127.0.0.1", 0))
+    import threading
+
+    th = threading.Thread(target=service.run, kwargs={"install_signals": False})
+    th.start()
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and service.summary.epochs_published < 5:
+            time.sleep(0.05)
+        host, port = service.bound_address
+        text = urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10).read().decode()
+        health = json.loads(urllib.request.urlopen(f"http://{host}:{port}/healthz", timeout=10).read())
+    finally:
+        service.request_stop()
+        th.join(60)
+    assert not th.is_alive()
+    assert health["healthy"] and health["last_epoch"] == "2026-03-05"
+    assert "streamtree_rows_read_total 150.0" in text
+    assert "streamtree_epochs_published_total 5.0" in text
+    assert "streamtree_documents_fitted_total 125.0" in text
+    assert "streamtree_pending_rows 25.0" in text
+    for name in ("streamtree_live_nodes", "streamtree_event_time_lag_seconds", "streamtree_seconds_since_last_commit",
+                 "streamtree_checkpoint_seconds_count", "streamtree_landing_to_publish_seconds_count"):
+        assert name in text
+
+
+def test_parse_address():
+    assert parse_address("127.0.0.1:9750") == ("127.0.0.1", 9750)
+    assert parse_address(":9") == ("127.0.0.1", 9)
+    assert parse_address("[::1]:80") == ("::1", 80)
+    assert parse_address("off") is None
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        parse_address("localhost")
+
+
+def test_config_checks(tmp_path):
+    with pytest.raises(ValueError, match="event-time epochs"):
+        _config(tmp_path, tmp_path / "s", epoch="column")
+    with pytest.raises(ValueError, match="late policy"):
+        _config(tmp_path, tmp_path / "s", late_policy="drop")
+    ident = _config(tmp_path, tmp_path / "s", model=dict(MODEL, engine="ray", engine_options={"address": "x"})).identity()
+    assert "engine" not in ident["model"] and "engine_options" not in ident["model"]
+    assert ident == _config(tmp_path, tmp_path / "other", poll_interval=9).identity()
+
+
+def test_gap_in_the_stream_is_recorded_like_replay(tmp_path):
+    """Days 1, 2 and 5: the quiet days 3 and 4 are recorded with day 5, as a replay does."""
+    src, land = tmp_path / "src", tmp_path / "land"
+    for d in (1, 2, 5):
+        write_jsonl(str(src / f"day{d}.jsonl"), day_rows(d, 25, 3))
+    replay(ReplayConfig(source=str(src), text_col="text", time_col="time", epoch="1d",
+                        model=dict(max_depth=2, n_sweeps=3), min_df=1), str(tmp_path / "replay"))
+    shutil.copytree(src, land)
+    _once(_config(land, tmp_path / "store", vocabulary_from=str(tmp_path / "replay"), idle_timeout=1e-3))
+    assert store_epochs(tmp_path / "store") == store_epochs(tmp_path / "replay")
+    last = SnapshotStore(str(tmp_path / "store")).epochs()[-1]
+    assert last["epoch"] == 4 and last["empty_before"]["first"] == 2 and last["empty_before"]["last"] == 3

@@ -1,0 +1,305 @@
+"""Store guarantees: writer lease, own-files-only deletion, checkpoints, damaged stores, path checks."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+import pytest
+
+from connectors.stores import (
+    CorruptStoreError,
+    Lease,
+    SnapshotStore,
+    StoreAccessError,
+    StoreBusyError,
+    StoreError,
+)
+from connectors.stores.lease import LEASE
+from test_store import assert_same_tree, make_tree, vocab6
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_second_writer_is_refused_naming_the_holder(tmp_path):
+    store = SnapshotStore(str(tmp_path))
+    with store.writer("replay"):
+        other = SnapshotStore(str(tmp_path))
+        with pytest.raises(StoreBusyError) as info:
+            with other.writer("replay"):
+                pass
+        msg = str(info.value)
+        assert "\n" not in msg and f"pid {os.getpid()}" in msg and socket.gethostname() in msg
+        assert "being written by" in msg and "replay since" in msg
+        with pytest.raises(StoreBusyError):  # an implicit one-call writer is refused as well
+            other.publish(make_tree(0, [0], [-1], [0]), list("abcde"))
+        store.publish(make_tree(0, [0], [-1], [0]), list("abcde"))
+    assert not (tmp_path / LEASE).exists()
+    assert [e["epoch"] for e in SnapshotStore(str(tmp_path)).epochs()] == [0]
+
+
+def test_stale_leases_are_taken_over(tmp_path):
+    # a holder on this host whose process is gone (kill -9): taken over at once
+    lease = {"owner": "x", "host": socket.gethostname(), "pid": dead_pid(), "command": "replay", "token": "t1",
+             "acquired": "then", "heartbeat_unix": time.time(), "timeout": 3600}
+    (tmp_path / LEASE).write_text(json.dumps(lease))
+    with SnapshotStore(str(tmp_path)).writer("replay") as w:
+        assert json.loads((tmp_path / LEASE).read_text())["token"] == w.token
+    # a holder elsewhere with a heartbeat older than its timeout
+    lease.update(host="elsewhere", pid=1, timeout=1, heartbeat_unix=time.time() - 10)
+    (tmp_path / LEASE).write_text(json.dumps(lease))
+    old = time.time() - 10
+    os.utime(tmp_path / LEASE, (old, old))
+    with SnapshotStore(str(tmp_path)).writer("replay"):
+        pass
+    # ... but a fresh one elsewhere is respected
+    lease.update(heartbeat_unix=time.time(), timeout=60)
+    (tmp_path / LEASE).write_text(json.dumps(lease))
+    with pytest.raises(StoreBusyError, match="x@elsewhere pid 1"):
+        SnapshotStore(str(tmp_path)).writer("replay").acquire()
+    assert not list(tmp_path.glob(".lease.json.stale-*"))
+
+
+def test_lease_heartbeat_and_lost_lease(tmp_path):
+    lease = Lease(pafs.LocalFileSystem(), str(tmp_path), command="test", timeout=0.4).acquire()
+    try:
+        time.sleep(1.0)  # several heartbeats: never stale while the holder lives
+        assert not lease.is_stale(lease.read())
+        lease.check()
+        (tmp_path / LEASE).unlink()  # someone removed it by hand
+        with pytest.raises(StoreError, match="lost the store's lease"):
+            lease.check()
+    finally:
+        lease.release()
+
+
+def test_lease_on_a_generic_pyarrow_file_system(tmp_path, monkeypatch):
+    """The object-store path (no exclusive create): write, settle, read back."""
+    import connectors.stores.lease as lease_mod
+
+    monkeypatch.setattr(lease_mod, "_SETTLE_SECONDS", 0.01)
+    fs = pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem())
+    a = Lease(fs, "store", command="a")
+    fs.create_dir("store")
+    a.acquire()
+    try:
+        with pytest.raises(StoreBusyError, match="being written by"):
+            Lease(fs, "store", command="b").acquire()
+        a.beat()
+        a.check()
+    finally:
+        a.release()
+    assert not (tmp_path / "store" / LEASE).exists()
+    Lease(fs, "store", command="b").acquire().release()
+
+
+def test_concurrent_writers_exactly_one_proceeds(tmp_path):
+    """Several processes race for one store: one gets the lease, the others are refused."""
+    script = (
+        "import pathlib, sys, time\n"
+        "from connectors.stores import SnapshotStore, StoreBusyError\n"
+        "from test_store import make_tree\n"
+        "d, i = pathlib.Path(sys.argv[1]), int(sys.argv[2])\n"
+        "(d / f'ready-{i}').touch()\n"
+        "while len(list(d.glob('ready-*'))) < 4:  # start together, once all have imported\n"
+        "    time.sleep(0.01)\n"
+        "s = SnapshotStore(str(d / 's'))\n"
+        "try:\n"
+        "    with s.writer('race'):\n"
+        "        for e in range(3):\n"
+        "            s.publish(make_tree(e, [0, 1], [-1, 0], [0, 0], seed=i), list('abcde'), state={'writer': i})\n"
+        "        end = time.time() + 60\n"
+        "        while len(list(d.glob('tried-*'))) < 3 and time.time() < end:  # hold it while the others try\n"
+        "            time.sleep(0.05)\n"
+        "except StoreBusyError as exc:\n"
+        "    (d / f'tried-{i}').touch()\n"
+        "    print(exc); sys.exit(75)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__), *sys.path])}
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path), str(i)], env=env,
+                              stdout=subprocess.PIPE, text=True) for i in range(4)]
+    results = [(p.wait(timeout=180), p.stdout.read()) for p in procs]
+    codes = sorted(rc for rc, _ in results)
+    assert codes == [0, 75, 75, 75], results
+    store = SnapshotStore(str(tmp_path / "s"))
+    writers = {e["state"]["writer"] for e in store.epochs()}
+    assert len(writers) == 1 and [e["epoch"] for e in store.epochs()] == [0, 1, 2]
+    winner = writers.pop()
+    for e in range(3):
+        assert_same_tree(store.read(e).tree, make_tree(e, [0, 1], [-1, 0], [0, 0], seed=winner))
+
+
+def test_checkpoint_and_tables_round_trip(tmp_path):
+    store = SnapshotStore(str(tmp_path))
+    arrays = {"theta": np.random.default_rng(0).normal(size=(3, 4)), "ids": np.arange(3, dtype=np.int64),
+              "flags": np.array([True, False]), "scalar": np.float32(2.5), "empty": np.zeros((0, 7))}
+    meta = {"format_version": 1, "seed": {"entropy": 2 ** 100 + 7, "spawned": 3}, "name": "x"}
+    ledger = pa.table({"path": ["a.parquet"], "size": [12]})
+    store.publish(make_tree(0, [0], [-1], [0]), list("abcde"), checkpoint=(arrays, meta), tables={"ledger": ledger})
+    got, got_meta = store.read_checkpoint()
+    assert got_meta == meta and set(got) == set(arrays)
+    for name, value in arrays.items():
+        value = np.asarray(value)
+        assert got[name].dtype == value.dtype and got[name].shape == value.shape
+        np.testing.assert_array_equal(got[name], value)
+    assert store.read_table(0, "ledger").equals(ledger)
+    raw = pq.read_table(tmp_path / "epochs" / "000000" / "checkpoint.parquet")
+    assert raw.column_names == ["name", "dtype", "shape", "data"]
+    with pytest.raises(ValueError, match="reserved"):
+        store.publish(make_tree(1, [0], [-1], [0]), list("abcde"), tables={"nodes": ledger})
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda d: (d / "manifest.json").write_text("{not json"), "manifest is not valid JSON"),
+    (lambda d: (d / "manifest.json").write_text('{"format": "something else"}'), "not a streamtree snapshot manifest"),
+    (lambda d: (d / "manifest.json").write_text(json.dumps(
+        {**json.loads((d / "manifest.json").read_text()), "config": []})), "'config' is missing or of the wrong type"),
+    (lambda d: (d / "commits" / "000001.json").write_text("[1, 2"), "commit record is not valid JSON"),
+    (lambda d: (d / "commits" / "000001.json").write_text(json.dumps(
+        {**json.loads((d / "commits" / "000001.json").read_text()), "path": "../../../../etc"})),
+     "epoch path '../../../../etc' is not the epoch's folder"),
+    (lambda d: (d / "commits" / "000001.json").write_text(json.dumps(
+        {**json.loads((d / "commits" / "000001.json").read_text()), "path": "epochs/000000"})),
+     "is not the epoch's folder"),
+    (lambda d: (d / "commits" / "000001.json").write_text(json.dumps(
+        {**json.loads((d / "commits" / "000001.json").read_text()), "n_documents": "many"})),
+     "field 'n_documents' is missing or not a int"),
+    (lambda d: (d / "commits" / "000001.json").write_text(json.dumps(
+        {**json.loads((d / "commits" / "000001.json").read_text()), "run": "other"})), "belongs to run 'other'"),
+])
+def test_damaged_stores_are_one_clear_error(tmp_path, damage, message):
+    store = SnapshotStore(str(tmp_path))
+    store.write_vocabulary(vocab6())
+    store.publish(make_tree(0, [0, 1], [-1, 0], [0, 0]), list("abcde"))
+    store.publish(make_tree(1, [0, 1], [-1, 0], [0, 0]), list("abcde"))
+    damage(tmp_path)
+    for read in (lambda s: s.epochs(), lambda s: s.read(1), lambda s: s.lineage()):
+        with pytest.raises(CorruptStoreError) as info:
+            read(SnapshotStore(str(tmp_path)))
+        assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_leftovers_are_cleaned_and_foreign_files_kept(tmp_path):
+    store = SnapshotStore(str(tmp_path))
+    store.publish(make_tree(0, [0], [-1], [0]), list("abcde"))
+    (tmp_path / "my-notes.txt").write_text("mine")
+    (tmp_path / "epochs" / ".tmp-000001-abc").mkdir()
+    (tmp_path / "epochs" / "000001").mkdir()  # renamed into place, never committed
+    (tmp_path / "commits" / ".000001.json.tmp-abc").write_text("{")
+    (tmp_path / ".manifest.json.tmp-abc").write_text("{")
+    (tmp_path / "epochs" / "README").write_text("not ours")
+    with store.writer("test") as w:
+        removed = store.clean_leftovers()
+        assert removed == [] and w.held  # already cleaned when the lease was taken
+    left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    assert "my-notes.txt" in left and "epochs/README" in left
+    assert not [p for p in left if ".tmp-" in p or p == "epochs/000001"]
+
+
+def test_begin_replaces_the_old_run_only_at_the_first_commit(tmp_path):
+    store = SnapshotStore(str(tmp_path))
+    with store.writer("old"):
+        store.begin({"run": "old"}, vocab6())
+        store.publish(make_tree(0, [0, 1], [-1, 0], [0, 0]), list("abcde"))
+        store.publish(make_tree(1, [0, 1], [-1, 0], [0, 0]), list("abcde"))
+    (tmp_path / "mine.txt").write_text("keep me")
+    with store.writer("new"):
+        store.begin({"run": "new"}, vocab6())
+        asides = list(tmp_path.glob(".replaced-*"))
+        assert len(asides) == 1 and (asides[0] / "commits" / "000001.json").exists()
+        assert SnapshotStore(str(tmp_path)).epochs() == []
+        store.publish(make_tree(0, [0, 2], [-1, 0], [0, 0], seed=4), list("vwxyz"))
+        assert not list(tmp_path.glob(".replaced-*"))
+    fresh = SnapshotStore(str(tmp_path))
+    assert fresh.config() == {"run": "new"} and [e["epoch"] for e in fresh.epochs()] == [0]
+    assert (tmp_path / "mine.txt").read_text() == "keep me"
+
+
+def test_a_crash_after_setting_aside_is_cleaned_by_the_next_commit(tmp_path):
+    store = SnapshotStore(str(tmp_path))
+    store.publish(make_tree(0, [0], [-1], [0]), list("abcde"))
+    with store.writer("new"):
+        store.begin({"run": "new"})
+    assert list(tmp_path.glob(".replaced-*"))  # the writer stopped before committing
+    store.publish(make_tree(0, [0], [-1], [0]), list("abcde"))
+    assert not list(tmp_path.glob(".replaced-*"))
+
+
+def test_store_path_problems_are_caught_before_any_work(tmp_path, monkeypatch):
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(StoreAccessError, match="afile: is a file, not a store directory"):
+        SnapshotStore(str(tmp_path / "afile")).check_writable()
+    with pytest.raises(StoreAccessError, match="a file is in the way"):
+        SnapshotStore(str(tmp_path / "afile" / "sub")).check_writable()
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "thesis.tex").write_text("x")
+    with pytest.raises(StoreError, match="not a streamtree store \\(e.g. 'thesis.tex'\\)"):
+        SnapshotStore(str(tmp_path / "docs")).check_writable()
+    SnapshotStore(str(tmp_path / "new")).check_writable()
+    assert list((tmp_path / "new").iterdir()) == []
+
+    for code, words in ((errno.ENOSPC, "no space left"), (errno.EACCES, "permission denied"),
+                        (errno.EROFS, "read-only file system")):
+        store = SnapshotStore(str(tmp_path / "new"))
+        store.fs = RefusingFS(store.fs, code)
+        with pytest.raises(StoreAccessError) as info:
+            store.check_writable()
+        assert f"{tmp_path / 'new'}: cannot write to the store: {words}" in str(info.value)
+
+
+class RefusingFS:
+    """A file system whose writes fail with one errno (a full disk, a read-only mount...)."""
+
+    def __init__(self, fs, code):
+        self._fs, self._code = fs, code
+
+    def __getattr__(self, name):
+        return getattr(self._fs, name)
+
+    def open_output_stream(self, path, *args, **kwargs):
+        raise OSError(self._code, os.strerror(self._code), path)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
+def test_read_only_store_directory(tmp_path):
+    (tmp_path / "ro").mkdir()
+    (tmp_path / "ro").chmod(0o500)
+    try:
+        with pytest.raises(StoreAccessError, match="permission denied"):
+            SnapshotStore(str(tmp_path / "ro")).check_writable()
+    finally:
+        (tmp_path / "ro").chmod(0o700)
+
+
+def test_commit_cost_does_not_grow_with_the_number_of_epochs(tmp_path, monkeypatch):
+    """Each commit writes one folder and one record; the manifest is not rewritten."""
+    store = SnapshotStore(str(tmp_path))
+    writes = []
+    real = SnapshotStore._write_text
+
+    def count(self, path, text):
+        writes.append((path.rsplit("/", 1)[-1], len(text)))
+        real(self, path, text)
+
+    monkeypatch.setattr(SnapshotStore, "_write_text", count)
+    with store.writer("test"):
+        store.begin({"x": 1}, vocab6())
+        for e in range(40):
+            store.publish(make_tree(e, [0, 1], [-1, 0], [0, 0], seed=e), list("abcde"))
+    per_epoch = writes[1:]
+    assert [name for name, _ in per_epoch] == [f"{e:06d}.json" for e in range(40)]
+    sizes = [n for _, n in per_epoch]
+    assert max(sizes) - min(sizes) < 64  # the record does not grow with the epochs before it
