@@ -297,8 +297,7 @@ def _replay(store, config, mode, progress, static, start) -> ReplaySummary:
         src = open_source(config.source, config.text_col, config.time_col, config.id_col, config.epoch_col,
                           time_unit=config.time_unit, time_format=config.time_format)
         _check_source(store, src, stored_files)
-        summary = ReplaySummary(**begin.complete["summary"])
-        summary.n_published, summary.complete_before = 0, True
+        summary = ReplaySummary(n_published=0, complete_before=True, **begin.complete["summary"])
         summary.seconds = time.perf_counter() - start
         return summary
     reader, src = open_epochs(config)
@@ -332,7 +331,8 @@ def _replay(store, config, mode, progress, static, start) -> ReplaySummary:
         vocabulary_size=int(vec.vocabulary_.shape[0]), seconds=time.perf_counter() - start,
         fit_seconds=t["fit_seconds"], notes=notes,
     )
-    store.finish(asdict(summary))
+    # the store's totals; what this invocation published is not a property of the store
+    store.finish({k: v for k, v in asdict(summary).items() if k not in ("n_published", "complete_before")})
     return summary
 
 
