@@ -210,8 +210,10 @@ class _Start:
 
 
 def _start(store: SnapshotStore, config: ReplayConfig, mode: str) -> _Start:
-    manifest = store._base_manifest()
-    last = store.last_commit()
+    # Every commit record is validated (small JSON files, no data): a damaged store is an
+    # error here rather than a resume that succeeds and leaves a store readers cannot read.
+    manifest = store.manifest()
+    last = manifest["epochs"][-1] if manifest["epochs"] else None
     if last is None or mode == "overwrite":
         return _Start()
     stored = manifest.get("config", {}).get("replay") or {}
@@ -339,10 +341,11 @@ def _replay(store, config, mode, progress, static, start) -> ReplaySummary:
 def _check_source(store: SnapshotStore, src, stored_files) -> None:
     now = src.fingerprint()
     if stored_files is not None and now != stored_files:
-        before = {p: n for p, n in stored_files}
-        changed = [p for p, n in now if before.get(p) != n] + [p for p in before if p not in dict(now)]
+        before = {f[0]: f[1:] for f in stored_files}
+        after = {f[0]: f[1:] for f in now}
+        changed = sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
         raise StoreError(f"{store.uri}: the source changed since the store was written ({len(changed)} files "
-                         f"added, removed or resized, e.g. {changed[0]!r}); use --overwrite to replay it again")
+                         f"added, removed or rewritten, e.g. {changed[0]!r}); use --overwrite to replay it again")
 
 
 class _Run:
