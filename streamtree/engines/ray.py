@@ -180,9 +180,10 @@ class RayEngine(Engine):
                 os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
             _set_auth_mode(mode)
             if "_temp_dir" not in kwargs:
-                # session files in a directory only this user can enter (Ray's default is 0777)
+                # session files below a directory only this user can enter: Ray makes its temp
+                # directory mode 0777 (the default is a shared /tmp/ray), so it goes inside one
                 self._temp_dir = tempfile.mkdtemp(prefix="streamtree-ray-")
-                kwargs["_temp_dir"] = self._temp_dir
+                kwargs["_temp_dir"] = os.path.join(self._temp_dir, "ray")
             kwargs.setdefault("include_dashboard", False)
             # never fewer CPUs than the actors reserve, or they would wait forever
             kwargs.setdefault("num_cpus", max(os.cpu_count() or 1, self.n_shards * self.numba_threads))
