@@ -248,8 +248,10 @@ class _Start:
 
 
 def _start(store: SnapshotStore, config: ReplayConfig, mode: str) -> _Start:
-    manifest = store._base_manifest()
-    last = store.last_commit()
+    # Every commit record is validated (small JSON files, no data): a damaged store is an
+    # error here rather than a resume that succeeds and leaves a store readers cannot read.
+    manifest = store.manifest()
+    last = manifest["epochs"][-1] if manifest["epochs"] else None
     if last is None or mode == "overwrite":
         return _Start()
     stored = manifest.get("config", {}).get("replay") or {}
@@ -335,8 +337,7 @@ def _replay(store, config, mode, progress, static, start) -> ReplaySummary:
         src = open_source(config.source, config.text_col, config.time_col, config.id_col, config.epoch_col,
                           time_unit=config.time_unit, time_format=config.time_format)
         _check_source(store, src, stored_files)
-        summary = ReplaySummary(**begin.complete["summary"])
-        summary.n_published, summary.complete_before = 0, True
+        summary = ReplaySummary(n_published=0, complete_before=True, **begin.complete["summary"])
         summary.seconds = time.perf_counter() - start
         return summary
     reader, src = open_epochs(config)
@@ -370,17 +371,19 @@ def _replay(store, config, mode, progress, static, start) -> ReplaySummary:
         vocabulary_size=int(vec.vocabulary_.shape[0]), seconds=time.perf_counter() - start,
         fit_seconds=t["fit_seconds"], notes=notes,
     )
-    store.finish(asdict(summary))
+    # the store's totals; what this invocation published is not a property of the store
+    store.finish({k: v for k, v in asdict(summary).items() if k not in ("n_published", "complete_before")})
     return summary
 
 
 def _check_source(store: SnapshotStore, src, stored_files) -> None:
     now = src.fingerprint()
     if stored_files is not None and now != stored_files:
-        before = {p: n for p, n in stored_files}
-        changed = [p for p, n in now if before.get(p) != n] + [p for p in before if p not in dict(now)]
+        before = {f[0]: f[1:] for f in stored_files}
+        after = {f[0]: f[1:] for f in now}
+        changed = sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
         raise StoreError(f"{store.uri}: the source changed since the store was written ({len(changed)} files "
-                         f"added, removed or resized, e.g. {changed[0]!r}); use --overwrite to replay it again")
+                         f"added, removed or rewritten, e.g. {changed[0]!r}); use --overwrite to replay it again")
 
 
 class _Run:

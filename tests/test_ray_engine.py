@@ -159,7 +159,8 @@ def test_deployment_manifests_parse_and_carry_what_the_project_relies_on():
         assert c["resources"]["limits"]["cpu"] and c["resources"]["requests"]["memory"]
     assert spec["workerGroupSpecs"][0]["replicas"] >= 1
 
-    job = yaml.safe_load((DEPLOYMENTS / "kuberay-rayjob.yaml").read_text())
+    job = next(d for d in yaml.safe_load_all((DEPLOYMENTS / "kuberay-rayjob.yaml").read_text())
+               if d["kind"] == "RayJob")
     assert job["kind"] == "RayJob" and job["spec"]["shutdownAfterJobFinishes"] is True
     assert job["spec"]["rayClusterSpec"]["authOptions"]["mode"] == "token"
     argv = shlex.split(job["spec"]["entrypoint"])
@@ -285,16 +286,19 @@ local = DTSSBP(n_sweeps=2, max_depth=1, engine="local", n_shards=2, random_state
 same = all(np.array_equal(getattr(a, f), getattr(b, f)) for a, b in zip(model.trees_, local.trees_)
            for f in ("node_ids", "theta", "assignments"))
 nodes = ray.nodes()
+temp = model._engine._temp_dir
 print(json.dumps({"same": same, "addresses": sorted({n["NodeManagerAddress"] for n in nodes}),
-                  "gcs": ray.get_runtime_context().gcs_address, "auth": os.environ.get("RAY_AUTH_MODE")}))
+                  "gcs": ray.get_runtime_context().gcs_address, "auth": os.environ.get("RAY_AUTH_MODE"),
+                  "token": len(os.environ.get("RAY_AUTH_TOKEN", "")), "temp_mode": os.stat(temp).st_mode & 0o777}))
 model._engine.close()
-print(json.dumps({"shut_down": not ray.is_initialized()}))
+print(json.dumps({"shut_down": not ray.is_initialized(), "temp_left": os.path.exists(temp)}))
 """
 
 
 @pytest.mark.ray
 def test_default_engine_starts_a_private_loopback_cluster(tmp_path):
-    """engine="ray" with no address in a fresh process: local Ray on 127.0.0.1, no token written."""
+    """engine="ray" with no address in a fresh process: local Ray on 127.0.0.1 with token auth (a
+    fresh token, none written under ~) and its session files in a private directory."""
     import json
     import subprocess
     import sys
@@ -307,6 +311,7 @@ def test_default_engine_starts_a_private_loopback_cluster(tmp_path):
     lines = [json.loads(x) for x in out.stdout.splitlines() if x.startswith("{")]
     assert lines[0]["same"] is True
     assert lines[0]["addresses"] == ["127.0.0.1"] and lines[0]["gcs"].startswith("127.0.0.1:")
-    assert lines[0]["auth"] == "disabled"
-    assert lines[1]["shut_down"] is True
+    assert lines[0]["auth"] == "token" and lines[0]["token"] == 64
+    assert lines[0]["temp_mode"] == 0o700
+    assert lines[1]["shut_down"] is True and lines[1]["temp_left"] is False
     assert not (tmp_path / ".ray" / "auth_token").exists()

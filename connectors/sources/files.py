@@ -289,11 +289,14 @@ class Source:
         return [f"time column {self.time_col!r}: {n}" for n in self.time_parser.notes]
 
     def fingerprint(self) -> list[list]:
-        """``[relative path, size]`` of each file: cheap to compute, changes when files do."""
+        """``[relative path, size, mtime in ns]`` of each file: cheap (no data is read) and it
+        changes when a file is written, even at the same size (copies that keep the time,
+        ``cp -p``, keep it too)."""
         out = []
         for path in self.files:
             info = self.fs.get_file_info(path)
-            out.append([self._relative(path), int(info.size or 0)])
+            mtime = int(info.mtime_ns) if info.mtime_ns is not None else None
+            out.append([self._relative(path), int(info.size or 0), mtime])
         return out
 
     def read_all(self) -> pa.Table:

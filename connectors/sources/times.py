@@ -282,7 +282,7 @@ def _detect_format(parser: "TimeParser", strings: pa.Array) -> None:
             f"(auto-detected; --time-format overrides)")
     swapped = {"%m/%d": "%d/%m", "%d/%m": "%m/%d"}
     for a, b in swapped.items():
-        if a in fmt:
+        if a in fmt and fmt.replace(a, b) in COMMON_FORMATS:
             other = COMMON_FORMATS.index(fmt.replace(a, b))
             if counts[other] == counts[best]:
                 note += f"; day and month order is ambiguous in these values: pass --time-format {fmt.replace(a, b)!r} if that is meant"

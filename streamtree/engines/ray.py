@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import sys
+import tempfile
 import time
 from contextlib import contextmanager
 from typing import Any
@@ -114,9 +116,11 @@ class RayEngine(Engine):
         Extra keyword arguments for ``ray.init``.
     auth_mode : {"disabled", "token"}, optional
         Ray authentication mode (environment variable ``RAY_AUTH_MODE``). Default: the
-        variable's value if set, else ``"disabled"`` for a local loopback-only cluster and Ray's
-        own choice when connecting to ``address``. With ``"token"`` the token comes from
-        ``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``.
+        variable's value if set, else ``"token"`` for a local cluster started here (with a
+        fresh random token unless ``RAY_AUTH_TOKEN`` or ``RAY_AUTH_TOKEN_PATH`` gives one, and
+        its session files in a private 0700 temporary directory) and Ray's own choice when
+        connecting to ``address``. With ``"token"`` the token comes from ``RAY_AUTH_TOKEN``,
+        ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``.
     ready_timeout : float
         Seconds to wait for the actors to be placed before failing with an explanation.
     """
@@ -169,7 +173,17 @@ class RayEngine(Engine):
         address = self.address or os.environ.get("RAY_ADDRESS") or None
         if address is None:
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-            _set_auth_mode(self.auth_mode or os.environ.get("RAY_AUTH_MODE") or "disabled")
+            mode = self.auth_mode or os.environ.get("RAY_AUTH_MODE") or "token"
+            if mode == "token" and not (os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")):
+                # a fresh secret for this private cluster, passed to the processes Ray starts
+                # through the environment (nothing written to the home directory)
+                os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+            _set_auth_mode(mode)
+            if "_temp_dir" not in kwargs:
+                # session files below a directory only this user can enter: Ray makes its temp
+                # directory mode 0777 (the default is a shared /tmp/ray), so it goes inside one
+                self._temp_dir = tempfile.mkdtemp(prefix="streamtree-ray-")
+                kwargs["_temp_dir"] = os.path.join(self._temp_dir, "ray")
             kwargs.setdefault("include_dashboard", False)
             # never fewer CPUs than the actors reserve, or they would wait forever
             kwargs.setdefault("num_cpus", max(os.cpu_count() or 1, self.n_shards * self.numba_threads))
@@ -290,6 +304,11 @@ class RayEngine(Engine):
                     pass
             if self._owns_ray:
                 ray.shutdown()
+        if getattr(self, "_temp_dir", None):
+            import shutil
+
+            shutil.rmtree(self._temp_dir, ignore_errors=True)  # the session directory we created
+            self._temp_dir = None
         self._reset()
 
     # ------------------------------------------------------------------ recovery

@@ -1,0 +1,238 @@
+"""Bad input, end to end: every case names the problem, and every record is accounted for
+(documents fitted + rejects = records read)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from datetime import datetime, timezone
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from connectors.sources import open_source
+from connectors.stores import SnapshotStore
+from streamtree.cli import main
+from streamtree.epochs import EpochReader, EpochSpec, TimeRange
+from streamtree.records import DUPLICATE_ID, MISSING_TIME, OUT_OF_RANGE, UNPARSABLE_TIME
+from streamtree.replay import ReplayConfig, replay
+
+WORDS = ["war army navy peace treaty", "taxes revenue debt treasury money", "war navy ships sailors ocean",
+         "money bank credit loans debt", "peace treaty nations war army", "treasury taxes money revenue bank"]
+
+
+def corpus(path, times, *, ids=None, extra=None):
+    n = len(times)
+    cols = {"text": [WORDS[i % len(WORDS)] for i in range(n)], "when": times}
+    if ids is not None:
+        cols["doc_id"] = ids
+    cols.update(extra or {})
+    pq.write_table(pa.table(cols), path)
+    return path
+
+
+def run(path, store, **kw):
+    base = dict(source=str(path), text_col="text", time_col="when", epoch="10y", n_sweeps=2, kappa0=100.0,
+                min_df=1, max_df=1.0, seed=0)
+    base.update(kw)
+    summary = replay(ReplayConfig(**base), str(store))
+    assert summary.n_documents + summary.n_rejects == summary.n_records
+    return summary
+
+
+def stored_rejects(store) -> dict[str, str]:
+    s = SnapshotStore(str(store))
+    out = {}
+    for e in s.epochs():
+        rj = s.rejects(e["epoch"])
+        if rj is not None:
+            out.update(zip(rj.column("id").to_pylist(), rj.column("reason").to_pylist()))
+    return out
+
+
+def test_float_years_with_a_gap_are_years_and_said(tmp_path):
+    # what pandas writes for a year column with one missing value
+    times = [1791.0, 1795.0, np.nan, 1801.0, 1805.0, 1812.0] * 4
+    summary = run(corpus(tmp_path / "c.parquet", times), tmp_path / "s")
+    assert [e["label"] for e in SnapshotStore(str(tmp_path / "s")).epochs()] == ["1790s", "1800s", "1810s"]
+    assert summary.rejects == {MISSING_TIME: 4}
+    assert any("numbers read as calendar years" in n and "1791" in n for n in summary.notes)
+
+
+def test_a_bad_year_is_rejected_not_read_as_1970(tmp_path):
+    times = [1791, 1795, 1801, 1805, 19995] + [1812] * 20
+    summary = run(corpus(tmp_path / "c.parquet", times), tmp_path / "s")
+    assert summary.rejects == {UNPARSABLE_TIME: 1}
+    assert "unparsable time '19995'" in stored_rejects(tmp_path / "s").values()
+
+
+def test_common_date_formats_are_detected(tmp_path):
+    times = ["2017/2/7", "2017/2/8", "2017/3/1", "2017/12/31", "not a date"] * 5
+    summary = run(corpus(tmp_path / "c.parquet", times), tmp_path / "s", epoch="month")
+    assert summary.rejects == {UNPARSABLE_TIME: 5}
+    assert [e["label"] for e in SnapshotStore(str(tmp_path / "s")).epochs()][:2] == ["2017-02", "2017-03"]
+    assert any("'%Y/%m/%d'" in n and "auto-detected" in n for n in summary.notes)
+
+
+def test_time_format_settles_day_month_order(tmp_path):
+    times = ["3/2/2017", "4/2/2017", "5/3/2017"] * 5
+    summary = run(corpus(tmp_path / "c.parquet", times), tmp_path / "auto", epoch="month")
+    assert any("ambiguous" in n and "%d/%m/%Y" in n for n in summary.notes)
+    assert [e["label"] for e in SnapshotStore(str(tmp_path / "auto")).epochs()] == ["2017-03", "2017-04", "2017-05"]
+    run(corpus(tmp_path / "c.parquet", times), tmp_path / "fmt", epoch="month", time_format="%d/%m/%Y")
+    assert [e["label"] for e in SnapshotStore(str(tmp_path / "fmt")).epochs()] == ["2017-02", "2017-03"]
+
+
+def test_every_row_rejected_is_one_clear_error(tmp_path, capsys):
+    path = corpus(tmp_path / "c.parquet", ["17 Brumaire an VIII", "Tridi", None, "x"] * 3)
+    with pytest.raises(ValueError) as info:
+        run(path, tmp_path / "s")
+    msg = str(info.value)
+    assert "every one of the 12 records was rejected (unparsable time: 9, missing time: 3)" in msg
+    assert "--time-format" in msg
+    assert not (tmp_path / "s" / "manifest.json").exists()
+    rc = main(["replay", str(path), "--text-col", "text", "--time-col", "when", "--store", str(tmp_path / "s2")])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "unparsable time: 9" in err
+
+
+@pytest.mark.parametrize("stray", [9999, 1, 2099])
+def test_stray_rows_far_away_are_out_of_range(tmp_path, stray):
+    times = [1791, 1795, 1801, 1805, 1812, 1815] * 5 + [stray]
+    ids = [f"d{i}" for i in range(len(times))]
+    summary = run(corpus(tmp_path / "c.parquet", times, ids=ids), tmp_path / "s", id_col="doc_id")
+    assert summary.n_epochs == 3 and summary.rejects == {OUT_OF_RANGE: 1}
+    assert stored_rejects(tmp_path / "s") == {ids[-1]: OUT_OF_RANGE}
+    assert any("rejected as 'out of range'" in n and "--time-range all" in n for n in summary.notes)
+
+
+def test_daily_epochs_keep_runs_of_empty_epochs_out_of_the_folders(tmp_path):
+    day = lambda y, m, d: datetime(y, m, d, tzinfo=timezone.utc)  # noqa: E731
+    times = [day(2017, 2, 1 + i % 20) for i in range(60)] + [day(2019, 6, 1)]
+    summary = run(corpus(tmp_path / "c.parquet", pa.array(times, pa.timestamp("us", tz="UTC"))), tmp_path / "s",
+                  epoch="1d", time_range="all")
+    store = SnapshotStore(str(tmp_path / "s"))
+    entries = store.epochs()
+    assert summary.n_epochs == (day(2019, 6, 1) - day(2017, 2, 1)).days + 1
+    assert len(entries) == 21 and len(list((tmp_path / "s" / "epochs").iterdir())) == 21
+    gap = entries[-1]["empty_before"]
+    assert (gap["first_label"], gap["last_label"]) == ("2017-02-21", "2019-05-31")
+    assert gap["n"] == gap["last"] - gap["first"] + 1 == summary.n_epochs - 21
+    # the default range rejects the stray day instead
+    auto = run(corpus(tmp_path / "c.parquet", pa.array(times, pa.timestamp("us", tz="UTC"))), tmp_path / "a",
+               epoch="1d")
+    assert auto.n_epochs == 20 and auto.rejects == {OUT_OF_RANGE: 1}
+
+
+def test_explicit_time_range(tmp_path):
+    times = [1791, 1795, 1801, 1805, 1812, 1815] * 3
+    summary = run(corpus(tmp_path / "c.parquet", times), tmp_path / "s", time_range="1800..1809")
+    assert summary.n_epochs == 1 and summary.rejects == {OUT_OF_RANGE: 12}
+    with pytest.raises(ValueError, match="cannot parse time range"):
+        TimeRange.parse("1800-1900")
+    with pytest.raises(ValueError, match="ends before it starts"):
+        TimeRange.parse("1900..1800")
+
+
+def test_duplicate_ids_keep_the_first(tmp_path):
+    times = [1791, 1795, 1801, 1805, 1812, 1815] * 3
+    ids = [f"d{i}" for i in range(len(times))]
+    ids[7] = ids[2]
+    ids[-1] = ids[2]
+    summary = run(corpus(tmp_path / "c.parquet", times, ids=ids), tmp_path / "s", id_col="doc_id")
+    assert summary.rejects == {DUPLICATE_ID: 2}
+    store = SnapshotStore(str(tmp_path / "s"))
+    fitted = [d for e in store.epochs() for d in store.read(e["epoch"]).doc_ids.tolist()]
+    assert fitted.count("d2") == 1 and "d2" in store.read(1).doc_ids.tolist()  # the first row (1801) was kept
+    rejected = [(i, r) for i, r in stored_rejects(tmp_path / "s").items()]
+    assert rejected == [("d2", DUPLICATE_ID)]  # (dict: both duplicates carry the same id)
+
+
+def test_reader_spills_and_reads_the_same_epochs(tmp_path):
+    times = list(np.random.default_rng(0).integers(1790, 1850, size=3000))
+    path = corpus(tmp_path / "c.parquet", times)
+    src = lambda: open_source(str(path), "text", "when", batch_size=100)  # noqa: E731
+    with EpochReader(src(), EpochSpec.parse("10y")) as mem, \
+            EpochReader(src(), EpochSpec.parse("10y"), memory_bytes=4096) as spill:
+        mem.scan()
+        spill.scan()
+        assert len(spill._runs) > 5 and not mem._runs
+        for a, b in zip(mem.epochs(), spill.epochs()):
+            assert (a.index, a.label) == (b.index, b.label) and a.rows.equals(b.rows)
+        assert [e.index for e in spill.epochs(start=4)] == [4, 5]
+        tmp = spill._tmpdir
+    assert tmp is not None and not __import__("os").path.exists(tmp)
+
+
+# ---- the command line --------------------------------------------------------------------
+def cli_one_line(argv, capsys):
+    try:
+        rc = main(argv)
+    except SystemExit as exc:
+        rc = exc.code
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return rc, err
+
+
+def test_store_problems_come_before_reading_the_source(tmp_path, capsys):
+    (tmp_path / "afile").write_text("x")
+    rc, err = cli_one_line(["replay", str(tmp_path / "no-such-source.parquet"), "--text-col", "text",
+                            "--time-col", "when", "--store", str(tmp_path / "afile")], capsys)
+    assert rc == 3 and "afile: is a file, not a store directory" in err and "no-such-source" not in err
+
+
+def test_busy_store_and_damaged_store_exit_codes(tmp_path, capsys):
+    path = corpus(tmp_path / "c.parquet", [1791, 1801, 1812] * 6)
+    argv = ["replay", str(path), "--text-col", "text", "--time-col", "when", "--sweeps", "2", "--min-df", "1",
+            "--max-df", "1.0", "--quiet", "--store", str(tmp_path / "s")]
+    assert main(argv) == 0
+    capsys.readouterr()
+    with SnapshotStore(str(tmp_path / "s")).writer("serve"):
+        rc, err = cli_one_line([*argv, "--resume"], capsys)
+    assert rc == 75 and "being written by" in err and "serve since" in err
+    record = tmp_path / "s" / "commits" / "000001.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), "path": "../../../../etc"}))
+    for args in (["show", str(tmp_path / "s")], [*argv, "--resume"]):
+        rc, err = cli_one_line(args, capsys)
+        assert rc == 3 and "epoch path '../../../../etc'" in err and "damaged" in err
+    (tmp_path / "s" / "manifest.json").write_text("{")
+    rc, err = cli_one_line(["show", str(tmp_path / "s")], capsys)
+    assert rc == 3 and "manifest is not valid JSON" in err
+
+
+def test_resume_matches_the_source_however_it_is_spelled(tmp_path, capsys, monkeypatch):
+    path = corpus(tmp_path / "c.parquet", [1791, 1801, 1812] * 6)
+    common = ["--text-col", "text", "--time-col", "when", "--sweeps", "2", "--min-df", "1", "--max-df", "1.0",
+              "--quiet", "--store", str(tmp_path / "s")]
+    assert main(["replay", str(path), *common]) == 0
+    monkeypatch.chdir(tmp_path)
+    assert main(["replay", "c.parquet", *common, "--resume"]) == 0
+    assert "already complete" in capsys.readouterr().out
+    corpus(tmp_path / "c.parquet", [1791, 1801, 1812] * 7)  # the source changed
+    rc, err = cli_one_line(["replay", "c.parquet", *common, "--resume"], capsys)
+    assert rc == 2 and "the source changed since the store was written" in err
+
+
+@pytest.mark.slow
+def test_sigterm_says_where_the_store_stands(tmp_path):
+    times = [1791, 1801, 1812, 1825, 1833] * 40
+    path = corpus(tmp_path / "c.parquet", times)
+    proc = subprocess.Popen([sys.executable, "-m", "streamtree.cli", "replay", str(path), "--text-col", "text",
+                             "--time-col", "when", "--sweeps", "40", "--min-df", "1", "--max-df", "1.0",
+                             "--store", str(tmp_path / "s")], stderr=subprocess.PIPE, text=True)
+    first = proc.stderr.readline()
+    while first.startswith("note:"):
+        first = proc.stderr.readline()
+    assert first.startswith("[1/5]"), first
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=300)
+    if proc.returncode == 0:
+        return  # finished before the signal arrived
+    assert proc.returncode == 143, err
+    assert "streamtree: terminated; the store" in err and "readable through epoch" in err and "--resume" in err
+    assert not (tmp_path / "s" / "lease.json").exists()

@@ -1,0 +1,130 @@
+"""Fault injection: kill -9 at every store write point and at random times of a replay and of
+its resume; after ``--resume`` the store must equal an undisturbed run's, with no leftovers."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from test_replay import sou_slice
+
+ARGS = ["--text-col", "text", "--time-col", "year", "--id-col", "doc_id", "--epoch", "10y", "--sweeps", "2",
+        "--kappa0", "100", "--max-features", "200", "--seed", "5", "--quiet"]
+VOLATILE = {"published", "created", "updated", "finished", "run", "seconds", "fit_seconds", "versions"}
+
+
+def cli(corpus, store, *extra, env=None, timeout=300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "streamtree.cli", "replay", str(corpus), *ARGS, "--store",
+                           str(store), *extra], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+def strip(value):
+    """JSON data without the fields that legitimately differ between two runs (times, run ids)."""
+    if isinstance(value, dict):
+        return {k: strip(v) for k, v in value.items() if k not in VOLATILE}
+    if isinstance(value, list):
+        return [strip(v) for v in value]
+    return value
+
+
+def snapshot(store: Path) -> dict:
+    """Everything in a store: every file by relative path, Parquet as tables, JSON as data."""
+    out = {}
+    for f in sorted(store.rglob("*")):
+        rel = str(f.relative_to(store))
+        if f.is_dir():
+            out[rel] = "dir"
+        elif f.suffix == ".parquet":
+            out[rel] = pq.read_table(f)
+        elif f.suffix == ".json":
+            out[rel] = strip(json.loads(f.read_text()))
+        else:
+            out[rel] = f.read_bytes()
+    return out
+
+
+def assert_same_store(got: Path, want: dict) -> None:
+    have = snapshot(got)
+    assert sorted(have) == sorted(want), "files differ (leftovers or missing files)"
+    for rel, value in want.items():
+        if hasattr(value, "equals"):
+            assert value.equals(have[rel]), rel
+        else:
+            assert have[rel] == value, rel
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return sou_slice(tmp_path_factory.mktemp("faults") / "slice.parquet", n=90)
+
+
+@pytest.fixture(scope="module")
+def reference(corpus, tmp_path_factory):
+    """An undisturbed run, and the names of its write points in order."""
+    root = tmp_path_factory.mktemp("reference")
+    trace = root / "trace.txt"
+    r = cli(corpus, root / "store", env={"STREAMTREE_WRITE_TRACE": str(trace)})
+    assert r.returncode == 0, r.stderr
+    points = [line.split(" ", 1)[1] for line in trace.read_text().splitlines()]
+    return snapshot(root / "store"), points
+
+
+def kill_at_write(corpus, store, k: int, reference) -> None:
+    want, points = reference
+    r = cli(corpus, store, env={"STREAMTREE_KILL_AT_WRITE": str(k)})
+    assert r.returncode == -signal.SIGKILL, (k, points[k - 1], r.returncode, r.stderr)
+    r = cli(corpus, store, "--resume")
+    assert r.returncode == 0, (k, points[k - 1], r.stderr)
+    assert_same_store(store, want)
+
+
+def test_write_points_cover_every_step(reference):
+    _, points = reference
+    assert points[0].startswith("write ") and "rename manifest.json" in points
+    assert sum(p == "rename 000000.json" for p in points) == 1  # one commit record per epoch
+    assert sum(p.startswith("rename 0") for p in points) == 3
+
+
+@pytest.mark.parametrize("which", ["epoch files", "commit record"])
+def test_kill_at_chosen_write_points(corpus, reference, tmp_path, which):
+    _, points = reference
+    k = {"first": 1, "epoch files": points.index("write theta.parquet") + 1,
+         "commit record": points.index("rename 000001.json") + 1, "last": len(points)}[which]
+    kill_at_write(corpus, tmp_path / "store", k, reference)
+
+
+@pytest.mark.slow
+def test_kill_at_every_write_point(corpus, reference, tmp_path):
+    _, points = reference
+    for k in range(1, len(points) + 1):
+        kill_at_write(corpus, tmp_path / f"store{k}", k, reference)
+
+
+@pytest.mark.slow
+def test_kill_at_random_times_of_replay_and_resume(corpus, reference, tmp_path):
+    want, _ = reference
+    rng = random.Random(11)
+    for trial in range(4):
+        store = tmp_path / f"store{trial}"
+        first = True
+        for _ in range(3):  # a replay killed at a random time, then resumes killed at random times
+            argv = [sys.executable, "-m", "streamtree.cli", "replay", str(corpus), *ARGS, "--store", str(store)]
+            proc = subprocess.Popen(argv + ([] if first else ["--resume"]), stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)
+            time.sleep(rng.uniform(0.5, 4.0))
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            first = first and proc.returncode != 0 and not (store / "manifest.json").exists()
+        r = cli(corpus, store, *([] if first else ["--resume"]))
+        assert r.returncode == 0, r.stderr
+        assert_same_store(store, want)
