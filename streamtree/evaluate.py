@@ -616,8 +616,8 @@ def format_results(results: list[ModelResult], data: SplitData | list[SplitData]
             lines.append(f"  {r.variant} depth {r.depth}: kappa0={r.kappa0:g} (seed {r.seed}){note}, {r.seconds:.1f}s")
             continue
         if len(r.selection_rows) <= 1:
-            lines.append(f"  {r.variant} depth {r.depth}: kappa0={r.kappa0:g}, the estimator's default{note}, "
-                         f"{r.seconds:.1f}s")
+            what = "the estimator's default" if note else "the only grid value"
+            lines.append(f"  {r.variant} depth {r.depth}: kappa0={r.kappa0:g}, {what}{note}, {r.seconds:.1f}s")
             continue
         cells_sel = "; ".join(
             f"{s.kappa0:g}: {s.mean:.2f}" + (f" +- {s.sd:.2f}" if not math.isnan(s.sd) else "")

@@ -221,6 +221,8 @@ def test_multinomial_replay_and_evaluate_through_the_cli(corpus, tmp_path, capsy
                "--likelihood", "multinomial", "--variants", "dtssbp", "--max-depth", "2", "--repeats", "1",
                "--restarts", "1", "--kappa0-grid", "100", "--sweeps", "2", "--max-features", "300", "--quiet"])
     assert rc == 0
-    assert "multinomial likelihood" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "multinomial likelihood" in out
+    assert "dtssbp depth 2: kappa0=100, the only grid value, " in out
     assert main(["replay", str(corpus), "--text-col", "text", "--time-col", "year", "--store",
                  str(tmp_path / "g"), "--likelihood", "gaussian"]) == 2
