@@ -66,13 +66,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import numpy as np
-import pyarrow as pa
-import scipy.sparse as sp
+from typing import TYPE_CHECKING
 
-from streamtree.coherence import topic_npmi
-from streamtree.replay import ReplayConfig, read_epochs
+import numpy as np
+
 from streamtree.variants import VARIANTS, resolve_variant
+
+if TYPE_CHECKING:  # the CLI reads this module's defaults when it builds its parser: keep that import light
+    import scipy.sparse as sp
+
+    from streamtree.replay import ReplayConfig
 
 PROTOCOLS = ("documents", "paper")
 #: coherence: top words per node, largest nodes per epoch
@@ -162,6 +165,8 @@ class SplitData:
 
     def reference(self) -> sp.csr_matrix:
         """The split's training documents of all epochs: the coherence reference corpus."""
+        import scipy.sparse as sp
+
         return sp.vstack([e.X_train for e in self.epochs], format="csr")
 
 
@@ -236,6 +241,8 @@ class PairedDifference:
 # ----------------------------------------------------------------------------- splitting
 def read_evaluation_epochs(config: ReplayConfig, ev: EvaluationConfig) -> list:
     """Read and bucket the source once; the splits are drawn from these epochs."""
+    from streamtree.replay import read_epochs
+
     epochs, _ = read_epochs(config)
     if ev.max_epochs is not None:
         epochs = epochs[: ev.max_epochs]
@@ -252,6 +259,9 @@ def split_epochs(epochs: list, config: ReplayConfig, ev: EvaluationConfig, repea
     The documents protocol draws a new split for every ``repeat``; the paper protocol has one
     split (``repeat`` is ignored).
     """
+    import pyarrow as pa
+    import scipy.sparse as sp
+
     documents = ev.protocol == "documents"
     key = [ev.seed, repeat, 7] if documents else [ev.seed, 7]
     rng = np.random.default_rng(np.random.SeedSequence(key))
@@ -345,6 +355,8 @@ def kappa0_matters(variant: str, depth: int) -> bool:
 
 def largest_nodes_npmi(tree, reference: sp.csr_matrix) -> np.ndarray:
     """NPMI of the top words of the tree's largest nodes (by the epoch's own documents)."""
+    from streamtree.coherence import topic_npmi
+
     order = np.argsort(-tree.counts, kind="stable")
     order = order[tree.counts[order] > 0][:N_TOP_NODES]
     if order.size == 0:
