@@ -53,7 +53,7 @@ def main() -> None:
                           model=dict(n_sweeps=args.sweeps))
     config = ReplayConfig(source=str(DATA), text_col="text", time_col="year", time_unit="year", epoch="10y",
                           min_df=args.min_df, max_df=0.5, max_features=args.max_features)
-    command = (f"streamtree evaluate examples/data/sotu_paragraphs.parquet --text-col text --time-col year "
+    command = (f"streamtree evaluate examples/data/sotu_paragraphs.parquet --text-col text --time-col year --time-unit year "
                f"--epoch 10y --min-df {args.min_df} --max-features {args.max_features} --protocol {args.protocol} "
                f"--max-depth 3,4 --kappa0-grid {args.kappa0_grid} --repeats {args.repeats} --sweeps {args.sweeps} "
                f"--seed {args.seed}"
