@@ -388,12 +388,21 @@ def run_model(data: SplitData, params: dict, scored: range, reference: sp.csr_ma
     return out
 
 
-def choose_kappa0(select: dict[float, list[np.ndarray]], default: float, tie_se: float) -> tuple[float, list[SelectionRow]]:
+def _positive_number(value) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool) and value > 0
+
+
+def choose_kappa0(select: dict[float, list[np.ndarray]], default, tie_se: float) -> tuple[float, list[SelectionRow]]:
     """The documents protocol's selection (module docstring, step 4).
 
     ``select[k0][r]`` holds the per-document selection scores of repeat ``r``; the documents
     are the same for every ``k0`` of a repeat, so differences are paired document by document.
+    ``default`` is the estimator's kappa0; if it is not a number (a rule rather than a value),
+    ties are not broken toward it and the best mean wins.
     """
+    if not _positive_number(default):
+        tie_se = 0.0
+        default = 1.0
     pooled = {k: np.concatenate(v) for k, v in select.items()}
     means = {k: float(s.mean()) for k, s in pooled.items()}
     best = max(means, key=lambda k: (means[k], -abs(math.log(k / default))))
@@ -412,7 +421,7 @@ def choose_kappa0(select: dict[float, list[np.ndarray]], default: float, tie_se:
 def _evaluate_documents(splits: list[SplitData], ev: EvaluationConfig,
                         log: Callable[[str], None] | None) -> list[ModelResult]:
     shared = ev.model_params()
-    default_k0 = float(shared["kappa0"])
+    default_k0 = shared["kappa0"]
     references = [d.reference() for d in splits]
     models: list[tuple[str, int]] = [(v, d) for v in ev.variants for d in ev.depths]
     runs: dict[tuple[str, int], dict[tuple[float, int], RunScores]] = {}
@@ -434,7 +443,7 @@ def _evaluate_documents(splits: list[SplitData], ev: EvaluationConfig,
                 res = run_model(data, params, range(len(data.epochs)), references[r])
                 runs.setdefault(m, {})[(k0, r)] = res
                 if log:
-                    log(f"{v} depth {d} repeat {r}: kappa0={k0:g} selection {res.pooled('select').mean():.4g} "
+                    log(f"{v} depth {d} repeat {r}: kappa0={_k(k0)} selection {res.pooled('select').mean():.4g} "
                         f"test {res.pooled('test').mean():.4g} per document")
             seconds[m] = seconds.get(m, 0.0) + time.perf_counter() - t0
     results = []
@@ -442,9 +451,12 @@ def _evaluate_documents(splits: list[SplitData], ev: EvaluationConfig,
         v, d = m
         c = canonical[m]
         mruns = runs[c]
-        grid = sorted({k for k, _ in mruns})
+        grid = list(dict.fromkeys(k for k, _ in mruns))
         select = {k: [mruns[(k, r)].pooled("select") for r in range(len(splits))] for k in grid}
-        k0, rows = choose_kappa0(select, default_k0, ev.tie_se)
+        if len(grid) > 1:
+            k0, rows = choose_kappa0(select, default_k0, ev.tie_se)
+        else:  # kappa0 plays no role, or a one-value grid: nothing to choose
+            k0, rows = grid[0], []
         chosen = [mruns[(k0, r)] for r in range(len(splits))]
         docs = [s.pooled("test") for s in chosen]
         results.append(ModelResult(
@@ -546,6 +558,11 @@ def paired_differences(results: list[ModelResult], reference: str | None = None)
     return out
 
 
+def _k(value) -> str:
+    """A kappa0 for printing: a number, or the estimator's rule if it is not one."""
+    return f"{value:g}" if _positive_number(value) else str(value)
+
+
 def _cell(values: np.ndarray, digits: int = 2) -> str:
     if values.size > 1:
         return f"{np.mean(values):.{digits}f} +- {np.std(values, ddof=1):.{digits}f}"
@@ -602,7 +619,7 @@ def format_results(results: list[ModelResult], data: SplitData | list[SplitData]
         header += f"{'unnormalised (paper)':>{w3}}"
     lines.append(header)
     for r, c1, c2, c3 in cells:
-        row = f"{r.variant:<9}{r.depth:>6}{r.kappa0:>9g}{c1:>{w1}}{c2:>{w2}}"
+        row = f"{r.variant:<9}{r.depth:>6}{_k(r.kappa0):>9}{c1:>{w1}}{c2:>{w2}}"
         if c3 is not None:
             row += f"{c3:>{w3}}"
         lines.append(row)
@@ -625,21 +642,21 @@ def format_results(results: list[ModelResult], data: SplitData | list[SplitData]
     for r in results:
         note = "" if kappa0_matters(r.variant, r.depth) else " (kappa0 plays no role)"
         if ev.protocol == "paper":
-            lines.append(f"  {r.variant} depth {r.depth}: kappa0={r.kappa0:g} (seed {r.seed}){note}, {r.seconds:.1f}s")
+            lines.append(f"  {r.variant} depth {r.depth}: kappa0={_k(r.kappa0)} (seed {r.seed}){note}, {r.seconds:.1f}s")
             continue
         if len(r.selection_rows) <= 1:
             what = "the estimator's default" if note else "the only grid value"
-            lines.append(f"  {r.variant} depth {r.depth}: kappa0={r.kappa0:g}, {what}{note}, {r.seconds:.1f}s")
+            lines.append(f"  {r.variant} depth {r.depth}: kappa0={_k(r.kappa0)}, {what}{note}, {r.seconds:.1f}s")
             continue
         cells_sel = "; ".join(
             f"{s.kappa0:g}: {s.mean:.2f}" + (f" +- {s.sd:.2f}" if not math.isnan(s.sd) else "")
             + (" (best)" if s.diff == 0 and s.tied else f" ({s.diff:+.2f}, SE {s.se:.2f}{', tied' if s.tied else ''})")
             for s in r.selection_rows)
-        lines.append(f"  {r.variant} depth {r.depth}: chose {r.kappa0:g}, {r.seconds:.1f}s. {cells_sel}")
+        lines.append(f"  {r.variant} depth {r.depth}: chose {_k(r.kappa0)}, {r.seconds:.1f}s. {cells_sel}")
     if ev.protocol == "documents":
         lines.append(f"  (mean selection log density per document +- sd over repeats; in brackets the paired "
                      f"difference to the best; values within {ev.tie_se:g} SE of the best are tied, and the "
-                     f"tied value closest to the default kappa0 {float(params['kappa0']):g} is chosen)")
+                     f"tied value closest to the default kappa0 {_k(params['kappa0'])} is chosen)")
     lines.append("DP models (ddp, o-dp, t-dp) are one level deep whatever the depth column (the same runs).")
     return "\n".join(lines)
 

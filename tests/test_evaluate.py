@@ -186,6 +186,9 @@ def test_choose_kappa0_breaks_ties_toward_the_default():
     row = next(r for r in rows if r.kappa0 == 100.0)
     assert not row.tied and row.diff == pytest.approx(-np.mean(np.concatenate(clear[1.0]) - np.concatenate(base)))
     assert row.se == pytest.approx(np.std(np.concatenate(base) - np.concatenate(clear[1.0]), ddof=1) / np.sqrt(600))
+    # an estimator whose default kappa0 is a rule rather than a number: no tie-break, the best mean wins
+    chosen, _ = choose_kappa0(noisy, default="auto", tie_se=2.0)
+    assert chosen == max(noisy, key=lambda k: np.concatenate(noisy[k]).mean()) != 100.0
 
 
 def test_paired_differences_are_per_repeat_and_per_document():
