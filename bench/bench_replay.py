@@ -6,7 +6,8 @@ wall and CPU seconds, peak resident memory. Baseline in the same process: the ba
 loop (``DTSSBP.partial_fit`` on the same pre-vectorised matrices, no source, rejects or
 store), so the difference is the pipeline's overhead.
 
-Part 2, evaluation: the paper's protocol (``streamtree.evaluate``) on SOU decades for all six
+Part 2, evaluation: the paper's protocol (``streamtree.evaluate``, ``protocol="paper"``; the
+default documents protocol is benchmarked by ``bench_evaluate.py``) on SOU decades for all six
 models at depths 3 and 4. The full protocol (5 kappa0 values x 5 restarts on the first half,
 5 repeats, 50 sweeps, every document) is far beyond a few minutes; ``--reduced`` (default)
 subsamples each decade, shrinks the grid, restarts, repeats and sweeps, and the script
@@ -28,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 import streamtree  # noqa: F401  (configures numba's cache before any model import)
-from streamtree.evaluate import EvaluationConfig, evaluate, format_results, load_split_epochs
+from streamtree.evaluate import EvaluationConfig, format_results, load_and_evaluate
 from streamtree.model import DTSSBP
 from streamtree.replay import ReplayConfig, fit_vocabulary, read_epochs, replay
 
@@ -81,18 +82,18 @@ def bench_replay(sweeps: int) -> None:
 
 def bench_evaluate(args) -> None:
     grid = [float(v) for v in args.kappa0_grid.split(",")]
-    ev = EvaluationConfig(depths=[3, 4], kappa0_grid=grid, restarts=args.restarts, repeats=args.repeats,
+    ev = EvaluationConfig(protocol="paper", depths=[3, 4], kappa0_grid=grid, restarts=args.restarts, repeats=args.repeats,
                           seed=0, max_docs_per_epoch=None if args.full else args.max_docs_per_epoch,
                           model=dict(n_sweeps=args.eval_sweeps, window=2))
     config = ReplayConfig(source=str(DATA), text_col="text", time_col="year", time_unit="year", epoch="10y",
                           min_df=5, max_df=0.5, max_features=args.max_features)
-    data = load_split_epochs(config, ev)
+    c0 = time.perf_counter()
+    results, splits = load_and_evaluate(config, ev, log=lambda m: print("  " + m, flush=True) if args.verbose else None)
+    wall = time.perf_counter() - c0
+    data = splits[0]
     n_train = sum(e.X_train.shape[0] for e in data.epochs)
     print(f"\n== evaluate: six models, depths 3 and 4, grid {grid}, {ev.restarts} restarts, {ev.repeats} repeats, "
           f"{ev.model_params()['n_sweeps']} sweeps, <= {ev.max_docs_per_epoch} docs per decade ({n_train} training docs)")
-    c0 = time.perf_counter()
-    results = evaluate(data, ev, log=lambda m: print("  " + m, flush=True) if args.verbose else None)
-    wall = time.perf_counter() - c0
     print(format_results(results, data, ev))
     print(f"evaluate wall time {wall:.0f}s")
     # cost of the full protocol, scaled from the measured runs. In units of one all-epoch run,

@@ -1,34 +1,62 @@
-"""Held-out evaluation of the dTSSBP and its baselines, following the dTSSBP paper's protocol.
+"""Held-out evaluation of the dTSSBP and its baselines: held-out log density and coherence.
 
-Protocol
---------
-1. Every epoch's documents are split at random into 90% training and 10% test documents
-   (``test_fraction``); the vocabulary is fitted on the training documents of all epochs, and
-   rows left empty by it are dropped (and counted).
-2. The epochs are split at the middle. On the **first half**, every ``kappa0`` of the grid
-   and ``restarts`` seeds are run; each run is scored by its mean held-out log predictive
-   density (below) over the first-half epochs, and the best (kappa0, seed) is chosen. Models
-   in which kappa0 plays no role (t-tssbp and the DP models: no parent link, or a time link
-   of fixed strength xi) are run with the first grid value only.
-3. On the **second half**, ``repeats`` runs restart from the first epoch with the chosen
-   kappa0 (repeat 0 with the chosen seed, repeat r with that seed + r) and are scored on the
-   second-half epochs only.
+Two protocols share the scoring code.
+
+Protocol ``"documents"`` (the default)
+--------------------------------------
+The split is by *documents*, not by epochs, so that choosing kappa0 always rests on as many
+documents as the final score, however skewed the stream is over time.
+
+1. In every epoch the documents are drawn at random into training (80%), selection
+   (``selection_fraction``, 10%) and test (``test_fraction``, 10%) documents. Counts are
+   randomly rounded (``floor(f n + u)``, u uniform), so even epochs of one or two documents
+   contribute their expected share, and every non-empty epoch keeps at least one training
+   document. The vocabulary is fitted on the split's training documents of all epochs; rows
+   left empty by it are dropped and counted.
+2. Repeat ``r`` draws its own split *and* uses its own sampler seed (``seed + r``). Within a
+   repeat every model and every kappa0 sees the same split and the same seed, so differences
+   between models are *paired*.
+3. For every kappa0 of the grid (models in which kappa0 plays no role run the estimator's
+   default kappa0 only) the model is fitted on the training documents epoch by epoch; after
+   each epoch its selection and test documents are scored under the epoch's tree.
+4. Selection: kappa0 maximises the mean log density per selection document, pooled over all
+   epochs and repeats. Grid values whose paired difference to the best is within
+   ``tie_se`` standard errors (per-document differences) are tied with it, and among tied
+   values the one closest (on a log scale) to the estimator's default kappa0 is chosen: a
+   difference the selection cannot resolve never moves the choice away from the default.
+5. The figure of a repeat is the mean log density per *test document*, pooled over all
+   epochs: every document weighs the same, so an epoch weighs in proportion to its size.
+   (Averaging per-epoch means instead would let a month with one test document count as
+   much as one with five hundred, and the figure would estimate no quantity of the stream.)
+   Tables give mean +- sd over repeats and each model's paired difference to a reference
+   model (same splits, same seeds): mean +- sd over repeats, the standard error over
+   documents, and in how many repeats the model is ahead.
+
+Protocol ``"paper"`` (the dTSSBP paper's Table 1)
+-------------------------------------------------
+Per epoch a random 90/10 train/test split (one split for the whole run). The epochs are cut
+at the middle: on the first half every kappa0 of the grid and ``restarts`` seeds are run and
+the best (kappa0, seed) by mean held-out score over the first-half epochs is chosen; on the
+second half ``repeats`` runs (seeds chosen + r) restart from the first epoch and are scored
+on the second-half epochs only. A run's figure is the mean over scored epochs of the mean
+per test document (each epoch weighs the same), as in the paper. On a stream whose early
+epochs are small the selection then rests on a handful of documents: prefer the default.
 
 Scores
 ------
-After fitting epoch t on its training documents, every test document x of epoch t is scored
-under the epoch's predictive mixture (posterior-mean sticks pi_e, node directions theta_e and
-concentrations beta_e, plus the new-node terms):
+After fitting epoch t, every held-out document x of epoch t is scored under the epoch's
+predictive mixture (posterior-mean sticks pi_e, node parameters theta_e and concentrations
+beta_e, plus the new-node terms):
 
-* **normalised** log predictive density: ``log sum_e pi_e C_p(beta_e) exp(beta_e theta_e . x)``
-  (``DTSSBP.score_samples(X, normalized=True)``), a proper log density on the unit sphere;
-  this is what selects kappa0 and the restart.
-* **unnormalised** score, the paper's: ``log sum_e pi_e exp(beta_e theta_e . x)``
-  (``normalized=False``): the vMF normalisers C_p(beta) are dropped, so it is not a density
-  and favours models with large concentrations; reported for comparison with the paper.
-
-The figure of a run is the mean over scored epochs of the mean over the epoch's test
-documents; the tables give mean +- sd over the repeats.
+* **log predictive density**: ``log sum_e pi_e f(x | theta_e, beta_e)``
+  (``DTSSBP.score_samples(X, normalized=True)``); for the vMF a proper log density on the
+  unit sphere. This selects kappa0 and is the reported figure.
+* **unnormalised** score, the paper's (paper protocol only): the same with the family's
+  normalising constants dropped (vMF: ``log sum_e pi_e exp(beta_e theta_e . x)``); not a
+  density, and it favours large concentrations.
+* **coherence**: mean NPMI (:mod:`streamtree.coherence`) of the top-10 words of each scored
+  epoch's 20 largest nodes (by the epoch's own documents), with probabilities from the
+  document co-occurrence of the split's training documents (the corpus itself).
 """
 
 from __future__ import annotations
@@ -38,12 +66,21 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import numpy as np
-import pyarrow as pa
-import scipy.sparse as sp
+from typing import TYPE_CHECKING
 
-from streamtree.replay import ReplayConfig, read_epochs
+import numpy as np
+
 from streamtree.variants import VARIANTS, resolve_variant
+
+if TYPE_CHECKING:  # the CLI reads this module's defaults when it builds its parser: keep that import light
+    import scipy.sparse as sp
+
+    from streamtree.replay import ReplayConfig
+
+PROTOCOLS = ("documents", "paper")
+#: coherence: top words per node, largest nodes per epoch
+N_TOP_WORDS = 10
+N_TOP_NODES = 20
 
 
 @dataclass
@@ -53,8 +90,11 @@ class EvaluationConfig:
     ``model`` holds the other keyword arguments of :class:`streamtree.model.DTSSBP` (likelihood,
     window, sweeps, engine, ...); the protocol sets ``variant``, ``max_depth``, ``kappa0`` and
     ``random_state`` of every run itself, and everything else takes the estimator's defaults.
+    ``restarts`` is used by the paper protocol only; ``selection_fraction`` and ``tie_se`` by
+    the documents protocol only.
     """
 
+    protocol: str = "documents"
     variants: list[str] = field(default_factory=lambda: list(VARIANTS))
     depths: list[int] = field(default_factory=lambda: [3, 4])
     kappa0_grid: list[float] = field(default_factory=lambda: [1.0, 10.0, 100.0, 1000.0, 10000.0])
@@ -62,6 +102,8 @@ class EvaluationConfig:
     repeats: int = 5
     seed: int = 0
     test_fraction: float = 0.1
+    selection_fraction: float = 0.1
+    tie_se: float = 2.0
     max_docs_per_epoch: int | None = None
     max_epochs: int | None = None
     model: dict = field(default_factory=dict)
@@ -71,6 +113,18 @@ class EvaluationConfig:
         if fixed:
             raise ValueError(f"the protocol sets {', '.join(sorted(fixed))} itself; use variants, depths, "
                              "kappa0_grid and seed instead")
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(f"unknown protocol {self.protocol!r}; choose one of {', '.join(PROTOCOLS)}")
+        held = self.test_fraction + (self.selection_fraction if self.protocol == "documents" else 0.0)
+        if not (0 < self.test_fraction < 1 and 0 < self.selection_fraction < 1 and held < 1):
+            raise ValueError(f"test and selection fractions must be positive and leave training documents, "
+                             f"got test {self.test_fraction}, selection {self.selection_fraction}")
+        if self.repeats < 1 or self.restarts < 1:
+            raise ValueError("repeats and restarts must be at least 1")
+        if self.tie_se < 0:
+            raise ValueError(f"tie_se must be >= 0, got {self.tie_se}")
+        if not self.kappa0_grid or min(self.kappa0_grid) <= 0:
+            raise ValueError(f"kappa0_grid must hold positive values, got {self.kappa0_grid}")
 
     def model_params(self) -> dict:
         """All DTSSBP keyword arguments shared by the protocol's runs."""
@@ -85,6 +139,7 @@ class SplitEpoch:
     label: str
     X_train: sp.csr_matrix
     X_test: sp.csr_matrix
+    X_select: sp.csr_matrix | None = None  # documents protocol only
 
 
 @dataclass
@@ -93,11 +148,56 @@ class SplitData:
     vocabulary_size: int
     n_dropped_train: int
     n_dropped_test: int
+    protocol: str = "paper"
+    repeat: int = 0
+    n_dropped_select: int = 0
 
     @property
     def middle(self) -> int:
-        """Index (into ``epochs``) of the first second-half epoch."""
+        """Index (into ``epochs``) of the first second-half epoch (paper protocol)."""
         return len(self.epochs) // 2
+
+    def n_docs(self, part: str, epochs: range | None = None) -> int:
+        """Documents of ``part`` ("train", "select", "test") over ``epochs`` (default all)."""
+        eps = self.epochs if epochs is None else self.epochs[epochs.start:epochs.stop]
+        mats = [getattr(e, "X_" + part) for e in eps]
+        return sum(m.shape[0] for m in mats if m is not None)
+
+    def reference(self) -> sp.csr_matrix:
+        """The split's training documents of all epochs: the coherence reference corpus."""
+        import scipy.sparse as sp
+
+        return sp.vstack([e.X_train for e in self.epochs], format="csr")
+
+
+@dataclass
+class RunScores:
+    """Held-out scores of one fitted run, per scored epoch (empty arrays for none)."""
+
+    select: list[np.ndarray]
+    test: list[np.ndarray]
+    test_unnormalized: list[np.ndarray]
+    npmi: list[np.ndarray]  # NPMI of each scored epoch's largest nodes
+
+    def pooled(self, part: str) -> np.ndarray:
+        arrays = getattr(self, part)
+        return np.concatenate(arrays) if arrays else np.zeros(0)
+
+    def epoch_mean(self, part: str) -> float:
+        """Mean over epochs of the mean per document (the paper's figure)."""
+        return float(np.mean([a.mean() for a in getattr(self, part) if a.size]))
+
+
+@dataclass
+class SelectionRow:
+    """One grid value of a model's kappa0 selection (documents protocol)."""
+
+    kappa0: float
+    mean: float  # mean log density per selection document, pooled over repeats
+    sd: float  # sd over repeats of the per-repeat mean
+    diff: float  # paired difference to the best value (0 for the best)
+    se: float  # its standard error over documents
+    tied: bool  # within tie_se standard errors of the best
 
 
 @dataclass
@@ -106,31 +206,91 @@ class ModelResult:
     depth: int
     kappa0: float
     seed: int
-    selection: dict[tuple[float, int], float]  # (kappa0, seed) -> first-half normalised score
+    selection: dict[tuple[float, int], float]  # (kappa0, seed) -> selection score of that run
     normalized: np.ndarray  # one figure per repeat
     unnormalized: np.ndarray
     seconds: float
+    doc_scores: list[np.ndarray] = field(default_factory=list)  # per repeat: every scored test document
+    npmi: np.ndarray = field(default_factory=lambda: np.zeros(0))  # one figure per repeat
+    selection_rows: list[SelectionRow] = field(default_factory=list)
 
 
-def load_split_epochs(config: ReplayConfig, ev: EvaluationConfig) -> SplitData:
-    """Read the source, subsample and split every epoch, fit the vocabulary on the training part."""
+@dataclass
+class PairedDifference:
+    """``model - reference`` on the same splits and seeds."""
+
+    variant: str
+    depth: int
+    reference: str
+    per_repeat: np.ndarray  # difference of the per-repeat figures
+    se_documents: float  # standard error of the mean per-document difference (pooled repeats)
+
+    @property
+    def mean(self) -> float:
+        return float(self.per_repeat.mean())
+
+    @property
+    def sd(self) -> float:
+        return float(np.std(self.per_repeat, ddof=1)) if self.per_repeat.size > 1 else math.nan
+
+    @property
+    def wins(self) -> int:
+        return int(np.sum(self.per_repeat > 0))
+
+
+# ----------------------------------------------------------------------------- splitting
+def read_evaluation_epochs(config: ReplayConfig, ev: EvaluationConfig) -> list:
+    """Read and bucket the source once; the splits are drawn from these epochs."""
+    from streamtree.replay import read_epochs
+
     epochs, _ = read_epochs(config)
     if ev.max_epochs is not None:
         epochs = epochs[: ev.max_epochs]
-    rng = np.random.default_rng(np.random.SeedSequence([ev.seed, 7]))
+    return epochs
+
+
+def _random_round(x: float, rng: np.random.Generator) -> int:
+    return int(math.floor(x + rng.random()))
+
+
+def split_epochs(epochs: list, config: ReplayConfig, ev: EvaluationConfig, repeat: int = 0) -> SplitData:
+    """Subsample and split every epoch's documents; fit the vocabulary on the training part.
+
+    The documents protocol draws a new split for every ``repeat``; the paper protocol has one
+    split (``repeat`` is ignored).
+    """
+    import pyarrow as pa
+    import scipy.sparse as sp
+
+    documents = ev.protocol == "documents"
+    key = [ev.seed, repeat, 7] if documents else [ev.seed, 7]
+    rng = np.random.default_rng(np.random.SeedSequence(key))
+    empty = pa.array([], pa.string())
     parts = []
     for ep in epochs:
-        n = ep.n_rows
-        order = rng.permutation(n)
+        order = rng.permutation(ep.n_rows)
         if ev.max_docs_per_epoch is not None:
             order = order[: ev.max_docs_per_epoch]
-        n_test = int(round(ev.test_fraction * order.size)) if order.size >= 2 else 0
-        n_test = min(max(n_test, 1 if order.size >= 2 else 0), order.size - 1) if order.size else 0
+        m = order.size
+        if documents:
+            n_test = _random_round(ev.test_fraction * m, rng)
+            n_sel = _random_round(ev.selection_fraction * m, rng)
+            while m and n_test + n_sel > m - 1:  # keep one training document
+                if n_sel >= n_test:
+                    n_sel -= 1
+                else:
+                    n_test -= 1
+        else:
+            n_sel = 0
+            n_test = int(round(ev.test_fraction * m)) if m >= 2 else 0
+            n_test = min(max(n_test, 1 if m >= 2 else 0), m - 1) if m else 0
         texts = ep.rows.column("text")
-        test = texts.take(pa.array(np.sort(order[:n_test]))) if n_test else pa.array([], pa.string())
-        train = texts.take(pa.array(np.sort(order[n_test:]))) if order.size else pa.array([], pa.string())
-        parts.append((ep, train, test))
-    train_all = [c for _, tr, _ in parts for c in (tr.chunks if isinstance(tr, pa.ChunkedArray) else [tr])]
+
+        def take(idx: np.ndarray):
+            return texts.take(pa.array(np.sort(idx))) if idx.size else empty
+
+        parts.append((ep, take(order[n_test + n_sel:]), take(order[n_test:n_test + n_sel]), take(order[:n_test])))
+    train_all = [c for _, tr, _, _ in parts for c in (tr.chunks if isinstance(tr, pa.ChunkedArray) else [tr])]
     if not any(len(c) for c in train_all):
         raise ValueError(f"{config.source}: no documents to evaluate on")
     from streamtree.likelihoods import LIKELIHOODS, TEXT_LIKELIHOODS
@@ -141,30 +301,45 @@ def load_split_epochs(config: ReplayConfig, ev: EvaluationConfig) -> SplitData:
     vec = config.vectorizer().set_params(norm=LIKELIHOODS[likelihood].text_norm)
     vec.fit(pa.chunked_array(train_all, pa.string()))
     p = vec.vocabulary_.shape[0]
+    dropped = {"train": 0, "select": 0, "test": 0}
+
+    def matrix(texts, part: str) -> sp.csr_matrix:
+        if not len(texts):
+            return sp.csr_matrix((0, p))
+        X = vec.transform(texts)
+        rows_empty = vec.empty_rows(X)
+        dropped[part] += int(rows_empty.sum())
+        return X[~rows_empty]
+
     out: list[SplitEpoch] = []
-    dropped_train = dropped_test = 0
-    for ep, train, test in parts:
-        Xtr, Xte = sp.csr_matrix((0, p)), sp.csr_matrix((0, p))
-        if len(train):
-            Xtr = vec.transform(train)
-            empty = vec.empty_rows(Xtr)
-            dropped_train += int(empty.sum())
-            Xtr = Xtr[~empty]
-        if len(test):
-            Xte = vec.transform(test)
-            empty = vec.empty_rows(Xte)
-            dropped_test += int(empty.sum())
-            Xte = Xte[~empty]
+    for ep, train, select, test in parts:
+        Xtr, Xsel, Xte = matrix(train, "train"), matrix(select, "select"), matrix(test, "test")
         if not out and Xtr.shape[0] == 0:
+            dropped["select"] += Xsel.shape[0]
+            dropped["test"] += Xte.shape[0]
             continue  # the model's first epoch needs documents
-        out.append(SplitEpoch(ep.index, ep.label, Xtr, Xte))
-    scored = sum(1 for e in out if e.X_test.shape[0])
-    if len(out) < 2 or scored < 2:
-        raise ValueError(f"{config.source}: evaluation needs at least 2 epochs with test documents, "
-                         f"found {scored}; use a finer --epoch or more data")
-    return SplitData(out, p, dropped_train, dropped_test)
+        out.append(SplitEpoch(ep.index, ep.label, Xtr, Xte, Xsel if documents else None))
+    data = SplitData(out, p, dropped["train"], dropped["test"], ev.protocol, repeat, dropped["select"])
+    if documents:
+        n_sel, n_test = data.n_docs("select"), data.n_docs("test")
+        if n_sel < 2 or n_test < 2:
+            raise ValueError(f"{config.source}: evaluation needs at least 2 selection and 2 test documents, "
+                             f"found {n_sel} and {n_test}; use more data or larger --test-fraction/"
+                             "--selection-fraction")
+    else:
+        scored = sum(1 for e in out if e.X_test.shape[0])
+        if len(out) < 2 or scored < 2:
+            raise ValueError(f"{config.source}: evaluation needs at least 2 epochs with test documents, "
+                             f"found {scored}; use a finer --epoch or more data")
+    return data
 
 
+def load_split_epochs(config: ReplayConfig, ev: EvaluationConfig, repeat: int = 0) -> SplitData:
+    """Read the source and draw the split of ``repeat`` (see :func:`split_epochs`)."""
+    return split_epochs(read_evaluation_epochs(config, ev), config, ev, repeat)
+
+
+# ----------------------------------------------------------------------------- runs
 def _variant_config(variant: str, depth: int, params: dict | None = None):
     from streamtree.model import DTSSBP
 
@@ -178,29 +353,124 @@ def kappa0_matters(variant: str, depth: int) -> bool:
     return c.parent_link or (c.time_link and c.time_kappa is None)
 
 
-def run_model(data: SplitData, params: dict, scored: range) -> tuple[float, float]:
-    """Fit all epochs up to the last scored one; mean held-out scores over ``scored`` epochs.
+def largest_nodes_npmi(tree, reference: sp.csr_matrix) -> np.ndarray:
+    """NPMI of the top words of the tree's largest nodes (by the epoch's own documents)."""
+    from streamtree.coherence import topic_npmi
 
-    Returns (normalised, unnormalised): each the mean over scored epochs (with test
-    documents) of the mean per-document score.
+    order = np.argsort(-tree.counts, kind="stable")
+    order = order[tree.counts[order] > 0][:N_TOP_NODES]
+    if order.size == 0:
+        return np.zeros(0)
+    top = np.argsort(-tree.theta[order], axis=1, kind="stable")[:, :N_TOP_WORDS]
+    return topic_npmi(top, reference)
+
+
+def run_model(data: SplitData, params: dict, scored: range, reference: sp.csr_matrix | None = None) -> RunScores:
+    """Fit all epochs up to the last scored one and score the held-out documents of ``scored``.
+
+    ``reference`` (documents x terms) enables the coherence of every scored epoch's tree.
     """
     from streamtree.model import DTSSBP
 
-    norm, unnorm = [], []
+    out = RunScores([], [], [], [])
     with DTSSBP(**params) as model:
         for i, ep in enumerate(data.epochs[: scored.stop]):
             model.partial_fit(ep.X_train, epoch=ep.index, label=ep.label)
-            if i in scored and ep.X_test.shape[0]:
-                norm.append(float(np.mean(model.score_samples(ep.X_test, normalized=True))))
-                unnorm.append(float(np.mean(model.score_samples(ep.X_test, normalized=False))))
-    return float(np.mean(norm)), float(np.mean(unnorm))
+            if i not in scored:
+                continue
+            if ep.X_select is not None and ep.X_select.shape[0]:
+                out.select.append(model.score_samples(ep.X_select, normalized=True))
+            if ep.X_test.shape[0]:
+                out.test.append(model.score_samples(ep.X_test, normalized=True))
+                out.test_unnormalized.append(model.score_samples(ep.X_test, normalized=False))
+            if reference is not None:
+                out.npmi.append(largest_nodes_npmi(model.trees_[-1], reference))
+    return out
 
 
-def evaluate(data: SplitData, ev: EvaluationConfig,
-             log: Callable[[str], None] | None = None) -> list[ModelResult]:
-    """Run the protocol for every variant and depth (see the module docstring)."""
+def _positive_number(value) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool) and value > 0
+
+
+def choose_kappa0(select: dict[float, list[np.ndarray]], default, tie_se: float) -> tuple[float, list[SelectionRow]]:
+    """The documents protocol's selection (module docstring, step 4).
+
+    ``select[k0][r]`` holds the per-document selection scores of repeat ``r``; the documents
+    are the same for every ``k0`` of a repeat, so differences are paired document by document.
+    ``default`` is the estimator's kappa0; if it is not a number (a rule rather than a value),
+    ties are not broken toward it and the best mean wins.
+    """
+    if not _positive_number(default):
+        tie_se = 0.0
+        default = 1.0
+    pooled = {k: np.concatenate(v) for k, v in select.items()}
+    means = {k: float(s.mean()) for k, s in pooled.items()}
+    best = max(means, key=lambda k: (means[k], -abs(math.log(k / default))))
+    rows = []
+    for k in sorted(pooled):
+        d = pooled[k] - pooled[best]
+        se = float(np.std(d, ddof=1) / math.sqrt(d.size)) if d.size > 1 else 0.0
+        per_repeat = np.array([s.mean() for s in select[k]])
+        sd = float(np.std(per_repeat, ddof=1)) if per_repeat.size > 1 else math.nan
+        rows.append(SelectionRow(k, means[k], sd, float(d.mean()), se, k == best or d.mean() >= -tie_se * se))
+    tied = [r.kappa0 for r in rows if r.tied]
+    chosen = min(tied, key=lambda k: (abs(math.log(k / default)), k))
+    return chosen, rows
+
+
+def _evaluate_documents(splits: list[SplitData], ev: EvaluationConfig,
+                        log: Callable[[str], None] | None) -> list[ModelResult]:
+    shared = ev.model_params()
+    default_k0 = shared["kappa0"]
+    references = [d.reference() for d in splits]
+    models: list[tuple[str, int]] = [(v, d) for v in ev.variants for d in ev.depths]
+    runs: dict[tuple[str, int], dict[tuple[float, int], RunScores]] = {}
+    seconds: dict[tuple[str, int], float] = {}
+    canonical: dict[tuple[str, int], tuple[str, int]] = {}  # DP models are one level deep at any depth
+    first_of: dict[tuple[str, int | None], tuple[str, int]] = {}
+    for v, d in models:
+        canonical[(v, d)] = first_of.setdefault((v, _variant_config(v, d, shared).max_depth), (v, d))
+    for r, data in enumerate(splits):
+        seed = ev.seed + r
+        for m in models:
+            if canonical[m] != m:
+                continue
+            v, d = m
+            grid = ev.kappa0_grid if kappa0_matters(v, d) else [default_k0]
+            t0 = time.perf_counter()
+            for k0 in grid:
+                params = dict(shared, variant=v, max_depth=d, kappa0=k0, random_state=seed)
+                res = run_model(data, params, range(len(data.epochs)), references[r])
+                runs.setdefault(m, {})[(k0, r)] = res
+                if log:
+                    log(f"{v} depth {d} repeat {r}: kappa0={_k(k0)} selection {res.pooled('select').mean():.4g} "
+                        f"test {res.pooled('test').mean():.4g} per document")
+            seconds[m] = seconds.get(m, 0.0) + time.perf_counter() - t0
+    results = []
+    for m in models:
+        v, d = m
+        c = canonical[m]
+        mruns = runs[c]
+        grid = list(dict.fromkeys(k for k, _ in mruns))
+        select = {k: [mruns[(k, r)].pooled("select") for r in range(len(splits))] for k in grid}
+        if len(grid) > 1:
+            k0, rows = choose_kappa0(select, default_k0, ev.tie_se)
+        else:  # kappa0 plays no role, or a one-value grid: nothing to choose
+            k0, rows = grid[0], []
+        chosen = [mruns[(k0, r)] for r in range(len(splits))]
+        docs = [s.pooled("test") for s in chosen]
+        results.append(ModelResult(
+            v, d, k0, ev.seed, {(k, ev.seed + r): float(s.pooled("select").mean()) for (k, r), s in mruns.items()},
+            np.array([x.mean() for x in docs]), np.array([s.pooled("test_unnormalized").mean() for s in chosen]),
+            seconds[c] if c == m else 0.0, docs, np.array([s.pooled("npmi").mean() for s in chosen]), rows))
+    return results
+
+
+def _evaluate_paper(data: SplitData, ev: EvaluationConfig,
+                    log: Callable[[str], None] | None) -> list[ModelResult]:
     results: list[ModelResult] = []
     first, second = range(0, data.middle), range(data.middle, len(data.epochs))
+    reference = data.reference()
     done: dict[tuple[str, int | None], ModelResult] = {}
     shared = ev.model_params()
     for variant in ev.variants:
@@ -209,7 +479,7 @@ def evaluate(data: SplitData, ev: EvaluationConfig,
             if same in done:  # DP models are one level deep at any depth: no need to rerun
                 old = done[same]
                 results.append(ModelResult(variant, depth, old.kappa0, old.seed, old.selection, old.normalized,
-                                           old.unnormalized, 0.0))
+                                           old.unnormalized, 0.0, old.doc_scores, old.npmi))
                 continue
             t0 = time.perf_counter()
             base = dict(shared, variant=variant, max_depth=depth)
@@ -218,64 +488,180 @@ def evaluate(data: SplitData, ev: EvaluationConfig,
             for k0 in grid:
                 for r in range(ev.restarts):
                     seed = ev.seed + r
-                    score, _ = run_model(data, dict(base, kappa0=k0, random_state=seed), first)
+                    score = run_model(data, dict(base, kappa0=k0, random_state=seed), first).epoch_mean("test")
                     selection[(k0, seed)] = score
                     if log:
                         log(f"{variant} depth {depth}: kappa0={k0:g} seed={seed} first half {score:.4g}")
             (k0, seed), _ = max(selection.items(), key=lambda kv: (kv[1], -kv[0][1]))
-            norm, unnorm = [], []
+            norm, unnorm, docs, npmi = [], [], [], []
             for j in range(ev.repeats):
-                a, b = run_model(data, dict(base, kappa0=k0, random_state=seed + j), second)
-                norm.append(a)
-                unnorm.append(b)
+                s = run_model(data, dict(base, kappa0=k0, random_state=seed + j), second, reference)
+                norm.append(s.epoch_mean("test"))
+                unnorm.append(s.epoch_mean("test_unnormalized"))
+                docs.append(s.pooled("test"))
+                npmi.append(float(s.pooled("npmi").mean()))
                 if log:
-                    log(f"{variant} depth {depth}: kappa0={k0:g} repeat {j} second half {a:.4g} (unnormalised {b:.4g})")
+                    log(f"{variant} depth {depth}: kappa0={k0:g} repeat {j} second half {norm[-1]:.4g} "
+                        f"(unnormalised {unnorm[-1]:.4g})")
             res = ModelResult(variant, depth, k0, seed, selection, np.array(norm), np.array(unnorm),
-                              time.perf_counter() - t0)
+                              time.perf_counter() - t0, docs, np.array(npmi))
             done[same] = res
             results.append(res)
     return results
 
 
-def _cell(values: np.ndarray) -> str:
-    sd = float(np.std(values, ddof=1)) if values.size > 1 else math.nan
-    return f"{np.mean(values):.2f} +- {sd:.2f}" if values.size > 1 else f"{np.mean(values):.2f}"
+def evaluate(data: SplitData | list[SplitData], ev: EvaluationConfig,
+             log: Callable[[str], None] | None = None) -> list[ModelResult]:
+    """Run the protocol for every variant and depth (see the module docstring).
+
+    ``data``: for the documents protocol one split per repeat (:func:`split_epochs` with
+    ``repeat = 0, 1, ...``); for the paper protocol the one split.
+    """
+    splits = data if isinstance(data, list) else [data]
+    if ev.protocol == "paper":
+        if len(splits) != 1:
+            raise ValueError("the paper protocol uses one split; pass one SplitData")
+        return _evaluate_paper(splits[0], ev, log)
+    if len(splits) != ev.repeats or [s.repeat for s in splits] != list(range(ev.repeats)):
+        raise ValueError(f"the documents protocol needs the splits of repeats 0..{ev.repeats - 1}, one per repeat")
+    return _evaluate_documents(splits, ev, log)
 
 
-def format_results(results: list[ModelResult], data: SplitData, ev: EvaluationConfig) -> str:
-    """Tables like the paper's Table 1, one per score, plus the chosen kappa0 per model."""
-    depths = sorted({r.depth for r in results})
-    variants = list(dict.fromkeys(r.variant for r in results))
+def load_and_evaluate(config: ReplayConfig, ev: EvaluationConfig,
+                      log: Callable[[str], None] | None = None) -> tuple[list[ModelResult], list[SplitData]]:
+    """Read the source once, draw the protocol's split(s) and run it."""
+    epochs = read_evaluation_epochs(config, ev)
+    n_splits = ev.repeats if ev.protocol == "documents" else 1
+    splits = [split_epochs(epochs, config, ev, r) for r in range(n_splits)]
+    return evaluate(splits if ev.protocol == "documents" else splits[0], ev, log), splits
+
+
+# ----------------------------------------------------------------------------- reporting
+def paired_differences(results: list[ModelResult], reference: str | None = None) -> list[PairedDifference]:
+    """Every model minus the reference model at the same depth (default: the first variant).
+
+    Figures are paired by repeat: in the documents protocol the same split and seed, in the
+    paper protocol the same test documents (the seeds follow each model's chosen restart).
+    """
+    if not results:
+        return []
+    reference = reference or results[0].variant
     by = {(r.variant, r.depth): r for r in results}
-    n_test = sum(e.X_test.shape[0] for e in data.epochs[data.middle:])
-    lines = [
-        f"{len(data.epochs)} epochs ({data.epochs[0].label} .. {data.epochs[-1].label}); kappa0 and restart "
-        f"chosen on the first {data.middle}, scored on the last {len(data.epochs) - data.middle} "
-        f"({n_test} test documents); vocabulary {data.vocabulary_size} terms; "
-        f"{ev.model_params()['likelihood']} likelihood, {ev.model_params()['n_sweeps']} sweeps/epoch; "
-        f"{ev.repeats} repeats (mean +- sd).",
-        f"empty after vocabulary filtering, dropped: {data.n_dropped_train} training, "
-        f"{data.n_dropped_test} test documents.",
-    ]
-    for title, attr in (
-        ("Normalised held-out log predictive density per document, "
-         "log sum_e pi_e f(x | theta_e, beta_e) (higher is better):", "normalized"),
-        ("Unnormalised held-out score per document as in the paper, the same with the likelihood's "
-         "normalising constants dropped (vMF: log sum_e pi_e exp(beta_e theta_e.x); not a density):",
-         "unnormalized"),
-    ):
-        cells = {(v, d): _cell(getattr(by[(v, d)], attr)) if (v, d) in by else "-" for v in variants for d in depths}
-        width = max(len(c) for c in cells.values()) + 3
-        lines += ["", title, f"{'model':<10}" + "".join(f"{'depth ' + str(d):>{width}}" for d in depths)]
-        for v in variants:
-            lines.append(f"{v:<10}" + "".join(f"{cells[(v, d)]:>{width}}" for d in depths))
-    lines += ["", "chosen kappa0 (seed), time:"]
+    out = []
+    for r in results:
+        ref = by.get((reference, r.depth))
+        if ref is None or r.variant == reference:
+            continue
+        per_doc = np.concatenate([a - b for a, b in zip(r.doc_scores, ref.doc_scores)]) if r.doc_scores else np.zeros(0)
+        se = float(np.std(per_doc, ddof=1) / math.sqrt(per_doc.size)) if per_doc.size > 1 else math.nan
+        out.append(PairedDifference(r.variant, r.depth, reference, r.normalized - ref.normalized, se))
+    return out
+
+
+def _k(value) -> str:
+    """A kappa0 for printing: a number, or the estimator's rule if it is not one."""
+    return f"{value:g}" if _positive_number(value) else str(value)
+
+
+def _cell(values: np.ndarray, digits: int = 2) -> str:
+    if values.size > 1:
+        return f"{np.mean(values):.{digits}f} +- {np.std(values, ddof=1):.{digits}f}"
+    return f"{np.mean(values):.{digits}f}"
+
+
+def format_results(results: list[ModelResult], data: SplitData | list[SplitData], ev: EvaluationConfig) -> str:
+    """One row per model and depth: log density per test document, coherence, paired differences."""
+    splits = data if isinstance(data, list) else [data]
+    first = splits[0]
+    params = ev.model_params()
+    n_ep = len(first.epochs)
+    if ev.protocol == "documents":
+        n_sel = [s.n_docs("select") for s in splits]
+        n_test = [s.n_docs("test") for s in splits]
+        head = [
+            f"protocol: documents. {n_ep} epochs ({first.epochs[0].label} .. {first.epochs[-1].label}); "
+            f"in every epoch {1 - ev.test_fraction - ev.selection_fraction:.0%} training, "
+            f"{ev.selection_fraction:.0%} selection and {ev.test_fraction:.0%} test documents, drawn anew for "
+            f"each of {ev.repeats} repeats (repeat r: its own split and sampler seed {ev.seed} + r, shared by "
+            "every model).",
+            f"selection documents per repeat: {min(n_sel)}-{max(n_sel)}; test documents per repeat: "
+            f"{min(n_test)}-{max(n_test)}; vocabulary {min(s.vocabulary_size for s in splits)}-"
+            f"{max(s.vocabulary_size for s in splits)} terms (fitted on each split's training documents).",
+            f"dropped as empty after vocabulary filtering (all repeats): "
+            f"{sum(s.n_dropped_train for s in splits)} training, {sum(s.n_dropped_select for s in splits)} "
+            f"selection, {sum(s.n_dropped_test for s in splits)} test documents.",
+        ]
+        score_title = ("log density per test document: mean over all test documents (epochs weigh by their "
+                       "size), mean +- sd over repeats")
+    else:
+        n_test_2 = first.n_docs("test", range(first.middle, n_ep))
+        head = [
+            f"protocol: paper. {n_ep} epochs ({first.epochs[0].label} .. {first.epochs[-1].label}); kappa0 and "
+            f"restart chosen on the first {first.middle} epochs ({first.n_docs('test', range(0, first.middle))} "
+            f"test documents), scored on the last {n_ep - first.middle} ({n_test_2} test documents); "
+            f"{ev.repeats} repeats (seeds vary, the split does not).",
+            f"vocabulary {first.vocabulary_size} terms; dropped as empty after vocabulary filtering: "
+            f"{first.n_dropped_train} training, {first.n_dropped_test} test documents.",
+        ]
+        score_title = ("log density per test document: mean over epochs of the epoch's mean (each epoch "
+                       "weighs the same, as in the paper), mean +- sd over repeats")
+    head.append(f"{params['likelihood']} likelihood, {params['n_sweeps']} sweeps/epoch, window {params['window']}.")
+    lines = head + ["", f"Held-out {score_title}; NPMI: mean coherence of the top-{N_TOP_WORDS} words of each "
+                        f"scored epoch's {N_TOP_NODES} largest nodes, from the training documents' "
+                        "co-occurrence (higher is better for both):"]
+    cells = [(r, _cell(r.normalized), _cell(r.npmi, 3) if r.npmi.size else "-",
+              _cell(r.unnormalized) if ev.protocol == "paper" else None) for r in results]
+    w1 = max(len("log density/doc"), *(len(c[1]) for c in cells)) + 2
+    w2 = max(len("NPMI"), *(len(c[2]) for c in cells)) + 2
+    header = f"{'model':<9}{'depth':>6}{'kappa0':>9}{'log density/doc':>{w1}}{'NPMI':>{w2}}"
+    if ev.protocol == "paper":
+        w3 = max(len("unnormalised (paper)"), *(len(c[3]) for c in cells)) + 2
+        header += f"{'unnormalised (paper)':>{w3}}"
+    lines.append(header)
+    for r, c1, c2, c3 in cells:
+        row = f"{r.variant:<9}{r.depth:>6}{_k(r.kappa0):>9}{c1:>{w1}}{c2:>{w2}}"
+        if c3 is not None:
+            row += f"{c3:>{w3}}"
+        lines.append(row)
+    if ev.protocol == "paper":
+        lines.append("unnormalised: the paper's score, the likelihood's normalising constants dropped "
+                     "(vMF: log sum_e pi_e exp(beta_e theta_e.x)); not a density.")
+
+    diffs = paired_differences(results)
+    if diffs:
+        pairing = "same split and seed" if ev.protocol == "documents" else "same test documents"
+        lines += ["", f"Paired differences in log density per test document, model - {diffs[0].reference} "
+                      f"at the same depth ({pairing} per repeat): mean +- sd over repeats, standard error over "
+                      "documents, repeats ahead:"]
+        for p in diffs:
+            sd = f" +- {p.sd:.2f}" if p.per_repeat.size > 1 else ""
+            lines.append(f"  {p.variant:<9} depth {p.depth}: {p.mean:+.2f}{sd} (SE {p.se_documents:.2f}), "
+                         f"ahead in {p.wins}/{p.per_repeat.size}")
+
+    lines += ["", "kappa0 selection:" if ev.protocol == "documents" else "chosen kappa0 (seed), time:"]
     for r in results:
         note = "" if kappa0_matters(r.variant, r.depth) else " (kappa0 plays no role)"
-        lines.append(f"  {r.variant} depth {r.depth}: kappa0={r.kappa0:g} (seed {r.seed}){note}, {r.seconds:.1f}s")
-    lines.append("DP models (ddp, o-dp, t-dp) are one level deep whatever the depth column.")
+        if ev.protocol == "paper":
+            lines.append(f"  {r.variant} depth {r.depth}: kappa0={_k(r.kappa0)} (seed {r.seed}){note}, {r.seconds:.1f}s")
+            continue
+        if len(r.selection_rows) <= 1:
+            what = "the estimator's default" if note else "the only grid value"
+            lines.append(f"  {r.variant} depth {r.depth}: kappa0={_k(r.kappa0)}, {what}{note}, {r.seconds:.1f}s")
+            continue
+        cells_sel = "; ".join(
+            f"{s.kappa0:g}: {s.mean:.2f}" + (f" +- {s.sd:.2f}" if not math.isnan(s.sd) else "")
+            + (" (best)" if s.diff == 0 and s.tied else f" ({s.diff:+.2f}, SE {s.se:.2f}{', tied' if s.tied else ''})")
+            for s in r.selection_rows)
+        lines.append(f"  {r.variant} depth {r.depth}: chose {_k(r.kappa0)}, {r.seconds:.1f}s. {cells_sel}")
+    if ev.protocol == "documents":
+        lines.append(f"  (mean selection log density per document +- sd over repeats; in brackets the paired "
+                     f"difference to the best; values within {ev.tie_se:g} SE of the best are tied, and the "
+                     f"tied value closest to the default kappa0 {_k(params['kappa0'])} is chosen)")
+    lines.append("DP models (ddp, o-dp, t-dp) are one level deep whatever the depth column (the same runs).")
     return "\n".join(lines)
 
 
-__all__ = ["EvaluationConfig", "ModelResult", "SplitData", "SplitEpoch", "evaluate", "format_results",
-           "kappa0_matters", "load_split_epochs", "run_model"]
+__all__ = ["EvaluationConfig", "ModelResult", "PROTOCOLS", "PairedDifference", "RunScores", "SelectionRow",
+           "SplitData", "SplitEpoch", "choose_kappa0", "evaluate", "format_results", "kappa0_matters",
+           "largest_nodes_npmi", "load_and_evaluate", "load_split_epochs", "paired_differences",
+           "read_evaluation_epochs", "run_model", "split_epochs"]

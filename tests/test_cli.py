@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import subprocess
 import sys
 
@@ -80,14 +82,27 @@ def test_show_one_epoch_min_docs_and_lineage(store, capsys):
 
 
 def test_evaluate_runs_the_protocol(corpus, capsys):
-    rc = main(["evaluate", str(corpus), "--text-col", "text", "--time-col", "year", "--epoch", "10y",
-               "--variants", "dtssbp,t-dp", "--max-depth", "2", "--repeats", "2", "--kappa0-grid", "10,100",
-               "--restarts", "1", "--sweeps", "2", "--max-features", "300", "--quiet"])
-    assert rc == 0
+    common = [str(corpus), "--text-col", "text", "--time-col", "year", "--epoch", "10y", "--variants", "dtssbp,t-dp",
+              "--max-depth", "2", "--repeats", "2", "--kappa0-grid", "10,100", "--sweeps", "2", "--max-features",
+              "300", "--quiet"]
+    assert main(["evaluate", *common]) == 0
     out = capsys.readouterr().out
-    assert "Normalised held-out log predictive density" in out
-    assert "Unnormalised held-out score per document as in the paper" in out
-    assert out.count("dtssbp") >= 3 and "+-" in out
+    assert out.startswith("protocol: documents.")
+    assert "Held-out log density per test document" in out and "epochs weigh by their size" in out
+    assert "selection documents per repeat:" in out
+    header = next(line for line in out.splitlines() if line.startswith("model"))
+    assert "log density/doc" in header and "NPMI" in header
+    row = next(line for line in out.splitlines() if line.startswith("dtssbp"))
+    assert row.count("+-") == 2  # log density and NPMI, each mean +- sd over the repeats
+    assert "Paired differences in log density per test document, model - dtssbp" in out
+    assert re.search(r"  t-dp      depth 2: [+-]\d+\.\d\d \+- \d+\.\d\d \(SE \d+\.\d\d\), ahead in [012]/2", out)
+    assert re.search(r"  dtssbp depth 2: chose (10|100), .*10: .*100: ", out)
+    assert "t-dp depth 2: kappa0=" in out and "the estimator's default (kappa0 plays no role)" in out
+
+    assert main(["evaluate", *common, "--protocol", "paper", "--restarts", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("protocol: paper.")
+    assert "unnormalised (paper)" in out and "not a density" in out
     assert "t-dp depth 2: kappa0=10 (seed 0) (kappa0 plays no role)" in out
 
 
@@ -107,6 +122,10 @@ def test_evaluate_runs_the_protocol(corpus, capsys):
     (["show", "{tmp}/no-store"], "no published epochs"),
     (["evaluate", "{corpus}", "--text-col", "text", "--time-col", "year", "--variants", "dtssbp,lda"],
      "unknown variant(s) lda"),
+    (["evaluate", "{corpus}", "--text-col", "text", "--time-col", "year", "--selection-fraction", "1.5"],
+     "--selection-fraction must be in (0, 1), got 1.5"),
+    (["evaluate", "{corpus}", "--text-col", "text", "--time-col", "year", "--test-fraction", "0.5",
+      "--selection-fraction", "0.5"], "must be positive and leave training documents"),
 ])
 def test_user_errors_are_one_clear_line(corpus, tmp_path, capsys, args, expected):
     (tmp_path / "corrupt.parquet").write_bytes(b"PAR1 this is not parquet at all")
@@ -202,6 +221,8 @@ def test_multinomial_replay_and_evaluate_through_the_cli(corpus, tmp_path, capsy
                "--likelihood", "multinomial", "--variants", "dtssbp", "--max-depth", "2", "--repeats", "1",
                "--restarts", "1", "--kappa0-grid", "100", "--sweeps", "2", "--max-features", "300", "--quiet"])
     assert rc == 0
-    assert "multinomial likelihood" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "multinomial likelihood" in out
+    assert "dtssbp depth 2: kappa0=100, the only grid value, " in out
     assert main(["replay", str(corpus), "--text-col", "text", "--time-col", "year", "--store",
                  str(tmp_path / "g"), "--likelihood", "gaussian"]) == 2

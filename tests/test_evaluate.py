@@ -1,4 +1,4 @@
-"""The held-out evaluation protocol: splits, the kappa0/restart selection, repeats, the two scores."""
+"""The held-out evaluation protocols: splits, kappa0 selection, repeats, scores, paired differences, coherence."""
 
 from __future__ import annotations
 
@@ -6,8 +6,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import scipy.sparse as sp
 
-from streamtree.evaluate import EvaluationConfig, evaluate, format_results, kappa0_matters, load_split_epochs
+from streamtree.coherence import topic_npmi
+from streamtree.evaluate import (EvaluationConfig, ModelResult, choose_kappa0, evaluate, format_results,
+                                 kappa0_matters, load_and_evaluate, load_split_epochs, paired_differences,
+                                 read_evaluation_epochs, split_epochs)
 from streamtree.model import DTSSBP
 from streamtree.replay import ReplayConfig
 from test_replay import sou_slice
@@ -25,8 +29,8 @@ def cfg(path, **kw):
     return ReplayConfig(**base)
 
 
-def test_split_is_ninety_ten_disjoint_and_subsampled(corpus):
-    ev = EvaluationConfig(seed=5)
+def test_paper_split_is_ninety_ten_disjoint_and_subsampled(corpus):
+    ev = EvaluationConfig(seed=5, protocol="paper")
     data = load_split_epochs(cfg(corpus), ev)
     full = pq.read_table(corpus)
     years = np.asarray(full.column("year"))
@@ -39,16 +43,17 @@ def test_split_is_ninety_ten_disjoint_and_subsampled(corpus):
         assert e.X_test.shape[0] <= n_test and e.X_train.shape[0] <= n - n_test
     kept = sum(e.X_train.shape[0] + e.X_test.shape[0] for e in data.epochs)
     assert kept + data.n_dropped_train + data.n_dropped_test == full.num_rows
-    small = load_split_epochs(cfg(corpus), EvaluationConfig(seed=5, max_docs_per_epoch=20, max_epochs=3))
+    small = load_split_epochs(cfg(corpus), EvaluationConfig(seed=5, max_docs_per_epoch=20, max_epochs=3,
+                                                            protocol="paper"))
     assert len(small.epochs) == 3
     assert all(e.X_train.shape[0] + e.X_test.shape[0] <= 20 for e in small.epochs)
     assert all(e.X_test.shape[0] >= 1 for e in small.epochs)
 
 
-def test_split_depends_on_the_seed_only(corpus):
-    a = load_split_epochs(cfg(corpus), EvaluationConfig(seed=1))
-    b = load_split_epochs(cfg(corpus), EvaluationConfig(seed=1))
-    c = load_split_epochs(cfg(corpus), EvaluationConfig(seed=2))
+def test_paper_split_depends_on_the_seed_only(corpus):
+    a = load_split_epochs(cfg(corpus), EvaluationConfig(seed=1, protocol="paper"), repeat=0)
+    b = load_split_epochs(cfg(corpus), EvaluationConfig(seed=1, protocol="paper"), repeat=3)
+    c = load_split_epochs(cfg(corpus), EvaluationConfig(seed=2, protocol="paper"))
     assert all((x.X_test != y.X_test).nnz == 0 for x, y in zip(a.epochs, b.epochs))
     assert any(x.X_test.shape != y.X_test.shape or (x.X_test != y.X_test).nnz for x, y in zip(a.epochs, c.epochs))
 
@@ -59,9 +64,9 @@ def test_kappa0_matters_only_with_depth_rule_links():
         assert not kappa0_matters(v, 3)
 
 
-def test_protocol_selects_on_first_half_and_scores_second_half(corpus):
-    ev = EvaluationConfig(variants=["dtssbp", "ddp"], depths=[2, 3], kappa0_grid=[10.0, 1000.0], restarts=2,
-                          repeats=2, seed=11, model=dict(n_sweeps=2))
+def test_paper_protocol_selects_on_first_half_and_scores_second_half(corpus):
+    ev = EvaluationConfig(protocol="paper", variants=["dtssbp", "ddp"], depths=[2, 3], kappa0_grid=[10.0, 1000.0],
+                          restarts=2, repeats=2, seed=11, model=dict(n_sweeps=2))
     data = load_split_epochs(cfg(corpus), ev)
     results = evaluate(data, ev)
     assert [(r.variant, r.depth) for r in results] == [("dtssbp", 2), ("dtssbp", 3), ("ddp", 2), ("ddp", 3)]
@@ -89,12 +94,172 @@ def test_protocol_selects_on_first_half_and_scores_second_half(corpus):
     assert r.normalized.shape == (2,) and np.all(np.isfinite(r.normalized))
 
     text = format_results(results, data, ev)
-    assert "Normalised held-out log predictive density" in text and "not a density" in text
+    assert "protocol: paper" in text and "Held-out log density per test document" in text
+    assert "not a density" in text
     row = next(line for line in text.splitlines() if line.startswith("dtssbp"))
     assert f"{np.mean(r.normalized):.2f} +- {np.std(r.normalized, ddof=1):.2f}" in row
+    assert f"{np.mean(r.unnormalized):.2f} +- {np.std(r.unnormalized, ddof=1):.2f}" in row
 
 
 def test_too_few_epochs_is_a_clear_error(tmp_path):
     pq.write_table(pa.table({"text": ["war army navy"] * 20, "year": [1801] * 20}), tmp_path / "one.parquet")
     with pytest.raises(ValueError, match="at least 2 epochs with test documents, found 1"):
-        load_split_epochs(cfg(tmp_path / "one.parquet", id_col=None, max_df=1.0, min_df=1), EvaluationConfig())
+        load_split_epochs(cfg(tmp_path / "one.parquet", id_col=None, max_df=1.0, min_df=1),
+                          EvaluationConfig(protocol="paper"))
+    with pytest.raises(ValueError, match="at least 2 selection and 2 test documents"):
+        load_split_epochs(cfg(tmp_path / "one.parquet", id_col=None, max_df=1.0, min_df=1, epoch="year"),
+                          EvaluationConfig(max_docs_per_epoch=5))
+
+
+# ------------------------------------------------------------------------- documents protocol
+def skewed_stream(path, seed=0):
+    """News-like months: six tiny early months (1-3 articles), then three months of ~150.
+
+    Words come from three fixed word groups (not from the model), so the text has structure.
+    """
+    rng = np.random.default_rng(seed)
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    groups = [[g + "".join(rng.choice(letters, 4)) for _ in range(40)] for g in ("war", "farm", "bank")]
+    sizes = [2, 1, 3, 2, 1, 3, 150, 160, 140]
+    texts, months = [], []
+    for m, n in enumerate(sizes):
+        for _ in range(n):
+            g = groups[rng.integers(3)]
+            texts.append(" ".join(rng.choice(g, size=rng.integers(8, 20))))
+            months.append(f"2020-{m + 1:02d}-15")
+    t = pa.table({"text": texts, "date": pa.array(np.array(months, dtype="datetime64[s]"))})
+    pq.write_table(t, path)
+    return path, sum(sizes)
+
+
+def skewed_cfg(path):
+    return ReplayConfig(source=str(path), text_col="text", time_col="date", epoch="month", min_df=1, max_df=1.0)
+
+
+def test_document_split_gives_the_selection_enough_documents_on_a_skewed_stream(tmp_path):
+    path, n = skewed_stream(tmp_path / "skew.parquet")
+    paper = load_split_epochs(skewed_cfg(path), EvaluationConfig(protocol="paper"))
+    assert len(paper.epochs) == 9
+    # the paper's first half (4 tiny months) holds a handful of documents: a vacuous selection
+    assert paper.n_docs("test", range(0, paper.middle)) <= 4
+    for r in range(3):
+        data = load_split_epochs(skewed_cfg(path), EvaluationConfig(), repeat=r)
+        n_sel, n_test, n_train = data.n_docs("select"), data.n_docs("test"), data.n_docs("train")
+        assert n_sel + n_test + n_train + data.n_dropped_train + data.n_dropped_select + data.n_dropped_test == n
+        # about 10% each, whatever the months' sizes (random rounding: within a few documents)
+        assert abs(n_sel - 0.1 * n) <= 8 and abs(n_test - 0.1 * n) <= 8
+        assert all(e.X_train.shape[0] >= 1 for e in data.epochs)  # every month keeps training documents
+
+
+def test_document_splits_are_disjoint_and_vary_with_the_repeat(corpus):
+    full = pq.read_table(corpus)
+    ev = EvaluationConfig(seed=3)
+    epochs = read_evaluation_epochs(cfg(corpus), ev)
+    a0, a1 = split_epochs(epochs, cfg(corpus), ev, 0), split_epochs(epochs, cfg(corpus), ev, 1)
+    again = split_epochs(epochs, cfg(corpus), ev, 0)
+    assert all((x.X_test != y.X_test).nnz == 0 and (x.X_select != y.X_select).nnz == 0
+               for x, y in zip(a0.epochs, again.epochs))
+    assert any(x.X_test.shape != y.X_test.shape or (x.X_test != y.X_test).nnz for x, y in zip(a0.epochs, a1.epochs))
+    for data in (a0, a1):
+        kept = sum(data.n_docs(p) for p in ("train", "select", "test"))
+        assert kept + data.n_dropped_train + data.n_dropped_select + data.n_dropped_test == full.num_rows
+    # the three parts of an epoch are disjoint: as many distinct rows as rows (texts are distinct paragraphs)
+    e = a0.epochs[1]
+    rows = sp.vstack([e.X_train, e.X_select, e.X_test]).toarray()
+    assert np.unique(rows.round(12), axis=0).shape[0] == rows.shape[0]
+
+
+def test_choose_kappa0_breaks_ties_toward_the_default():
+    rng = np.random.default_rng(0)
+    base = [rng.normal(0, 1, 200) for _ in range(3)]
+    # 10 is ahead by 0.01 nats per document against per-document noise of sd 1: a tie
+    noisy = {1.0: [b + rng.normal(0, 1, 200) for b in base], 10.0: [b + 0.01 + rng.normal(0, 1, 200) for b in base],
+             100.0: [b.copy() for b in base]}
+    chosen, rows = choose_kappa0(noisy, default=100.0, tie_se=2.0)
+    assert chosen == 100.0 and all(r.tied for r in rows if r.kappa0 in (10.0, 100.0))
+    best = max(rows, key=lambda r: r.mean)
+    assert best.diff == 0.0
+    # a clear lead (1 nat per document, paired noise 0.1) wins even far from the default
+    clear = {1.0: [b + 1.0 + rng.normal(0, 0.1, 200) for b in base], 100.0: [b.copy() for b in base]}
+    chosen, rows = choose_kappa0(clear, default=100.0, tie_se=2.0)
+    assert chosen == 1.0
+    row = next(r for r in rows if r.kappa0 == 100.0)
+    assert not row.tied and row.diff == pytest.approx(-np.mean(np.concatenate(clear[1.0]) - np.concatenate(base)))
+    assert row.se == pytest.approx(np.std(np.concatenate(base) - np.concatenate(clear[1.0]), ddof=1) / np.sqrt(600))
+    # an estimator whose default kappa0 is a rule rather than a number: no tie-break, the best mean wins
+    chosen, _ = choose_kappa0(noisy, default="auto", tie_se=2.0)
+    assert chosen == max(noisy, key=lambda k: np.concatenate(noisy[k]).mean()) != 100.0
+
+
+def test_paired_differences_are_per_repeat_and_per_document():
+    def result(variant, depth, docs):
+        return ModelResult(variant, depth, 1.0, 0, {}, np.array([d.mean() for d in docs]),
+                           np.zeros(len(docs)), 0.0, docs, np.zeros(len(docs)))
+
+    ref = [np.array([1.0, 2.0, 3.0]), np.array([0.0, 0.0])]
+    other = [np.array([2.0, 2.0, 5.0]), np.array([-1.0, 0.0])]
+    diffs = paired_differences([result("dtssbp", 3, ref), result("ddp", 3, other), result("ddp", 4, other)])
+    assert [(p.variant, p.depth) for p in diffs] == [("ddp", 3)]  # no dtssbp at depth 4: nothing to pair with
+    p = diffs[0]
+    assert p.reference == "dtssbp"
+    assert np.allclose(p.per_repeat, [3.0 - 2.0, -0.5 - 0.0])
+    assert p.mean == pytest.approx(0.25) and p.sd == pytest.approx(np.std([1.0, -0.5], ddof=1))
+    per_doc = np.array([1.0, 0.0, 2.0, -1.0, 0.0])
+    assert p.se_documents == pytest.approx(np.std(per_doc, ddof=1) / np.sqrt(5))
+    assert p.wins == 1
+
+
+def test_documents_protocol_pairs_models_varies_split_and_seed_and_reports_coherence(corpus):
+    ev = EvaluationConfig(variants=["dtssbp", "t-dp"], depths=[2], kappa0_grid=[10.0, 1000.0], repeats=2, seed=4,
+                          model=dict(n_sweeps=2))
+    results, splits = load_and_evaluate(cfg(corpus), ev)
+    assert [s.repeat for s in splits] == [0, 1]
+    dt, tdp = results
+    assert {k for k, _ in dt.selection} == {10.0, 1000.0}
+    assert {k for k, _ in tdp.selection} == {DTSSBP().get_params()["kappa0"]}  # kappa0 plays no role: the default
+    assert dt.kappa0 in (10.0, 1000.0) and len(dt.selection_rows) == 2
+
+    # recompute repeat 1 by hand: its own split and sampler seed 4 + 1, every epoch scored,
+    # all test documents pooled (epochs weigh by their size)
+    data = splits[1]
+    m = DTSSBP(variant="dtssbp", window=2, max_depth=2, kappa0=dt.kappa0, n_sweeps=2, random_state=5)
+    test, select, npmi = [], [], []
+    reference = sp.vstack([e.X_train for e in data.epochs], format="csr")
+    for e in data.epochs:
+        m.partial_fit(e.X_train, epoch=e.index)
+        test.append(m.score_samples(e.X_test))
+        select.append(m.score_samples(e.X_select))
+        tree = m.trees_[-1]
+        order = np.argsort(-tree.counts, kind="stable")
+        order = order[tree.counts[order] > 0][:20]
+        top = np.argsort(-tree.theta[order], axis=1, kind="stable")[:, :10]
+        npmi.append(topic_npmi(top, reference))
+    test = np.concatenate(test)
+    assert np.allclose(dt.doc_scores[1], test, rtol=1e-12)
+    assert dt.normalized[1] == pytest.approx(test.mean(), rel=1e-12)
+    assert dt.selection[(dt.kappa0, 5)] == pytest.approx(np.concatenate(select).mean(), rel=1e-12)
+    assert dt.npmi[1] == pytest.approx(np.concatenate(npmi).mean(), rel=1e-12)
+    assert np.all((dt.npmi >= -1) & (dt.npmi <= 1))
+    # the repeats differ in split: the test sets differ
+    assert dt.doc_scores[0].shape != dt.doc_scores[1].shape or not np.allclose(dt.doc_scores[0], dt.doc_scores[1])
+
+    (p,) = paired_differences(results)
+    assert np.allclose(p.per_repeat, tdp.normalized - dt.normalized)
+    assert all(a.shape == b.shape for a, b in zip(dt.doc_scores, tdp.doc_scores))  # same test documents
+
+    text = format_results(results, splits, ev)
+    assert "protocol: documents" in text and "log density per test document" in text
+    row = next(line for line in text.splitlines() if line.startswith("dtssbp"))
+    assert f"{np.mean(dt.normalized):.2f} +- {np.std(dt.normalized, ddof=1):.2f}" in row
+    assert f"{np.mean(dt.npmi):.3f} +- {np.std(dt.npmi, ddof=1):.3f}" in row
+    assert f"t-dp      depth 2: {p.mean:+.2f} +- {p.sd:.2f} (SE {p.se_documents:.2f}), ahead in {p.wins}/2" in text
+    assert "unnormalised" not in text  # the paper's non-density is printed by the paper protocol only
+
+
+def test_evaluation_config_rejects_bad_settings():
+    with pytest.raises(ValueError, match="unknown protocol 'table1'"):
+        EvaluationConfig(protocol="table1")
+    with pytest.raises(ValueError, match="leave training documents"):
+        EvaluationConfig(test_fraction=0.5, selection_fraction=0.5)
+    with pytest.raises(ValueError, match="sets kappa0"):
+        EvaluationConfig(model=dict(kappa0=10.0))
