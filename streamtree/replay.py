@@ -377,10 +377,10 @@ def _replay(store, config, mode, progress, static, start) -> ReplaySummary:
             logger.info("resuming after epoch %d (%s)", begin.resume_from["epoch"], begin.resume_from["label"])
         else:
             vec = fit_vocabulary(config, reader)
-            notes = notes + [vocabulary_note(vec)]
             model = config.estimator()
             totals = {"documents": 0, "rejects": {}, "empty_after_filter": 0, "fit_seconds": 0.0, "epochs": 0}
             first = 0
+        notes = notes + [vocabulary_note(vec)]  # on resume too: the summaries of both runs agree
         run = _Run(store, config, vec, model, reader, totals, progress, static,
                    begun=begin.resume_from is not None, source_files=src.fingerprint(), notes=notes)
         try:
