@@ -54,6 +54,7 @@ import pyarrow.parquet as pq
 
 from connectors.sources.base import SourceError, check_columns, normalise, normalised_schema
 from connectors.sources.files import _COMPRESSED, FORMATS, format_of, resolve
+from connectors.sources.times import TimeParser
 from streamtree.records import REJECT_SCHEMA, empty_rejects
 
 logger = logging.getLogger(__name__)
@@ -210,6 +211,7 @@ def read_landed(
     epoch_col: str | None = None,
     time_unit: str = "auto",
     batch_size: int = 8192,
+    time_format: str | None = None,
 ) -> LandedRead:
     """Read one landed file whole and normalise it (all or nothing).
 
@@ -243,11 +245,12 @@ def read_landed(
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise LandingError(name, f"not a valid {landed.format} file: {exc}") from None
     table = table.select(cols)
+    parser = TimeParser(time_unit, time_format)  # one per file: its automatic choice holds for every batch
     good, rejects = [], []
     start = 0
     for batch in table.to_batches(max_chunksize=batch_size):
         g, r = normalise(batch, name, start, text_col=text_col, time_col=time_col, id_col=id_col,
-                         epoch_col=epoch_col, time_unit=time_unit)
+                         epoch_col=epoch_col, time_parser=parser)
         start += batch.num_rows
         good.append(g)
         if r.num_rows:

@@ -12,6 +12,9 @@ no traceback (``-vv`` shows it). Exit status:
 * 75: another writer holds the store's lease (try again later);
 * 130 / 143: interrupted by SIGINT (Ctrl-C) / SIGTERM; a replay then says up to which
   epoch the store is readable, and ``--resume`` finishes it.
+
+An output pipe closed early (``streamtree show STORE | head``) ends the command quietly with
+status 0.
 """
 
 from __future__ import annotations
@@ -41,7 +44,21 @@ def _on_sigterm(signum, frame):
     raise Terminated()
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's help ends with its default, unless the help already says it."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, argparse.SUPPRESS) or action.nargs == 0:
+            return text
+        return super()._get_help_string(action)
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str):  # one line, exit 2 (argparse's default also prints usage)
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
@@ -114,6 +131,8 @@ def _variant_list(text: str) -> list[str]:
 
 
 def _add_source_args(p: argparse.ArgumentParser) -> None:
+    from streamtree.replay import ReplayConfig
+
     p.add_argument("source", help="Parquet/Arrow/JSONL/CSV file, directory or dataset")
     p.add_argument("--text-col", required=True, help="column holding the document text")
     p.add_argument("--time-col", help="column holding the document time (timestamp, date, ISO string, year)")
@@ -126,10 +145,33 @@ def _add_source_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--time-range", default="auto",
                    help="times kept: auto (reject rows far outside the bulk as 'out of range'), all, or "
                         "START..END with years or ISO dates, e.g. 1790..2020")
-    p.add_argument("--epoch", default="10y", help="epoch width: 10y, year, month, 1d, 1h, column ... (default 10y)")
-    p.add_argument("--min-df", type=_df, default=2, help="drop terms in fewer documents (count or fraction)")
-    p.add_argument("--max-df", type=_df, default=0.5, help="drop terms in more documents (count or fraction)")
-    p.add_argument("--max-features", type=_positive_int, default=None, help="keep only the most frequent terms")
+    p.add_argument("--format", choices=["parquet", "ipc", "ipc-stream", "jsonl", "csv", "tsv"],
+                   help="file format (default: from the file extension; .tsv is tab-separated CSV)")
+    p.add_argument("--delimiter", help="CSV field delimiter, one character or 'tab' (default: ',' or a tab for .tsv)")
+    p.add_argument("--epoch", default=ReplayConfig.epoch, help="epoch width: 10y, year, month, 1w, 1d, 1h, column ...")
+    _add_vocabulary_args(p)
+
+
+def _max_features(text: str) -> int | str | None:
+    if text.lower() == "auto":
+        return "auto"
+    if text.lower() in ("none", "all"):
+        return None
+    return _positive_int(text)
+
+
+def _add_vocabulary_args(p: argparse.ArgumentParser, what: str = "") -> None:
+    from streamtree import text as defaults
+
+    p.add_argument("--min-df", type=_df, default=defaults.DEFAULT_MIN_DF,
+                   help=f"{what}drop terms in fewer documents (count or fraction)")
+    p.add_argument("--max-df", type=_df, default=defaults.DEFAULT_MAX_DF,
+                   help=f"{what}drop terms in more documents (count or fraction)")
+    p.add_argument("--max-features", type=_max_features, default=defaults.DEFAULT_MAX_FEATURES,
+                   help=f"{what}keep only the most frequent terms: a number, auto (200 x documents^(1/3), "
+                        "between 500 and 20000) or all")
+    p.add_argument("--weighting", choices=["tf", "tfidf"], default=defaults.DEFAULT_WEIGHTING,
+                   help=f"{what}term weights before L2 normalisation (vmf only)")
 
 
 #: DTSSBP keyword arguments the model options set (each option's ``dest`` is the parameter's name)
@@ -138,24 +180,42 @@ MODEL_OPTIONS = ("likelihood", "variant", "window", "max_depth", "kappa0", "n_sw
 
 
 def _add_model_args(p: argparse.ArgumentParser, *, for_evaluate: bool = False) -> None:
-    """Model options; an option not given keeps :class:`streamtree.DTSSBP`'s default."""
+    """Model options; an option not given keeps :class:`streamtree.DTSSBP`'s default (shown in
+    the help, read from the estimator so that it is written once)."""
+    from streamtree.replay import REPLAY_SEED
     from streamtree.variants import VARIANTS
 
+    model = _model_defaults()
     keep = argparse.SUPPRESS  # absent from the namespace unless given
-    p.add_argument("--likelihood", default=keep,
+    add = p.add_argument
+
+    def option(*names, dest=None, help="", **kw):
+        name = dest or names[0].lstrip("-").replace("-", "_")
+        default = REPLAY_SEED if name == "random_state" else model.get(name)
+        add(*names, **({"dest": dest} if dest else {}), default=keep,
+            help=f"{help} (default: {'inf' if name == 'window' and default is None else default})", **kw)
+
+    p = argparse.Namespace(add_argument=option)
+    p.add_argument("--likelihood",
                    help="topic family: vmf (unit term-frequency rows) or multinomial (word counts, Dirichlet links)")
-    p.add_argument("--window", type=_window, default=keep, help="epochs in the stick window (int or inf)")
+    p.add_argument("--window", type=_window, help="epochs in the stick window (int or inf)")
     if not for_evaluate:
-        p.add_argument("--max-depth", type=int, default=keep, help="deepest node depth, root = 0")
-        p.add_argument("--kappa0", type=_positive_float, default=keep,
+        p.add_argument("--max-depth", type=int, help="deepest node depth, root = 0")
+        p.add_argument("--kappa0", type=_positive_float,
                        help="link strength of node parameters to their parent and previous self")
-        p.add_argument("--variant", default=keep, choices=VARIANTS)
-        p.add_argument("--seed", dest="random_state", type=int, default=keep, help="random seed (default: a fixed one, so that a replay is reproducible)")
-    p.add_argument("--sweeps", dest="n_sweeps", type=_positive_int, default=keep, help="Gibbs sweeps per epoch")
-    p.add_argument("--engine", default=keep, help="where the z-updates run: local or ray")
-    p.add_argument("--shards", dest="n_shards", type=_positive_int, default=keep,
+        p.add_argument("--variant", choices=VARIANTS, help="the model or a baseline")
+        p.add_argument("--seed", dest="random_state", type=int, help="random seed (fixed, so that a replay is reproducible)")
+    p.add_argument("--sweeps", dest="n_sweeps", type=_positive_int, help="Gibbs sweeps per epoch")
+    p.add_argument("--engine", help="where the z-updates run: local or ray")
+    p.add_argument("--shards", dest="n_shards", type=_positive_int,
                    help="row shards per epoch (changes results)")
-    p.add_argument("--jobs", dest="n_jobs", type=int, default=keep, help="local engine threads (-1: all CPUs)")
+    p.add_argument("--jobs", dest="n_jobs", type=int, help="local engine threads (-1: all CPUs)")
+
+
+def _model_defaults() -> dict:
+    from streamtree.model import DTSSBP
+
+    return DTSSBP().get_params(deep=False)
 
 
 def _model_options(args) -> dict:
@@ -167,7 +227,13 @@ def _model_options(args) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="streamtree", description="Evolving topic trees over time-stamped text (dTSSBP).")
+    import streamtree
+
+    parser = _Parser(prog="streamtree", description="Evolving topic trees over time-stamped text (dTSSBP).",
+                     epilog="Exit status: 0 success, 1 a bug (traceback printed), 2 bad usage or input, "
+                            "3 damaged or unwritable store, 75 store busy (another writer), "
+                            "130/143 interrupted (SIGINT/SIGTERM).")
+    parser.add_argument("--version", action="version", version=f"streamtree {streamtree.__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log progress (-vv: debug)")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
@@ -182,13 +248,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="continue an interrupted replay of the same configuration from its last checkpoint")
     g.add_argument("--overwrite", action="store_true",
                    help="replace the store's run (the old one stays readable until the new one commits)")
-    r.add_argument("--quiet", action="store_true", help="no progress lines")
+    r.add_argument("--quiet", action="store_true", help="no progress bars (also off when stderr is not a terminal)")
     r.add_argument("--static", choices=["bhc", "coalescent", "tmc"],
-                   help="also store a static hierarchy of each published epoch (static/<method>.parquet)")
+                   help="also store a static hierarchy of each published epoch (static/<method>-<over>.parquet)")
     r.add_argument("--static-over", choices=["documents", "nodes"], default="documents",
                    help="leaves of the static hierarchy: a sample of the documents or the tree's nodes")
     r.add_argument("--static-max-points", type=_positive_int, default=300,
-                   help="at most this many leaves (a seeded random sample above it; default 300)")
+                   help="at most this many leaves (a seeded random sample above it)")
 
     n = sub.add_parser("snapshot", help="compute a static hierarchy (BHC, coalescent, TMC) of a stored epoch",
                        description="Fit a static hierarchy of one stored epoch and write it to the store. "
@@ -212,7 +278,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--node", type=int, help="print this node's lineage across epochs")
     s.add_argument("--top-words", type=_positive_int, default=10, help="words per node")
     s.add_argument("--min-docs", type=int, default=0, help="hide nodes with fewer documents in their subtree")
-    s.add_argument("--static", metavar="METHOD", help="print the stored static snapshot METHOD instead")
+    s.add_argument("--nodes", type=_positive_int, default=10,
+                   help="per epoch, show the nodes holding most documents (and their ancestors)")
+    s.add_argument("--all", action="store_true", help="every node and every id, uncapped")
+    s.add_argument("--static", metavar="METHOD",
+                   help="print the stored static snapshots of METHOD (bhc, coalescent, tmc; or e.g. bhc-nodes) "
+                        "instead: clusters with their top words")
 
     rp = sub.add_parser("report", help="write a self-contained HTML report of a store (opens offline)",
                         description="Write one HTML file showing the evolving tree over epochs, each epoch's "
@@ -299,7 +370,13 @@ def _add_serve_parser(sub) -> None:
     v.add_argument("--text-col", required=True, help="column holding the document text")
     v.add_argument("--time-col", required=True, help="column holding the event time")
     v.add_argument("--id-col", help="column holding document ids (default: <file>:<row>)")
-    v.add_argument("--time-unit", default="auto", help="how numeric times are read: auto, year, s, ms, us, ns")
+    v.add_argument("--time-unit", default="auto", choices=["auto", "year", "s", "ms", "us", "ns"],
+                   help="how numeric times are read")
+    v.add_argument("--time-format", help="strptime pattern for time strings that are not ISO 8601, e.g. "
+                                         "'%%d/%%m/%%Y' (default: detect common formats like 2017/2/7)")
+    v.add_argument("--time-range", default="all",
+                   help="times kept: all, or START..END with years or ISO dates (rows outside: 'out of range' "
+                        "rejects)")
     v.add_argument("--epoch", default="1d", help="epoch width: 1h, 1d, 1w, month, year, 10y ... (default 1d)")
     v.add_argument("--allowed-lateness", type=_duration, default=0.0,
                    help="how late (event time behind the newest) a row may arrive: 0, 30m, 6h, 2d, 1y (default 0)")
@@ -316,9 +393,7 @@ def _add_serve_parser(sub) -> None:
                    help="use this store's vocabulary (e.g. a replay's) instead of fitting one on a warm-up span")
     v.add_argument("--warmup-docs", type=_positive_int, default=1000,
                    help="fit the vocabulary once the closed epochs hold this many documents (default 1000)")
-    v.add_argument("--min-df", type=_df, default=2, help="warm-up vocabulary: drop terms in fewer documents")
-    v.add_argument("--max-df", type=_df, default=0.5, help="warm-up vocabulary: drop terms in more documents")
-    v.add_argument("--max-features", type=_positive_int, default=None, help="warm-up vocabulary: most frequent terms")
+    _add_vocabulary_args(v, "warm-up vocabulary: ")
     _add_model_args(v)
     v.add_argument("--address", help="Ray cluster address for --engine ray (default: RAY_ADDRESS or a local one)")
     v.add_argument("--top-words", type=_positive_int, default=10, help="top words stored per node")
@@ -347,26 +422,43 @@ def resolve_epoch(entries: list[dict], text: str) -> dict:
                      f"use an index or label among: {shown}{' ...' if len(entries) > 12 else ''}")
 
 
-def format_epoch(stored, vocabulary=None, *, top_words: int = 10, min_docs: int = 0, events=None) -> str:
-    """One epoch's tree in the style of the dTSSBP paper's Figures 4 and 5.
+LEGEND = ("* born this epoch, < born by splitting from another node, ^ parent changed; counts are the "
+          "epoch's documents in the node's subtree (and at the node itself)")
 
-    One line per node, indented by depth: ``*`` for nodes born in this epoch, the node id,
-    documents of this epoch in the node's subtree (and at the node itself), and the top
-    words by theta. Nodes whose subtree has fewer than ``min_docs`` documents are hidden
-    (with their descendants); nodes gone since the previous epoch are listed at the end.
-    With the epoch's ``events`` (a table of :data:`~connectors.stores.snapshot.EVENT_SCHEMA`),
-    nodes that split from another are marked ``<``, nodes that changed parent ``^``, and
-    merges are listed at the end.
-    """
+
+def _node_words(stored, vocabulary, top_words: int) -> list[list[str]]:
     tree = stored.tree
     if vocabulary is not None and tree.theta.shape[1] == len(vocabulary) and stored.theta_exact:
-        words = tree.top_words(vocabulary, top_words)
-    else:
-        words = [w[:top_words] for w in stored.top_words]
-    born = int((tree.born == tree.epoch).sum())
-    head = (f"epoch {tree.epoch}" + (f" ({tree.label})" if tree.label else "")
-            + f": {int(tree.assignments.shape[0])} documents, {tree.n_nodes} nodes, {born} born, "
-            f"{tree.died.size} died")
+        return tree.top_words(vocabulary, top_words)
+    return [w[:top_words] for w in stored.top_words]
+
+
+def format_epoch(stored, vocabulary=None, *, top_words: int = 10, min_docs: int = 0, events=None,
+                 max_nodes: int | None = None, previous=None, legend: bool = False, max_ids: int | None = 8) -> str:
+    """One epoch's tree in the style of the dTSSBP paper's Figures 4 and 5, with what changed.
+
+    One line per node, indented by depth: a mark (``*`` born this epoch, ``<`` split from
+    another node, ``^`` parent changed), the node id, the epoch's documents in the node's
+    subtree (and at the node itself), and the top words. ``max_nodes`` keeps the nodes holding
+    the most documents (with their ancestors, so the shape stays readable); ``min_docs`` hides
+    nodes with fewer documents in their subtree. Then the evolution since the previous epoch:
+    splits and merges with their words, births and deaths (``previous``, the previous
+    :class:`~connectors.stores.snapshot.StoredEpoch`, gives the words of nodes that died or
+    merged). Id lists are capped at ``max_ids`` (None: all). ``legend`` appends :data:`LEGEND`.
+    """
+    tree = stored.tree
+    words = _node_words(stored, vocabulary, top_words)
+    prev_words = {}
+    if previous is not None:
+        pw = _node_words(previous, vocabulary, top_words)
+        prev_words = {int(n): pw[i] for i, n in enumerate(previous.tree.node_ids)}
+    row = {int(n): i for i, n in enumerate(tree.node_ids)}
+
+    def said(nid: int, *, before: bool = False) -> str:
+        w = prev_words.get(nid) if before else (words[row[nid]] if nid in row else prev_words.get(nid))
+        return f"[{nid}]" + (f" ({' '.join(w[:4])})" if w else "")
+
+    born = [int(n) for n, b in zip(tree.node_ids, tree.born) if b == tree.epoch]
     split_from, moved, merged = {}, {}, []
     for ev in ([] if events is None else events.to_pylist()):
         if ev["event"] == "split_from":
@@ -374,34 +466,79 @@ def format_epoch(stored, vocabulary=None, *, top_words: int = 10, min_docs: int 
         elif ev["event"] == "parent_changed":
             moved[ev["node_id"]] = ev["other_id"]
         elif ev["event"] == "merged_into":
-            merged.append(f"{ev['node_id']} -> {ev['other_id']}")
-    if split_from or merged:
-        head += f", {len(split_from)} split, {len(merged)} merged"
+            merged.append((ev["node_id"], ev["other_id"]))
+    n_docs = int(tree.assignments.shape[0])
+    head = (f"epoch {tree.epoch}" + (f" ({tree.label})" if tree.label else "")
+            + f": {n_docs} documents, {tree.n_nodes} nodes; {len(born)} born, {tree.died.size} died")
     if events is not None:
-        head += f", {len(moved)} changed parent"
+        head += f", {len(split_from)} split, {len(merged)} merged, {len(moved)} changed parent"
     lines = [head]
-    hidden: set[int] = set()
+    shown = _shown_nodes(tree, max_nodes, min_docs)
     for k in range(tree.n_nodes):
-        nid, par = int(tree.node_ids[k]), int(tree.parent[k])
-        if par in hidden or (par != -1 and tree.subtree_counts[k] < min_docs):
-            hidden.add(nid)
+        nid = int(tree.node_ids[k])
+        if k not in shown:
             continue
         mark = ("<" if nid in split_from else "*" if tree.born[k] == tree.epoch
                 else "^" if nid in moved else " ")
         note = f" (split from {split_from[nid]})" if nid in split_from else ""
         lines.append(f"{'    ' * int(tree.depth[k])}{mark}[{nid}] {int(tree.subtree_counts[k])} docs "
                      f"({int(tree.counts[k])} here){note}: {' '.join(words[k])}")
-    if hidden:
-        lines.append(f"  ({len(hidden)} nodes with fewer than {min_docs} documents hidden)")
-    if tree.died.size:
-        lines.append("  died: " + ", ".join(str(int(i)) for i in tree.died))
+    n_hidden = tree.n_nodes - len(shown)
+    if n_hidden:
+        why = "smaller nodes" if max_nodes is not None else f"nodes with fewer than {min_docs} documents"
+        lines.append(f"  ({n_hidden} {why} not shown; --all shows every node)")
+    cap = (lambda xs: _capped(xs, max_ids)) if max_ids else (lambda xs: ", ".join(map(str, xs)))
+    splits = [f"{said(int(o), before=True) if int(o) in prev_words else f'[{o}]'} -> {said(int(n))}"
+              for n, o in split_from.items()]
+    if splits:
+        lines.append("  split: " + cap(splits))
     if merged:
-        lines.append("  merged: " + ", ".join(merged))
-    legend = "* born this epoch"
-    if events is not None:
-        legend += ", < born by splitting from another node, ^ parent changed"
-    lines.append(f"  ({legend}; counts are this epoch's documents in the subtree)")
+        lines.append("  merged: " + cap([f"{said(int(a), before=True)} -> {said(int(b))}" for a, b in merged]))
+    plain_born = [said(n) for n in born if n not in split_from]
+    if plain_born:
+        lines.append("  born: " + cap(plain_born))
+    merged_ids = {int(a) for a, _ in merged}
+    died = [said(int(n), before=True) for n in tree.died if int(n) not in merged_ids]
+    if died:
+        lines.append("  died: " + cap(died))
+    if legend:
+        lines.append(f"  ({LEGEND})")
     return "\n".join(lines)
+
+
+def _shown_nodes(tree, max_nodes: int | None, min_docs: int) -> set[int]:
+    """Rows of the nodes to print: the ``max_nodes`` holding most documents and their
+    ancestors (all if None), less those whose subtree has fewer than ``min_docs``."""
+    rows = [k for k in range(tree.n_nodes) if tree.parent[k] == -1 or tree.subtree_counts[k] >= min_docs]
+    if max_nodes is not None and len(rows) > max_nodes:
+        biggest = sorted(rows, key=lambda k: (-int(tree.counts[k]), k))[:max_nodes]
+        row = {int(n): i for i, n in enumerate(tree.node_ids)}
+        keep: set[int] = set()
+        for k in biggest:
+            while k not in keep:
+                keep.add(k)
+                if tree.parent[k] == -1:
+                    break
+                k = row[int(tree.parent[k])]
+        return keep
+    return set(rows)
+
+
+def format_evolution(store, entries: list[dict]) -> str:
+    """One line for a run: births, deaths, splits, merges and parent changes over ``entries``."""
+    totals = {"born": 0, "died": 0, "split_from": 0, "merged_into": 0, "parent_changed": 0}
+    nodes = []
+    for entry in entries:
+        ev = store.events(entry["epoch"])
+        if ev is not None:
+            for kind in ev.column("event").to_pylist():
+                if kind in totals:
+                    totals[kind] += 1
+        nodes.append(int(entry.get("n_nodes", 0)))
+    span = f"{entries[0]['label']} .. {entries[-1]['label']}" if entries else "no epochs"
+    return (f"evolution over {len(entries)} epochs ({span}): {totals['born']} born, {totals['died']} died, "
+            f"{totals['split_from']} split, {totals['merged_into']} merged, {totals['parent_changed']} changed "
+            f"parent; nodes per epoch {min(nodes, default=0)} .. {max(nodes, default=0)}")
 
 
 def format_lineage(store, node_id: int, *, top_words: int = 10) -> str:
@@ -436,15 +573,17 @@ def _replay_config(args, model: dict | None = None):
     return ReplayConfig(
         source=args.source, text_col=args.text_col, time_col=args.time_col, id_col=args.id_col,
         epoch_col=args.epoch_col, epoch=args.epoch, time_unit=args.time_unit, time_format=args.time_format,
-        time_range=args.time_range, min_df=args.min_df,
-        max_df=args.max_df, max_features=args.max_features, top_words=getattr(args, "top_words", 10),
+        time_range=args.time_range, format=args.format, delimiter=args.delimiter, min_df=args.min_df,
+        max_df=args.max_df, max_features=args.max_features, weighting=args.weighting,
+        top_words=getattr(args, "top_words", 10),
         model=_model_options(args) if model is None else model,
     )
 
 
 def cmd_replay(args) -> int:
     from connectors.stores.snapshot import SnapshotStore
-    from streamtree.replay import replay, stderr_progress
+    from streamtree.progress import ReplayProgress
+    from streamtree.replay import replay
 
     config = _replay_config(args)
     if config.time_col is None and config.epoch_col is None:
@@ -456,8 +595,12 @@ def cmd_replay(args) -> int:
 
         static = StaticOptions(args.static, args.static_over, args.static_max_points)
     try:
-        summary = replay(config, args.store, mode=mode, progress=None if args.quiet else stderr_progress(),
-                         static=static)
+        progress = None if args.quiet else ReplayProgress()
+        try:
+            summary = replay(config, args.store, mode=mode, progress=progress, static=static)
+        finally:
+            if progress is not None:
+                progress.close()
     except KeyboardInterrupt as exc:
         sys.stderr.write(f"\nstreamtree: {'terminated' if isinstance(exc, Terminated) else 'interrupted'}; "
                          f"{_where_store_stands(args.store)}\n")
@@ -484,7 +627,7 @@ def serve_config(args):
         late_policy=args.late_policy, idle_timeout=args.idle_timeout, poll_interval=args.poll_interval,
         settle=args.settle, require_success=args.require_success, vocabulary_from=args.vocabulary_from,
         warmup_docs=args.warmup_docs, min_df=args.min_df, max_df=args.max_df, max_features=args.max_features,
-        top_words=args.top_words, model=model)
+        weighting=args.weighting, time_format=args.time_format, time_range=args.time_range, top_words=args.top_words, model=model)
 
 
 def cmd_serve(args) -> int:
@@ -526,24 +669,63 @@ def cmd_show(args) -> int:
         return 0
     chosen = entries if args.epoch is None else [resolve_epoch(entries, args.epoch)]
     if args.static:
-        from streamtree.snapshots import format_static
-
-        for i, entry in enumerate(chosen):
-            head = f"epoch {entry['epoch']} ({entry['label']}) static {args.static}"
-            if args.static not in entry.get("static", []):
-                print(f"{head}: not (yet) computed")
-                continue
-            snap = store.read_static(entry["epoch"], args.static)
-            scalars = {k: v for k, v in snap.stats.items() if np.ndim(v) == 0}
-            print(f"{head}: " + format_static(snap.linkage, snap.heights, snap.leaf_ids, scalars))
-        return 0
+        return _show_static(store, chosen, args)
     vocab = store.vocabulary()
+    max_nodes = None if args.all else args.nodes
+    previous = None
+    if chosen[0]["epoch"] != entries[0]["epoch"]:
+        before = [e for e in entries if e["epoch"] < chosen[0]["epoch"]]
+        previous = store.read(before[-1]["epoch"]) if before else None
     for i, entry in enumerate(chosen):
         if i:
             print()
-        print(format_epoch(store.read(entry["epoch"]), vocab, top_words=args.top_words, min_docs=args.min_docs,
-                           events=store.events(entry["epoch"])))
+        stored = store.read(entry["epoch"])
+        print(format_epoch(stored, vocab, top_words=args.top_words, min_docs=args.min_docs,
+                           events=store.events(entry["epoch"]), max_nodes=max_nodes, previous=previous,
+                           max_ids=None if args.all else 8))
+        previous = stored
+    print()
+    if len(chosen) > 1:
+        print(format_evolution(store, chosen))
+    print(f"({LEGEND})")
     return 0
+
+
+def _show_static(store, chosen: list[dict], args) -> int:
+    """Print the stored static snapshots named by ``--static`` (a method, or ``method-over``)."""
+    from streamtree.snapshots import METHODS, format_static
+
+    want = args.static
+    if want.split("-")[0] not in METHODS:
+        raise _UserError(f"unknown static method {want!r}", "--static", f"choose from {', '.join(METHODS)}")
+    have = sorted({m for e in chosen for m in e.get("static", [])})
+    names = [m for m in have if m == want or m.split("-")[0] == want]
+    if not names:
+        raise _UserError(f"no static snapshot {want!r} in the store"
+                         + (f" for epoch {chosen[0]['label']}" if len(chosen) == 1 else ""), "--static",
+                         (f"stored: {', '.join(have)}" if have else "none stored")
+                         + f"; compute one with `streamtree snapshot {store.uri} --method {want.split('-')[0]} "
+                           "--epoch E`")
+    vocab = store.vocabulary()
+    missing = []
+    for entry in chosen:
+        for name in names:
+            if name not in entry.get("static", []):
+                missing.append(entry["label"])
+                continue
+            snap = store.read_static(entry["epoch"], name)
+            print(f"epoch {entry['epoch']} ({entry['label']}) static {name}: "
+                  + format_static(snap, store=store, entry=entry, vocabulary=vocab, top_words=args.top_words,
+                                  full=args.all))
+    if missing:
+        print(f"(not computed for {len(missing)} epochs: {_capped(missing)})")
+    return 0
+
+
+def _capped(items, limit: int = 8) -> str:
+    """``a, b, c ... (+N more)``: lists of ids and labels are capped in output."""
+    items = [str(i) for i in items]
+    return ", ".join(items[:limit]) + (f" ... (+{len(items) - limit} more)" if len(items) > limit else "")
 
 
 def cmd_report(args) -> int:
@@ -562,7 +744,7 @@ def cmd_report(args) -> int:
 
 def cmd_snapshot(args) -> int:
     from connectors.stores.snapshot import SnapshotStore, StoreError
-    from streamtree.snapshots import METHODS, static_snapshot
+    from streamtree.snapshots import METHODS, snapshot_name, static_snapshot
 
     if args.method not in METHODS:
         raise _UserError(f"unknown method {args.method!r}", "--method", f"choose from {', '.join(METHODS)}")
@@ -582,7 +764,8 @@ def cmd_snapshot(args) -> int:
         X = _stored_epoch_rows(store, entry, stored, args)
         res = static_snapshot(args.method, X, ids=stored.doc_ids.tolist(), labels=stored.tree.assignments,
                               max_points=args.max_points, rng=rng)
-    store.write_static(entry["epoch"], args.method, res.dendrogram, res.stats, leaf_ids=res.leaf_ids)
+    name = snapshot_name(args.method, args.over)
+    store.write_static(entry["epoch"], name, res.dendrogram, res.stats, leaf_ids=res.leaf_ids)
     h = res.dendrogram.heights
     st = res.stats
     sample = f" (a sample of {st['n_total']})" if st["sampled"] else ""
@@ -591,7 +774,8 @@ def cmd_snapshot(args) -> int:
     if "dtssbp_purity" in st:
         line += f", dendrogram purity vs dTSSBP nodes {st['dtssbp_purity']:.3f}"
     print(line)
-    print(f"stored: {args.store} epoch {entry['epoch']} static/{args.method}.parquet")
+    print(f"stored: {args.store} epoch {entry['epoch']} static/{name}.parquet "
+          f"(see it with: streamtree show {args.store} --epoch {entry['epoch']} --static {name})")
     return 0
 
 
@@ -701,7 +885,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         previous = None
     try:
-        return command(args)
+        code = command(args)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:  # `streamtree show STORE | head`: the reader has what it wanted
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so that the exit-time flush does not fail again
+        return 0
     except KeyboardInterrupt as exc:
         sys.stderr.write(f"\nstreamtree: {'terminated' if isinstance(exc, Terminated) else 'interrupted'}\n")
         return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED

@@ -3,14 +3,13 @@
 Replays the bundled State of the Union corpus (25,488 paragraphs, 1790-2018) decade by
 decade into a snapshot store under ``runs/sotu/`` and prints the evolving topic trees.
 
-Settings are chosen to finish in a few minutes on one core (about 2 minutes of CPU time
-measured for the 24 decades) while giving a readable tree:
-a 2,000-term vocabulary (terms in at least 5 paragraphs and at most half of them),
-depth 3, kappa0 = 100 (children may move well away from their parent; kappa0 = 1e4 gives
-many near-duplicate nodes and a slower run), a stick window of 1 decade and 10 Gibbs sweeps
-per decade. Pass ``--sweeps``, ``--kappa0``, ``--max-features``, ``--window`` or
-``--decades`` to change them; ``--store`` to write elsewhere. It ends by writing the HTML
-report of the store (``--report``, default ``runs/sotu-report.html``) and printing its path.
+The text pipeline runs at the defaults every command uses (the vocabulary cap chosen from the
+corpus size, English and reporting stop words, ``min_df``/``max_df``); the model settings it
+changes are the ones it prints as ``streamtree replay`` flags (depth 3, kappa0 100, a stick
+window of 1 decade and 10 sweeps per decade, chosen to finish in a few minutes on one core).
+Pass ``--sweeps``, ``--kappa0``, ``--max-features``, ``--window`` to change them; ``--store``
+to write elsewhere. It prints each decade's largest nodes and what changed, and ends by
+writing the HTML report of the store (``--report``, default ``runs/sotu-report.html``).
 """
 
 from __future__ import annotations
@@ -22,8 +21,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from streamtree.cli import format_epoch
-from streamtree.replay import ReplayConfig, replay, stderr_progress
+from streamtree.cli import LEGEND, _max_features, format_epoch, format_evolution
+from streamtree.progress import ReplayProgress
+from streamtree.replay import ReplayConfig, replay
+from streamtree.text import DEFAULT_MAX_FEATURES
 
 DATA = Path(__file__).resolve().parent.parent / "examples" / "data" / "sotu_paragraphs.parquet"
 
@@ -42,10 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--store", default="runs/sotu", help="snapshot store directory (default runs/sotu)")
     p.add_argument("--sweeps", type=int, default=10)
     p.add_argument("--kappa0", type=float, default=100.0)
-    p.add_argument("--max-features", type=int, default=2000)
+    p.add_argument("--max-features", type=_max_features, default=DEFAULT_MAX_FEATURES)
     p.add_argument("--window", type=int, default=1)
     p.add_argument("--max-depth", type=int, default=3)
-    p.add_argument("--min-docs", type=int, default=15, help="hide nodes with fewer documents when printing")
+    p.add_argument("--nodes", type=int, default=6, help="largest nodes printed per decade")
     p.add_argument("--top-words", type=int, default=8)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--report", default="runs/sotu-report.html",
@@ -62,23 +63,36 @@ def main(argv: list[str] | None = None) -> int:
     if args.likelihood is not None:
         model["likelihood"] = args.likelihood
     config = ReplayConfig(source=str(data), text_col="text", time_col=_time_column(data), epoch="10y",
-                          time_unit="year" if _time_column(data) == "year" else "auto", min_df=5, max_df=0.5,
+                          time_unit="year" if _time_column(data) == "year" else "auto",
                           max_features=args.max_features, top_words=args.top_words, model=model)
     os.makedirs(args.store, exist_ok=True)
-    print(f"replaying {data.name} by decade into {args.store} "
-          f"({config.model_params()['likelihood']}, depth {args.max_depth}, kappa0 {args.kappa0:g}, {args.max_features} terms, "
-          f"window {args.window}, {args.sweeps} sweeps per decade)", flush=True)
-    summary = replay(config, args.store, mode="overwrite", progress=stderr_progress())
+    flags = (f"--epoch 10y --max-depth {args.max_depth} --kappa0 {args.kappa0:g} --window {args.window} "
+             f"--sweeps {args.sweeps}" + ("" if args.max_features == DEFAULT_MAX_FEATURES
+                                          else f" --max-features {args.max_features}"))
+    print(f"replaying {data.name} by decade into {args.store}; the same as:\n"
+          f"  streamtree replay {data} --text-col text --time-col {config.time_col} {flags} "
+          f"--store {args.store} --overwrite", flush=True)
+    progress = ReplayProgress()
+    try:
+        summary = replay(config, args.store, mode="overwrite", progress=progress)
+    finally:
+        progress.close()
     print(summary.format())
     print()
     from connectors.stores.snapshot import SnapshotStore
 
     store = SnapshotStore(args.store)
     vocab = store.vocabulary()
-    for entry in store.epochs():
-        print(format_epoch(store.read(entry["epoch"]), vocab, top_words=args.top_words, min_docs=args.min_docs,
-                           events=store.events(entry["epoch"])))
-        print()
+    previous = None
+    entries = store.epochs()
+    for entry in entries:
+        stored = store.read(entry["epoch"])
+        print(format_epoch(stored, vocab, top_words=args.top_words, events=store.events(entry["epoch"]),
+                           max_nodes=args.nodes, previous=previous, max_ids=4))
+        previous = stored
+    print()
+    print(format_evolution(store, entries))
+    print(f"({LEGEND})")
     print(f"store: {args.store}  (browse it with: streamtree show {args.store} --epoch 1860s, "
           f"or follow a node with --node ID)")
     from streamtree.report import write_report

@@ -304,7 +304,8 @@ class DTSSBP(BaseEstimator):
             if hasattr(self, name):
                 delattr(self, name)
 
-    def partial_fit(self, X, y=None, *, epoch: int | None = None, label: str | None = None) -> "DTSSBP":
+    def partial_fit(self, X, y=None, *, epoch: int | None = None, label: str | None = None,
+                    callback=None) -> "DTSSBP":
         """Run inference for one epoch; its tree is then ``self.trees_[-1]``.
 
         Parameters
@@ -317,6 +318,9 @@ class DTSSBP(BaseEstimator):
             Epoch index (default: one more than the last). Must increase.
         label : str, optional
             Human label stored in the EpochTree.
+        callback : callable, optional
+            Called as ``callback(sweeps_done, n_sweeps, n_live_nodes)`` after each sweep (for
+            progress displays; the model itself does no I/O).
 
         Returns
         -------
@@ -337,6 +341,8 @@ class DTSSBP(BaseEstimator):
         engine = self._engine_for_run()
         children = self._seeds.spawn(1)[0].spawn(1 + engine.n_shards)
         rng = np.random.Generator(np.random.PCG64(children[0]))
+        if callback is not None:
+            engine = _SweepCallback(engine, callback, self.n_sweeps)
         sampler = EpochSampler(self.state_, self.likelihood_, self._settings(self.variant_config_), engine, rng)
         tree = sampler.run(X, int(epoch), label, children[1:], last)
         self.trees_.append(tree)
@@ -479,6 +485,22 @@ class DTSSBP(BaseEstimator):
 
 
 _NOT_JSON = object()
+
+
+class _SweepCallback:
+    """The engine, calling ``callback(done, n_sweeps, n_live)`` after each of its z-sweeps."""
+
+    def __init__(self, engine, callback, n_sweeps: int) -> None:
+        self._engine, self._callback, self._n_sweeps, self._done = engine, callback, n_sweeps, 0
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+    def sweep(self, cand):
+        stats = self._engine.sweep(cand)
+        self._done += 1
+        self._callback(self._done, self._n_sweeps, int(np.asarray(cand.live_a).shape[0]))
+        return stats
 
 
 def _jsonable(value):

@@ -36,8 +36,9 @@ from connectors.sources.files import canonical_uri
 from connectors.stores.snapshot import SnapshotStore, StoreError
 from streamtree.epochs import Epoch, EpochReader, EpochSpec, TimeRange
 from streamtree.records import EMPTY_AFTER_VOCABULARY, RejectLog
-from streamtree.snapshots import StaticOptions, static_snapshot
-from streamtree.text import TextVectorizer
+from streamtree.snapshots import StaticOptions, snapshot_name, static_snapshot
+from streamtree.text import (DEFAULT_MAX_DF, DEFAULT_MAX_FEATURES, DEFAULT_MIN_DF, DEFAULT_WEIGHTING,
+                             TextVectorizer)
 
 logger = logging.getLogger(__name__)
 
@@ -64,12 +65,13 @@ def text_model_params(model: dict) -> dict:
     return params
 
 
-def text_vectorizer(model_params: dict, min_df, max_df, max_features) -> TextVectorizer:
+def text_vectorizer(model_params: dict, min_df, max_df, max_features, weighting=DEFAULT_WEIGHTING) -> TextVectorizer:
     """The unfitted vectoriser whose rows suit the model's likelihood (its ``text_norm``)."""
     from streamtree.likelihoods import LIKELIHOODS
 
     norm = LIKELIHOODS[model_params["likelihood"]].text_norm
-    return TextVectorizer(min_df=min_df, max_df=max_df, max_features=max_features, norm=norm)
+    return TextVectorizer(min_df=min_df, max_df=max_df, max_features=max_features, norm=norm,
+                          weighting=weighting)
 
 
 @dataclass
@@ -91,9 +93,12 @@ class ReplayConfig:
     time_unit: str = "auto"
     time_format: str | None = None
     time_range: str = "auto"
-    min_df: int | float = 2
-    max_df: int | float = 0.5
-    max_features: int | None = None
+    format: str | None = None
+    delimiter: str | None = None
+    min_df: int | float = DEFAULT_MIN_DF
+    max_df: int | float = DEFAULT_MAX_DF
+    max_features: int | str | None = DEFAULT_MAX_FEATURES
+    weighting: str = DEFAULT_WEIGHTING
     top_words: int = 10
     batch_size: int = 8192
     model: dict = field(default_factory=dict)
@@ -119,7 +124,7 @@ class ReplayConfig:
         return self.model_params()["engine"]
 
     def vectorizer(self) -> TextVectorizer:
-        return text_vectorizer(self.model_params(), self.min_df, self.max_df, self.max_features)
+        return text_vectorizer(self.model_params(), self.min_df, self.max_df, self.max_features, self.weighting)
 
     def identity(self) -> dict:
         """The settings that must match for a resume: everything but where it runs, with the
@@ -130,6 +135,9 @@ class ReplayConfig:
         for name in RUN_LOCATION:
             d.pop(name, None)
         d["source"] = canonical_uri(self.source)
+        for name in ("format", "delimiter", "weighting"):  # new settings: stores written before match
+            if d[name] == getattr(ReplayConfig, name):
+                d.pop(name)
         d["model"] = {k: v for k, v in self.model_params().items() if k not in RUN_LOCATION_PARAMS}
         return json.loads(json.dumps(d))
 
@@ -174,7 +182,8 @@ class ReplaySummary:
                  f"rejects: {self.n_rejects}"]
         for reason, n in sorted(self.rejects.items(), key=lambda kv: -kv[1]):
             lines.append(f"  {reason}: {n}")
-        lines.append(f"empty after vocabulary filtering: {self.n_empty_after_filter}")
+        if self.n_empty_after_filter and EMPTY_AFTER_VOCABULARY not in self.rejects:
+            lines.append(f"empty after vocabulary filtering: {self.n_empty_after_filter}")
         rate = self.n_documents / self.fit_seconds if self.fit_seconds > 0 else float("nan")
         lines.append(f"time: {self.seconds:.1f}s ({self.fit_seconds:.1f}s fitting, {rate:.0f} documents/s)")
         return "\n".join(lines)
@@ -190,7 +199,8 @@ def open_epochs(config: ReplayConfig) -> tuple[EpochReader, object]:
         raise ValueError("--epoch column needs --epoch-col")
     time_range = TimeRange.parse(config.time_range)
     src = open_source(config.source, config.text_col, config.time_col, config.id_col, config.epoch_col,
-                      batch_size=config.batch_size, time_unit=config.time_unit, time_format=config.time_format)
+                      batch_size=config.batch_size, time_unit=config.time_unit, time_format=config.time_format,
+                      format=config.format, delimiter=config.delimiter)
     reader = EpochReader(src, spec, time_range=time_range, unique_ids=config.id_col is not None).scan()
     for note in src.notes + reader.notes:
         logger.info("%s", note)
@@ -232,6 +242,16 @@ def fit_vocabulary(config: ReplayConfig, epochs) -> TextVectorizer:
     vec = config.vectorizer()
     vec.fit(pa.chunked_array(texts, pa.string()))
     return vec
+
+
+def vocabulary_note(vec: TextVectorizer) -> str:
+    """What the text pipeline chose for this corpus, in one sentence (printed and stored)."""
+    cap = (f"the {vec.max_features_}-term cap chosen for {vec.n_fit_documents_} documents (max_features=auto)"
+           if vec.max_features == "auto" else f"max_features={vec.max_features}")
+    stop = "English and reporting stop words" if vec.stop_words == "english" else "custom stop words"
+    weights = "raw counts" if vec.norm is None else f"{vec.weighting} weights, L2-normalised rows"
+    return (f"vocabulary: {vec.vocabulary_.shape[0]} terms ({cap}; min_df={vec.min_df}, max_df={vec.max_df}; "
+            f"{stop}; {weights})")
 
 
 def _differences(stored: dict, now: dict) -> str:
@@ -296,7 +316,10 @@ def replay(
         resume a replay of the same configuration from its last checkpoint, or replace it
         (the old run stays readable until the new one commits its first epoch).
     progress : callable, optional
-        Called with an :class:`EpochProgress` after each epoch.
+        Called with an :class:`EpochProgress` after each epoch; if it also has
+        ``start_epoch(index, n_epochs, label, n_rows)`` and ``sweep(done, n_sweeps, n_live)``
+        methods (e.g. :class:`streamtree.progress.ReplayProgress`), they are called before each
+        epoch and after each of its sweeps.
     static : StaticOptions, optional
         Also fit a static hierarchy (see :mod:`streamtree.snapshots`) of each newly published
         epoch and store it as ``static/<method>.parquet``. It is written after the epoch's
@@ -335,7 +358,8 @@ def _replay(store, config, mode, progress, static, start) -> ReplaySummary:
     stored_files = store.config().get("source_files") if begin.resume_from is not None else None
     if begin.complete is not None:
         src = open_source(config.source, config.text_col, config.time_col, config.id_col, config.epoch_col,
-                          time_unit=config.time_unit, time_format=config.time_format)
+                          time_unit=config.time_unit, time_format=config.time_format, format=config.format,
+                          delimiter=config.delimiter)
         _check_source(store, src, stored_files)
         summary = ReplaySummary(n_published=0, complete_before=True, **begin.complete["summary"])
         summary.seconds = time.perf_counter() - start
@@ -356,6 +380,7 @@ def _replay(store, config, mode, progress, static, start) -> ReplaySummary:
             model = config.estimator()
             totals = {"documents": 0, "rejects": {}, "empty_after_filter": 0, "fit_seconds": 0.0, "epochs": 0}
             first = 0
+        notes = notes + [vocabulary_note(vec)]  # on resume too: the summaries of both runs agree
         run = _Run(store, config, vec, model, reader, totals, progress, static,
                    begun=begin.resume_from is not None, source_files=src.fingerprint(), notes=notes)
         try:
@@ -409,7 +434,10 @@ class _Run:
         for ep in self.reader.epochs(start=first):
             t0 = time.perf_counter()
             empty_before = fitter.n_empty
-            fitted = fitter.fit(ep)
+            start = getattr(self.progress, "start_epoch", None)
+            if start is not None:
+                start(ep.index, self.reader.n_epochs, ep.label, ep.n_rows)
+            fitted = fitter.fit(ep, callback=getattr(self.progress, "sweep", None))
             t["empty_after_filter"] += fitter.n_empty - empty_before
             if fitted is None:  # the model needs documents in its first epoch: rejects carried
                 continue
@@ -480,7 +508,8 @@ class EpochFitter:
         self.carried: list[pa.Table] = []
         self.n_empty = 0
 
-    def fit(self, ep: Epoch) -> FittedEpoch | None:
+    def fit(self, ep: Epoch, callback=None) -> FittedEpoch | None:
+        """Fit one epoch; ``callback(sweeps_done, n_sweeps, n_live)`` follows its sweeps."""
         p = self.vectorizer.vocabulary_.shape[0]
         if ep.n_rows:
             X = self.vectorizer.transform(ep.rows.column("text"))
@@ -495,7 +524,7 @@ class EpochFitter:
             self.carried = [rejects]
             return None
         self.carried = []
-        self.model.partial_fit(X, epoch=ep.index, label=ep.label)
+        self.model.partial_fit(X, epoch=ep.index, label=ep.label, callback=callback)
         return FittedEpoch(ep, self.model.trees_[-1], X, rejects)
 
 
@@ -513,7 +542,8 @@ def _write_static(store: SnapshotStore, opts: StaticOptions, ep: Epoch, tree, X,
     except ValueError as exc:  # e.g. an epoch with a single document or node
         logger.warning("epoch %s: no static %s snapshot: %s", ep.label, opts.method, exc)
         return
-    store.write_static(ep.index, opts.method, res.dendrogram, res.stats, leaf_ids=res.leaf_ids)
+    store.write_static(ep.index, snapshot_name(opts.method, opts.over), res.dendrogram, res.stats,
+                       leaf_ids=res.leaf_ids)
     logger.info("epoch %s: static %s snapshot over %d %s in %.2fs", ep.label, opts.method,
                 res.stats["n_points"], opts.over, time.perf_counter() - t0)
 

@@ -66,10 +66,11 @@ import streamtree
 from connectors.landing import LandedFile, LandingError, LandingZone, read_landed
 from connectors.stores.ledger import LEDGER_TABLE, ledger_table, read_ledger
 from connectors.stores.snapshot import SnapshotStore, StoreError
-from streamtree.epochs import LATE_POLICIES, Bucketer, Epoch, EpochSpec
-from streamtree.records import REJECT_SCHEMA, make_rejects
+from streamtree.epochs import LATE_POLICIES, Bucketer, Epoch, EpochSpec, TimeRange
+from streamtree.records import OUT_OF_RANGE, REJECT_SCHEMA, make_rejects, reject_rows
 from streamtree.model import RUN_LOCATION_PARAMS
 from streamtree.replay import EpochFitter, text_model_params, text_vectorizer
+from streamtree.text import DEFAULT_MAX_DF, DEFAULT_MAX_FEATURES, DEFAULT_MIN_DF, DEFAULT_WEIGHTING
 from streamtree.text import TextVectorizer
 from streamtree.watermark import Watermark, is_idle
 
@@ -103,9 +104,12 @@ class ServeConfig:
     require_success: bool = False
     vocabulary_from: str | None = None
     warmup_docs: int = 1000
-    min_df: int | float = 2
-    max_df: int | float = 0.5
-    max_features: int | None = None
+    min_df: int | float = DEFAULT_MIN_DF
+    max_df: int | float = DEFAULT_MAX_DF
+    max_features: int | str | None = DEFAULT_MAX_FEATURES
+    weighting: str = DEFAULT_WEIGHTING
+    time_format: str | None = None
+    time_range: str = "all"
     top_words: int = 10
     batch_size: int = 8192
     model: dict = field(default_factory=dict)
@@ -123,6 +127,9 @@ class ServeConfig:
             raise ValueError("idle timeout must be positive")
         if int(self.warmup_docs) < 1:
             raise ValueError("warm-up documents must be at least 1")
+        if TimeRange.parse(self.time_range).text == "auto":
+            raise ValueError("a service cannot tell the bulk of a stream in advance: give --time-range all or "
+                             "START..END")
         spec = EpochSpec.parse(self.epoch)
         if spec.kind == "column":
             raise ValueError("serve needs event-time epochs (e.g. 1d, month, 10y): a watermark cannot close column epochs")
@@ -134,6 +141,9 @@ class ServeConfig:
     def identity(self) -> dict:
         """What must match for a restart to continue a store (not where or how often it runs)."""
         d = {k: v for k, v in asdict(self).items() if k not in self._RUNTIME}
+        for name in ("weighting", "time_format", "time_range"):  # new settings: stores written before match
+            if d[name] == getattr(ServeConfig, name):
+                d.pop(name)
         d["model"] = {k: v for k, v in sorted(self.model_params().items()) if k not in RUN_LOCATION_PARAMS}
         return json.loads(json.dumps(d, default=str))
 
@@ -142,7 +152,7 @@ class ServeConfig:
         return text_model_params(self.model)
 
     def vectorizer(self) -> TextVectorizer:
-        return text_vectorizer(self.model_params(), self.min_df, self.max_df, self.max_features)
+        return text_vectorizer(self.model_params(), self.min_df, self.max_df, self.max_features, self.weighting)
 
 
 # ------------------------------------------------------------------------------ metrics
@@ -410,7 +420,8 @@ class Service:
         self._seq += 1
         try:
             read = read_landed(self.landing.fs, landed, text_col=c.text_col, time_col=c.time_col,
-                               id_col=c.id_col, time_unit=c.time_unit, batch_size=c.batch_size)
+                               id_col=c.id_col, time_unit=c.time_unit, batch_size=c.batch_size,
+                               time_format=c.time_format)
         except LandingError as exc:
             msg = str(exc).split(": ", 1)[-1]
             event.update(status="unreadable", detail=msg)
@@ -441,6 +452,13 @@ class Service:
         self._totals["rows_read"] += read.n_read
         self.metrics.rows_read.inc(read.n_read)
         self.bucketer.add_rejects(read.rejects)
+        lo, hi = TimeRange.parse(self.config.time_range).key_range(self.spec)
+        if rows.num_rows and (lo is not None or hi is not None):
+            keys = self.spec.keys(rows)
+            out = ((keys < lo) if lo is not None else False) | ((keys > hi) if hi is not None else False)
+            if np.any(out):
+                self.bucketer.add_rejects(reject_rows(rows.filter(pa.array(out)), OUT_OF_RANGE))
+                rows = rows.filter(pa.array(~out))
         if rows.num_rows:
             for k in np.unique(self.spec.keys(rows)).tolist():
                 self._epoch_ready_ns[k] = max(self._epoch_ready_ns.get(k, 0), landed.ready_ns)

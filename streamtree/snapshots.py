@@ -196,23 +196,77 @@ def static_snapshot(
     return SnapshotResult(dendrogram=dend, leaf_ids=leaf_ids, rows=rows, stats=stats)
 
 
-def format_static(linkage: np.ndarray, heights: np.ndarray, leaf_ids, scalars: dict, *,
-                  top: int = 8, newick_chars: int = 240) -> str:
-    """A compact text view of a stored snapshot: the fit, the top merges, a Newick prefix."""
+def snapshot_name(method: str, over: str) -> str:
+    """The stored name of a snapshot: one per (method, leaves), e.g. ``bhc-nodes``, so that a
+    snapshot over documents never overwrites one over nodes."""
+    return f"{check_method(method)}-{over}"
+
+
+def format_static(snap, *, store=None, entry: dict | None = None, vocabulary=None, top_words: int = 8,
+                  n_clusters: int = 6, full: bool = False, newick_chars: int = 240) -> str:
+    """A compact text view of a stored static snapshot: its fit, then the clusters below the
+    top merges (cut into at most ``n_clusters``), each with its size and top words.
+
+    Words come from the epoch's stored tree: over nodes, the mean direction of the cluster's
+    nodes; over documents, the mean direction of the nodes its documents were assigned to.
+    ``full`` adds the Newick string (leaf names quoted where Newick needs it).
+    """
+    from scipy.cluster.hierarchy import fcluster
+
+    linkage, heights, leaf_ids = snap.linkage, snap.heights, snap.leaf_ids
     n = linkage.shape[0] + 1
-    head = ", ".join(f"{k} {v}" for k, v in scalars.items() if not isinstance(v, (list, dict)))
-    lines = [f"{n} leaves; heights {float(np.min(heights)):.4g} .. {float(np.max(heights)):.4g}; {head}"]
-    lines.append(f"top {min(top, n - 1)} merges (root first): size = left + right @ height")
-    size = np.concatenate([np.ones(n, dtype=np.int64), linkage[:, 3].astype(np.int64)])
-    for k in range(n - 2, max(n - 2 - top, -1), -1):
-        a, b = int(linkage[k, 0]), int(linkage[k, 1])
-        lines.append(f"  #{n + k}: {size[n + k]} = {size[a]} + {size[b]} @ {heights[k]:.4g}")
-    dend = Dendrogram(linkage=linkage, heights=heights)
-    labels = leaf_ids if leaf_ids is not None else None
-    newick = dend.to_newick(labels=labels, branch_lengths=False)
-    lines.append("newick: " + (newick if len(newick) <= newick_chars else newick[:newick_chars] + " ..."))
+    scalars = {k: v for k, v in snap.stats.items() if np.ndim(v) == 0 and k not in ("method",)}
+    shown = ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in scalars.items())
+    lines = [f"{n} leaves, heights {float(np.min(heights)):.4g} .. {float(np.max(heights)):.4g}; {shown}"]
+    k = max(1, min(n_clusters, n))
+    labels = fcluster(linkage, t=k, criterion="maxclust") if n > 1 else np.ones(1, dtype=int)
+    theta, words_of = _leaf_directions(store, entry, leaf_ids, snap.stats.get("over"), n)
+    order = sorted(np.unique(labels).tolist(), key=lambda c: -int(np.sum(labels == c)))
+    for rank, c in enumerate(order, 1):
+        members = np.flatnonzero(labels == c)
+        text = ""
+        if theta is not None and vocabulary is not None:
+            rows = theta[members]
+            rows = rows[np.any(rows != 0, axis=1)]
+            if rows.shape[0]:
+                mean = rows.mean(axis=0)
+                text = ": " + " ".join(vocabulary[np.argsort(-mean, kind="stable")[:top_words]].tolist())
+        elif words_of is not None:
+            text = ": " + " ".join(words_of(members)[:top_words])
+        lines.append(f"  cluster {rank}: {members.size} leaves{text}")
+    if full:
+        dend = Dendrogram(linkage=linkage, heights=heights)
+        lines.append("newick: " + dend.to_newick(labels=leaf_ids, branch_lengths=False))
     return "\n".join(lines)
 
 
+def _leaf_directions(store, entry, leaf_ids, over, n: int):
+    """Per leaf, the direction whose words describe it (rows of the epoch's node theta), or
+    ``(None, words_of)`` when only the stored top words are available."""
+    if store is None or entry is None or leaf_ids is None:
+        return None, None
+    stored = store.read(entry["epoch"])
+    tree = stored.tree
+    row_of_node = {int(v): i for i, v in enumerate(tree.node_ids)}
+    if over == "nodes" or (over is None and all(str(x).lstrip("-").isdigit() for x in leaf_ids)):
+        rows = np.asarray([row_of_node.get(int(x), -1) for x in leaf_ids])
+    else:
+        node_of_doc = {str(d): int(a) for d, a in zip(stored.doc_ids, tree.assignments)}
+        rows = np.asarray([row_of_node.get(node_of_doc.get(str(x), -1), -1) for x in leaf_ids])
+    if not stored.theta_exact:
+        def words_of(members):
+            counts: dict[str, int] = {}
+            for r in rows[members]:
+                for w in (stored.top_words[r] if r >= 0 else []):
+                    counts[w] = counts.get(w, 0) + 1
+            return sorted(counts, key=lambda w: -counts[w])
+        return None, words_of
+    theta = np.zeros((n, tree.theta.shape[1]))
+    ok = rows >= 0
+    theta[ok] = tree.theta[rows[ok]]
+    return theta, None
+
+
 __all__ = ["DEFAULT_COMPONENTS", "DEFAULT_MAX_POINTS", "DEFAULT_TMC_SWEEPS", "METHODS", "OVER",
-           "SnapshotResult", "StaticOptions", "check_method", "format_static", "project", "static_snapshot"]
+           "SnapshotResult", "StaticOptions", "check_method", "format_static", "project", "snapshot_name",
+           "static_snapshot"]

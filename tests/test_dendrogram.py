@@ -70,3 +70,12 @@ def test_validation():
         Dendrogram.from_merges([0, 5], [1, 2], [1.0, 2.0], 3)  # cluster 5 does not exist yet
     with pytest.raises(ValueError, match="statistic"):
         Dendrogram.from_merges([0, 3], [1, 2], [1.0, 2.0], 3, stats={"x": np.zeros(3)})
+
+
+def test_newick_quotes_leaf_names_with_special_characters():
+    from scipy.cluster.hierarchy import linkage
+
+    Z = linkage(np.array([[0.0], [1.0], [5.0]]), "average")
+    d = Dendrogram(linkage=Z, heights=Z[:, 2])
+    text = d.to_newick(labels=["sou.parquet:4358", "it's", "plain"], branch_lengths=True)
+    assert "'sou.parquet:4358'" in text and "'it''s'" in text and "plain" in text and "'plain'" not in text

@@ -129,7 +129,7 @@ def test_show_marks_events(tmp_path, capsys):
     assert "1 split, 1 merged, 1 changed parent" in out.splitlines()[0]
     assert "    <[3] " in out and "(split from 1)" in out
     assert "    ^[2] " in out
-    assert "merged: 9 -> 0" in out
+    assert "merged: [9]" in out and "-> [0]" in out
     assert "< born by splitting from another node, ^ parent changed" in out
     assert main(["show", store.uri, "--epoch", "c"]) == 0  # derived events: the parent change of node 2
     out = capsys.readouterr().out

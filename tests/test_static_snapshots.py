@@ -83,16 +83,16 @@ def test_replay_with_static_bhc_writes_a_readable_parquet_per_epoch(static_store
     entries = store.epochs()
     assert len(entries) == 3
     for e in entries:
-        assert e["static"] == ["bhc"]
+        assert e["static"] == ["bhc-documents"]
         stored = store.read(e["epoch"])
-        snap = store.read_static(e["epoch"], "bhc")
+        snap = store.read_static(e["epoch"], "bhc-documents")
         n_docs = len(stored.doc_ids)
         assert len(snap.leaf_ids) == min(n_docs, 40) == snap.linkage.shape[0] + 1
         assert is_valid_linkage(snap.linkage)
         assert set(snap.leaf_ids) <= set(stored.doc_ids.tolist())
         assert snap.stats["method"] == "bhc" and snap.stats["n_total"] == n_docs
         assert 0.0 < snap.stats["dtssbp_purity"] <= 1.0
-        table = pq.read_table(f"{uri}/{e['path']}/static/bhc.parquet")
+        table = pq.read_table(f"{uri}/{e['path']}/static/bhc-documents.parquet")
         assert table.num_rows == snap.linkage.shape[0] and "stat_log_rk" in table.column_names
 
 
@@ -102,17 +102,37 @@ def test_snapshot_command_over_nodes_and_documents_then_show(static_store, capsy
     out = capsys.readouterr().out
     store = SnapshotStore(uri)
     tree = store.read(1).tree
-    snap = store.read_static(1, "tmc")
+    snap = store.read_static(1, "tmc-nodes")
     assert sorted(int(i) for i in snap.leaf_ids) == sorted(tree.node_ids.tolist())
     assert f"{tree.n_nodes} leaves" in out and "heights" in out
     assert main(["snapshot", uri, "--method", "coalescent", "--epoch", "0", "--over", "documents",
                  "--source", str(path), "--max-points", "30"]) == 0
     out = capsys.readouterr().out
     assert "30 leaves (a sample of" in out and "dendrogram purity vs dTSSBP nodes" in out
-    assert set(store.read_static(0, "coalescent").leaf_ids) <= set(store.read(0).doc_ids.tolist())
-    assert main(["show", uri, "--static", "tmc"]) == 0
+    assert set(store.read_static(0, "coalescent-documents").leaf_ids) <= set(store.read(0).doc_ids.tolist())
+    # over nodes and over documents are two snapshots: neither overwrites the other
+    assert main(["snapshot", uri, "--method", "tmc", "--epoch", "1", "--over", "documents"]) == 0
+    capsys.readouterr()
+    assert store.epochs()[1]["static"] == ["bhc-documents", "tmc-documents", "tmc-nodes"]
+    assert main(["show", uri, "--static", "tmc-nodes"]) == 0
     out = capsys.readouterr().out
-    assert "static tmc:" in out and "newick: (" in out and "not (yet) computed" in out
+    assert "static tmc-nodes:" in out and "cluster 1:" in out and "not computed for 2 epochs" in out
+    assert "newick" not in out  # --all adds it
+    assert main(["show", uri, "--static", "tmc", "--epoch", "1", "--all"]) == 0
+    out = capsys.readouterr().out
+    assert "static tmc-documents:" in out and "static tmc-nodes:" in out and "newick: (" in out
+    vocab = set(store.vocabulary().tolist())
+    cluster_words = [w for line in out.splitlines() if line.strip().startswith("cluster")
+                     for w in line.split("leaves: ", 1)[1].split()]
+    assert cluster_words and set(cluster_words) <= vocab
+
+
+@pytest.mark.parametrize("args", [["--static", "foo"], ["--static", "coalescent", "--epoch", "2"]])
+def test_show_static_unknown_or_missing_is_an_error(static_store, capsys, args):
+    _, uri = static_store
+    assert main(["show", uri, *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--static" in err
 
 
 @pytest.mark.parametrize("args, expected", [

@@ -96,8 +96,10 @@ class Source:
     re-reads the files and appends to the same reject log.
     """
 
-    def __init__(self, uri, text_col, time_col, id_col, epoch_col, batch_size, time_unit, fmt, time_format=None):
+    def __init__(self, uri, text_col, time_col, id_col, epoch_col, batch_size, time_unit, fmt, time_format=None,
+                 delimiter=None):
         self.uri = uri
+        self.delimiter = delimiter
         self.text_col = text_col
         self.time_col = time_col
         self.id_col = id_col
@@ -146,7 +148,7 @@ class Source:
             unknown = next(f for f in self.files if format_of(f) is None)
             if len(self.files) == 1:
                 return self._sniff(unknown)
-            raise SourceError(unknown, "unknown file type (expected .parquet, .arrow, .arrows, .jsonl, .csv); pass format=")
+            raise SourceError(unknown, "unknown file type (expected .parquet, .arrow, .arrows, .jsonl, .csv, .tsv); pass format= (--format)")
         if len(found) > 1:
             raise SourceError(self.uri, f"directory mixes formats {sorted(found)}; pass format= or split it")
         fmt = found.pop()
@@ -167,7 +169,7 @@ class Source:
             return "parquet"
         if head[:4] == b"\xff\xff\xff\xff":
             return "ipc-stream"
-        raise SourceError(path, "unknown file type (expected .parquet, .arrow, .arrows, .jsonl, .csv); pass format=")
+        raise SourceError(path, "unknown file type (expected .parquet, .arrow, .arrows, .jsonl, .csv, .tsv); pass format= (--format)")
 
     def _mapped(self) -> dict[str, str | None]:
         return {"text": self.text_col, "time": self.time_col, "id": self.id_col, "epoch": self.epoch_col}
@@ -215,6 +217,8 @@ class Source:
         name = path.lower()
         for ext in _COMPRESSED:
             name = name.removesuffix(ext)
+        if self.delimiter is not None:
+            return pacsv.ParseOptions(delimiter=self.delimiter, newlines_in_values=True)
         return pacsv.ParseOptions(delimiter="\t" if name.endswith(".tsv") else ",", newlines_in_values=True)
 
     # ---- reading ---------------------------------------------------------------------
@@ -334,6 +338,7 @@ def open_source(
     time_unit: str = "auto",
     format: str | None = None,
     time_format: str | None = None,
+    delimiter: str | None = None,
 ) -> Source:
     """Open a file source and map its columns.
 
@@ -361,8 +366,12 @@ def open_source(
         ``strptime`` pattern for time strings that are not ISO 8601 (default: detect one of
         the common formats, see :mod:`connectors.sources.times`).
     format : str, optional
-        One of ``parquet``, ``ipc``, ``ipc-stream``, ``jsonl``, ``csv``; by default from the
-        file extension (or magic bytes for a single file with no known extension).
+        One of ``parquet``, ``ipc``, ``ipc-stream``, ``jsonl``, ``csv``, ``tsv`` (CSV with tab
+        delimiters); by default from the file extension (or magic bytes for a single file with
+        no known extension).
+    delimiter : str, optional
+        Field delimiter of CSV files, one character (default ``,``, or a tab for ``.tsv``
+        files and ``format="tsv"``).
 
     Raises
     ------
@@ -378,8 +387,17 @@ def open_source(
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     if time_unit not in TIME_UNITS:
         raise ValueError(f"time_unit must be one of {TIME_UNITS}, got {time_unit!r}")
+    if format == "tsv":
+        format, delimiter = "csv", "\t" if delimiter is None else delimiter
     if format is not None and format not in FORMATS:
-        raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
+        raise ValueError(f"format must be one of {FORMATS + ('tsv',)}, got {format!r}")
+    if delimiter is not None:
+        if delimiter in ("\\t", "tab"):
+            delimiter = "\t"
+        if not isinstance(delimiter, str) or len(delimiter) != 1 or delimiter in "\r\n\"":
+            raise ValueError(f"delimiter must be one character other than a quote or newline, got {delimiter!r}")
+        if format not in (None, "csv"):
+            raise ValueError(f"delimiter is for CSV sources, not format {format!r}")
     if time_format is not None and (not isinstance(time_format, str) or "%" not in time_format):
         raise ValueError(f"time_format must be a strptime pattern such as '%d/%m/%Y', got {time_format!r}")
-    return Source(uri, text_col, time_col, id_col, epoch_col, batch_size, time_unit, format, time_format)
+    return Source(uri, text_col, time_col, id_col, epoch_col, batch_size, time_unit, format, time_format, delimiter)

@@ -90,7 +90,7 @@ class Dendrogram:
     def to_newick(self, labels=None, branch_lengths: bool = True) -> str:
         """Newick string; branch lengths are height differences (leaves at height 0)."""
         n = self.n_leaves
-        names = [str(i) for i in range(n)] if labels is None else [str(x) for x in labels]
+        names = [str(i) for i in range(n)] if labels is None else [_newick_label(str(x)) for x in labels]
         if len(names) != n:
             raise ValueError(f"{len(names)} labels for {n} leaves")
         height = np.concatenate([np.zeros(n), self.heights])
@@ -113,3 +113,14 @@ class Dendrogram:
             return render(2 * n - 2, None) + ";" if n > 1 else names[0] + ";"
         finally:
             sys.setrecursionlimit(limit)
+
+
+_NEWICK_SPECIAL = set("()[]':;, \t\n")
+
+
+def _newick_label(name: str) -> str:
+    """A leaf name as Newick reads it back: quoted (``'...'``, inner quotes doubled) when it holds
+    a character Newick gives a meaning, e.g. the ``:`` of ids like ``file.parquet:42``."""
+    if any(c in _NEWICK_SPECIAL for c in name):
+        return "'" + name.replace("'", "''") + "'"
+    return name
