@@ -483,6 +483,66 @@ class DTSSBP(BaseEstimator):
         model.predictive_ = model._predictive_kernel(normalized=True)
         return model
 
+    # ------------------------------------------------------------------ new documents
+    def _live_log_weights(self, X) -> np.ndarray:
+        """Per row and live node: log mass + log likelihood, as the z-kernel scores them.
+
+        Family constants equal for every node are left out; they cancel in the posterior.
+        """
+        from streamtree.inference.enumerated import row_sq_norms
+
+        self._check_fitted()
+        X = self._validate_X(X, type(self.likelihood_))
+        cand = self.predictive_
+        scores = np.asarray(X @ cand.coef_T, dtype=np.float64)
+        weights = cand.live_a + cand.live_b * scores
+        if np.any(cand.live_c != 0):
+            weights += cand.live_c * row_sq_norms(X)[:, None]
+        return weights
+
+    def transform(self, X) -> np.ndarray:
+        """Posterior probability of each live node of the current tree, per row.
+
+        The current tree is ``trees_[-1]``, scored with the same posterior-mean masses, node
+        parameters and concentrations as :meth:`score_samples`. The probabilities are
+        renormalised over the live nodes: the mass of unseen children (new nodes), which
+        :meth:`score_samples` includes in the density, is not a column, so each row sums to 1.
+
+        Parameters
+        ----------
+        X : matrix, shape (n, p)
+            As for :meth:`partial_fit`.
+
+        Returns
+        -------
+        ndarray of shape (n, n_nodes)
+            Column ``j`` is node ``trees_[-1].node_ids[j]``.
+        """
+        weights = self._live_log_weights(X)
+        weights -= weights.max(axis=1, keepdims=True)
+        np.exp(weights, out=weights)
+        weights /= weights.sum(axis=1, keepdims=True)
+        return weights
+
+    def predict(self, X) -> np.ndarray:
+        """The MAP node of each row under the current tree.
+
+        The node maximising log mass + log likelihood over the live nodes of ``trees_[-1]``:
+        the argmax of :meth:`transform`'s row.
+
+        Parameters
+        ----------
+        X : matrix, shape (n, p)
+            As for :meth:`partial_fit`.
+
+        Returns
+        -------
+        ndarray of int64, shape (n,)
+            Node ids (values of ``trees_[-1].node_ids``).
+        """
+        weights = self._live_log_weights(X)
+        return np.asarray(self._last_tree.node_ids, dtype=np.int64)[np.argmax(weights, axis=1)]
+
 
 _NOT_JSON = object()
 

@@ -1,0 +1,84 @@
+"""New documents against the current tree: DTSSBP.predict / transform and `streamtree assign`."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from scipy.special import logsumexp
+from sklearn.exceptions import NotFittedError
+
+from streamtree import DTSSBP
+from streamtree.inference.epoch_sampler import predictive_masses
+from streamtree.likelihoods.vmf import log_normalizer
+from streamtree.synthetic import vmf_tree_corpus
+
+
+def _vmf_model():
+    rng = np.random.default_rng(3)
+    X = vmf_tree_corpus(rng, p=40, branching=(2, 2), kappa=40.0, beta=200.0, docs_per_node=15).X
+    model = DTSSBP(kappa0=20.0, max_depth=3, n_sweeps=6, random_state=0).fit([X[:60], X[60:]])
+    return model, X
+
+
+def _multinomial_model():
+    rng = np.random.default_rng(2)
+    topics = np.array([[0.7, 0.1, 0.1, 0.1], [0.1, 0.1, 0.1, 0.7], [0.1, 0.7, 0.1, 0.1]])
+    X = sp.csr_matrix(np.array([rng.multinomial(8, topics[i % 3]) for i in range(60)], dtype=float))
+    model = DTSSBP(likelihood="multinomial", kappa0=20.0, max_depth=2, n_sweeps=6, random_state=0).fit([X])
+    return model, X
+
+
+def _brute_force_log_weights(model, X):
+    """log pi_k + log f(x | node k), written out per family from the tree's parameters."""
+    tree = model.trees_[-1]
+    log_pi, _, _ = predictive_masses(tree, model._settings(model.variant_config_))
+    Xd = X.toarray()
+    if model.likelihood == "vmf":
+        kappa = tree.concentration
+        loglik = log_normalizer(X.shape[1], kappa)[None, :] + kappa[None, :] * (Xd @ tree.theta.T)
+    else:
+        loglik = Xd @ np.log(tree.theta).T
+    return log_pi[None, :] + loglik
+
+
+@pytest.mark.parametrize("make", [_vmf_model, _multinomial_model], ids=["vmf", "multinomial"])
+def test_transform_and_predict_match_brute_force(make):
+    model, X = make()
+    tree = model.trees_[-1]
+    P = model.transform(X)
+    assert P.shape == (X.shape[0], tree.n_nodes)
+    np.testing.assert_allclose(P.sum(axis=1), 1.0, atol=1e-12)
+    W = _brute_force_log_weights(model, X)
+    want = np.exp(W - logsumexp(W, axis=1, keepdims=True))
+    np.testing.assert_allclose(P, want, atol=1e-6)
+    labels = model.predict(X)
+    assert labels.dtype == np.int64
+    np.testing.assert_array_equal(labels, tree.node_ids[np.argmax(P, axis=1)])
+    np.testing.assert_array_equal(labels, tree.node_ids[np.argmax(W, axis=1)])
+    assert len(np.unique(labels)) > 1  # the tiny corpora have more than one topic
+
+
+def test_live_posterior_is_below_the_full_predictive():
+    """transform drops the new-node mass that score_samples includes: the live mixture's log
+    density can only be below the full one."""
+    model, X = _vmf_model()
+    W = _brute_force_log_weights(model, X)
+    assert np.all(logsumexp(W, axis=1) <= model.score_samples(X) + 1e-9)
+
+
+def test_predict_and_transform_check_state_and_input():
+    model = DTSSBP()
+    X = sp.csr_matrix(np.eye(3))
+    with pytest.raises(NotFittedError):
+        model.predict(X)
+    with pytest.raises(NotFittedError):
+        model.transform(X)
+    fitted, Xf = _vmf_model()
+    with pytest.raises(ValueError, match="features"):
+        fitted.predict(sp.csr_matrix(np.ones((2, Xf.shape[1] + 1)) / np.sqrt(Xf.shape[1] + 1)))
+
+
+def test_predict_after_checkpoint_round_trip():
+    model, X = _vmf_model()
+    restored = DTSSBP.from_checkpoint(*model.get_checkpoint())
+    np.testing.assert_array_equal(restored.predict(X), model.predict(X))
+    np.testing.assert_allclose(restored.transform(X), model.transform(X))
