@@ -1,4 +1,5 @@
-"""The ``streamtree`` command line: ``replay``, ``serve``, ``show``, ``snapshot``, ``evaluate`` and ``report``.
+"""The ``streamtree`` command line: ``replay``, ``serve``, ``show``, ``snapshot``, ``evaluate``, ``report`` and
+``assign``.
 
 Errors print one line ``streamtree <command>: error: <what> (<where>): <what to do>``, with
 no traceback (``-vv`` shows it). Exit status:
@@ -284,6 +285,27 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--static", metavar="METHOD",
                    help="print the stored static snapshots of METHOD (bhc, coalescent, tmc; or e.g. bhc-nodes) "
                         "instead: clusters with their top words")
+
+    a = sub.add_parser("assign", help="assign new documents to the nodes of a stored epoch's tree",
+                       description="Load the model of one stored epoch, vectorise SOURCE's texts with the "
+                                   "store's vocabulary and write each document's MAP node, its posterior "
+                                   "probability and the document's log predictive density to a Parquet file. "
+                                   "Documents with no vocabulary term, and source records that cannot be "
+                                   "read, are kept with an empty node and the reason.")
+    a.add_argument("store", help="snapshot store directory (or pyarrow.fs URI)")
+    a.add_argument("source", help="Parquet/Arrow/JSONL/CSV file, directory or dataset of new documents")
+    a.add_argument("--epoch", help="epoch index or label whose tree is used (default: the latest)")
+    a.add_argument("-o", "--output", required=True, help="Parquet file to write")
+    a.add_argument("--text-col", help="column holding the document text (default: the stored replay's)")
+    a.add_argument("--time-col", help="column holding the document time (default: the stored replay's; "
+                                      "times are only checked, not used)")
+    a.add_argument("--id-col", help="column holding document ids (default: the stored replay's, else <file>:<row>)")
+    a.add_argument("--time-unit", default="auto", choices=["auto", "year", "s", "ms", "us", "ns"],
+                   help="how numeric times are read")
+    a.add_argument("--time-format", help="strptime pattern for time strings that are not ISO 8601")
+    a.add_argument("--format", choices=["parquet", "ipc", "ipc-stream", "jsonl", "csv", "tsv"],
+                   help="file format (default: from the file extension)")
+    a.add_argument("--delimiter", help="CSV field delimiter, one character or 'tab' (default: ',' or a tab for .tsv)")
 
     rp = sub.add_parser("report", help="write a self-contained HTML report of a store (opens offline)",
                         description="Write one HTML file showing the evolving tree over epochs, each epoch's "
@@ -815,6 +837,76 @@ def _stored_epoch_rows(store, entry: dict, stored, args):
     return X
 
 
+def cmd_assign(args) -> int:
+    """Assign SOURCE's documents to the nodes of one stored epoch's tree."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from connectors.sources.files import open_source
+    from connectors.stores.snapshot import SnapshotStore, StoreError
+    from streamtree.model import DTSSBP
+    from streamtree.text import TextVectorizer
+
+    store = SnapshotStore(args.store)
+    entries = store.epochs()
+    if not entries:
+        raise StoreError(f"{args.store}: no published epochs (is this a store? run `streamtree replay` first)")
+    entry = entries[-1] if args.epoch is None else resolve_epoch(entries, args.epoch)
+    vec = store.vectorizer()
+    if vec is None:
+        raise StoreError(f"{args.store}: no stored vocabulary; cannot vectorise documents")
+    model = DTSSBP.from_checkpoint(*store.read_checkpoint(int(entry["epoch"])))
+    stored = dict(store.config().get("replay") or {})
+    text_col = args.text_col or stored.get("text_col")
+    time_col = args.time_col or stored.get("time_col")
+    id_col = args.id_col or stored.get("id_col")
+    if text_col is None:
+        raise _UserError("no text column", "assign", "give --text-col")
+    if time_col is None:
+        raise _UserError("no time column", "assign", "give --time-col (the column holding each document's time)")
+    src = open_source(args.source, text_col, time_col, id_col, time_unit=args.time_unit, format=args.format,
+                      time_format=args.time_format, delimiter=args.delimiter)
+    rows = src.read_all()
+    ids = rows.column("id").to_pylist()
+    X = vec.transform(rows.column("text"))
+    empty = TextVectorizer.empty_rows(X)
+    keep = np.flatnonzero(~empty)
+    n = len(ids)
+    node = np.zeros(n, dtype=np.int64)
+    probability = np.full(n, np.nan)
+    log_density = np.full(n, np.nan)
+    if keep.size:
+        Xk = X[keep]
+        P = model.transform(Xk)
+        best = np.argmax(P, axis=1)
+        node[keep] = model.trees_[-1].node_ids[best]
+        probability[keep] = P[np.arange(keep.size), best]
+        log_density[keep] = model.score_samples(Xk)
+    reason = [None if ok else "empty after vocabulary filtering" for ok in ~empty]
+    rejects = src.rejects.table() if src.rejects.total else None
+    out_ids = ids + ([] if rejects is None else rejects.column("id").to_pylist())
+    out_reason = reason + ([] if rejects is None else rejects.column("reason").to_pylist())
+    n_rej = 0 if rejects is None else rejects.num_rows
+    assigned = np.concatenate([~empty, np.zeros(n_rej, dtype=bool)])
+    pad = np.zeros(n_rej)
+    table = pa.table({
+        "id": pa.array(out_ids, pa.string()),
+        "node": pa.array(np.concatenate([node, pad.astype(np.int64)]), pa.int64(), mask=~assigned),
+        "probability": pa.array(np.concatenate([probability, pad]), pa.float64(), mask=~assigned),
+        "log_density": pa.array(np.concatenate([log_density, pad]), pa.float64(), mask=~assigned),
+        "reason": pa.array(out_reason, pa.string()),
+    })
+    pq.write_table(table, args.output)
+    n_nodes = len(np.unique(node[keep])) if keep.size else 0
+    counts = ", ".join(f"{r}: {c}" for r, c in src.rejects.counts.most_common())
+    mean = f", mean log density {log_density[keep].mean():.4g}" if keep.size else ""
+    print(f"assigned {keep.size} of {n + n_rej} documents to {n_nodes} nodes of epoch {entry['epoch']} "
+          f"({entry['label']}){mean}; empty after vocabulary filtering: {int(empty.sum())}"
+          + (f"; unreadable records: {n_rej} ({counts})" if n_rej else ""))
+    print(f"written: {args.output}")
+    return 0
+
+
 def cmd_evaluate(args) -> int:
     from streamtree.evaluate import EvaluationConfig, format_results, load_and_evaluate
 
@@ -876,7 +968,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     command = {"replay": cmd_replay, "show": cmd_show, "snapshot": cmd_snapshot,
-               "evaluate": cmd_evaluate, "report": cmd_report, "serve": cmd_serve}[args.command]
+               "evaluate": cmd_evaluate, "report": cmd_report, "serve": cmd_serve,
+               "assign": cmd_assign}[args.command]
     import signal
     import threading
 

@@ -82,3 +82,66 @@ def test_predict_after_checkpoint_round_trip():
     restored = DTSSBP.from_checkpoint(*model.get_checkpoint())
     np.testing.assert_array_equal(restored.predict(X), model.predict(X))
     np.testing.assert_allclose(restored.transform(X), model.transform(X))
+
+
+# ---------------------------------------------------------------------------------- streamtree assign
+FAST = ["--sweeps", "3", "--kappa0", "100", "--max-features", "500", "--seed", "1"]
+
+
+@pytest.fixture(scope="module")
+def sou_store(tmp_path_factory):
+    from streamtree.cli import main
+    from test_replay import sou_slice
+
+    corpus = sou_slice(tmp_path_factory.mktemp("sou") / "slice.parquet", n=150)
+    uri = str(tmp_path_factory.mktemp("assign") / "store")
+    assert main(["replay", str(corpus), "--text-col", "text", "--time-col", "year", "--id-col", "doc_id",
+                 "--epoch", "10y", "--quiet", "--store", uri, *FAST]) == 0
+    return uri, corpus
+
+
+def test_assign_cli_matches_the_model_of_the_epoch(sou_store, tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from connectors.stores.snapshot import SnapshotStore
+    from streamtree.cli import main
+
+    uri, corpus = sou_store
+    rows = pq.read_table(corpus)
+    new = pa.table({"doc_id": ["a", "b", "c", "d"],
+                    "text": [rows.column("text")[0].as_py(), rows.column("text")[5].as_py(),
+                             "zzzqx qqqzy", None],
+                    "year": [1800, 1800, 1800, 1800]})
+    source = tmp_path / "new.parquet"
+    pq.write_table(new, source)
+    store = SnapshotStore(uri)
+    first = store.epochs()[0]
+    out = tmp_path / "out.parquet"
+    assert main(["assign", uri, str(source), "--epoch", str(first["epoch"]), "-o", str(out)]) == 0
+    summary = capsys.readouterr().out
+    assert "assigned 2 of 4 documents" in summary and "empty after vocabulary filtering: 1" in summary
+    got = pq.read_table(out).to_pydict()
+    assert sorted(got["id"]) == ["a", "b", "c", "d"]  # nothing dropped
+    by_id = {i: k for k, i in enumerate(got["id"])}
+    assert got["node"][by_id["c"]] is None and got["reason"][by_id["c"]] == "empty after vocabulary filtering"
+    assert got["node"][by_id["d"]] is None and got["reason"][by_id["d"]]  # unreadable record, with its reason
+    model = DTSSBP.from_checkpoint(*store.read_checkpoint(first["epoch"]))
+    X = store.vectorizer().transform([new.column("text")[0].as_py(), new.column("text")[1].as_py()])
+    want_nodes = model.predict(X)
+    want_p = model.transform(X).max(axis=1)
+    for k, doc in enumerate(["a", "b"]):
+        i = by_id[doc]
+        assert got["reason"][i] is None
+        assert got["node"][i] == want_nodes[k]
+        assert got["probability"][i] == pytest.approx(want_p[k])
+        assert got["log_density"][i] == pytest.approx(model.score_samples(X[k])[0])
+
+
+def test_assign_cli_errors(sou_store, tmp_path, capsys):
+    from streamtree.cli import main
+
+    uri, corpus = sou_store
+    assert main(["assign", uri, str(corpus), "--epoch", "nope", "-o", str(tmp_path / "o.parquet")]) == 2
+    assert "no published epoch 'nope'" in capsys.readouterr().err
+    assert main(["assign", uri, str(corpus), "--text-col", "body", "-o", str(tmp_path / "o.parquet")]) == 2
