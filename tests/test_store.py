@@ -70,7 +70,7 @@ def test_round_trip_exact(tmp_path):
         got = store.read(t.epoch)
         assert_same_tree(got.tree, t)
         assert got.doc_ids.tolist() == [f"{prefix}{i}" for i in range(5)]
-        assert got.theta_exact
+        assert got.theta_exact and got.theta_error == 0.0
         assert got.top_words == t.top_words(v.vocabulary_, 10)
     assert store.read(0).rejects is None and store.rejects(0) is None
     assert store.rejects(1).column("position").to_pylist() == [3]
@@ -114,6 +114,10 @@ def test_theta_top_n_is_lossy_and_says_so(tmp_path):
         expected = np.zeros_like(full)
         expected[top] = full[top]
         np.testing.assert_array_equal(row, expected)
+    # the reported error is the largest relative norm of a node's dropped entries
+    want = max(np.linalg.norm(full - row) / np.linalg.norm(full) for row, full in zip(got.tree.theta, t.theta))
+    assert want > 0 and got.theta_error == pytest.approx(want)
+    assert store.epochs()[0]["theta"]["error"] == pytest.approx(want)
 
 
 def test_crash_before_manifest_commit_keeps_previous_epoch(tmp_path, monkeypatch):

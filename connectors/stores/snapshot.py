@@ -46,8 +46,9 @@ Theta storage: each node's direction is stored *exactly* (float64). Rows with at
 two thirds nonzero entries are stored sparse (``indices`` + ``values``: 12 bytes per
 nonzero), denser rows dense (``indices`` null, ``values`` of length p: 8 bytes per entry),
 whichever is smaller. With ``theta_top_n`` set, only the top-N entries by absolute value
-are kept (lossy, for very large vocabularies); the commit record and
-:attr:`StoredEpoch.theta_exact` say so.
+are kept (lossy, for very large vocabularies); the commit record (``theta.exact``,
+``theta.error``) and :attr:`StoredEpoch.theta_exact` / :attr:`StoredEpoch.theta_error` say
+so, the error being the largest relative L2 norm of a node's dropped entries.
 
 Everything is Parquet or JSON: no pickle anywhere, readable by any Parquet tool. A store
 has one writer at a time, enforced by the writer lease; any number of readers may read it
@@ -143,6 +144,9 @@ class StoredEpoch:
     theta_exact : bool
         False when the store kept only the top-N entries of theta (see ``theta_top_n``):
         the other entries of ``tree.theta`` then read as 0.
+    theta_error : float
+        The truncation's error: the largest, over nodes, of ``||theta_k - stored_k|| /
+        ||theta_k||`` (0 when exact).
     key, label : int or None, str or None
         Epoch key and label from the manifest.
     rejects : pyarrow.Table or None
@@ -156,6 +160,7 @@ class StoredEpoch:
     key: int | None
     label: str | None
     rejects: pa.Table | None
+    theta_error: float = 0.0
 
 
 @dataclass
@@ -656,7 +661,7 @@ class SnapshotStore:
                 self._delete(self.fs.get_file_info(final))
             tmp = self._path(EPOCHS, f".tmp-{epoch:06d}-{uuid.uuid4().hex}")
             try:
-                exact = self._write_epoch_files(tmp, tree, top_words, doc_ids, rejects, ckpt, tables, events)
+                exact, theta_error = self._write_epoch_files(tmp, tree, top_words, doc_ids, rejects, ckpt, tables, events)
             except OSError as exc:
                 try:  # our own temporary folder; a crash instead leaves it to clean_leftovers
                     self.fs.delete_dir(tmp)
@@ -672,7 +677,8 @@ class SnapshotStore:
                 "path": rel, "n_nodes": tree.n_nodes,
                 "n_documents": int(tree.assignments.shape[0]), "n_rejects": n_rejects,
                 "died": [int(i) for i in tree.died],
-                "theta": {"dim": int(tree.theta.shape[1]), "exact": exact, "top_n": self.theta_top_n},
+                "theta": {"dim": int(tree.theta.shape[1]), "exact": exact, "top_n": self.theta_top_n,
+                          "error": theta_error},
                 "static": [], "published": _now(), "checkpoint": ckpt is not None,
                 "tables": sorted(tables), "state": state, "empty_before": empty_before,
             }
@@ -688,10 +694,11 @@ class SnapshotStore:
                         self._delete(info)
                 self._aside_pending = False
 
-    def _write_epoch_files(self, tmp, tree, top_words, doc_ids, rejects, ckpt, tables, events=None) -> bool:
+    def _write_epoch_files(self, tmp, tree, top_words, doc_ids, rejects, ckpt, tables,
+                           events=None) -> tuple[bool, float]:
         self.fs.create_dir(tmp, recursive=True)
         self._write_parquet(_nodes_table(tree, top_words), f"{tmp}/nodes.parquet")
-        theta_table, exact = _theta_table(tree, self.theta_top_n)
+        theta_table, exact, theta_error = _theta_table(tree, self.theta_top_n)
         self._write_parquet(theta_table, f"{tmp}/theta.parquet")
         self._write_parquet(pa.Table.from_arrays(
             [pa.array(doc_ids.tolist(), pa.string()), pa.array(tree.assignments, pa.int64())],
@@ -708,7 +715,7 @@ class SnapshotStore:
                 f.write(json.dumps(meta, indent=1, sort_keys=True, allow_nan=False).encode("utf-8"))
         for name, table in tables.items():
             self._write_parquet(table, f"{tmp}/{name}.parquet")
-        return exact
+        return exact, theta_error
 
     # ---- checkpoints and extra tables --------------------------------------------------
     def read_checkpoint(self, epoch: int | None = None) -> tuple[dict[str, np.ndarray], dict]:
@@ -781,7 +788,7 @@ class SnapshotStore:
             tree=tree, doc_ids=np.asarray(assign.column("doc_id").to_pylist(), dtype=object),
             top_words=[list(w or []) for w in nodes.column("top_words").to_pylist()],
             theta_exact=bool(entry["theta"]["exact"]), key=entry["key"], label=entry["label"],
-            rejects=rejects,
+            rejects=rejects, theta_error=float(entry["theta"].get("error", 0.0)),
         )
 
     def nodes(self, epoch: int) -> pa.Table:
@@ -1027,16 +1034,20 @@ def _nodes_table(tree: EpochTree, top_words) -> pa.Table:
     ], schema=NODE_SCHEMA)
 
 
-def _theta_table(tree: EpochTree, top_n: int | None) -> tuple[pa.Table, bool]:
+def _theta_table(tree: EpochTree, top_n: int | None) -> tuple[pa.Table, bool, float]:
+    """The theta table, whether it is exact, and the largest relative L2 error of a row."""
     theta = np.asarray(tree.theta, dtype=np.float64)
     p = theta.shape[1]
     indices, values = [], []
     exact = True
+    error = 0.0
     for row in theta:  # one iteration per node, not per document
         nz = np.flatnonzero(row)
         if top_n is not None and nz.size > top_n:
-            keep = nz[np.argsort(-np.abs(row[nz]), kind="stable")[:top_n]]
-            nz = np.sort(keep)
+            order = np.argsort(-np.abs(row[nz]), kind="stable")
+            dropped = np.linalg.norm(row[nz[order[top_n:]]])
+            error = max(error, float(dropped / np.linalg.norm(row)))
+            nz = np.sort(nz[order[:top_n]])
             exact = False
         if top_n is None and nz.size > _DENSE_FRACTION * p:
             indices.append(None)
@@ -1049,7 +1060,7 @@ def _theta_table(tree: EpochTree, top_n: int | None) -> tuple[pa.Table, bool]:
         pa.array(indices, pa.list_(pa.int32())),
         pa.array(values, pa.list_(pa.float64())),
     ], schema=THETA_SCHEMA)
-    return table.replace_schema_metadata({b"streamtree.theta_dim": str(p).encode()}), exact
+    return table.replace_schema_metadata({b"streamtree.theta_dim": str(p).encode()}), exact, error
 
 
 def _dense_theta(table: pa.Table, node_ids: np.ndarray, p: int) -> np.ndarray:
