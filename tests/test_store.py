@@ -254,3 +254,15 @@ def test_file_uri_and_bad_uri(tmp_path):
     assert_same_tree(SnapshotStore(str(tmp_path / "viauri")).read(0).tree, EpochTree(**{**t.__dict__, "label": "2026-03"}))
     with pytest.raises(StoreError, match="nosuchscheme"):
         SnapshotStore("nosuchscheme://bucket/run")
+
+
+def test_theta_is_written_without_a_dictionary_and_byte_stream_split(tmp_path):
+    import pyarrow.parquet as pq
+
+    store = SnapshotStore(str(tmp_path))
+    t = make_tree(0, [0, 1], [-1, 0], [0, 0], p=6, seed=3)
+    store.publish(t, ["a"] * 5)
+    meta = pq.ParquetFile(tmp_path / "epochs" / "000000" / "theta.parquet").metadata.row_group(0)
+    values = [meta.column(i) for i in range(meta.num_columns) if meta.column(i).path_in_schema.startswith("values")]
+    assert values and "BYTE_STREAM_SPLIT" in values[0].encodings and "RLE_DICTIONARY" not in values[0].encodings
+    np.testing.assert_array_equal(store.read(0).tree.theta, t.theta)  # lossless

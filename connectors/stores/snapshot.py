@@ -45,7 +45,8 @@ folder, so they are committed with the epoch. Object arrays are refused.
 Theta storage: each node's direction is stored *exactly* (float64). Rows with at most
 two thirds nonzero entries are stored sparse (``indices`` + ``values``: 12 bytes per
 nonzero), denser rows dense (``indices`` null, ``values`` of length p: 8 bytes per entry),
-whichever is smaller. With ``theta_top_n`` set, only the top-N entries by absolute value
+whichever is smaller; the values are written with Parquet's BYTE_STREAM_SPLIT encoding and
+zstd (lossless). With ``theta_top_n`` set, only the top-N entries by absolute value
 are kept (lossy, for very large vocabularies); the commit record (``theta.exact``,
 ``theta.error``) and :attr:`StoredEpoch.theta_exact` / :attr:`StoredEpoch.theta_error` say
 so, the error being the largest relative L2 norm of a node's dropped entries.
@@ -121,6 +122,10 @@ ASSIGNMENT_SCHEMA = pa.schema([
     pa.field("doc_id", pa.string(), nullable=False),
     pa.field("node_id", pa.int64(), nullable=False),
 ])
+# Node parameters are float64s that rarely repeat: a dictionary only costs space, while
+# splitting each value's bytes into streams lets zstd compress the exponent bytes (lossless;
+# 28% smaller than the defaults on a weekly news-like store, bench/bench_store_size.py).
+THETA_ENCODING = {"use_dictionary": False, "use_byte_stream_split": ["values.list.element"]}
 CHECKPOINT_SCHEMA = pa.schema([
     pa.field("name", pa.string(), nullable=False),
     pa.field("dtype", pa.string(), nullable=False),
@@ -232,8 +237,10 @@ class SnapshotStore:
             raise StoreAccessError(f"{path}: cannot stat: {os_reason(exc)}") from None
 
     def _write_parquet(self, table: pa.Table, path: str) -> None:
-        write_point(f"write {path.rsplit('/', 1)[-1]}")
-        pq.write_table(table, path, filesystem=self.fs, compression="zstd")
+        name = path.rsplit('/', 1)[-1]
+        write_point(f"write {name}")
+        options = THETA_ENCODING if name == "theta.parquet" else {}
+        pq.write_table(table, path, filesystem=self.fs, compression="zstd", **options)
 
     def _read_parquet(self, path: str, columns=None) -> pa.Table:
         try:
