@@ -285,7 +285,7 @@ def replay(
             skipped = ep.index in done
             if not skipped:
                 store.publish(tree, ep.rows.column("id").to_pylist(), n_top_words=config.top_words,
-                              rejects=rejects, key=ep.key, label=ep.label,
+                              rejects=rejects, key=ep.key, label=ep.label, events=tree.events,
                               checkpoint={"last_epoch": ep.index, "documents": n_docs})
                 n_published += 1
                 if static is not None:

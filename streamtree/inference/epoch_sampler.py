@@ -27,6 +27,7 @@ import scipy.sparse as sp
 from scipy.stats import chi2
 
 from streamtree.epoch_tree import EpochTree
+from streamtree.events import epoch_events
 from streamtree.inference.merge import collapsed_log_prior
 from streamtree.inference.hyper import sample_hyperparameters
 from streamtree.inference.split_merge import MoveState, SplitMerge
@@ -293,7 +294,7 @@ class EpochSampler:
             self._identity_rule(X, epoch, current)
         labels = self.labels_now if n else np.zeros(0, dtype=np.int64)
         prev_ids = set(previous.node_ids.tolist()) if previous is not None else set()
-        tree = self._epoch_tree(epoch, label, current, labels, prev_ids)
+        tree = self._epoch_tree(epoch, label, current, labels, prev_ids, previous)
         st.window.commit(current)
         self._cull({})
         return tree
@@ -529,7 +530,7 @@ class EpochSampler:
             arrays, theta, S, n, st.nodes.concentration[slots], P, has_prev, self.root_anchor, update,
             self.settings.n_map_iter)
 
-    def _epoch_tree(self, epoch, label, current, labels, prev_ids) -> EpochTree:
+    def _epoch_tree(self, epoch, label, current, labels, prev_ids, previous) -> EpochTree:
         st = self.state
         arrays = st.tree.arrays()
         ids = arrays.ids
@@ -539,6 +540,10 @@ class EpochSampler:
         log_pi, _ = log_masses(arrays, mean_sticks(params))
         parent = np.where(arrays.parent_index >= 0, ids[np.maximum(arrays.parent_index, 0)], -1)
         died = np.array(sorted(prev_ids - set(ids.tolist())), dtype=np.int64)
+        prev_tree_ids = np.array(sorted(prev_ids), dtype=np.int64)
+        prev_par = (np.zeros(0, dtype=np.int64) if previous is None else
+                    np.array([previous.parent[previous.index_of(int(i))] for i in prev_tree_ids], dtype=np.int64))
+        events = epoch_events(epoch, prev_tree_ids, prev_par, ids, parent, self.moves)
         return EpochTree(
             epoch=epoch,
             node_ids=ids.copy(),
@@ -554,4 +559,5 @@ class EpochSampler:
             assignments=labels.astype(np.int64),
             died=died,
             label=label,
+            events=events,
         )
