@@ -208,7 +208,7 @@ class RayEngine(Engine):
         return opts
 
     def _new_actor(self):
-        return self._actor_cls.remote()
+        return self._actor_cls.remote(self.numba_threads)
 
     def _start(self) -> None:
         ray = self._connect()
