@@ -20,11 +20,11 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import NotFittedError
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions, validate_parameter_constraints
-from threadpoolctl import threadpool_limits
 
 from streamtree.epoch_tree import EpochTree
 from streamtree.inference.epoch_sampler import (CHECKPOINT_FORMAT, ChainState, EpochSampler, SamplerSettings,
                                                 predictive_masses)
+from streamtree.inference.threads import fitting_threads
 from streamtree.inference.zsweep import engine_names, make_engine
 from streamtree.likelihoods import LIKELIHOODS, Likelihood
 from streamtree.variants import VARIANTS, VariantConfig, resolve_variant
@@ -339,9 +339,7 @@ class DTSSBP(BaseEstimator):
         children = self._seeds.spawn(1)[0].spawn(1 + engine.n_shards)
         rng = np.random.Generator(np.random.PCG64(children[0]))
         sampler = EpochSampler(self.state_, self.likelihood_, self._settings(self.variant_config_), engine, rng)
-        # BLAS runs single-threaded inside fitting: the coordinator's products are small or
-        # per-node, where extra BLAS threads only spin; the engine's n_jobs threads do the work
-        with threadpool_limits(limits=1, user_api="blas"):
+        with fitting_threads(self.n_jobs):
             tree = sampler.run(X, int(epoch), label, children[1:], last)
         self.trees_.append(tree)
         self._last_tree = tree

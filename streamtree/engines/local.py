@@ -5,10 +5,10 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from joblib import effective_n_jobs
 
 from streamtree.engines.base import Engine, shard_bounds
 from streamtree.inference.enumerated import Candidates, SweepStats, row_sq_norms, sweep_rows
+from streamtree.inference.threads import n_threads
 
 
 class LocalEngine(Engine):
@@ -28,7 +28,7 @@ class LocalEngine(Engine):
     def __init__(self, n_shards: int = 1, n_jobs: int | None = 1) -> None:
         self.n_shards = int(n_shards)
         self.n_jobs = n_jobs
-        self._n_threads = max(1, int(effective_n_jobs(n_jobs)))
+        self._n_threads = n_threads(n_jobs)
         self._pool: ThreadPoolExecutor | None = None
         self._shards: list = []
         self._sq: list[np.ndarray] = []

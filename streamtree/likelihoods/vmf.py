@@ -35,7 +35,7 @@ import threading
 from collections import OrderedDict
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 from numpy.typing import ArrayLike
 import scipy.sparse as sp
 from scipy.special import gammaln, ive
@@ -674,10 +674,10 @@ def new_node_table(p: int, b: np.ndarray, c: np.ndarray, intervals: int = 1024) 
     return out
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, parallel=True)
 def _fill_table(p, b, c, out):
     n = out.shape[1] - 1
-    for j in range(b.shape[0]):
+    for j in prange(b.shape[0]):
         bc = b[j] * c[j]
         d2 = (b[j] - c[j]) ** 2
         for i in range(n + 1):
