@@ -422,11 +422,20 @@ class SweepStats:
             best[pos[better]] = part.seed_keys[better]
             src_part[pos[better]] = i
             src_row[pos[better]] = np.flatnonzero(better)
-        rows = [parts[i].seeds[r] for i, r in zip(src_part, src_row)]
-        if rows and sp.issparse(rows[0]):
-            seeds = sp.vstack(rows, format="csr")
+        # one gather per part, then back into column order
+        pieces, order = [], []
+        for i, part in enumerate(parts):
+            mine = np.flatnonzero(src_part == i)
+            if mine.size:
+                pieces.append(part.seeds[src_row[mine]])
+                order.append(mine)
+        if not pieces:
+            seeds = sp.csr_matrix((0, dim)) if sp.issparse(parts[0].seeds) else np.zeros((0, dim))
+        elif len(pieces) == 1:
+            seeds = pieces[0]
         else:
-            seeds = np.vstack(rows) if rows else np.zeros((0, dim))
+            inverse = np.argsort(np.concatenate(order), kind="stable")
+            seeds = (sp.vstack(pieces, format="csr") if sp.issparse(pieces[0]) else np.vstack(pieces))[inverse]
         out = SweepStats(counts, occupied, sums, sumsq, float(sum(p.loglik for p in parts)), seeds, best)
         return out
 
