@@ -1,15 +1,18 @@
-"""z-sweep throughput against its floor, and one full epoch of the estimator.
+"""z-sweep throughput against its floor, and one full epoch of the estimator on 1 and 2 threads.
 
 Corpus: synthetic sparse term frequencies (default 50,000 documents, V = 20,000, ~30 non-zeros
 per row, planted topics). Prints:
 
-* the floor: time of the sparse-dense product ``X @ Theta.T`` alone (what any enumerated
-  sampler must at least pay), measured in the same process;
-* one enumerated z-sweep over a tree of ~100 live nodes (plus one placeholder per non-cap node):
-  seconds, documents x candidates per second, and the ratio to the floor;
-* one full epoch of ``DTSSBP.partial_fit`` (default 50 sweeps) with its node count, and peak memory.
+* the floor: time of the sparse-dense product ``X @ Theta.T`` alone (SciPy, one thread; what any
+  enumerated sampler must at least pay), measured in the same process;
+* one enumerated z-sweep over a tree of ~100 live nodes (plus one placeholder per non-cap node)
+  on one thread and on ``--threads`` threads: seconds, throughput, ratio to the floor;
+* one full epoch of ``DTSSBP.partial_fit`` (default 50 sweeps) with ``n_jobs=1`` and
+  ``n_jobs=--threads``, interleaved ``--repeat`` times: CPU seconds at n_jobs=1 (target < 30 s),
+  wall speed-up (target >= 1.7x), whether every run gave the same tree, and peak memory.
 
 Usage: python bench/bench_zsweep.py [--docs 50000] [--vocab 20000] [--nodes 100] [--sweeps 50]
+       [--threads 2] [--repeat 2] [--skip-epoch]
 """
 
 from __future__ import annotations
