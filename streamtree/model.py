@@ -99,7 +99,9 @@ class DTSSBP(BaseEstimator):
         Row shards per epoch. Each has its own random stream; results depend on ``n_shards``
         but not on the engine or ``n_jobs``.
     n_jobs : int or None
-        Local engine worker threads (``None``: 1, ``-1``: all CPUs).
+        Threads for fitting (``None``: 1, ``-1``: all CPUs, ``-2``: all but one): the local
+        engine's z-kernel and the parallel numba steps of the coordinator. BLAS stays at one
+        thread inside fitting. Results do not depend on ``n_jobs``.
     engine_options : dict, optional
         Extra keyword arguments for the engine.
     random_state : int, numpy SeedSequence or None
