@@ -3,10 +3,13 @@
 Every live node is a candidate, and every node above the depth cap also gets one placeholder
 child that stands for all of its not-yet-created children (it carries their residual stick mass
 and the collapsed new-node marginal). Given sticks and parameters, the documents are
-conditionally independent, so a sweep is one sparse-dense product ``X @ Theta.T`` per row block
-followed by one categorical draw per row; this module holds both halves and the per-shard
-statistics the coordinator needs afterwards. Nothing here knows about shards or processes:
-engines call :func:`sweep_rows` on whatever rows they hold.
+conditionally independent, so a sweep is one sparse-dense product ``X @ Theta.T`` and one
+categorical draw per row. For CSR rows both happen in one numba pass per row (no score matrix);
+dense rows go through BLAS in fixed blocks. Row ranges can run on GIL-free threads, and since a
+row's result depends only on the row and its uniform, the output is the same for any thread
+count. This module also holds the per-shard statistics the coordinator needs afterwards (sparse
+per-node sums for sparse rows). Nothing here knows about shards or processes: engines call
+:func:`sweep_rows` on whatever rows they hold.
 """
 
 from __future__ import annotations
