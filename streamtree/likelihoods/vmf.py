@@ -691,6 +691,60 @@ def _fill_table(p, b, c, out):
 
 
 # ----------------------------------------------------------------------------------------------
+# Concentration under a Gamma prior
+# ----------------------------------------------------------------------------------------------
+
+#: documents' worth of information in the concentration prior (see :func:`concentration_prior`)
+CONCENTRATION_PRIOR_DOCS = 10.0
+
+
+def concentration_prior(p: int, beta_bar: float, n_docs: float = CONCENTRATION_PRIOR_DOCS) -> tuple[float, float]:
+    """Gamma(shape, rate) prior on a node's concentration with mode ``beta_bar`` and the curvature
+    of ``n_docs`` documents' log likelihood there.
+
+    ``n`` documents at concentration ``beta`` have Fisher information ``n A_p'(beta)``; a Gamma
+    log density has curvature ``(shape - 1) / beta^2`` at its mode, so
+    ``shape = 1 + n_docs beta_bar^2 A_p'(beta_bar)`` and ``rate = (shape - 1) / beta_bar``.
+    """
+    a = float(mean_resultant_length(p, beta_bar))
+    slope = max(1.0 - a * a - (p - 1.0) * a / beta_bar, 0.0)
+    shape = 1.0 + n_docs * beta_bar * beta_bar * slope
+    return shape, (shape - 1.0) / beta_bar
+
+
+def log_concentration_posterior(beta: ArrayLike, n: float, t: float, p: int, shape: float, rate: float):
+    """log p(beta | n documents with theta.s = t) up to a constant, under Gamma(shape, rate)."""
+    beta = np.asarray(beta, dtype=np.float64)
+    return n * np.asarray(log_normalizer(p, beta)) + beta * t + (shape - 1.0) * np.log(beta) - rate * beta
+
+
+def concentration_posterior_mode(n: np.ndarray, t: np.ndarray, p: int, shape: float, rate: float,
+                                 low: float, high: float, n_iter: int = 100) -> np.ndarray:
+    """Posterior modes of concentrations for nodes with ``n`` documents and ``t = theta.s``.
+
+    The log posterior is concave in ``beta`` (``log C_p`` is concave, ``(shape - 1) log beta``
+    too when ``shape >= 1``), so the mode is the root of its derivative
+    ``t - n A_p(beta) + (shape - 1) / beta - rate``, a decreasing function: bisection on
+    ``log beta`` within ``[low, high]``, vectorised over nodes.
+    """
+    n = np.asarray(n, dtype=np.float64)
+    t = np.asarray(t, dtype=np.float64)
+    lo = np.full(n.shape, np.log(low))
+    hi = np.full(n.shape, np.log(high))
+
+    def slope(lb):
+        b = np.exp(lb)
+        return t - n * np.asarray(mean_resultant_length(p, b)) + (shape - 1.0) / b - rate
+
+    for _ in range(n_iter):
+        mid = 0.5 * (lo + hi)
+        up = slope(mid) > 0
+        lo = np.where(up, mid, lo)
+        hi = np.where(up, hi, mid)
+    return np.exp(0.5 * (lo + hi))
+
+
+# ----------------------------------------------------------------------------------------------
 # The family object
 # ----------------------------------------------------------------------------------------------
 
@@ -765,6 +819,13 @@ class VonMisesFisher(Likelihood):
         nrm = np.linalg.norm(eta)
         return eta / nrm if nrm > 0 else theta_parent.copy()
 
+    def sample_node_theta(self, theta_parent, concentration, depth, docs, rng):
+        eta = self.new_node_prior(depth) * theta_parent + concentration * docs.s
+        nrm = float(np.linalg.norm(eta))
+        if nrm == 0:
+            return sample_vmf(theta_parent, 0.0, 1, rng)[0]
+        return sample_vmf(eta / nrm, nrm, 1, rng)[0]
+
     def seed_child_theta(self, theta_node, x):
         v = x / max(np.linalg.norm(x), 1e-300) + theta_node
         return v / np.linalg.norm(v)
@@ -780,6 +841,17 @@ class VonMisesFisher(Likelihood):
     def log_likelihood(self, docs, theta, concentration):
         return group_log_likelihood(docs.n, docs.s, theta, concentration, self.n_features)
 
+    def drift_statistic(self, theta_now, theta_prev, depth):
+        # vMF(theta_prev, k) for large k: 2 k (1 - cos) is about chi-square with p - 1 df
+        _, tim = self.link_strengths(np.array([depth]))
+        if tim[0] <= 0:
+            return None
+        return float(2.0 * tim[0] * max(0.0, 1.0 - float(theta_now @ theta_prev))), float(self.n_features - 1)
+
+    def row_log_likelihood(self, X, theta, concentration):
+        return log_normalizer_nb(float(self.n_features), float(concentration)) + concentration * np.asarray(
+            X @ theta).ravel()
+
     def update_theta(self, arrays, theta, sums, counts, concentration, prev_theta, has_prev, root_anchor,
                      update, n_iter):
         par, tim = self.link_strengths(arrays.depth)
@@ -787,7 +859,21 @@ class VonMisesFisher(Likelihood):
                              update=update, n_iter=n_iter)
 
     def update_concentration(self, counts, sums, sumsq, theta, current):
+        """Posterior modes under a Gamma prior shared by all nodes (empirical Bayes).
+
+        The prior's mode is the pooled concentration of all nodes (the root of
+        ``A_p(beta) = sum theta_e.s_e / sum n_e``), and it weighs as much as
+        :data:`CONCENTRATION_PRIOR_DOCS` documents (:func:`concentration_prior`): a node with a
+        handful of near-identical documents stays near the pooled value instead of running to
+        the upper bound, while a node with many documents follows its own."""
         lo, hi = self.concentration_bounds
-        r = np.linalg.norm(sums, axis=1) if sums.shape[0] else np.zeros(0)
-        return estimate_concentration(r, counts, self.n_features, min_count=self.min_node_docs,
-                                      fallback=current, kappa_min=lo, kappa_max=hi)
+        counts = np.asarray(counts, dtype=np.float64)
+        if counts.size == 0:
+            return np.array(current, dtype=np.float64, copy=True)
+        t = np.einsum("ij,ij->i", sums, theta)
+        # the pooled maximum-likelihood concentration: A_p(beta) = sum t / sum n (a flat prior)
+        pooled = concentration_posterior_mode(np.array([counts.sum()]), np.array([t.sum()]), self.n_features,
+                                              1.0, 0.0, lo, hi)
+        shape, rate = concentration_prior(self.n_features, float(pooled[0]))
+        out = concentration_posterior_mode(counts, t, self.n_features, shape, rate, lo, hi)
+        return np.where(counts >= self.min_node_docs, out, np.asarray(current, dtype=np.float64))
