@@ -24,6 +24,7 @@ from sklearn.utils._param_validation import HasMethods, Interval, StrOptions, va
 from streamtree.epoch_tree import EpochTree
 from streamtree.inference.epoch_sampler import (CHECKPOINT_FORMAT, ChainState, EpochSampler, SamplerSettings,
                                                 predictive_masses)
+from streamtree.inference.threads import fitting_threads
 from streamtree.inference.zsweep import engine_names, make_engine
 from streamtree.likelihoods import LIKELIHOODS, Likelihood
 from streamtree.variants import VARIANTS, VariantConfig, resolve_variant
@@ -99,7 +100,9 @@ class DTSSBP(BaseEstimator):
         Row shards per epoch. Each has its own random stream; results depend on ``n_shards``
         but not on the engine or ``n_jobs``.
     n_jobs : int or None
-        Local engine worker threads (``None``: 1, ``-1``: all CPUs).
+        Threads for fitting (``None``: 1, ``-1``: all CPUs, ``-2``: all but one): the local
+        engine's z-kernel and the parallel numba steps of the coordinator. BLAS stays at one
+        thread inside fitting. Results do not depend on ``n_jobs``.
     engine_options : dict, optional
         Extra keyword arguments for the engine.
     random_state : int, numpy SeedSequence or None
@@ -344,7 +347,8 @@ class DTSSBP(BaseEstimator):
         children = self._seeds.spawn(1)[0].spawn(1 + engine.n_shards)
         rng = np.random.Generator(np.random.PCG64(children[0]))
         sampler = EpochSampler(self.state_, self.likelihood_, self._settings(self.variant_config_), engine, rng)
-        tree = sampler.run(X, int(epoch), label, children[1:], last)
+        with fitting_threads(self.n_jobs):
+            tree = sampler.run(X, int(epoch), label, children[1:], last)
         self.trees_.append(tree)
         self._last_tree = tree
         self.predictive_ = self._predictive_kernel(normalized=True)

@@ -31,9 +31,11 @@ ulp of the magnitude of ``log C_p``, i.e. ~1e-10 absolute at kappa = 1e6).
 from __future__ import annotations
 
 import math
+import threading
+from collections import OrderedDict
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 from numpy.typing import ArrayLike
 import scipy.sparse as sp
 from scipy.special import gammaln, ive
@@ -631,22 +633,51 @@ def group_log_likelihood(n: float, s: np.ndarray, theta: np.ndarray, beta: float
     return float(n * log_normalizer_nb(float(p), float(beta)) + beta * theta @ s)
 
 
+# Tables by (p, intervals, b, c): a node's concentration and its children's prior strength
+# often stay the same across sweeps (nodes with few documents keep theirs, prior strengths
+# depend on depth only), and a table costs ~2,000 Bessel-type evaluations to build.
+_TABLE_CACHE: OrderedDict[tuple[float, int, float, float], np.ndarray] = OrderedDict()
+_TABLE_CACHE_SIZE = 2048  # tables of 16 KiB each: at most 32 MiB
+_TABLE_LOCK = threading.Lock()
+
+
 def new_node_table(p: int, b: np.ndarray, c: np.ndarray, intervals: int = 1024) -> np.ndarray:
     """Values and slopes of g(t) = -log C_p(sqrt(b^2 + c^2 + 2 b c t)) on a uniform grid of [-1, 1].
 
-    Uses d log C_p(rho) / d rho = -A_p(rho) and d rho / d t = b c / rho.
+    Uses d log C_p(rho) / d rho = -A_p(rho) and d rho / d t = b c / rho. Shape
+    ``(len(b), intervals + 1, 2)``; rows are built once per distinct ``(p, b, c)`` and then
+    served from a bounded cache (same numbers either way).
     """
     b = np.ascontiguousarray(b, dtype=np.float64).ravel()
     c = np.ascontiguousarray(c, dtype=np.float64).ravel()
     out = np.empty((b.shape[0], intervals + 1, 2))
-    _fill_table(float(p), b, c, out)
+    keys = [(float(p), int(intervals), float(bj), float(cj)) for bj, cj in zip(b, c)]
+    missing: dict[tuple, list[int]] = {}
+    with _TABLE_LOCK:
+        for j, key in enumerate(keys):
+            row = _TABLE_CACHE.get(key)
+            if row is None:
+                missing.setdefault(key, []).append(j)
+            else:
+                _TABLE_CACHE.move_to_end(key)
+                out[j] = row
+    if missing:
+        first = np.array([js[0] for js in missing.values()], dtype=np.int64)
+        fresh = np.empty((first.shape[0], intervals + 1, 2))
+        _fill_table(float(p), b[first], c[first], fresh)
+        with _TABLE_LOCK:
+            for r, (key, js) in enumerate(missing.items()):
+                out[js] = fresh[r]
+                _TABLE_CACHE[key] = fresh[r].copy()
+            while len(_TABLE_CACHE) > _TABLE_CACHE_SIZE:
+                _TABLE_CACHE.popitem(last=False)
     return out
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, parallel=True)
 def _fill_table(p, b, c, out):
     n = out.shape[1] - 1
-    for j in range(b.shape[0]):
+    for j in prange(b.shape[0]):
         bc = b[j] * c[j]
         d2 = (b[j] - c[j]) ** 2
         for i in range(n + 1):
