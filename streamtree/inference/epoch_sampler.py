@@ -7,10 +7,13 @@ Per epoch ``t`` (ALGORITHM: per-epoch driver):
 2. ``n_sweeps`` times: sample all sticks from their windowed Beta conditionals; run the
    enumerated blocked-Gibbs z-update over the documents (in shards, on the z-sweeper given);
    turn placeholders that received documents into new nodes; delete nodes whose windowed
-   counts are all zero; offer merges; re-estimate each node's concentration; update the node
-   parameters by MAP, alternating even and odd depths; propose seeded children.
-3. Build the :class:`~streamtree.epoch_tree.EpochTree`, push the epoch's counts into the window
-   and delete nodes that fell out of it.
+   counts are all zero; run the exact split-merge moves and relocations
+   (:mod:`~streamtree.inference.split_merge`) and the heat-bath merge of internal nodes;
+   slice-sample alpha0, lam, gamma (:mod:`~streamtree.inference.hyper`); re-estimate each
+   node's concentration; update the node parameters by MAP, alternating even and odd depths.
+3. Apply the identity rule (:meth:`EpochSampler._identity_rule`), build the
+   :class:`~streamtree.epoch_tree.EpochTree` with its events, push the epoch's counts into the
+   window and delete nodes that fell out of it.
 
 Everything that depends on the observation family goes through a
 :class:`~streamtree.likelihoods.base.Likelihood`; the z-updates go through a
