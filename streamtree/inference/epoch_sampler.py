@@ -283,7 +283,7 @@ class EpochSampler:
             self.labels_now = col_ids[self.sweeper.labels()]
             if cfg.merge_moves and cfg.split_proposals > 0:
                 self._split_merge(X, col_ids, current, sums, sumsq, epoch)
-            if cfg.merge_moves:
+            if cfg.merge_moves and sweep >= cfg.n_sweeps // 2:  # once the epoch's nodes have settled
                 self._merge_internal(current, sums, sumsq)
             if cfg.sample_hyperparameters:
                 arrays = st.tree.arrays()

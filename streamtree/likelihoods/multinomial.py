@@ -124,13 +124,14 @@ class Multinomial(Likelihood):
         return float(docs.s @ np.log(theta))
 
     def drift_statistic(self, theta_now, theta_prev, depth):
-        # Dir(s phi_prev) for large s: (s + 1) times Pearson's chi-square of phi_now against
-        # phi_prev, with V - 1 df
+        # Dir(s phi_prev) for large s: 4 (s + 1) times the squared Hellinger distance, the
+        # variance-stabilised form of Pearson's chi-square (V - 1 df) that rare words, with their
+        # tiny phi_prev, do not dominate
         _, tim = self.link_strengths(np.array([depth]))
         if tim[0] <= 0:
             return None
-        d = theta_now - theta_prev
-        return float((tim[0] + 1.0) * np.sum(d * d / theta_prev)), float(self.n_features - 1)
+        d = np.sqrt(theta_now) - np.sqrt(theta_prev)
+        return float(4.0 * (tim[0] + 1.0) * np.sum(d * d)), float(self.n_features - 1)
 
     def row_log_likelihood(self, X, theta, concentration):
         return np.asarray(X @ np.log(theta)).ravel()
