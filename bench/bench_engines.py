@@ -35,8 +35,9 @@ import time
 import numpy as np
 
 import streamtree  # noqa: F401
+from streamtree.engines.base import shard_bounds
 from streamtree.engines.local import LocalEngine
-from streamtree.inference.enumerated import VMF, Candidates, SweepStats
+from streamtree.inference.enumerated import VMF, Candidates, SweepStats, sweep_rows
 from streamtree.inference.sticks import log_masses, sample_sticks, stick_params
 from streamtree.likelihoods.vmf import log_normalizer
 from streamtree.synthetic import sparse_corpus
@@ -77,7 +78,7 @@ def nbytes(obj) -> int:
 
 
 def digest(st: SweepStats) -> str:
-    """Fingerprint of merged statistics (kept instead of the statistics, which are ~15 MB each)."""
+    """Fingerprint of merged statistics (kept instead of the dense statistics, ~15 MB each)."""
     h = hashlib.sha256()
     for a in (st.counts, st.occupied, st.sums, st.sumsq, np.array([st.loglik])):
         h.update(np.ascontiguousarray(a).tobytes())
@@ -117,9 +118,30 @@ def run_interleaved(engines: dict, X, cand, n_sweeps: int) -> dict:
 
 def shard_traffic(engine, X, cand, seeds) -> list[int]:
     """Bytes of each shard's returned statistics (recomputed in-process, same numbers)."""
-    local = LocalEngine(n_shards=engine.n_shards)
-    local.load(X, seeds)
-    return [nbytes(local._one(s, cand)) for s in range(engine.n_shards)]
+    b = shard_bounds(X.shape[0], engine.n_shards)
+    out = []
+    for s in range(engine.n_shards):
+        rng = np.random.Generator(np.random.PCG64(seeds[s]))
+        out.append(nbytes(sweep_rows(X[b[s]:b[s + 1]], cand, rng)[1]))
+    return out
+
+
+def traffic_formula(K: int, P: int, V: int, nnz: int, shards: int, row_nnz: float, intervals: int = 1024) -> dict:
+    """Bytes per sweep (upper bounds) through the object store, as a function of the tree's K
+    live and P placeholder columns, the vocabulary V, the corpus non-zeros and the shards.
+
+    * broadcast (driver -> each machine holding actors): theta 8 K V, new-node tables
+      16 (intervals + 1) P, per-column vectors 8 (4 K + 4 P);
+    * returned (all shards -> driver): per shard counts and sums of squares 16 (K + P), occupied
+      columns and seed keys 16 min(K + P, n_s), sparse sums 12 nnz(sums_s) + 4 (occupied + 1)
+      with nnz(sums_s) <= min(occupied V, nnz(X_s)), seed rows 12 occupied row_nnz; summed:
+      <= 12 nnz + shards (K + P) (48 + 12 row_nnz).
+    """
+    cols = K + P
+    broadcast = 8 * K * V + 16 * (intervals + 1) * P + 8 * 4 * cols
+    returned = 12 * nnz + shards * cols * (48 + 12 * row_nnz)
+    dense_returned = shards * (8 * K * V + 16 * cols)  # before: dense per-node sums from every shard
+    return {"broadcast": broadcast, "returned": returned, "dense_returned": dense_returned}
 
 
 def main() -> None:
@@ -210,9 +232,22 @@ def main() -> None:
         peaks = ", ".join(f"{a['max_rss_bytes'] / MB:.0f}" for a in r.get("actors", []))
         print(f"{name:34s} {r['sweep_s']:8.3f} {ratio:8.2f}x {r['warm_s']:9.2f} {r['load_s']:7.2f} "
               f"{mb:9.1f} {peaks or '-':>14s}  {'yes' if ok else 'NO'}")
+    row_nnz = X.nnz / X.shape[0]
+    K, P, V = cand.n_live, cand.n_placeholders, X.shape[1]
     for n in (1, 2):
+        f = traffic_formula(K, P, V, X.nnz, n, row_nnz)
         print(f"returned statistics with {n} shard(s): " + ", ".join(f"{b / MB:.2f} MB" for b in traffic[n])
-              + " (dense per-node sums of the occupied columns)")
+              + f" (sparse per-node sums; formula bound {f['returned'] / MB:.2f} MB in all; "
+              f"dense K x V sums would be {f['dense_returned'] / MB:.1f} MB)")
+    f = traffic_formula(K, P, V, X.nnz, 1, row_nnz)
+    print(f"broadcast per machine: measured {cand_bytes / MB:.2f} MB, formula {f['broadcast'] / MB:.2f} MB")
+    for nodes in (100, 300):
+        for shards in (100,):
+            g = traffic_formula(nodes, nodes // 3, V, X.nnz, shards, row_nnz)
+            print(f"projection K={nodes} live nodes, {shards} shards on {shards} machines: returned <= "
+                  f"{g['returned'] / MB:.1f} MB (dense sums: {g['dense_returned'] / MB:,.0f} MB), broadcast "
+                  f"{g['broadcast'] / MB:.1f} MB per machine = {shards * g['broadcast'] / MB:,.0f} MB if every "
+                  f"machine pulls from the driver")
     print(f"driver peak RSS: {driver_rss / MB:.0f} MB")
 
 

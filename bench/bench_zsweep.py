@@ -1,15 +1,18 @@
-"""z-sweep throughput against its floor, and one full epoch of the estimator.
+"""z-sweep throughput against its floor, and one full epoch of the estimator on 1 and 2 threads.
 
 Corpus: synthetic sparse term frequencies (default 50,000 documents, V = 20,000, ~30 non-zeros
 per row, planted topics). Prints:
 
-* the floor: time of the sparse-dense product ``X @ Theta.T`` alone (what any enumerated
-  sampler must at least pay), measured in the same process;
-* one enumerated z-sweep over a tree of ~100 live nodes (plus one placeholder per non-cap node):
-  seconds, documents x candidates per second, and the ratio to the floor;
-* one full epoch of ``DTSSBP.partial_fit`` (default 50 sweeps) with its node count, and peak memory.
+* the floor: time of the sparse-dense product ``X @ Theta.T`` alone (SciPy, one thread; what any
+  enumerated sampler must at least pay), measured in the same process;
+* one enumerated z-sweep over a tree of ~100 live nodes (plus one placeholder per non-cap node)
+  on one thread and on ``--threads`` threads: seconds, throughput, ratio to the floor;
+* one full epoch of ``DTSSBP.partial_fit`` (default 50 sweeps) with ``n_jobs=1`` and
+  ``n_jobs=--threads``, interleaved ``--repeat`` times: CPU seconds at n_jobs=1 (target < 30 s),
+  wall speed-up (target >= 1.7x), whether every run gave the same tree, and peak memory.
 
 Usage: python bench/bench_zsweep.py [--docs 50000] [--vocab 20000] [--nodes 100] [--sweeps 50]
+       [--threads 2] [--repeat 2] [--skip-epoch]
 """
 
 from __future__ import annotations
@@ -17,8 +20,10 @@ from __future__ import annotations
 import argparse
 import resource
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 import streamtree  # noqa: F401
 from streamtree.inference.enumerated import VMF, Candidates, row_sq_norms, sweep_rows
@@ -64,12 +69,20 @@ def build_candidates(rng, X, n_nodes, max_depth=3):
     return cand
 
 
+def cpu_wall(fn):
+    c, w = time.process_time(), time.perf_counter()
+    out = fn()
+    return time.process_time() - c, time.perf_counter() - w, out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--docs", type=int, default=50_000)
     ap.add_argument("--vocab", type=int, default=20_000)
     ap.add_argument("--nodes", type=int, default=100)
     ap.add_argument("--sweeps", type=int, default=50)
+    ap.add_argument("--threads", type=int, default=2, help="threads for the parallel side (default 2)")
+    ap.add_argument("--repeat", type=int, default=2, help="interleaved repeats of the epoch runs (default 2)")
     ap.add_argument("--skip-epoch", action="store_true")
     args = ap.parse_args()
 
@@ -84,26 +97,41 @@ def main() -> None:
     sq = row_sq_norms(X)
     sweep_rows(X[:100], cand, np.random.default_rng(1), sq[:100])  # compile
 
-    floor, _ = best_of(lambda: X @ cand.coef_T)
-    sweep, _ = best_of(lambda: sweep_rows(X, cand, np.random.default_rng(1), sq))
+    with threadpool_limits(limits=1, user_api="blas"), ThreadPoolExecutor(args.threads) as pool:
+        floor, _ = best_of(lambda: X @ cand.coef_T)
+        sweep, _ = best_of(lambda: sweep_rows(X, cand, np.random.default_rng(1), sq))
+        par, _ = best_of(lambda: sweep_rows(X, cand, np.random.default_rng(1), sq, pool=pool,
+                                            n_threads=args.threads))
     n = X.shape[0]
     print(f"tree: {K} live nodes + {P} placeholders = {K + P} candidate columns")
-    print(f"floor  X @ Theta.T           : {floor:.3f} s  ({n * K / floor / 1e6:.1f} M doc-node/s)")
-    print(f"enumerated z-sweep (1 core)  : {sweep:.3f} s  ({n * (K + P) / sweep / 1e6:.1f} M doc-candidate/s, "
+    print(f"floor  X @ Theta.T (scipy)   : {floor:.3f} s  ({n * K / floor / 1e6:.1f} M doc-node/s)")
+    print(f"enumerated z-sweep, 1 thread : {sweep:.3f} s  ({n * (K + P) / sweep / 1e6:.1f} M doc-candidate/s, "
           f"{n * K / sweep / 1e6:.1f} M doc-live-node/s)")
     print(f"sweep / floor                : {sweep / floor:.2f}x  (target <= 2x)")
+    print(f"z-sweep, {args.threads} threads (wall)   : {par:.3f} s  (speed-up {sweep / par:.2f}x)")
 
     if not args.skip_epoch:
         from streamtree import DTSSBP
 
-        model = DTSSBP(kappa0=1e4, max_depth=3, n_sweeps=args.sweeps, random_state=0)
-        t = time.perf_counter()
-        tree = model.partial_fit(X).trees_[-1]
-        epoch_s = time.perf_counter() - t
-        print(f"one epoch, {args.sweeps} sweeps   : {epoch_s:.1f} s  ({tree.n_nodes} live nodes at the end; "
-              f"target < 60 s)")
+        results = {1: [], args.threads: []}
+        for r in range(args.repeat):  # interleave the sides so that both see the same machine load
+            for jobs in ((1, args.threads) if r % 2 == 0 else (args.threads, 1)):
+                with DTSSBP(kappa0=1e4, max_depth=3, n_sweeps=args.sweeps, random_state=0, n_jobs=jobs) as model:
+                    cpu, wall, m = cpu_wall(lambda: model.partial_fit(X))
+                    tree = m.trees_[-1]
+                results[jobs].append((cpu, wall, tree.n_nodes, tree.assignments.copy()))
+                print(f"   run {r}: n_jobs={jobs}: {cpu:.1f} s CPU, {wall:.1f} s wall, {tree.n_nodes} nodes", flush=True)
+        one = min(results[1], key=lambda x: x[0])
+        many = min(results[args.threads], key=lambda x: x[1])
+        same = all(np.array_equal(a[3], one[3]) for a in results[1] + results[args.threads])
+        print(f"one epoch, {args.sweeps} sweeps, n_jobs=1   : {one[0]:.1f} s CPU, {one[1]:.1f} s wall "
+              f"({one[2]} live nodes at the end; target < 30 s CPU)")
+        print(f"one epoch, {args.sweeps} sweeps, n_jobs={args.threads}   : {many[1]:.1f} s wall, {many[0]:.1f} s CPU; "
+              f"wall speed-up {one[1] / many[1]:.2f}x (target >= 1.7x); same trees: {same}")
+        print(f"per sweep at n_jobs=1        : {one[0] / args.sweeps:.3f} s CPU = "
+              f"{one[0] / args.sweeps / floor:.1f}x the floor at {K} nodes")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"peak RSS                     : {peak:.0f} MiB")
+    print(f"peak RSS                     : {peak:.0f} MiB (X itself: {(X.data.nbytes + X.indices.nbytes + X.indptr.nbytes) / 2**20:.0f} MiB)")
 
 
 if __name__ == "__main__":

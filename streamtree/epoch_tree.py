@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from streamtree.events import Events
+
 
 @dataclass(frozen=True)
 class EpochTree:
@@ -48,6 +50,11 @@ class EpochTree:
         Ids of nodes alive at the previous epoch that are gone after this one.
     label : str or None
         Optional human label of the epoch (e.g. ``"1790s"``).
+    events : Events
+        The epoch's events (:mod:`streamtree.events`): births, deaths and parent changes
+        against the previous epoch's tree, and the splits and merges the sampler accepted
+        that the trees show (a node of this tree split from another; a node of the previous
+        tree merged into another).
     """
 
     epoch: int
@@ -64,6 +71,7 @@ class EpochTree:
     assignments: np.ndarray
     died: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     label: str | None = None
+    events: Events = field(default_factory=Events.empty)
 
     @property
     def n_nodes(self) -> int:

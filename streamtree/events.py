@@ -92,3 +92,31 @@ def derive_events(epoch: int, prev_ids, prev_parents, ids, parents) -> Events:
     kind = np.array(["born"] * born.size + ["died"] * died.size + ["parent_changed"] * changed.size,
                     dtype=object)
     return Events(np.full(node_id.size, int(epoch), dtype=np.int64), node_id, kind, other)
+
+
+def epoch_events(epoch: int, prev_ids, prev_parents, ids, parents, moves) -> Events:
+    """All events of an epoch: :func:`derive_events` plus the sampler's accepted moves.
+
+    ``moves`` holds ``(node_id, "split_from" | "merged_into", other_id)`` in the order they
+    were accepted. A ``split_from`` is kept when its node was born in this epoch and is in this
+    tree; a ``merged_into`` when its node was in the previous tree and is not in this one (the
+    last such move of a node wins). Rows are ordered by :data:`EVENT_KINDS`, then node id.
+    """
+    base = derive_events(epoch, prev_ids, prev_parents, ids, parents)
+    now = set(np.asarray(ids, dtype=np.int64).tolist())
+    before = set(np.asarray(prev_ids, dtype=np.int64).tolist())
+    last: dict[tuple[int, str], int] = {}
+    for node, kind, other in moves:
+        node, other = int(node), int(other)
+        if kind == "split_from" and node in now and node not in before:
+            last[(node, kind)] = other
+        elif kind == "merged_into" and node in before and node not in now:
+            last[(node, kind)] = other
+    rows = list(zip(base.node_id.tolist(), base.event.tolist(), base.other_id.tolist()))
+    rows += [(n, k, o) for (n, k), o in last.items()]
+    rows.sort(key=lambda r: (EVENT_KINDS.index(r[1]), r[0]))
+    if not rows:
+        return Events.empty()
+    node_id, kind, other = zip(*rows)
+    return Events(np.full(len(rows), int(epoch), dtype=np.int64), np.asarray(node_id, dtype=np.int64),
+                  np.asarray(kind, dtype=object), np.asarray(other, dtype=np.int64))

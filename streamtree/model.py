@@ -24,6 +24,7 @@ from sklearn.utils._param_validation import HasMethods, Interval, StrOptions, va
 from streamtree.epoch_tree import EpochTree
 from streamtree.inference.epoch_sampler import (CHECKPOINT_FORMAT, ChainState, EpochSampler, SamplerSettings,
                                                 predictive_masses)
+from streamtree.inference.threads import fitting_threads
 from streamtree.inference.zsweep import engine_names, make_engine
 from streamtree.likelihoods import LIKELIHOODS, Likelihood
 from streamtree.variants import VARIANTS, VariantConfig, resolve_variant
@@ -74,20 +75,21 @@ class DTSSBP(BaseEstimator):
         Maximum even/odd alternations of the MAP parameter step per sweep. The step starts
         from the previous sweep's parameters, so a few alternations per sweep suffice.
     merge_moves : bool
-        After each sweep, offer every node at least two sweeps old a merge into its parent
-        (see :mod:`streamtree.inference.merge`); this removes duplicate parent-child chains
-        and unsupported proposals. Younger nodes are spared: they start near their parent and
-        need a sweep or two to gather their documents.
+        Run the exact split-merge moves after each sweep's z-update (see
+        :mod:`streamtree.inference.split_merge`): Metropolis-Hastings splits that create a
+        child or a sibling and merges into the parent or a sibling, accepted by the collapsed
+        TSSB prior ratio times the likelihood's collapsed marginal ratio.
     split_proposals : int
-        Seeded child proposals per sweep (all but the last few sweeps of an epoch): after the
-        MAP step, this many nodes holding at least ``2 * min_node_docs`` documents, drawn in
-        proportion to their counts, each get a new child seeded by one of their documents
-        drawn at random. Single-document births through the placeholder are rare in high
-        dimension; seeded children let coherent groups split off, and the merge moves remove
-        the proposals the data do not support. ``0`` disables proposals.
+        Split-merge attempts per sweep. Each attempt draws two documents at random: a split
+        is proposed when they share a node, a merge when one sits in a node the other's could
+        have split off; other draws cost nothing. ``0`` disables the moves.
     min_node_docs : int
         Nodes with fewer documents keep their previous concentration (a newborn node starts
         with its parent's) instead of a noisy estimate.
+    sample_hyperparameters : bool
+        Slice-sample alpha0, lam and gamma after each sweep from their posterior given the
+        tree and the windowed counts (see :mod:`streamtree.inference.hyper`); the values
+        given are the starting point. ``False`` keeps them fixed.
     concentration_bounds : (float, float)
         Clip range of estimated vMF concentrations.
     engine : str or engine object
@@ -98,7 +100,9 @@ class DTSSBP(BaseEstimator):
         Row shards per epoch. Each has its own random stream; results depend on ``n_shards``
         but not on the engine or ``n_jobs``.
     n_jobs : int or None
-        Local engine worker threads (``None``: 1, ``-1``: all CPUs).
+        Threads for fitting (``None``: 1, ``-1``: all CPUs, ``-2``: all but one): the local
+        engine's z-kernel and the parallel numba steps of the coordinator. BLAS stays at one
+        thread inside fitting. Results do not depend on ``n_jobs``.
     engine_options : dict, optional
         Extra keyword arguments for the engine.
     random_state : int, numpy SeedSequence or None
@@ -141,6 +145,7 @@ class DTSSBP(BaseEstimator):
         "merge_moves": ["boolean"],
         "split_proposals": [Interval(numbers.Integral, 0, None, closed="left")],
         "min_node_docs": [Interval(numbers.Integral, 1, None, closed="left")],
+        "sample_hyperparameters": ["boolean"],
         "concentration_bounds": [tuple, list],
         "engine": [str, HasMethods(["load", "sweep", "labels", "close"])],
         "n_shards": [Interval(numbers.Integral, 1, None, closed="left")],
@@ -170,8 +175,9 @@ class DTSSBP(BaseEstimator):
         n_sweeps: int = 50,
         n_map_iter: int = 3,
         merge_moves: bool = True,
-        split_proposals: int = 2,
+        split_proposals: int = 50,
         min_node_docs: int = 2,
+        sample_hyperparameters: bool = True,
         concentration_bounds: tuple[float, float] = (1e-3, 1e6),
         engine: Any = "local",
         n_shards: int = 1,
@@ -199,6 +205,7 @@ class DTSSBP(BaseEstimator):
         self.merge_moves = merge_moves
         self.split_proposals = split_proposals
         self.min_node_docs = min_node_docs
+        self.sample_hyperparameters = sample_hyperparameters
         self.concentration_bounds = concentration_bounds
         self.engine = engine
         self.n_shards = n_shards
@@ -228,7 +235,9 @@ class DTSSBP(BaseEstimator):
                                root_holds_data=config.root_holds_data,
                                freeze_after_birth=config.freeze_after_birth, n_sweeps=self.n_sweeps,
                                n_map_iter=self.n_map_iter, merge_moves=self.merge_moves,
-                               split_proposals=self.split_proposals, min_node_docs=self.min_node_docs)
+                               split_proposals=self.split_proposals, min_node_docs=self.min_node_docs,
+                               sample_hyperparameters=self.sample_hyperparameters
+                               ).with_hyper(getattr(getattr(self, "state_", None), "hyper", {}))
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "state_"):
@@ -344,7 +353,8 @@ class DTSSBP(BaseEstimator):
         if callback is not None:
             engine = _SweepCallback(engine, callback, self.n_sweeps)
         sampler = EpochSampler(self.state_, self.likelihood_, self._settings(self.variant_config_), engine, rng)
-        tree = sampler.run(X, int(epoch), label, children[1:], last)
+        with fitting_threads(self.n_jobs):
+            tree = sampler.run(X, int(epoch), label, children[1:], last)
         self.trees_.append(tree)
         self._last_tree = tree
         self.predictive_ = self._predictive_kernel(normalized=True)

@@ -458,7 +458,7 @@ class _Run:
                 if not self.begun:
                     self._begin()
                 self.store.publish(tree, ep.rows.column("id").to_pylist(), n_top_words=cfg.top_words,
-                                   rejects=rejects, key=ep.key, label=ep.label,
+                                   rejects=rejects, key=ep.key, label=ep.label, events=tree.events,
                                    checkpoint=model.get_checkpoint(), state=t, empty_before=pending)
                 pending = None
                 n_published += 1
@@ -491,7 +491,7 @@ class FittedEpoch:
         ``checkpoint``, ``tables``: what is committed with the epoch)."""
         ep = self.epoch
         store.publish(self.tree, ep.rows.column("id").to_pylist(), n_top_words=n_top_words, rejects=self.rejects,
-                      key=ep.key, label=ep.label, **commit)
+                      key=ep.key, label=ep.label, events=self.tree.events, **commit)
 
 
 class EpochFitter:

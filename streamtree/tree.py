@@ -64,8 +64,9 @@ class TSSBTree:
     def at_cap(self, node_id: int) -> bool:
         return self.max_depth is not None and self.depth[node_id] >= self.max_depth
 
-    def add_child(self, parent_id: int, born: int = 0) -> int:
-        """Append a new last child to ``parent_id`` and return its fresh id."""
+    def add_child(self, parent_id: int, born: int = 0, position: int | None = None) -> int:
+        """Add a new child to ``parent_id`` (last, or at index ``position`` among its children)
+        and return its fresh id."""
         if parent_id not in self.parent:
             raise KeyError(f"no node {parent_id}")
         if self.at_cap(parent_id):
@@ -74,7 +75,10 @@ class TSSBTree:
         self.next_id += 1
         self.parent[nid] = parent_id
         self.children[nid] = []
-        self.children[parent_id].append(nid)
+        if position is None:
+            self.children[parent_id].append(nid)
+        else:
+            self.children[parent_id].insert(position, nid)
         self.depth[nid] = self.depth[parent_id] + 1
         self.born[nid] = born
         return nid
@@ -108,6 +112,21 @@ class TSSBTree:
                 self.depth[nid] -= 1
         del self.parent[node_id], self.children[node_id], self.depth[node_id], self.born[node_id]
         return par
+
+    def rename(self, old: int, new: int, born: int) -> None:
+        """Give node ``old`` the fresh id ``new`` (same place, children and depth)."""
+        if old == ROOT:
+            raise ValueError("the root keeps its id")
+        par = self.parent.pop(old)
+        sib = self.children[par]
+        sib[sib.index(old)] = new
+        self.parent[new] = par
+        self.children[new] = self.children.pop(old)
+        for k in self.children[new]:
+            self.parent[k] = new
+        self.depth[new] = self.depth.pop(old)
+        del self.born[old]
+        self.born[new] = born
 
     def subtree(self, node_id: int) -> list[int]:
         out, stack = [], [node_id]

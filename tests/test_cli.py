@@ -59,10 +59,17 @@ def test_replay_and_show_through_the_console(corpus, tmp_path):
         tree = store.read(e["epoch"]).tree
         assert f"epoch {e['epoch']} ({e['label']}): {tree.assignments.shape[0]} documents" in r.stdout
         words = tree.top_words(vocab, 5)
+        # the model's events reach the store: nodes that split from another carry that mark
+        ev = store.events(e["epoch"]).to_pylist()
+        split_from = {x["node_id"]: x["other_id"] for x in ev if x["event"] == "split_from"}
+        moved = {x["node_id"] for x in ev if x["event"] == "parent_changed"}
         for k in range(tree.n_nodes):  # every node on its own line, indented by depth, with its top words
-            mark = "*" if tree.born[k] == tree.epoch else " "
-            line = (f"{'    ' * int(tree.depth[k])}{mark}[{int(tree.node_ids[k])}] "
-                    f"{int(tree.subtree_counts[k])} docs ({int(tree.counts[k])} here): {' '.join(words[k])}")
+            nid = int(tree.node_ids[k])
+            mark = ("<" if nid in split_from else "*" if tree.born[k] == tree.epoch else "^" if nid in moved
+                    else " ")
+            note = f" (split from {split_from[nid]})" if nid in split_from else ""
+            line = (f"{'    ' * int(tree.depth[k])}{mark}[{nid}] "
+                    f"{int(tree.subtree_counts[k])} docs ({int(tree.counts[k])} here){note}: {' '.join(words[k])}")
             assert line in r.stdout.splitlines()
 
 

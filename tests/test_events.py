@@ -134,3 +134,36 @@ def test_show_marks_events(tmp_path, capsys):
     assert main(["show", store.uri, "--epoch", "c"]) == 0  # derived events: the parent change of node 2
     out = capsys.readouterr().out
     assert "0 changed parent" not in out and "1 changed parent" in out and "    ^[2] " in out
+
+
+def test_epoch_events_keep_the_moves_the_trees_show():
+    from streamtree.events import epoch_events
+
+    moves = [(7, "split_from", 1), (8, "split_from", 1), (8, "merged_into", 1),  # 8 born and gone
+             (2, "merged_into", 1), (3, "merged_into", 0), (3, "merged_into", 1)]
+    ev = epoch_events(4, [0, 1, 2, 3], [-1, 0, 0, 0], [0, 1, 7], [-1, 0, 1], moves)
+    rows = list(zip(ev.node_id.tolist(), ev.event.tolist(), ev.other_id.tolist()))
+    assert rows == [(7, "born", -1), (2, "died", -1), (3, "died", -1), (7, "split_from", 1),
+                    (2, "merged_into", 1), (3, "merged_into", 1)]
+    assert set(ev.epoch.tolist()) == {4}
+
+
+def test_model_trees_carry_their_events():
+    import scipy.sparse as sp
+
+    from streamtree import DTSSBP
+    from streamtree.events import derive_events
+    from streamtree.synthetic import vmf_tree_corpus
+
+    rng = np.random.default_rng(3)
+    corpus = vmf_tree_corpus(rng, p=200, branching=(3, 2), kappa=20.0, beta=300.0, docs_per_node=40)
+    X = sp.csr_matrix(corpus.X)
+    m = DTSSBP(n_sweeps=8, max_depth=2, kappa0=100.0, random_state=0)
+    t0 = m.partial_fit(X).trees_[-1]
+    t1 = m.partial_fit(X).trees_[-1]
+    assert set(t0.events.of("born").node_id.tolist()) == set(t0.node_ids.tolist())
+    splits = t0.events.of("split_from")
+    assert len(splits) > 0 and set(splits.node_id.tolist()) <= set(t0.node_ids.tolist())
+    base = derive_events(1, t0.node_ids, t0.parent, t1.node_ids, t1.parent)
+    for kind in ("born", "died", "parent_changed"):
+        assert t1.events.of(kind).node_id.tolist() == base.of(kind).node_id.tolist()

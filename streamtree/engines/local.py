@@ -5,10 +5,10 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from joblib import effective_n_jobs
 
 from streamtree.engines.base import Engine, shard_bounds
 from streamtree.inference.enumerated import Candidates, SweepStats, row_sq_norms, sweep_rows
+from streamtree.inference.threads import n_threads
 
 
 class LocalEngine(Engine):
@@ -19,15 +19,17 @@ class LocalEngine(Engine):
     n_shards : int
         Number of row shards (each with its own random stream). Results depend on it, so keep
         it fixed to reproduce a run; it need not equal the number of threads.
-    n_jobs : int
-        Worker threads (``None``: 1; ``-1``: all CPUs); the numba kernel and BLAS release the
-        GIL, so shards overlap.
+    n_jobs : int or None
+        Worker threads (``None``: 1; ``-1``: all CPUs; ``-2``: all but one). Each shard's rows
+        are split into ``n_jobs`` ranges scored at once by GIL-free numba kernels. A row's draw
+        depends only on the row and its shard's stream, so results do not depend on ``n_jobs``.
     """
 
     def __init__(self, n_shards: int = 1, n_jobs: int | None = 1) -> None:
         self.n_shards = int(n_shards)
         self.n_jobs = n_jobs
-        self._n_threads = effective_n_jobs(n_jobs)
+        self._n_threads = n_threads(n_jobs)
+        self._pool: ThreadPoolExecutor | None = None
         self._shards: list = []
         self._sq: list[np.ndarray] = []
         self._rngs: list[np.random.Generator] = []
@@ -41,22 +43,29 @@ class LocalEngine(Engine):
         self._sq = [row_sq_norms(x) for x in self._shards]
         self._rngs = [np.random.Generator(np.random.PCG64(s)) for s in seeds]
         self._labels = [np.zeros(x.shape[0], dtype=np.int64) for x in self._shards]
-
-    def _one(self, s: int, cand: Candidates) -> SweepStats:
-        labels, stats = sweep_rows(self._shards[s], cand, self._rngs[s], self._sq[s])
-        self._labels[s] = labels
-        return stats
+        if self._n_threads > 1 and self._pool is None:
+            self._pool = ThreadPoolExecutor(self._n_threads, thread_name_prefix="streamtree-zsweep")
 
     def sweep(self, cand: Candidates) -> SweepStats:
-        if self._n_threads > 1 and self.n_shards > 1:
-            with ThreadPoolExecutor(self._n_threads) as pool:
-                parts = list(pool.map(lambda s: self._one(s, cand), range(self.n_shards)))
-        else:
-            parts = [self._one(s, cand) for s in range(self.n_shards)]
+        parts = []
+        for s in range(self.n_shards):
+            labels, stats = sweep_rows(self._shards[s], cand, self._rngs[s], self._sq[s], pool=self._pool,
+                                       n_threads=self._n_threads)
+            self._labels[s] = labels
+            parts.append(stats)
         return SweepStats.combine(parts)
 
     def labels(self) -> np.ndarray:
         return np.concatenate(self._labels) if self._labels else np.zeros(0, dtype=np.int64)
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
         self._shards, self._sq, self._rngs, self._labels = [], [], [], []
+
+    def __getstate__(self) -> dict:
+        # a thread pool does not pickle; it is recreated at the next load
+        state = dict(self.__dict__)
+        state["_pool"] = None
+        return state

@@ -161,6 +161,7 @@ class RayEngine(Engine):
         self._last_cand = None
         self._gen = 0
         self._n_rows = 0
+        self.last_sweep_bytes = 0  # array bytes the shards returned in the last sweep
 
     # ------------------------------------------------------------------ cluster and actors
     def _connect(self):
@@ -222,7 +223,7 @@ class RayEngine(Engine):
         return opts
 
     def _new_actor(self):
-        return self._actor_cls.remote()
+        return self._actor_cls.remote(self.numba_threads)
 
     def _start(self) -> None:
         ray = self._connect()
@@ -275,6 +276,8 @@ class RayEngine(Engine):
             self._states[s] = state
             parts.append(stats)
         self._last_cand = cand_ref
+        # what came back: sparse per-node sums, never K x V (see BENCHMARKS.md for the formula)
+        self.last_sweep_bytes = sum(p.nbytes() for p in parts)
         return SweepStats.combine(parts)
 
     def labels(self) -> np.ndarray:

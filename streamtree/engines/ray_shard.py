@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import resource
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -31,7 +32,10 @@ class ShardWorker:
     that the engine re-sends the shard instead of computing on the wrong data.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, n_threads: int = 1) -> None:
+        # threads for the shard's z-kernel (GIL-free row ranges; results do not depend on them)
+        self._n_threads = max(1, int(n_threads))
+        self._pool = ThreadPoolExecutor(self._n_threads) if self._n_threads > 1 else None
         self._gen = -1
         self._X = None
         self._sq: np.ndarray | None = None
@@ -57,7 +61,7 @@ class ShardWorker:
             # fault injection: die after advancing the stream, as a real mid-sweep crash would
             self._rng.random(self._X.shape[0])
             os._exit(1)
-        labels, stats = sweep_rows(self._X, cand, self._rng, self._sq)
+        labels, stats = sweep_rows(self._X, cand, self._rng, self._sq, pool=self._pool, n_threads=self._n_threads)
         self._labels = labels
         self._n_sweeps += 1
         return stats, self._rng.bit_generator.state

@@ -3,15 +3,19 @@
 Every live node is a candidate, and every node above the depth cap also gets one placeholder
 child that stands for all of its not-yet-created children (it carries their residual stick mass
 and the collapsed new-node marginal). Given sticks and parameters, the documents are
-conditionally independent, so a sweep is one sparse-dense product ``X @ Theta.T`` per row block
-followed by one categorical draw per row; this module holds both halves and the per-shard
-statistics the coordinator needs afterwards. Nothing here knows about shards or processes:
-engines call :func:`sweep_rows` on whatever rows they hold.
+conditionally independent, so a sweep is one sparse-dense product ``X @ Theta.T`` and one
+categorical draw per row. For CSR rows both happen in one numba pass per row (no score matrix);
+dense rows go through BLAS in fixed blocks. Row ranges can run on GIL-free threads, and since a
+row's result depends only on the row and its uniform, the output is the same for any thread
+count. This module also holds the per-shard statistics the coordinator needs afterwards (sparse
+per-node sums for sparse rows). Nothing here knows about shards or processes: engines call
+:func:`sweep_rows` on whatever rows they hold.
 """
 
 from __future__ import annotations
 
 import math
+from concurrent.futures import Executor
 from dataclasses import dataclass
 
 import numpy as np
@@ -111,46 +115,90 @@ def _hermite(table, j, t):
 
 
 @njit(cache=True, nogil=True)
+def _weights_and_draw(i, scores, sqnorm_i, live_a, live_b, live_c, ph_parent, ph_a, ph_b, ph_c, table,
+                      ph_score, kind, u, labels, lognorm, sample, w):
+    """Column weights of one row from its live scores, its log normaliser and (optionally) a draw."""
+    K = live_a.shape[0]
+    P = ph_a.shape[0]
+    m = -np.inf
+    for k in range(K):
+        v = live_a[k] + live_b[k] * scores[k] + live_c[k] * sqnorm_i
+        w[k] = v
+        if v > m:
+            m = v
+    for j in range(P):
+        t = scores[ph_parent[j]]
+        if kind == 0:
+            v = ph_a[j] + _hermite(table, j, min(max(t, -1.0), 1.0))
+        elif kind == 1:
+            v = ph_a[j] + ph_b[j] * t + ph_c[j] * sqnorm_i
+        else:
+            v = ph_a[j] + ph_score[j]
+        w[K + j] = v
+        if v > m:
+            m = v
+    s = 0.0
+    for k in range(K + P):
+        e = math.exp(w[k] - m)
+        w[k] = e
+        s += e
+    lognorm[i] = m + math.log(s)
+    if sample:
+        target = u[i] * s
+        acc = 0.0
+        chosen = -1
+        for k in range(K + P):
+            if w[k] > 0.0:
+                chosen = k
+                acc += w[k]
+                if acc > target:
+                    break
+        labels[i] = chosen
+
+
+@njit(cache=True, nogil=True)
 def _sample_block(scores, sqnorm, live_a, live_b, live_c, ph_parent, ph_a, ph_b, ph_c, table, ph_scores,
                   kind, u, labels, lognorm, sample):
-    n, K = scores.shape
-    P = ph_a.shape[0]
-    w = np.empty(K + P)
+    """Rows with precomputed live scores (dense input: the product ran through BLAS)."""
+    n = scores.shape[0]
+    w = np.empty(live_a.shape[0] + ph_a.shape[0])
+    no_ph = np.zeros(0)
     for i in range(n):
-        m = -np.inf
-        for k in range(K):
-            v = live_a[k] + live_b[k] * scores[i, k] + live_c[k] * sqnorm[i]
-            w[k] = v
-            if v > m:
-                m = v
-        for j in range(P):
-            t = scores[i, ph_parent[j]]
-            if kind == 0:
-                v = ph_a[j] + _hermite(table, j, min(max(t, -1.0), 1.0))
-            elif kind == 1:
-                v = ph_a[j] + ph_b[j] * t + ph_c[j] * sqnorm[i]
-            else:
-                v = ph_a[j] + ph_scores[i, j]
-            w[K + j] = v
-            if v > m:
-                m = v
-        s = 0.0
-        for k in range(K + P):
-            e = math.exp(w[k] - m)
-            w[k] = e
-            s += e
-        lognorm[i] = m + math.log(s)
-        if sample:
-            target = u[i] * s
-            acc = 0.0
-            chosen = -1
-            for k in range(K + P):
-                if w[k] > 0.0:
-                    chosen = k
-                    acc += w[k]
-                    if acc > target:
-                        break
-            labels[i] = chosen
+        _weights_and_draw(i, scores[i], sqnorm[i], live_a, live_b, live_c, ph_parent, ph_a, ph_b, ph_c, table,
+                          ph_scores[i] if kind == 2 else no_ph, kind, u, labels, lognorm, sample, w)
+
+
+@njit(cache=True, nogil=True)
+def _sample_csr(indptr, indices, data, start, stop, coef_T, sqnorm, live_a, live_b, live_c, ph_parent, ph_a,
+                ph_b, ph_c, table, ph_alpha, kind, u, labels, lognorm, sample):
+    """Rows ``start..stop`` of a CSR matrix: the sparse-dense product fused with the draw.
+
+    Each row's scores accumulate ``x_q * coef_T[w_q]`` over its non-zeros in storage order, so
+    a row's result does not depend on how rows are split between threads.
+    """
+    K = coef_T.shape[1]
+    P = ph_a.shape[0]
+    scores = np.empty(K)
+    w = np.empty(K + P)
+    ph_score = np.zeros(P if kind == 2 else 0)
+    for i in range(start, stop):
+        scores[:] = 0.0
+        for q in range(indptr[i], indptr[i + 1]):
+            x = data[q]
+            row = coef_T[indices[q]]
+            for k in range(K):
+                scores[k] += x * row[k]
+        if kind == 2:
+            total = 0.0
+            for q in range(indptr[i], indptr[i + 1]):
+                total += data[q]
+            for j in range(P):
+                acc = -_log_rising(ph_b[j], total)
+                for q in range(indptr[i], indptr[i + 1]):
+                    acc += _log_rising(ph_alpha[j, indices[q]], data[q])
+                ph_score[j] = acc
+        _weights_and_draw(i, scores, sqnorm[i], live_a, live_b, live_c, ph_parent, ph_a, ph_b, ph_c, table,
+                          ph_score, kind, u, labels, lognorm, sample, w)
 
 
 @njit(cache=True, nogil=True)
@@ -198,8 +246,15 @@ def row_sq_norms(X) -> np.ndarray:
     return np.einsum("ij,ij->i", X, X)
 
 
+def row_chunks(n_rows: int, n_chunks: int) -> np.ndarray:
+    """Boundaries of ``n_chunks`` contiguous, near-equal row ranges (fewer if rows are few)."""
+    n_chunks = max(1, min(int(n_chunks), n_rows))
+    return np.linspace(0, n_rows, n_chunks + 1).round().astype(np.int64)
+
+
 def score_rows(X, cand: Candidates, u: np.ndarray | None, sqnorm: np.ndarray | None = None,
-               block_rows: int = _BLOCK_ROWS) -> tuple[np.ndarray, np.ndarray]:
+               block_rows: int = _BLOCK_ROWS, pool: Executor | None = None, n_threads: int = 1
+               ) -> tuple[np.ndarray, np.ndarray]:
     """Log normaliser of each row's conditional and, if ``u`` is given, a draw per row.
 
     Parameters
@@ -207,6 +262,16 @@ def score_rows(X, cand: Candidates, u: np.ndarray | None, sqnorm: np.ndarray | N
     X : csr_matrix or ndarray, shape (n, p)
     cand : Candidates
     u : ndarray of shape (n,) with uniforms in [0, 1), or None to only score.
+    sqnorm : ndarray of shape (n,), optional
+        ``||x_n||^2`` (computed when the kernel needs it and it is not given).
+    block_rows : int
+        Rows per dense score block (dense input only; CSR rows are scored one at a time).
+    pool : concurrent.futures.Executor, optional
+        Runs ``n_threads`` contiguous row ranges at once; the kernels release the GIL. Every
+        row's result depends only on that row and its uniform, so the output is the same for
+        any number of threads.
+    n_threads : int
+        Number of row ranges handed to ``pool``.
 
     Returns
     -------
@@ -219,88 +284,181 @@ def score_rows(X, cand: Candidates, u: np.ndarray | None, sqnorm: np.ndarray | N
     n = X.shape[0]
     if sqnorm is None:
         sqnorm = row_sq_norms(X) if cand.kind == LINEAR else np.zeros(n)
+    sqnorm = np.ascontiguousarray(sqnorm, dtype=np.float64)
     labels = np.full(n, -1, dtype=np.int64)
     lognorm = np.empty(n)
     sample = u is not None
-    uu = u if sample else np.zeros(0)
+    uu = np.ascontiguousarray(u, dtype=np.float64) if sample else np.zeros(0)
     table = cand.ph_table if cand.ph_table is not None else np.zeros((0, 2, 2))
-    no_ph_scores = np.zeros((0, 0))
-    for start in range(0, n, block_rows):
-        stop = min(start + block_rows, n)
-        scores = np.asarray(X[start:stop] @ cand.coef_T)
-        ph_scores = no_ph_scores
-        if cand.kind == DIRICHLET:
-            ph_scores = dirichlet_placeholder_scores(X[start:stop], cand.ph_alpha, cand.ph_b)
-        _sample_block(np.ascontiguousarray(scores, dtype=np.float64), sqnorm[start:stop],
-                      cand.live_a, cand.live_b, cand.live_c, cand.ph_parent, cand.ph_a, cand.ph_b,
-                      cand.ph_c, table, ph_scores, cand.kind, uu[start:stop] if sample else uu,
-                      labels[start:stop], lognorm[start:stop], sample)
+    coef_T = np.ascontiguousarray(cand.coef_T, dtype=np.float64)
+    head = (cand.live_a, cand.live_b, cand.live_c, cand.ph_parent, cand.ph_a, cand.ph_b, cand.ph_c, table)
+
+    if sp.issparse(X):
+        X = sp.csr_matrix(X)
+        indptr = X.indptr.astype(np.int64, copy=False)
+        indices = X.indices.astype(np.int64, copy=False)
+        data = np.asarray(X.data, dtype=np.float64)
+        alpha = (np.ascontiguousarray(cand.ph_alpha, dtype=np.float64) if cand.kind == DIRICHLET
+                 else np.zeros((0, 0)))
+
+        def run(start: int, stop: int) -> None:
+            _sample_csr(indptr, indices, data, start, stop, coef_T, sqnorm, *head, alpha, cand.kind, uu,
+                        labels, lognorm, sample)
+    else:
+        no_ph_scores = np.zeros((0, 0))
+
+        def run(start: int, stop: int) -> None:
+            for b0 in range(start, stop, block_rows):
+                b1 = min(b0 + block_rows, stop)
+                scores = np.ascontiguousarray(X[b0:b1] @ coef_T, dtype=np.float64)
+                ph_scores = no_ph_scores
+                if cand.kind == DIRICHLET:
+                    ph_scores = dirichlet_placeholder_scores(X[b0:b1], cand.ph_alpha, cand.ph_b)
+                _sample_block(scores, sqnorm[b0:b1], *head, ph_scores, cand.kind,
+                              uu[b0:b1] if sample else uu, labels[b0:b1], lognorm[b0:b1], sample)
+
+    # Dense blocks keep fixed boundaries (multiples of block_rows) whatever the thread count:
+    # a BLAS product's rounding may depend on the block's shape. CSR rows are independent.
+    unit = 1 if sp.issparse(X) else block_rows
+    n_units = -(-n // unit) if n else 0
+    bounds = np.minimum(row_chunks(n_units, n_threads if pool is not None else 1) * unit, n)
+    if pool is None or bounds.shape[0] <= 2:
+        if n:
+            run(0, n)
+    else:
+        for f in [pool.submit(run, int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]:
+            f.result()
     return labels, lognorm
 
 
-@dataclass
+@njit(cache=True, nogil=True)
+def _scatter_rows(out, pos, indptr, indices, data):
+    """out[pos[r], indices[q]] += data[q] for the non-zeros q of CSR row r."""
+    for r in range(pos.shape[0]):
+        o = out[pos[r]]
+        for q in range(indptr[r], indptr[r + 1]):
+            o[indices[q]] += data[q]
+
+
 class SweepStats:
     """Sufficient statistics of one sweep over some rows, by candidate column.
 
-    ``sums`` holds the summed document vectors only for the columns in ``occupied`` (rows of
-    ``sums`` follow ``occupied``); ``sumsq`` is the summed ``||x||^2`` per column. ``seeds`` holds
-    one document per occupied column, drawn uniformly from the column's documents: each row
-    gets a uniform key and the largest key wins, within a shard and across shards alike
-    (``seed_keys``), which keeps the draw uniform over the union and independent of sharding
-    order. The coordinator uses seeds to propose new nodes.
+    ``row_sums`` holds the summed document vectors only for the columns in ``occupied`` (rows
+    follow ``occupied``): a CSR matrix for sparse documents, which is what a shard sends back
+    (its non-zeros are at most the shard's), or a dense array; :attr:`sums` is its dense
+    form. ``sumsq`` is the summed ``||x||^2`` per column. ``seeds`` holds one document per
+    occupied column, drawn uniformly from the column's documents: each row gets a uniform key
+    and the largest key wins, within a shard and across shards alike (``seed_keys``), which
+    keeps the draw uniform over the union and independent of sharding order. The coordinator
+    uses seeds to propose new nodes.
     """
 
-    counts: np.ndarray
-    occupied: np.ndarray
-    sums: np.ndarray
-    sumsq: np.ndarray
-    loglik: float
-    seeds: np.ndarray | sp.csr_matrix | None = None
-    seed_keys: np.ndarray | None = None
+    def __init__(self, counts: np.ndarray, occupied: np.ndarray, row_sums, sumsq: np.ndarray, loglik: float,
+                 seeds: np.ndarray | sp.csr_matrix | None = None, seed_keys: np.ndarray | None = None) -> None:
+        self.counts = counts
+        self.occupied = occupied
+        self.row_sums = row_sums
+        self.sumsq = sumsq
+        self.loglik = loglik
+        self.seeds = seeds
+        self.seed_keys = seed_keys
+        self._dense: np.ndarray | None = None
+
+    @property
+    def sums(self) -> np.ndarray:
+        """Dense ``(len(occupied), p)`` per-column sums of the rows."""
+        if self._dense is None:
+            rs = self.row_sums
+            self._dense = np.asarray(rs.toarray()) if sp.issparse(rs) else np.asarray(rs)
+        return self._dense
+
+    def __getstate__(self) -> dict:
+        # only the compact form travels between processes
+        return {k: v for k, v in self.__dict__.items() if k != "_dense"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._dense = None
+
+    def nbytes(self) -> int:
+        """Bytes of the arrays this object holds (what a shard sends back, before pickling)."""
+        total = 0
+        for v in (self.counts, self.occupied, self.row_sums, self.sumsq, self.seeds, self.seed_keys):
+            if v is None:
+                continue
+            if sp.issparse(v):
+                total += v.data.nbytes + v.indices.nbytes + v.indptr.nbytes
+            else:
+                total += np.asarray(v).nbytes
+        return total
 
     @staticmethod
     def combine(parts: list["SweepStats"]) -> "SweepStats":
         """Sum shard statistics in shard order (fixed order keeps results bit-identical)."""
-        counts = np.sum([p.counts for p in parts], axis=0)
+        counts = parts[0].counts.copy()
+        for p in parts[1:]:
+            counts += p.counts
         occupied = np.flatnonzero(counts)
-        pos = {int(c): r for r, c in enumerate(occupied)}
-        dim = parts[0].sums.shape[1]
+        where = np.full(counts.shape[0], -1, dtype=np.int64)
+        where[occupied] = np.arange(occupied.shape[0])
+        dim = parts[0].row_sums.shape[1]
         sums = np.zeros((occupied.shape[0], dim))
         for part in parts:
-            for r, c in enumerate(part.occupied):
-                sums[pos[int(c)]] += part.sums[r]
-        sumsq = np.sum([p.sumsq for p in parts], axis=0)
+            pos = where[part.occupied]
+            rs = part.row_sums
+            if sp.issparse(rs):
+                rs = sp.csr_matrix(rs)
+                _scatter_rows(sums, pos, rs.indptr.astype(np.int64), rs.indices.astype(np.int64),
+                              np.asarray(rs.data, dtype=np.float64))
+            else:
+                sums[pos] += rs
+        sumsq = parts[0].sumsq.copy()
+        for p in parts[1:]:
+            sumsq += p.sumsq
+        # seeds: per column, the row with the largest key over all parts (first part wins ties)
         best = np.full(occupied.shape[0], -1.0)
-        src = np.zeros((occupied.shape[0], 2), dtype=np.int64)  # (part, row in part)
+        src_part = np.zeros(occupied.shape[0], dtype=np.int64)
+        src_row = np.zeros(occupied.shape[0], dtype=np.int64)
         for i, part in enumerate(parts):
-            for r, c in enumerate(part.occupied):
-                if part.seed_keys[r] > best[pos[int(c)]]:
-                    best[pos[int(c)]] = part.seed_keys[r]
-                    src[pos[int(c)]] = (i, r)
-        rows = [parts[i].seeds[r] for i, r in src]
-        if rows and sp.issparse(rows[0]):
-            seeds = sp.vstack(rows, format="csr")
+            pos = where[part.occupied]
+            better = part.seed_keys > best[pos]
+            best[pos[better]] = part.seed_keys[better]
+            src_part[pos[better]] = i
+            src_row[pos[better]] = np.flatnonzero(better)
+        # one gather per part, then back into column order
+        pieces, order = [], []
+        for i, part in enumerate(parts):
+            mine = np.flatnonzero(src_part == i)
+            if mine.size:
+                pieces.append(part.seeds[src_row[mine]])
+                order.append(mine)
+        if not pieces:
+            seeds = sp.csr_matrix((0, dim)) if sp.issparse(parts[0].seeds) else np.zeros((0, dim))
+        elif len(pieces) == 1:
+            seeds = pieces[0]
         else:
-            seeds = np.vstack(rows) if rows else np.zeros((0, dim))
-        return SweepStats(counts, occupied, sums, sumsq, float(sum(p.loglik for p in parts)), seeds, best)
+            inverse = np.argsort(np.concatenate(order), kind="stable")
+            seeds = (sp.vstack(pieces, format="csr") if sp.issparse(pieces[0]) else np.vstack(pieces))[inverse]
+        out = SweepStats(counts, occupied, sums, sumsq, float(sum(p.loglik for p in parts)), seeds, best)
+        return out
 
 
 def sweep_statistics(X, labels: np.ndarray, n_columns: int, sqnorm: np.ndarray, loglik: float,
                      keys: np.ndarray | None = None) -> SweepStats:
     """Counts, per-column sums of rows and of squared norms, and seed rows for one block of rows.
 
-    ``keys`` are the rows' uniform seed keys (default: no seeds).
+    ``keys`` are the rows' uniform seed keys (default: no seeds). Sums stay sparse for sparse
+    ``X``.
     """
     n = X.shape[0]
     counts = np.bincount(labels, minlength=n_columns).astype(np.int64)
     occupied = np.flatnonzero(counts)
     if n == 0:
         empty = sp.csr_matrix((0, X.shape[1])) if sp.issparse(X) else np.zeros((0, X.shape[1]))
-        return SweepStats(counts, occupied, np.zeros((0, X.shape[1])), np.zeros(n_columns), loglik,
-                          empty, np.zeros(0))
+        return SweepStats(counts, occupied, empty, np.zeros(n_columns), loglik, empty, np.zeros(0))
     Z = sp.csr_matrix((np.ones(n), (labels, np.arange(n))), shape=(n_columns, n))
     sums = Z[occupied] @ X
-    sums = sums.toarray() if sp.issparse(sums) else np.asarray(sums)
+    sums = sp.csr_matrix(sums) if sp.issparse(sums) else np.asarray(sums)
     sumsq = np.bincount(labels, weights=sqnorm, minlength=n_columns)
     seeds = seed_keys = None
     if keys is not None:
@@ -310,12 +468,13 @@ def sweep_statistics(X, labels: np.ndarray, n_columns: int, sqnorm: np.ndarray, 
     return SweepStats(counts, occupied, sums, sumsq, loglik, seeds, seed_keys)
 
 
-def sweep_rows(X, cand: Candidates, rng: np.random.Generator, sqnorm: np.ndarray | None = None
-               ) -> tuple[np.ndarray, SweepStats]:
-    """One z-update over a block of rows with its own random stream."""
+def sweep_rows(X, cand: Candidates, rng: np.random.Generator, sqnorm: np.ndarray | None = None,
+               pool: Executor | None = None, n_threads: int = 1) -> tuple[np.ndarray, SweepStats]:
+    """One z-update over a block of rows with its own random stream (``pool``/``n_threads``:
+    see :func:`score_rows`; they change the speed, never the result)."""
     if sqnorm is None:
         sqnorm = row_sq_norms(X)
     u = rng.random(X.shape[0])
     keys = rng.random(X.shape[0])
-    labels, lognorm = score_rows(X, cand, u, sqnorm)
+    labels, lognorm = score_rows(X, cand, u, sqnorm, pool=pool, n_threads=n_threads)
     return labels, sweep_statistics(X, labels, cand.n_columns, sqnorm, float(lognorm.sum()), keys)

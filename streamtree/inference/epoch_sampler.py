@@ -7,10 +7,13 @@ Per epoch ``t`` (ALGORITHM: per-epoch driver):
 2. ``n_sweeps`` times: sample all sticks from their windowed Beta conditionals; run the
    enumerated blocked-Gibbs z-update over the documents (in shards, on the z-sweeper given);
    turn placeholders that received documents into new nodes; delete nodes whose windowed
-   counts are all zero; offer merges; re-estimate each node's concentration; update the node
-   parameters by MAP, alternating even and odd depths; propose seeded children.
-3. Build the :class:`~streamtree.epoch_tree.EpochTree`, push the epoch's counts into the window
-   and delete nodes that fell out of it.
+   counts are all zero; run the exact split-merge moves and relocations
+   (:mod:`~streamtree.inference.split_merge`) and the heat-bath merge of internal nodes;
+   slice-sample alpha0, lam, gamma (:mod:`~streamtree.inference.hyper`); re-estimate each
+   node's concentration; update the node parameters by MAP, alternating even and odd depths.
+3. Apply the identity rule (:meth:`EpochSampler._identity_rule`), build the
+   :class:`~streamtree.epoch_tree.EpochTree` with its events, push the epoch's counts into the
+   window and delete nodes that fell out of it.
 
 Everything that depends on the observation family goes through a
 :class:`~streamtree.likelihoods.base.Likelihood`; the z-updates go through a
@@ -20,13 +23,17 @@ Everything that depends on the observation family goes through a
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import scipy.sparse as sp
+from scipy.stats import chi2
 
 from streamtree.epoch_tree import EpochTree
+from streamtree.events import epoch_events
 from streamtree.inference.merge import collapsed_log_prior
+from streamtree.inference.hyper import sample_hyperparameters
+from streamtree.inference.split_merge import MoveState, SplitMerge
 from streamtree.inference.sticks import log_masses, mean_sticks, sample_sticks, stick_params
 from streamtree.inference.zsweep import ZSweeper
 from streamtree.likelihoods.base import DocumentSet, Likelihood
@@ -35,7 +42,13 @@ from streamtree.window import WindowedCounts, subtree_sums
 
 logger = logging.getLogger(__name__)
 
-MERGE_GRACE = 2  # sweeps a new node lives before it may be merged away
+MERGE_GRACE = 2  # sweeps a new node lives before the internal-node merge may remove it
+
+#: tail probability of the time link beyond which a carried node counts as a new node
+IDENTITY_LEVEL = 0.05
+#: per-document log-likelihood separation (in standard deviations) beyond which it counts as new
+IDENTITY_SEPARATION = 1.0
+
 CHECKPOINT_FORMAT = 1
 
 
@@ -54,10 +67,15 @@ class SamplerSettings:
     merge_moves: bool
     split_proposals: int
     min_node_docs: int
+    sample_hyperparameters: bool = True
 
     def stick_kwargs(self) -> dict:
         return dict(alpha0=self.alpha0, lam=self.lam, gamma=self.gamma, max_depth=self.max_depth,
                     root_holds_data=self.root_holds_data)
+
+    def with_hyper(self, hyper: dict[str, float]) -> "SamplerSettings":
+        """These settings with the chain's current stick hyperparameters."""
+        return replace(self, **hyper) if hyper else self
 
 
 class NodeTable:
@@ -111,6 +129,8 @@ class ChainState:
     tree: TSSBTree
     window: WindowedCounts
     nodes: NodeTable
+    #: current stick hyperparameters (alpha0, lam, gamma); empty until the first epoch starts
+    hyper: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def empty(cls, max_depth: int | None, window: int | None, n_features: int) -> "ChainState":
@@ -149,7 +169,7 @@ class ChainState:
             "window_count": np.asarray(hist_counts, dtype=np.int64),
         }
         meta = {"max_depth": self.tree.max_depth, "next_id": int(self.tree.next_id), "window": self.window.window,
-                "window_epochs": len(self.window.history)}
+                "window_epochs": len(self.window.history), "hyper": dict(self.hyper)}
         return out, meta
 
     @classmethod
@@ -173,7 +193,7 @@ class ChainState:
         for h, nid, c in zip(arrays["window_epoch"], arrays["window_node"], arrays["window_count"]):
             history[int(h)][str(int(nid))] = int(c)
         window = WindowedCounts.from_state({"window": meta["window"], "history": history})
-        return cls(tree, window, nodes)
+        return cls(tree, window, nodes, {k: float(v) for k, v in meta.get("hyper", {}).items()})
 
 
 def tree_arrays(tree: EpochTree) -> TreeArrays:
@@ -223,11 +243,17 @@ class EpochSampler:
         self.root_anchor: np.ndarray | None = None
         self.prev_theta: np.ndarray | None = None  # parameters at the start of the epoch, by slot
         self.prev_slot: dict[int, int] = {}
+        self.labels_now = np.zeros(0, dtype=np.int64)  # each document's node after the last sweep's moves
+        self.moves: list[tuple[int, str, int]] = []  # (node, event, other node) of accepted moves
+        self.renamed: dict[int, int] = {}  # old id -> new id under the identity rule
 
     # ------------------------------------------------------------------ the epoch
     def run(self, X, epoch: int, label: str | None, shard_seeds: list[np.random.SeedSequence],
             previous: EpochTree | None) -> EpochTree:
-        st, lik, cfg = self.state, self.likelihood, self.settings
+        st, lik = self.state, self.likelihood
+        if not st.hyper:
+            st.hyper = dict(alpha0=float(self.settings.alpha0), lam=float(self.settings.lam),
+                            gamma=float(self.settings.gamma))
         n = X.shape[0]
         if len(st.nodes) == 0:
             if n == 0:
@@ -243,8 +269,9 @@ class EpochSampler:
         col_ids = np.zeros(0, dtype=np.int64)
         if n:
             self.sweeper.load(X, list(shard_seeds))
-        for sweep in range(cfg.n_sweeps if n else 0):
+        for sweep in range(self.settings.n_sweeps if n else 0):
             self.sweep = sweep
+            cfg = self.settings.with_hyper(st.hyper)
             arrays = st.tree.arrays()
             params = stick_params(arrays, st.own_counts(arrays.ids, current), **cfg.stick_kwargs())
             log_pi, log_res = log_masses(arrays, sample_sticks(params, self.rng))
@@ -253,16 +280,24 @@ class EpochSampler:
             stats = self.sweeper.sweep(cand)
             col_ids, current, sums, sumsq = self._materialise(arrays, cand, ph_rows, stats, epoch)
             self._cull(current)
-            if cfg.merge_moves:
-                self._merge_step(current, sums, sumsq, col_ids)
+            self.labels_now = col_ids[self.sweeper.labels()]
+            if cfg.merge_moves and cfg.split_proposals > 0:
+                self._split_merge(X, col_ids, current, sums, sumsq, epoch)
+            if cfg.merge_moves and sweep >= cfg.n_sweeps // 2:  # once the epoch's nodes have settled
+                self._merge_internal(current, sums, sumsq)
+            if cfg.sample_hyperparameters:
+                arrays = st.tree.arrays()
+                st.hyper = sample_hyperparameters(arrays, st.own_counts(arrays.ids, current), st.hyper,
+                                                  max_depth=cfg.max_depth, root_holds_data=cfg.root_holds_data,
+                                                  rng=self.rng)
             self._update_concentrations(current, sums, sumsq)
             self._update_theta(sums, current, epoch)
-            if cfg.split_proposals > 0 and sweep < cfg.n_sweeps - 1 - MERGE_GRACE:
-                self._propose_children(stats, col_ids, current, epoch)
             logger.debug("epoch %d sweep %d: %d nodes, log p(x) %.4g", epoch, sweep, len(st.tree), stats.loglik)
-        labels = col_ids[self.sweeper.labels()] if n else np.zeros(0, dtype=np.int64)
+        if n and previous is not None:
+            self._identity_rule(X, epoch, current)
+        labels = self.labels_now if n else np.zeros(0, dtype=np.int64)
         prev_ids = set(previous.node_ids.tolist()) if previous is not None else set()
-        tree = self._epoch_tree(epoch, label, current, labels, prev_ids)
+        tree = self._epoch_tree(epoch, label, current, labels, prev_ids, previous)
         st.window.commit(current)
         self._cull({})
         return tree
@@ -308,57 +343,96 @@ class EpochSampler:
         st.remove(removed)
         return removed
 
-    def _propose_children(self, stats, col_ids: np.ndarray, current: dict[int, int], epoch: int) -> None:
-        """Seed up to ``split_proposals`` new children from random member documents of nodes
-        drawn in proportion to their document counts."""
-        if stats.seeds is None:
-            return
-        st, lik = self.state, self.likelihood
-        rows, weights = [], []
-        for r, col in enumerate(stats.occupied):
-            nid = int(col_ids[col])
-            n = current.get(nid, 0)
-            if nid in st.tree and n >= 2 * self.settings.min_node_docs:
-                rows.append(r)
-                weights.append(float(n))
-        if not rows:
-            return
-        k = min(int(self.settings.split_proposals), len(rows))
-        w = np.asarray(weights)
-        picks = self.rng.choice(len(rows), size=k, replace=False, p=w / w.sum())
-        for i in picks:
-            r = rows[i]
-            nid = int(col_ids[stats.occupied[r]])
-            x = stats.seeds[r]
-            x = np.asarray(x.toarray()).ravel() if sp.issparse(x) else np.asarray(x, dtype=np.float64).ravel()
-            s = st.nodes.slot[nid]
-            theta = lik.seed_child_theta(st.nodes.theta[s], x)
-            parent = self._best_attachment(nid, theta)
-            if parent is None:
+    def _split_merge(self, X, col_ids: np.ndarray, current: dict[int, int], sums: dict[int, np.ndarray],
+                     sumsq: dict[int, float], epoch: int) -> None:
+        """``split_proposals`` exact split-merge attempts, each with a relocation attempt of a new
+        node (:mod:`streamtree.inference.split_merge`), on the documents' current nodes; counts,
+        sums and labels follow the accepted moves."""
+        st, cfg = self.state, self.settings
+        ids = list(st.tree.parent)
+        slots = st.nodes.slots(ids)
+        move = MoveState(st.tree, self.labels_now, X, st.window.total,
+                         {i: st.nodes.theta[s] for i, s in zip(ids, slots)},
+                         {i: float(st.nodes.concentration[s]) for i, s in zip(ids, slots)}, set(self.prev_slot))
+        moves = SplitMerge(self.likelihood, cfg.with_hyper(st.hyper).stick_kwargs())
+        touched: set[int] = set()
+        for _ in range(cfg.split_proposals):
+            moved = moves.relocate(move, self.rng)
+            if moved is not None:
+                s = st.nodes.slot[moved.node]
+                st.nodes.theta[s] = move.theta[moved.node]
+                st.nodes.concentration[s] = move.concentration[moved.node]
+            res = moves.attempt(move, self.rng, born=epoch)
+            if res is None:
                 continue
-            child = st.tree.add_child(parent, born=epoch)
-            self.born_sweep[child] = self.sweep
-            st.nodes.add(child, theta, lik.new_node_concentration(float(st.nodes.concentration[s]),
-                                                                  st.tree.depth[child]))
+            touched.update((res.node, res.other))
+            if res.kind == "split":
+                if res.node not in st.nodes:
+                    st.nodes.add(res.node, move.theta[res.node], move.concentration[res.node])
+                    self.born_sweep[res.node] = self.sweep
+                self.moves.append((res.node, "split_from", res.other))
+            else:
+                if res.node not in st.tree:
+                    st.nodes.remove(res.node)
+                self.moves.append((res.node, "merged_into", res.other))
+        for nid in touched:
+            rows = np.flatnonzero(self.labels_now == nid)
+            current.pop(nid, None), sums.pop(nid, None), sumsq.pop(nid, None)
+            if rows.size and nid in st.tree:
+                sub = X[rows]
+                current[nid] = int(rows.size)
+                sums[nid] = np.asarray(sub.sum(axis=0)).ravel()
+                sumsq[nid] = float(sub.multiply(sub).sum()) if sp.issparse(sub) else float(np.sum(sub * sub))
 
-    def _best_attachment(self, nid: int, theta: np.ndarray) -> int | None:
-        """The node on the path from ``nid`` to the root (above the depth cap) under which a new
-        child with parameter ``theta`` has the highest parent-link log density."""
-        st = self.state
-        tree = st.tree
-        best, best_score = None, -np.inf
-        a = nid
-        while a >= 0:
-            if not tree.at_cap(a):
-                score = self.likelihood.log_link(theta, st.nodes.theta[st.nodes.slot[a]], tree.depth[a] + 1)
-                if score > best_score:
-                    best, best_score = a, score
-            a = tree.parent[a]
-        return best
+    def _identity_rule(self, X, epoch: int, current: dict[int, int]) -> None:
+        """Publish a carried node whose content changed beyond recognition as a new node.
 
-    def _merge_step(self, current: dict[int, int], sums: dict[int, np.ndarray], sumsq: dict[int, float],
-                    col_ids: np.ndarray) -> None:
-        """Heat-bath choice, node by node (leaves first), between keeping it and merging it into its parent.
+        A node carried from the previous epoch, with parameter ``theta_prev`` at the start of
+        this epoch and ``theta_now`` at its end, is *not recognised* when both
+
+        * its parameter moved further than its time link typically allows: the family's drift
+          statistic (chi-square scale) lies beyond the ``1 - IDENTITY_LEVEL`` quantile; and
+        * its documents tell the two parameters apart: the per-document log-likelihood ratios
+          ``log f(x | theta_now) - log f(x | theta_prev)`` over the node's documents have a mean
+          above ``IDENTITY_SEPARATION`` times their standard deviation (its old self would not
+          recognise its typical document; independent of the number of documents).
+
+        An unrecognised node gets a fresh id (born now) and the old id dies. Its place, counts
+        and parameters carry over to the new id, so the sampler's state is unchanged."""
+        st, lik = self.state, self.likelihood
+        for nid in st.tree.preorder()[1:]:
+            if nid not in self.prev_slot or current.get(nid, 0) == 0:
+                continue
+            s = st.nodes.slot[nid]
+            theta_now, theta_prev = st.nodes.theta[s], self.prev_theta[self.prev_slot[nid]]
+            stat = lik.drift_statistic(theta_now, theta_prev, st.tree.depth[nid])
+            moved = stat is not None and stat[0] > chi2.isf(IDENTITY_LEVEL, stat[1]) and current[nid] >= 2
+            if moved:
+                rows = X[np.flatnonzero(self.labels_now == nid)]
+                conc = float(st.nodes.concentration[s])
+                r = lik.row_log_likelihood(rows, theta_now, conc) - lik.row_log_likelihood(rows, theta_prev, conc)
+                moved = float(np.mean(r)) > IDENTITY_SEPARATION * float(np.std(r))
+            if not moved:
+                continue
+            new = st.tree.next_id
+            st.tree.next_id += 1
+            st.tree.rename(nid, new, born=epoch)
+            s = st.nodes.slot.pop(nid)
+            st.nodes.slot[new] = s
+            st.window.merge(nid, new)
+            current[new] = current.pop(nid)
+            self.labels_now[self.labels_now == nid] = new
+            self.moves = [(new if a == nid else a, e, new if b == nid else b) for a, e, b in self.moves]
+            self.renamed[nid] = new
+            logger.debug("epoch %d: node %d changed beyond recognition, now node %d", epoch, nid, new)
+
+    def _merge_internal(self, current: dict[int, int], sums: dict[int, np.ndarray], sumsq: dict[int, float]) -> None:
+        """Heat-bath choice, for each internal node and each node with past counts (deepest first),
+        between keeping it and merging it into its parent, its children rising and its past
+        counts moving to the parent: a search heuristic, NOT an exact move (the children's links
+        are not rescored, the past counts are relabelled), kept for what the exact moves cannot
+        do yet: lift the children of a node that duplicates its parent, and retire a carried
+        node whose documents its parent explains as well.
 
         See :mod:`streamtree.inference.merge`: the collapsed stick prior's change plus the data's
         Bayes factor between the node's documents at the parent (parent's parameters) and at
@@ -367,7 +441,7 @@ class EpochSampler:
         """
         st, lik, cfg = self.state, self.likelihood, self.settings
         tree, win, nodes = st.tree, st.window, st.nodes
-        kw = cfg.stick_kwargs()
+        kw = cfg.with_hyper(st.hyper).stick_kwargs()
 
         def prior_of(t: TSSBTree, past: dict[int, int], now: dict[int, int]) -> float:
             arr = t.arrays()
@@ -379,8 +453,8 @@ class EpochSampler:
         before = prior_of(tree, past, current)
         log_total = np.log(sum(past.values()) + sum(current.values()) + 2.0)
         for c in reversed(tree.preorder()):
-            if c == ROOT or c not in tree:
-                continue
+            if c == ROOT or c not in tree or not (tree.children[c] or win.total.get(c, 0) > 0):
+                continue  # new leaves are left to the exact moves
             if self.sweep - self.born_sweep.get(c, -MERGE_GRACE) < MERGE_GRACE:
                 continue  # too young: a new node needs a few sweeps to gather its documents
             par = tree.parent[c]
@@ -419,7 +493,8 @@ class EpochSampler:
                 sums[par] = sums[par] + sums.pop(c) if par in sums else sums.pop(c)
                 sumsq[par] = sumsq.get(par, 0.0) + sumsq.pop(c)
             nodes.remove(c)
-            col_ids[col_ids == c] = par
+            self.labels_now[self.labels_now == c] = par
+            self.moves.append((c, "merged_into", par))
             before = after
 
     def _update_concentrations(self, counts: dict[int, int], sums: dict[int, np.ndarray],
@@ -458,16 +533,20 @@ class EpochSampler:
             arrays, theta, S, n, st.nodes.concentration[slots], P, has_prev, self.root_anchor, update,
             self.settings.n_map_iter)
 
-    def _epoch_tree(self, epoch, label, current, labels, prev_ids) -> EpochTree:
+    def _epoch_tree(self, epoch, label, current, labels, prev_ids, previous) -> EpochTree:
         st = self.state
         arrays = st.tree.arrays()
         ids = arrays.ids
         own_now = np.array([current.get(int(i), 0) for i in ids], dtype=np.int64)
         own_win = st.own_counts(ids, current)
-        params = stick_params(arrays, own_win, **self.settings.stick_kwargs())
+        params = stick_params(arrays, own_win, **self.settings.with_hyper(st.hyper).stick_kwargs())
         log_pi, _ = log_masses(arrays, mean_sticks(params))
         parent = np.where(arrays.parent_index >= 0, ids[np.maximum(arrays.parent_index, 0)], -1)
         died = np.array(sorted(prev_ids - set(ids.tolist())), dtype=np.int64)
+        prev_tree_ids = np.array(sorted(prev_ids), dtype=np.int64)
+        prev_par = (np.zeros(0, dtype=np.int64) if previous is None else
+                    np.array([previous.parent[previous.index_of(int(i))] for i in prev_tree_ids], dtype=np.int64))
+        events = epoch_events(epoch, prev_tree_ids, prev_par, ids, parent, self.moves)
         return EpochTree(
             epoch=epoch,
             node_ids=ids.copy(),
@@ -483,4 +562,5 @@ class EpochSampler:
             assignments=labels.astype(np.int64),
             died=died,
             label=label,
+            events=events,
         )

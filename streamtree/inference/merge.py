@@ -1,20 +1,8 @@
-"""Merge moves: fold a node into its parent when the data do not support a separate node.
+"""The collapsed TSSB prior of an epoch's assignments (sticks integrated out).
 
-The enumerated sampler creates nodes one placeholder at a time, and with MAP parameters a
-child can end up duplicating its parent (same parameter, documents split between the two by
-mass alone), a mode that single-document moves leave only slowly. After each sweep every
-non-root node ``c`` is offered a heat-bath choice between two configurations:
-
-* split (as now): ``c``'s documents share a parameter drawn from the prior around the parent
-  (collapsed: the group marginal ``m(X_c | theta_parent)``, the many-document version of the
-  placeholder's new-node marginal);
-* merged: ``c``'s documents sit at the parent with the parent's current parameter, and ``c``'s
-  children become the parent's children in ``c``'s place.
-
-The log odds add the change of the collapsed stick prior of the epoch's assignments (Beta
-functions of windowed counts, sticks integrated out) to the data log Bayes factor. The links
-of ``c``'s children are not rescored (their parameters are kept), so this is a heuristic move
-of the MAP search, not an exact Gibbs step; it is what keeps duplicate chains from persisting.
+Shared by the exact split-merge moves (:mod:`streamtree.inference.split_merge`), the
+hyperparameter sampler (:mod:`streamtree.inference.hyper`) and the heat-bath merge of internal
+nodes that the epoch sampler keeps as a search heuristic.
 """
 
 from __future__ import annotations

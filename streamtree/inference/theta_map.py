@@ -15,8 +15,13 @@ neighbours and the data.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import scipy.sparse as sp
+from numba import njit, prange
+
+import streamtree  # noqa: F401  (numba cache configuration)
 
 from streamtree.tree import TreeArrays
 
@@ -85,28 +90,63 @@ def map_theta_vmf(
     K = arrays.size
     update = np.ones(K, dtype=bool) if update is None else np.asarray(update, dtype=bool)
     C = _child_matrix(arrays, kappa_par)
-    pidx = arrays.parent_index
-    fixed_part = beta[:, None] * data_sums + (kappa_tim * has_prev)[:, None] * prev_theta
+    pidx = np.ascontiguousarray(arrays.parent_index, dtype=np.int64)
+    kt = np.ascontiguousarray(kappa_tim * has_prev, dtype=np.float64)
+    b = np.ascontiguousarray(beta, dtype=np.float64)
+    S = np.ascontiguousarray(data_sums, dtype=np.float64)
+    prev = np.ascontiguousarray(prev_theta, dtype=np.float64)
+    kp = np.ascontiguousarray(kappa_par, dtype=np.float64)
+    anchor = np.ascontiguousarray(root_parent, dtype=np.float64)
+    blocks = [b.astype(np.int64) for b in _parity_blocks(arrays, update)]
     for _ in range(n_iter):
         delta = 0.0
-        for rows in _parity_blocks(arrays, update):
-            if rows.size == 0:
-                continue
-            eta = fixed_part[rows] + C[rows] @ theta
-            pr = pidx[rows]
-            has_par = pr >= 0
-            eta[has_par] += kappa_par[rows[has_par], None] * theta[pr[has_par]]
-            if not has_par.all():
-                eta[~has_par] += kappa_par[rows[~has_par], None] * root_parent
-            norm = np.linalg.norm(eta, axis=1)
-            ok = norm > 0
-            new = theta[rows].copy()
-            new[ok] = eta[ok] / norm[ok, None]
-            delta = max(delta, float(np.max(np.abs(new - theta[rows])))) if rows.size else delta
-            theta[rows] = new
+        for rows in blocks:
+            if rows.size:
+                # one fused pass per row (the rows of a block do not neighbour each other)
+                delta = max(delta, _vmf_block(theta, b, S, kt, prev, rows, C.indptr.astype(np.int64),
+                                              C.indices.astype(np.int64), C.data, pidx, kp, anchor))
         if delta < tol:
             break
     return theta
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _vmf_block(theta, beta, S, kappa_tim, prev, rows, c_ptr, c_idx, c_w, pidx, kappa_par, anchor):
+    """theta[r] <- normalise(beta[r] S[r] + kappa_tim[r] prev[r] + sum_c w_c theta[c]
+    + kappa_par[r] theta[parent(r)]) for the rows of one parity block, in place (no K x p
+    temporaries); returns the largest coordinate change."""
+    p = theta.shape[1]
+    change = np.zeros(rows.shape[0])
+    for i in prange(rows.shape[0]):
+        r = rows[i]
+        eta = np.empty(p)
+        br, kt = beta[r], kappa_tim[r]
+        s_r, prev_r = S[r], prev[r]
+        for j in range(p):
+            eta[j] = br * s_r[j] + kt * prev_r[j]
+        for q in range(c_ptr[r], c_ptr[r + 1]):
+            w = c_w[q]
+            child = theta[c_idx[q]]
+            for j in range(p):
+                eta[j] += w * child[j]
+        par = theta[pidx[r]] if pidx[r] >= 0 else anchor
+        kp = kappa_par[r]
+        sq = 0.0
+        for j in range(p):
+            eta[j] += kp * par[j]
+            sq += eta[j] * eta[j]
+        if sq > 0.0:
+            inv = 1.0 / math.sqrt(sq)
+            m = 0.0
+            row = theta[r]
+            for j in range(p):
+                v = eta[j] * inv
+                d = abs(v - row[j])
+                if d > m:
+                    m = d
+                row[j] = v
+            change[i] = m
+    return change.max() if rows.shape[0] else 0.0
 
 
 def gaussian_objective(arrays, theta, data_sums, data_sumsq, counts, noise_var, prev_theta, has_prev,

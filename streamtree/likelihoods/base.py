@@ -104,6 +104,12 @@ class Likelihood(ABC):
                        docs: DocumentSet) -> np.ndarray:
         """Posterior mode of a new node's parameter given its parent and its first documents."""
 
+    @abstractmethod
+    def sample_node_theta(self, theta_parent: np.ndarray, concentration: float, depth: int, docs: DocumentSet,
+                          rng: np.random.Generator) -> np.ndarray:
+        """A draw of a new leaf's parameter from its exact conditional given its parent link and
+        its documents (the posterior whose normaliser is :meth:`log_marginal`)."""
+
     def new_node_concentration(self, parent_concentration: float, depth: int) -> float:
         """A new depth-``depth`` node's starting concentration (by default its parent's)."""
         return parent_concentration
@@ -126,6 +132,22 @@ class Likelihood(ABC):
     @abstractmethod
     def log_likelihood(self, docs: DocumentSet, theta: np.ndarray, concentration: float) -> float:
         """Log likelihood of a document set at one node with fixed parameters."""
+
+    @abstractmethod
+    def row_log_likelihood(self, X, theta: np.ndarray, concentration: float) -> np.ndarray:
+        """Log likelihood of each row of ``X`` at one node with fixed parameters (the terms of
+        :meth:`log_likelihood` for one-document sets, in one vectorised pass)."""
+
+    # ------------------------------------------------------------------ identity across epochs
+    @abstractmethod
+    def drift_statistic(self, theta_now: np.ndarray, theta_prev: np.ndarray, depth: int) -> tuple[float, float] | None:
+        """How far a node moved over one epoch, on the scale of its previous-epoch link.
+
+        Returns ``(D, df)`` where, for a parameter drawn from the time link around
+        ``theta_prev``, ``D`` is approximately chi-square with ``df`` degrees of freedom
+        (twice the drop of the link's log density from its mode); ``None`` when the variant
+        has no time link.
+        """
 
     # ------------------------------------------------------------------ updates
     @abstractmethod

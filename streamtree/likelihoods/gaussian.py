@@ -268,6 +268,12 @@ class Gaussian(Likelihood):
         prior, var = self.new_node_prior(depth), 1.0 / concentration
         return (theta_parent / prior + docs.s / var) / (1.0 / prior + docs.n / var)
 
+    def sample_node_theta(self, theta_parent, concentration, depth, docs, rng):
+        prior_var = self.new_node_prior(depth)
+        lam = 1.0 / prior_var + docs.n * concentration
+        m = (theta_parent / prior_var + docs.s * concentration) / lam
+        return m + rng.standard_normal(m.shape[0]) / np.sqrt(lam)
+
     def seed_child_theta(self, theta_node, x):
         return np.array(x, dtype=np.float64, copy=True)
 
@@ -282,6 +288,22 @@ class Gaussian(Likelihood):
 
     def log_likelihood(self, docs, theta, concentration):
         return group_log_likelihood(docs.n, docs.s, docs.sumsq, theta, 1.0 / concentration)
+
+    def drift_statistic(self, theta_now, theta_prev, depth):
+        # a step of variance v per coordinate: |theta_now - theta_prev|^2 / v is chi-square with p df
+        # (measured from theta_prev itself, not the link's shrunken mean, so a node that stays put
+        # does not count as moved)
+        _, tim = self.link_strengths(np.array([depth]))
+        if not np.isfinite(tim[0]):
+            return None
+        d = theta_now - theta_prev
+        return float(d @ d / tim[0]), float(self.n_features)
+
+    def row_log_likelihood(self, X, theta, concentration):
+        X = np.asarray(X, dtype=np.float64)
+        d = X - theta
+        p = theta.shape[0]
+        return -0.5 * p * np.log(2 * np.pi / concentration) - 0.5 * concentration * np.einsum("ij,ij->i", d, d)
 
     def update_theta(self, arrays, theta, sums, counts, concentration, prev_theta, has_prev, root_anchor,
                      update, n_iter):

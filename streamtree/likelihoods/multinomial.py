@@ -102,6 +102,11 @@ class Multinomial(Likelihood):
     def new_node_concentration(self, parent_concentration, depth):
         return self.new_node_prior(depth)
 
+    def sample_node_theta(self, theta_parent, concentration, depth, docs, rng):
+        g = rng.standard_gamma(self._prior(self.new_node_prior(depth), theta_parent) + docs.s)
+        g = np.maximum(g, 1e-300)  # Gamma draws of tiny shape underflow; keep every word possible
+        return g / g.sum()
+
     def seed_child_theta(self, theta_node, x):
         # halfway between the node's distribution and the document's word frequencies
         return 0.5 * (theta_node + x / x.sum())
@@ -117,6 +122,19 @@ class Multinomial(Likelihood):
 
     def log_likelihood(self, docs, theta, concentration):
         return float(docs.s @ np.log(theta))
+
+    def drift_statistic(self, theta_now, theta_prev, depth):
+        # Dir(s phi_prev) for large s: 4 (s + 1) times the squared Hellinger distance, the
+        # variance-stabilised form of Pearson's chi-square (V - 1 df) that rare words, with their
+        # tiny phi_prev, do not dominate
+        _, tim = self.link_strengths(np.array([depth]))
+        if tim[0] <= 0:
+            return None
+        d = np.sqrt(theta_now) - np.sqrt(theta_prev)
+        return float(4.0 * (tim[0] + 1.0) * np.sum(d * d)), float(self.n_features - 1)
+
+    def row_log_likelihood(self, X, theta, concentration):
+        return np.asarray(X @ np.log(theta)).ravel()
 
     # ------------------------------------------------------------------ updates
     def update_theta(self, arrays, theta, sums, counts, concentration, prev_theta, has_prev, root_anchor,

@@ -31,9 +31,11 @@ ulp of the magnitude of ``log C_p``, i.e. ~1e-10 absolute at kappa = 1e6).
 from __future__ import annotations
 
 import math
+import threading
+from collections import OrderedDict
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 from numpy.typing import ArrayLike
 import scipy.sparse as sp
 from scipy.special import gammaln, ive
@@ -631,22 +633,51 @@ def group_log_likelihood(n: float, s: np.ndarray, theta: np.ndarray, beta: float
     return float(n * log_normalizer_nb(float(p), float(beta)) + beta * theta @ s)
 
 
+# Tables by (p, intervals, b, c): a node's concentration and its children's prior strength
+# often stay the same across sweeps (nodes with few documents keep theirs, prior strengths
+# depend on depth only), and a table costs ~2,000 Bessel-type evaluations to build.
+_TABLE_CACHE: OrderedDict[tuple[float, int, float, float], np.ndarray] = OrderedDict()
+_TABLE_CACHE_SIZE = 2048  # tables of 16 KiB each: at most 32 MiB
+_TABLE_LOCK = threading.Lock()
+
+
 def new_node_table(p: int, b: np.ndarray, c: np.ndarray, intervals: int = 1024) -> np.ndarray:
     """Values and slopes of g(t) = -log C_p(sqrt(b^2 + c^2 + 2 b c t)) on a uniform grid of [-1, 1].
 
-    Uses d log C_p(rho) / d rho = -A_p(rho) and d rho / d t = b c / rho.
+    Uses d log C_p(rho) / d rho = -A_p(rho) and d rho / d t = b c / rho. Shape
+    ``(len(b), intervals + 1, 2)``; rows are built once per distinct ``(p, b, c)`` and then
+    served from a bounded cache (same numbers either way).
     """
     b = np.ascontiguousarray(b, dtype=np.float64).ravel()
     c = np.ascontiguousarray(c, dtype=np.float64).ravel()
     out = np.empty((b.shape[0], intervals + 1, 2))
-    _fill_table(float(p), b, c, out)
+    keys = [(float(p), int(intervals), float(bj), float(cj)) for bj, cj in zip(b, c)]
+    missing: dict[tuple, list[int]] = {}
+    with _TABLE_LOCK:
+        for j, key in enumerate(keys):
+            row = _TABLE_CACHE.get(key)
+            if row is None:
+                missing.setdefault(key, []).append(j)
+            else:
+                _TABLE_CACHE.move_to_end(key)
+                out[j] = row
+    if missing:
+        first = np.array([js[0] for js in missing.values()], dtype=np.int64)
+        fresh = np.empty((first.shape[0], intervals + 1, 2))
+        _fill_table(float(p), b[first], c[first], fresh)
+        with _TABLE_LOCK:
+            for r, (key, js) in enumerate(missing.items()):
+                out[js] = fresh[r]
+                _TABLE_CACHE[key] = fresh[r].copy()
+            while len(_TABLE_CACHE) > _TABLE_CACHE_SIZE:
+                _TABLE_CACHE.popitem(last=False)
     return out
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, parallel=True)
 def _fill_table(p, b, c, out):
     n = out.shape[1] - 1
-    for j in range(b.shape[0]):
+    for j in prange(b.shape[0]):
         bc = b[j] * c[j]
         d2 = (b[j] - c[j]) ** 2
         for i in range(n + 1):
@@ -657,6 +688,60 @@ def _fill_table(p, b, c, out):
             out[j, i, 1] = mean_resultant_length_nb(p, rho) * bc / rho if rho > 0.0 else 0.0
 
 
+
+
+# ----------------------------------------------------------------------------------------------
+# Concentration under a Gamma prior
+# ----------------------------------------------------------------------------------------------
+
+#: documents' worth of information in the concentration prior (see :func:`concentration_prior`)
+CONCENTRATION_PRIOR_DOCS = 10.0
+
+
+def concentration_prior(p: int, beta_bar: float, n_docs: float = CONCENTRATION_PRIOR_DOCS) -> tuple[float, float]:
+    """Gamma(shape, rate) prior on a node's concentration with mode ``beta_bar`` and the curvature
+    of ``n_docs`` documents' log likelihood there.
+
+    ``n`` documents at concentration ``beta`` have Fisher information ``n A_p'(beta)``; a Gamma
+    log density has curvature ``(shape - 1) / beta^2`` at its mode, so
+    ``shape = 1 + n_docs beta_bar^2 A_p'(beta_bar)`` and ``rate = (shape - 1) / beta_bar``.
+    """
+    a = float(mean_resultant_length(p, beta_bar))
+    slope = max(1.0 - a * a - (p - 1.0) * a / beta_bar, 0.0)
+    shape = 1.0 + n_docs * beta_bar * beta_bar * slope
+    return shape, (shape - 1.0) / beta_bar
+
+
+def log_concentration_posterior(beta: ArrayLike, n: float, t: float, p: int, shape: float, rate: float):
+    """log p(beta | n documents with theta.s = t) up to a constant, under Gamma(shape, rate)."""
+    beta = np.asarray(beta, dtype=np.float64)
+    return n * np.asarray(log_normalizer(p, beta)) + beta * t + (shape - 1.0) * np.log(beta) - rate * beta
+
+
+def concentration_posterior_mode(n: np.ndarray, t: np.ndarray, p: int, shape: float, rate: float,
+                                 low: float, high: float, n_iter: int = 100) -> np.ndarray:
+    """Posterior modes of concentrations for nodes with ``n`` documents and ``t = theta.s``.
+
+    The log posterior is concave in ``beta`` (``log C_p`` is concave, ``(shape - 1) log beta``
+    too when ``shape >= 1``), so the mode is the root of its derivative
+    ``t - n A_p(beta) + (shape - 1) / beta - rate``, a decreasing function: bisection on
+    ``log beta`` within ``[low, high]``, vectorised over nodes.
+    """
+    n = np.asarray(n, dtype=np.float64)
+    t = np.asarray(t, dtype=np.float64)
+    lo = np.full(n.shape, np.log(low))
+    hi = np.full(n.shape, np.log(high))
+
+    def slope(lb):
+        b = np.exp(lb)
+        return t - n * np.asarray(mean_resultant_length(p, b)) + (shape - 1.0) / b - rate
+
+    for _ in range(n_iter):
+        mid = 0.5 * (lo + hi)
+        up = slope(mid) > 0
+        lo = np.where(up, mid, lo)
+        hi = np.where(up, hi, mid)
+    return np.exp(0.5 * (lo + hi))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -734,6 +819,13 @@ class VonMisesFisher(Likelihood):
         nrm = np.linalg.norm(eta)
         return eta / nrm if nrm > 0 else theta_parent.copy()
 
+    def sample_node_theta(self, theta_parent, concentration, depth, docs, rng):
+        eta = self.new_node_prior(depth) * theta_parent + concentration * docs.s
+        nrm = float(np.linalg.norm(eta))
+        if nrm == 0:
+            return sample_vmf(theta_parent, 0.0, 1, rng)[0]
+        return sample_vmf(eta / nrm, nrm, 1, rng)[0]
+
     def seed_child_theta(self, theta_node, x):
         v = x / max(np.linalg.norm(x), 1e-300) + theta_node
         return v / np.linalg.norm(v)
@@ -749,6 +841,17 @@ class VonMisesFisher(Likelihood):
     def log_likelihood(self, docs, theta, concentration):
         return group_log_likelihood(docs.n, docs.s, theta, concentration, self.n_features)
 
+    def drift_statistic(self, theta_now, theta_prev, depth):
+        # vMF(theta_prev, k) for large k: 2 k (1 - cos) is about chi-square with p - 1 df
+        _, tim = self.link_strengths(np.array([depth]))
+        if tim[0] <= 0:
+            return None
+        return float(2.0 * tim[0] * max(0.0, 1.0 - float(theta_now @ theta_prev))), float(self.n_features - 1)
+
+    def row_log_likelihood(self, X, theta, concentration):
+        return log_normalizer_nb(float(self.n_features), float(concentration)) + concentration * np.asarray(
+            X @ theta).ravel()
+
     def update_theta(self, arrays, theta, sums, counts, concentration, prev_theta, has_prev, root_anchor,
                      update, n_iter):
         par, tim = self.link_strengths(arrays.depth)
@@ -756,7 +859,21 @@ class VonMisesFisher(Likelihood):
                              update=update, n_iter=n_iter)
 
     def update_concentration(self, counts, sums, sumsq, theta, current):
+        """Posterior modes under a Gamma prior shared by all nodes (empirical Bayes).
+
+        The prior's mode is the pooled concentration of all nodes (the root of
+        ``A_p(beta) = sum theta_e.s_e / sum n_e``), and it weighs as much as
+        :data:`CONCENTRATION_PRIOR_DOCS` documents (:func:`concentration_prior`): a node with a
+        handful of near-identical documents stays near the pooled value instead of running to
+        the upper bound, while a node with many documents follows its own."""
         lo, hi = self.concentration_bounds
-        r = np.linalg.norm(sums, axis=1) if sums.shape[0] else np.zeros(0)
-        return estimate_concentration(r, counts, self.n_features, min_count=self.min_node_docs,
-                                      fallback=current, kappa_min=lo, kappa_max=hi)
+        counts = np.asarray(counts, dtype=np.float64)
+        if counts.size == 0:
+            return np.array(current, dtype=np.float64, copy=True)
+        t = np.einsum("ij,ij->i", sums, theta)
+        # the pooled maximum-likelihood concentration: A_p(beta) = sum t / sum n (a flat prior)
+        pooled = concentration_posterior_mode(np.array([counts.sum()]), np.array([t.sum()]), self.n_features,
+                                              1.0, 0.0, lo, hi)
+        shape, rate = concentration_prior(self.n_features, float(pooled[0]))
+        out = concentration_posterior_mode(counts, t, self.n_features, shape, rate, lo, hi)
+        return np.where(counts >= self.min_node_docs, out, np.asarray(current, dtype=np.float64))

@@ -1,0 +1,151 @@
+"""Threads and transport never change results: the z-kernel over row ranges, sparse shard
+statistics, and ``n_jobs`` on every likelihood family give bit-identical output."""
+
+import pickle
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from streamtree import DTSSBP
+from streamtree.inference.enumerated import (DIRICHLET, LINEAR, VMF, Candidates, SweepStats, score_rows,
+                                             sweep_rows, sweep_statistics)
+from streamtree.likelihoods.vmf import _TABLE_CACHE, new_node_table
+from streamtree.synthetic import gaussian_evolving_tree, sparse_corpus, vmf_tree_corpus
+
+TREE_FIELDS = ("node_ids", "parent", "depth", "mass", "counts", "theta", "concentration", "born",
+               "assignments", "died")
+
+
+def vmf_candidates(rng, p, K=7):
+    theta = rng.normal(size=(K, p))
+    theta /= np.linalg.norm(theta, axis=1, keepdims=True)
+    beta = rng.uniform(20, 200, size=K)
+    ph = np.arange(0, K, 2)
+    return Candidates(VMF, np.ascontiguousarray(theta.T), rng.normal(size=K), beta, np.zeros(K), ph,
+                      rng.normal(size=ph.size), beta[ph], np.full(ph.size, 300.0))
+
+
+def dirichlet_candidates(rng, p, K=5):
+    logphi = np.log(rng.dirichlet(np.ones(p), size=K))
+    ph = np.array([0, 2], dtype=np.int64)
+    alpha = rng.uniform(0.1, 2.0, size=(ph.size, p))
+    return Candidates(DIRICHLET, np.ascontiguousarray(logphi.T), rng.normal(size=K), np.ones(K), np.zeros(K), ph,
+                      rng.normal(size=ph.size), alpha.sum(axis=1), np.zeros(ph.size), ph_alpha=alpha)
+
+
+def linear_candidates(rng, p, K=6):
+    theta = rng.normal(size=(K, p))
+    ph = np.array([1, 3], dtype=np.int64)
+    return Candidates(LINEAR, np.ascontiguousarray(theta.T), rng.normal(size=K), rng.uniform(0.5, 2, K),
+                      -rng.uniform(0.1, 1, K), ph, rng.normal(size=2), rng.uniform(0.1, 1, 2), -rng.uniform(0.1, 1, 2))
+
+
+@pytest.mark.parametrize("kind", ["vmf", "dirichlet", "linear"])
+def test_row_ranges_on_threads_give_the_same_draws(kind):
+    rng = np.random.default_rng(0)
+    if kind == "vmf":
+        X = sparse_corpus(rng, n_docs=3001, p=400, nnz_per_row=12, n_topics=5).X
+        cand = vmf_candidates(rng, 400)
+    elif kind == "dirichlet":
+        X = sp.csr_matrix(rng.poisson(0.3, size=(1501, 60)).astype(float))
+        cand = dirichlet_candidates(rng, 60)
+    else:
+        X = rng.normal(size=(2500, 8))
+        cand = linear_candidates(rng, 8)
+    u = rng.random(X.shape[0])
+    ref_labels, ref_lognorm = score_rows(X, cand, u, block_rows=333)
+    assert np.all(ref_labels >= 0) and np.all(np.isfinite(ref_lognorm))
+    with ThreadPoolExecutor(3) as pool:
+        for n_threads in (2, 3, 7):
+            labels, lognorm = score_rows(X, cand, u, pool=pool, n_threads=n_threads, block_rows=333)
+            assert np.array_equal(labels, ref_labels)
+            assert np.array_equal(lognorm, ref_lognorm)
+    if sp.issparse(X):
+        # the fused sparse kernel scores exactly what the dense path scores
+        dense_labels, dense_lognorm = score_rows(X.toarray(), cand, u)
+        assert np.array_equal(dense_labels, ref_labels)
+        assert np.allclose(dense_lognorm, ref_lognorm, rtol=0, atol=1e-10)
+
+
+def test_sparse_shard_statistics_combine_to_the_dense_sums():
+    rng = np.random.default_rng(1)
+    X = sparse_corpus(rng, n_docs=900, p=600, nnz_per_row=10, n_topics=4).X
+    cand = vmf_candidates(rng, 600)
+    parts, dense_parts = [], []
+    for s, (a, b) in enumerate([(0, 250), (250, 600), (600, 900)]):
+        labels, st = sweep_rows(X[a:b], cand, np.random.default_rng(s))
+        assert sp.issparse(st.row_sums)  # a shard sends sparse sums
+        assert st.row_sums.nnz <= X[a:b].nnz
+        # the same statistics from dense rows
+        sq = np.asarray(X[a:b].multiply(X[a:b]).sum(axis=1)).ravel()
+        dense = sweep_statistics(X[a:b].toarray(), labels, cand.n_columns, sq, st.loglik,
+                                 np.random.default_rng(s).random(2 * (b - a))[b - a:])
+        assert np.array_equal(st.sums, dense.sums)
+        back = pickle.loads(pickle.dumps(st))
+        assert back._dense is None and np.array_equal(back.sums, st.sums)
+        parts.append(st)
+        dense_parts.append(dense)
+    merged = SweepStats.combine(parts)
+    labels_all = np.concatenate([sweep_rows(X[a:b], cand, np.random.default_rng(s))[0]
+                                 for s, (a, b) in enumerate([(0, 250), (250, 600), (600, 900)])])
+    occ = np.flatnonzero(np.bincount(labels_all, minlength=cand.n_columns))
+    expect = np.stack([np.asarray(X[labels_all == c].sum(axis=0)).ravel() for c in occ])
+    assert np.array_equal(merged.occupied, occ)
+    assert np.allclose(merged.sums, expect, rtol=1e-12, atol=1e-12)
+    assert np.array_equal(merged.sums, SweepStats.combine(dense_parts).sums)
+    # seeds: each occupied column's seed is one of its own documents
+    for r, c in enumerate(occ):
+        member = X[labels_all == c].toarray()
+        assert any(np.array_equal(m, merged.seeds[r].toarray().ravel()) for m in member)
+
+
+def test_new_node_table_cache_returns_the_freshly_built_values():
+    b = np.array([50.0, 120.0, 50.0])
+    c = np.array([300.0, 300.0, 300.0])
+    _TABLE_CACHE.clear()
+    first = new_node_table(500, b, c)
+    assert len(_TABLE_CACHE) == 2  # duplicates are built once
+    again = new_node_table(500, b[::-1], c)
+    assert np.array_equal(again, first[::-1])
+    _TABLE_CACHE.clear()
+    assert np.array_equal(new_node_table(500, b[::-1], c), again)
+
+
+def fit_trees(make, epochs, n_jobs):
+    model = make(n_jobs)
+    for X in epochs:
+        model.partial_fit(X)
+    model.close()
+    return model.trees_
+
+
+@pytest.mark.parametrize("family", ["vmf", "gaussian", "multinomial"])
+def test_n_jobs_does_not_change_trees(family):
+    rng = np.random.default_rng(3)
+    if family == "vmf":
+        epochs = [vmf_tree_corpus(rng, p=200, branching=(3, 2), kappa=20.0, beta=300.0, docs_per_node=40).X
+                  for _ in range(2)]
+
+        def make(n_jobs):
+            return DTSSBP(kappa0=100.0, max_depth=2, n_sweeps=6, n_jobs=n_jobs, random_state=4)
+    elif family == "gaussian":
+        epochs = [e.X for e in gaussian_evolving_tree(rng)[:2]]
+
+        def make(n_jobs):
+            return DTSSBP(likelihood="gaussian", max_depth=2, n_sweeps=6, n_jobs=n_jobs, random_state=4)
+    else:
+        phi = rng.dirichlet(np.full(80, 0.1), size=4)
+        epochs = [sp.csr_matrix(np.array([rng.multinomial(60, phi[i % 4]) for i in range(240)], dtype=float))
+                  for _ in range(2)]
+
+        def make(n_jobs):
+            return DTSSBP(likelihood="multinomial", max_depth=2, n_sweeps=6, n_jobs=n_jobs, random_state=4)
+    ref = fit_trees(make, epochs, None)
+    assert ref[-1].n_nodes >= 2
+    for n_jobs in (2, -1, 3):
+        trees = fit_trees(make, epochs, n_jobs)
+        for a, b in zip(ref, trees):
+            for f in TREE_FIELDS:
+                assert np.array_equal(getattr(a, f), getattr(b, f)), (family, n_jobs, f)
