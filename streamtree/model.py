@@ -59,7 +59,10 @@ class DTSSBP(BaseEstimator):
     kappa0, kappa1, a : float
         Link strengths of vMF directions and multinomial word distributions: parent link
         kappa0 * kappa1**d, previous-epoch link kappa0 * kappa1**(d + a). A new node's
-        parameter has its parent link as prior.
+        parameter has its parent link as prior. The default 1e3 is where held-out selection
+        on the bundled SOU corpus (over 10 to 1e4) and planted hierarchical-Dirichlet trees
+        (V = 2,000) agree: with the split-merge moves creating nodes, a tighter link (the former
+        1e4) makes every child a near copy of its parent and the trees grow into swarms.
     xi : float
         Time-link strength of the DP baselines.
     sigma0, sigma1, eta : float
@@ -164,7 +167,7 @@ class DTSSBP(BaseEstimator):
         alpha0: float = 1.0,
         lam: float = 0.5,
         gamma: float = 0.5,
-        kappa0: float = 1e4,
+        kappa0: float = 1e3,
         kappa1: float = 1.0,
         a: float = 0.0,
         xi: float = 0.001,
