@@ -20,10 +20,26 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
+import scipy.sparse as sp
 
 from streamtree.inference.enumerated import Candidates
 from streamtree.tree import TreeArrays
 from streamtree.variants import VariantConfig
+
+
+def finite_csr(X) -> sp.csr_matrix:
+    """``X`` as a float64 CSR matrix with summed duplicates and sorted indices; ValueError if it
+    is not 2-D or holds NaN or infinite values (the shared input check of the sparse families)."""
+    if not sp.issparse(X):
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim != 2:
+            raise ValueError(f"X must be 2-D, got shape {X.shape}")
+    X = sp.csr_matrix(X, dtype=np.float64)
+    X.sum_duplicates()
+    X.sort_indices()
+    if not np.all(np.isfinite(X.data)):
+        raise ValueError("X contains NaN or infinite values")
+    return X
 
 
 @dataclass(frozen=True)

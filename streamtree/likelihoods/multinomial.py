@@ -25,7 +25,7 @@ import scipy.sparse as sp
 from scipy.special import gammaln
 
 from streamtree.inference.enumerated import DIRICHLET, Candidates
-from streamtree.likelihoods.base import Likelihood
+from streamtree.likelihoods.base import Likelihood, finite_csr
 from streamtree.likelihoods.multinomial_math import (log_dm_marginal_set, log_multinomial_coef, map_phi,
                                                      map_phi_with_children)
 
@@ -43,16 +43,8 @@ class Multinomial(Likelihood):
 
     @classmethod
     def check_input(cls, X):
-        if not sp.issparse(X):
-            X = np.asarray(X, dtype=np.float64)
-            if X.ndim != 2:
-                raise ValueError(f"X must be 2-D, got shape {X.shape}")
-        X = sp.csr_matrix(X, dtype=np.float64)
-        X.sum_duplicates()
-        X.sort_indices()
+        X = finite_csr(X)
         d = X.data
-        if not np.all(np.isfinite(d)):
-            raise ValueError("X contains NaN or infinite values")
         if d.size and (d.min() < 0 or not np.array_equal(d, np.round(d))):
             raise ValueError("the multinomial likelihood needs raw term counts (non-negative integers); "
                              "use TextVectorizer(norm=None), not L2-normalised rows")

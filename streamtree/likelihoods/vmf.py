@@ -42,7 +42,7 @@ from scipy.special import gammaln, ive
 
 from streamtree.inference.enumerated import VMF, Candidates
 from streamtree.inference.theta_map import map_theta_vmf
-from streamtree.likelihoods.base import Likelihood
+from streamtree.likelihoods.base import Likelihood, finite_csr
 
 __all__ = [
     "VonMisesFisher",
@@ -766,14 +766,7 @@ class VonMisesFisher(Likelihood):
 
     @classmethod
     def check_input(cls, X):
-        if not sp.issparse(X):
-            X = np.asarray(X, dtype=np.float64)
-            if X.ndim != 2:
-                raise ValueError(f"X must be 2-D, got shape {X.shape}")
-        X = sp.csr_matrix(X, dtype=np.float64)
-        X.sort_indices()
-        if not np.all(np.isfinite(X.data)):
-            raise ValueError("X contains NaN or infinite values")
+        X = finite_csr(X)
         if X.shape[0]:
             norms = np.sqrt(np.asarray(X.multiply(X).sum(axis=1)).ravel())
             bad = np.flatnonzero(np.abs(norms - 1.0) > _NORM_TOL)
