@@ -111,3 +111,8 @@ def test_sotu_vocabulary_and_rows():
     np.testing.assert_allclose(norms[~empty], 1.0, atol=1e-12)
     assert 0 < empty.sum() < 100  # a few one-word salutations have no vocabulary term
     assert {"war", "congress", "tax"} <= set(v.vocabulary_)
+
+
+def test_transcript_stage_directions_are_stop_words():
+    docs = ["We will win. (Applause.)", "Taxes fall [laughter] and taxes rise (inaudible)", "win taxes"]
+    assert small().fit(docs).vocabulary_.tolist() == ["fall", "rise", "taxes", "win"]
