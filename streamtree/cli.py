@@ -249,6 +249,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="continue an interrupted replay of the same configuration from its last checkpoint")
     g.add_argument("--overwrite", action="store_true",
                    help="replace the store's run (the old one stays readable until the new one commits)")
+    r.add_argument("--keep-checkpoints", choices=["latest", "all"], default="latest",
+                   help="keep the full model of the latest epoch only (what --resume needs; the store stays "
+                        "small) or of every epoch (assign --epoch and load_model for any epoch; a store "
+                        "many times larger)")
     r.add_argument("--quiet", action="store_true", help="no progress bars (also off when stderr is not a terminal)")
     r.add_argument("--static", choices=["bhc", "coalescent", "tmc"],
                    help="also store a static hierarchy of each published epoch (static/<method>-<over>.parquet)")
@@ -619,7 +623,8 @@ def cmd_replay(args) -> int:
     try:
         progress = None if args.quiet else ReplayProgress()
         try:
-            summary = replay(config, args.store, mode=mode, progress=progress, static=static)
+            summary = replay(config, args.store, mode=mode, progress=progress, static=static,
+                             keep_checkpoints=args.keep_checkpoints)
         finally:
             if progress is not None:
                 progress.close()
@@ -843,7 +848,7 @@ def cmd_assign(args) -> int:
     import pyarrow.parquet as pq
 
     from connectors.sources.files import open_source
-    from connectors.stores.snapshot import SnapshotStore, StoreError
+    from connectors.stores.snapshot import CheckpointNotKeptError, SnapshotStore, StoreError
     from streamtree.model import DTSSBP
     from streamtree.text import TextVectorizer
 
@@ -855,7 +860,12 @@ def cmd_assign(args) -> int:
     vec = store.vectorizer()
     if vec is None:
         raise StoreError(f"{args.store}: no stored vocabulary; cannot vectorise documents")
-    model = DTSSBP.from_checkpoint(*store.read_checkpoint(int(entry["epoch"])))
+    try:
+        model = DTSSBP.from_checkpoint(*store.read_checkpoint(int(entry["epoch"])))
+    except CheckpointNotKeptError:
+        raise _UserError(f"the model of epoch {entry['epoch']} ({entry['label']}) is not kept", "--epoch",
+                         f"use the latest epoch ({entries[-1]['label']}: the default), or replay with "
+                         "--keep-checkpoints all to assign documents to any epoch's tree") from None
     stored = dict(store.config().get("replay") or {})
     text_col = args.text_col or stored.get("text_col")
     time_col = args.time_col or stored.get("time_col")

@@ -33,7 +33,7 @@ import scipy.sparse as sp
 import streamtree
 from connectors.sources import open_source
 from connectors.sources.files import canonical_uri
-from connectors.stores.snapshot import SnapshotStore, StoreError
+from connectors.stores.snapshot import THETA_COSINE, SnapshotStore, StoreError
 from streamtree.epochs import Epoch, EpochReader, EpochSpec, TimeRange
 from streamtree.records import EMPTY_AFTER_VOCABULARY, RejectLog
 from streamtree.snapshots import StaticOptions, snapshot_name, static_snapshot
@@ -72,6 +72,15 @@ def text_vectorizer(model_params: dict, min_df, max_df, max_features, weighting=
     norm = LIKELIHOODS[model_params["likelihood"]].text_norm
     return TextVectorizer(min_df=min_df, max_df=max_df, max_features=max_features, norm=norm,
                           weighting=weighting)
+
+
+def theta_cosine(model_params: dict) -> float | None:
+    """How closely the store keeps node parameters: directions of L2-normalised rows (vMF)
+    to cosine :data:`~connectors.stores.snapshot.THETA_COSINE`; other families' parameters
+    (word distributions, means), where dropping entries would break what they mean, exactly."""
+    from streamtree.likelihoods import LIKELIHOODS
+
+    return THETA_COSINE if LIKELIHOODS[model_params["likelihood"]].text_norm == "l2" else None
 
 
 @dataclass
@@ -303,6 +312,7 @@ def replay(
     progress: Callable[[EpochProgress], None] | None = None,
     static: StaticOptions | None = None,
     lease_timeout: float | None = None,
+    keep_checkpoints: str = "latest",
 ) -> ReplaySummary:
     """Replay ``config.source`` into the store at ``store_uri``.
 
@@ -327,6 +337,12 @@ def replay(
         missing one as "not yet".
     lease_timeout : float, optional
         Seconds without a heartbeat after which this writer's lease counts as stale.
+    keep_checkpoints : {"latest", "all"}, default "latest"
+        Keep the full model checkpoint of the latest epoch only (what a resume needs; the
+        trees of all epochs are stored, with node directions truncated to cosine
+        :data:`~connectors.stores.snapshot.THETA_COSINE`) or of every epoch, so that
+        :func:`load_model` can load any epoch's model (a store many times larger). A resumed
+        store keeps the choice it was written with.
 
     Returns
     -------
@@ -344,7 +360,8 @@ def replay(
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     start = time.perf_counter()
-    store = SnapshotStore(store_uri)
+    store = SnapshotStore(store_uri, theta_cosine=theta_cosine(config.model_params()),
+                          keep_checkpoints=keep_checkpoints)
     store.check_writable()  # before the source is read
     kw = {} if lease_timeout is None else {"timeout": lease_timeout}
     with store.writer("replay", **kw):
@@ -576,5 +593,5 @@ def load_model(store_uri: str, epoch: int | None = None, **overrides):
     return DTSSBP.from_checkpoint(*SnapshotStore(store_uri).read_checkpoint(epoch), **overrides)
 
 
-__all__ = ["MODES", "REPLAY_SEED", "text_model_params", "text_vectorizer", "EpochFitter", "EpochProgress", "FittedEpoch", "ReplayConfig", "ReplaySummary", "fit_vocabulary", "load_model",
+__all__ = ["MODES", "REPLAY_SEED", "theta_cosine", "text_model_params", "text_vectorizer", "EpochFitter", "EpochProgress", "FittedEpoch", "ReplayConfig", "ReplaySummary", "fit_vocabulary", "load_model",
            "open_epochs", "read_epochs", "replay", "stderr_progress"]

@@ -6,7 +6,9 @@ import scipy.sparse as sp
 from scipy.special import logsumexp
 from sklearn.exceptions import NotFittedError
 
+from connectors.stores.snapshot import THETA_COSINE, CheckpointNotKeptError, SnapshotStore
 from streamtree import DTSSBP
+from streamtree.replay import load_model
 from streamtree.inference.epoch_sampler import predictive_masses
 from streamtree.likelihoods.vmf import log_normalizer
 from streamtree.synthetic import vmf_tree_corpus
@@ -96,7 +98,7 @@ def sou_store(tmp_path_factory):
     corpus = sou_slice(tmp_path_factory.mktemp("sou") / "slice.parquet", n=150)
     uri = str(tmp_path_factory.mktemp("assign") / "store")
     assert main(["replay", str(corpus), "--text-col", "text", "--time-col", "year", "--id-col", "doc_id",
-                 "--epoch", "10y", "--quiet", "--store", uri, *FAST]) == 0
+                 "--epoch", "10y", "--quiet", "--store", uri, "--keep-checkpoints", "all", *FAST]) == 0
     return uri, corpus
 
 
@@ -145,3 +147,26 @@ def test_assign_cli_errors(sou_store, tmp_path, capsys):
     assert main(["assign", uri, str(corpus), "--epoch", "nope", "-o", str(tmp_path / "o.parquet")]) == 2
     assert "no published epoch 'nope'" in capsys.readouterr().err
     assert main(["assign", uri, str(corpus), "--text-col", "body", "-o", str(tmp_path / "o.parquet")]) == 2
+
+
+def test_assign_to_an_older_epoch_of_a_compact_store_says_what_to_do(tmp_path, capsys):
+    from streamtree.cli import main
+    from test_replay import sou_slice
+
+    corpus = sou_slice(tmp_path / "slice.parquet", n=150)
+    uri = str(tmp_path / "store")
+    assert main(["replay", str(corpus), "--text-col", "text", "--time-col", "year", "--id-col", "doc_id",
+                 "--epoch", "10y", "--quiet", "--store", uri, *FAST]) == 0
+    store = SnapshotStore(uri)
+    first, last = store.epochs()[0], store.epochs()[-1]
+    capsys.readouterr()
+    out = tmp_path / "o.parquet"
+    assert main(["assign", uri, str(corpus), "--epoch", str(first["epoch"]), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"the model of epoch {first['epoch']}" in err and "--keep-checkpoints all" in err and not out.exists()
+    assert main(["assign", uri, str(corpus), "-o", str(out)]) == 0  # the latest epoch's model is kept
+    assert f"of epoch {last['epoch']}" in capsys.readouterr().out
+    with pytest.raises(CheckpointNotKeptError, match="latest epoch"):
+        load_model(uri, epoch=first["epoch"])
+    # the older epoch's tree itself is stored, its directions within the reported error
+    assert 0 < store.read(first["epoch"]).theta_error <= np.sqrt(1 - THETA_COSINE ** 2) + 1e-6

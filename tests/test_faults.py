@@ -93,13 +93,20 @@ def test_write_points_cover_every_step(reference):
     assert points[0].startswith("write ") and "rename manifest.json" in points
     assert sum(p == "rename 000000.json" for p in points) == 1  # one commit record per epoch
     assert sum(p.startswith("rename 0") for p in points) == 3
+    # only the latest epoch keeps its checkpoint arrays: each later commit deletes the previous one
+    assert sum(p == "delete checkpoint.parquet" for p in points) == 2
+    want, _ = reference
+    assert [r for r in want if r.endswith("checkpoint.parquet")] == ["epochs/000002/checkpoint.parquet"]
+    assert sum(r.endswith("checkpoint.json") for r in want) == 3
 
 
-@pytest.mark.parametrize("which", ["epoch files", "commit record"])
+@pytest.mark.parametrize("which", ["epoch files", "commit record", "superseded checkpoint"])
 def test_kill_at_chosen_write_points(corpus, reference, tmp_path, which):
     _, points = reference
     k = {"first": 1, "epoch files": points.index("write theta.parquet") + 1,
-         "commit record": points.index("rename 000001.json") + 1, "last": len(points)}[which]
+         "commit record": points.index("rename 000001.json") + 1,
+         # after epoch 1's commit, before the previous epoch's checkpoint arrays are deleted
+         "superseded checkpoint": points.index("delete checkpoint.parquet") + 1, "last": len(points)}[which]
     kill_at_write(corpus, tmp_path / "store", k, reference)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -112,7 +113,7 @@ def test_theta_top_n_is_lossy_and_says_so(tmp_path):
     for row, full in zip(got.tree.theta, t.theta):
         top = np.argsort(-np.abs(full), kind="stable")[:2]
         expected = np.zeros_like(full)
-        expected[top] = full[top]
+        expected[top] = full[top].astype(np.float32)  # truncated rows are stored as float32
         np.testing.assert_array_equal(row, expected)
     # the reported error is the largest relative norm of a node's dropped entries
     want = max(np.linalg.norm(full - row) / np.linalg.norm(full) for row, full in zip(got.tree.theta, t.theta))
@@ -266,3 +267,53 @@ def test_theta_is_written_without_a_dictionary_and_byte_stream_split(tmp_path):
     values = [meta.column(i) for i in range(meta.num_columns) if meta.column(i).path_in_schema.startswith("values")]
     assert values and "BYTE_STREAM_SPLIT" in values[0].encodings and "RLE_DICTIONARY" not in values[0].encodings
     np.testing.assert_array_equal(store.read(0).tree.theta, t.theta)  # lossless
+
+
+def test_only_the_latest_checkpoint_is_kept_unless_asked(tmp_path):
+    from connectors.stores import CheckpointNotKeptError
+
+    ckpt = lambda e: ({"w": np.full(3, float(e))}, {"epoch": e})  # noqa: E731
+    trees = [make_tree(e, [0, 1], [-1, 0], [0, 0], seed=e) for e in range(3)]
+    latest, every = SnapshotStore(str(tmp_path / "latest")), SnapshotStore(str(tmp_path / "all"), keep_checkpoints="all")
+    for store in (latest, every):
+        for t in trees:
+            store.publish(t, list("abcde"), checkpoint=ckpt(t.epoch))
+    assert sorted(p.parent.name for p in (tmp_path / "latest").rglob("checkpoint.parquet")) == ["000002"]
+    assert len(list((tmp_path / "latest").rglob("checkpoint.json"))) == 3
+    assert latest.read_checkpoint()[1] == {"epoch": 2} and latest.checkpoint_epoch() == 2
+    with pytest.raises(CheckpointNotKeptError, match="latest epoch \\(2\\)"):
+        latest.read_checkpoint(0)
+    assert latest.epochs()[0]["checkpoint"] is True  # committed with it; superseded since
+    assert every.read_checkpoint(0)[1] == {"epoch": 0} and len(list((tmp_path / "all").rglob("checkpoint.parquet"))) == 3
+    # a writer stopped between a commit and the deletion leaves two; the next writer removes the older
+    (tmp_path / "latest" / "epochs" / "000002" / "checkpoint.parquet").rename(tmp_path / "keep.parquet")
+    import shutil
+    shutil.copy(tmp_path / "keep.parquet", tmp_path / "latest" / "epochs" / "000001" / "checkpoint.parquet")
+    (tmp_path / "keep.parquet").rename(tmp_path / "latest" / "epochs" / "000002" / "checkpoint.parquet")
+    with latest.writer("test"):
+        pass
+    assert sorted(p.parent.name for p in (tmp_path / "latest").rglob("checkpoint.parquet")) == ["000002"]
+
+
+def test_compact_theta_keeps_the_cosine_and_reports_the_error(tmp_path):
+    rng = np.random.default_rng(4)
+    t = make_tree(0, [0, 1, 2], [-1, 0, 0], [0, 0, 0], p=400, seed=2)
+    theta = rng.standard_normal((3, 400)) * np.exp(-np.arange(400) / 40.0)  # a heavy head, a long tail
+    t = dataclasses.replace(t, theta=theta / np.linalg.norm(theta, axis=1, keepdims=True))
+    store = SnapshotStore(str(tmp_path), theta_cosine=0.99)
+    store.publish(t, list("abcde"))
+    got = store.read(0)
+    cos = (got.tree.theta * t.theta).sum(1) / np.linalg.norm(got.tree.theta, axis=1)
+    assert np.all(cos >= 0.99 - 1e-6) and not got.theta_exact
+    nnz = (got.tree.theta != 0).sum(1)
+    assert np.all(nnz < 200)  # far fewer than the 400 entries
+    # the fewest entries: one fewer would fall below the cosine
+    for row, full, m in zip(got.tree.theta, t.theta, nnz):
+        top = np.sort(np.abs(full))[::-1]
+        assert np.sqrt((top[:m - 1] ** 2).sum()) < 0.99 <= np.sqrt((top[:m] ** 2).sum()) + 1e-6
+    want = max(np.linalg.norm(full - row) for row, full in zip(got.tree.theta, t.theta))
+    assert got.theta_error == pytest.approx(want, rel=1e-6) and 0 < want <= np.sqrt(1 - 0.99 ** 2) + 1e-6
+    record = store.epochs()[0]["theta"]
+    assert record["cosine"] == 0.99 and record["dtype"] == "float32" and record["error"] == pytest.approx(want)
+    assert pq.read_table(tmp_path / "epochs" / "000000" / "theta.parquet").schema.field("values").type == \
+        pa.list_(pa.float32())

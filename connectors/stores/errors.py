@@ -11,6 +11,10 @@ class CorruptStoreError(StoreError):
     """The store's manifest, a commit record or a data file is damaged or not what it claims."""
 
 
+class CheckpointNotKeptError(StoreError):
+    """The model checkpoint of an epoch before the latest was not kept (``keep_checkpoints="latest"``)."""
+
+
 class StoreAccessError(StoreError):
     """The operating system refused a store operation: a file in the way, no permission, disk full."""
 

@@ -6,10 +6,10 @@ Layout of a store (one run)::
     vocabulary.parquet            index, term, document_frequency
     commits/000000.json           the commit record of epoch 0 (its commit point)
     epochs/000000/nodes.parquet   one row per node (see NODE_SCHEMA)
-    epochs/000000/theta.parquet   node_id, indices (list<int32> or null), values (list<float64>)
+    epochs/000000/theta.parquet   node_id, indices (list<int32> or null), values (list<float32>)
     epochs/000000/assignments.parquet   doc_id, node_id
     epochs/000000/rejects.parquet       only when the epoch had rejects
-    epochs/000000/checkpoint.parquet    the model state after this epoch (see below)
+    epochs/000000/checkpoint.parquet    the model state after this epoch (see below; latest epoch only)
     epochs/000000/checkpoint.json       its JSON metadata (parameters, seed state, ...)
     epochs/000000/<name>.parquet        extra tables committed with the epoch (e.g. a file ledger)
     epochs/000000/static/<method>.parquet   dendrograms of static snapshots
@@ -39,17 +39,28 @@ Checkpoints
 An epoch may carry the model's checkpoint, ``(arrays, meta)``: named numeric numpy arrays
 go to ``checkpoint.parquet``, one row per array with columns ``name`` (string), ``dtype``
 (numpy dtype string, e.g. ``<f8``), ``shape`` (list<int64>) and ``data`` (the C-order bytes
-of the array), and ``meta`` goes to ``checkpoint.json``. Both are written inside the epoch
-folder, so they are committed with the epoch. Object arrays are refused.
+of the array, full precision), and ``meta`` goes to ``checkpoint.json``. Both are written
+inside the epoch folder, so they are committed with the epoch. Object arrays are refused.
 
-Theta storage: each node's direction is stored *exactly* (float64). Rows with at most
-two thirds nonzero entries are stored sparse (``indices`` + ``values``: 12 bytes per
-nonzero), denser rows dense (``indices`` null, ``values`` of length p: 8 bytes per entry),
-whichever is smaller; the values are written with Parquet's BYTE_STREAM_SPLIT encoding and
-zstd (lossless). With ``theta_top_n`` set, only the top-N entries by absolute value
-are kept (lossy, for very large vocabularies); the commit record (``theta.exact``,
-``theta.error``) and :attr:`StoredEpoch.theta_exact` / :attr:`StoredEpoch.theta_error` say
-so, the error being the largest relative L2 norm of a node's dropped entries.
+The arrays are the bulk of a store (dense node parameters), and only a resume needs them,
+from the latest epoch: with ``keep_checkpoints="latest"`` (the default, recorded in the
+manifest as ``checkpoints``) publishing an epoch with a checkpoint deletes the previous
+epoch's ``checkpoint.parquet``, *after* the new commit record is written, so a crash at any
+point leaves at least the latest committed epoch's checkpoint (a writer removes a superseded
+one it finds, see :meth:`SnapshotStore.clean_leftovers`). ``checkpoint.json`` (small: the
+parameters and sampled hyperparameters of that epoch) stays with every epoch.
+``keep_checkpoints="all"`` keeps every epoch's arrays, so any epoch's model can be loaded.
+
+Theta storage: node directions are stored sparse and compact (format version 3). Per node,
+the largest entries by absolute value that keep the stored row's cosine to the full one at
+least ``theta_cosine`` (replay and serve use :data:`THETA_COSINE`, 0.999: a relative L2 error
+of at most sqrt(1 - 0.999^2) = 0.045), optionally at most ``theta_top_n`` of them, as float32
+(``indices`` delta-encoded, ``values`` byte-stream-split, zstd). ``theta_cosine=None``
+stores every nonzero exactly, as float64 (dense rows when more than two thirds are nonzero).
+The commit record (``theta.exact``, ``theta.error``, ``theta.cosine``, ``theta.top_n``) and
+:attr:`StoredEpoch.theta_exact` / :attr:`StoredEpoch.theta_error` say what was kept, the
+error being the largest relative L2 distance of a node's stored row from its full one.
+Top words are computed from the full rows before truncation and stored exactly.
 
 Everything is Parquet or JSON: no pickle anywhere, readable by any Parquet tool. A store
 has one writer at a time, enforced by the writer lease; any number of readers may read it
@@ -77,7 +88,8 @@ import pyarrow.parquet as pq
 import streamtree
 from connectors.sources.base import SourceError
 from connectors.sources.files import resolve
-from connectors.stores.errors import CorruptStoreError, StoreAccessError, StoreBusyError, StoreError
+from connectors.stores.errors import (CheckpointNotKeptError, CorruptStoreError, StoreAccessError, StoreBusyError,
+                                      StoreError)
 from connectors.stores.faults import write_point
 from connectors.stores.lease import DEFAULT_TIMEOUT, LEASE, Lease, os_reason
 from streamtree.epoch_tree import EpochTree
@@ -86,7 +98,13 @@ from streamtree.records import REJECT_SCHEMA
 logger = logging.getLogger(__name__)
 
 FORMAT = "streamtree-snapshots"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
+#: Cosine to the full node direction that the stored, truncated one keeps at least (see
+#: the module docstring): theta is the bulk of a store, and the heavy tail of small entries
+#: hardly moves a node's top words or its documents' scores.
+THETA_COSINE = 0.999
+#: Which epochs keep their model checkpoint's arrays: "latest" (what a resume needs) or "all".
+KEEP_CHECKPOINTS = ("latest", "all")
 MANIFEST = "manifest.json"
 VOCABULARY = "vocabulary.parquet"
 COMMITS = "commits"
@@ -116,16 +134,21 @@ NODE_SCHEMA = pa.schema([
 THETA_SCHEMA = pa.schema([
     pa.field("node_id", pa.int64(), nullable=False),
     pa.field("indices", pa.list_(pa.int32())),
-    pa.field("values", pa.list_(pa.float64()), nullable=False),
+    pa.field("values", pa.list_(pa.float32()), nullable=False),
 ])
+#: the theta schema of stores written with ``theta_cosine=None`` (and of format version 2)
+THETA_EXACT_SCHEMA = pa.schema([THETA_SCHEMA.field("node_id"), THETA_SCHEMA.field("indices"),
+                                pa.field("values", pa.list_(pa.float64()), nullable=False)])
 ASSIGNMENT_SCHEMA = pa.schema([
     pa.field("doc_id", pa.string(), nullable=False),
     pa.field("node_id", pa.int64(), nullable=False),
 ])
-# Node parameters are float64s that rarely repeat: a dictionary only costs space, while
-# splitting each value's bytes into streams lets zstd compress the exponent bytes (lossless;
-# 28% smaller than the defaults on a weekly news-like store, bench/bench_store_size.py).
-THETA_ENCODING = {"use_dictionary": False, "use_byte_stream_split": ["values.list.element"]}
+# Node parameters are floats that rarely repeat: a dictionary only costs space, while
+# splitting each value's bytes into streams lets zstd compress the exponent bytes (28%
+# smaller than the defaults on a weekly news-like store, bench/bench_store_size.py); sorted
+# column indices shrink further as deltas.
+THETA_ENCODING = {"use_dictionary": False, "column_encoding": {"values.list.element": "BYTE_STREAM_SPLIT",
+                                                               "indices.list.element": "DELTA_BINARY_PACKED"}}
 CHECKPOINT_SCHEMA = pa.schema([
     pa.field("name", pa.string(), nullable=False),
     pa.field("dtype", pa.string(), nullable=False),
@@ -147,11 +170,11 @@ class StoredEpoch:
     top_words : list of list of str
         Per node, as published.
     theta_exact : bool
-        False when the store kept only the top-N entries of theta (see ``theta_top_n``):
-        the other entries of ``tree.theta`` then read as 0.
+        False when the store kept only the largest entries of theta (``theta_cosine``,
+        ``theta_top_n``): the other entries of ``tree.theta`` then read as 0.
     theta_error : float
         The truncation's error: the largest, over nodes, of ``||theta_k - stored_k|| /
-        ||theta_k||`` (0 when exact).
+        ||theta_k||`` (float32 rounding included; 0 for stores written exactly in float64).
     key, label : int or None, str or None
         Epoch key and label from the manifest.
     rejects : pyarrow.Table or None
@@ -201,15 +224,29 @@ class SnapshotStore:
     ----------
     uri : str
         Root folder of the run.
+    theta_cosine : float in (0, 1] or None, default None
+        Per node keep the fewest largest theta entries whose cosine to the full row is at
+        least this (replay and serve write :data:`THETA_COSINE`); None (or 1.0) keeps every
+        nonzero entry exactly.
     theta_top_n : int or None, default None
-        Keep only the top-N theta entries per node (lossy); None stores theta exactly.
+        Also keep at most this many entries per node (lossy).
+    keep_checkpoints : {"latest", "all"}, default "latest"
+        Checkpoint arrays kept for a new run: the latest epoch's only, or every epoch's
+        (a resumed run keeps its manifest's choice).
     """
 
-    def __init__(self, uri: str, theta_top_n: int | None = None) -> None:
+    def __init__(self, uri: str, theta_top_n: int | None = None, *, theta_cosine: float | None = None,
+                 keep_checkpoints: str = "latest") -> None:
         if theta_top_n is not None and (not isinstance(theta_top_n, int) or theta_top_n < 1):
             raise ValueError(f"theta_top_n must be a positive integer or None, got {theta_top_n!r}")
+        if theta_cosine is not None and not (isinstance(theta_cosine, (int, float)) and 0 < theta_cosine <= 1):
+            raise ValueError(f"theta_cosine must be in (0, 1] or None, got {theta_cosine!r}")
+        if keep_checkpoints not in KEEP_CHECKPOINTS:
+            raise ValueError(f"keep_checkpoints must be one of {KEEP_CHECKPOINTS}, got {keep_checkpoints!r}")
         self.uri = uri
         self.theta_top_n = theta_top_n
+        self.theta_cosine = None if theta_cosine is None or theta_cosine >= 1 else float(theta_cosine)
+        self.keep_checkpoints = keep_checkpoints
         try:
             self.fs, root = resolve(uri)
         except SourceError as exc:
@@ -367,6 +404,7 @@ class SnapshotStore:
                 if leftover:
                     self._delete(info)
                     removed.append(rel)
+        removed += self._drop_superseded_checkpoints()
         asides = [i for i in self._ls(self.root) if i.base_name.startswith(".replaced-")]
         if asides:
             if committed:  # the new run has committed: the old one it replaced can go
@@ -377,6 +415,32 @@ class SnapshotStore:
                 self._aside_pending = True
         if removed:
             logger.info("removed leftovers of an interrupted writer: %s", ", ".join(removed))
+        return removed
+
+    def _checkpoint_policy(self, manifest: dict) -> str:
+        """``"latest"`` or ``"all"``; stores of format version 2 kept every epoch's."""
+        return manifest.get("checkpoints", "all" if manifest.get("format_version", 1) < 3 else "latest")
+
+    def _drop_superseded_checkpoints(self) -> list[str]:
+        """Under ``keep_checkpoints="latest"``, delete the checkpoint arrays of epochs before the
+        latest committed epoch that has a checkpoint (left by a writer that stopped between
+        its commit and the deletion). Only the store's own ``checkpoint.parquet`` files."""
+        try:
+            manifest = self._base_manifest()
+        except StoreError:
+            return []
+        if self._checkpoint_policy(manifest) != "latest":
+            return []
+        records = [e for e in self._records(validate=False) if e.get("checkpoint") and isinstance(e.get("path"), str)]
+        if not records:
+            return []
+        latest = max(e["epoch"] for e in records)
+        removed = []
+        for e in records:
+            path = self._path(e["path"], CHECKPOINT_ARRAYS)
+            if e["epoch"] < latest and _FOLDER_RE.match(e["path"].rsplit("/", 1)[-1]) and self._exists(path):
+                self._delete(self.fs.get_file_info(path))
+                removed.append(f"{e['path']}/{CHECKPOINT_ARRAYS}")
         return removed
 
     def _delete(self, info: pafs.FileInfo) -> None:
@@ -434,7 +498,7 @@ class SnapshotStore:
         now = _now()
         return {"format": FORMAT, "format_version": FORMAT_VERSION, "created": now, "updated": now,
                 "versions": _versions(), "run": None, "config": {}, "vocabulary": None, "complete": None,
-                "epochs": []}
+                "checkpoints": self.keep_checkpoints, "epochs": []}
 
     def _records(self, run: str | None = None, validate: bool = True) -> list[dict]:
         out = []
@@ -661,6 +725,9 @@ class SnapshotStore:
 
             record = self._path(self.record_name(epoch))
             previous = self._read_json(record, "commit record").get("path") if self._exists(record) else None
+            last = self.last_commit() if ckpt is not None and self._checkpoint_policy(manifest) == "latest" else None
+            superseded = (last["path"] if last is not None and last["epoch"] < epoch and last.get("checkpoint")
+                          else None)
             # A replacement goes to a new folder, so the record switch stays the only commit point.
             rel = self.epoch_dir(epoch) if previous is None else f"{self.epoch_dir(epoch)}-{uuid.uuid4().hex[:8]}"
             final = self._path(rel)
@@ -685,6 +752,7 @@ class SnapshotStore:
                 "n_documents": int(tree.assignments.shape[0]), "n_rejects": n_rejects,
                 "died": [int(i) for i in tree.died],
                 "theta": {"dim": int(tree.theta.shape[1]), "exact": exact, "top_n": self.theta_top_n,
+                          "cosine": self.theta_cosine, "dtype": "float64" if exact else "float32",
                           "error": theta_error},
                 "static": [], "published": _now(), "checkpoint": ckpt is not None,
                 "tables": sorted(tables), "state": state, "empty_before": empty_before,
@@ -695,6 +763,12 @@ class SnapshotStore:
                 raise StoreAccessError(f"{self.root}: cannot commit epoch {epoch}: {os_reason(exc)}") from None
             if previous is not None and previous != rel and _FOLDER_RE.match(previous.rsplit("/", 1)[-1]):
                 self._delete(self.fs.get_file_info(self._path(previous)))
+            if superseded is not None and _FOLDER_RE.match(superseded.rsplit("/", 1)[-1]):
+                # only now that the new checkpoint is committed: a crash before this line leaves
+                # two, and the next writer's clean_leftovers removes the older one
+                old = self.fs.get_file_info(self._path(superseded, CHECKPOINT_ARRAYS))
+                if old.type != pafs.FileType.NotFound:
+                    self._delete(old)
             if self._aside_pending:
                 for info in self._ls(self.root):
                     if info.base_name.startswith(".replaced-"):
@@ -705,7 +779,7 @@ class SnapshotStore:
                            events=None) -> tuple[bool, float]:
         self.fs.create_dir(tmp, recursive=True)
         self._write_parquet(_nodes_table(tree, top_words), f"{tmp}/nodes.parquet")
-        theta_table, exact, theta_error = _theta_table(tree, self.theta_top_n)
+        theta_table, exact, theta_error = _theta_table(tree, self.theta_top_n, self.theta_cosine)
         self._write_parquet(theta_table, f"{tmp}/theta.parquet")
         self._write_parquet(pa.Table.from_arrays(
             [pa.array(doc_ids.tolist(), pa.string()), pa.array(tree.assignments, pa.int64())],
@@ -735,6 +809,13 @@ class SnapshotStore:
         if not entry.get("checkpoint"):
             raise StoreError(f"{self.root}: epoch {entry['epoch']} was published without a model checkpoint "
                              "(written by an older streamtree?); replay into a new --store")
+        later = self.checkpoint_epoch()
+        if later is not None and later > entry["epoch"] and self._checkpoint_policy(self._base_manifest()) == "latest":
+            raise CheckpointNotKeptError(
+                f"{self.root}: epoch {entry['epoch']}'s model checkpoint is not kept: the store keeps the full "
+                f"model only for its latest epoch ({later}), which a resume needs; epoch {entry['epoch']}'s tree "
+                f"is stored (SnapshotStore.read, node directions to cosine >= {self._cosine_of(entry)}), or "
+                "replay with keep_checkpoints='all' (--keep-checkpoints all) to load any epoch's model")
         base = self._path(entry["path"])
         table = self._read_parquet(f"{base}/{CHECKPOINT_ARRAYS}")
         try:
@@ -742,6 +823,21 @@ class SnapshotStore:
         except FileNotFoundError:
             raise CorruptStoreError(f"{base}/{CHECKPOINT_META}: missing; the store is damaged") from None
         return _checkpoint_arrays(table, f"{base}/{CHECKPOINT_ARRAYS}"), meta
+
+    def checkpoint_epoch(self) -> int | None:
+        """The latest published epoch committed with a model checkpoint (None if none)."""
+        last = self.last_commit()
+        if last is None:
+            return None
+        if last.get("checkpoint"):
+            return int(last["epoch"])
+        done = [e["epoch"] for e in self.manifest()["epochs"] if e.get("checkpoint")]
+        return max(done) if done else None
+
+    @staticmethod
+    def _cosine_of(entry: dict) -> str:
+        cos = entry["theta"].get("cosine")
+        return "1 (exact)" if cos is None else f"{cos:g}"
 
     def read_table(self, epoch: int, name: str) -> pa.Table:
         """An extra table committed with ``epoch`` (see ``publish(tables=...)``)."""
@@ -1041,32 +1137,47 @@ def _nodes_table(tree: EpochTree, top_words) -> pa.Table:
     ], schema=NODE_SCHEMA)
 
 
-def _theta_table(tree: EpochTree, top_n: int | None) -> tuple[pa.Table, bool, float]:
-    """The theta table, whether it is exact, and the largest relative L2 error of a row."""
+def _theta_table(tree: EpochTree, top_n: int | None, cosine: float | None = None) -> tuple[pa.Table, bool, float]:
+    """The theta table, whether it is exact, and the largest relative L2 error of a row.
+
+    Per row: the fewest largest-|value| entries whose cosine to the row is at least ``cosine``
+    (the cosine of a row's restriction to a set S is ||theta_S|| / ||theta||), at most
+    ``top_n`` of them, as float32 (the error counts the rounding); with neither, every
+    nonzero as float64 (lossless).
+    """
     theta = np.asarray(tree.theta, dtype=np.float64)
     p = theta.shape[1]
     indices, values = [], []
-    exact = True
+    exact = top_n is None and cosine is None
     error = 0.0
     for row in theta:  # one iteration per node, not per document
         nz = np.flatnonzero(row)
-        if top_n is not None and nz.size > top_n:
-            order = np.argsort(-np.abs(row[nz]), kind="stable")
-            dropped = np.linalg.norm(row[nz[order[top_n:]]])
-            error = max(error, float(dropped / np.linalg.norm(row)))
-            nz = np.sort(nz[order[:top_n]])
-            exact = False
-        if top_n is None and nz.size > _DENSE_FRACTION * p:
+        if not exact and nz.size:
+            order = nz[np.argsort(-np.abs(row[nz]), kind="stable")]
+            keep = order.size
+            if cosine is not None:
+                kept = np.cumsum(row[order] ** 2)
+                keep = int(np.searchsorted(kept, cosine * cosine * kept[-1] * (1 - 1e-12))) + 1
+            if top_n is not None:
+                keep = min(keep, top_n)
+            nz = np.sort(order[:keep])
+        stored = row[nz] if exact else row[nz].astype(np.float32)
+        norm = np.linalg.norm(row)
+        if norm > 0:
+            full = row.copy()
+            full[nz] -= stored
+            error = max(error, float(np.linalg.norm(full) / norm))
+        if exact and nz.size > _DENSE_FRACTION * p:
             indices.append(None)
             values.append(row)
         else:
             indices.append(nz.astype(np.int32))
-            values.append(row[nz])
+            values.append(stored)
     table = pa.Table.from_arrays([
         pa.array(np.asarray(tree.node_ids, dtype=np.int64)),
         pa.array(indices, pa.list_(pa.int32())),
-        pa.array(values, pa.list_(pa.float64())),
-    ], schema=THETA_SCHEMA)
+        pa.array(values, pa.list_(pa.float64() if exact else pa.float32())),
+    ], schema=THETA_SCHEMA if not exact else THETA_EXACT_SCHEMA)
     return table.replace_schema_metadata({b"streamtree.theta_dim": str(p).encode()}), exact, error
 
 
