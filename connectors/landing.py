@@ -53,7 +53,7 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from connectors.sources.base import SourceError, check_columns, normalise, normalised_schema
-from connectors.sources.files import _COMPRESSED, FORMATS, format_of, resolve
+from connectors.sources.files import _COMPRESSED, file_format, format_of, resolve
 from connectors.sources.times import TimeParser
 from streamtree.records import REJECT_SCHEMA, empty_rejects
 
@@ -110,19 +110,23 @@ class LandingZone:
     require_success : bool
         Read a file only when its folder holds a ``_SUCCESS`` marker.
     format : str, optional
-        Force one format (one of ``parquet``, ``ipc``, ``ipc-stream``, ``jsonl``, ``csv``)
-        instead of reading it from the extension.
+        Force one format (one of ``parquet``, ``ipc``, ``ipc-stream``, ``jsonl``, ``csv``,
+        ``tsv``) instead of reading it from the extension.
+    delimiter : str, optional
+        Field delimiter of CSV files (default ``,``, or a tab for ``.tsv`` files and
+        ``format="tsv"``); read as a replay's source reads it
+        (:func:`connectors.sources.files.file_format`).
     """
 
     uri: str
     settle: float = 10.0
     require_success: bool = False
     format: str | None = None
+    delimiter: str | None = None
     ignored: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
-        if self.format is not None and self.format not in FORMATS:
-            raise ValueError(f"format must be one of {FORMATS}, got {self.format!r}")
+        self.format, self.delimiter = file_format(self.format, self.delimiter)
         self.fs, root = resolve(self.uri)
         self.root = root.rstrip("/")
         self._seen: dict[str, tuple[int, int]] = {}  # name -> (size, mtime_ns) at the last poll
@@ -212,6 +216,7 @@ def read_landed(
     time_unit: str = "auto",
     batch_size: int = 8192,
     time_format: str | None = None,
+    delimiter: str | None = None,
 ) -> LandedRead:
     """Read one landed file whole and normalise it (all or nothing).
 
@@ -235,7 +240,7 @@ def read_landed(
     mapped = {"text": text_col, "time": time_col, "id": id_col, "epoch": epoch_col}
     cols = list(dict.fromkeys(c for c in mapped.values() if c is not None))
     try:
-        table = _parse(data, name, landed.format, cols, text_col)
+        table = _parse(data, name, landed.format, cols, text_col, delimiter)
         table = _add_partition_keys(table, name, cols)
         check_columns(name, table.column_names, mapped)
     except LandingError:
@@ -260,7 +265,8 @@ def read_landed(
     return LandedRead(rows, pa.concat_tables(rejects) if rejects else empty_rejects(), table.num_rows, digest)
 
 
-def _parse(data: bytes, name: str, fmt: str, cols: list[str], text_col: str) -> pa.Table:
+def _parse(data: bytes, name: str, fmt: str, cols: list[str], text_col: str,
+           delimiter: str | None = None) -> pa.Table:
     buf = pa.BufferReader(data)
     if fmt == "parquet":
         return pq.read_table(buf)
@@ -277,12 +283,12 @@ def _parse(data: bytes, name: str, fmt: str, cols: list[str], text_col: str) -> 
     # UTF-8 by the normalisation, so one bad row is a reject and not a failed file). The header
     # comes from the first block only.
     present = pacsv.open_csv(_text_stream(data, name), read_options=pacsv.ReadOptions(block_size=_BLOCK_BYTES),
-                             parse_options=_csv_parse(lower)).schema.names
+                             parse_options=_csv_parse(lower, delimiter)).schema.names
     types = {c: pa.string() for c in cols if c in present}
     if text_col in types:
         types[text_col] = pa.binary()
     return pacsv.read_csv(_text_stream(data, name), read_options=pacsv.ReadOptions(block_size=_BLOCK_BYTES),
-                          parse_options=_csv_parse(lower),
+                          parse_options=_csv_parse(lower, delimiter),
                           convert_options=pacsv.ConvertOptions(
                               include_columns=[c for c in cols if c in present], column_types=types,
                               null_values=[""], strings_can_be_null=True))
@@ -298,8 +304,10 @@ def _text_stream(data: bytes, name: str):
     return stream
 
 
-def _csv_parse(lower_name: str) -> pacsv.ParseOptions:
-    return pacsv.ParseOptions(delimiter="\t" if lower_name.endswith(".tsv") else ",", newlines_in_values=True)
+def _csv_parse(lower_name: str, delimiter: str | None = None) -> pacsv.ParseOptions:
+    if delimiter is None:
+        delimiter = "\t" if lower_name.endswith(".tsv") else ","
+    return pacsv.ParseOptions(delimiter=delimiter, newlines_in_values=True)
 
 
 def _add_partition_keys(table: pa.Table, name: str, cols: list[str]) -> pa.Table:

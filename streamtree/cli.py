@@ -146,11 +146,18 @@ def _add_source_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--time-range", default="auto",
                    help="times kept: auto (reject rows far outside the bulk as 'out of range'), all, or "
                         "START..END with years or ISO dates, e.g. 1790..2020")
-    p.add_argument("--format", choices=["parquet", "ipc", "ipc-stream", "jsonl", "csv", "tsv"],
-                   help="file format (default: from the file extension; .tsv is tab-separated CSV)")
-    p.add_argument("--delimiter", help="CSV field delimiter, one character or 'tab' (default: ',' or a tab for .tsv)")
+    _add_format_args(p)
     p.add_argument("--epoch", default=ReplayConfig.epoch, help="epoch width: 10y, year, month, 1w, 1d, 1h, column ...")
     _add_vocabulary_args(p)
+
+
+def _add_format_args(p: argparse.ArgumentParser) -> None:
+    """``--format`` and ``--delimiter``: one definition for replay, evaluate, assign and serve."""
+    from connectors.sources.files import FORMAT_CHOICES
+
+    p.add_argument("--format", choices=FORMAT_CHOICES,
+                   help="file format (default: from the file extension; .tsv is tab-separated CSV)")
+    p.add_argument("--delimiter", help="CSV field delimiter, one character or 'tab' (default: ',' or a tab for .tsv)")
 
 
 def _max_features(text: str) -> int | str | None:
@@ -229,6 +236,7 @@ def _model_options(args) -> dict:
 
 def build_parser() -> argparse.ArgumentParser:
     import streamtree
+    from streamtree.replay import ReplayConfig
 
     parser = _Parser(prog="streamtree", description="Evolving topic trees over time-stamped text (dTSSBP).",
                      epilog="Exit status: 0 success, 1 a bug (traceback printed), 2 bad usage or input, "
@@ -242,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Replay a source epoch by epoch into a snapshot store.")
     _add_source_args(r)
     _add_model_args(r)
-    r.add_argument("--top-words", type=_positive_int, default=10, help="top words stored per node")
+    r.add_argument("--top-words", type=_positive_int, default=ReplayConfig.top_words, help="top words stored per node")
     r.add_argument("--store", required=True, help="snapshot store directory (or pyarrow.fs URI)")
     g = r.add_mutually_exclusive_group()
     g.add_argument("--resume", action="store_true",
@@ -307,9 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--time-unit", default="auto", choices=["auto", "year", "s", "ms", "us", "ns"],
                    help="how numeric times are read")
     a.add_argument("--time-format", help="strptime pattern for time strings that are not ISO 8601")
-    a.add_argument("--format", choices=["parquet", "ipc", "ipc-stream", "jsonl", "csv", "tsv"],
-                   help="file format (default: from the file extension)")
-    a.add_argument("--delimiter", help="CSV field delimiter, one character or 'tab' (default: ',' or a tab for .tsv)")
+    _add_format_args(a)
 
     rp = sub.add_parser("report", help="write a self-contained HTML report of a store (opens offline)",
                         description="Write one HTML file showing the evolving tree over epochs, each epoch's "
@@ -384,6 +390,8 @@ def _duration(text: str) -> float:
 
 
 def _add_serve_parser(sub) -> None:
+    from streamtree.service import ServeConfig
+
     v = sub.add_parser(
         "serve", help="run the ingestion service: watch a landing folder, publish epochs as they close",
         description="Watch a landing folder (local or a pyarrow.fs URI) for new Parquet, Arrow, JSONL or CSV "
@@ -400,6 +408,7 @@ def _add_serve_parser(sub) -> None:
                    help="how numeric times are read")
     v.add_argument("--time-format", help="strptime pattern for time strings that are not ISO 8601, e.g. "
                                          "'%%d/%%m/%%Y' (default: detect common formats like 2017/2/7)")
+    _add_format_args(v)
     v.add_argument("--time-range", default="all",
                    help="times kept: all, or START..END with years or ISO dates (rows outside: 'out of range' "
                         "rejects)")
@@ -422,7 +431,7 @@ def _add_serve_parser(sub) -> None:
     _add_vocabulary_args(v, "warm-up vocabulary: ")
     _add_model_args(v)
     v.add_argument("--address", help="Ray cluster address for --engine ray (default: RAY_ADDRESS or a local one)")
-    v.add_argument("--top-words", type=_positive_int, default=10, help="top words stored per node")
+    v.add_argument("--top-words", type=_positive_int, default=ServeConfig.top_words, help="top words stored per node")
     v.add_argument("--once", action="store_true",
                    help="take the files that are ready, publish every epoch the watermark closed, exit")
     v.add_argument("--metrics-addr", default="127.0.0.1:9750",
@@ -654,7 +663,8 @@ def serve_config(args):
         late_policy=args.late_policy, idle_timeout=args.idle_timeout, poll_interval=args.poll_interval,
         settle=args.settle, require_success=args.require_success, vocabulary_from=args.vocabulary_from,
         warmup_docs=args.warmup_docs, min_df=args.min_df, max_df=args.max_df, max_features=args.max_features,
-        weighting=args.weighting, time_format=args.time_format, time_range=args.time_range, top_words=args.top_words, model=model)
+        weighting=args.weighting, time_format=args.time_format, time_range=args.time_range, format=args.format,
+        delimiter=args.delimiter, top_words=args.top_words, model=model)
 
 
 def cmd_serve(args) -> int:

@@ -37,8 +37,8 @@ from connectors.stores.snapshot import THETA_COSINE, SnapshotStore, StoreError
 from streamtree.epochs import Epoch, EpochReader, EpochSpec, TimeRange
 from streamtree.records import EMPTY_AFTER_VOCABULARY, RejectLog
 from streamtree.snapshots import StaticOptions, snapshot_name, static_snapshot
-from streamtree.text import (DEFAULT_MAX_DF, DEFAULT_MAX_FEATURES, DEFAULT_MIN_DF, DEFAULT_WEIGHTING,
-                             TextVectorizer)
+from streamtree.text import (DEFAULT_MAX_DF, DEFAULT_MAX_FEATURES, DEFAULT_MIN_DF, DEFAULT_TOP_WORDS,
+                             DEFAULT_WEIGHTING, TextVectorizer)
 
 logger = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ class ReplayConfig:
     max_df: int | float = DEFAULT_MAX_DF
     max_features: int | str | None = DEFAULT_MAX_FEATURES
     weighting: str = DEFAULT_WEIGHTING
-    top_words: int = 10
+    top_words: int = DEFAULT_TOP_WORDS
     batch_size: int = 8192
     model: dict = field(default_factory=dict)
 

@@ -64,13 +64,14 @@ import pyarrow as pa
 
 import streamtree
 from connectors.landing import LandedFile, LandingError, LandingZone, read_landed
+from connectors.sources.files import file_format
 from connectors.stores.ledger import LEDGER_TABLE, ledger_table, read_ledger
 from connectors.stores.snapshot import SnapshotStore, StoreError
 from streamtree.epochs import LATE_POLICIES, Bucketer, Epoch, EpochSpec, TimeRange
 from streamtree.records import OUT_OF_RANGE, REJECT_SCHEMA, make_rejects, reject_rows
 from streamtree.model import RUN_LOCATION_PARAMS
 from streamtree.replay import EpochFitter, text_model_params, text_vectorizer, theta_cosine
-from streamtree.text import DEFAULT_MAX_DF, DEFAULT_MAX_FEATURES, DEFAULT_MIN_DF, DEFAULT_WEIGHTING
+from streamtree.text import DEFAULT_MAX_DF, DEFAULT_MAX_FEATURES, DEFAULT_MIN_DF, DEFAULT_TOP_WORDS, DEFAULT_WEIGHTING
 from streamtree.text import TextVectorizer
 from streamtree.watermark import Watermark, is_idle
 
@@ -110,13 +111,16 @@ class ServeConfig:
     weighting: str = DEFAULT_WEIGHTING
     time_format: str | None = None
     time_range: str = "all"
-    top_words: int = 10
+    format: str | None = None
+    delimiter: str | None = None
+    top_words: int = DEFAULT_TOP_WORDS
     batch_size: int = 8192
     model: dict = field(default_factory=dict)
 
     _RUNTIME = ("landing", "store", "poll_interval", "settle", "batch_size", "idle_timeout")
 
     def __post_init__(self) -> None:
+        file_format(self.format, self.delimiter)  # a clear error now rather than at the first file
         if self.late_policy not in LATE_POLICIES:
             raise ValueError(f"late policy must be one of {LATE_POLICIES}, got {self.late_policy!r}")
         if self.allowed_lateness < 0:
@@ -141,7 +145,7 @@ class ServeConfig:
     def identity(self) -> dict:
         """What must match for a restart to continue a store (not where or how often it runs)."""
         d = {k: v for k, v in asdict(self).items() if k not in self._RUNTIME}
-        for name in ("weighting", "time_format", "time_range"):  # new settings: stores written before match
+        for name in ("weighting", "time_format", "time_range", "format", "delimiter"):  # new settings: stores written before match
             if d[name] == getattr(ServeConfig, name):
                 d.pop(name)
         d["model"] = {k: v for k, v in sorted(self.model_params().items()) if k not in RUN_LOCATION_PARAMS}
@@ -292,7 +296,8 @@ class Service:
         self.metrics = ServiceMetrics()
         self.spec = EpochSpec.parse(config.epoch)
         self.landing = LandingZone(config.landing, settle=config.settle_seconds,
-                                   require_success=config.require_success)
+                                   require_success=config.require_success, format=config.format,
+                                   delimiter=config.delimiter)
         self.store = SnapshotStore(config.store, theta_cosine=theta_cosine(config.model_params()))
         self.summary = ServeSummary()
         self.bound_address: tuple[str, int] | None = None
@@ -421,7 +426,7 @@ class Service:
         try:
             read = read_landed(self.landing.fs, landed, text_col=c.text_col, time_col=c.time_col,
                                id_col=c.id_col, time_unit=c.time_unit, batch_size=c.batch_size,
-                               time_format=c.time_format)
+                               time_format=c.time_format, delimiter=self.landing.delimiter)
         except LandingError as exc:
             msg = str(exc).split(": ", 1)[-1]
             event.update(status="unreadable", detail=msg)

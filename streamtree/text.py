@@ -39,6 +39,8 @@ DEFAULT_MAX_DF = 0.5
 DEFAULT_MAX_FEATURES = "auto"
 #: term weighting before L2 normalisation (vMF rows); see :class:`TextVectorizer`
 DEFAULT_WEIGHTING = "tf"
+#: top words stored per node by replay and serve (by weight in the node's direction)
+DEFAULT_TOP_WORDS = 10
 
 #: Words of news and speech reporting that carry no topic ("mr", "said", "told") and topped
 #: many nodes of news trees; added to scikit-learn's English list for ``stop_words="english"``.

@@ -274,3 +274,22 @@ def test_gap_in_the_stream_is_recorded_like_replay(tmp_path):
     assert store_epochs(tmp_path / "store") == store_epochs(tmp_path / "replay")
     last = SnapshotStore(str(tmp_path / "store")).epochs()[-1]
     assert last["epoch"] == 4 and last["empty_before"]["first"] == 2 and last["empty_before"]["last"] == 3
+
+
+def test_format_and_delimiter_read_landed_files_as_replay_reads_sources(corpus, tmp_path):
+    """Semicolon-separated files with a .txt name: --format csv --delimiter ';' (as a replay's)
+    give the store the same files as JSONL give."""
+    import pyarrow.csv as pacsv
+
+    land = tmp_path / "land"
+    os.makedirs(land)
+    for d in DAYS:
+        table = pa.Table.from_pylist(day_rows(d, 25, 0))
+        pacsv.write_csv(table, land / f"day{d}.txt", write_options=pacsv.WriteOptions(delimiter=";"))
+    with pytest.raises(ValueError, match="delimiter is for CSV"):
+        _config(land, tmp_path / "bad", format="jsonl", delimiter=";")
+    _once(_config(land, tmp_path / "csv", vocabulary_from=f"{corpus}/replay", idle_timeout=1e-3, format="csv",
+                  delimiter=";"))
+    same = lambda epochs: [e[:-1] for e in epochs]  # noqa: E731  (not the ids, "<file>:<row>")
+    assert same(store_epochs(tmp_path / "csv")) == same(store_epochs(f"{corpus}/replay"))
+    assert SnapshotStore(str(tmp_path / "csv")).config()["serve"]["delimiter"] == ";"

@@ -327,6 +327,28 @@ class _Wrap:
         return False
 
 
+#: what ``format=`` accepts: :data:`FORMATS` and ``tsv`` (CSV with tab delimiters)
+FORMAT_CHOICES = FORMATS + ("tsv",)
+
+
+def file_format(format: str | None, delimiter: str | None) -> tuple[str | None, str | None]:
+    """``(format, delimiter)`` checked and normalised: ``tsv`` becomes ``csv`` with a tab,
+    ``tab`` or ``\\t`` a tab character (the one reading of ``--format``/``--delimiter`` for
+    sources and landing folders). Raises ValueError for anything else."""
+    if format == "tsv":
+        format, delimiter = "csv", "\t" if delimiter is None else delimiter
+    if format is not None and format not in FORMATS:
+        raise ValueError(f"format must be one of {FORMAT_CHOICES}, got {format!r}")
+    if delimiter is not None:
+        if delimiter in ("\\t", "tab"):
+            delimiter = "\t"
+        if not isinstance(delimiter, str) or len(delimiter) != 1 or delimiter in "\r\n\"":
+            raise ValueError(f"delimiter must be one character other than a quote or newline, got {delimiter!r}")
+        if format not in (None, "csv"):
+            raise ValueError(f"delimiter is for CSV sources, not format {format!r}")
+    return format, delimiter
+
+
 def open_source(
     uri: str,
     text_col: str,
@@ -387,17 +409,7 @@ def open_source(
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     if time_unit not in TIME_UNITS:
         raise ValueError(f"time_unit must be one of {TIME_UNITS}, got {time_unit!r}")
-    if format == "tsv":
-        format, delimiter = "csv", "\t" if delimiter is None else delimiter
-    if format is not None and format not in FORMATS:
-        raise ValueError(f"format must be one of {FORMATS + ('tsv',)}, got {format!r}")
-    if delimiter is not None:
-        if delimiter in ("\\t", "tab"):
-            delimiter = "\t"
-        if not isinstance(delimiter, str) or len(delimiter) != 1 or delimiter in "\r\n\"":
-            raise ValueError(f"delimiter must be one character other than a quote or newline, got {delimiter!r}")
-        if format not in (None, "csv"):
-            raise ValueError(f"delimiter is for CSV sources, not format {format!r}")
+    format, delimiter = file_format(format, delimiter)
     if time_format is not None and (not isinstance(time_format, str) or "%" not in time_format):
         raise ValueError(f"time_format must be a strptime pattern such as '%d/%m/%Y', got {time_format!r}")
     return Source(uri, text_col, time_col, id_col, epoch_col, batch_size, time_unit, format, time_format, delimiter)

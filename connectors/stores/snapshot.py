@@ -94,6 +94,7 @@ from connectors.stores.faults import write_point
 from connectors.stores.lease import DEFAULT_TIMEOUT, LEASE, Lease, os_reason
 from streamtree.epoch_tree import EpochTree
 from streamtree.records import REJECT_SCHEMA
+from streamtree.text import DEFAULT_TOP_WORDS
 
 logger = logging.getLogger(__name__)
 
@@ -651,7 +652,7 @@ class SnapshotStore:
         doc_ids,
         *,
         top_words: list[list[str]] | None = None,
-        n_top_words: int = 10,
+        n_top_words: int = DEFAULT_TOP_WORDS,
         rejects: pa.Table | None = None,
         key: int | None = None,
         label: str | None = None,
