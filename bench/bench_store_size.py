@@ -1,22 +1,34 @@
-"""Store size against input size on a weekly, news-like stream.
+"""Store size against input size, and what the compact store's truncation costs.
 
-The corpus: ``--docs`` paragraphs sampled (seeded) from the bundled SOU corpus and re-dated
-uniformly over one year, replayed with weekly epochs (52 epochs of ~``docs/52`` documents,
-like a news feed). Prints the input file's size, the store's size and the ratio, and the
-store's bytes by file kind (theta, checkpoint, nodes, assignments, other), so the part that
-dominates is visible. The baseline is the input file, measured in the same run.
+Two corpora, each replayed with weekly epochs (like a news feed):
 
-Then the same trees' theta written with a top-m truncation (``SnapshotStore(theta_top_n=m)``)
-for a few m, with its reported error, and the size if only the last epoch kept its checkpoint
-(what a resume needs; older epochs' models could then not be loaded): measured file sizes of
-what the store writes, not estimates.
+* ``sou``: ``--docs`` paragraphs sampled (seeded) from the bundled State of the Union corpus
+  and re-dated uniformly over one year (52 epochs of ~``docs/52`` documents);
+* ``planted``: text generated from a planted evolving tree of hierarchical-Dirichlet topics
+  (:func:`streamtree.synthetic.planted_dirichlet_tree`, not the model's own generator) over
+  ``--planted-epochs`` weeks, each word index spelled as a letter string.
 
-Usage: python bench/bench_store_size.py [--docs 3800] [--sweeps 5] [--top-m 50,100,200]
+Each corpus is replayed once with ``keep_checkpoints="all"``, so that every epoch's full-
+precision model is at hand; from that one run the bench measures, as file sizes of what the
+store writes (not estimates):
+
+* the store as this version writes it by default (node directions to cosine 0.999 as
+  float32, the checkpoint arrays of the latest epoch only): the ``compact`` figure;
+* the store as format version 2 wrote it (every node direction exact in float64 and every
+  epoch's checkpoint): the baseline, written from the same trees' full directions;
+* the input file, and both stores' ratio to it (target: at most 3x);
+* the truncation's error: the largest and median relative L2 error of a stored direction
+  (from the commit records), and what it changes when documents are assigned: each epoch's
+  own documents are scored by the epoch's exact model and by the same model with the stored
+  directions; the share whose MAP node differs and the change of the log densities.
+
+Usage: python bench/bench_store_size.py [--corpus sou,planted] [--docs 3800] [--sweeps 5]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import os
 import tempfile
@@ -30,25 +42,56 @@ import pyarrow.parquet as pq
 
 import streamtree  # noqa: F401  (configures numba's cache before any model import)
 from connectors.stores import SnapshotStore
-from connectors.stores.snapshot import THETA_ENCODING, _theta_table
-from streamtree.replay import ReplayConfig, replay
+from connectors.stores.snapshot import CHECKPOINT_ARRAYS, THETA_ENCODING, _theta_table
+from streamtree.epoch_tree import EpochTree
+from streamtree.model import DTSSBP
+from streamtree.replay import ReplayConfig, read_epochs, replay
+from streamtree.synthetic import planted_dirichlet_tree
 
 DATA = Path(__file__).resolve().parent.parent / "examples" / "data" / "sotu_paragraphs.parquet"
+START = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
 
 
-def weekly_corpus(path: Path, n_docs: int, seed: int = 0) -> None:
+def sou_weekly(path: Path, n_docs: int, seed: int = 0) -> None:
     table = pq.read_table(DATA, columns=["text"])
     rng = np.random.default_rng(seed)
     take = np.sort(rng.choice(table.num_rows, size=min(n_docs, table.num_rows), replace=False))
-    start = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
     seconds = np.sort(rng.uniform(0, 364 * 86400, size=take.size))
-    times = [start + dt.timedelta(seconds=float(s)) for s in seconds]
+    times = [START + dt.timedelta(seconds=float(s)) for s in seconds]
     pq.write_table(pa.table({"id": [f"d{i}" for i in range(take.size)],
                              "text": table.column("text").take(take), "time": pa.array(times)}), path)
 
 
+def _word(i: int) -> str:
+    """Word index i as letters ("qa", "qb", ...): the tokeniser drops digits."""
+    out = ""
+    i += 26
+    while i:
+        i, r = divmod(i, 26)
+        out = chr(97 + r) + out
+    return "q" + out
+
+
+def planted_weekly(path: Path, n_epochs: int, docs_per_epoch: int, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    corpus = planted_dirichlet_tree(rng, n_features=3000, n_documents=docs_per_epoch, n_epochs=n_epochs,
+                                    doc_length=(40, 120))
+    words = np.asarray([_word(i) for i in range(corpus.n_features)], dtype=object)
+    ids, texts, times = [], [], []
+    for e, counts in enumerate(corpus.counts):
+        counts = counts.tocsr()
+        for r in range(counts.shape[0]):
+            lo, hi = counts.indptr[r], counts.indptr[r + 1]
+            tokens = np.repeat(words[counts.indices[lo:hi]], counts.data[lo:hi])
+            rng.shuffle(tokens)
+            ids.append(f"p{e}-{r}")
+            texts.append(" ".join(tokens))
+            times.append(START + dt.timedelta(days=7 * e, seconds=float(rng.uniform(0, 6 * 86400))))
+    pq.write_table(pa.table({"id": ids, "text": texts, "time": pa.array(times)}), path)
+
+
 def kind_of(name: str) -> str:
-    for kind in ("theta", "checkpoint", "nodes", "assignments", "rejects"):
+    for kind in ("theta", "checkpoint", "nodes", "assignments", "rejects", "events"):
         if name.startswith(kind):
             return kind
     return "other"
@@ -62,51 +105,89 @@ def sizes(root: Path) -> Counter:
     return out
 
 
+def exact_tree(stored: EpochTree, arrays: dict) -> EpochTree:
+    """The epoch's tree with the checkpoint's full-precision directions."""
+    assert np.array_equal(arrays["last_node_ids"], stored.node_ids)
+    return dataclasses.replace(stored, theta=np.asarray(arrays["last_theta"], dtype=np.float64))
+
+
+def measure(name: str, source: Path, tmp: Path, sweeps: int | None) -> None:
+    store_dir = tmp / f"store-{name}"
+    model = {} if sweeps is None else {"n_sweeps": sweeps}
+    config = ReplayConfig(source=str(source), text_col="text", time_col="time", id_col="id", epoch="1w", model=model)
+    t0 = time.process_time()
+    summary = replay(config, str(store_dir), keep_checkpoints="all")
+    cpu = time.process_time() - t0
+    store = SnapshotStore(str(store_dir))
+    entries = store.epochs()
+    by_kind = sizes(store_dir)
+    total = sum(by_kind.values())
+    given = source.stat().st_size
+    ckpt_files = {e["epoch"]: (store_dir / e["path"] / CHECKPOINT_ARRAYS).stat().st_size for e in entries}
+    compact = total - sum(ckpt_files.values()) + ckpt_files[entries[-1]["epoch"]]
+
+    # format version 2: every direction exact, float64; every checkpoint kept
+    vec = store.vectorizer()
+    epochs = {ep.index: ep for ep in read_epochs(config)[0]}
+    exact_theta, changed, n_docs, dlog = 0, 0, 0, []
+    for e in entries:
+        stored = store.read(e["epoch"])
+        arrays, meta = store.read_checkpoint(e["epoch"])
+        table, _, _ = _theta_table(exact_tree(stored.tree, arrays), None)
+        out = tmp / "theta.parquet"
+        pq.write_table(table, out, compression="zstd", **THETA_ENCODING)
+        exact_theta += out.stat().st_size
+        # the same model scored with the stored directions
+        rows = epochs[e["epoch"]].rows
+        keep = np.isin(np.asarray(rows.column("id").to_pylist(), dtype=object), stored.doc_ids)
+        X = vec.transform(rows.column("text").filter(pa.array(keep)))
+        exact = DTSSBP.from_checkpoint(arrays, meta)
+        approx = DTSSBP.from_checkpoint({**arrays, "last_theta": stored.tree.theta}, meta)
+        changed += int(np.sum(exact.predict(X) != approx.predict(X)))
+        dlog.append(np.abs(exact.score_samples(X) - approx.score_samples(X)))
+        n_docs += X.shape[0]
+    v2 = total - by_kind["theta"] + exact_theta
+    dlog = np.concatenate(dlog)
+    errors = np.asarray([e["theta"]["error"] for e in entries])
+    n_nodes = [e["n_nodes"] for e in entries]
+    print(f"\n{name}: {summary.n_documents} documents, {len(entries)} weekly epochs, {len(vec.vocabulary_)} terms, "
+          f"{summary.n_documents and sum(n_nodes) / len(n_nodes):.1f} nodes per epoch, "
+          f"{sweeps or 'default'} sweeps; replay CPU {cpu:.1f}s")
+    print(f"  input                           {given / 1e6:8.2f} MB")
+    print(f"  store, format 2 (baseline)      {v2 / 1e6:8.2f} MB = {v2 / given:6.2f} x input")
+    print(f"  store, compact (default now)    {compact / 1e6:8.2f} MB = {compact / given:6.2f} x input "
+          f"({v2 / compact:.1f}x smaller)")
+    compact_kinds = Counter(by_kind)
+    compact_kinds["checkpoint"] += compact - total
+    for kind, n in compact_kinds.most_common():
+        print(f"    {kind:12s} {n / 1e6:8.3f} MB  {n / compact:6.1%}")
+    print(f"  theta: exact {exact_theta / 1e6:.2f} MB, stored {by_kind['theta'] / 1e6:.2f} MB; relative L2 error "
+          f"of a node's direction: max {errors.max():.4f}, median over epochs of the epoch's max "
+          f"{np.median(errors):.4f}")
+    print(f"  assigning each epoch's documents with stored instead of exact directions: MAP node differs for "
+          f"{changed} of {n_docs} ({changed / max(n_docs, 1):.2%}); log-density change median {np.median(dlog):.3g}, "
+          f"largest {dlog.max():.3g}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--docs", type=int, default=3800)
-    ap.add_argument("--sweeps", type=int, default=5)
-    ap.add_argument("--top-m", default="50,100,200")
+    ap.add_argument("--corpus", default="sou,planted")
+    ap.add_argument("--docs", type=int, default=3800, help="SOU paragraphs")
+    ap.add_argument("--planted-epochs", type=int, default=12)
+    ap.add_argument("--planted-docs", type=int, default=300, help="planted documents per epoch")
+    ap.add_argument("--sweeps", type=int, default=5, help="Gibbs sweeps per epoch (0: the model's default)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        source = Path(tmp) / "news.parquet"
-        weekly_corpus(source, args.docs)
-        store_dir = Path(tmp) / "store"
-        config = ReplayConfig(source=str(source), text_col="text", time_col="time", id_col="id", epoch="1w",
-                              model={"n_sweeps": args.sweeps})
-        t0 = time.process_time()
-        summary = replay(config, str(store_dir))
-        cpu = time.process_time() - t0
-        store = SnapshotStore(str(store_dir))
-        epochs = store.epochs()
-        by_kind = sizes(store_dir)
-        total = sum(by_kind.values())
-        given = source.stat().st_size
-        print(f"weekly news-like corpus: {args.docs} documents, {len(epochs)} epochs, "
-              f"vocabulary {len(store.vectorizer().vocabulary_)} terms, {args.sweeps} sweeps, replay CPU {cpu:.1f}s")
-        print(f"input {given / 1e6:.2f} MB (baseline); store {total / 1e6:.2f} MB = {total / given:.2f} x input")
-        for kind, n in by_kind.most_common():
-            print(f"  {kind:12s} {n / 1e6:8.2f} MB  {n / total:6.1%}")
-        last = store.read(epochs[-1]["epoch"])
-        print(f"last epoch: {last.tree.n_nodes} nodes, theta exact: {last.theta_exact}; "
-              f"{summary.n_rejects} rejects")
-        trees = [store.read(e["epoch"]).tree for e in epochs]
-        last_ckpt = sum(os.path.getsize(store_dir / epochs[-1]["path"] / f)
-                        for f in ("checkpoint.parquet", "checkpoint.json"))
-        for m in [int(x) for x in args.top_m.split(",")]:
-            theta_bytes, error = 0, 0.0
-            for tree in trees:
-                table, _, err = _theta_table(tree, m)
-                out = Path(tmp) / "theta.parquet"
-                pq.write_table(table, out, compression="zstd", **THETA_ENCODING)
-                theta_bytes += out.stat().st_size
-                error = max(error, err)
-            rest = total - by_kind["theta"]
-            only_last = rest - by_kind["checkpoint"] + last_ckpt
-            print(f"theta top-{m}: {theta_bytes / 1e6:.2f} MB (max relative L2 error {error:.3f}); store "
-                  f"{(rest + theta_bytes) / 1e6:.2f} MB = {(rest + theta_bytes) / given:.2f} x input, "
-                  f"{(only_last + theta_bytes) / 1e6:.2f} MB = {(only_last + theta_bytes) / given:.2f} x input "
-                  "with the last checkpoint only")
+        tmp = Path(tmp)
+        for name in args.corpus.split(","):
+            source = tmp / f"{name}.parquet"
+            if name == "sou":
+                sou_weekly(source, args.docs)
+            elif name == "planted":
+                planted_weekly(source, args.planted_epochs, args.planted_docs)
+            else:
+                raise SystemExit(f"unknown corpus {name!r}: sou or planted")
+            measure(name, source, tmp, args.sweeps or None)
 
 
 if __name__ == "__main__":
