@@ -794,7 +794,8 @@ def cmd_snapshot(args) -> int:
     rng = np.random.default_rng([args.seed, int(entry["epoch"])])
     if args.over == "nodes":
         if not stored.theta_exact:
-            logger.warning("the store keeps only the top theta entries; node directions are approximate")
+            logger.info("node directions are stored truncated (largest relative error %.3g); the hierarchy "
+                        "over nodes uses them", stored.theta_error)
         res = static_snapshot(args.method, node_theta=stored.tree.theta, ids=stored.tree.node_ids.tolist(),
                               max_points=args.max_points, rng=rng)
     else:
