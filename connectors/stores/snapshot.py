@@ -255,6 +255,10 @@ class SnapshotStore:
         self.root = root.rstrip("/")
         self._lease: Lease | None = None
         self._aside_pending = False
+        # (epoch, path) of the latest committed epoch with checkpoint arrays, as this writer
+        # knows it (looked up once per lease, then kept: a commit costs the same at any epoch)
+        self._checkpointed: tuple[int, str] | None = None
+        self._checkpointed_known = False
 
     # ---- paths and low-level I/O -----------------------------------------------------
     def _path(self, *parts: str) -> str:
@@ -405,6 +409,7 @@ class SnapshotStore:
                 if leftover:
                     self._delete(info)
                     removed.append(rel)
+        self._checkpointed_known = False
         removed += self._drop_superseded_checkpoints()
         asides = [i for i in self._ls(self.root) if i.base_name.startswith(".replaced-")]
         if asides:
@@ -726,9 +731,14 @@ class SnapshotStore:
 
             record = self._path(self.record_name(epoch))
             previous = self._read_json(record, "commit record").get("path") if self._exists(record) else None
-            last = self.last_commit() if ckpt is not None and self._checkpoint_policy(manifest) == "latest" else None
-            superseded = (last["path"] if last is not None and last["epoch"] < epoch and last.get("checkpoint")
-                          else None)
+            superseded = None
+            if ckpt is not None and self._checkpoint_policy(manifest) == "latest":
+                if not self._checkpointed_known:
+                    last = self.last_commit()
+                    self._checkpointed = (last["epoch"], last["path"]) if last and last.get("checkpoint") else None
+                    self._checkpointed_known = True
+                if self._checkpointed is not None and self._checkpointed[0] < epoch:
+                    superseded = self._checkpointed[1]
             # A replacement goes to a new folder, so the record switch stays the only commit point.
             rel = self.epoch_dir(epoch) if previous is None else f"{self.epoch_dir(epoch)}-{uuid.uuid4().hex[:8]}"
             final = self._path(rel)
@@ -764,6 +774,8 @@ class SnapshotStore:
                 raise StoreAccessError(f"{self.root}: cannot commit epoch {epoch}: {os_reason(exc)}") from None
             if previous is not None and previous != rel and _FOLDER_RE.match(previous.rsplit("/", 1)[-1]):
                 self._delete(self.fs.get_file_info(self._path(previous)))
+            if ckpt is not None and (self._checkpointed is None or self._checkpointed[0] <= epoch):
+                self._checkpointed = (epoch, rel)
             if superseded is not None and _FOLDER_RE.match(superseded.rsplit("/", 1)[-1]):
                 # only now that the new checkpoint is committed: a crash before this line leaves
                 # two, and the next writer's clean_leftovers removes the older one
