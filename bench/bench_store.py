@@ -45,12 +45,14 @@ def _timed(fn):
 
 def bench_resume(sweeps: int, tail: int) -> None:
     config = ReplayConfig(source=str(DATA), text_col="text", time_col="year", time_unit="year", epoch="10y",
-                          window=1, max_depth=3, kappa0=100.0, n_sweeps=sweeps, seed=0, min_df=5,
-                          max_df=0.5, max_features=2000)
+                          min_df=5, max_df=0.5, max_features=2000,
+                          model={"window": 1, "max_depth": 3, "kappa0": 100.0, "n_sweeps": sweeps, "random_state": 0})
     print(f"== resume: SOU by decade, 2000 terms, {sweeps} sweeps")
     with tempfile.TemporaryDirectory() as tmp:
         uri = f"{tmp}/store"
-        summary, wall0, cpu0 = _timed(lambda: replay(config, uri))
+        # every epoch's checkpoint kept, so that deleting the last records below leaves a
+        # resumable store (a real crash never removes a record: the latest one's checkpoint is kept)
+        summary, wall0, cpu0 = _timed(lambda: replay(config, uri, keep_checkpoints="all"))
         print(f"original replay:          {summary.n_epochs} epochs, {wall0:6.2f}s wall, {cpu0:6.2f}s CPU (baseline)")
         _, wall1, cpu1 = _timed(lambda: replay(config, uri, mode="resume"))
         print(f"resume of complete store: {wall1:6.2f}s wall, {cpu1:6.2f}s CPU "
