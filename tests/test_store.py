@@ -317,3 +317,18 @@ def test_compact_theta_keeps_the_cosine_and_reports_the_error(tmp_path):
     assert record["cosine"] == 0.99 and record["dtype"] == "float32" and record["error"] == pytest.approx(want)
     assert pq.read_table(tmp_path / "epochs" / "000000" / "theta.parquet").schema.field("values").type == \
         pa.list_(pa.float32())
+
+
+def test_a_format_2_store_keeps_every_checkpoint_when_resumed(tmp_path):
+    """Stores written before format 3 kept every epoch's checkpoint: still read, and writing
+    more epochs to one (a resume) keeps the older ones."""
+    store = SnapshotStore(str(tmp_path))
+    ckpt = lambda e: ({"w": np.full(2, float(e))}, {"epoch": e})  # noqa: E731
+    store.publish(make_tree(0, [0, 1], [-1, 0], [0, 0]), list("abcde"), checkpoint=ckpt(0))
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    manifest["format_version"] = 2
+    del manifest["checkpoints"]
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    store.publish(make_tree(1, [0, 1], [-1, 0], [0, 0], seed=1), list("abcde"), checkpoint=ckpt(1))
+    assert store.read_checkpoint(0)[1] == {"epoch": 0} and store.read_checkpoint()[1] == {"epoch": 1}
+    assert len(list(tmp_path.rglob("checkpoint.parquet"))) == 2
