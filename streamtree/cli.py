@@ -859,8 +859,8 @@ def cmd_assign(args) -> int:
     import pyarrow.parquet as pq
 
     from connectors.sources.files import open_source
-    from connectors.stores.snapshot import CheckpointNotKeptError, SnapshotStore, StoreError
-    from streamtree.model import DTSSBP
+    from connectors.stores.snapshot import SnapshotStore, StoreError
+    from streamtree.replay import StoredTreeModel, load_model
     from streamtree.text import TextVectorizer
 
     store = SnapshotStore(args.store)
@@ -871,12 +871,12 @@ def cmd_assign(args) -> int:
     vec = store.vectorizer()
     if vec is None:
         raise StoreError(f"{args.store}: no stored vocabulary; cannot vectorise documents")
-    try:
-        model = DTSSBP.from_checkpoint(*store.read_checkpoint(int(entry["epoch"])))
-    except CheckpointNotKeptError:
-        raise _UserError(f"the model of epoch {entry['epoch']} ({entry['label']}) is not kept", "--epoch",
-                         f"use the latest epoch ({entries[-1]['label']}: the default), or replay with "
-                         "--keep-checkpoints all to assign documents to any epoch's tree") from None
+    model = load_model(args.store, int(entry["epoch"]))
+    if isinstance(model, StoredTreeModel):
+        print(f"note: epoch {entry['epoch']} ({entry['label']}) kept its tree but not its full model (the store "
+              f"keeps the latest epoch's; --keep-checkpoints all keeps every one): documents are scored against "
+              f"the stored tree, whose node directions are within relative error {model.theta_error_:.3g} of "
+              "the full ones", file=sys.stderr)
     stored = dict(store.config().get("replay") or {})
     text_col = args.text_col or stored.get("text_col")
     time_col = args.time_col or stored.get("time_col")

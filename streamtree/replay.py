@@ -33,8 +33,9 @@ import scipy.sparse as sp
 import streamtree
 from connectors.sources import open_source
 from connectors.sources.files import canonical_uri
-from connectors.stores.snapshot import THETA_COSINE, SnapshotStore, StoreError
+from connectors.stores.snapshot import THETA_COSINE, CheckpointNotKeptError, SnapshotStore, StoreError
 from streamtree.epochs import Epoch, EpochReader, EpochSpec, TimeRange
+from streamtree.model import DTSSBP
 from streamtree.records import EMPTY_AFTER_VOCABULARY, RejectLog
 from streamtree.snapshots import StaticOptions, snapshot_name, static_snapshot
 from streamtree.text import (DEFAULT_MAX_DF, DEFAULT_MAX_FEATURES, DEFAULT_MIN_DF, DEFAULT_TOP_WORDS,
@@ -583,15 +584,57 @@ def stderr_progress(stream=None) -> Callable[[EpochProgress], None]:
     return show
 
 
-def load_model(store_uri: str, epoch: int | None = None, **overrides):
-    """The model of a store as it was after ``epoch`` (default: the latest published one),
-    ready to ``partial_fit`` further epochs; ``overrides`` set run-location parameters such
-    as the engine. Use the store's vectoriser (``SnapshotStore(uri).vectorizer()``) to turn
-    new documents into rows."""
-    from streamtree.model import DTSSBP
+class StoredTreeModel(DTSSBP):
+    """The model of an epoch whose full checkpoint the store did not keep, rebuilt from the
+    epoch's stored tree: ``predict``, ``transform`` and ``score_samples`` score documents
+    against that tree, but it cannot be fitted further (``fit`` and ``partial_fit`` raise
+    :class:`~connectors.stores.CheckpointNotKeptError`).
 
-    return DTSSBP.from_checkpoint(*SnapshotStore(store_uri).read_checkpoint(epoch), **overrides)
+    Node directions are the stored ones (for vMF truncated to cosine
+    :data:`~connectors.stores.snapshot.THETA_COSINE` with the full ones: ``theta_error_`` is
+    the largest relative error of a node's direction); masses, concentrations, window counts,
+    parameters and sampled hyperparameters are the epoch's own. Built by :func:`load_model`.
+    """
+
+    def fit(self, *args, **kwargs):
+        raise CheckpointNotKeptError(self._not_kept)
+
+    def partial_fit(self, *args, **kwargs):
+        raise CheckpointNotKeptError(self._not_kept)
 
 
-__all__ = ["MODES", "REPLAY_SEED", "theta_cosine", "text_model_params", "text_vectorizer", "EpochFitter", "EpochProgress", "FittedEpoch", "ReplayConfig", "ReplaySummary", "fit_vocabulary", "load_model",
+def load_model(store_uri: str, epoch: int | None = None, **overrides) -> DTSSBP:
+    """The model of a store as it was after ``epoch`` (default: the latest published one);
+    ``overrides`` set run-location parameters such as the engine. Use the store's vectoriser
+    (``SnapshotStore(uri).vectorizer()``) to turn new documents into rows.
+
+    The latest epoch's model (and any epoch's, in a store replayed with
+    ``keep_checkpoints="all"``) comes back from its full checkpoint, ready to ``partial_fit``
+    further epochs. An older epoch of a store that kept only the latest checkpoint comes back
+    as a :class:`StoredTreeModel`, which scores documents against that epoch's stored tree but
+    cannot be fitted further.
+    """
+    store = SnapshotStore(store_uri)
+    try:
+        return DTSSBP.from_checkpoint(*store.read_checkpoint(epoch), **overrides)
+    except CheckpointNotKeptError as exc:
+        not_kept = str(exc)
+    stored = store.read(epoch)
+    own = store.read_checkpoint_meta(epoch)
+    arrays, meta = store.read_checkpoint()
+    tree = stored.tree
+    arrays = {**arrays, **{f"last_{name}": np.asarray(getattr(tree, name)) for name in (
+        "node_ids", "parent", "depth", "mass", "counts", "subtree_counts", "window_counts", "theta",
+        "concentration", "born", "assignments", "died")}}
+    # the latest chain's arrays only complete the checkpoint: a StoredTreeModel never samples
+    meta = {**meta, "model": StoredTreeModel.__name__, "params": own["params"],
+            "chain": {**meta["chain"], "hyper": own["chain"].get("hyper", {})},
+            "last_epoch": int(tree.epoch), "last_label": tree.label}
+    model = StoredTreeModel.from_checkpoint(arrays, meta, **overrides)
+    model._not_kept = not_kept
+    model.theta_error_ = stored.theta_error
+    return model
+
+
+__all__ = ["MODES", "REPLAY_SEED", "theta_cosine", "text_model_params", "text_vectorizer", "EpochFitter", "EpochProgress", "FittedEpoch", "ReplayConfig", "ReplaySummary", "StoredTreeModel", "fit_vocabulary", "load_model",
            "open_epochs", "read_epochs", "replay", "stderr_progress"]

@@ -1,6 +1,7 @@
 """New documents against the current tree: DTSSBP.predict / transform and `streamtree assign`."""
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 import scipy.sparse as sp
 from scipy.special import logsumexp
@@ -149,24 +150,42 @@ def test_assign_cli_errors(sou_store, tmp_path, capsys):
     assert main(["assign", uri, str(corpus), "--text-col", "body", "-o", str(tmp_path / "o.parquet")]) == 2
 
 
-def test_assign_to_an_older_epoch_of_a_compact_store_says_what_to_do(tmp_path, capsys):
+@pytest.mark.parametrize("likelihood", ["vmf", "multinomial"])
+def test_an_older_epoch_of_a_compact_store_scores_against_its_stored_tree(tmp_path, capsys, likelihood):
+    """A store keeps the latest epoch's full model only: an older epoch's comes back from its
+    stored tree, scores as the full model did (exactly where the directions are stored exactly,
+    multinomial; within the truncation for vMF) and refuses to be fitted further."""
     from streamtree.cli import main
+    from streamtree.replay import StoredTreeModel
     from test_replay import sou_slice
 
     corpus = sou_slice(tmp_path / "slice.parquet", n=150)
-    uri = str(tmp_path / "store")
-    assert main(["replay", str(corpus), "--text-col", "text", "--time-col", "year", "--id-col", "doc_id",
-                 "--epoch", "10y", "--quiet", "--store", uri, *FAST]) == 0
-    store = SnapshotStore(uri)
+    args = ["replay", str(corpus), "--text-col", "text", "--time-col", "year", "--id-col", "doc_id", "--epoch", "10y",
+            "--quiet", "--likelihood", likelihood, *FAST]
+    full, compact = str(tmp_path / "full"), str(tmp_path / "compact")
+    assert main([*args, "--store", full, "--keep-checkpoints", "all"]) == 0
+    assert main([*args, "--store", compact]) == 0
+    store = SnapshotStore(compact)
     first, last = store.epochs()[0], store.epochs()[-1]
+    want, got = load_model(full, epoch=first["epoch"]), load_model(compact, epoch=first["epoch"])
+    assert type(want) is DTSSBP and isinstance(got, StoredTreeModel)
+    assert type(load_model(compact)) is DTSSBP  # the latest epoch's model is kept
+    with pytest.raises(CheckpointNotKeptError, match="latest epoch"):
+        got.partial_fit(sp.csr_matrix((1, got.n_features_in_)))
+    X = store.vectorizer().transform(pq.read_table(corpus).column("text"))
+    X = X[~store.vectorizer().empty_rows(X)]
+    if likelihood == "multinomial":  # parameters stored exactly: the same model for scoring
+        assert got.theta_error_ == 0.0
+        np.testing.assert_array_equal(got.predict(X), want.predict(X))
+        np.testing.assert_allclose(got.score_samples(X), want.score_samples(X), rtol=1e-12)
+    else:
+        assert 0 < got.theta_error_ <= np.sqrt(1 - THETA_COSINE ** 2) + 1e-6
+        assert np.mean(got.predict(X) == want.predict(X)) >= 0.95
+        exact = want.score_samples(X)  # of every epoch's documents, scored on the first epoch's tree
+        assert np.median(np.abs(got.score_samples(X) - exact) / np.abs(exact)) < 1e-4
     capsys.readouterr()
     out = tmp_path / "o.parquet"
-    assert main(["assign", uri, str(corpus), "--epoch", str(first["epoch"]), "-o", str(out)]) == 2
-    err = capsys.readouterr().err
-    assert f"the model of epoch {first['epoch']}" in err and "--keep-checkpoints all" in err and not out.exists()
-    assert main(["assign", uri, str(corpus), "-o", str(out)]) == 0  # the latest epoch's model is kept
-    assert f"of epoch {last['epoch']}" in capsys.readouterr().out
-    with pytest.raises(CheckpointNotKeptError, match="latest epoch"):
-        load_model(uri, epoch=first["epoch"])
-    # the older epoch's tree itself is stored, its directions within the reported error
-    assert 0 < store.read(first["epoch"]).theta_error <= np.sqrt(1 - THETA_COSINE ** 2) + 1e-6
+    assert main(["assign", compact, str(corpus), "--epoch", str(first["epoch"]), "-o", str(out)]) == 0
+    assert "kept its tree but not its full model" in capsys.readouterr().err
+    assert pq.read_table(out).column("node").to_pylist()[:5] == got.predict(X[:5]).tolist()
+    assert last["epoch"] != first["epoch"]

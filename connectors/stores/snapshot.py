@@ -837,6 +837,18 @@ class SnapshotStore:
             raise CorruptStoreError(f"{base}/{CHECKPOINT_META}: missing; the store is damaged") from None
         return _checkpoint_arrays(table, f"{base}/{CHECKPOINT_ARRAYS}"), meta
 
+    def read_checkpoint_meta(self, epoch: int | None = None) -> dict:
+        """The JSON metadata of the checkpoint committed with ``epoch`` (default: the latest
+        published epoch): kept for every epoch, also where the arrays were not."""
+        entry = self.last_commit() if epoch is None else self._entry(epoch)
+        if entry is None or not entry.get("checkpoint"):
+            raise StoreError(f"{self.root}: epoch {epoch} was published without a model checkpoint")
+        path = self._path(entry["path"], CHECKPOINT_META)
+        try:
+            return self._read_json(path, "checkpoint metadata")
+        except FileNotFoundError:
+            raise CorruptStoreError(f"{path}: missing; the store is damaged") from None
+
     def checkpoint_epoch(self) -> int | None:
         """The latest published epoch committed with a model checkpoint (None if none)."""
         last = self.last_commit()
