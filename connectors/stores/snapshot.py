@@ -6,13 +6,13 @@ Layout of a store (one run)::
     vocabulary.parquet            index, term, document_frequency
     commits/000000.json           the commit record of epoch 0 (its commit point)
     epochs/000000/nodes.parquet   one row per node (see NODE_SCHEMA)
-    epochs/000000/theta.parquet   node_id, indices (list<int32> or null), values (list<float32>)
+    epochs/000000/theta.parquet   node_id, indices (list<int32> or null), values (list<float32>; float64 if exact)
     epochs/000000/assignments.parquet   doc_id, node_id
     epochs/000000/rejects.parquet       only when the epoch had rejects
     epochs/000000/checkpoint.parquet    the model state after this epoch (see below; latest epoch only)
     epochs/000000/checkpoint.json       its JSON metadata (parameters, seed state, ...)
     epochs/000000/<name>.parquet        extra tables committed with the epoch (e.g. a file ledger)
-    epochs/000000/static/<method>.parquet   dendrograms of static snapshots
+    epochs/000000/static/<method>-<over>.parquet   dendrograms of static snapshots
     lease.json                    the writer lease while a writer runs (see connectors.stores.lease)
 
 Commit protocol
