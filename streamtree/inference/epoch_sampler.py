@@ -26,14 +26,13 @@ import logging
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-import scipy.sparse as sp
 from scipy.stats import chi2
 
 from streamtree.epoch_tree import EpochTree
 from streamtree.events import epoch_events
-from streamtree.inference.merge import collapsed_log_prior
+from streamtree.inference.merge import CollapsedPrior
 from streamtree.inference.hyper import sample_hyperparameters
-from streamtree.inference.split_merge import MoveState, SplitMerge
+from streamtree.inference.split_merge import MoveState, SplitMerge, document_set
 from streamtree.inference.sticks import log_masses, mean_sticks, sample_sticks, stick_params
 from streamtree.inference.zsweep import ZSweeper
 from streamtree.likelihoods.base import DocumentSet, Likelihood
@@ -376,13 +375,13 @@ class EpochSampler:
                     st.nodes.remove(res.node)
                 self.moves.append((res.node, "merged_into", res.other))
         for nid in touched:
-            rows = np.flatnonzero(self.labels_now == nid)
+            rows = moves.index(move).of(nid)
             current.pop(nid, None), sums.pop(nid, None), sumsq.pop(nid, None)
             if rows.size and nid in st.tree:
-                sub = X[rows]
+                docs = document_set(X, rows)
                 current[nid] = int(rows.size)
-                sums[nid] = np.asarray(sub.sum(axis=0)).ravel()
-                sumsq[nid] = float(sub.multiply(sub).sum()) if sp.issparse(sub) else float(np.sum(sub * sub))
+                sums[nid] = docs.s
+                sumsq[nid] = docs.sumsq
 
     def _identity_rule(self, X, epoch: int, current: dict[int, int]) -> None:
         """Publish a carried node whose content changed beyond recognition as a new node.
@@ -434,7 +433,8 @@ class EpochSampler:
         do yet: lift the children of a node that duplicates its parent, and retire a carried
         node whose documents its parent explains as well.
 
-        See :mod:`streamtree.inference.merge`: the collapsed stick prior's change plus the data's
+        See :mod:`streamtree.inference.merge`: the collapsed stick prior's change (its local
+        difference, :class:`~streamtree.inference.merge.CollapsedPrior`) plus the data's
         Bayes factor between the node's documents at the parent (parent's parameters) and at
         their own node (parameter integrated out under the parent link, with the parent's
         concentration, exactly as the z-kernel scores a new node).
@@ -442,16 +442,8 @@ class EpochSampler:
         st, lik, cfg = self.state, self.likelihood, self.settings
         tree, win, nodes = st.tree, st.window, st.nodes
         kw = cfg.with_hyper(st.hyper).stick_kwargs()
-
-        def prior_of(t: TSSBTree, past: dict[int, int], now: dict[int, int]) -> float:
-            arr = t.arrays()
-            return collapsed_log_prior(
-                arr, np.array([past.get(int(i), 0) for i in arr.ids], dtype=np.float64),
-                np.array([now.get(int(i), 0) for i in arr.ids], dtype=np.float64), **kw)
-
-        past = dict(win.total)
-        before = prior_of(tree, past, current)
-        log_total = np.log(sum(past.values()) + sum(current.values()) + 2.0)
+        prior = CollapsedPrior(tree, win.total, current)
+        log_total = np.log(sum(win.total.values()) + sum(current.values()) + 2.0)
         for c in reversed(tree.preorder()):
             if c == ROOT or c not in tree or not (tree.children[c] or win.total.get(c, 0) > 0):
                 continue  # new leaves are left to the exact moves
@@ -461,6 +453,7 @@ class EpochSampler:
             if par == ROOT and not cfg.root_holds_data:
                 continue
             n = current.get(c, 0)
+            past_c = win.total.get(c, 0)
             data = 0.0
             if n:
                 docs = DocumentSet(float(n), sums[c], sumsq[c])
@@ -468,34 +461,27 @@ class EpochSampler:
                 data = (lik.log_likelihood(docs, nodes.theta[sp_], float(nodes.concentration[sp_]))
                         - lik.log_marginal(docs, nodes.theta[sp_], float(nodes.concentration[sp_]), tree.depth[c]))
             # The stick prior's gain from a merge grows like (documents moved) x log(total); when
-            # the data's Bayes factor is far beyond any such gain, skip the O(K) prior evaluation.
-            if data < -(n + past.get(c, 0) + 1) * 3.0 * log_total - 20.0:
+            # the data's Bayes factor is far beyond any such gain, skip the prior's difference.
+            if data < -(n + past_c + 1) * 3.0 * log_total - 20.0:
                 continue
-            trial = tree.copy()
-            trial.merge_into_parent(c)
-            past_m = dict(past)
-            if c in past_m:
-                past_m[par] = past_m.get(par, 0) + past_m.pop(c)
-            now_m = dict(current)
-            if c in now_m:
-                now_m[par] = now_m.get(par, 0) + now_m.pop(c)
-            after = prior_of(trial, past_m, now_m)
-            delta = data + after - before
+            edit = prior.edit()
+            edit.move(c, par, float(past_c), float(n))
+            edit.lift(c)
+            delta = data + prior.delta(edit, **kw)
             # merge with probability 1 / (1 + exp(-delta)), in log space
             if np.log(self.rng.random()) >= -np.logaddexp(0.0, -delta):
                 continue  # keep the node
             tree.merge_into_parent(c)
+            prior.apply(edit)
             win.merge(c, par)
-            past = past_m
-            current.clear()
-            current.update(now_m)
+            if c in current:
+                current[par] = current.get(par, 0) + current.pop(c)
             if n:
                 sums[par] = sums[par] + sums.pop(c) if par in sums else sums.pop(c)
                 sumsq[par] = sumsq.get(par, 0.0) + sumsq.pop(c)
             nodes.remove(c)
             self.labels_now[self.labels_now == c] = par
             self.moves.append((c, "merged_into", par))
-            before = after
 
     def _update_concentrations(self, counts: dict[int, int], sums: dict[int, np.ndarray],
                                sumsq: dict[int, float]) -> None:

@@ -190,7 +190,8 @@ class MoveResult:
     rows: np.ndarray
 
 
-def _docs(X, rows: np.ndarray) -> DocumentSet:
+def document_set(X, rows: np.ndarray) -> DocumentSet:
+    """Count, row sum and sum of squared norms of rows ``rows`` of ``X`` (CSR without slicing)."""
     rows = np.asarray(rows, dtype=np.int64)
     if sp.issparse(X) and X.format == "csr":
         s, sumsq = _csr_row_sums(X.indptr, X.indices, np.asarray(X.data, dtype=np.float64), rows, X.shape[1])
@@ -337,7 +338,7 @@ class SplitMerge:
         lo = lik.row_log_likelihood(Xo, seed, conc_c) - base
         launch = rng.random(others.size) < np.clip(expit(lo), EPS, 1 - EPS)
         rows_c = np.concatenate([[j], others[launch]]).astype(np.int64)
-        theta_l = lik.new_node_theta(theta_P, conc_c, depth_c, _docs(st.X, rows_c))
+        theta_l = lik.new_node_theta(theta_P, conc_c, depth_c, document_set(st.X, rows_c))
         return lik.row_log_likelihood(Xo, theta_l, conc_c) - base
 
     @staticmethod
@@ -447,7 +448,7 @@ class SplitMerge:
             left_leaf = (t.children[P1] == [b] and P1 != ROOT and st.past.get(P1, 0) == 0
                          and P1 not in st.carried)
             n_new_after += int(left_leaf) - int(P2 in new_nodes)
-        docs = _docs(st.X, rows_b)
+        docs = document_set(st.X, rows_b)
         th1, c1, d1 = self._new_node(st, P1)
         th2, c2, d2 = self._new_node(st, P2)
         log_a = (idx.prior.delta(edit, **self.kw)
@@ -477,7 +478,7 @@ class SplitMerge:
         lo = self._allocation(st, a, place, j, others, rng)
         to_new = rng.random(others.size) < np.clip(expit(lo), EPS, 1 - EPS)
         rows_b = np.concatenate([[j], others[to_new]]).astype(np.int64)
-        docs = _docs(st.X, rows_b)
+        docs = document_set(st.X, rows_b)
         edit = idx.prior.edit()
         theta_b = None
         if place[0] == "new":
@@ -531,7 +532,7 @@ class SplitMerge:
         lo = self._allocation(st, a, place, j, others, rng)
         to_new = st.labels[others] == b
         n_a = idx.count(a)
-        log_a = -(self._log_ratio(st, t, a, b, place, _docs(st.X, rows_b), -idx.prior.delta(edit, **self.kw),
+        log_a = -(self._log_ratio(st, t, a, b, place, document_set(st.X, rows_b), -idx.prior.delta(edit, **self.kw),
                                   len(places), self._log_q(lo, to_new), st.theta[b])
                   + self._log_select_merge(len(idx.rows), len(self.partners(st, t, b)), rows_b.size, n_a)
                   - self._log_select_split(st.labels.size, n_a + rows_b.size))
