@@ -69,21 +69,29 @@ class CollapsedPrior:
     def delta(self, edit: "PriorEdit", *, alpha0: float, lam: float, gamma: float, max_depth: int | None,
               root_holds_data: bool) -> float:
         """``collapsed_log_prior(after edit) - collapsed_log_prior(now)``, from the changed terms only."""
+        tree = self.tree
+        # Only terms whose inputs change: above the moved nodes' lowest common ancestor the
+        # subtree totals are back to their old values, so those nodes and groups drop out.
+        nodes = [x for x in edit.nodes if not (x in tree.parent and edit.exists(x) and self._same(edit, x)
+                                               and edit.depth(x) == tree.depth[x])]
         groups = set(edit.groups)
-        for x in edit.nodes:
-            if x in self.tree.parent:
-                groups.add(self.tree.parent[x])
+        for x in nodes:
+            if x in tree.parent:
+                groups.add(tree.parent[x])
             if edit.exists(x):
                 groups.add(edit.parent(x))
         groups.discard(-1)
         kw = (alpha0, lam, gamma, max_depth, root_holds_data)
         terms: list[list[float]] = [[], [], [], [], []]  # sign, a_post, b_post, a_prior, b_prior
-        _collect(PriorEdit(self), edit.nodes, groups, -1.0, kw, terms)
-        _collect(edit, edit.nodes, groups, 1.0, kw, terms)
+        _collect(PriorEdit(self), nodes, groups, -1.0, kw, terms)
+        _collect(edit, nodes, groups, 1.0, kw, terms)
         if not terms[0]:
             return 0.0
         sign, a1, b1, a0, b0 = (np.asarray(v) for v in terms)
         return float(np.sum(sign * (betaln(a1, b1) - betaln(a0, b0))))
+
+    def _same(self, edit: "PriorEdit", x: int) -> bool:
+        return edit.own(x) == self.own[x] and edit.sub(x) == self.sub[x]
 
     def apply(self, edit: "PriorEdit") -> None:
         """Take the edit's counts as the state (after the caller made its change to the tree)."""
@@ -217,21 +225,22 @@ def _collect(view: PriorEdit, nodes, groups, sign: float, kw: tuple, terms: list
             continue  # nu fixed: no term
         alpha = alpha0 * lam ** float(d)
         (op, ot), (sp_, st_) = view.own(x), view.sub(x)
-        s.append(sign)
         a1.append(1.0 + ot)
         b1.append(alpha + st_ - ot)
         a0.append(1.0 + op)
         b0.append(alpha + sp_ - op)
+    s.extend([sign] * (len(a1) - len(s)))
     for g in groups:
         if not view.exists(g):
             continue
         later_p = later_t = 0.0
+        sub = view.sub
         for c in reversed(view.children(g)):
-            cp, ct = view.sub(c)
-            s.append(sign)
+            cp, ct = sub(c)
             a1.append(1.0 + ct)
             b1.append(gamma + later_t)
             a0.append(1.0 + cp)
             b0.append(gamma + later_p)
             later_p += cp
             later_t += ct
+        s.extend([sign] * (len(a1) - len(s)))
