@@ -83,8 +83,24 @@ class CollapsedPrior:
         groups.discard(-1)
         kw = (alpha0, lam, gamma, max_depth, root_holds_data)
         terms: list[list[float]] = [[], [], [], [], []]  # sign, a_post, b_post, a_prior, b_prior
-        _collect(PriorEdit(self), nodes, groups, -1.0, kw, terms)
-        _collect(edit, nodes, groups, 1.0, kw, terms)
+        base = PriorEdit(self)
+        _collect(base, nodes, -1.0, kw, terms)
+        _collect(edit, nodes, 1.0, kw, terms)
+        changed = set(nodes)
+        for g in groups:
+            kb = tree.children[g] if g in tree.parent else None
+            ka = edit.children(g) if edit.exists(g) else None
+            cut_b, cut_a = len(kb or ()), len(ka or ())
+            if kb is not None and ka is not None:
+                # a psi term reads its child's subtree total and its later siblings' only: the
+                # trailing children that the edit leaves alone keep their terms
+                while cut_b and cut_a and kb[cut_b - 1] == ka[cut_a - 1] and kb[cut_b - 1] not in changed:
+                    cut_b -= 1
+                    cut_a -= 1
+            if cut_b:
+                _collect_group(base, g, kb[:cut_b], -1.0, gamma, terms)
+            if cut_a:
+                _collect_group(edit, g, ka[:cut_a], 1.0, gamma, terms)
         if not terms[0]:
             return 0.0
         sign, a1, b1, a0, b0 = (np.asarray(v) for v in terms)
@@ -213,8 +229,8 @@ class PriorEdit:
         self.groups.update((par, x))
 
 
-def _collect(view: PriorEdit, nodes, groups, sign: float, kw: tuple, terms: list[list[float]]) -> None:
-    """Append the Beta-function arguments of ``nodes``' nu terms and ``groups``' psi terms in ``view``."""
+def _collect(view: PriorEdit, nodes, sign: float, kw: tuple, terms: list[list[float]]) -> None:
+    """Append the Beta-function arguments of ``nodes``' nu terms in ``view`` to ``terms``."""
     alpha0, lam, gamma, max_depth, root_holds_data = kw
     s, a1, b1, a0, b0 = terms
     for x in nodes:
@@ -230,17 +246,21 @@ def _collect(view: PriorEdit, nodes, groups, sign: float, kw: tuple, terms: list
         a0.append(1.0 + op)
         b0.append(alpha + sp_ - op)
     s.extend([sign] * (len(a1) - len(s)))
-    for g in groups:
-        if not view.exists(g):
-            continue
-        later_p = later_t = 0.0
-        sub = view.sub
-        for c in reversed(view.children(g)):
-            cp, ct = sub(c)
-            a1.append(1.0 + ct)
-            b1.append(gamma + later_t)
-            a0.append(1.0 + cp)
-            b0.append(gamma + later_p)
-            later_p += cp
-            later_t += ct
-        s.extend([sign] * (len(a1) - len(s)))
+
+
+def _collect_group(view: PriorEdit, g: int, kids: list[int], sign: float, gamma: float,
+                   terms: list[list[float]]) -> None:
+    """Append the psi terms' arguments of ``kids``, the leading children of ``g`` in ``view``."""
+    s, a1, b1, a0, b0 = terms
+    (tp, tt), (op, ot) = view.sub(g), view.own(g)
+    later_p, later_t = tp - op, tt - ot  # all of g's children (integers: exact)
+    sub = view.sub
+    for c in kids:
+        cp, ct = sub(c)
+        later_p -= cp
+        later_t -= ct
+        a1.append(1.0 + ct)
+        b1.append(gamma + later_t)
+        a0.append(1.0 + cp)
+        b0.append(gamma + later_p)
+    s.extend([sign] * (len(a1) - len(s)))
