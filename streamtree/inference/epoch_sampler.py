@@ -245,6 +245,7 @@ class EpochSampler:
         self.labels_now = np.zeros(0, dtype=np.int64)  # each document's node after the last sweep's moves
         self.moves: list[tuple[int, str, int]] = []  # (node, event, other node) of accepted moves
         self.renamed: dict[int, int] = {}  # old id -> new id under the identity rule
+        self._buffers: dict[str, np.ndarray] = {}  # work matrices reused across sweeps (see _work)
 
     # ------------------------------------------------------------------ the epoch
     def run(self, X, epoch: int, label: str | None, shard_seeds: list[np.random.SeedSequence],
@@ -483,6 +484,16 @@ class EpochSampler:
             self.labels_now[self.labels_now == c] = par
             self.moves.append((c, "merged_into", par))
 
+    def _work(self, name: str, rows: int, cols: int) -> np.ndarray:
+        """A ``(rows, cols)`` work matrix kept across sweeps (rows grow by doubling): the K x p
+        matrices the updates read are refilled in place each sweep instead of being allocated,
+        and page-faulted, afresh."""
+        buf = self._buffers.get(name)
+        if buf is None or buf.shape[0] < rows or buf.shape[1] != cols:
+            buf = np.empty((max(rows, 16, 2 * buf.shape[0] if buf is not None else 0), cols))
+            self._buffers[name] = buf
+        return buf[:rows]
+
     def _update_concentrations(self, counts: dict[int, int], sums: dict[int, np.ndarray],
                                sumsq: dict[int, float]) -> None:
         st = self.state
@@ -490,9 +501,14 @@ class EpochSampler:
         if not ids:
             return
         slots = st.nodes.slots(ids)
+        p = st.nodes.theta.shape[1]
+        S = self._work("sums", len(ids), p)
+        for k, i in enumerate(ids):
+            S[k] = sums[i]
+        theta = np.take(st.nodes.theta, slots, axis=0, out=self._work("theta", len(ids), p))
         new = self.likelihood.update_concentration(
-            np.array([counts[i] for i in ids], dtype=np.float64), np.stack([sums[i] for i in ids]),
-            np.array([sumsq[i] for i in ids]), st.nodes.theta[slots], st.nodes.concentration[slots])
+            np.array([counts[i] for i in ids], dtype=np.float64), S,
+            np.array([sumsq[i] for i in ids]), theta, st.nodes.concentration[slots])
         st.nodes.concentration[slots] = new
 
     def _update_theta(self, sums: dict[int, np.ndarray], counts: dict[int, int], epoch: int) -> None:
@@ -500,18 +516,21 @@ class EpochSampler:
         arrays = st.tree.arrays()
         ids = arrays.ids
         slots = st.nodes.slots(ids)
-        theta = st.nodes.theta[slots]
-        K, p = theta.shape
-        S = np.zeros((K, p))
+        K, p = ids.size, st.nodes.theta.shape[1]
+        theta = np.take(st.nodes.theta, slots, axis=0, out=self._work("theta", K, p))
+        S = self._work("sums", K, p)
         n = np.zeros(K)
         for k, i in enumerate(ids):
             if int(i) in sums:
                 S[k] = sums[int(i)]
                 n[k] = counts[int(i)]
+            else:
+                S[k] = 0.0
         has_prev = np.array([int(i) in self.prev_slot for i in ids], dtype=bool)
-        P = theta.copy()
-        if has_prev.any():
-            P[has_prev] = self.prev_theta[[self.prev_slot[int(i)] for i in ids[has_prev]]]
+        P = self._work("prev", K, p)  # rows without a previous parameter carry no weight: zeros
+        P[~has_prev] = 0.0
+        for k in np.flatnonzero(has_prev):
+            P[k] = self.prev_theta[self.prev_slot[int(ids[k])]]
         update = np.ones(K, dtype=bool)
         if self.settings.freeze_after_birth:
             update = np.array([st.tree.born[int(i)] == epoch for i in ids])
