@@ -422,11 +422,14 @@ class SplitMerge:
         ``P2``, so the ratio holds the collapsed marginals of ``b``'s documents under the old
         and new parent, the prior ratio and the ratio of the draw probabilities."""
         t = st.tree
-        new_nodes = [c for c in t.parent if not t.children[c] and self.is_new(st, t, c)]
+        kids, past, carried = t.children, st.past, st.carried
+        # is_new of a leaf, inlined: this scan runs once per attempt over every node
+        new_nodes = [c for c in t.parent if not kids[c] and c != ROOT and not past.get(c, 0) and c not in carried]
         if not new_nodes:
             return None
         b = new_nodes[int(rng.integers(len(new_nodes)))]
-        hosts = [c for c in t.preorder() if c != b and not t.at_cap(c)]
+        cap, depth = t.max_depth, t.depth
+        hosts = [c for c in t.preorder() if c != b and (cap is None or depth[c] < cap)]
         P2 = hosts[int(rng.integers(len(hosts)))]
         P1 = t.parent[b]
         k1 = t.children[P1].index(b)
