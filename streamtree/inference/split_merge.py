@@ -208,6 +208,11 @@ def document_set(X, rows: np.ndarray) -> DocumentSet:
 
 
 def _dense_row(X, r: int) -> np.ndarray:
+    if sp.issparse(X) and X.format == "csr":
+        out = np.zeros(X.shape[1])
+        a, b = X.indptr[r], X.indptr[r + 1]
+        np.add.at(out, X.indices[a:b], X.data[a:b])
+        return out
     x = X[r]
     return np.asarray(x.toarray()).ravel() if sp.issparse(x) else np.asarray(x, dtype=np.float64).ravel()
 
