@@ -297,6 +297,7 @@ def test_the_move_index_follows_accepted_moves():
         assert all(np.array_equal(idx.rows[k], fresh.rows[k]) for k in idx.rows)
         again = CollapsedPrior(st.tree, st.past, fresh.counts())
         assert idx.prior.own == again.own and idx.prior.sub == again.sub
+        assert idx.preorder() == st.tree.preorder()
     assert kinds == {"split", "merge", "relocate"}
     # a prior difference read from the kept index matches two full evaluations
     before = full()

@@ -254,9 +254,10 @@ def _collect_group(view: PriorEdit, g: int, kids: list[int], sign: float, gamma:
     s, a1, b1, a0, b0 = terms
     (tp, tt), (op, ot) = view.sub(g), view.own(g)
     later_p, later_t = tp - op, tt - ot  # all of g's children (integers: exact)
-    sub = view.sub
+    over, base = view.sub_over, view.prior.sub  # view.sub inlined: the hot loop of a move
     for c in kids:
-        cp, ct = sub(c)
+        v = over.get(c)
+        cp, ct = base[c] if v is None else v
         later_p -= cp
         later_t -= ct
         a1.append(1.0 + ct)

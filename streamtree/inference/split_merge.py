@@ -107,6 +107,17 @@ class DocumentIndex:
         self.rows: dict[int, np.ndarray] = {
             int(i): order[a:b] for i, a, b in zip(ids, starts, list(starts[1:]) + [labels.size])}
         self.prior = CollapsedPrior(st.tree, st.past, self.counts())
+        self.tree = st.tree
+        self._order: list[int] | None = None
+
+    def preorder(self) -> list[int]:
+        """The tree's nodes in pre-order (cached until a move changes the tree: :meth:`changed`)."""
+        if self._order is None:
+            self._order = self.tree.preorder()
+        return self._order
+
+    def changed(self) -> None:
+        self._order = None
 
     def of(self, node: int) -> np.ndarray:
         return self.rows.get(node, _NO_ROWS)
@@ -434,7 +445,7 @@ class SplitMerge:
             return None
         b = new_nodes[int(rng.integers(len(new_nodes)))]
         cap, depth = t.max_depth, t.depth
-        hosts = [c for c in t.preorder() if c != b and (cap is None or depth[c] < cap)]
+        hosts = [c for c in self.index(st).preorder() if c != b and (cap is None or depth[c] < cap)]
         P2 = hosts[int(rng.integers(len(hosts)))]
         P1 = t.parent[b]
         k1 = t.children[P1].index(b)
@@ -470,6 +481,7 @@ class SplitMerge:
         t.parent[b] = P2
         t.depth[b] = t.depth[P2] + 1
         idx.prior.apply(edit)
+        idx.changed()
         st.theta[b] = self.lik.sample_node_theta(th2, c2, d2, docs, rng)
         st.concentration[b] = c2
         return MoveResult("relocate", b, P2, rows_b)
@@ -512,6 +524,7 @@ class SplitMerge:
             st.concentration[b] = conc_c
         st.labels[rows_b] = b
         idx.prior.apply(edit)
+        idx.changed()
         idx.move(a, b, rows_b)
         return MoveResult("split", b, a, rows_b)
 
@@ -551,5 +564,6 @@ class SplitMerge:
             t.merge_into_parent(b)
             del st.theta[b], st.concentration[b]
         idx.prior.apply(edit)
+        idx.changed()
         idx.move(b, a, rows_b)
         return MoveResult("merge", b, a, rows_b)
