@@ -308,3 +308,18 @@ def test_the_move_index_follows_accepted_moves():
     delta = moves.index(st).prior.delta(edit, **kw)
     st.labels[st.labels == a] = b
     assert delta == pytest.approx(full() - before, abs=1e-10)
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csr32", "csr_int", "csc", "dense"])
+def test_document_set_reads_any_input_without_changing_it(fmt):
+    from streamtree.inference.split_merge import document_set
+
+    X = sp.random(50, 30, density=0.2, format="csr", random_state=1)
+    M = {"csr": X, "csr32": X.astype(np.float32), "csr_int": (X * 10).astype(np.int64).tocsr(),
+         "csc": X.tocsc(), "dense": X.toarray()}[fmt]
+    rows = np.array([9, 3, 7])
+    d = document_set(M, rows)
+    sub = np.asarray(M[rows].toarray() if sp.issparse(M) else M[rows], dtype=float)
+    assert d.n == 3.0
+    np.testing.assert_allclose(d.s, sub.sum(axis=0), rtol=1e-6)
+    assert d.sumsq == pytest.approx(float((sub ** 2).sum()), rel=1e-6)

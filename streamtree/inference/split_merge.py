@@ -183,7 +183,7 @@ def _csr_row_sums(indptr, indices, data, rows, p):
     sumsq = 0.0
     for r in rows:
         for k in range(indptr[r], indptr[r + 1]):
-            v = data[k]
+            v = np.float64(data[k])
             s[indices[k]] += v
             sumsq += v * v
     return s, sumsq
@@ -205,7 +205,7 @@ def document_set(X, rows: np.ndarray) -> DocumentSet:
     """Count, row sum and sum of squared norms of rows ``rows`` of ``X`` (CSR without slicing)."""
     rows = np.asarray(rows, dtype=np.int64)
     if sp.issparse(X) and X.format == "csr":
-        s, sumsq = _csr_row_sums(X.indptr, X.indices, np.asarray(X.data, dtype=np.float64), rows, X.shape[1])
+        s, sumsq = _csr_row_sums(X.indptr, X.indices, X.data, rows, X.shape[1])  # any dtype: no copy
         return DocumentSet(float(rows.size), s, float(sumsq))
     sub = X[rows]
     if sp.issparse(sub):
