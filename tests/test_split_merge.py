@@ -257,3 +257,69 @@ def test_relocation_keeps_the_target():
     assert accepted > 500
     stat = float(np.sum((hist - p * n_draws) ** 2 / (p * n_draws)))
     assert chi2.sf(stat, df=2) > 1e-3
+
+
+def test_the_move_index_follows_accepted_moves():
+    """The per-node rows and collapsed-prior counts kept across attempts equal a fresh rebuild,
+    and each accepted move's prior difference equals the full prior's."""
+    from streamtree.inference.merge import CollapsedPrior
+    from streamtree.inference.split_merge import DocumentIndex
+
+    variant = resolve_variant("dtssbp", window=2, max_depth=3, gamma=0.5, xi=0.001)
+    lik = VonMisesFisher(variant, 3, kappa0=3.0, kappa1=1.0, a=0.0, min_node_docs=2,
+                         concentration_bounds=(1e-3, 1e6))
+    rng = np.random.default_rng(11)
+    X = sp.csr_matrix(np.array([_unit(v) for v in rng.normal(size=(40, 3))]))
+    tree = TSSBTree(3)
+    kept = tree.add_child(ROOT)
+    labels = rng.choice([ROOT, kept], size=40)
+    theta = {ROOT: _unit([1, 0, 0]), kept: _unit([0, 1, 0])}
+    conc = {ROOT: 4.0, kept: 4.0}
+    kw = dict(alpha0=1.0, lam=0.5, gamma=0.7, max_depth=3, root_holds_data=True)
+    st = MoveState(tree, labels, X, {ROOT: 5, kept: 3}, theta, conc)
+    moves = SplitMerge(lik, kw)
+
+    def full():
+        arr = st.tree.arrays()
+        now = np.array([np.sum(st.labels == i) for i in arr.ids], dtype=float)
+        past = np.array([st.past.get(int(i), 0) for i in arr.ids], dtype=float)
+        return collapsed_log_prior(arr, past, now, **kw)
+
+    kinds = set()
+    for _ in range(300):
+        moved = moves.relocate(st, rng) if rng.random() < 0.5 else moves.attempt(st, rng, born=1)
+        if moved is None:
+            continue
+        kinds.add(moved.kind)
+        idx = moves.index(st)
+        fresh = DocumentIndex(st)
+        assert idx.rows.keys() == fresh.rows.keys()
+        assert all(np.array_equal(idx.rows[k], fresh.rows[k]) for k in idx.rows)
+        again = CollapsedPrior(st.tree, st.past, fresh.counts())
+        assert idx.prior.own == again.own and idx.prior.sub == again.sub
+        assert idx.preorder() == st.tree.preorder()
+    assert kinds == {"split", "merge", "relocate"}
+    # a prior difference read from the kept index matches two full evaluations
+    before = full()
+    a = int(st.labels[0])
+    b = next(c for c in st.tree.parent if c != a)
+    edit = moves.index(st).prior.edit()
+    edit.move(a, b, 0.0, float(np.sum(st.labels == a)))
+    delta = moves.index(st).prior.delta(edit, **kw)
+    st.labels[st.labels == a] = b
+    assert delta == pytest.approx(full() - before, abs=1e-10)
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csr32", "csr_int", "csc", "dense"])
+def test_document_set_reads_any_input_without_changing_it(fmt):
+    from streamtree.inference.split_merge import document_set
+
+    X = sp.random(50, 30, density=0.2, format="csr", random_state=1)
+    M = {"csr": X, "csr32": X.astype(np.float32), "csr_int": (X * 10).astype(np.int64).tocsr(),
+         "csc": X.tocsc(), "dense": X.toarray()}[fmt]
+    rows = np.array([9, 3, 7])
+    d = document_set(M, rows)
+    sub = np.asarray(M[rows].toarray() if sp.issparse(M) else M[rows], dtype=float)
+    assert d.n == 3.0
+    np.testing.assert_allclose(d.s, sub.sum(axis=0), rtol=1e-6)
+    assert d.sumsq == pytest.approx(float((sub ** 2).sum()), rel=1e-6)

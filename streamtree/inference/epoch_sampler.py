@@ -26,14 +26,13 @@ import logging
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-import scipy.sparse as sp
 from scipy.stats import chi2
 
 from streamtree.epoch_tree import EpochTree
 from streamtree.events import epoch_events
-from streamtree.inference.merge import collapsed_log_prior
+from streamtree.inference.merge import CollapsedPrior
 from streamtree.inference.hyper import sample_hyperparameters
-from streamtree.inference.split_merge import MoveState, SplitMerge
+from streamtree.inference.split_merge import MoveState, SplitMerge, document_set
 from streamtree.inference.sticks import log_masses, mean_sticks, sample_sticks, stick_params
 from streamtree.inference.zsweep import ZSweeper
 from streamtree.likelihoods.base import DocumentSet, Likelihood
@@ -246,6 +245,7 @@ class EpochSampler:
         self.labels_now = np.zeros(0, dtype=np.int64)  # each document's node after the last sweep's moves
         self.moves: list[tuple[int, str, int]] = []  # (node, event, other node) of accepted moves
         self.renamed: dict[int, int] = {}  # old id -> new id under the identity rule
+        self._buffers: dict[str, np.ndarray] = {}  # work matrices reused across sweeps (see _work)
 
     # ------------------------------------------------------------------ the epoch
     def run(self, X, epoch: int, label: str | None, shard_seeds: list[np.random.SeedSequence],
@@ -376,13 +376,13 @@ class EpochSampler:
                     st.nodes.remove(res.node)
                 self.moves.append((res.node, "merged_into", res.other))
         for nid in touched:
-            rows = np.flatnonzero(self.labels_now == nid)
+            rows = moves.index(move).of(nid)
             current.pop(nid, None), sums.pop(nid, None), sumsq.pop(nid, None)
             if rows.size and nid in st.tree:
-                sub = X[rows]
+                docs = document_set(X, rows)
                 current[nid] = int(rows.size)
-                sums[nid] = np.asarray(sub.sum(axis=0)).ravel()
-                sumsq[nid] = float(sub.multiply(sub).sum()) if sp.issparse(sub) else float(np.sum(sub * sub))
+                sums[nid] = docs.s
+                sumsq[nid] = docs.sumsq
 
     def _identity_rule(self, X, epoch: int, current: dict[int, int]) -> None:
         """Publish a carried node whose content changed beyond recognition as a new node.
@@ -434,7 +434,8 @@ class EpochSampler:
         do yet: lift the children of a node that duplicates its parent, and retire a carried
         node whose documents its parent explains as well.
 
-        See :mod:`streamtree.inference.merge`: the collapsed stick prior's change plus the data's
+        See :mod:`streamtree.inference.merge`: the collapsed stick prior's change (its local
+        difference, :class:`~streamtree.inference.merge.CollapsedPrior`) plus the data's
         Bayes factor between the node's documents at the parent (parent's parameters) and at
         their own node (parameter integrated out under the parent link, with the parent's
         concentration, exactly as the z-kernel scores a new node).
@@ -442,16 +443,8 @@ class EpochSampler:
         st, lik, cfg = self.state, self.likelihood, self.settings
         tree, win, nodes = st.tree, st.window, st.nodes
         kw = cfg.with_hyper(st.hyper).stick_kwargs()
-
-        def prior_of(t: TSSBTree, past: dict[int, int], now: dict[int, int]) -> float:
-            arr = t.arrays()
-            return collapsed_log_prior(
-                arr, np.array([past.get(int(i), 0) for i in arr.ids], dtype=np.float64),
-                np.array([now.get(int(i), 0) for i in arr.ids], dtype=np.float64), **kw)
-
-        past = dict(win.total)
-        before = prior_of(tree, past, current)
-        log_total = np.log(sum(past.values()) + sum(current.values()) + 2.0)
+        prior = CollapsedPrior(tree, win.total, current)
+        log_total = np.log(sum(win.total.values()) + sum(current.values()) + 2.0)
         for c in reversed(tree.preorder()):
             if c == ROOT or c not in tree or not (tree.children[c] or win.total.get(c, 0) > 0):
                 continue  # new leaves are left to the exact moves
@@ -461,6 +454,7 @@ class EpochSampler:
             if par == ROOT and not cfg.root_holds_data:
                 continue
             n = current.get(c, 0)
+            past_c = win.total.get(c, 0)
             data = 0.0
             if n:
                 docs = DocumentSet(float(n), sums[c], sumsq[c])
@@ -468,34 +462,37 @@ class EpochSampler:
                 data = (lik.log_likelihood(docs, nodes.theta[sp_], float(nodes.concentration[sp_]))
                         - lik.log_marginal(docs, nodes.theta[sp_], float(nodes.concentration[sp_]), tree.depth[c]))
             # The stick prior's gain from a merge grows like (documents moved) x log(total); when
-            # the data's Bayes factor is far beyond any such gain, skip the O(K) prior evaluation.
-            if data < -(n + past.get(c, 0) + 1) * 3.0 * log_total - 20.0:
+            # the data's Bayes factor is far beyond any such gain, skip the prior's difference.
+            if data < -(n + past_c + 1) * 3.0 * log_total - 20.0:
                 continue
-            trial = tree.copy()
-            trial.merge_into_parent(c)
-            past_m = dict(past)
-            if c in past_m:
-                past_m[par] = past_m.get(par, 0) + past_m.pop(c)
-            now_m = dict(current)
-            if c in now_m:
-                now_m[par] = now_m.get(par, 0) + now_m.pop(c)
-            after = prior_of(trial, past_m, now_m)
-            delta = data + after - before
+            edit = prior.edit()
+            edit.move(c, par, float(past_c), float(n))
+            edit.lift(c)
+            delta = data + prior.delta(edit, **kw)
             # merge with probability 1 / (1 + exp(-delta)), in log space
             if np.log(self.rng.random()) >= -np.logaddexp(0.0, -delta):
                 continue  # keep the node
             tree.merge_into_parent(c)
+            prior.apply(edit)
             win.merge(c, par)
-            past = past_m
-            current.clear()
-            current.update(now_m)
+            if c in current:
+                current[par] = current.get(par, 0) + current.pop(c)
             if n:
                 sums[par] = sums[par] + sums.pop(c) if par in sums else sums.pop(c)
                 sumsq[par] = sumsq.get(par, 0.0) + sumsq.pop(c)
             nodes.remove(c)
             self.labels_now[self.labels_now == c] = par
             self.moves.append((c, "merged_into", par))
-            before = after
+
+    def _work(self, name: str, rows: int, cols: int) -> np.ndarray:
+        """A ``(rows, cols)`` work matrix kept across sweeps (rows grow by doubling): the K x p
+        matrices the updates read are refilled in place each sweep instead of being allocated,
+        and page-faulted, afresh."""
+        buf = self._buffers.get(name)
+        if buf is None or buf.shape[0] < rows or buf.shape[1] != cols:
+            buf = np.empty((max(rows, 16, 2 * buf.shape[0] if buf is not None else 0), cols))
+            self._buffers[name] = buf
+        return buf[:rows]
 
     def _update_concentrations(self, counts: dict[int, int], sums: dict[int, np.ndarray],
                                sumsq: dict[int, float]) -> None:
@@ -504,9 +501,14 @@ class EpochSampler:
         if not ids:
             return
         slots = st.nodes.slots(ids)
+        p = st.nodes.theta.shape[1]
+        S = self._work("sums", len(ids), p)
+        for k, i in enumerate(ids):
+            S[k] = sums[i]
+        theta = np.take(st.nodes.theta, slots, axis=0, out=self._work("theta", len(ids), p))
         new = self.likelihood.update_concentration(
-            np.array([counts[i] for i in ids], dtype=np.float64), np.stack([sums[i] for i in ids]),
-            np.array([sumsq[i] for i in ids]), st.nodes.theta[slots], st.nodes.concentration[slots])
+            np.array([counts[i] for i in ids], dtype=np.float64), S,
+            np.array([sumsq[i] for i in ids]), theta, st.nodes.concentration[slots])
         st.nodes.concentration[slots] = new
 
     def _update_theta(self, sums: dict[int, np.ndarray], counts: dict[int, int], epoch: int) -> None:
@@ -514,18 +516,21 @@ class EpochSampler:
         arrays = st.tree.arrays()
         ids = arrays.ids
         slots = st.nodes.slots(ids)
-        theta = st.nodes.theta[slots]
-        K, p = theta.shape
-        S = np.zeros((K, p))
+        K, p = ids.size, st.nodes.theta.shape[1]
+        theta = np.take(st.nodes.theta, slots, axis=0, out=self._work("theta", K, p))
+        S = self._work("sums", K, p)
         n = np.zeros(K)
         for k, i in enumerate(ids):
             if int(i) in sums:
                 S[k] = sums[int(i)]
                 n[k] = counts[int(i)]
+            else:
+                S[k] = 0.0
         has_prev = np.array([int(i) in self.prev_slot for i in ids], dtype=bool)
-        P = theta.copy()
-        if has_prev.any():
-            P[has_prev] = self.prev_theta[[self.prev_slot[int(i)] for i in ids[has_prev]]]
+        P = self._work("prev", K, p)  # rows without a previous parameter carry no weight: zeros
+        P[~has_prev] = 0.0
+        for k in np.flatnonzero(has_prev):
+            P[k] = self.prev_theta[self.prev_slot[int(ids[k])]]
         update = np.ones(K, dtype=bool)
         if self.settings.freeze_after_birth:
             update = np.array([st.tree.born[int(i)] == epoch for i in ids])

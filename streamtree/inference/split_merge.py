@@ -46,7 +46,10 @@ small nodes as frequent as those of large ones.
 
 Per-document probabilities are clipped to ``[EPS, 1 - EPS]`` so that every split has positive
 proposal probability. An attempt costs O(nnz) of the documents of ``a`` and ``b`` plus a few
-O(p) marginals, two O(K) prior evaluations and O(n) label scans.
+O(p) marginals and one O(depth x branching) prior difference
+(:class:`~streamtree.inference.merge.CollapsedPrior`): the documents of each node and the
+prior's counts are indexed once per :class:`MoveState` and follow the accepted moves, and a
+rejected proposal copies neither the tree nor the labels.
 
 Nothing here depends on the observation family: all of it goes through the
 :class:`~streamtree.likelihoods.base.Likelihood`.
@@ -54,13 +57,16 @@ Nothing here depends on the observation family: all of it goes through the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import streamtree  # noqa: F401  (configures the numba cache directory)
 import numpy as np
 import scipy.sparse as sp
+from numba import njit
 from scipy.special import expit
 
-from streamtree.inference.merge import collapsed_log_prior
+from streamtree.inference.merge import CollapsedPrior, PriorEdit
 from streamtree.likelihoods.base import DocumentSet, Likelihood
 from streamtree.tree import ROOT, TSSBTree
 
@@ -74,7 +80,8 @@ class MoveState:
 
     ``labels[r]`` is the node id of row ``r`` of ``X``; ``past`` holds past window counts by
     node id; ``theta`` and ``concentration`` map node ids to parameters; ``carried`` holds the
-    ids of nodes with a previous-epoch parameter (never new).
+    ids of nodes with a previous-epoch parameter (never new). Change it only through the moves
+    once they have run on it: they keep an index of it (:class:`DocumentIndex`).
     """
 
     tree: TSSBTree
@@ -84,6 +91,102 @@ class MoveState:
     theta: dict[int, np.ndarray]
     concentration: dict[int, float]
     carried: set[int] = field(default_factory=set)
+    index: "DocumentIndex | None" = field(default=None, init=False, repr=False)
+
+
+_NO_ROWS = np.zeros(0, dtype=np.int64)
+
+
+class DocumentIndex:
+    """The rows of each node (ascending) and the collapsed prior's counts of a :class:`MoveState`."""
+
+    def __init__(self, st: MoveState) -> None:
+        labels = np.asarray(st.labels, dtype=np.int64)
+        order = np.argsort(labels, kind="stable")
+        ids, starts = np.unique(labels[order], return_index=True)
+        self.rows: dict[int, np.ndarray] = {
+            int(i): order[a:b] for i, a, b in zip(ids, starts, list(starts[1:]) + [labels.size])}
+        self.prior = CollapsedPrior(st.tree, st.past, self.counts())
+        self.tree = st.tree
+        self._order: list[int] | None = None
+
+    def preorder(self) -> list[int]:
+        """The tree's nodes in pre-order (cached until a move changes the tree: :meth:`changed`)."""
+        if self._order is None:
+            self._order = self.tree.preorder()
+        return self._order
+
+    def changed(self) -> None:
+        self._order = None
+
+    def of(self, node: int) -> np.ndarray:
+        return self.rows.get(node, _NO_ROWS)
+
+    def count(self, node: int) -> int:
+        r = self.rows.get(node)
+        return 0 if r is None else int(r.size)
+
+    def counts(self) -> dict[int, int]:
+        return {i: int(r.size) for i, r in self.rows.items()}
+
+    def occupied(self) -> np.ndarray:
+        """Ids of the nodes holding documents, ascending."""
+        return np.array(sorted(self.rows), dtype=np.int64)
+
+    def move(self, src: int, dst: int, rows: np.ndarray) -> None:
+        """``rows`` (all at ``src``) now belong to ``dst``."""
+        left = np.setdiff1d(self.rows[src], rows, assume_unique=True)
+        if left.size:
+            self.rows[src] = left
+        else:
+            del self.rows[src]
+        self.rows[dst] = np.union1d(self.of(dst), rows)
+
+
+class EditedTree:
+    """The tree after a :class:`~streamtree.inference.merge.PriorEdit`, read like a
+    :class:`TSSBTree` (``parent``, ``children``, ``depth``, ``at_cap``, ``subtree``)."""
+
+    def __init__(self, edit: PriorEdit) -> None:
+        self.max_depth = edit.tree.max_depth
+        self.parent = _Get(edit.parent)
+        self.children = _Get(edit.children)
+        self.depth = _Get(edit.depth)
+
+    def at_cap(self, x: int) -> bool:
+        return self.max_depth is not None and self.depth[x] >= self.max_depth
+
+    def subtree(self, x: int) -> list[int]:
+        out, stack = [], [x]
+        while stack:
+            g = stack.pop()
+            out.append(g)
+            stack.extend(reversed(self.children[g]))
+        return out
+
+
+class _Get:
+    """``obj[x]`` as ``get(x)``."""
+
+    __slots__ = ("get",)
+
+    def __init__(self, get: Callable[[int], object]) -> None:
+        self.get = get
+
+    def __getitem__(self, x: int):
+        return self.get(x)
+
+
+@njit(cache=True)
+def _csr_row_sums(indptr, indices, data, rows, p):
+    s = np.zeros(p)
+    sumsq = 0.0
+    for r in rows:
+        for k in range(indptr[r], indptr[r + 1]):
+            v = np.float64(data[k])
+            s[indices[k]] += v
+            sumsq += v * v
+    return s, sumsq
 
 
 @dataclass(frozen=True)
@@ -98,10 +201,15 @@ class MoveResult:
     rows: np.ndarray
 
 
-def _docs(X, rows: np.ndarray) -> DocumentSet:
+def document_set(X, rows: np.ndarray) -> DocumentSet:
+    """Count, row sum and sum of squared norms of rows ``rows`` of ``X`` (CSR without slicing)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if sp.issparse(X) and X.format == "csr":
+        s, sumsq = _csr_row_sums(X.indptr, X.indices, X.data, rows, X.shape[1])  # any dtype: no copy
+        return DocumentSet(float(rows.size), s, float(sumsq))
     sub = X[rows]
     if sp.issparse(sub):
-        s = np.asarray(sub.sum(axis=0)).ravel()
+        s = np.asarray(sub.sum(axis=0), dtype=np.float64).ravel()
         sumsq = float(sub.multiply(sub).sum())
     else:
         sub = np.asarray(sub, dtype=np.float64)
@@ -111,18 +219,13 @@ def _docs(X, rows: np.ndarray) -> DocumentSet:
 
 
 def _dense_row(X, r: int) -> np.ndarray:
+    if sp.issparse(X) and X.format == "csr":
+        out = np.zeros(X.shape[1])
+        a, b = X.indptr[r], X.indptr[r + 1]
+        np.add.at(out, X.indices[a:b], X.data[a:b])
+        return out
     x = X[r]
     return np.asarray(x.toarray()).ravel() if sp.issparse(x) else np.asarray(x, dtype=np.float64).ravel()
-
-
-def _places(tree: TSSBTree, a: int) -> list[int]:
-    """Parents a new collapsible node split from ``a`` may hang under: ``a`` and ``a``'s parent."""
-    out = []
-    if not tree.at_cap(a):
-        out.append(a)
-    if a != ROOT:
-        out.append(tree.parent[a])
-    return out
 
 
 class SplitMerge:
@@ -139,17 +242,28 @@ class SplitMerge:
         self.lik = likelihood
         self.kw = stick_kwargs
 
+    @staticmethod
+    def index(st: MoveState) -> DocumentIndex:
+        """The state's document index (built on first use, then kept by the moves)."""
+        if st.index is None:
+            st.index = DocumentIndex(st)
+        return st.index
+
     # ------------------------------------------------------------------ node kinds
-    def adoptable(self, st: MoveState, tree: TSSBTree, c: int) -> bool:
+    def adoptable(self, st: MoveState, tree, c: int) -> bool:
         """Whether a new node may take ``c``'s subtree below it: every node in it is born in this
         epoch (no past counts, no previous-epoch parameter, so no time link whose strength
         depends on depth) and it stays within the depth cap one level lower."""
-        sub = tree.subtree(c)
-        if any(st.past.get(g, 0) > 0 or g in st.carried for g in sub):
-            return False
-        return tree.max_depth is None or max(tree.depth[g] for g in sub) + 1 <= tree.max_depth
+        cap = tree.max_depth
+        stack = [c]
+        while stack:
+            g = stack.pop()
+            if st.past.get(g, 0) > 0 or g in st.carried or (cap is not None and tree.depth[g] + 1 > cap):
+                return False
+            stack.extend(tree.children[g])
+        return True
 
-    def is_new(self, st: MoveState, tree: TSSBTree, b: int) -> bool:
+    def is_new(self, st: MoveState, tree, b: int) -> bool:
         """A node born in this epoch whose children a merge may lift to its parent: a split can
         create it (adopting those children) and a merge remove it."""
         return (b != ROOT and st.past.get(b, 0) == 0 and b not in st.carried
@@ -161,7 +275,7 @@ class SplitMerge:
         refilled; its parameter stays)."""
         return b != ROOT and st.past.get(b, 0) > 0
 
-    def _new_places(self, st: MoveState, tree: TSSBTree, P: int, a: int) -> list[tuple]:
+    def _new_places(self, st: MoveState, tree, P: int, a: int) -> list[tuple]:
         kids = tree.children[P]
         ok = [c != a and self.adoptable(st, tree, c) for c in kids]  # a stays a partner of the new node
         out = []
@@ -173,8 +287,9 @@ class SplitMerge:
                 m += 1
         return out
 
-    def places(self, st: MoveState, tree: TSSBTree, labels: np.ndarray, a: int) -> list[tuple]:
-        """Where a split of ``a`` in the merged state ``tree, labels`` may send documents:
+    def places(self, st: MoveState, tree, held: Callable[[int], bool], a: int) -> list[tuple]:
+        """Where a split of ``a`` in the merged state ``tree`` (``held(b)``: whether node ``b``
+        holds current documents there) may send documents:
         ``("new", P, k, m)``, a new child of ``P`` at position ``k`` adopting ``P``'s next ``m``
         children (each adoptable, ``a`` excepted), for ``P`` = ``a`` (below the depth cap) and
         ``a``'s parent;
@@ -185,10 +300,7 @@ class SplitMerge:
         if a != ROOT:
             out.extend(self._new_places(st, tree, tree.parent[a], a))
         near = list(tree.children[a]) + ([c for c in tree.children[tree.parent[a]] if c != a] if a != ROOT else [])
-        near = [b for b in near if self.kept(st, b)]
-        if near:
-            held = set(np.unique(labels).tolist())
-            out.extend(("old", b) for b in near if b not in held)
+        out.extend(("old", b) for b in near if self.kept(st, b) and not held(b))
         return out
 
     @staticmethod
@@ -205,7 +317,7 @@ class SplitMerge:
                 tree.depth[g] += 1
         return nid
 
-    def _log_adoption(self, st: MoveState, split: TSSBTree, b: int, theta_b: np.ndarray) -> float:
+    def _log_adoption(self, st: MoveState, split, b: int, theta_b: np.ndarray) -> float:
         """Parent-link log densities of ``b``'s adopted subtrees in the split state minus those
         in the merged state (one level higher, the adopted children linked to ``b``'s parent)."""
         out = 0.0
@@ -219,18 +331,14 @@ class SplitMerge:
         return out
 
     # ------------------------------------------------------------------ target pieces
-    def _log_prior(self, tree: TSSBTree, labels: np.ndarray, past: dict[int, int]) -> float:
-        arr = tree.arrays()
-        now = dict(zip(*np.unique(labels, return_counts=True)))
-        return collapsed_log_prior(arr, np.array([past.get(int(i), 0) for i in arr.ids], dtype=np.float64),
-                                   np.array([now.get(int(i), 0) for i in arr.ids], dtype=np.float64), **self.kw)
-
-    def _new_node(self, st: MoveState, tree: TSSBTree, P: int) -> tuple[np.ndarray, float, int]:
-        depth = tree.depth[P] + 1
+    def _new_node(self, st: MoveState, P: int) -> tuple[np.ndarray, float, int]:
+        """Parent parameter, concentration and depth of a new child of ``P`` (``P``'s depth is
+        the same in the merged and the split state)."""
+        depth = st.tree.depth[P] + 1
         return st.theta[P], self.lik.new_node_concentration(st.concentration[P], depth), depth
 
     # ------------------------------------------------------------------ proposal
-    def _allocation(self, st: MoveState, merged: TSSBTree, a: int, place: tuple, j: int, others: np.ndarray,
+    def _allocation(self, st: MoveState, a: int, place: tuple, j: int, others: np.ndarray,
                     rng: np.random.Generator) -> np.ndarray:
         """Log-odds that each of ``others`` goes to the split-off node (a function of the merged
         state and of a fresh launch)."""
@@ -241,12 +349,12 @@ class SplitMerge:
         if place[0] == "old":
             b = place[1]
             return lik.row_log_likelihood(Xo, st.theta[b], st.concentration[b]) - base
-        theta_P, conc_c, depth_c = self._new_node(st, merged, place[1])
+        theta_P, conc_c, depth_c = self._new_node(st, place[1])
         seed = lik.seed_child_theta(theta_a, _dense_row(st.X, j))
         lo = lik.row_log_likelihood(Xo, seed, conc_c) - base
         launch = rng.random(others.size) < np.clip(expit(lo), EPS, 1 - EPS)
         rows_c = np.concatenate([[j], others[launch]]).astype(np.int64)
-        theta_l = lik.new_node_theta(theta_P, conc_c, depth_c, _docs(st.X, rows_c))
+        theta_l = lik.new_node_theta(theta_P, conc_c, depth_c, document_set(st.X, rows_c))
         return lik.row_log_likelihood(Xo, theta_l, conc_c) - base
 
     @staticmethod
@@ -254,42 +362,39 @@ class SplitMerge:
         p_new = np.clip(expit(log_odds), EPS, 1 - EPS)
         return float(np.sum(np.where(to_new, np.log(p_new), np.log1p(-p_new))))
 
-    def _log_ratio(self, st: MoveState, merged: TSSBTree, split: TSSBTree, a: int, b: int, place: tuple,
-                   labels_merged: np.ndarray, labels_split: np.ndarray, n_places: int, log_q: float,
-                   theta_b: np.ndarray | None = None) -> float:
+    def _log_ratio(self, st: MoveState, split, a: int, b: int, place: tuple, docs: DocumentSet,
+                   log_prior: float, n_places: int, log_q: float, theta_b: np.ndarray | None = None) -> float:
         """log of pi(split) q(merge | split) / (pi(merged) q(split | merged)), with a new node's
-        parameter ``theta_b`` drawn from its conditional given its documents and parent: the
-        documents' collapsed marginal, plus the link changes of adopted subtrees."""
-        docs = _docs(st.X, np.flatnonzero(labels_split == b))
+        parameter ``theta_b`` drawn from its conditional given its documents ``docs`` and parent:
+        the documents' collapsed marginal, plus the link changes of adopted subtrees;
+        ``log_prior`` is the collapsed prior's log ratio and ``split`` the split state's tree."""
         if place[0] == "new":
-            theta_P, conc_c, depth_c = self._new_node(st, merged, place[1])
+            theta_P, conc_c, depth_c = self._new_node(st, place[1])
             at_b = self.lik.log_marginal(docs, theta_P, conc_c, depth_c)
             if place[3]:
                 at_b += self._log_adoption(st, split, b, theta_b)
         else:
             at_b = self.lik.log_likelihood(docs, st.theta[b], st.concentration[b])
         data = at_b - self.lik.log_likelihood(docs, st.theta[a], st.concentration[a])
-        prior = self._log_prior(split, labels_split, st.past) - self._log_prior(merged, labels_merged, st.past)
-        return prior + data + np.log(n_places) - log_q
+        return log_prior + data + np.log(n_places) - log_q
 
     # ------------------------------------------------------------------ selection
-    def partners(self, st: MoveState, tree: TSSBTree, b: int) -> list[int]:
+    def partners(self, st: MoveState, tree, b: int) -> list[int]:
         """Nodes ``b`` could merge into: its parent and its siblings."""
         P = tree.parent[b]
         return [P] + [c for c in tree.children[P] if c != b]
 
-    def _log_select_split(self, labels: np.ndarray, a: int) -> float:
-        """log P(draw i, then j at the same node) in the merged state: i uniform, j uniform among
-        the other documents of i's node."""
-        return -np.log(labels.size) - np.log(np.count_nonzero(labels == a) - 1)
+    @staticmethod
+    def _log_select_split(n: int, n_a: int) -> float:
+        """log P(draw i, then j at the same node) in the merged state (``n`` documents, ``n_a``
+        at the node): i uniform, j uniform among the other documents of i's node."""
+        return -np.log(n) - np.log(n_a - 1)
 
-    def _log_select_merge(self, st: MoveState, tree: TSSBTree, labels: np.ndarray, a: int, b: int) -> float:
+    @staticmethod
+    def _log_select_merge(n_occupied: int, n_partners: int, n_b: int, n_a: int) -> float:
         """log P(draw node b, partner a, j in b, then i among the other documents of a and b) in
-        the split state."""
-        occupied, n_at = np.unique(labels, return_counts=True)
-        at = dict(zip(occupied.tolist(), n_at.tolist()))
-        return (-np.log(occupied.size) - np.log(len(self.partners(st, tree, b))) - np.log(at[b])
-                - np.log(at[b] + at.get(a, 0) - 1))
+        the split state (``n_occupied`` nodes hold documents; ``n_b`` and ``n_a`` at b and a)."""
+        return -np.log(n_occupied) - np.log(n_partners) - np.log(n_b) - np.log(n_b + n_a - 1)
 
     # ------------------------------------------------------------------ one attempt
     def attempt(self, st: MoveState, rng: np.random.Generator, *, born: int = 0) -> MoveResult | None:
@@ -297,23 +402,24 @@ class SplitMerge:
         n = st.labels.size
         if n < 2:
             return None
+        idx = self.index(st)
         if rng.random() < 0.5:  # a split: two documents of one node
             i = int(rng.integers(n))
             a = int(st.labels[i])
-            rows_a = np.flatnonzero(st.labels == a)
+            rows_a = idx.of(a)
             if rows_a.size < 2:
                 return None
             j = int(rng.choice(rows_a[rows_a != i]))
             return self._split(st, a, i, j, rng, born)
-        occupied = np.unique(st.labels)  # a merge: a node, a partner, a document of each group
+        occupied = idx.occupied()  # a merge: a node, a partner, a document of each group
         b = int(occupied[rng.integers(occupied.size)])
         if b == ROOT:
             return None
         partners = self.partners(st, st.tree, b)
         a = partners[int(rng.integers(len(partners)))]
-        rows_b = np.flatnonzero(st.labels == b)
+        rows_b = idx.of(b)
         j = int(rows_b[rng.integers(rows_b.size)])
-        pool = np.flatnonzero((st.labels == a) | (st.labels == b))
+        pool = np.union1d(idx.of(a), rows_b)
         pool = pool[pool != j]
         if pool.size == 0:
             return None
@@ -332,11 +438,14 @@ class SplitMerge:
         ``P2``, so the ratio holds the collapsed marginals of ``b``'s documents under the old
         and new parent, the prior ratio and the ratio of the draw probabilities."""
         t = st.tree
-        new_nodes = [c for c in t.parent if not t.children[c] and self.is_new(st, t, c)]
+        kids, past, carried = t.children, st.past, st.carried
+        # is_new of a leaf, inlined: this scan runs once per attempt over every node
+        new_nodes = [c for c in t.parent if not kids[c] and c != ROOT and not past.get(c, 0) and c not in carried]
         if not new_nodes:
             return None
         b = new_nodes[int(rng.integers(len(new_nodes)))]
-        hosts = [c for c in t.preorder() if c != b and not t.at_cap(c)]
+        cap, depth = t.max_depth, t.depth
+        hosts = [c for c in self.index(st).preorder() if c != b and (cap is None or depth[c] < cap)]
         P2 = hosts[int(rng.integers(len(hosts)))]
         P1 = t.parent[b]
         k1 = t.children[P1].index(b)
@@ -344,18 +453,24 @@ class SplitMerge:
         k2 = int(rng.integers(slots2))
         if P2 == P1 and k2 == k1:
             return None
-        moved = t.copy()
-        moved.remove_subtree(b)
-        slots1 = len(moved.children[P1]) + 1
-        nb = moved.add_child(P2, born=t.born[b], position=k2)
-        labels_moved = st.labels.copy()
-        rows_b = np.flatnonzero(st.labels == b)
-        labels_moved[rows_b] = nb
-        docs = _docs(st.X, rows_b)
-        th1, c1, d1 = self._new_node(st, t, P1)
-        th2, c2, d2 = self._new_node(st, moved, P2)
-        n_new_after = sum(1 for c in moved.parent if not moved.children[c] and self.is_new(st, moved, c))
-        log_a = (self._log_prior(moved, labels_moved, st.past) - self._log_prior(t, st.labels, st.past)
+        idx = self.index(st)
+        rows_b = idx.of(b)
+        edit = idx.prior.edit()  # detach b (with its documents) and re-attach it under P2
+        edit.add(b, 0.0, -float(rows_b.size))
+        edit.lift(b)
+        edit.insert(b, P2, k2)
+        edit.add(b, 0.0, float(rows_b.size))
+        slots1 = len(t.children[P1])  # P1's slots once b has left
+        # new leaves afterwards: P1 may become one, P2 stops being one (b stays one)
+        n_new_after = len(new_nodes)
+        if P2 != P1:
+            left_leaf = (t.children[P1] == [b] and P1 != ROOT and st.past.get(P1, 0) == 0
+                         and P1 not in st.carried)
+            n_new_after += int(left_leaf) - int(P2 in new_nodes)
+        docs = document_set(st.X, rows_b)
+        th1, c1, d1 = self._new_node(st, P1)
+        th2, c2, d2 = self._new_node(st, P2)
+        log_a = (idx.prior.delta(edit, **self.kw)
                  + self.lik.log_marginal(docs, th2, c2, d2) - self.lik.log_marginal(docs, th1, c1, d1)
                  + np.log(len(new_nodes)) - np.log(n_new_after) + np.log(slots2) - np.log(slots1))
         if np.log(rng.random()) >= log_a:
@@ -365,34 +480,42 @@ class SplitMerge:
         t.children[P2].insert(k2, b)
         t.parent[b] = P2
         t.depth[b] = t.depth[P2] + 1
+        idx.prior.apply(edit)
+        idx.changed()
         st.theta[b] = self.lik.sample_node_theta(th2, c2, d2, docs, rng)
         st.concentration[b] = c2
         return MoveResult("relocate", b, P2, rows_b)
 
     def _split(self, st: MoveState, a: int, i: int, j: int, rng: np.random.Generator,
                born: int) -> MoveResult | None:
-        places = self.places(st, st.tree, st.labels, a)
+        idx = self.index(st)
+        places = self.places(st, st.tree, lambda x: x in idx.rows, a)
         if not places:
             return None
         place = places[int(rng.integers(len(places)))]
-        rows_a = np.flatnonzero(st.labels == a)
+        rows_a = idx.of(a)
         others = rows_a[(rows_a != i) & (rows_a != j)]
-        lo = self._allocation(st, st.tree, a, place, j, others, rng)
+        lo = self._allocation(st, a, place, j, others, rng)
         to_new = rng.random(others.size) < np.clip(expit(lo), EPS, 1 - EPS)
         rows_b = np.concatenate([[j], others[to_new]]).astype(np.int64)
-        split = st.tree.copy()
+        docs = document_set(st.X, rows_b)
+        edit = idx.prior.edit()
         theta_b = None
         if place[0] == "new":
-            theta_P, conc_c, depth_c = self._new_node(st, st.tree, place[1])
-            theta_b = self.lik.sample_node_theta(theta_P, conc_c, depth_c, _docs(st.X, rows_b), rng)
-            b = self._insert(split, place, born)
+            theta_P, conc_c, depth_c = self._new_node(st, place[1])
+            theta_b = self.lik.sample_node_theta(theta_P, conc_c, depth_c, docs, rng)
+            b = st.tree.next_id  # the id the insertion below will give it
+            edit.insert(b, place[1], place[2], place[3])
         else:
             b = place[1]
-        labels_split = st.labels.copy()
-        labels_split[rows_b] = b
-        log_a = (self._log_ratio(st, st.tree, split, a, b, place, st.labels, labels_split, len(places),
+        edit.move(a, b, 0.0, float(rows_b.size))
+        split = EditedTree(edit)
+        n_a = idx.count(a)
+        log_a = (self._log_ratio(st, split, a, b, place, docs, idx.prior.delta(edit, **self.kw), len(places),
                                  self._log_q(lo, to_new), theta_b)
-                 + self._log_select_merge(st, split, labels_split, a, b) - self._log_select_split(st.labels, a))
+                 + self._log_select_merge(len(idx.rows) + 1, len(split.children[split.parent[b]]), rows_b.size,
+                                          n_a - rows_b.size)
+                 - self._log_select_split(st.labels.size, n_a))
         if np.log(rng.random()) >= log_a:
             return None
         if place[0] == "new":
@@ -400,6 +523,9 @@ class SplitMerge:
             st.theta[b] = theta_b
             st.concentration[b] = conc_c
         st.labels[rows_b] = b
+        idx.prior.apply(edit)
+        idx.changed()
+        idx.move(a, b, rows_b)
         return MoveResult("split", b, a, rows_b)
 
     def _merge(self, st: MoveState, a: int, b: int, i: int, j: int, rng: np.random.Generator) -> MoveResult | None:
@@ -407,31 +533,37 @@ class SplitMerge:
         new = self.is_new(st, t, b)
         if not (new or self.kept(st, b)) or (a == ROOT and not self.kw["root_holds_data"]):
             return None
+        idx = self.index(st)
+        rows_b = idx.of(b)
+        edit = idx.prior.edit()
+        edit.move(b, a, 0.0, float(rows_b.size))
         merged = t
         if new:
             P = t.parent[b]
             place = ("new", P, t.children[P].index(b), len(t.children[b]))
-            merged = t.copy()
-            merged.merge_into_parent(b)
+            edit.lift(b)
+            merged = EditedTree(edit)
         else:
             place = ("old", b)
-        rows_b = np.flatnonzero(st.labels == b)
-        labels_merged = st.labels.copy()
-        labels_merged[rows_b] = a
-        places = self.places(st, merged, labels_merged, a)
+        places = self.places(st, merged, lambda x: x != b and x in idx.rows, a)
         if place not in places:
             return None  # no split of a could have made this state
-        pooled = np.flatnonzero(labels_merged == a)
+        pooled = np.union1d(idx.of(a), rows_b)
         others = pooled[(pooled != i) & (pooled != j)]
-        lo = self._allocation(st, merged, a, place, j, others, rng)
+        lo = self._allocation(st, a, place, j, others, rng)
         to_new = st.labels[others] == b
-        log_a = -(self._log_ratio(st, merged, t, a, b, place, labels_merged, st.labels, len(places),
-                                  self._log_q(lo, to_new), st.theta[b])
-                  + self._log_select_merge(st, t, st.labels, a, b) - self._log_select_split(labels_merged, a))
+        n_a = idx.count(a)
+        log_a = -(self._log_ratio(st, t, a, b, place, document_set(st.X, rows_b), -idx.prior.delta(edit, **self.kw),
+                                  len(places), self._log_q(lo, to_new), st.theta[b])
+                  + self._log_select_merge(len(idx.rows), len(self.partners(st, t, b)), rows_b.size, n_a)
+                  - self._log_select_split(st.labels.size, n_a + rows_b.size))
         if np.log(rng.random()) >= log_a:
             return None
         st.labels[rows_b] = a
         if new:
             t.merge_into_parent(b)
             del st.theta[b], st.concentration[b]
+        idx.prior.apply(edit)
+        idx.changed()
+        idx.move(b, a, rows_b)
         return MoveResult("merge", b, a, rows_b)

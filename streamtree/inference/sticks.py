@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import streamtree  # noqa: F401  (configures the numba cache directory)
 import numpy as np
+from numba import njit
 
 from streamtree.tree import TreeArrays
-from streamtree.window import subtree_sums
 
 # Clip sticks away from 0 and 1 (as the reference TSSB code does) so logs stay finite.
 _LOG_EPS = np.log(1e-12)
@@ -72,13 +73,7 @@ def stick_params(
     K = arrays.size
     if own.shape != (K,):
         raise ValueError(f"own_counts has shape {own.shape}, expected ({K},)")
-    S = subtree_sums(arrays.parent_index, own)
-    later = np.zeros(K)
-    acc = np.zeros(K)
-    pidx = arrays.parent_index
-    for k in range(K - 1, 0, -1):  # reverse pre-order meets later siblings first
-        later[k] = acc[pidx[k]]
-        acc[pidx[k]] += S[k]
+    S, later = _subtree_and_later(np.asarray(arrays.parent_index, dtype=np.int64), own)
     a_nu = 1.0 + own
     b_nu = alpha_at_depth(arrays.depth, alpha0, lam) + (S - own)
     a_psi = 1.0 + S
@@ -89,6 +84,39 @@ def stick_params(
     if not root_holds_data:
         nu_fixed[0] = 0.0
     return StickParams(a_nu, b_nu, a_psi, b_psi, nu_fixed)
+
+
+@njit(cache=True, nogil=True)
+def _subtree_and_later(pidx: np.ndarray, own: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Subtree totals S and, per node, the totals of its later siblings (rows in pre-order)."""
+    K = own.shape[0]
+    S = own.copy()
+    for k in range(K - 1, 0, -1):  # reverse pre-order visits children before parents
+        S[pidx[k]] += S[k]
+    later = np.zeros(K)
+    acc = np.zeros(K)
+    for k in range(K - 1, 0, -1):  # and meets later siblings first
+        later[k] = acc[pidx[k]]
+        acc[pidx[k]] += S[k]
+    return S, later
+
+
+@njit(cache=True, nogil=True)
+def _subtree_masses(pidx, log1m_nu, log_psi, log1m_psi):
+    """M (log mass of each subtree), R (M plus log(1 - nu)) and the running sum of
+    log(1 - psi) over each parent's children, in one pre-order pass."""
+    K = pidx.shape[0]
+    M = np.empty(K)
+    R = np.empty(K)
+    run = np.zeros(K)
+    M[0] = 0.0
+    for k in range(K):
+        if k > 0:
+            p = pidx[k]
+            M[k] = R[p] + log_psi[k] + run[p]
+            run[p] += log1m_psi[k]
+        R[k] = M[k] + log1m_nu[k]
+    return M, R, run
 
 
 def _log_beta_draw(a: np.ndarray, b: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -145,19 +173,8 @@ def log_masses(arrays: TreeArrays, sticks: Sticks) -> tuple[np.ndarray, np.ndarr
         ones (with their subtrees). ``-inf`` at the depth cap. ``log_pi`` and
         ``log_residual`` together sum to exactly 1 in probability.
     """
-    K = arrays.size
-    pidx = arrays.parent_index
-    M = np.empty(K)
-    R = np.empty(K)
-    # running sum of log(1 - psi) over earlier siblings, per parent
-    run = np.zeros(K)
-    M[0] = 0.0
-    for k in range(K):
-        if k > 0:
-            p = pidx[k]
-            M[k] = R[p] + sticks.log_psi[k] + run[p]
-            run[p] += sticks.log1m_psi[k]
-        R[k] = M[k] + sticks.log1m_nu[k]
+    M, R, run = _subtree_masses(np.asarray(arrays.parent_index, dtype=np.int64), sticks.log1m_nu,
+                                sticks.log_psi, sticks.log1m_psi)
     log_pi = M + sticks.log_nu
     with np.errstate(invalid="ignore"):
         log_residual = R + run

@@ -729,19 +729,26 @@ def concentration_posterior_mode(n: np.ndarray, t: np.ndarray, p: int, shape: fl
     """
     n = np.asarray(n, dtype=np.float64)
     t = np.asarray(t, dtype=np.float64)
-    lo = np.full(n.shape, np.log(low))
-    hi = np.full(n.shape, np.log(high))
+    out = _concentration_mode_nb(n.ravel(), t.ravel(), float(_check_dim(p)), float(shape), float(rate),
+                                 float(np.log(low)), float(np.log(high)), int(n_iter))
+    return out.reshape(n.shape)
 
-    def slope(lb):
-        b = np.exp(lb)
-        return t - n * np.asarray(mean_resultant_length(p, b)) + (shape - 1.0) / b - rate
 
-    for _ in range(n_iter):
-        mid = 0.5 * (lo + hi)
-        up = slope(mid) > 0
-        lo = np.where(up, mid, lo)
-        hi = np.where(up, hi, mid)
-    return np.exp(0.5 * (lo + hi))
+@njit(cache=True, nogil=True)
+def _concentration_mode_nb(n, t, p, shape, rate, log_low, log_high, n_iter):
+    """The bisection of :func:`concentration_posterior_mode`, one node at a time."""
+    out = np.empty(n.shape[0])
+    for i in range(n.shape[0]):
+        lo, hi = log_low, log_high
+        for _ in range(n_iter):
+            mid = 0.5 * (lo + hi)
+            b = math.exp(mid)
+            if t[i] - n[i] * mean_resultant_length_nb(p, b) + (shape - 1.0) / b - rate > 0:
+                lo = mid
+            else:
+                hi = mid
+        out[i] = math.exp(0.5 * (lo + hi))
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
