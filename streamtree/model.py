@@ -82,10 +82,13 @@ class DTSSBP(BaseEstimator):
         :mod:`streamtree.inference.split_merge`): Metropolis-Hastings splits that create a
         child or a sibling and merges into the parent or a sibling, accepted by the collapsed
         TSSB prior ratio times the likelihood's collapsed marginal ratio.
-    split_proposals : int
+    split_proposals : int or "auto"
         Split-merge attempts per sweep. Each attempt draws two documents at random: a split
         is proposed when they share a node, a merge when one sits in a node the other's could
-        have split off; other draws cost nothing. ``0`` disables the moves.
+        have split off; other draws cost nothing. ``0`` disables the moves. ``"auto"`` makes
+        one attempt per 100 documents of the epoch (at least one; ``DOCS_PER_SPLIT_ATTEMPT``
+        in :mod:`streamtree.inference.epoch_sampler`), so the moves cost the same share of a
+        sweep in small and large epochs.
     min_node_docs : int
         Nodes with fewer documents keep their previous concentration (a newborn node starts
         with its parent's) instead of a noisy estimate.
@@ -146,7 +149,7 @@ class DTSSBP(BaseEstimator):
         "n_sweeps": [Interval(numbers.Integral, 1, None, closed="left")],
         "n_map_iter": [Interval(numbers.Integral, 1, None, closed="left")],
         "merge_moves": ["boolean"],
-        "split_proposals": [Interval(numbers.Integral, 0, None, closed="left")],
+        "split_proposals": [Interval(numbers.Integral, 0, None, closed="left"), StrOptions({"auto"})],
         "min_node_docs": [Interval(numbers.Integral, 1, None, closed="left")],
         "sample_hyperparameters": ["boolean"],
         "concentration_bounds": [tuple, list],
@@ -178,7 +181,7 @@ class DTSSBP(BaseEstimator):
         n_sweeps: int = 50,
         n_map_iter: int = 3,
         merge_moves: bool = True,
-        split_proposals: int = 50,
+        split_proposals: int | str = "auto",
         min_node_docs: int = 2,
         sample_hyperparameters: bool = True,
         concentration_bounds: tuple[float, float] = (1e-3, 1e6),

@@ -42,6 +42,8 @@ from streamtree.window import WindowedCounts, subtree_sums
 logger = logging.getLogger(__name__)
 
 MERGE_GRACE = 2  # sweeps a new node lives before the internal-node merge may remove it
+#: documents per split-merge attempt and sweep under ``split_proposals="auto"``
+DOCS_PER_SPLIT_ATTEMPT = 100
 
 #: tail probability of the time link beyond which a carried node counts as a new node
 IDENTITY_LEVEL = 0.05
@@ -64,13 +66,22 @@ class SamplerSettings:
     n_sweeps: int
     n_map_iter: int
     merge_moves: bool
-    split_proposals: int
+    split_proposals: int | str
     min_node_docs: int
     sample_hyperparameters: bool = True
 
     def stick_kwargs(self) -> dict:
         return dict(alpha0=self.alpha0, lam=self.lam, gamma=self.gamma, max_depth=self.max_depth,
                     root_holds_data=self.root_holds_data)
+
+    def split_attempts(self, n_docs: int) -> int:
+        """Split-merge attempts per sweep for an epoch of ``n_docs`` documents: the number given,
+        or for ``"auto"`` one per ``DOCS_PER_SPLIT_ATTEMPT`` documents (at least one), so that
+        every document's node meets proposals at the same rate in a small epoch as in a large
+        one, and a small epoch does not spend its sweep on more attempts than it has documents."""
+        if self.split_proposals == "auto":
+            return max(1, -(-n_docs // DOCS_PER_SPLIT_ATTEMPT))
+        return int(self.split_proposals)
 
     def with_hyper(self, hyper: dict[str, float]) -> "SamplerSettings":
         """These settings with the chain's current stick hyperparameters."""
@@ -281,7 +292,7 @@ class EpochSampler:
             col_ids, current, sums, sumsq = self._materialise(arrays, cand, ph_rows, stats, epoch)
             self._cull(current)
             self.labels_now = col_ids[self.sweeper.labels()]
-            if cfg.merge_moves and cfg.split_proposals > 0:
+            if cfg.merge_moves and cfg.split_attempts(n) > 0:
                 self._split_merge(X, col_ids, current, sums, sumsq, epoch)
             if cfg.merge_moves and sweep >= cfg.n_sweeps // 2:  # once the epoch's nodes have settled
                 self._merge_internal(current, sums, sumsq)
@@ -345,7 +356,7 @@ class EpochSampler:
 
     def _split_merge(self, X, col_ids: np.ndarray, current: dict[int, int], sums: dict[int, np.ndarray],
                      sumsq: dict[int, float], epoch: int) -> None:
-        """``split_proposals`` exact split-merge attempts, each with a relocation attempt of a new
+        """``split_attempts`` exact split-merge attempts, each with a relocation attempt of a new
         node (:mod:`streamtree.inference.split_merge`), on the documents' current nodes; counts,
         sums and labels follow the accepted moves."""
         st, cfg = self.state, self.settings
@@ -356,7 +367,7 @@ class EpochSampler:
                          {i: float(st.nodes.concentration[s]) for i, s in zip(ids, slots)}, set(self.prev_slot))
         moves = SplitMerge(self.likelihood, cfg.with_hyper(st.hyper).stick_kwargs())
         touched: set[int] = set()
-        for _ in range(cfg.split_proposals):
+        for _ in range(cfg.split_attempts(X.shape[0])):
             moved = moves.relocate(move, self.rng)
             if moved is not None:
                 s = st.nodes.slot[moved.node]
