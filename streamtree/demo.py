@@ -3,13 +3,13 @@
 Replays the bundled State of the Union corpus (25,488 paragraphs, 1790-2018) decade by
 decade into a snapshot store under ``runs/sotu/`` and prints the evolving topic trees.
 
-The text pipeline runs at the defaults every command uses (the vocabulary cap chosen from the
-corpus size, English and reporting stop words, ``min_df``/``max_df``); the model settings it
-changes are the ones it prints as ``streamtree replay`` flags (depth 3, kappa0 100, a stick
-window of 1 decade and 10 sweeps per decade, chosen to finish in a few minutes on one core).
-Pass ``--sweeps``, ``--kappa0``, ``--max-features``, ``--window`` to change them; ``--store``
-to write elsewhere. It prints each decade's largest nodes and what changed, and ends by
-writing the HTML report of the store (``--report``, default ``runs/sotu-report.html``).
+The text pipeline and the model run at the defaults every command uses (the vocabulary cap
+chosen from the corpus size, English and reporting stop words; the model's link strength,
+stick window, depth and sweeps): the demo is the same as the ``streamtree replay`` command it
+prints. ``--sweeps``, ``--kappa0``, ``--window``, ``--max-depth``, ``--max-features`` and
+``--likelihood`` change them (and are then printed as flags); ``--store`` writes elsewhere. It
+prints each decade's largest nodes and what changed, and ends by writing the HTML report of
+the store (``--report``, default ``runs/sotu-report.html``).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from streamtree.cli import LEGEND, _max_features, format_epoch, format_evolution
+from streamtree.cli import LEGEND, _max_features, _positive_float, format_epoch, format_evolution
 from streamtree.progress import ReplayProgress
-from streamtree.replay import ReplayConfig, replay
+from streamtree.replay import REPLAY_SEED, ReplayConfig, replay
 from streamtree.text import DEFAULT_MAX_FEATURES
 
 DATA = Path(__file__).resolve().parent.parent / "examples" / "data" / "sotu_paragraphs.parquet"
@@ -41,14 +41,15 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m streamtree.demo", description=__doc__.splitlines()[0])
     p.add_argument("--data", default=str(DATA), help="the SOU paragraphs Parquet file")
     p.add_argument("--store", default="runs/sotu", help="snapshot store directory (default runs/sotu)")
-    p.add_argument("--sweeps", type=int, default=10)
-    p.add_argument("--kappa0", type=float, default=100.0)
-    p.add_argument("--max-features", type=_max_features, default=DEFAULT_MAX_FEATURES)
-    p.add_argument("--window", type=int, default=1)
-    p.add_argument("--max-depth", type=int, default=3)
+    p.add_argument("--sweeps", type=int, default=None, help="Gibbs sweeps per decade (default: the model's)")
+    p.add_argument("--kappa0", type=_positive_float, default=None, help="link strength (default: the model's)")
+    p.add_argument("--window", type=int, default=None, help="stick window in decades (default: the model's)")
+    p.add_argument("--max-depth", type=int, default=None, help="deepest node depth (default: the model's)")
+    p.add_argument("--max-features", type=_max_features, default=DEFAULT_MAX_FEATURES,
+                   help="vocabulary cap (default: chosen from the corpus size)")
     p.add_argument("--nodes", type=int, default=6, help="largest nodes printed per decade")
-    p.add_argument("--top-words", type=int, default=8)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--top-words", type=int, default=8, help="words printed per node (default 8)")
+    p.add_argument("--seed", type=int, default=REPLAY_SEED, help=f"random seed (default {REPLAY_SEED})")
     p.add_argument("--report", default="runs/sotu-report.html",
                    help="HTML report written at the end (default runs/sotu-report.html)")
     p.add_argument("--likelihood", default=None, help="vmf or multinomial (default: the model's)")
@@ -58,17 +59,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"demo: {data} not found (the corpus ships with the repository under examples/data/)",
               file=sys.stderr)
         return 2
-    model = dict(window=args.window, max_depth=args.max_depth, kappa0=args.kappa0, n_sweeps=args.sweeps,
-                 random_state=args.seed)
-    if args.likelihood is not None:
-        model["likelihood"] = args.likelihood
+    given = dict(n_sweeps=args.sweeps, kappa0=args.kappa0, window=args.window, max_depth=args.max_depth,
+                 likelihood=args.likelihood)
+    model = {k: v for k, v in given.items() if v is not None}
+    model["random_state"] = args.seed
     config = ReplayConfig(source=str(data), text_col="text", time_col=_time_column(data), epoch="10y",
                           time_unit="year" if _time_column(data) == "year" else "auto",
-                          max_features=args.max_features, top_words=args.top_words, model=model)
+                          max_features=args.max_features, model=model)
     os.makedirs(args.store, exist_ok=True)
-    flags = (f"--epoch 10y --max-depth {args.max_depth} --kappa0 {args.kappa0:g} --window {args.window} "
-             f"--sweeps {args.sweeps}" + ("" if args.max_features == DEFAULT_MAX_FEATURES
-                                          else f" --max-features {args.max_features}"))
+    names = dict(n_sweeps="--sweeps", kappa0="--kappa0", window="--window", max_depth="--max-depth",
+                 likelihood="--likelihood")
+    flags = " ".join(["--epoch 10y"] + [f"{names[k]} {v}" for k, v in model.items() if k in names])
+    if args.max_features != DEFAULT_MAX_FEATURES:
+        flags += f" --max-features {args.max_features}"
+    if args.seed != REPLAY_SEED:
+        flags += f" --seed {args.seed}"
     print(f"replaying {data.name} by decade into {args.store}; the same as:\n"
           f"  streamtree replay {data} --text-col text --time-col {config.time_col} {flags} "
           f"--store {args.store} --overwrite", flush=True)
