@@ -51,6 +51,10 @@ IDENTITY_SEPARATION = 1.0
 
 CHECKPOINT_FORMAT = 1
 
+#: the stick hyperparameters among the chain's ``hyper`` values (which also hold an estimated
+#: ``kappa0`` under ``kappa0="auto"``)
+STICK_HYPER = ("alpha0", "lam", "gamma")
+
 
 @dataclass(frozen=True)
 class SamplerSettings:
@@ -68,6 +72,8 @@ class SamplerSettings:
     split_proposals: int
     min_node_docs: int
     sample_hyperparameters: bool = True
+    #: ``kappa0="auto"``: the likelihood re-estimates its link strength after every sweep
+    auto_link_strength: bool = False
 
     def stick_kwargs(self) -> dict:
         return dict(alpha0=self.alpha0, lam=self.lam, gamma=self.gamma, max_depth=self.max_depth,
@@ -75,7 +81,8 @@ class SamplerSettings:
 
     def with_hyper(self, hyper: dict[str, float]) -> "SamplerSettings":
         """These settings with the chain's current stick hyperparameters."""
-        return replace(self, **hyper) if hyper else self
+        stick = {k: v for k, v in hyper.items() if k in STICK_HYPER}
+        return replace(self, **stick) if stick else self
 
 
 class NodeTable:
@@ -129,7 +136,8 @@ class ChainState:
     tree: TSSBTree
     window: WindowedCounts
     nodes: NodeTable
-    #: current stick hyperparameters (alpha0, lam, gamma); empty until the first epoch starts
+    #: current stick hyperparameters (alpha0, lam, gamma) and, under ``kappa0="auto"``, the
+    #: estimated link strength ``kappa0``; empty until the first epoch starts
     hyper: dict[str, float] = field(default_factory=dict)
 
     @classmethod
@@ -255,6 +263,7 @@ class EpochSampler:
             st.hyper = dict(alpha0=float(self.settings.alpha0), lam=float(self.settings.lam),
                             gamma=float(self.settings.gamma))
         n = X.shape[0]
+        self._start_link_strength(X)
         if len(st.nodes) == 0:
             if n == 0:
                 raise ValueError("the first epoch must contain documents")
@@ -291,6 +300,8 @@ class EpochSampler:
                                                   max_depth=cfg.max_depth, root_holds_data=cfg.root_holds_data,
                                                   rng=self.rng)
             self._update_concentrations(current, sums, sumsq)
+            if cfg.auto_link_strength:
+                self._update_link_strength(current, sums)
             self._update_theta(sums, current, epoch)
             logger.debug("epoch %d sweep %d: %d nodes, log p(x) %.4g", epoch, sweep, len(st.tree), stats.loglik)
         if n and previous is not None:
@@ -303,6 +314,42 @@ class EpochSampler:
         return tree
 
     # ------------------------------------------------------------------ steps
+    def _start_link_strength(self, X) -> None:
+        """Under ``kappa0="auto"``: the chain's estimate of ``kappa0`` (the family's starting
+        value from the first epoch's rows) goes into the likelihood before anything uses it."""
+        st, lik = self.state, self.likelihood
+        if not self.settings.auto_link_strength:
+            return
+        if "kappa0" not in st.hyper and X.shape[0]:
+            start = lik.initial_link_strength(X)
+            if start is not None:
+                st.hyper["kappa0"] = float(start)
+        if "kappa0" in st.hyper:
+            lik.kappa0 = st.hyper["kappa0"]
+
+    def _update_link_strength(self, current: dict[int, int], sums: dict[int, np.ndarray]) -> None:
+        """Re-estimate ``kappa0`` from the tree, the documents and the nodes' parameters (the
+        family's rule, :meth:`Likelihood.estimate_link_strength`)."""
+        st, lik = self.state, self.likelihood
+        arrays = st.tree.arrays()
+        ids = arrays.ids
+        slots = st.nodes.slots(ids)
+        theta = st.nodes.theta[slots]
+        counts = np.array([current.get(int(i), 0) for i in ids], dtype=np.float64)
+        S = np.zeros_like(theta)
+        for k, i in enumerate(ids):
+            if int(i) in sums:
+                S[k] = sums[int(i)]
+        has_prev = np.array([int(i) in self.prev_slot for i in ids], dtype=bool)
+        P = theta.copy()
+        if has_prev.any():
+            P[has_prev] = self.prev_theta[[self.prev_slot[int(i)] for i in ids[has_prev]]]
+        k0 = lik.estimate_link_strength(arrays, theta, st.nodes.concentration[slots], counts, S, P, has_prev,
+                                        self.root_anchor)
+        if k0 is not None:
+            st.hyper["kappa0"] = float(k0)
+            lik.kappa0 = float(k0)
+
     def _materialise(self, arrays, cand, ph_rows, stats, epoch: int):
         """Turn occupied placeholders into nodes; per-node counts, sums and sums of squares."""
         st, lik = self.state, self.likelihood

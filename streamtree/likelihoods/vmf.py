@@ -845,6 +845,44 @@ class VonMisesFisher(Likelihood):
         return log_normalizer_nb(float(self.n_features), float(concentration)) + concentration * np.asarray(
             X @ theta).ravel()
 
+    def _pooled_concentration(self, n: float, t: float) -> float:
+        """The maximum-likelihood concentration shared by documents: ``A_p(beta) = t / n``."""
+        lo, hi = self.concentration_bounds
+        return float(concentration_posterior_mode(np.array([n]), np.array([t]), self.n_features, 1.0, 0.0,
+                                                  lo, hi)[0])
+
+    def initial_link_strength(self, X):
+        """The documents' pooled concentration about their mean direction (see
+        :meth:`estimate_link_strength`); the first epoch's root concentration."""
+        return self._pooled_concentration(float(X.shape[0]), float(np.linalg.norm(np.asarray(X.sum(axis=0)))))
+
+    def estimate_link_strength(self, arrays, theta, concentration, counts, sums, prev_theta, has_prev,
+                               root_anchor):
+        """A unit-information link: ``kappa0`` equals the pooled document concentration.
+
+        ``kappa0`` is the beta maximising the likelihood of every document about its node's
+        direction, ``A_p(beta) = sum_e theta_e . s_e / sum_e n_e``: a new node's direction
+        carries one typical document's worth of information about where it lies relative to
+        its parent (the unit-information prior). It scales with the dimension and the
+        documents' spread, so it transfers across vocabularies and corpus sizes.
+
+        Why not the marginal likelihood of the links (the empirical-Bayes estimate the
+        multinomial family uses): the collapsed composite likelihood of the links, given a tree,
+        peaks at 3-7 times the pooled beta on planted hierarchical-Dirichlet corpora (also
+        given the true tree), and at such strengths the vMF kernel makes a singleton node for
+        every document whose cosine to its node is well below typical. With a strong link a
+        one-document node's collapsed marginal beats its node's likelihood once the cosine
+        falls below about 0.8 A_p(beta) (p = 2,000, beta = 1,000: from kappa ~ 2,000), and
+        documents of 30 to 100 words spread far more in cosine than one vMF concentration
+        per node allows. At ``kappa0 = beta`` only documents far below typical do.
+        """
+        counts = np.asarray(counts, dtype=np.float64)
+        live = counts > 0
+        if not live.any():
+            return None
+        t = float(np.einsum("ij,ij->", sums[live], theta[live]))
+        return self._pooled_concentration(float(counts[live].sum()), max(t, 0.0))
+
     def update_theta(self, arrays, theta, sums, counts, concentration, prev_theta, has_prev, root_anchor,
                      update, n_iter):
         par, tim = self.link_strengths(arrays.depth)
