@@ -55,7 +55,7 @@ def test_multinomial_recovers_planted_child_concentration():
     assert 600.0 / 1.25 < est < 600.0 * 1.25
 
 
-def test_multinomial_link_estimate_uses_both_links_and_is_deterministic():
+def test_multinomial_link_estimate_uses_the_parent_links_and_is_deterministic():
     rng = np.random.default_rng(0)
     V = 300
     root = rng.dirichlet(np.ones(V))
@@ -64,7 +64,7 @@ def test_multinomial_link_estimate_uses_both_links_and_is_deterministic():
     arrays = tree.arrays()
     theta = np.vstack([root] + [rng.dirichlet(400.0 * root) for _ in kids])
     prev = theta.copy()
-    prev[1:] = [rng.dirichlet(400.0 * t) for t in theta[1:]]  # a previous self as far as the parent
+    prev[1:] = [rng.dirichlet(20000.0 * t) for t in theta[1:]]  # a close previous self
     sums = np.vstack([np.zeros(V)] + [rng.multinomial(3000, t).astype(float) for t in theta[1:]])
     counts = np.r_[0.0, np.full(12, 50.0)]
     lik = Multinomial(VARIANT, V, kappa0=1.0, kappa1=1.0, a=0.0, min_node_docs=2)
@@ -72,9 +72,10 @@ def test_multinomial_link_estimate_uses_both_links_and_is_deterministic():
     a = lik.estimate_link_strength(arrays, theta, np.ones(13), counts, sums, prev, has_prev, root)
     b = lik.estimate_link_strength(arrays, theta, np.ones(13), counts, sums, prev, has_prev, root)
     assert a == b
-    # each link is a Dirichlet(400 x ...) draw; the node's prior Dir(k (root + prev) + eps) has
-    # its mean between the two, so the estimate is of the same order as 400 (not 0 or the bound)
-    assert 100.0 < a < 1600.0
+    # the parent links are Dirichlet(400 x root) draws; the previous selves do not enter
+    assert 400.0 / 1.3 < a < 400.0 * 1.3
+    c = lik.estimate_link_strength(arrays, theta, np.ones(13), counts, sums, prev, np.zeros(13, bool), root)
+    assert c == a
     # a node without documents or only the root: nothing to learn from
     assert lik.estimate_link_strength(arrays, theta, np.ones(13), np.zeros(13), sums, prev, has_prev,
                                       root) is None
@@ -145,3 +146,29 @@ def test_gaussian_has_no_kappa0():
     rng = np.random.default_rng(0)
     model = DTSSBP(likelihood="gaussian", max_depth=1, n_sweeps=3, random_state=0).fit([rng.normal(size=(40, 2))])
     assert model.kappa0_ is None
+
+
+def test_word_topics_recognise_a_node_by_its_birth_top_words():
+    from streamtree.likelihoods.base import MIN_SHARED_TOP_WORDS, TOP_WORDS
+
+    lik = VonMisesFisher(VARIANT, 40, kappa0=1.0, kappa1=1.0, a=0.0, min_node_docs=2,
+                         concentration_bounds=(1e-3, 1e6))
+    theta = np.linspace(1.0, 0.1, 40)  # top words 0..9
+    sig = lik.identity_signature(theta)
+    np.testing.assert_array_equal(sig, np.arange(TOP_WORDS))
+    for shared in range(TOP_WORDS + 1):
+        now = theta.copy()
+        now[shared:TOP_WORDS] = 0.0  # words shared..9 leave the top 10
+        assert lik.recognises(sig, now) == (shared >= MIN_SHARED_TOP_WORDS)
+
+
+@pytest.mark.parametrize("likelihood", ["vmf", "multinomial"])
+def test_identity_signatures_follow_the_tree_and_the_checkpoint(likelihood):
+    X = _planted(likelihood, 2)
+    model = DTSSBP(likelihood=likelihood, max_depth=2, n_sweeps=5, random_state=3).fit(X)
+    st = model.state_
+    assert set(st.signatures) == set(st.tree.preorder())
+    restored = DTSSBP.from_checkpoint(*model.get_checkpoint())
+    assert set(restored.state_.signatures) == set(st.signatures)
+    for nid, sig in st.signatures.items():
+        np.testing.assert_array_equal(restored.state_.signatures[nid], sig)

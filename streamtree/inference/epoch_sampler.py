@@ -48,6 +48,9 @@ MERGE_GRACE = 2  # sweeps a new node lives before the internal-node merge may re
 IDENTITY_LEVEL = 0.05
 #: per-document log-likelihood separation (in standard deviations) beyond which it counts as new
 IDENTITY_SEPARATION = 1.0
+#: documents a carried node needs in an epoch before the identity rule may give it a new id:
+#: with fewer, its parameter is mostly its links' prior and its top entries are noise
+IDENTITY_MIN_DOCS = 10
 
 CHECKPOINT_FORMAT = 1
 
@@ -139,6 +142,9 @@ class ChainState:
     #: current stick hyperparameters (alpha0, lam, gamma) and, under ``kappa0="auto"``, the
     #: estimated link strength ``kappa0``; empty until the first epoch starts
     hyper: dict[str, float] = field(default_factory=dict)
+    #: node id -> what the node is recognised by, from the epoch its id was born
+    #: (:meth:`Likelihood.identity_signature`); empty for families without one
+    signatures: dict[int, np.ndarray] = field(default_factory=dict)
 
     @classmethod
     def empty(cls, max_depth: int | None, window: int | None, n_features: int) -> "ChainState":
@@ -176,6 +182,10 @@ class ChainState:
             "window_node": np.asarray(hist_ids, dtype=np.int64),
             "window_count": np.asarray(hist_counts, dtype=np.int64),
         }
+        signed = [int(i) for i in ids if int(i) in self.signatures]
+        out["signature_node"] = np.asarray(signed, dtype=np.int64)
+        out["signature"] = (np.stack([self.signatures[i] for i in signed]) if signed
+                            else np.zeros((0, 0), dtype=np.float64))
         meta = {"max_depth": self.tree.max_depth, "next_id": int(self.tree.next_id), "window": self.window.window,
                 "window_epochs": len(self.window.history), "hyper": dict(self.hyper)}
         return out, meta
@@ -201,7 +211,9 @@ class ChainState:
         for h, nid, c in zip(arrays["window_epoch"], arrays["window_node"], arrays["window_count"]):
             history[int(h)][str(int(nid))] = int(c)
         window = WindowedCounts.from_state({"window": meta["window"], "history": history})
-        return cls(tree, window, nodes, {k: float(v) for k, v in meta.get("hyper", {}).items()})
+        signatures = {int(i): np.asarray(sig, dtype=np.float64)
+                      for i, sig in zip(arrays.get("signature_node", ()), arrays.get("signature", ()))}
+        return cls(tree, window, nodes, {k: float(v) for k, v in meta.get("hyper", {}).items()}, signatures)
 
 
 def tree_arrays(tree: EpochTree) -> TreeArrays:
@@ -306,11 +318,13 @@ class EpochSampler:
             logger.debug("epoch %d sweep %d: %d nodes, log p(x) %.4g", epoch, sweep, len(st.tree), stats.loglik)
         if n and previous is not None:
             self._identity_rule(X, epoch, current)
+        self._sign_new_nodes()
         labels = self.labels_now if n else np.zeros(0, dtype=np.int64)
         prev_ids = set(previous.node_ids.tolist()) if previous is not None else set()
         tree = self._epoch_tree(epoch, label, current, labels, prev_ids, previous)
         st.window.commit(current)
         self._cull({})
+        self._sign_new_nodes()  # forgets the signatures of nodes that fell out of the window
         return tree
 
     # ------------------------------------------------------------------ steps
@@ -434,31 +448,44 @@ class EpochSampler:
     def _identity_rule(self, X, epoch: int, current: dict[int, int]) -> None:
         """Publish a carried node whose content changed beyond recognition as a new node.
 
-        A node carried from the previous epoch, with parameter ``theta_prev`` at the start of
-        this epoch and ``theta_now`` at its end, is *not recognised* when both
+        A node carried from the previous epoch keeps its id unless, at the end of this epoch,
 
-        * its parameter moved further than its time link typically allows: the family's drift
-          statistic (chi-square scale) lies beyond the ``1 - IDENTITY_LEVEL`` quantile; and
-        * its documents tell the two parameters apart: the per-document log-likelihood ratios
-          ``log f(x | theta_now) - log f(x | theta_prev)`` over the node's documents have a mean
-          above ``IDENTITY_SEPARATION`` times their standard deviation (its old self would not
-          recognise its typical document; independent of the number of documents).
+        * it holds at least :data:`IDENTITY_MIN_DOCS` documents of this epoch (evidence: with
+          fewer, its parameter is mostly the prior its links give it), and
+        * the family no longer recognises it: for word families (vMF, multinomial) fewer than
+          3 of the 10 top words it had when its id was born are still among its top 10
+          (:class:`~streamtree.likelihoods.base.WordTopics`). The comparison is with the id's
+          birth, not with the previous epoch, so a node cannot drift away a few words per
+          epoch under one id. Families without such a signature (Gaussian) use the drift
+          test instead: the parameter moved further than its time link typically allows
+          (the family's drift statistic beyond the ``1 - IDENTITY_LEVEL`` chi-square
+          quantile) and its documents tell the two parameters apart (the per-document
+          log-likelihood ratios ``log f(x | theta_now) - log f(x | theta_prev)`` have a mean
+          above ``IDENTITY_SEPARATION`` times their standard deviation).
 
-        An unrecognised node gets a fresh id (born now) and the old id dies. Its place, counts
-        and parameters carry over to the new id, so the sampler's state is unchanged."""
+        An unrecognised node gets a fresh id (born now, with a new signature) and the old id
+        dies. Its place, counts and parameters carry over to the new id, so the sampler's state
+        is unchanged."""
         st, lik = self.state, self.likelihood
         for nid in st.tree.preorder()[1:]:
-            if nid not in self.prev_slot or current.get(nid, 0) == 0:
+            if nid not in self.prev_slot or current.get(nid, 0) < IDENTITY_MIN_DOCS:
                 continue
             s = st.nodes.slot[nid]
             theta_now, theta_prev = st.nodes.theta[s], self.prev_theta[self.prev_slot[nid]]
-            stat = lik.drift_statistic(theta_now, theta_prev, st.tree.depth[nid])
-            moved = stat is not None and stat[0] > chi2.isf(IDENTITY_LEVEL, stat[1]) and current[nid] >= 2
-            if moved:
-                rows = X[np.flatnonzero(self.labels_now == nid)]
-                conc = float(st.nodes.concentration[s])
-                r = lik.row_log_likelihood(rows, theta_now, conc) - lik.row_log_likelihood(rows, theta_prev, conc)
-                moved = float(np.mean(r)) > IDENTITY_SEPARATION * float(np.std(r))
+            signature = st.signatures.get(nid)
+            if signature is None:
+                signature = lik.identity_signature(theta_prev)
+            if signature is not None:
+                moved = not lik.recognises(signature, theta_now)
+            else:
+                stat = lik.drift_statistic(theta_now, theta_prev, st.tree.depth[nid])
+                moved = stat is not None and stat[0] > chi2.isf(IDENTITY_LEVEL, stat[1])
+                if moved:
+                    rows = X[np.flatnonzero(self.labels_now == nid)]
+                    conc = float(st.nodes.concentration[s])
+                    r = lik.row_log_likelihood(rows, theta_now, conc) - lik.row_log_likelihood(rows, theta_prev,
+                                                                                              conc)
+                    moved = float(np.mean(r)) > IDENTITY_SEPARATION * float(np.std(r))
             if not moved:
                 continue
             new = st.tree.next_id
@@ -467,11 +494,27 @@ class EpochSampler:
             s = st.nodes.slot.pop(nid)
             st.nodes.slot[new] = s
             st.window.merge(nid, new)
+            st.signatures.pop(nid, None)
             current[new] = current.pop(nid)
             self.labels_now[self.labels_now == nid] = new
             self.moves = [(new if a == nid else a, e, new if b == nid else b) for a, e, b in self.moves]
             self.renamed[nid] = new
             logger.debug("epoch %d: node %d changed beyond recognition, now node %d", epoch, nid, new)
+
+    def _sign_new_nodes(self) -> None:
+        """Record the identity signature of every node without one (born this epoch, or given a
+        new id by the identity rule) and forget those of nodes that are gone."""
+        st, lik = self.state, self.likelihood
+        ids = st.tree.preorder()
+        for nid in ids:
+            if nid not in st.signatures:
+                sig = lik.identity_signature(st.nodes.theta[st.nodes.slot[nid]])
+                if sig is None:
+                    return
+                st.signatures[nid] = sig
+        live = set(ids)
+        for nid in [k for k in st.signatures if k not in live]:
+            del st.signatures[nid]
 
     def _merge_internal(self, current: dict[int, int], sums: dict[int, np.ndarray], sumsq: dict[int, float]) -> None:
         """Heat-bath choice, for each internal node and each node with past counts (deepest first),

@@ -43,6 +43,35 @@ def finite_csr(X) -> sp.csr_matrix:
     return X
 
 
+#: words that describe a topic: a node of a word family is known by its largest parameter entries
+TOP_WORDS = 10
+#: a word-family node whose id keeps fewer of its birth top words than this has changed
+#: beyond recognition (2 of 10 shared is a Jaccard index of 0.11)
+MIN_SHARED_TOP_WORDS = 3
+
+
+def top_words(theta: np.ndarray, n: int = TOP_WORDS) -> np.ndarray:
+    """Indices of the ``n`` largest entries of ``theta``, largest first (ties by index)."""
+    return np.argsort(-np.asarray(theta), kind="stable")[:n]
+
+
+class WordTopics:
+    """Identity by top words, for families whose parameters are weights over a vocabulary.
+
+    A node is recognised while at least :data:`MIN_SHARED_TOP_WORDS` of the
+    :data:`TOP_WORDS` words it had when its id was born are still among its top words: what a
+    reader sees of a topic is its top words, and a label that keeps fewer than a third of them
+    names something else.
+    """
+
+    def identity_signature(self, theta: np.ndarray) -> np.ndarray:
+        return top_words(theta).astype(np.float64)
+
+    def recognises(self, signature: np.ndarray, theta_now: np.ndarray) -> bool:
+        shared = np.intersect1d(signature.astype(np.int64), top_words(theta_now, signature.size)).size
+        return shared >= min(MIN_SHARED_TOP_WORDS, signature.size)
+
+
 #: search range of an estimated link strength ``kappa0`` (``kappa0="auto"``)
 LINK_STRENGTH_RANGE = (1.0, 1e6)
 
@@ -183,6 +212,17 @@ class Likelihood(ABC):
         (twice the drop of the link's log density from its mode); ``None`` when the variant
         has no time link.
         """
+
+    def identity_signature(self, theta: np.ndarray) -> np.ndarray | None:
+        """What a node's parameter is recognised by (kept from the epoch its id is born; see
+        :meth:`recognises`); ``None`` when the family judges identity by
+        :meth:`drift_statistic` alone."""
+        return None
+
+    def recognises(self, signature: np.ndarray, theta_now: np.ndarray) -> bool:
+        """Whether a node with parameter ``theta_now`` is still the node whose id was born with
+        ``signature`` (:meth:`identity_signature`)."""
+        raise NotImplementedError(f"{type(self).__name__} has no identity signature")
 
     # ------------------------------------------------------------------ updates
     @abstractmethod

@@ -42,7 +42,7 @@ from scipy.special import gammaln, ive
 
 from streamtree.inference.enumerated import VMF, Candidates
 from streamtree.inference.theta_map import map_theta_vmf
-from streamtree.likelihoods.base import Likelihood, finite_csr
+from streamtree.likelihoods.base import Likelihood, WordTopics, finite_csr
 
 __all__ = [
     "VonMisesFisher",
@@ -751,7 +751,7 @@ def concentration_posterior_mode(n: np.ndarray, t: np.ndarray, p: int, shape: fl
 _NORM_TOL = 1e-6
 
 
-class VonMisesFisher(Likelihood):
+class VonMisesFisher(WordTopics, Likelihood):
     """vMF topics on L2-normalised rows: ``x | node ~ vMF(theta, beta)``.
 
     Node directions are linked to their parent by ``vMF(theta_parent, kappa0 kappa1^d)`` and to
