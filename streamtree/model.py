@@ -23,7 +23,7 @@ from sklearn.utils._param_validation import HasMethods, Interval, StrOptions, va
 
 from streamtree.epoch_tree import EpochTree
 from streamtree.inference.epoch_sampler import (CHECKPOINT_FORMAT, ChainState, EpochSampler, SamplerSettings,
-                                                predictive_masses)
+                                                apply_link_strengths, predictive_masses)
 from streamtree.inference.threads import fitting_threads
 from streamtree.inference.zsweep import engine_names, make_engine
 from streamtree.likelihoods import LIKELIHOODS, Likelihood
@@ -65,7 +65,8 @@ class DTSSBP(BaseEstimator):
         equal to the pooled document concentration
         (:meth:`~streamtree.likelihoods.vmf.VonMisesFisher.estimate_link_strength`);
         multinomial, empirical Bayes, the maximiser of the collapsed marginal likelihood of
-        the links (:meth:`~streamtree.likelihoods.multinomial.Multinomial.estimate_link_strength`).
+        the parent links (:meth:`~streamtree.likelihoods.multinomial.Multinomial.estimate_link_strength`),
+        and of the time link on its own (``time_strength`` in the chain's ``hyper``).
         A number fixes it. The Gaussian family does not use it.
     kappa1, a : float
         Depth and time factors of the link strengths (see ``kappa0``).
@@ -497,8 +498,8 @@ class DTSSBP(BaseEstimator):
                                               pool_size=ss_meta["pool_size"],
                                               n_children_spawned=ss_meta["n_children_spawned"])
         model.state_ = ChainState.from_arrays(arrays, meta["chain"])
-        if isinstance(model.kappa0, str) and "kappa0" in model.state_.hyper:
-            model.likelihood_.kappa0 = model.state_.hyper["kappa0"]
+        if isinstance(model.kappa0, str):
+            apply_link_strengths(model.likelihood_, model.state_.hyper)
         model.kappa0_ = getattr(model.likelihood_, "kappa0", None)
         last = EpochTree(
             epoch=int(meta["last_epoch"]), label=meta.get("last_label"),

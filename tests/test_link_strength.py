@@ -172,3 +172,28 @@ def test_identity_signatures_follow_the_tree_and_the_checkpoint(likelihood):
     assert set(restored.state_.signatures) == set(st.signatures)
     for nid, sig in st.signatures.items():
         np.testing.assert_array_equal(restored.state_.signatures[nid], sig)
+
+
+def test_multinomial_time_strength_is_estimated_apart_from_the_parent_link():
+    # each child drifts from its previous self by Dirichlet(5000 x previous), while it lies
+    # Dirichlet(300 x root) from its parent: the time link is estimated near 5000, not 300
+    rng = np.random.default_rng(4)
+    V = 400
+    root = rng.dirichlet(np.ones(V))
+    tree = TSSBTree(3)
+    for _ in range(15):
+        tree.add_child(ROOT)
+    arrays = tree.arrays()
+    prev = np.vstack([root] + [rng.dirichlet(300.0 * root) for _ in range(15)])
+    theta = np.vstack([root] + [rng.dirichlet(5000.0 * p) for p in prev[1:]])
+    sums = np.vstack([np.zeros(V)] + [rng.multinomial(20000, t).astype(float) for t in theta[1:]])
+    counts = np.r_[0.0, np.full(15, 200.0)]
+    has_prev = np.r_[False, np.ones(15, dtype=bool)]
+    lik = Multinomial(VARIANT, V, kappa0=300.0, kappa1=1.0, a=0.0, min_node_docs=2)
+    est = lik.estimate_time_strength(arrays, theta, np.ones(16), counts, sums, prev, has_prev, root)
+    assert 5000.0 / 1.5 < est < 5000.0 * 1.5
+    lik.time_strength = est
+    par, tim = lik.link_strengths(np.array([1]))
+    assert par[0] == 300.0 and tim[0] == est
+    assert lik.estimate_time_strength(arrays, theta, np.ones(16), counts, sums, prev, np.zeros(16, bool),
+                                      root) is None

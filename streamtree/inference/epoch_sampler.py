@@ -57,6 +57,8 @@ CHECKPOINT_FORMAT = 1
 #: the stick hyperparameters among the chain's ``hyper`` values (which also hold an estimated
 #: ``kappa0`` under ``kappa0="auto"``)
 STICK_HYPER = ("alpha0", "lam", "gamma")
+#: the link strengths among them, estimated under ``kappa0="auto"``
+LINK_HYPER = ("kappa0", "time_strength")
 
 
 @dataclass(frozen=True)
@@ -216,6 +218,13 @@ class ChainState:
         return cls(tree, window, nodes, {k: float(v) for k, v in meta.get("hyper", {}).items()}, signatures)
 
 
+def apply_link_strengths(likelihood: Likelihood, hyper: dict[str, float]) -> None:
+    """Put the chain's estimated link strengths (``kappa0="auto"``) into the likelihood."""
+    for name in LINK_HYPER:
+        if name in hyper:
+            setattr(likelihood, name, float(hyper[name]))
+
+
 def tree_arrays(tree: EpochTree) -> TreeArrays:
     """The :class:`TreeArrays` of a published epoch tree (its nodes are in pre-order)."""
     row = {int(i): k for k, i in enumerate(tree.node_ids)}
@@ -338,8 +347,7 @@ class EpochSampler:
             start = lik.initial_link_strength(X)
             if start is not None:
                 st.hyper["kappa0"] = float(start)
-        if "kappa0" in st.hyper:
-            lik.kappa0 = st.hyper["kappa0"]
+        apply_link_strengths(lik, st.hyper)
 
     def _update_link_strength(self, current: dict[int, int], sums: dict[int, np.ndarray]) -> None:
         """Re-estimate ``kappa0`` from the tree, the documents and the nodes' parameters (the
@@ -362,7 +370,12 @@ class EpochSampler:
                                         self.root_anchor)
         if k0 is not None:
             st.hyper["kappa0"] = float(k0)
-            lik.kappa0 = float(k0)
+        apply_link_strengths(lik, st.hyper)
+        k_t = lik.estimate_time_strength(arrays, theta, st.nodes.concentration[slots], counts, S, P, has_prev,
+                                         self.root_anchor)
+        if k_t is not None:
+            st.hyper["time_strength"] = float(k_t)
+        apply_link_strengths(lik, st.hyper)
 
     def _materialise(self, arrays, cand, ph_rows, stats, epoch: int):
         """Turn occupied placeholders into nodes; per-node counts, sums and sums of squares."""

@@ -266,13 +266,29 @@ class Likelihood(ABC):
         """
         return None
 
+    def estimate_time_strength(self, arrays: TreeArrays, theta: np.ndarray, concentration: np.ndarray,
+                               counts: np.ndarray, sums: np.ndarray, prev_theta: np.ndarray,
+                               has_prev: np.ndarray, root_anchor: np.ndarray) -> float | None:
+        """The time link's strength re-estimated from the carried nodes (``kappa0="auto"``;
+        arguments as :meth:`estimate_link_strength`); ``None``: the time link follows ``kappa0``."""
+        return None
+
     # ------------------------------------------------------------------ shared link rules
-    def link_strengths(self, depth: np.ndarray, kappa0: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    #: the time link's own strength, estimated under ``kappa0="auto"`` by families that can
+    #: (:meth:`estimate_time_strength`); ``None``: the time link follows ``kappa0``
+    time_strength: float | None = None
+
+    def link_strengths(self, depth: np.ndarray, kappa0: float | None = None,
+                       time_strength: float | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Per-node (parent, previous-epoch) link strengths ``kappa0 kappa1^d`` and
         ``kappa0 kappa1^(d + a)`` (0 where the variant has no such link; the DP baselines'
-        fixed time strength ``xi``), at the family's ``kappa0`` unless one is given."""
+        fixed time strength ``xi``), at the family's ``kappa0`` unless one is given. An
+        estimated :attr:`time_strength` (or one given) takes the place of ``kappa0`` in the
+        time link."""
         v = self.variant
         k0 = self.kappa0 if kappa0 is None else kappa0
+        k_t = time_strength if time_strength is not None else self.time_strength
+        k_t = k0 if k_t is None else k_t
         d = np.asarray(depth, dtype=np.float64)
         par = k0 * self.kappa1 ** d if v.parent_link else np.zeros_like(d)
         if not v.time_link:
@@ -280,7 +296,7 @@ class Likelihood(ABC):
         elif v.time_kappa is not None:
             tim = np.full_like(d, v.time_kappa)
         else:
-            tim = k0 * self.kappa1 ** (d + self.a)
+            tim = k_t * self.kappa1 ** (d + self.a)
         return par, tim
 
     def __repr__(self) -> str:

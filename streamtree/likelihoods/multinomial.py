@@ -187,6 +187,43 @@ class Multinomial(WordTopics, Likelihood):
 
         return argmax_log_scale(evidence)
 
+    def estimate_time_strength(self, arrays, theta, concentration, counts, sums, prev_theta, has_prev,
+                               root_anchor):
+        """Empirical Bayes for the time link, given the parent links: the strength ``s`` (in
+        place of ``kappa0`` in ``s kappa1^(d + a)``) maximising the collapsed marginals of the
+        carried nodes' documents under ``Dir(s_par(d) phi_parent + s kappa1^(d + a) phi_prev
+        + eps)``. A topic usually changes far less from one epoch to the next than from its
+        parent, so one strength for both links fits neither (see :meth:`estimate_link_strength`).
+        ``phi_prev`` was fitted to the previous epoch's documents, not to these."""
+        v = self.variant
+        if not v.time_link or v.time_kappa is not None:
+            return None
+        counts = np.asarray(counts, dtype=np.float64)
+        has_prev = np.asarray(has_prev, dtype=bool)
+        rows = [k for k in range(1, arrays.size) if counts[k] > 0 and has_prev[k]]
+        if not rows:
+            return None
+        pidx = arrays.parent_index
+        depth = arrays.depth[rows]
+        par, _ = self.link_strengths(depth)
+        nz = [np.flatnonzero(sums[k]) for k in rows]
+        x = [sums[k][w] for k, w in zip(rows, nz)]
+        base = [par[j] * theta[pidx[k]][w] + self.floor for j, (k, w) in enumerate(zip(rows, nz))]
+        prev_phi = [prev_theta[k][w] for k, w in zip(rows, nz)]
+        n_tok = np.array([float(v_.sum()) for v_ in x])
+        floor_total = self.floor * self.n_features
+
+        def evidence(strength: float) -> float:
+            _, tim = self.link_strengths(depth, time_strength=strength)
+            total = par + tim + floor_total
+            out = float(np.sum(gammaln(total) - gammaln(total + n_tok)))
+            for j in range(len(rows)):
+                a = base[j] + tim[j] * prev_phi[j]
+                out += float(np.sum(gammaln(a + x[j]) - gammaln(a)))
+            return out
+
+        return argmax_log_scale(evidence)
+
     # ------------------------------------------------------------------ updates
     def update_theta(self, arrays, theta, sums, counts, concentration, prev_theta, has_prev, root_anchor,
                      update, n_iter):
