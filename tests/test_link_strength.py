@@ -95,8 +95,16 @@ def test_vmf_link_strength_is_the_pooled_document_concentration():
                          concentration_bounds=(1e-3, 1e6))
     est = lik.estimate_link_strength(arrays, mus, np.ones(5), counts, sums, mus, np.zeros(5, bool), mus[0])
     assert abs(est - beta) / beta < 0.05
-    # exactly the root of A_p(b) = sum theta.s / sum n
-    assert mean_resultant_length(p, est) == pytest.approx(np.einsum("ij,ij->", sums, mus) / counts.sum(), rel=1e-6)
+    # exactly the root of A_p(b)^2 = the mean cosine of two documents of one node
+    pairs = sum((d.sum(axis=0) @ d.sum(axis=0) - len(d)) / (len(d) * (len(d) - 1)) for d in docs) / 5
+    assert mean_resultant_length(p, est) == pytest.approx(np.sqrt(pairs), rel=1e-6)
+    # one-document nodes say nothing about the spread (their fitted direction is the document)
+    one = np.r_[counts[:4], 1.0]
+    sums_one = np.vstack([sums[:4], docs[4][0]])
+    est_one = lik.estimate_link_strength(arrays, mus, np.ones(5), one, sums_one, mus, np.zeros(5, bool), mus[0])
+    est_four = lik.estimate_link_strength(arrays, mus, np.ones(5), np.r_[counts[:4], 0.0],
+                                          np.vstack([sums[:4], np.zeros(p)]), mus, np.zeros(5, bool), mus[0])
+    assert est_one == est_four
     assert len(kids) == 4
 
 

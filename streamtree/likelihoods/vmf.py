@@ -860,11 +860,17 @@ class VonMisesFisher(WordTopics, Likelihood):
                                root_anchor):
         """A unit-information link: ``kappa0`` equals the pooled document concentration.
 
-        ``kappa0`` is the beta maximising the likelihood of every document about its node's
-        direction, ``A_p(beta) = sum_e theta_e . s_e / sum_e n_e``: a new node's direction
-        carries one typical document's worth of information about where it lies relative to
-        its parent (the unit-information prior). It scales with the dimension and the
-        documents' spread, so it transfers across vocabularies and corpus sizes.
+        A new node's direction carries one typical document's worth of information about
+        where it lies relative to its parent (the unit-information prior): ``kappa0`` is the
+        ``beta`` with ``A_p(beta)^2`` equal to the mean cosine between two different
+        documents of the same node, per document,
+        ``sum_e (||s_e||^2 - n_e) / (n_e - 1) / sum_e n_e`` over nodes with two documents or
+        more. Pairs of distinct documents, not documents against their node's fitted
+        direction: that direction is fitted to the same documents, so small nodes would look
+        tight (a one-document node has cosine 1), the estimate would grow with the number of
+        small nodes and the stronger link would then make more of them. The value scales
+        with the dimension and the documents' spread, so it transfers across vocabularies and
+        corpus sizes.
 
         Why not the marginal likelihood of the links (the empirical-Bayes estimate the
         multinomial family uses): the collapsed composite likelihood of the links, given a tree,
@@ -876,12 +882,17 @@ class VonMisesFisher(WordTopics, Likelihood):
         documents of 30 to 100 words spread far more in cosine than one vMF concentration
         per node allows. At ``kappa0 = beta`` only documents far below typical do.
         """
-        counts = np.asarray(counts, dtype=np.float64)
-        live = counts > 0
-        if not live.any():
+        n = np.asarray(counts, dtype=np.float64)
+        big = n >= 2
+        if not big.any():
             return None
-        t = float(np.einsum("ij,ij->", sums[live], theta[live]))
-        return self._pooled_concentration(float(counts[live].sum()), max(t, 0.0))
+        s2 = np.einsum("ij,ij->i", sums[big], sums[big])
+        a2 = float(np.sum((s2 - n[big]) / (n[big] - 1.0)) / np.sum(n[big]))
+        lo, hi = self.concentration_bounds
+        if a2 <= 0.0:
+            return float(lo)
+        a = min(np.sqrt(a2), 1.0 - 1e-12)
+        return self._pooled_concentration(1.0, a)
 
     def update_theta(self, arrays, theta, sums, counts, concentration, prev_theta, has_prev, root_anchor,
                      update, n_iter):
