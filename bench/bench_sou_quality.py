@@ -25,8 +25,10 @@ Target: the model's mean over decades >= HLDA's, from the same run.
 Node identity of the model: the share of node ids that appear in a single decade; the mean
 Jaccard index between the top-10 words of an id's first and last decade, over ids present in
 more than 3 decades; the number of decade-to-decade transitions (an id present in two
-consecutive decades) whose parent changes; node-decades whose concentration sits at the cap
-``beta_bounds[1]`` (and how many of those hold at most 2 documents).
+consecutive decades) whose parent changes; the single-decade ids by the documents they held in
+their decade (births that die at once hold few); node-decades whose concentration sits at the
+cap ``concentration_bounds[1]`` (and how many of those hold at most 2 documents). The progress
+lines print the link strength in use (``kappa0_``, estimated under ``kappa0="auto"``).
 
 Usage: python bench/bench_sou_quality.py [--likelihood vmf[,multinomial]] [--max-depth 3]
        [--sweeps N] [--decades 6 | 1790s,1800s] [--hlda-iter 500] [--hlda-fit all|per-decade]
