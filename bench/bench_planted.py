@@ -81,6 +81,12 @@ def ids_kept(prev: dict[int, int], now: dict[int, int]) -> tuple[int, int, int, 
     return len(kept), len(surviving), len({now[j] for j in surviving}), int(one_to_one)
 
 
+def _strength(model: DTSSBP) -> str:
+    """The link strength the model used (its estimate under ``kappa0="auto"``)."""
+    k = getattr(model, "kappa0_", None)
+    return "-" if k is None else f"{k:.0f}"
+
+
 def _met(ok: bool) -> str:
     return "met" if ok else "NOT met"
 
@@ -107,7 +113,7 @@ def run_size(n_features: int, n_documents: int, args, likelihoods: list[str]) ->
         print(f"-- DTSSBP({', '.join(f'{k}={v!r}' for k, v in params.items())}), other parameters at defaults")
         header = (f"{'epoch':>5} {'nodes>=1%':>10} {'truth':>5} {'ratio':>6} {'(0.67-1.5x)':>12} "
                   f"{'ARI':>6} {'k-means':>8} {'(>= k-means)':>13} {'ids kept':>14} {'(>= 80%)':>9} "
-                  f"{'live K':>6} {'CPU s':>7} {'k-means CPU s':>14}")
+                  f"{'live K':>6} {'kappa0_':>8} {'CPU s':>7} {'k-means CPU s':>14}")
         maps, met, notes = [], [], []
         for t, counts in enumerate(corpus.counts):
             X = model_input(counts, likelihood)
@@ -144,7 +150,7 @@ def run_size(n_features: int, n_documents: int, args, likelihoods: list[str]) ->
                 met += [ok_ratio, ok_ari]
             print(f"{t:>5} {n_big:>10} {n_true:>5} {ratio:>5.2f}x {_met(ok_ratio):>12} {ari:>6.3f} "
                   f"{km_ari[t]:>8.3f} {_met(ok_ari):>13} {keep_txt:>14} "
-                  f"{'-' if ok_keep is None else _met(ok_keep):>9} {tree.n_nodes:>6} {cpu:>7.1f} "
+                  f"{'-' if ok_keep is None else _met(ok_keep):>9} {tree.n_nodes:>6} {_strength(model):>8} {cpu:>7.1f} "
                   f"{km_cpu[t]:>14.1f}", flush=True)
         else:
             for note in notes:

@@ -25,8 +25,10 @@ Target: the model's mean over decades >= HLDA's, from the same run.
 Node identity of the model: the share of node ids that appear in a single decade; the mean
 Jaccard index between the top-10 words of an id's first and last decade, over ids present in
 more than 3 decades; the number of decade-to-decade transitions (an id present in two
-consecutive decades) whose parent changes; node-decades whose concentration sits at the cap
-``beta_bounds[1]`` (and how many of those hold at most 2 documents).
+consecutive decades) whose parent changes; the single-decade ids by the documents they held in
+their decade (births that die at once hold few); node-decades whose concentration sits at the
+cap ``concentration_bounds[1]`` (and how many of those hold at most 2 documents). The progress
+lines print the link strength in use (``kappa0_``, estimated under ``kappa0="auto"``).
 
 Usage: python bench/bench_sou_quality.py [--likelihood vmf[,multinomial]] [--max-depth 3]
        [--sweeps N] [--decades 6 | 1790s,1800s] [--hlda-iter 500] [--hlda-fit all|per-decade]
@@ -69,6 +71,10 @@ def identity_figures(trees, model) -> dict:
         for k, nid in enumerate(tree.node_ids.tolist()):
             present[nid].append((t, k))
     single = sum(len(v) == 1 for v in present.values())
+    # the single-decade ids by their documents in that decade: births that die at once hold few
+    single_docs = np.array([int(trees[w[0][0]].counts[w[0][1]]) for w in present.values() if len(w) == 1])
+    single_by_docs = {"<= 2": int(np.sum(single_docs <= 2)), "3-19": int(np.sum((single_docs > 2) & (single_docs < 20))),
+                      ">= 20": int(np.sum(single_docs >= 20))}
     jacc = []
     for nid, where in present.items():
         if len(where) > 3:
@@ -83,12 +89,12 @@ def identity_figures(trees, model) -> dict:
             if nid in par_prev:
                 transitions += 1
                 changes += par_prev[nid] != par
-    cap = model.beta_bounds[1]
+    cap = model.concentration_bounds[1]
     at_cap = sum(int(np.sum(t.concentration >= cap * (1 - 1e-9))) for t in trees)
     at_cap_small = sum(int(np.sum((t.concentration >= cap * (1 - 1e-9)) & (t.counts <= 2))) for t in trees)
     return {"ids": len(present), "single": single, "jaccard": jacc, "transitions": transitions,
             "parent_changes": changes, "node_decades": sum(t.n_nodes for t in trees), "at_cap": at_cap,
-            "at_cap_small": at_cap_small, "cap": cap}
+            "at_cap_small": at_cap_small, "cap": cap, "single_by_docs": single_by_docs}
 
 
 def hlda_topics_by_decade(corpus: SouCorpus, args) -> tuple[list[np.ndarray], list[np.ndarray], float, int, str]:
@@ -160,7 +166,8 @@ def run_model(corpus: SouCorpus, likelihood: str, args):
                 print(f"-- likelihood={likelihood!r} skipped: the model rejects it ({exc})")
                 return None, params, 0.0
             raise
-        print(f"   {label}: {X.shape[0]} documents, {model.trees_[-1].n_nodes} nodes, "
+        print(f"   {label}: {X.shape[0]} documents, {model.trees_[-1].n_nodes} nodes, kappa0_ "
+              f"{getattr(model, 'kappa0_', model.kappa0) or 0:.0f}, "
               f"{time.process_time() - c0:.0f}s CPU so far", flush=True)
     cpu = time.process_time() - c0
     model.close()
@@ -230,6 +237,8 @@ def main() -> None:
         print(f"   identity: {f['single']} of {f['ids']} ids ({100 * f['single'] / max(f['ids'], 1):.0f}%) live a "
               f"single decade; first-vs-last top-{N_TOP_WORDS} Jaccard of ids alive > 3 decades: {jac}; "
               f"{f['parent_changes']} of {f['transitions']} decade-to-decade transitions change the parent")
+        print("   single-decade ids by their documents in that decade: "
+              + ", ".join(f"{k}: {v}" for k, v in f["single_by_docs"].items()))
         print(f"   concentration at the cap {f['cap']:g}: {f['at_cap']} of {f['node_decades']} node-decades, "
               f"{f['at_cap_small']} of them holding <= 2 documents")
 

@@ -23,7 +23,7 @@ from sklearn.utils._param_validation import HasMethods, Interval, StrOptions, va
 
 from streamtree.epoch_tree import EpochTree
 from streamtree.inference.epoch_sampler import (CHECKPOINT_FORMAT, ChainState, EpochSampler, SamplerSettings,
-                                                predictive_masses)
+                                                apply_link_strengths, predictive_masses)
 from streamtree.inference.threads import fitting_threads
 from streamtree.inference.zsweep import engine_names, make_engine
 from streamtree.likelihoods import LIKELIHOODS, Likelihood
@@ -56,13 +56,20 @@ class DTSSBP(BaseEstimator):
         Stay-here stick concentration alpha(d) = alpha0 * lam**d.
     gamma : float
         Branch stick concentration.
-    kappa0, kappa1, a : float
-        Link strengths of vMF directions and multinomial word distributions: parent link
+    kappa0 : float or "auto"
+        Link strength of vMF directions and multinomial word distributions: parent link
         kappa0 * kappa1**d, previous-epoch link kappa0 * kappa1**(d + a). A new node's
-        parameter has its parent link as prior. The default 1e3 is where held-out selection
-        on the bundled SOU corpus (over 10 to 1e4) and planted hierarchical-Dirichlet trees
-        (V = 2,000) agree: with the split-merge moves creating nodes, a tighter link (the former
-        1e4) makes every child a near copy of its parent and the trees grow into swarms.
+        parameter has its parent link as prior, so kappa0 governs the size of the trees.
+        ``"auto"`` (default) chooses it from the data, by the family's rule, after every
+        sweep (the value in use is ``kappa0_``): vMF, the unit-information link, kappa0
+        equal to the pooled document concentration
+        (:meth:`~streamtree.likelihoods.vmf.VonMisesFisher.estimate_link_strength`);
+        multinomial, empirical Bayes, the maximiser of the collapsed marginal likelihood of
+        the parent links (:meth:`~streamtree.likelihoods.multinomial.Multinomial.estimate_link_strength`),
+        and of the time link on its own (``time_strength`` in the chain's ``hyper``).
+        A number fixes it. The Gaussian family does not use it.
+    kappa1, a : float
+        Depth and time factors of the link strengths (see ``kappa0``).
     xi : float
         Time-link strength of the DP baselines.
     sigma0, sigma1, eta : float
@@ -128,6 +135,9 @@ class DTSSBP(BaseEstimator):
     predictive_ : Candidates
         The predictive mixture of the last epoch in the z-kernel's form.
     n_features_in_ : int
+    kappa0_ : float or None
+        The link strength in use after the last epoch: the estimate under ``kappa0="auto"``,
+        else ``kappa0`` (``None`` for the Gaussian family, which has no such link).
     """
 
     _parameter_constraints: dict = {
@@ -138,7 +148,7 @@ class DTSSBP(BaseEstimator):
         "alpha0": [Interval(numbers.Real, 0, None, closed="neither")],
         "lam": [Interval(numbers.Real, 0, 1, closed="right")],
         "gamma": [Interval(numbers.Real, 0, None, closed="neither")],
-        "kappa0": [Interval(numbers.Real, 0, None, closed="neither")],
+        "kappa0": [Interval(numbers.Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "kappa1": [Interval(numbers.Real, 0, None, closed="neither")],
         "a": [Interval(numbers.Real, None, None, closed="neither")],
         "xi": [Interval(numbers.Real, 0, None, closed="neither")],
@@ -170,7 +180,7 @@ class DTSSBP(BaseEstimator):
         alpha0: float = 1.0,
         lam: float = 0.5,
         gamma: float = 0.5,
-        kappa0: float = 1e3,
+        kappa0: float | str = "auto",
         kappa1: float = 1.0,
         a: float = 0.0,
         xi: float = 0.001,
@@ -242,7 +252,8 @@ class DTSSBP(BaseEstimator):
                                freeze_after_birth=config.freeze_after_birth, n_sweeps=self.n_sweeps,
                                n_map_iter=self.n_map_iter, merge_moves=self.merge_moves,
                                split_proposals=self.split_proposals, min_node_docs=self.min_node_docs,
-                               sample_hyperparameters=self.sample_hyperparameters
+                               sample_hyperparameters=self.sample_hyperparameters,
+                               auto_link_strength=isinstance(self.kappa0, str)
                                ).with_hyper(getattr(getattr(self, "state_", None), "hyper", {}))
 
     def _check_fitted(self) -> None:
@@ -315,7 +326,7 @@ class DTSSBP(BaseEstimator):
 
     def _reset(self) -> None:
         for name in ("state_", "trees_", "likelihood_", "variant_config_", "n_features_in_", "predictive_",
-                     "_last_tree"):
+                     "kappa0_", "_last_tree"):
             if hasattr(self, name):
                 delattr(self, name)
 
@@ -363,6 +374,7 @@ class DTSSBP(BaseEstimator):
             tree = sampler.run(X, int(epoch), label, children[1:], last)
         self.trees_.append(tree)
         self._last_tree = tree
+        self.kappa0_ = getattr(self.likelihood_, "kappa0", None)
         self.predictive_ = self._predictive_kernel(normalized=True)
         logger.info("epoch %s: %d documents, %d nodes (%d born, %d died) in %.2fs", epoch, X.shape[0],
                     tree.n_nodes, int(np.sum(tree.born == epoch)), tree.died.size, time.perf_counter() - start)
@@ -489,6 +501,9 @@ class DTSSBP(BaseEstimator):
                                               pool_size=ss_meta["pool_size"],
                                               n_children_spawned=ss_meta["n_children_spawned"])
         model.state_ = ChainState.from_arrays(arrays, meta["chain"])
+        if isinstance(model.kappa0, str):
+            apply_link_strengths(model.likelihood_, model.state_.hyper)
+        model.kappa0_ = getattr(model.likelihood_, "kappa0", None)
         last = EpochTree(
             epoch=int(meta["last_epoch"]), label=meta.get("last_label"),
             **{name: np.asarray(arrays[f"last_{name}"]) for name in (

@@ -49,8 +49,17 @@ DOCS_PER_SPLIT_ATTEMPT = 100
 IDENTITY_LEVEL = 0.05
 #: per-document log-likelihood separation (in standard deviations) beyond which it counts as new
 IDENTITY_SEPARATION = 1.0
+#: documents a carried node needs in an epoch before the identity rule may give it a new id:
+#: with fewer, its parameter is mostly its links' prior and its top entries are noise
+IDENTITY_MIN_DOCS = 10
 
 CHECKPOINT_FORMAT = 1
+
+#: the stick hyperparameters among the chain's ``hyper`` values (which also hold an estimated
+#: ``kappa0`` under ``kappa0="auto"``)
+STICK_HYPER = ("alpha0", "lam", "gamma")
+#: the link strengths among them, estimated under ``kappa0="auto"``
+LINK_HYPER = ("kappa0", "time_strength")
 
 
 @dataclass(frozen=True)
@@ -69,6 +78,8 @@ class SamplerSettings:
     split_proposals: int | str
     min_node_docs: int
     sample_hyperparameters: bool = True
+    #: ``kappa0="auto"``: the likelihood re-estimates its link strength after every sweep
+    auto_link_strength: bool = False
 
     def stick_kwargs(self) -> dict:
         return dict(alpha0=self.alpha0, lam=self.lam, gamma=self.gamma, max_depth=self.max_depth,
@@ -85,7 +96,8 @@ class SamplerSettings:
 
     def with_hyper(self, hyper: dict[str, float]) -> "SamplerSettings":
         """These settings with the chain's current stick hyperparameters."""
-        return replace(self, **hyper) if hyper else self
+        stick = {k: v for k, v in hyper.items() if k in STICK_HYPER}
+        return replace(self, **stick) if stick else self
 
 
 class NodeTable:
@@ -139,8 +151,12 @@ class ChainState:
     tree: TSSBTree
     window: WindowedCounts
     nodes: NodeTable
-    #: current stick hyperparameters (alpha0, lam, gamma); empty until the first epoch starts
+    #: current stick hyperparameters (alpha0, lam, gamma) and, under ``kappa0="auto"``, the
+    #: estimated link strength ``kappa0``; empty until the first epoch starts
     hyper: dict[str, float] = field(default_factory=dict)
+    #: node id -> what the node is recognised by, from the epoch its id was born
+    #: (:meth:`Likelihood.identity_signature`); empty for families without one
+    signatures: dict[int, np.ndarray] = field(default_factory=dict)
 
     @classmethod
     def empty(cls, max_depth: int | None, window: int | None, n_features: int) -> "ChainState":
@@ -178,6 +194,10 @@ class ChainState:
             "window_node": np.asarray(hist_ids, dtype=np.int64),
             "window_count": np.asarray(hist_counts, dtype=np.int64),
         }
+        signed = [int(i) for i in ids if int(i) in self.signatures]
+        out["signature_node"] = np.asarray(signed, dtype=np.int64)
+        out["signature"] = (np.stack([self.signatures[i] for i in signed]) if signed
+                            else np.zeros((0, 0), dtype=np.float64))
         meta = {"max_depth": self.tree.max_depth, "next_id": int(self.tree.next_id), "window": self.window.window,
                 "window_epochs": len(self.window.history), "hyper": dict(self.hyper)}
         return out, meta
@@ -203,7 +223,16 @@ class ChainState:
         for h, nid, c in zip(arrays["window_epoch"], arrays["window_node"], arrays["window_count"]):
             history[int(h)][str(int(nid))] = int(c)
         window = WindowedCounts.from_state({"window": meta["window"], "history": history})
-        return cls(tree, window, nodes, {k: float(v) for k, v in meta.get("hyper", {}).items()})
+        signatures = {int(i): np.asarray(sig, dtype=np.float64)
+                      for i, sig in zip(arrays.get("signature_node", ()), arrays.get("signature", ()))}
+        return cls(tree, window, nodes, {k: float(v) for k, v in meta.get("hyper", {}).items()}, signatures)
+
+
+def apply_link_strengths(likelihood: Likelihood, hyper: dict[str, float]) -> None:
+    """Put the chain's estimated link strengths (``kappa0="auto"``) into the likelihood."""
+    for name in LINK_HYPER:
+        if name in hyper:
+            setattr(likelihood, name, float(hyper[name]))
 
 
 def tree_arrays(tree: EpochTree) -> TreeArrays:
@@ -266,6 +295,7 @@ class EpochSampler:
             st.hyper = dict(alpha0=float(self.settings.alpha0), lam=float(self.settings.lam),
                             gamma=float(self.settings.gamma))
         n = X.shape[0]
+        self._start_link_strength(X)
         if len(st.nodes) == 0:
             if n == 0:
                 raise ValueError("the first epoch must contain documents")
@@ -302,18 +332,62 @@ class EpochSampler:
                                                   max_depth=cfg.max_depth, root_holds_data=cfg.root_holds_data,
                                                   rng=self.rng)
             self._update_concentrations(current, sums, sumsq)
+            if cfg.auto_link_strength:
+                self._update_link_strength(current, sums)
             self._update_theta(sums, current, epoch)
             logger.debug("epoch %d sweep %d: %d nodes, log p(x) %.4g", epoch, sweep, len(st.tree), stats.loglik)
         if n and previous is not None:
             self._identity_rule(X, epoch, current)
+        self._sign_new_nodes()
         labels = self.labels_now if n else np.zeros(0, dtype=np.int64)
         prev_ids = set(previous.node_ids.tolist()) if previous is not None else set()
         tree = self._epoch_tree(epoch, label, current, labels, prev_ids, previous)
         st.window.commit(current)
         self._cull({})
+        self._sign_new_nodes()  # forgets the signatures of nodes that fell out of the window
         return tree
 
     # ------------------------------------------------------------------ steps
+    def _start_link_strength(self, X) -> None:
+        """Under ``kappa0="auto"``: the chain's estimate of ``kappa0`` (the family's starting
+        value from the first epoch's rows) goes into the likelihood before anything uses it."""
+        st, lik = self.state, self.likelihood
+        if not self.settings.auto_link_strength:
+            return
+        if "kappa0" not in st.hyper and X.shape[0]:
+            start = lik.initial_link_strength(X)
+            if start is not None:
+                st.hyper["kappa0"] = float(start)
+        apply_link_strengths(lik, st.hyper)
+
+    def _update_link_strength(self, current: dict[int, int], sums: dict[int, np.ndarray]) -> None:
+        """Re-estimate ``kappa0`` from the tree, the documents and the nodes' parameters (the
+        family's rule, :meth:`Likelihood.estimate_link_strength`)."""
+        st, lik = self.state, self.likelihood
+        arrays = st.tree.arrays()
+        ids = arrays.ids
+        slots = st.nodes.slots(ids)
+        theta = st.nodes.theta[slots]
+        counts = np.array([current.get(int(i), 0) for i in ids], dtype=np.float64)
+        S = np.zeros_like(theta)
+        for k, i in enumerate(ids):
+            if int(i) in sums:
+                S[k] = sums[int(i)]
+        has_prev = np.array([int(i) in self.prev_slot for i in ids], dtype=bool)
+        P = theta.copy()
+        if has_prev.any():
+            P[has_prev] = self.prev_theta[[self.prev_slot[int(i)] for i in ids[has_prev]]]
+        k0 = lik.estimate_link_strength(arrays, theta, st.nodes.concentration[slots], counts, S, P, has_prev,
+                                        self.root_anchor)
+        if k0 is not None:
+            st.hyper["kappa0"] = float(k0)
+        apply_link_strengths(lik, st.hyper)
+        k_t = lik.estimate_time_strength(arrays, theta, st.nodes.concentration[slots], counts, S, P, has_prev,
+                                         self.root_anchor)
+        if k_t is not None:
+            st.hyper["time_strength"] = float(k_t)
+        apply_link_strengths(lik, st.hyper)
+
     def _materialise(self, arrays, cand, ph_rows, stats, epoch: int):
         """Turn occupied placeholders into nodes; per-node counts, sums and sums of squares."""
         st, lik = self.state, self.likelihood
@@ -398,31 +472,44 @@ class EpochSampler:
     def _identity_rule(self, X, epoch: int, current: dict[int, int]) -> None:
         """Publish a carried node whose content changed beyond recognition as a new node.
 
-        A node carried from the previous epoch, with parameter ``theta_prev`` at the start of
-        this epoch and ``theta_now`` at its end, is *not recognised* when both
+        A node carried from the previous epoch keeps its id unless, at the end of this epoch,
 
-        * its parameter moved further than its time link typically allows: the family's drift
-          statistic (chi-square scale) lies beyond the ``1 - IDENTITY_LEVEL`` quantile; and
-        * its documents tell the two parameters apart: the per-document log-likelihood ratios
-          ``log f(x | theta_now) - log f(x | theta_prev)`` over the node's documents have a mean
-          above ``IDENTITY_SEPARATION`` times their standard deviation (its old self would not
-          recognise its typical document; independent of the number of documents).
+        * it holds at least :data:`IDENTITY_MIN_DOCS` documents of this epoch (evidence: with
+          fewer, its parameter is mostly the prior its links give it), and
+        * the family no longer recognises it: for word families (vMF, multinomial) fewer than
+          3 of the 10 top words it had when its id was born are still among its top 10
+          (:class:`~streamtree.likelihoods.base.WordTopics`). The comparison is with the id's
+          birth, not with the previous epoch, so a node cannot drift away a few words per
+          epoch under one id. Families without such a signature (Gaussian) use the drift
+          test instead: the parameter moved further than its time link typically allows
+          (the family's drift statistic beyond the ``1 - IDENTITY_LEVEL`` chi-square
+          quantile) and its documents tell the two parameters apart (the per-document
+          log-likelihood ratios ``log f(x | theta_now) - log f(x | theta_prev)`` have a mean
+          above ``IDENTITY_SEPARATION`` times their standard deviation).
 
-        An unrecognised node gets a fresh id (born now) and the old id dies. Its place, counts
-        and parameters carry over to the new id, so the sampler's state is unchanged."""
+        An unrecognised node gets a fresh id (born now, with a new signature) and the old id
+        dies. Its place, counts and parameters carry over to the new id, so the sampler's state
+        is unchanged."""
         st, lik = self.state, self.likelihood
         for nid in st.tree.preorder()[1:]:
-            if nid not in self.prev_slot or current.get(nid, 0) == 0:
+            if nid not in self.prev_slot or current.get(nid, 0) < IDENTITY_MIN_DOCS:
                 continue
             s = st.nodes.slot[nid]
             theta_now, theta_prev = st.nodes.theta[s], self.prev_theta[self.prev_slot[nid]]
-            stat = lik.drift_statistic(theta_now, theta_prev, st.tree.depth[nid])
-            moved = stat is not None and stat[0] > chi2.isf(IDENTITY_LEVEL, stat[1]) and current[nid] >= 2
-            if moved:
-                rows = X[np.flatnonzero(self.labels_now == nid)]
-                conc = float(st.nodes.concentration[s])
-                r = lik.row_log_likelihood(rows, theta_now, conc) - lik.row_log_likelihood(rows, theta_prev, conc)
-                moved = float(np.mean(r)) > IDENTITY_SEPARATION * float(np.std(r))
+            signature = st.signatures.get(nid)
+            if signature is None:
+                signature = lik.identity_signature(theta_prev)
+            if signature is not None:
+                moved = not lik.recognises(signature, theta_now)
+            else:
+                stat = lik.drift_statistic(theta_now, theta_prev, st.tree.depth[nid])
+                moved = stat is not None and stat[0] > chi2.isf(IDENTITY_LEVEL, stat[1])
+                if moved:
+                    rows = X[np.flatnonzero(self.labels_now == nid)]
+                    conc = float(st.nodes.concentration[s])
+                    r = lik.row_log_likelihood(rows, theta_now, conc) - lik.row_log_likelihood(rows, theta_prev,
+                                                                                              conc)
+                    moved = float(np.mean(r)) > IDENTITY_SEPARATION * float(np.std(r))
             if not moved:
                 continue
             new = st.tree.next_id
@@ -431,11 +518,27 @@ class EpochSampler:
             s = st.nodes.slot.pop(nid)
             st.nodes.slot[new] = s
             st.window.merge(nid, new)
+            st.signatures.pop(nid, None)
             current[new] = current.pop(nid)
             self.labels_now[self.labels_now == nid] = new
             self.moves = [(new if a == nid else a, e, new if b == nid else b) for a, e, b in self.moves]
             self.renamed[nid] = new
             logger.debug("epoch %d: node %d changed beyond recognition, now node %d", epoch, nid, new)
+
+    def _sign_new_nodes(self) -> None:
+        """Record the identity signature of every node without one (born this epoch, or given a
+        new id by the identity rule) and forget those of nodes that are gone."""
+        st, lik = self.state, self.likelihood
+        ids = st.tree.preorder()
+        for nid in ids:
+            if nid not in st.signatures:
+                sig = lik.identity_signature(st.nodes.theta[st.nodes.slot[nid]])
+                if sig is None:
+                    return
+                st.signatures[nid] = sig
+        live = set(ids)
+        for nid in [k for k in st.signatures if k not in live]:
+            del st.signatures[nid]
 
     def _merge_internal(self, current: dict[int, int], sums: dict[int, np.ndarray], sumsq: dict[int, float]) -> None:
         """Heat-bath choice, for each internal node and each node with past counts (deepest first),

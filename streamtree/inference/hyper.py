@@ -57,8 +57,9 @@ def slice_step(x: float, log_density: Callable[[float], float], low: float, high
 def sample_hyperparameters(arrays: TreeArrays, counts: np.ndarray, hyper: dict[str, float], *,
                            max_depth: int | None, root_holds_data: bool, rng: np.random.Generator,
                            names: tuple[str, ...] = ("alpha0", "lam", "gamma")) -> dict[str, float]:
-    """One slice update of each of ``names`` in turn; returns the new values (a new dict)."""
-    cur = dict(hyper)
+    """One slice update of each of ``names`` in turn; returns the new values (a new dict, with
+    any other entries of ``hyper`` unchanged)."""
+    cur = {name: hyper[name] for name in ("alpha0", "lam", "gamma")}
     for name in names:
         low, high, log_scale = HYPER_PRIORS[name]
 
@@ -72,4 +73,4 @@ def sample_hyperparameters(arrays: TreeArrays, counts: np.ndarray, hyper: dict[s
             cur[name] = float(np.exp(slice_step(np.log(x), logp, np.log(low), np.log(high), rng)))
         else:
             cur[name] = float(slice_step(x, logp, low, high, rng))
-    return cur
+    return {**hyper, **cur}

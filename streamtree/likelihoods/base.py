@@ -15,12 +15,13 @@ documents ``n``, the sum of their rows ``s`` and the sum of their squared norms 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 import scipy.sparse as sp
+from scipy.optimize import minimize_scalar
 
 from streamtree.inference.enumerated import Candidates
 from streamtree.tree import TreeArrays
@@ -40,6 +41,53 @@ def finite_csr(X) -> sp.csr_matrix:
     if not np.all(np.isfinite(X.data)):
         raise ValueError("X contains NaN or infinite values")
     return X
+
+
+#: words that describe a topic: a node of a word family is known by its largest parameter entries
+TOP_WORDS = 10
+#: a word-family node whose id keeps fewer of its birth top words than this has changed
+#: beyond recognition (2 of 10 shared is a Jaccard index of 0.11)
+MIN_SHARED_TOP_WORDS = 3
+
+
+def top_words(theta: np.ndarray, n: int = TOP_WORDS) -> np.ndarray:
+    """Indices of the ``n`` largest entries of ``theta``, largest first (ties by index)."""
+    return np.argsort(-np.asarray(theta), kind="stable")[:n]
+
+
+class WordTopics:
+    """Identity by top words, for families whose parameters are weights over a vocabulary.
+
+    A node is recognised while at least :data:`MIN_SHARED_TOP_WORDS` of the
+    :data:`TOP_WORDS` words it had when its id was born are still among its top words: what a
+    reader sees of a topic is its top words, and a label that keeps fewer than a third of them
+    names something else.
+    """
+
+    def identity_signature(self, theta: np.ndarray) -> np.ndarray:
+        return top_words(theta).astype(np.float64)
+
+    def recognises(self, signature: np.ndarray, theta_now: np.ndarray) -> bool:
+        shared = np.intersect1d(signature.astype(np.int64), top_words(theta_now, signature.size)).size
+        return shared >= min(MIN_SHARED_TOP_WORDS, signature.size)
+
+
+#: search range of an estimated link strength ``kappa0`` (``kappa0="auto"``)
+LINK_STRENGTH_RANGE = (1.0, 1e6)
+
+
+def argmax_log_scale(log_f: Callable[[float], float], low: float = LINK_STRENGTH_RANGE[0],
+                     high: float = LINK_STRENGTH_RANGE[1], n_grid: int = 25) -> float:
+    """The maximiser of a one-dimensional ``log_f`` on ``[low, high]``, searched on a log scale:
+    the best of ``n_grid`` log-spaced points, then Brent's method between its neighbours
+    (deterministic, so seeded fits stay reproducible)."""
+    grid = np.linspace(np.log(low), np.log(high), n_grid)
+    vals = np.array([log_f(float(np.exp(u))) for u in grid])
+    i = int(np.argmax(vals))
+    lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, n_grid - 1)]
+    res = minimize_scalar(lambda u: -log_f(float(np.exp(u))), bounds=(lo, hi), method="bounded",
+                          options={"xatol": 1e-3})
+    return float(np.exp(res.x)) if -res.fun >= vals[i] else float(np.exp(grid[i]))
 
 
 @dataclass(frozen=True)
@@ -165,6 +213,17 @@ class Likelihood(ABC):
         has no time link.
         """
 
+    def identity_signature(self, theta: np.ndarray) -> np.ndarray | None:
+        """What a node's parameter is recognised by (kept from the epoch its id is born; see
+        :meth:`recognises`); ``None`` when the family judges identity by
+        :meth:`drift_statistic` alone."""
+        return None
+
+    def recognises(self, signature: np.ndarray, theta_now: np.ndarray) -> bool:
+        """Whether a node with parameter ``theta_now`` is still the node whose id was born with
+        ``signature`` (:meth:`identity_signature`)."""
+        raise NotImplementedError(f"{type(self).__name__} has no identity signature")
+
     # ------------------------------------------------------------------ updates
     @abstractmethod
     def update_theta(self, arrays: TreeArrays, theta: np.ndarray, sums: np.ndarray, counts: np.ndarray,
@@ -190,20 +249,54 @@ class Likelihood(ABC):
             lognorm = lognorm + self.document_log_constant(X)
         return lognorm
 
+    # ------------------------------------------------------------------ link strength from the data
+    def initial_link_strength(self, X) -> float | None:
+        """Starting value of ``kappa0`` for ``kappa0="auto"``, from the first epoch's rows
+        (``None``: the family has no link strength set by ``kappa0``)."""
+        return None
+
+    def estimate_link_strength(self, arrays: TreeArrays, theta: np.ndarray, concentration: np.ndarray,
+                               counts: np.ndarray, sums: np.ndarray, prev_theta: np.ndarray,
+                               has_prev: np.ndarray, root_anchor: np.ndarray) -> float | None:
+        """``kappa0`` re-estimated from the current tree (``kappa0="auto"``; after each sweep).
+
+        ``counts`` and ``sums`` are the nodes' documents in this epoch, aligned with ``arrays``;
+        ``prev_theta`` and ``has_prev`` their previous-epoch parameters. ``None`` keeps the
+        current value (no documents to learn from, or no such strength in the family).
+        """
+        return None
+
+    def estimate_time_strength(self, arrays: TreeArrays, theta: np.ndarray, concentration: np.ndarray,
+                               counts: np.ndarray, sums: np.ndarray, prev_theta: np.ndarray,
+                               has_prev: np.ndarray, root_anchor: np.ndarray) -> float | None:
+        """The time link's strength re-estimated from the carried nodes (``kappa0="auto"``;
+        arguments as :meth:`estimate_link_strength`); ``None``: the time link follows ``kappa0``."""
+        return None
+
     # ------------------------------------------------------------------ shared link rules
-    def link_strengths(self, depth: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    #: the time link's own strength, estimated under ``kappa0="auto"`` by families that can
+    #: (:meth:`estimate_time_strength`); ``None``: the time link follows ``kappa0``
+    time_strength: float | None = None
+
+    def link_strengths(self, depth: np.ndarray, kappa0: float | None = None,
+                       time_strength: float | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Per-node (parent, previous-epoch) link strengths ``kappa0 kappa1^d`` and
         ``kappa0 kappa1^(d + a)`` (0 where the variant has no such link; the DP baselines'
-        fixed time strength ``xi``)."""
+        fixed time strength ``xi``), at the family's ``kappa0`` unless one is given. An
+        estimated :attr:`time_strength` (or one given) takes the place of ``kappa0`` in the
+        time link."""
         v = self.variant
+        k0 = self.kappa0 if kappa0 is None else kappa0
+        k_t = time_strength if time_strength is not None else self.time_strength
+        k_t = k0 if k_t is None else k_t
         d = np.asarray(depth, dtype=np.float64)
-        par = self.kappa0 * self.kappa1 ** d if v.parent_link else np.zeros_like(d)
+        par = k0 * self.kappa1 ** d if v.parent_link else np.zeros_like(d)
         if not v.time_link:
             tim = np.zeros_like(d)
         elif v.time_kappa is not None:
             tim = np.full_like(d, v.time_kappa)
         else:
-            tim = self.kappa0 * self.kappa1 ** (d + self.a)
+            tim = k_t * self.kappa1 ** (d + self.a)
         return par, tim
 
     def __repr__(self) -> str:
