@@ -168,6 +168,11 @@ def _max_features(text: str) -> int | str | None:
     return _positive_int(text)
 
 
+def _kappa0(text: str) -> float | str:
+    """``auto`` (chosen from the data by the likelihood) or a positive number."""
+    return "auto" if text.lower() == "auto" else _positive_float(text)
+
+
 def _add_vocabulary_args(p: argparse.ArgumentParser, what: str = "") -> None:
     from streamtree import text as defaults
 
@@ -209,8 +214,9 @@ def _add_model_args(p: argparse.ArgumentParser, *, for_evaluate: bool = False) -
     p.add_argument("--window", type=_window, help="epochs in the stick window (int or inf)")
     if not for_evaluate:
         p.add_argument("--max-depth", type=int, help="deepest node depth, root = 0")
-        p.add_argument("--kappa0", type=_positive_float,
-                       help="link strength of node parameters to their parent and previous self")
+        p.add_argument("--kappa0", type=_kappa0,
+                       help="link strength of node parameters to their parent and previous self: a number, or "
+                            "auto (chosen from the data)")
         p.add_argument("--variant", choices=VARIANTS, help="the model or a baseline")
         p.add_argument("--seed", dest="random_state", type=int, help="random seed (fixed, so that a replay is reproducible)")
     p.add_argument("--sweeps", dest="n_sweeps", type=_positive_int, help="Gibbs sweeps per epoch")

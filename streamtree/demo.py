@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from streamtree.cli import LEGEND, _max_features, _positive_float, format_epoch, format_evolution
+from streamtree.cli import LEGEND, _kappa0, _max_features, format_epoch, format_evolution
 from streamtree.progress import ReplayProgress
 from streamtree.replay import REPLAY_SEED, ReplayConfig, replay
 from streamtree.text import DEFAULT_MAX_FEATURES
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", default=str(DATA), help="the SOU paragraphs Parquet file")
     p.add_argument("--store", default="runs/sotu", help="snapshot store directory (default runs/sotu)")
     p.add_argument("--sweeps", type=int, default=None, help="Gibbs sweeps per decade (default: the model's)")
-    p.add_argument("--kappa0", type=_positive_float, default=None, help="link strength (default: the model's)")
+    p.add_argument("--kappa0", type=_kappa0, default=None, help="link strength (default: the model's)")
     p.add_argument("--window", type=int, default=None, help="stick window in decades (default: the model's)")
     p.add_argument("--max-depth", type=int, default=None, help="deepest node depth (default: the model's)")
     p.add_argument("--max-features", type=_max_features, default=DEFAULT_MAX_FEATURES,
