@@ -332,3 +332,40 @@ def test_a_format_2_store_keeps_every_checkpoint_when_resumed(tmp_path):
     store.publish(make_tree(1, [0, 1], [-1, 0], [0, 0], seed=1), list("abcde"), checkpoint=ckpt(1))
     assert store.read_checkpoint(0)[1] == {"epoch": 0} and store.read_checkpoint()[1] == {"epoch": 1}
     assert len(list(tmp_path.rglob("checkpoint.parquet"))) == 2
+
+
+def test_the_new_checkpoint_is_on_disk_before_the_previous_one_is_deleted(tmp_path, monkeypatch):
+    """A power cut (not just a killed process) must not leave a commit record pointing at
+    unwritten data with the only older checkpoint already deleted: on a local disk the new
+    checkpoint, its commit record and their folders are fsynced before the deletion."""
+    import os
+
+    store = SnapshotStore(str(tmp_path))
+    ckpt = lambda e: ({"w": np.full(3, float(e))}, {"epoch": e})  # noqa: E731
+    store.publish(make_tree(0, [0, 1], [-1, 0], [0, 0]), list("abcde"), checkpoint=ckpt(0))
+    events = []
+    real_fsync, real_delete = os.fsync, SnapshotStore._delete
+    monkeypatch.setattr(os, "fsync", lambda fd: (events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))),
+                                                  real_fsync(fd))[1])
+    monkeypatch.setattr(SnapshotStore, "_delete",
+                        lambda self, info: (events.append(("delete", info.path)), real_delete(self, info))[1])
+    store.publish(make_tree(1, [0, 1], [-1, 0], [0, 0], seed=1), list("abcde"), checkpoint=ckpt(1))
+    deleted = [i for i, (kind, path) in enumerate(events) if kind == "delete" and path.endswith(
+        "000000/checkpoint.parquet")]
+    assert deleted, events
+    synced = {path for kind, path in events[:deleted[0]] if kind == "fsync"}
+    for want in ("epochs/000001/checkpoint.parquet", "epochs/000001/checkpoint.json", "commits/000001.json",
+                 "epochs/000001", "commits"):
+        assert str(tmp_path / want) in synced, (want, events)
+
+
+def test_a_writer_keeps_older_checkpoints_when_the_latest_one_is_missing(tmp_path):
+    """Superseded checkpoints are removed only while the latest one is there to resume from."""
+    store = SnapshotStore(str(tmp_path))
+    ckpt = lambda e: ({"w": np.full(3, float(e))}, {"epoch": e})  # noqa: E731
+    for e in range(2):
+        store.publish(make_tree(e, [0, 1], [-1, 0], [0, 0], seed=e), list("abcde"), checkpoint=ckpt(e))
+    (tmp_path / "epochs" / "000001" / "checkpoint.parquet").rename(tmp_path / "epochs" / "000000" / "checkpoint.parquet")
+    with store.writer("test"):
+        pass
+    assert (tmp_path / "epochs" / "000000" / "checkpoint.parquet").exists()

@@ -440,11 +440,15 @@ class SnapshotStore:
         records = [e for e in self._records(validate=False) if e.get("checkpoint") and isinstance(e.get("path"), str)]
         if not records:
             return []
-        latest = max(e["epoch"] for e in records)
+        latest = max(records, key=lambda e: e["epoch"])
+        if not self._exists(self._path(latest["path"], CHECKPOINT_ARRAYS)):
+            return []  # the latest one is missing (a damaged store): keep what there is
         removed = []
         for e in records:
             path = self._path(e["path"], CHECKPOINT_ARRAYS)
-            if e["epoch"] < latest and _FOLDER_RE.match(e["path"].rsplit("/", 1)[-1]) and self._exists(path):
+            if e["epoch"] < latest["epoch"] and _FOLDER_RE.match(e["path"].rsplit("/", 1)[-1]) and self._exists(path):
+                if not removed:
+                    self._sync_commit(latest["path"], latest["epoch"])
                 self._delete(self.fs.get_file_info(path))
                 removed.append(f"{e['path']}/{CHECKPOINT_ARRAYS}")
         return removed
@@ -777,8 +781,9 @@ class SnapshotStore:
             if ckpt is not None and (self._checkpointed is None or self._checkpointed[0] <= epoch):
                 self._checkpointed = (epoch, rel)
             if superseded is not None and _FOLDER_RE.match(superseded.rsplit("/", 1)[-1]):
-                # only now that the new checkpoint is committed: a crash before this line leaves
-                # two, and the next writer's clean_leftovers removes the older one
+                # only now that the new checkpoint is committed (and on disk): a crash before this
+                # line leaves two, and the next writer's clean_leftovers removes the older one
+                self._sync_commit(rel, epoch)
                 old = self.fs.get_file_info(self._path(superseded, CHECKPOINT_ARRAYS))
                 if old.type != pafs.FileType.NotFound:
                     self._delete(old)
@@ -787,6 +792,27 @@ class SnapshotStore:
                     if info.base_name.startswith(".replaced-"):
                         self._delete(info)
                 self._aside_pending = False
+
+    def _sync_commit(self, rel: str, epoch: int) -> None:
+        """On a local disk, flush epoch ``epoch``'s checkpoint, its commit record and the folder
+        entries that name them, so that a power cut after the previous checkpoint is deleted
+        cannot leave a record pointing at unwritten data (the OS writes renamed files back
+        lazily). An object store has an object durable once its write returned."""
+        if not isinstance(self.fs, pafs.LocalFileSystem):
+            return
+        paths = [self._path(rel, CHECKPOINT_ARRAYS), self._path(rel, CHECKPOINT_META),
+                 self._path(self.record_name(epoch))]
+        if os.name == "posix":  # folders can be opened and synced there
+            paths += [self._path(rel), self._path(EPOCHS), self._path(COMMITS)]
+        for path in paths:
+            try:
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                raise StoreAccessError(f"{path}: cannot flush to disk: {os_reason(exc)}") from None
 
     def _write_epoch_files(self, tmp, tree, top_words, doc_ids, rejects, ckpt, tables,
                            events=None) -> tuple[bool, float]:
