@@ -369,3 +369,31 @@ def test_a_writer_keeps_older_checkpoints_when_the_latest_one_is_missing(tmp_pat
     with store.writer("test"):
         pass
     assert (tmp_path / "epochs" / "000000" / "checkpoint.parquet").exists()
+
+
+def test_a_reader_racing_a_commit_gets_the_new_latest_checkpoint(tmp_path, monkeypatch):
+    """A writer (e.g. serve) deletes the previous checkpoint right after its commit: a reader
+    that looked up the latest epoch just before gets the new latest one, and one that asked for
+    that (now older) epoch is told its checkpoint is no longer kept, not that the store is damaged."""
+    from connectors.stores import CheckpointNotKeptError
+
+    ckpt = lambda e: ({"w": np.full(3, float(e))}, {"epoch": e})  # noqa: E731
+    writer = SnapshotStore(str(tmp_path))
+    for e in range(2):
+        writer.publish(make_tree(e, [0, 1], [-1, 0], [0, 0], seed=e), list("abcde"), checkpoint=ckpt(e))
+    reader = SnapshotStore(str(tmp_path))
+    real = reader._read_parquet
+    commits = []
+
+    def racing(path, columns=None):
+        if path.endswith("checkpoint.parquet") and commits:
+            e = commits.pop()
+            writer.publish(make_tree(e, [0, 1], [-1, 0], [0, 0], seed=e), list("abcde"), checkpoint=ckpt(e))
+        return real(path, columns)
+
+    monkeypatch.setattr(reader, "_read_parquet", racing)
+    commits.append(2)
+    assert reader.read_checkpoint()[1] == {"epoch": 2}
+    commits.append(3)
+    with pytest.raises(CheckpointNotKeptError, match="latest epoch \\(3\\)"):
+        reader.read_checkpoint(2)

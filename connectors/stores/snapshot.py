@@ -842,12 +842,33 @@ class SnapshotStore:
         """The model checkpoint ``(arrays, meta)`` committed with ``epoch`` (default: the
         latest published epoch); ``DTSSBP.from_checkpoint(*store.read_checkpoint())``
         continues from it."""
-        entry = self.last_commit() if epoch is None else self._entry(epoch)
-        if entry is None:
-            raise StoreError(f"{self.root}: no published epoch, so no checkpoint")
-        if not entry.get("checkpoint"):
-            raise StoreError(f"{self.root}: epoch {entry['epoch']} was published without a model checkpoint "
-                             "(written by an older streamtree?); replay into a new --store")
+        for _ in range(3):  # a writer may commit a later one and delete this one while we read
+            entry = self.last_commit() if epoch is None else self._entry(epoch)
+            if entry is None:
+                raise StoreError(f"{self.root}: no published epoch, so no checkpoint")
+            if not entry.get("checkpoint"):
+                raise StoreError(f"{self.root}: epoch {entry['epoch']} was published without a model checkpoint "
+                                 "(written by an older streamtree?); replay into a new --store")
+            base = self._path(entry["path"])
+            try:
+                self._check_checkpoint_kept(entry)
+                try:
+                    table = self._read_parquet(f"{base}/{CHECKPOINT_ARRAYS}")
+                except CorruptStoreError:
+                    self._check_checkpoint_kept(entry)  # superseded meanwhile: say so, not "damaged"
+                    raise
+            except CheckpointNotKeptError:
+                if epoch is None:
+                    continue  # the latest epoch moved on while we read: take the new one
+                raise
+            try:
+                meta = self._read_json(f"{base}/{CHECKPOINT_META}", "checkpoint metadata")
+            except FileNotFoundError:
+                raise CorruptStoreError(f"{base}/{CHECKPOINT_META}: missing; the store is damaged") from None
+            return _checkpoint_arrays(table, f"{base}/{CHECKPOINT_ARRAYS}"), meta
+        raise StoreError(f"{self.root}: the latest checkpoint changed while it was read, three times; try again")
+
+    def _check_checkpoint_kept(self, entry: dict) -> None:
         later = self.checkpoint_epoch()
         if later is not None and later > entry["epoch"] and self._checkpoint_policy(self._base_manifest()) == "latest":
             raise CheckpointNotKeptError(
@@ -855,13 +876,6 @@ class SnapshotStore:
                 f"model only for its latest epoch ({later}), which a resume needs; epoch {entry['epoch']}'s tree "
                 f"is stored (SnapshotStore.read, node directions to cosine >= {self._cosine_of(entry)}), or "
                 "replay with keep_checkpoints='all' (--keep-checkpoints all) to load any epoch's model")
-        base = self._path(entry["path"])
-        table = self._read_parquet(f"{base}/{CHECKPOINT_ARRAYS}")
-        try:
-            meta = self._read_json(f"{base}/{CHECKPOINT_META}", "checkpoint metadata")
-        except FileNotFoundError:
-            raise CorruptStoreError(f"{base}/{CHECKPOINT_META}: missing; the store is damaged") from None
-        return _checkpoint_arrays(table, f"{base}/{CHECKPOINT_ARRAYS}"), meta
 
     def read_checkpoint_meta(self, epoch: int | None = None) -> dict:
         """The JSON metadata of the checkpoint committed with ``epoch`` (default: the latest
