@@ -397,3 +397,28 @@ def test_a_reader_racing_a_commit_gets_the_new_latest_checkpoint(tmp_path, monke
     commits.append(3)
     with pytest.raises(CheckpointNotKeptError, match="latest epoch \\(3\\)"):
         reader.read_checkpoint(2)
+
+
+def test_a_new_run_in_the_same_writer_keeps_only_its_latest_checkpoint(tmp_path):
+    store = SnapshotStore(str(tmp_path))
+    ckpt = lambda e: ({"w": np.full(3, float(e))}, {"epoch": e})  # noqa: E731
+    with store.writer("test"):
+        for e in range(3):
+            store.publish(make_tree(e, [0, 1], [-1, 0], [0, 0], seed=e), list("abcde"), checkpoint=ckpt(e))
+        store.begin({"run": 2})
+        for e in range(2):
+            store.publish(make_tree(e, [0, 1], [-1, 0], [0, 0], seed=e), list("abcde"), checkpoint=ckpt(e))
+    assert sorted(p.parent.name for p in tmp_path.rglob("checkpoint.parquet")) == ["000001"]
+
+
+def test_a_writer_deletes_no_checkpoint_of_a_store_without_its_manifest(tmp_path):
+    """A store whose manifest is not in place (e.g. a replacement stopped while moving the old run
+    aside) has no recorded policy: a writer's own default must not decide what is deleted."""
+    store = SnapshotStore(str(tmp_path), keep_checkpoints="all")
+    ckpt = lambda e: ({"w": np.full(3, float(e))}, {"epoch": e})  # noqa: E731
+    for e in range(2):
+        store.publish(make_tree(e, [0, 1], [-1, 0], [0, 0], seed=e), list("abcde"), checkpoint=ckpt(e))
+    (tmp_path / "manifest.json").rename(tmp_path / "manifest.json.bak")
+    with SnapshotStore(str(tmp_path)).writer("test"):
+        pass
+    assert len(list(tmp_path.rglob("checkpoint.parquet"))) == 2

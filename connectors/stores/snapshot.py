@@ -432,6 +432,8 @@ class SnapshotStore:
         latest committed epoch that has a checkpoint (left by a writer that stopped between
         its commit and the deletion). Only the store's own ``checkpoint.parquet`` files."""
         try:
+            if not self._exists(self._path(MANIFEST)):
+                return []  # no recorded policy (e.g. a replacement stopped while moving the old run aside)
             manifest = self._base_manifest()
         except StoreError:
             return []
@@ -560,6 +562,7 @@ class SnapshotStore:
                     self.fs.move(self._path(name), f"{aside}/{name}")
                 self._aside_pending = True
                 logger.info("moved the previous run aside to %s until the new run commits", aside)
+            self._checkpointed, self._checkpointed_known = None, True  # the new run has none yet
             manifest = self._new_manifest()
             manifest["run"] = uuid.uuid4().hex
             manifest["config"] = config
