@@ -387,6 +387,11 @@ def _replay(store, config, mode, progress, static, start) -> ReplaySummary:
         notes = src.notes + reader.notes
         if begin.resume_from is not None:
             _check_source(store, src, stored_files)
+            if store.keep_checkpoints == "all" and store.kept_checkpoints() == "latest":
+                raise StoreError(f"{store.uri}: the store was written keeping the latest epoch's checkpoint only "
+                                 "(the older ones are gone), so a resume cannot keep every epoch's: resume "
+                                 "without keep_checkpoints='all' (--keep-checkpoints all), or replay it again "
+                                 "with --overwrite")
             vec = store.vectorizer()
             arrays, meta = store.read_checkpoint(begin.resume_from["epoch"])
             model = DTSSBP.from_checkpoint(arrays, meta, engine=config.engine)

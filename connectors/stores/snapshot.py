@@ -423,6 +423,10 @@ class SnapshotStore:
             logger.info("removed leftovers of an interrupted writer: %s", ", ".join(removed))
         return removed
 
+    def kept_checkpoints(self) -> str:
+        """The store's checkpoint policy, ``"latest"`` or ``"all"`` (a new store: this writer's)."""
+        return self._checkpoint_policy(self._base_manifest())
+
     def _checkpoint_policy(self, manifest: dict) -> str:
         """``"latest"`` or ``"all"``; stores of format version 2 kept every epoch's."""
         return manifest.get("checkpoints", "all" if manifest.get("format_version", 1) < 3 else "latest")
