@@ -45,9 +45,10 @@ inside the epoch folder, so they are committed with the epoch. Object arrays are
 The arrays are the bulk of a store (dense node parameters), and only a resume needs them,
 from the latest epoch: with ``keep_checkpoints="latest"`` (the default, recorded in the
 manifest as ``checkpoints``) publishing an epoch with a checkpoint deletes the previous
-epoch's ``checkpoint.parquet``, *after* the new commit record is written, so a crash at any
-point leaves at least the latest committed epoch's checkpoint (a writer removes a superseded
-one it finds, see :meth:`SnapshotStore.clean_leftovers`). ``checkpoint.json`` (small: the
+epoch's ``checkpoint.parquet``, *after* the new commit record is written (and, on a local
+disk, flushed to it with the new checkpoint), so a crash at any point leaves at least the
+latest committed epoch's checkpoint (a writer removes a superseded one it finds, see
+:meth:`SnapshotStore.clean_leftovers`). ``checkpoint.json`` (small: the
 parameters and sampled hyperparameters of that epoch) stays with every epoch.
 ``keep_checkpoints="all"`` keeps every epoch's arrays, so any epoch's model can be loaded.
 
