@@ -601,6 +601,11 @@ class StoredTreeModel(DTSSBP):
     parameters and sampled hyperparameters are the epoch's own. Built by :func:`load_model`.
     """
 
+    # load_model puts the store's own message here; this one is for copies such as clone()'s
+    _not_kept = ("a StoredTreeModel scores documents against an epoch's stored tree and cannot be fitted: "
+                 "fit a DTSSBP, or replay with keep_checkpoints='all' (--keep-checkpoints all) to load "
+                 "any epoch's full model")
+
     def fit(self, *args, **kwargs):
         raise CheckpointNotKeptError(self._not_kept)
 
