@@ -387,6 +387,11 @@ def _replay(store, config, mode, progress, static, start) -> ReplaySummary:
         notes = src.notes + reader.notes
         if begin.resume_from is not None:
             _check_source(store, src, stored_files)
+            if store.keep_checkpoints == "all" and store.kept_checkpoints() == "latest":
+                raise StoreError(f"{store.uri}: the store was written keeping the latest epoch's checkpoint only "
+                                 "(the older ones are gone), so a resume cannot keep every epoch's: resume "
+                                 "without keep_checkpoints='all' (--keep-checkpoints all), or replay it again "
+                                 "with --overwrite")
             vec = store.vectorizer()
             arrays, meta = store.read_checkpoint(begin.resume_from["epoch"])
             model = DTSSBP.from_checkpoint(arrays, meta, engine=config.engine)
@@ -595,6 +600,11 @@ class StoredTreeModel(DTSSBP):
     the largest relative error of a node's direction); masses, concentrations, window counts,
     parameters and sampled hyperparameters are the epoch's own. Built by :func:`load_model`.
     """
+
+    # load_model puts the store's own message here; this one is for copies such as clone()'s
+    _not_kept = ("a StoredTreeModel scores documents against an epoch's stored tree and cannot be fitted: "
+                 "fit a DTSSBP, or replay with keep_checkpoints='all' (--keep-checkpoints all) to load "
+                 "any epoch's full model")
 
     def fit(self, *args, **kwargs):
         raise CheckpointNotKeptError(self._not_kept)

@@ -120,7 +120,8 @@ class ServeConfig:
     _RUNTIME = ("landing", "store", "poll_interval", "settle", "batch_size", "idle_timeout")
 
     def __post_init__(self) -> None:
-        file_format(self.format, self.delimiter)  # a clear error now rather than at the first file
+        # a clear error now rather than at the first file; one spelling (tsv = csv + tab) in the identity
+        self.format, self.delimiter = file_format(self.format, self.delimiter)
         if self.late_policy not in LATE_POLICIES:
             raise ValueError(f"late policy must be one of {LATE_POLICIES}, got {self.late_policy!r}")
         if self.allowed_lateness < 0:

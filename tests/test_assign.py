@@ -189,3 +189,18 @@ def test_an_older_epoch_of_a_compact_store_scores_against_its_stored_tree(tmp_pa
     assert "kept its tree but not its full model" in capsys.readouterr().err
     assert pq.read_table(out).column("node").to_pylist()[:5] == got.predict(X[:5]).tolist()
     assert last["epoch"] != first["epoch"]
+
+
+def test_a_stored_tree_model_without_a_store_refuses_fitting_with_the_reason():
+    """clone() of a StoredTreeModel (scikit-learn's way to refit) gives one that was not loaded
+    from a store: fitting it raises the same CheckpointNotKeptError, not an AttributeError."""
+    from sklearn.base import clone
+
+    from streamtree.replay import StoredTreeModel
+
+    X = sp.csr_matrix(np.eye(3))
+    for model in (StoredTreeModel(), clone(StoredTreeModel(n_sweeps=2))):
+        with pytest.raises(CheckpointNotKeptError, match="keep-checkpoints all"):
+            model.partial_fit(X)
+        with pytest.raises(CheckpointNotKeptError, match="keep-checkpoints all"):
+            model.fit(X)

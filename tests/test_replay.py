@@ -161,3 +161,19 @@ def test_overwrite_keeps_store_when_source_is_bad(replayed, tmp_path):
     with pytest.raises(SourceError, match="missing.parquet: no such file"):
         replay(config(tmp_path / "missing.parquet"), uri, mode="overwrite")
     assert len(SnapshotStore(uri).epochs()) == 3
+
+
+def test_resume_refuses_to_keep_every_checkpoint_of_a_store_that_kept_the_latest(corpus, tmp_path):
+    """The older checkpoints of a store written with keep_checkpoints='latest' are gone: asking a
+    resume to keep every one is refused, saying what to do, rather than silently ignored."""
+    part = str(tmp_path / "part")
+
+    def interrupt(p):
+        if p.index == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        replay(config(corpus), part, progress=interrupt)
+    with pytest.raises(StoreError, match="latest epoch's checkpoint only.*--overwrite"):
+        replay(config(corpus), part, mode="resume", keep_checkpoints="all")
+    assert replay(config(corpus), part, mode="resume").n_published == 1

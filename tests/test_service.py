@@ -293,3 +293,11 @@ def test_format_and_delimiter_read_landed_files_as_replay_reads_sources(corpus, 
     same = lambda epochs: [e[:-1] for e in epochs]  # noqa: E731  (not the ids, "<file>:<row>")
     assert same(store_epochs(tmp_path / "csv")) == same(store_epochs(f"{corpus}/replay"))
     assert SnapshotStore(str(tmp_path / "csv")).config()["serve"]["delimiter"] == ";"
+
+
+def test_one_spelling_of_a_format_is_one_identity(tmp_path):
+    """--format tsv and --format csv --delimiter tab read the same files: a restart with either
+    spelling continues the store."""
+    ids = {repr(_config(tmp_path, tmp_path / "s", **kw).identity())
+           for kw in ({"format": "tsv"}, {"format": "csv", "delimiter": "tab"}, {"format": "csv", "delimiter": "\\t"})}
+    assert len(ids) == 1

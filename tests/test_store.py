@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -331,4 +332,95 @@ def test_a_format_2_store_keeps_every_checkpoint_when_resumed(tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
     store.publish(make_tree(1, [0, 1], [-1, 0], [0, 0], seed=1), list("abcde"), checkpoint=ckpt(1))
     assert store.read_checkpoint(0)[1] == {"epoch": 0} and store.read_checkpoint()[1] == {"epoch": 1}
+    assert len(list(tmp_path.rglob("checkpoint.parquet"))) == 2
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="names open files through /proc")
+def test_the_new_checkpoint_is_on_disk_before_the_previous_one_is_deleted(tmp_path, monkeypatch):
+    """A power cut (not just a killed process) must not leave a commit record pointing at
+    unwritten data with the only older checkpoint already deleted: on a local disk the new
+    checkpoint, its commit record and their folders are fsynced before the deletion."""
+    import os
+
+    store = SnapshotStore(str(tmp_path))
+    ckpt = lambda e: ({"w": np.full(3, float(e))}, {"epoch": e})  # noqa: E731
+    store.publish(make_tree(0, [0, 1], [-1, 0], [0, 0]), list("abcde"), checkpoint=ckpt(0))
+    events = []
+    real_fsync, real_delete = os.fsync, SnapshotStore._delete
+    monkeypatch.setattr(os, "fsync", lambda fd: (events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))),
+                                                  real_fsync(fd))[1])
+    monkeypatch.setattr(SnapshotStore, "_delete",
+                        lambda self, info: (events.append(("delete", info.path)), real_delete(self, info))[1])
+    store.publish(make_tree(1, [0, 1], [-1, 0], [0, 0], seed=1), list("abcde"), checkpoint=ckpt(1))
+    deleted = [i for i, (kind, path) in enumerate(events) if kind == "delete" and path.endswith(
+        "000000/checkpoint.parquet")]
+    assert deleted, events
+    synced = {path for kind, path in events[:deleted[0]] if kind == "fsync"}
+    for want in ("epochs/000001/checkpoint.parquet", "epochs/000001/checkpoint.json", "commits/000001.json",
+                 "epochs/000001", "commits"):
+        assert str(tmp_path / want) in synced, (want, events)
+
+
+def test_a_writer_keeps_older_checkpoints_when_the_latest_one_is_missing(tmp_path):
+    """Superseded checkpoints are removed only while the latest one is there to resume from."""
+    store = SnapshotStore(str(tmp_path))
+    ckpt = lambda e: ({"w": np.full(3, float(e))}, {"epoch": e})  # noqa: E731
+    for e in range(2):
+        store.publish(make_tree(e, [0, 1], [-1, 0], [0, 0], seed=e), list("abcde"), checkpoint=ckpt(e))
+    (tmp_path / "epochs" / "000001" / "checkpoint.parquet").rename(tmp_path / "epochs" / "000000" / "checkpoint.parquet")
+    with store.writer("test"):
+        pass
+    assert (tmp_path / "epochs" / "000000" / "checkpoint.parquet").exists()
+
+
+def test_a_reader_racing_a_commit_gets_the_new_latest_checkpoint(tmp_path, monkeypatch):
+    """A writer (e.g. serve) deletes the previous checkpoint right after its commit: a reader
+    that looked up the latest epoch just before gets the new latest one, and one that asked for
+    that (now older) epoch is told its checkpoint is no longer kept, not that the store is damaged."""
+    from connectors.stores import CheckpointNotKeptError
+
+    ckpt = lambda e: ({"w": np.full(3, float(e))}, {"epoch": e})  # noqa: E731
+    writer = SnapshotStore(str(tmp_path))
+    for e in range(2):
+        writer.publish(make_tree(e, [0, 1], [-1, 0], [0, 0], seed=e), list("abcde"), checkpoint=ckpt(e))
+    reader = SnapshotStore(str(tmp_path))
+    real = reader._read_parquet
+    commits = []
+
+    def racing(path, columns=None):
+        if path.endswith("checkpoint.parquet") and commits:
+            e = commits.pop()
+            writer.publish(make_tree(e, [0, 1], [-1, 0], [0, 0], seed=e), list("abcde"), checkpoint=ckpt(e))
+        return real(path, columns)
+
+    monkeypatch.setattr(reader, "_read_parquet", racing)
+    commits.append(2)
+    assert reader.read_checkpoint()[1] == {"epoch": 2}
+    commits.append(3)
+    with pytest.raises(CheckpointNotKeptError, match="latest epoch \\(3\\)"):
+        reader.read_checkpoint(2)
+
+
+def test_a_new_run_in_the_same_writer_keeps_only_its_latest_checkpoint(tmp_path):
+    store = SnapshotStore(str(tmp_path))
+    ckpt = lambda e: ({"w": np.full(3, float(e))}, {"epoch": e})  # noqa: E731
+    with store.writer("test"):
+        for e in range(3):
+            store.publish(make_tree(e, [0, 1], [-1, 0], [0, 0], seed=e), list("abcde"), checkpoint=ckpt(e))
+        store.begin({"run": 2})
+        for e in range(2):
+            store.publish(make_tree(e, [0, 1], [-1, 0], [0, 0], seed=e), list("abcde"), checkpoint=ckpt(e))
+    assert sorted(p.parent.name for p in tmp_path.rglob("checkpoint.parquet")) == ["000001"]
+
+
+def test_a_writer_deletes_no_checkpoint_of_a_store_without_its_manifest(tmp_path):
+    """A store whose manifest is not in place (e.g. a replacement stopped while moving the old run
+    aside) has no recorded policy: a writer's own default must not decide what is deleted."""
+    store = SnapshotStore(str(tmp_path), keep_checkpoints="all")
+    ckpt = lambda e: ({"w": np.full(3, float(e))}, {"epoch": e})  # noqa: E731
+    for e in range(2):
+        store.publish(make_tree(e, [0, 1], [-1, 0], [0, 0], seed=e), list("abcde"), checkpoint=ckpt(e))
+    (tmp_path / "manifest.json").rename(tmp_path / "manifest.json.bak")
+    with SnapshotStore(str(tmp_path)).writer("test"):
+        pass
     assert len(list(tmp_path.rglob("checkpoint.parquet"))) == 2

@@ -45,9 +45,10 @@ inside the epoch folder, so they are committed with the epoch. Object arrays are
 The arrays are the bulk of a store (dense node parameters), and only a resume needs them,
 from the latest epoch: with ``keep_checkpoints="latest"`` (the default, recorded in the
 manifest as ``checkpoints``) publishing an epoch with a checkpoint deletes the previous
-epoch's ``checkpoint.parquet``, *after* the new commit record is written, so a crash at any
-point leaves at least the latest committed epoch's checkpoint (a writer removes a superseded
-one it finds, see :meth:`SnapshotStore.clean_leftovers`). ``checkpoint.json`` (small: the
+epoch's ``checkpoint.parquet``, *after* the new commit record is written (and, on a local
+disk, flushed to it with the new checkpoint), so a crash at any point leaves at least the
+latest committed epoch's checkpoint (a writer removes a superseded one it finds, see
+:meth:`SnapshotStore.clean_leftovers`). ``checkpoint.json`` (small: the
 parameters and sampled hyperparameters of that epoch) stays with every epoch.
 ``keep_checkpoints="all"`` keeps every epoch's arrays, so any epoch's model can be loaded.
 
@@ -423,6 +424,10 @@ class SnapshotStore:
             logger.info("removed leftovers of an interrupted writer: %s", ", ".join(removed))
         return removed
 
+    def kept_checkpoints(self) -> str:
+        """The store's checkpoint policy, ``"latest"`` or ``"all"`` (a new store: this writer's)."""
+        return self._checkpoint_policy(self._base_manifest())
+
     def _checkpoint_policy(self, manifest: dict) -> str:
         """``"latest"`` or ``"all"``; stores of format version 2 kept every epoch's."""
         return manifest.get("checkpoints", "all" if manifest.get("format_version", 1) < 3 else "latest")
@@ -432,6 +437,8 @@ class SnapshotStore:
         latest committed epoch that has a checkpoint (left by a writer that stopped between
         its commit and the deletion). Only the store's own ``checkpoint.parquet`` files."""
         try:
+            if not self._exists(self._path(MANIFEST)):
+                return []  # no recorded policy (e.g. a replacement stopped while moving the old run aside)
             manifest = self._base_manifest()
         except StoreError:
             return []
@@ -440,11 +447,15 @@ class SnapshotStore:
         records = [e for e in self._records(validate=False) if e.get("checkpoint") and isinstance(e.get("path"), str)]
         if not records:
             return []
-        latest = max(e["epoch"] for e in records)
+        latest = max(records, key=lambda e: e["epoch"])
+        if not self._exists(self._path(latest["path"], CHECKPOINT_ARRAYS)):
+            return []  # the latest one is missing (a damaged store): keep what there is
         removed = []
         for e in records:
             path = self._path(e["path"], CHECKPOINT_ARRAYS)
-            if e["epoch"] < latest and _FOLDER_RE.match(e["path"].rsplit("/", 1)[-1]) and self._exists(path):
+            if e["epoch"] < latest["epoch"] and _FOLDER_RE.match(e["path"].rsplit("/", 1)[-1]) and self._exists(path):
+                if not removed:
+                    self._sync_commit(latest["path"], latest["epoch"])
                 self._delete(self.fs.get_file_info(path))
                 removed.append(f"{e['path']}/{CHECKPOINT_ARRAYS}")
         return removed
@@ -556,6 +567,7 @@ class SnapshotStore:
                     self.fs.move(self._path(name), f"{aside}/{name}")
                 self._aside_pending = True
                 logger.info("moved the previous run aside to %s until the new run commits", aside)
+            self._checkpointed, self._checkpointed_known = None, True  # the new run has none yet
             manifest = self._new_manifest()
             manifest["run"] = uuid.uuid4().hex
             manifest["config"] = config
@@ -777,8 +789,9 @@ class SnapshotStore:
             if ckpt is not None and (self._checkpointed is None or self._checkpointed[0] <= epoch):
                 self._checkpointed = (epoch, rel)
             if superseded is not None and _FOLDER_RE.match(superseded.rsplit("/", 1)[-1]):
-                # only now that the new checkpoint is committed: a crash before this line leaves
-                # two, and the next writer's clean_leftovers removes the older one
+                # only now that the new checkpoint is committed (and on disk): a crash before this
+                # line leaves two, and the next writer's clean_leftovers removes the older one
+                self._sync_commit(rel, epoch)
                 old = self.fs.get_file_info(self._path(superseded, CHECKPOINT_ARRAYS))
                 if old.type != pafs.FileType.NotFound:
                     self._delete(old)
@@ -787,6 +800,27 @@ class SnapshotStore:
                     if info.base_name.startswith(".replaced-"):
                         self._delete(info)
                 self._aside_pending = False
+
+    def _sync_commit(self, rel: str, epoch: int) -> None:
+        """On a local disk, flush epoch ``epoch``'s checkpoint, its commit record and the folder
+        entries that name them, so that a power cut after the previous checkpoint is deleted
+        cannot leave a record pointing at unwritten data (the OS writes renamed files back
+        lazily). An object store has an object durable once its write returned."""
+        if not isinstance(self.fs, pafs.LocalFileSystem):
+            return
+        paths = [self._path(rel, CHECKPOINT_ARRAYS), self._path(rel, CHECKPOINT_META),
+                 self._path(self.record_name(epoch))]
+        if os.name == "posix":  # folders can be opened and synced there
+            paths += [self._path(rel), self._path(EPOCHS), self._path(COMMITS)]
+        for path in paths:
+            try:
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                raise StoreAccessError(f"{path}: cannot flush to disk: {os_reason(exc)}") from None
 
     def _write_epoch_files(self, tmp, tree, top_words, doc_ids, rejects, ckpt, tables,
                            events=None) -> tuple[bool, float]:
@@ -816,12 +850,33 @@ class SnapshotStore:
         """The model checkpoint ``(arrays, meta)`` committed with ``epoch`` (default: the
         latest published epoch); ``DTSSBP.from_checkpoint(*store.read_checkpoint())``
         continues from it."""
-        entry = self.last_commit() if epoch is None else self._entry(epoch)
-        if entry is None:
-            raise StoreError(f"{self.root}: no published epoch, so no checkpoint")
-        if not entry.get("checkpoint"):
-            raise StoreError(f"{self.root}: epoch {entry['epoch']} was published without a model checkpoint "
-                             "(written by an older streamtree?); replay into a new --store")
+        for _ in range(3):  # a writer may commit a later one and delete this one while we read
+            entry = self.last_commit() if epoch is None else self._entry(epoch)
+            if entry is None:
+                raise StoreError(f"{self.root}: no published epoch, so no checkpoint")
+            if not entry.get("checkpoint"):
+                raise StoreError(f"{self.root}: epoch {entry['epoch']} was published without a model checkpoint "
+                                 "(written by an older streamtree?); replay into a new --store")
+            base = self._path(entry["path"])
+            try:
+                self._check_checkpoint_kept(entry)
+                try:
+                    table = self._read_parquet(f"{base}/{CHECKPOINT_ARRAYS}")
+                except CorruptStoreError:
+                    self._check_checkpoint_kept(entry)  # superseded meanwhile: say so, not "damaged"
+                    raise
+            except CheckpointNotKeptError:
+                if epoch is None:
+                    continue  # the latest epoch moved on while we read: take the new one
+                raise
+            try:
+                meta = self._read_json(f"{base}/{CHECKPOINT_META}", "checkpoint metadata")
+            except FileNotFoundError:
+                raise CorruptStoreError(f"{base}/{CHECKPOINT_META}: missing; the store is damaged") from None
+            return _checkpoint_arrays(table, f"{base}/{CHECKPOINT_ARRAYS}"), meta
+        raise StoreError(f"{self.root}: the latest checkpoint changed while it was read, three times; try again")
+
+    def _check_checkpoint_kept(self, entry: dict) -> None:
         later = self.checkpoint_epoch()
         if later is not None and later > entry["epoch"] and self._checkpoint_policy(self._base_manifest()) == "latest":
             raise CheckpointNotKeptError(
@@ -829,13 +884,6 @@ class SnapshotStore:
                 f"model only for its latest epoch ({later}), which a resume needs; epoch {entry['epoch']}'s tree "
                 f"is stored (SnapshotStore.read, node directions to cosine >= {self._cosine_of(entry)}), or "
                 "replay with keep_checkpoints='all' (--keep-checkpoints all) to load any epoch's model")
-        base = self._path(entry["path"])
-        table = self._read_parquet(f"{base}/{CHECKPOINT_ARRAYS}")
-        try:
-            meta = self._read_json(f"{base}/{CHECKPOINT_META}", "checkpoint metadata")
-        except FileNotFoundError:
-            raise CorruptStoreError(f"{base}/{CHECKPOINT_META}: missing; the store is damaged") from None
-        return _checkpoint_arrays(table, f"{base}/{CHECKPOINT_ARRAYS}"), meta
 
     def read_checkpoint_meta(self, epoch: int | None = None) -> dict:
         """The JSON metadata of the checkpoint committed with ``epoch`` (default: the latest
