@@ -142,6 +142,10 @@ class TextVectorizer(TransformerMixin, BaseEstimator):
 
     def _counter(self, vocabulary=None, max_features=None) -> CountVectorizer:
         stop = sorted(STOP_WORDS) if self.stop_words == "english" else self.stop_words
+        if vocabulary is not None and stop is not None:
+            # A fixed vocabulary keeps counting its own terms even if the stop list has grown
+            # since it was fitted: a restored store must score documents as its model was fitted.
+            stop = [w for w in stop if w not in vocabulary]
         return CountVectorizer(
             lowercase=self.lowercase, token_pattern=self.token_pattern, stop_words=stop,
             min_df=self.min_df, max_df=self.max_df, max_features=max_features,

@@ -118,8 +118,6 @@ def test_transcript_stage_directions_are_stop_words():
     assert small().fit(docs).vocabulary_.tolist() == ["fall", "rise", "taxes", "win"]
 
 
-@pytest.mark.xfail(strict=True, reason="a restored vectoriser applies today's stop-word list to a vocabulary "
-                                       "fitted under an older one (fix belongs in streamtree/text.py)")
 def test_a_stored_vocabulary_keeps_counting_terms_that_became_stop_words(monkeypatch):
     """A store written before "applause" was a stop word has it in its vocabulary: restoring the
     vectoriser (resume, serve restart, assign) must still count it, or the resumed run and the
