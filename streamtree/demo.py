@@ -69,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(args.store, exist_ok=True)
     names = dict(n_sweeps="--sweeps", kappa0="--kappa0", window="--window", max_depth="--max-depth",
                  likelihood="--likelihood")
-    flags = " ".join(["--epoch 10y"] + [f"{names[k]} {v}" for k, v in model.items() if k in names])
+    flags = " ".join(["--epoch 10y"] + [f"{names[k]} {v:g}" if isinstance(v, float) else f"{names[k]} {v}"
+                                         for k, v in model.items() if k in names])
     if args.max_features != DEFAULT_MAX_FEATURES:
         flags += f" --max-features {args.max_features}"
     if args.seed != REPLAY_SEED:

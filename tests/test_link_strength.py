@@ -118,7 +118,7 @@ def _planted(likelihood: str, n_epochs: int = 2):
 @pytest.mark.parametrize("likelihood", ["vmf", "multinomial"])
 def test_auto_kappa0_is_reproducible_and_survives_a_checkpoint(likelihood):
     X = _planted(likelihood, 2)
-    kw = dict(likelihood=likelihood, max_depth=2, n_sweeps=6, random_state=7)
+    kw = dict(likelihood=likelihood, max_depth=2, n_sweeps=6, random_state=7, kappa0="auto")
     a = DTSSBP(**kw).fit(X)
     b = DTSSBP(**kw).fit(X)
     assert a.kappa0 == "auto" and a.kappa0_ == b.kappa0_ and np.isfinite(a.kappa0_) and a.kappa0_ > 0
