@@ -44,6 +44,10 @@ logger = logging.getLogger(__name__)
 MERGE_GRACE = 2  # sweeps a new node lives before the internal-node merge may remove it
 #: documents per split-merge attempt and sweep under ``split_proposals="auto"``
 DOCS_PER_SPLIT_ATTEMPT = 100
+#: fewest split-merge attempts per sweep under ``split_proposals="auto"``: with fewer, a small
+#: epoch's chain can settle on a root-only tree (the sampled stick hyperparameters then favour
+#: it) before any split is accepted
+MIN_SPLIT_ATTEMPTS = 20
 
 #: tail probability of the time link beyond which a carried node counts as a new node
 IDENTITY_LEVEL = 0.05
@@ -87,11 +91,11 @@ class SamplerSettings:
 
     def split_attempts(self, n_docs: int) -> int:
         """Split-merge attempts per sweep for an epoch of ``n_docs`` documents: the number given,
-        or for ``"auto"`` one per ``DOCS_PER_SPLIT_ATTEMPT`` documents (at least one), so that
-        every document's node meets proposals at the same rate in a small epoch as in a large
-        one, and a small epoch does not spend its sweep on more attempts than it has documents."""
+        or for ``"auto"`` one per ``DOCS_PER_SPLIT_ATTEMPT`` documents (at least
+        ``MIN_SPLIT_ATTEMPTS``), so that in a large epoch every document's node meets proposals
+        at the same rate, and a small epoch does not spend its sweeps on a fixed large number."""
         if self.split_proposals == "auto":
-            return max(1, -(-n_docs // DOCS_PER_SPLIT_ATTEMPT))
+            return max(MIN_SPLIT_ATTEMPTS, -(-n_docs // DOCS_PER_SPLIT_ATTEMPT))
         return int(self.split_proposals)
 
     def with_hyper(self, hyper: dict[str, float]) -> "SamplerSettings":
