@@ -83,6 +83,19 @@ class TSSBTree:
         self.born[nid] = born
         return nid
 
+    def add_parent_of_block(self, parent_id: int, position: int, n_adopted: int, born: int = 0) -> int:
+        """Add a new child to ``parent_id`` at index ``position`` that adopts the ``n_adopted``
+        siblings after it as its children (their subtrees one level deeper); return its id."""
+        nid = self.add_child(parent_id, born=born, position=position)
+        kids = self.children[parent_id][position + 1:position + 1 + n_adopted]
+        del self.children[parent_id][position + 1:position + 1 + n_adopted]
+        self.children[nid] = kids
+        for c in kids:
+            self.parent[c] = nid
+            for g in self.subtree(c):
+                self.depth[g] += 1
+        return nid
+
     def remove_subtree(self, node_id: int) -> list[int]:
         """Delete ``node_id`` and its descendants; returns the removed ids."""
         if node_id == ROOT:

@@ -56,15 +56,7 @@ def _random_move(rng, tree, past, now, edit):
             m += 1
         nid = tree.next_id
         edit.insert(nid, par, pos, m)
-        got = tree.add_child(par, position=pos)
-        assert got == nid
-        kids = tree.children[par][pos + 1:pos + 1 + m]
-        del tree.children[par][pos + 1:pos + 1 + m]
-        tree.children[nid] = kids
-        for c in kids:
-            tree.parent[c] = nid
-            for g in tree.subtree(c):
-                tree.depth[g] += 1
+        assert tree.add_parent_of_block(par, pos, m) == nid
         a = int(rng.choice(list(tree.parent)))
         k = int(rng.integers(0, now.get(a, 0) + 1))
         edit.move(a, nid, 0, k)

@@ -123,6 +123,17 @@ def test_rejects_are_counted_and_stored(tmp_path):
                    "stop": ("1800s", EMPTY_AFTER_VOCABULARY), "rare": ("1800s", EMPTY_AFTER_VOCABULARY)}
 
 
+def interrupted_replay(corpus, uri: str) -> None:
+    """A replay of ``corpus`` into ``uri`` interrupted after its second epoch."""
+
+    def interrupt(p):
+        if p.index == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        replay(config(corpus), uri, progress=interrupt)
+
+
 def test_refuse_resume_overwrite(corpus, replayed, tmp_path):
     uri, _ = replayed
     with pytest.raises(StoreError, match="already holds 3 published epochs of the same configuration.*--resume"):
@@ -133,12 +144,7 @@ def test_refuse_resume_overwrite(corpus, replayed, tmp_path):
     # an interrupt after the second epoch leaves a readable store at that epoch ...
     part = str(tmp_path / "part")
 
-    def interrupt(p):
-        if p.index == 1:
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        replay(config(corpus), part, progress=interrupt)
+    interrupted_replay(corpus, part)
     store = SnapshotStore(part)
     assert [e["label"] for e in store.epochs()] == ["1790s", "1800s"]
     store.read(1)
@@ -168,12 +174,7 @@ def test_resume_refuses_to_keep_every_checkpoint_of_a_store_that_kept_the_latest
     resume to keep every one is refused, saying what to do, rather than silently ignored."""
     part = str(tmp_path / "part")
 
-    def interrupt(p):
-        if p.index == 1:
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        replay(config(corpus), part, progress=interrupt)
+    interrupted_replay(corpus, part)
     with pytest.raises(StoreError, match="latest epoch's checkpoint only.*--overwrite"):
         replay(config(corpus), part, mode="resume", keep_checkpoints="all")
     assert replay(config(corpus), part, mode="resume").n_published == 1

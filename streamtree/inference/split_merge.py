@@ -307,15 +307,7 @@ class SplitMerge:
     def _insert(tree: TSSBTree, place: tuple, born: int) -> int:
         """Create the new node of ``place`` in ``tree`` (adopting its block of children)."""
         _, P, k, m = place
-        nid = tree.add_child(P, born=born, position=k)
-        kids = tree.children[P][k + 1:k + 1 + m]
-        del tree.children[P][k + 1:k + 1 + m]
-        tree.children[nid] = kids
-        for c in kids:
-            tree.parent[c] = nid
-            for g in tree.subtree(c):
-                tree.depth[g] += 1
-        return nid
+        return tree.add_parent_of_block(P, k, m, born=born)
 
     def _log_adoption(self, st: MoveState, split, b: int, theta_b: np.ndarray) -> float:
         """Parent-link log densities of ``b``'s adopted subtrees in the split state minus those
