@@ -98,9 +98,9 @@ class DTSSBP(BaseEstimator):
         Split-merge attempts per sweep. Each attempt draws two documents at random: a split
         is proposed when they share a node, a merge when one sits in a node the other's could
         have split off; other draws cost nothing. ``0`` disables the moves. ``"auto"`` makes
-        one attempt per 100 documents of the epoch, at least 20 (``DOCS_PER_SPLIT_ATTEMPT``
-        and ``MIN_SPLIT_ATTEMPTS`` in :mod:`streamtree.inference.epoch_sampler`), so small
-        epochs do not spend their sweeps on a large fixed number of attempts.
+        one attempt per 100 documents of the epoch, at least 50 (``DOCS_PER_SPLIT_ATTEMPT``
+        and ``MIN_SPLIT_ATTEMPTS`` in :mod:`streamtree.inference.epoch_sampler`), so the
+        moves keep pace with the documents in large epochs.
     min_node_docs : int
         Nodes with fewer documents keep their previous concentration (a newborn node starts
         with its parent's) instead of a noisy estimate.
