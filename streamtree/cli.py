@@ -295,7 +295,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("store", help="snapshot store directory")
     s.add_argument("--epoch", help="epoch index or label (default: all)")
     s.add_argument("--node", type=int, help="print this node's lineage across epochs")
-    s.add_argument("--top-words", type=_positive_int, default=10, help="words per node")
+    s.add_argument("--top-words", type=_positive_int, default=ReplayConfig.top_words,
+                   help="words per node (at most the words the store kept per node)")
     s.add_argument("--min-docs", type=int, default=0, help="hide nodes with fewer documents in their subtree")
     s.add_argument("--nodes", type=_positive_int, default=10,
                    help="per epoch, show the nodes holding most documents (and their ancestors)")
@@ -467,6 +468,13 @@ LEGEND = ("* born this epoch, < born by splitting from another node, ^ parent ch
           "epoch's documents in the node's subtree (and at the node itself)")
 
 
+def _top_words(top_words: int | None) -> int:
+    """``top_words``, or the words a store keeps per node by default."""
+    from streamtree.text import DEFAULT_TOP_WORDS
+
+    return DEFAULT_TOP_WORDS if top_words is None else top_words
+
+
 def _node_words(stored, vocabulary, top_words: int) -> list[list[str]]:
     tree = stored.tree
     if vocabulary is not None and tree.theta.shape[1] == len(vocabulary) and stored.theta_exact:
@@ -474,7 +482,7 @@ def _node_words(stored, vocabulary, top_words: int) -> list[list[str]]:
     return [w[:top_words] for w in stored.top_words]
 
 
-def format_epoch(stored, vocabulary=None, *, top_words: int = 10, min_docs: int = 0, events=None,
+def format_epoch(stored, vocabulary=None, *, top_words: int | None = None, min_docs: int = 0, events=None,
                  max_nodes: int | None = None, previous=None, legend: bool = False, max_ids: int | None = 8) -> str:
     """One epoch's tree in the style of the dTSSBP paper's Figures 4 and 5, with what changed.
 
@@ -488,6 +496,7 @@ def format_epoch(stored, vocabulary=None, *, top_words: int = 10, min_docs: int 
     merged). Id lists are capped at ``max_ids`` (None: all). ``legend`` appends :data:`LEGEND`.
     """
     tree = stored.tree
+    top_words = _top_words(top_words)
     words = _node_words(stored, vocabulary, top_words)
     prev_words = {}
     if previous is not None:
@@ -582,10 +591,11 @@ def format_evolution(store, entries: list[dict]) -> str:
             f"parent; nodes per epoch {min(nodes, default=0)} .. {max(nodes, default=0)}")
 
 
-def format_lineage(store, node_id: int, *, top_words: int = 10) -> str:
+def format_lineage(store, node_id: int, *, top_words: int | None = None) -> str:
     """One node across epochs: parent, documents and top words in each epoch it was alive."""
     from connectors.stores.snapshot import StoreError
 
+    top_words = _top_words(top_words)
     lineage = store.lineage()
     rec = lineage.get(int(node_id))
     if rec is None:
@@ -616,7 +626,7 @@ def _replay_config(args, model: dict | None = None):
         epoch_col=args.epoch_col, epoch=args.epoch, time_unit=args.time_unit, time_format=args.time_format,
         time_range=args.time_range, format=args.format, delimiter=args.delimiter, min_df=args.min_df,
         max_df=args.max_df, max_features=args.max_features, weighting=args.weighting,
-        top_words=getattr(args, "top_words", 10),
+        top_words=_top_words(getattr(args, "top_words", None)),
         model=_model_options(args) if model is None else model,
     )
 
