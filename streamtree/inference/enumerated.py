@@ -189,14 +189,7 @@ def _sample_csr(indptr, indices, data, start, stop, coef_T, sqnorm, live_a, live
             for k in range(K):
                 scores[k] += x * row[k]
         if kind == 2:
-            total = 0.0
-            for q in range(indptr[i], indptr[i + 1]):
-                total += data[q]
-            for j in range(P):
-                acc = -_log_rising(ph_b[j], total)
-                for q in range(indptr[i], indptr[i + 1]):
-                    acc += _log_rising(ph_alpha[j, indices[q]], data[q])
-                ph_score[j] = acc
+            _dirichlet_row(indptr, indices, data, i, ph_alpha, ph_b, ph_score)
         _weights_and_draw(i, scores, sqnorm[i], live_a, live_b, live_c, ph_parent, ph_a, ph_b, ph_c, table,
                           ph_score, kind, u, labels, lognorm, sample, w)
 
@@ -213,19 +206,24 @@ def _log_rising(a, x):
 
 
 @njit(cache=True, nogil=True)
-def _dirichlet_block(indptr, indices, data, alpha, alpha_sum, out):
-    """out[i, j] = sum_w [lgamma(alpha_jw + x_iw) - lgamma(alpha_jw)] + lgamma(A_j) - lgamma(A_j + n_i)."""
-    n = indptr.shape[0] - 1
-    P = alpha.shape[0]
-    for i in range(n):
-        total = 0.0
+def _dirichlet_row(indptr, indices, data, i, alpha, alpha_sum, out):
+    """out[j] = sum_w [lgamma(alpha_jw + x_iw) - lgamma(alpha_jw)] + lgamma(A_j) - lgamma(A_j + n_i)
+    for row ``i`` of a CSR matrix."""
+    total = 0.0
+    for q in range(indptr[i], indptr[i + 1]):
+        total += data[q]
+    for j in range(alpha.shape[0]):
+        acc = -_log_rising(alpha_sum[j], total)
         for q in range(indptr[i], indptr[i + 1]):
-            total += data[q]
-        for j in range(P):
-            acc = -_log_rising(alpha_sum[j], total)
-            for q in range(indptr[i], indptr[i + 1]):
-                acc += _log_rising(alpha[j, indices[q]], data[q])
-            out[i, j] = acc
+            acc += _log_rising(alpha[j, indices[q]], data[q])
+        out[j] = acc
+
+
+@njit(cache=True, nogil=True)
+def _dirichlet_block(indptr, indices, data, alpha, alpha_sum, out):
+    """out[i] = :func:`_dirichlet_row` of row i, for every row."""
+    for i in range(indptr.shape[0] - 1):
+        _dirichlet_row(indptr, indices, data, i, alpha, alpha_sum, out[i])
 
 
 def dirichlet_placeholder_scores(X, alpha: np.ndarray, alpha_sum: np.ndarray) -> np.ndarray:
