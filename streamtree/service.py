@@ -199,6 +199,9 @@ class ServiceMetrics:
                                  buckets=(0.1, 0.3, 1, 3, 10, 30, 100, 300, 1000, 3600))
         self._max_event_s: float | None = None
         self._last_commit: float | None = None
+        # Held while a publish updates its metrics and while a scrape reads them, so a scrape
+        # sees an epoch's publish whole (never the new epoch count beside stale pending rows).
+        self.lock = threading.Lock()
         self.lag.set_function(lambda: 0.0 if self._max_event_s is None else time.time() - self._max_event_s)
         self.since_commit.set_function(lambda: 0.0 if self._last_commit is None else time.time() - self._last_commit)
 
@@ -213,7 +216,8 @@ class ServiceMetrics:
     def exposition(self) -> bytes:
         from prometheus_client import generate_latest
 
-        return generate_latest(self.registry)
+        with self.lock:
+            return generate_latest(self.registry)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -538,14 +542,15 @@ class Service:
             self._totals["rejected"][reason] = self._totals["rejected"].get(reason, 0) + n
         self._commit(fitted, fit_s)
         del self.model.trees_[:-1]  # the store keeps the history; memory stays flat
-        self.metrics.documents.inc(fitted.n_documents)
-        for reason, n in kinds.items():
-            self.metrics.rows_rejected.labels(reason).inc(n)
-        self.metrics.epochs.inc()
-        self.metrics.live_nodes.set(fitted.tree.n_nodes)
         self._epoch_ready_ns.pop(ep.key, None)
         self._in_epoch = None
-        self._update_gauges()
+        with self.metrics.lock:
+            self._update_gauges()
+            self.metrics.live_nodes.set(fitted.tree.n_nodes)
+            self.metrics.documents.inc(fitted.n_documents)
+            for reason, n in kinds.items():
+                self.metrics.rows_rejected.labels(reason).inc(n)
+            self.metrics.epochs.inc()
 
     def _commit(self, fitted, fit_s: float) -> None:
         """Publish the epoch with everything a restart needs (one atomic commit)."""
