@@ -50,3 +50,23 @@ def test_a_node_with_two_identical_documents_stays_off_the_cap():
     beta = lik.update_concentration(counts, sums, np.zeros(4), theta, np.full(4, 1.0))
     assert beta[3] < 1e4  # far from the 1e6 cap
     assert beta[:3] == pytest.approx(300.0, rel=0.25)  # big nodes follow their own data
+
+
+def test_small_nodes_are_not_read_as_tight():
+    """Fitted to its own few documents, a node's direction matches them far better than the true
+    one does (in p = 2,000 two documents at concentration 300 have cosine 0.02 with each other but
+    0.7 with their mean): the update must not read that as a high concentration, which made
+    new small nodes ever more attractive. Nodes of 2-4 documents recover the true value."""
+    rng = np.random.default_rng(1)
+    p, beta_true = 2000, 300.0
+    variant = resolve_variant("dtssbp", window=2, max_depth=3, gamma=0.5, xi=0.001)
+    lik = VonMisesFisher(variant, p, kappa0=1e3, kappa1=1.0, a=0.0, min_node_docs=2,
+                         concentration_bounds=(1e-3, 1e6))
+    mus = sample_vmf(np.eye(p)[0], 1.0, 300, rng)
+    groups = [sample_vmf(mu, beta_true, int(rng.integers(2, 5)), rng) for mu in mus]
+    sums = np.stack([g.sum(axis=0) for g in groups])
+    theta = sums / np.linalg.norm(sums, axis=1, keepdims=True)
+    counts = np.array([g.shape[0] for g in groups], dtype=float)
+    beta = lik.update_concentration(counts, sums, np.zeros(len(groups)), theta, np.full(len(groups), 1.0))
+    assert np.median(beta) == pytest.approx(beta_true, rel=0.15)
+    assert np.all(beta < 2.0 * beta_true)
