@@ -957,7 +957,8 @@ def map_phi_with_children(
                 lam_hi = min(lam_hi, float(h_star.max()))
             if not (lam_lo < lam_new < lam_hi):
                 lam_new = 0.5 * (lam_lo + lam_hi)
-        if bracketed and lam_hi - lam_lo <= 4.0 * np.finfo(float).eps * max(abs(lam_lo), abs(lam_hi)):
+        width = lam_hi - lam_lo
+        if bracketed and width <= 4.0 * np.finfo(float).eps * max(abs(lam_lo), abs(lam_hi)):
             break
         dlam = lam_new - lam
         lam = lam_new
