@@ -40,6 +40,9 @@ class Multinomial(WordTopics, Likelihood):
     text_norm = None  # raw counts
     params = ("kappa0", "kappa1", "a", "min_node_docs")
     floor = DIRICHLET_FLOOR
+    #: node updates start from the current phi and skip nodes whose inputs did not change (the
+    #: optimum is the same; False re-solves every node from the solver's own start, for checks)
+    incremental_map = True
 
     @classmethod
     def check_input(cls, X):
@@ -237,18 +240,32 @@ class Multinomial(WordTopics, Likelihood):
         # each node's Dirichlet parameter apart from its parent link: time link plus floor
         offset = (tim * has_prev)[:, None] * prev_theta + self.floor
         parity = arrays.depth % 2
+        # A node's inputs within this call are its parent's and children's phi (its data and
+        # offset are fixed): it is solved again only when one of them changed since its last
+        # solve, and from its current phi, which is close to the optimum after a sweep's changes.
+        version = np.zeros(K, dtype=np.int64)
+        solved_with: list[tuple | None] = [None] * K
         for _ in range(n_iter):
             delta = 0.0
             for q in (0, 1):
                 for k in np.flatnonzero((parity == q) & update):
+                    kids = [j for j in children[k] if par[j] > 0]
+                    if self.incremental_map:
+                        inputs = (version[pidx[k]] if pidx[k] >= 0 else 0, tuple(version[kids]))
+                        if solved_with[k] == inputs:
+                            continue
+                        solved_with[k] = inputs
                     parent_phi = theta[pidx[k]] if pidx[k] >= 0 else root_anchor
                     alpha = par[k] * parent_phi + offset[k]
-                    kids = [j for j in children[k] if par[j] > 0]
                     if kids:
-                        new = map_phi_with_children(sums[k], alpha, np.log(theta[kids]), par[kids], offset[kids])
+                        new = map_phi_with_children(sums[k], alpha, np.log(theta[kids]), par[kids], offset[kids],
+                                                    phi_init=theta[k] if self.incremental_map else None)
                     else:
                         new = map_phi(sums[k], alpha)
-                    delta = max(delta, float(np.max(np.abs(new - theta[k]))))
+                    change = float(np.max(np.abs(new - theta[k])))
+                    if change > 0.0:
+                        version[k] += 1
+                    delta = max(delta, change)
                     theta[k] = new
             if delta < 1e-10:
                 break

@@ -85,6 +85,14 @@ __all__ = [
 
 _BASES = ("softmax", "simplex")
 _STIRLING_MIN = 10.0  # from here the Stirling series to z^-9 is accurate to ~2e-14
+# |sum_w phi_w(lambda) - 1| below which the MAP's multiplier search ends with a linear step
+_LINEAR_FINISH = 1e-7
+# the MAP's joint Newton: steps tried before the safeguarded search, the relative step in every
+# phi_w below which it has converged (the error left is of the order of its square), and the
+# relative movement since a term's last evaluation below which its linearisation is kept
+_JOINT_MAX_ITER = 8
+_JOINT_TOL = 1e-7
+_JOINT_FREEZE = 1e-7
 
 
 # ----------------------------------------------------------------------------- numba kernels
@@ -136,20 +144,42 @@ def _digamma_nb(x: float) -> float:
 
 
 @njit(cache=True, nogil=True)
-def _trigamma_nb(x: float) -> float:
-    """Trigamma for x > 0: upward recurrence to x >= 10, then the asymptotic series."""
-    r = 0.0
-    while x < 10.0:
-        r += 1.0 / (x * x)
+def _digamma_trigamma_nb(x: float):
+    """(digamma(x), trigamma(x)) for x > 0 with one shared upward recurrence."""
+    d = 0.0
+    tr = 0.0
+    while x < 9.0:  # two recurrence steps per division: 1/u + 1/v = (u + v) / (u v)
+        u = x
+        v = x + 1.0
+        inv = 1.0 / (u * v)
+        d -= (u + v) * inv
+        tr += (u * u + v * v) * (inv * inv)
+        x += 2.0
+    if x < 10.0:
+        inv = 1.0 / x
+        d -= inv
+        tr += inv * inv
         x += 1.0
-    f = 1.0 / (x * x)
-    return (
-        r
-        + 1.0 / x
+    inv = 1.0 / x
+    f = inv * inv
+    d += (
+        math.log(x)
+        - 0.5 * inv
+        - f * (1.0 / 12.0 - f * (1.0 / 120.0 - f * (1.0 / 252.0 - f * (1.0 / 240.0 - f / 132.0))))
+    )
+    tr += (
+        inv
         + 0.5 * f
-        + (f / x)
+        + (f * inv)
         * (1.0 / 6.0 - f * (1.0 / 30.0 - f * (1.0 / 42.0 - f * (1.0 / 30.0 - f * 5.0 / 66.0))))
     )
+    return d, tr
+
+
+@njit(cache=True, nogil=True)
+def _trigamma_nb(x: float) -> float:
+    """Trigamma for x > 0 (see ``_digamma_trigamma_nb``)."""
+    return _digamma_trigamma_nb(x)[1]
 
 
 @njit(cache=True, nogil=True)
@@ -170,6 +200,27 @@ def _dm_rows_nb(indptr, indices, data, alphas, alpha_sums, log_coef, out):
 
 
 @njit(cache=True, nogil=True)
+def _dm_set_dense_nb(c, alpha, alpha_sum):
+    """(DM log marginal of the summed counts c under Dir(alpha) without coefficients, N).
+
+    The same arithmetic, in the same order, as ``_dm_rows_nb`` on the CSR form of ``c``. N is
+    NaN when some count is negative or not finite.
+    """
+    n_tokens = 0.0
+    for w in range(c.shape[0]):
+        v = c[w]
+        if v != 0.0:
+            if not (0.0 < v < np.inf):
+                return np.nan, np.nan
+            n_tokens += v
+    acc = 0.0 - _log_rising_nb(alpha_sum, n_tokens)
+    for w in range(c.shape[0]):
+        if c[w] != 0.0:
+            acc += _log_rising_nb(alpha[w], c[w])
+    return acc, n_tokens
+
+
+@njit(cache=True, nogil=True)
 def _child_grad_nb(t, w, strength, offset, log_phi):
     """g_w'(t) and g_w''(t) of the children's terms as a function of phi_w = t."""
     g1 = 0.0
@@ -178,10 +229,94 @@ def _child_grad_nb(t, w, strength, offset, log_phi):
         s = strength[j]
         if s == 0.0:
             continue
-        a = s * t + offset[j, w]
-        g1 += s * (log_phi[j, w] - _digamma_nb(a))
-        g2 -= s * s * _trigamma_nb(a)
+        d, tr = _digamma_trigamma_nb(s * t + offset[j, w])
+        g1 += s * (log_phi[j, w] - d)
+        g2 -= s * s * tr
     return g1, g2
+
+
+@njit(cache=True, nogil=True)
+def _child_slope_nb(t, strength, offset, log_phi, out):
+    """out[w] = g_w'(t_w) for every term (t a vector) or at one point (t of length 1)."""
+    one_point = t.shape[0] == 1
+    for w in range(out.shape[0]):
+        x = t[0] if one_point else t[w]
+        g1 = 0.0
+        for j in range(strength.shape[0]):
+            s = strength[j]
+            if s != 0.0:
+                g1 += s * (log_phi[j, w] - _digamma_nb(s * x + offset[j, w]))
+        out[w] = g1
+
+
+@njit(cache=True, nogil=True)
+def _joint_newton_nb(b, strength, offset, log_phi, t, max_iter, tol, freeze):
+    """Newton on the KKT system in (t, lambda) jointly, from t (summing to 1; updated in place).
+
+    Solves r_w = b_w + t_w (g_w'(t_w) - lambda) = 0 with sum_w t_w = 1 for b_w > 0, one
+    evaluation of g' and g'' per term and step, against several for the per-term solves
+    inside the multiplier search; near the optimum the convergence is quadratic. A term that
+    has moved less than ``freeze`` (relative) since its last evaluation is not evaluated again:
+    its residual is of the order of that movement squared (zero to rounding), so its
+    linearisation is kept and the multiplier's changes move it along it.
+    Returns True once every term's step is below ``tol`` (that last step is taken); False,
+    leaving t at a point of the simplex, when a step would leave the simplex, a linearisation
+    is not decreasing, or ``max_iter`` steps did not get there; the caller then falls back to
+    the safeguarded search.
+    """
+    V = b.shape[0]
+    resid = np.empty(V)
+    slope = np.empty(V)
+    new_t = np.empty(V)
+    fresh = np.ones(V, dtype=np.bool_)  # evaluate g', g'' at this step
+    moved = np.zeros(V)  # relative movement since the last evaluation
+    lam = 0.0
+    for it in range(max_iter):
+        t_sum = 0.0
+        for w in range(V):
+            t_sum += t[w]
+        if it == 0:  # the multiplier the KKT conditions give at t: sum_w t_w h_w(t_w) / sum_w t_w
+            for w in range(V):
+                g1, g2 = _child_grad_nb(t[w], w, strength, offset, log_phi)
+                resid[w] = g1
+                slope[w] = g2
+                lam += b[w] + t[w] * g1
+            lam /= t_sum
+            for w in range(V):
+                g1 = resid[w]
+                resid[w] = b[w] + t[w] * (g1 - lam)
+                slope[w] = g1 - lam + t[w] * slope[w]
+            fresh[:] = False
+        num = 1.0 - t_sum
+        den = 0.0
+        for w in range(V):
+            if fresh[w]:
+                g1, g2 = _child_grad_nb(t[w], w, strength, offset, log_phi)
+                resid[w] = b[w] + t[w] * (g1 - lam)
+                slope[w] = g1 - lam + t[w] * g2
+            elif it > 0:
+                resid[w] = 0.0  # to second order in its last step, below tol
+            if not slope[w] < 0.0:
+                return False
+            num += resid[w] / slope[w]
+            den += t[w] / slope[w]
+        dlam = num / den
+        worst = 0.0
+        for w in range(V):
+            step = (t[w] * dlam - resid[w]) / slope[w]
+            x = t[w] + step
+            if not (0.0 < x < 1.0):
+                return False
+            rel = abs(step) / t[w] if t[w] > 0.0 else np.inf
+            worst = max(worst, rel)
+            moved[w] = rel if fresh[w] or it == 0 else moved[w] + rel
+            new_t[w] = x
+            fresh[w] = moved[w] > freeze
+        t[:] = new_t
+        lam += dlam
+        if worst <= tol:
+            return True
+    return False
 
 
 @njit(cache=True, nogil=True)
@@ -191,9 +326,10 @@ def _coordinate_solve_nb(b, lam, strength, offset, log_phi, active, t, dt, dlam,
     The left side is strictly decreasing in t, so the root is bracketed and found by Newton with
     a bisection fallback. For b_w > 0 the function solved is r(t) = b_w + t (g_w'(t) - lam), which
     has the same root and no pole at 0; for b_w = 0 it is g_w'(t) - lam, with t_w = 0 when that
-    is already <= 0 at t = 0. On entry t and dt = dt_w/dlam hold the solution at lam - dlam (the
-    warm start, extrapolated linearly); on exit they hold the solution at lam. Returns
-    (sum_w t_w, sum_w dt_w/dlam).
+    is already <= 0 at t = 0. Whether the root lies beyond the simplex (t_w = 1) is checked only
+    when an iterate would leave it. On entry t and dt = dt_w/dlam hold the solution at
+    lam - dlam (the warm start, extrapolated linearly); on exit they hold the solution at lam.
+    Returns (sum_w t_w, sum_w dt_w/dlam).
     """
     total = 0.0
     slope = 0.0
@@ -204,13 +340,15 @@ def _coordinate_solve_nb(b, lam, strength, offset, log_phi, active, t, dt, dlam,
             dt[w] = 0.0
             continue
         bw = b[w]
-        g1, g2 = _child_grad_nb(1.0, w, strength, offset, log_phi)
-        if bw + g1 - lam >= 0.0:  # root beyond the simplex
-            t[w] = 1.0
-            dt[w] = 0.0
-            total += 1.0
-            continue
+        checked_one = False
         if bw == 0.0:
+            checked_one = True
+            g1, g2 = _child_grad_nb(1.0, w, strength, offset, log_phi)
+            if g1 - lam >= 0.0:  # root beyond the simplex
+                t[w] = 1.0
+                dt[w] = 0.0
+                total += 1.0
+                continue
             g1, g2 = _child_grad_nb(0.0, w, strength, offset, log_phi)
             if g1 - lam <= 0.0:
                 t[w] = 0.0
@@ -223,6 +361,7 @@ def _coordinate_solve_nb(b, lam, strength, offset, log_phi, active, t, dt, dlam,
             if not (lo < x < hi):
                 x = 0.5
         dr = -1.0
+        at_one = False
         for _ in range(max_iter):
             g1, g2 = _child_grad_nb(x, w, strength, offset, log_phi)
             if bw > 0.0:
@@ -238,10 +377,18 @@ def _coordinate_solve_nb(b, lam, strength, offset, log_phi, active, t, dt, dlam,
             if r == 0.0:
                 break
             x_new = x - r / dr if dr < 0.0 else -1.0
-            if abs(x_new - x) <= 1e-13 * x:  # Newton has converged to rounding
+            if abs(x_new - x) <= 1e-9 * x:
+                # Newton converges quadratically: after a step this small the error of x_new
+                # is of the order of (step / x)^2 x, below rounding, so x_new is taken unchecked.
                 x = min(max(x_new, lo), hi) if x_new > 0.0 else x
                 break
             if not (lo < x_new < hi):
+                if x_new >= hi and hi == 1.0 and not checked_one:
+                    checked_one = True
+                    g1, g2 = _child_grad_nb(1.0, w, strength, offset, log_phi)
+                    if bw + g1 - lam >= 0.0:  # root beyond the simplex
+                        at_one = True
+                        break
                 # Roots span many decades: bisect geometrically unless the bracket is narrow.
                 if lo == 0.0:
                     x_new = 0.01 * hi
@@ -253,6 +400,11 @@ def _coordinate_solve_nb(b, lam, strength, offset, log_phi, active, t, dt, dlam,
             x = x_new
             if step <= 1e-15 * x or hi - lo <= 1e-15 * hi:
                 break
+        if at_one:
+            t[w] = 1.0
+            dt[w] = 0.0
+            total += 1.0
+            continue
         # d t / d lam from the implicit function theorem on r(t, lam) = 0.
         if dr < 0.0:
             dt_w = (x if bw > 0.0 else 1.0) / dr
@@ -485,6 +637,18 @@ def log_dm_marginal_set(
     float for a 1-D dense ``counts_sum``; otherwise (2-D or sparse input) ndarray of shape (m,).
     """
     vector_input = not sp.issparse(counts_sum) and np.ndim(counts_sum) == 1
+    if vector_input and np.ndim(log_coef_sum) == 0:
+        # One dense set (the split-merge case): no sparse matrix, one pass over the terms.
+        c = np.ascontiguousarray(counts_sum, dtype=np.float64)
+        a = _as_alpha(alpha)
+        if a.shape != c.shape:
+            raise ValueError(f"alpha has {a.shape[0]} terms, the counts have {c.shape[0]}")
+        value, total = _dm_set_dense_nb(c, a, float(a[None, :].sum(axis=1)[0]))
+        if not np.isfinite(total):
+            raise ValueError("term counts must be finite and non-negative")
+        if not np.allclose(total, np.asarray(n_tokens, dtype=np.float64), rtol=1e-9, atol=1e-9):
+            raise ValueError(f"n_tokens {n_tokens} do not match the summed counts {total}")
+        return float(value + np.float64(log_coef_sum))
     M = _as_counts(counts_sum)
     totals = np.asarray(M.sum(axis=1)).ravel()
     n_tok = np.broadcast_to(np.asarray(n_tokens, dtype=np.float64), totals.shape)
@@ -673,6 +837,7 @@ def map_phi_with_children(
     *,
     basis: str = "softmax",
     max_iter: int = 100,
+    phi_init: ArrayLike | None = None,
 ) -> np.ndarray:
     """MAP of a node's word distribution given its data, its own prior and its children.
 
@@ -681,13 +846,19 @@ def map_phi_with_children(
     children's part ``g_w(t) = sum_j [s_j t log phi_jw - log Gamma(s_j t + o_jw)]`` (concave;
     ``sum_w (s_j phi_w + o_jw)`` does not depend on ``phi``), the KKT conditions are
     ``b_w / phi_w + g_w'(phi_w) = lambda`` (or ``phi_w = 0`` where the left side is already
-    ``<= lambda`` at 0). Each ``phi_w(lambda)`` is decreasing in ``lambda``, so the multiplier is
-    the root of ``sum_w phi_w(lambda) = 1``, found by Newton on ``1 / sum_w phi_w(lambda)``
-    (linear in ``lambda`` without children) inside a bracket built from ``phi_w = 1/V``; each
-    ``phi_w(lambda)`` comes from a safeguarded Newton solve, warm-started along ``d phi/d lambda``.
-    In the softmax basis every ``b_w > 0`` and the maximiser is unique and interior; in the
-    simplex basis terms with ``b_w < 0`` are set to 0 (the limit described in the module
-    docstring). Cost O(V * J) per Newton solve; a handful of multiplier steps are typical.
+    ``<= lambda`` at 0). When every ``b_w > 0`` (always in the softmax basis) Newton's method on
+    these conditions and ``sum_w phi_w = 1`` jointly is tried first, from the starting point:
+    one evaluation per term and step, quadratic near the optimum, and terms that have converged
+    are not evaluated again while the multiplier settles. It stops when every ``phi_w`` moves
+    less than 1e-7 relative (the error left is of the order of the square of that). If a step
+    would leave the simplex or the steps do not settle, the safeguarded search takes over:
+    each ``phi_w(lambda)`` is decreasing in ``lambda``, so the multiplier is the root of
+    ``sum_w phi_w(lambda) = 1``, found by Newton on ``1 / sum_w phi_w(lambda)`` (linear in
+    ``lambda`` without children) inside a bracket built from ``phi_w = 1/V``; each
+    ``phi_w(lambda)`` comes from a bracketed Newton solve, warm-started along
+    ``d phi/d lambda``. In the softmax basis every ``b_w > 0`` and the maximiser is unique and
+    interior; in the simplex basis terms with ``b_w < 0`` are set to 0 (the limit described in
+    the module docstring). Cost O(V * J) per Newton step; a handful of steps are typical.
 
     Parameters
     ----------
@@ -704,6 +875,10 @@ def map_phi_with_children(
     basis : {"softmax", "simplex"}, default="softmax"
     max_iter : int, default=100
         Newton iterations per term and multiplier evaluation (a cap; usually < 10 are used).
+    phi_init : array_like, shape (V,), optional
+        Starting point, e.g. the node's current ``phi`` when it is updated again after small
+        changes to its data or neighbours: the optimum is the same (it is unique), the work
+        shrinks with the distance to it. By default the children-free MAP.
 
     Returns
     -------
@@ -724,37 +899,66 @@ def map_phi_with_children(
         raise ValueError(
             "simplex-basis MAP is not unique: every term has counts + alpha < 1; use basis='softmax'"
         )
-    # Bracket for lambda: with lambda = min_w h_w(1/n) every active phi_w >= 1/n, with
-    # lambda = max_w h_w(1/n) every phi_w <= 1/n, where h_w(t) = b_w / t + g_w'(t).
+    # Start from phi_init, or else from the children-free solution (exact when the children are
+    # weak).
+    if phi_init is not None:
+        phi0 = np.asarray(phi_init, dtype=np.float64)
+        if phi0.shape != (V,) or not (np.all(np.isfinite(phi0)) and phi0.min() >= 0.0):
+            raise ValueError(f"phi_init must be a non-negative vector of length {V}")
+        phi0 = np.where(active, phi0, 0.0)
+    elif basis == "softmax":
+        phi0 = map_phi(c, alpha, basis="softmax")
+    else:
+        phi0 = np.where(active, b, 0.0)
     t_star = 1.0 / n_active
-    h_star = b / t_star + (s[:, None] * (L - digamma(s[:, None] * t_star + O))).sum(axis=0)
-    h_star = h_star[active]
-    lam_lo, lam_hi = float(h_star.min()), float(h_star.max())
-    # Start from the multiplier of the children-free solution (exact when the children are weak).
-    phi0 = map_phi(c, alpha, basis="softmax") if basis == "softmax" else np.where(active, b, 0.0)
     phi0 = phi0 / phi0.sum() if phi0.sum() > 0 else np.where(active, t_star, 0.0)
-    grad0 = (s[:, None] * (L - digamma(s[:, None] * phi0 + O))).sum(axis=0)
-    lam = float(np.clip(b[active].sum() + (phi0 * grad0).sum(), lam_lo, lam_hi))
+    if np.all(b > 0.0):
+        t = phi0.copy()
+        if _joint_newton_nb(b, s, O, L, t, _JOINT_MAX_ITER, _JOINT_TOL, _JOINT_FREEZE):
+            return t / t.sum()
+        phi0 = t / t.sum()  # where the joint steps stopped (on the simplex)
+    # The safeguarded search, from the multiplier sum_w phi_w h_w(phi_w) that the KKT conditions
+    # give at the optimum, where h_w(t) = b_w / t + g_w'(t). Its bracket is built when a Newton
+    # step fails: with lambda = min_w h_w(1/n) every active phi_w >= 1/n, with
+    # lambda = max_w h_w(1/n) every phi_w <= 1/n.
+    lam_lo, lam_hi = -np.inf, np.inf
+    bracketed = False
+    grad = np.empty(V)
+    _child_slope_nb(phi0, s, O, L, grad)
+    lam = float(b[active].sum() + (phi0 * grad).sum())
     t = np.where(active, phi0, 0.0)
     dt = np.zeros(V)
     act = active.astype(np.bool_)
     # Newton on 1 / S(lambda) - 1 (exactly linear without children), kept inside the bracket.
     dlam = 0.0
     for _ in range(200):
+        if not (lam_lo <= lam <= lam_hi):
+            lam = min(max(lam, lam_lo), lam_hi)
         total, slope = _coordinate_solve_nb(b, lam, s, O, L, act, t, dt, dlam, max_iter)
-        if abs(total - 1.0) <= 1e-14:
+        if abs(total - 1.0) <= _LINEAR_FINISH and slope < 0.0:
+            # The last step to sum 1 is taken along d phi / d lambda: its error is second order
+            # in |1 - S| (below 1e-14 relative in phi), and the final normalisation absorbs it.
+            t += dt * ((1.0 - total) / slope)
             break
         if total > 1.0:
-            lam_lo = lam
+            lam_lo = max(lam_lo, lam)
         else:
-            lam_hi = lam
+            lam_hi = min(lam_hi, lam)
         if total > 0.0 and slope < 0.0:
             lam_new = lam + (1.0 / total - 1.0) * total * total / slope
         else:
             lam_new = np.nan
         if not (lam_lo < lam_new < lam_hi):
-            lam_new = 0.5 * (lam_lo + lam_hi)
-        if lam_hi - lam_lo <= 4.0 * np.finfo(float).eps * max(abs(lam_lo), abs(lam_hi)):
+            if not bracketed:
+                bracketed = True
+                _child_slope_nb(np.array([t_star]), s, O, L, grad)
+                h_star = (b / t_star + grad)[active]
+                lam_lo = max(lam_lo, float(h_star.min()))
+                lam_hi = min(lam_hi, float(h_star.max()))
+            if not (lam_lo < lam_new < lam_hi):
+                lam_new = 0.5 * (lam_lo + lam_hi)
+        width = lam_hi - lam_lo
+        if bracketed and width <= 4.0 * np.finfo(float).eps * max(abs(lam_lo), abs(lam_hi)):
             break
         dlam = lam_new - lam
         lam = lam_new
