@@ -578,8 +578,12 @@ class EpochSampler:
             if n:
                 docs = DocumentSet(float(n), sums[c], sumsq[c])
                 sp_ = nodes.slot[par]
+                # a carried node's documents are scored under its full prior, both links: its
+                # previous parameter is part of the evidence for keeping it
+                prev = self.prev_theta[self.prev_slot[c]] if c in self.prev_slot else None
                 data = (lik.log_likelihood(docs, nodes.theta[sp_], float(nodes.concentration[sp_]))
-                        - lik.log_marginal(docs, nodes.theta[sp_], float(nodes.concentration[sp_]), tree.depth[c]))
+                        - lik.log_marginal(docs, nodes.theta[sp_], float(nodes.concentration[sp_]), tree.depth[c],
+                                           theta_prev=prev))
             # The stick prior's gain from a merge grows like (documents moved) x log(total); when
             # the data's Bayes factor is far beyond any such gain, skip the prior's difference.
             if data < -(n + past_c + 1) * 3.0 * log_total - 20.0:

@@ -189,9 +189,11 @@ class Likelihood(ABC):
     # ------------------------------------------------------------------ document sets
     @abstractmethod
     def log_marginal(self, docs: DocumentSet, theta_parent: np.ndarray, concentration: float,
-                     depth: int) -> float:
-        """Collapsed log marginal of a document set at one new depth-``depth`` node below
-        ``theta_parent`` (the node's parameter integrated out under its parent link)."""
+                     depth: int, theta_prev: np.ndarray | None = None) -> float:
+        """Collapsed log marginal of a document set at one depth-``depth`` node below
+        ``theta_parent``: the node's parameter integrated out under its parent link, and also
+        under its time link to ``theta_prev`` when that is given (a node the window carries
+        from the previous epoch; its prior is then the product of both links, normalised)."""
 
     @abstractmethod
     def log_likelihood(self, docs: DocumentSet, theta: np.ndarray, concentration: float) -> float:

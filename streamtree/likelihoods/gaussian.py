@@ -282,9 +282,18 @@ class Gaussian(Likelihood):
         diff = theta_child - theta_parent
         return float(-diff @ diff / (2 * prior) - 0.5 * theta_child.shape[0] * np.log(2 * np.pi * prior))
 
-    def log_marginal(self, docs, theta_parent, concentration, depth):
-        return group_log_marginal(docs.n, docs.s, docs.sumsq, theta_parent, self.new_node_prior(depth),
-                                  1.0 / concentration)
+    def log_marginal(self, docs, theta_parent, concentration, depth, theta_prev=None):
+        if theta_prev is None:
+            return group_log_marginal(docs.n, docs.s, docs.sumsq, theta_parent, self.new_node_prior(depth),
+                                      1.0 / concentration)
+        # both links: N(theta_parent, par) N(eta theta_prev, tim) is N(m, v), 1/v = 1/par + 1/tim
+        par, tim = self.link_strengths(np.array([depth]))
+        w_par, w_tim = 1.0 / par[0], 1.0 / tim[0]  # 1/inf = 0: no such link
+        if w_tim == 0.0:
+            return self.log_marginal(docs, theta_parent, concentration, depth)
+        v = 1.0 / (w_par + w_tim)
+        m = v * (w_par * np.asarray(theta_parent) + w_tim * self.eta * np.asarray(theta_prev))
+        return group_log_marginal(docs.n, docs.s, docs.sumsq, m, v, 1.0 / concentration)
 
     def log_likelihood(self, docs, theta, concentration):
         return group_log_likelihood(docs.n, docs.s, docs.sumsq, theta, 1.0 / concentration)

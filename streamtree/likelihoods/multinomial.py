@@ -111,8 +111,11 @@ class Multinomial(WordTopics, Likelihood):
         return float(gammaln(a.sum()) - gammaln(a).sum() + ((a - 1.0) * np.log(theta_child)).sum())
 
     # ------------------------------------------------------------------ document sets
-    def log_marginal(self, docs, theta_parent, concentration, depth):
+    def log_marginal(self, docs, theta_parent, concentration, depth, theta_prev=None):
         alpha = self._prior(self.new_node_prior(depth), theta_parent)
+        if theta_prev is not None:  # the time link's share of the Dirichlet parameter, as in update_theta
+            _, tim = self.link_strengths(np.array([depth]))
+            alpha = alpha + tim[0] * np.asarray(theta_prev)
         return float(log_dm_marginal_set(docs.s, float(docs.s.sum()), alpha))
 
     def log_likelihood(self, docs, theta, concentration):

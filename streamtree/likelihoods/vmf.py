@@ -856,9 +856,16 @@ class VonMisesFisher(WordTopics, Likelihood):
         prior = self.new_node_prior(depth)
         return float(log_normalizer_nb(float(self.n_features), prior) + prior * theta_child @ theta_parent)
 
-    def log_marginal(self, docs, theta_parent, concentration, depth):
-        return group_log_marginal(docs.n, docs.s, theta_parent, self.new_node_prior(depth), concentration,
-                                  self.n_features)
+    def log_marginal(self, docs, theta_parent, concentration, depth, theta_prev=None):
+        if theta_prev is None:
+            return group_log_marginal(docs.n, docs.s, theta_parent, self.new_node_prior(depth), concentration,
+                                      self.n_features)
+        # both links: exp(par theta_parent.theta + tim theta_prev.theta) is vMF(eta / |eta|, |eta|)
+        par, tim = self.link_strengths(np.array([depth]))
+        eta = par[0] * np.asarray(theta_parent) + tim[0] * np.asarray(theta_prev)
+        kappa = float(np.linalg.norm(eta))
+        mu = eta / kappa if kappa > 0 else np.asarray(theta_parent)
+        return group_log_marginal(docs.n, docs.s, mu, kappa, concentration, self.n_features)
 
     def log_likelihood(self, docs, theta, concentration):
         return group_log_likelihood(docs.n, docs.s, theta, concentration, self.n_features)
