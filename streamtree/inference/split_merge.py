@@ -67,7 +67,7 @@ from numba import njit
 from scipy.special import expit
 
 from streamtree.inference.merge import CollapsedPrior, PriorEdit
-from streamtree.likelihoods.base import DocumentSet, Likelihood
+from streamtree.likelihoods.base import DocumentSet, Likelihood, RowBlock
 from streamtree.tree import ROOT, TSSBTree
 
 #: floor on every per-document allocation probability of a split proposal
@@ -218,12 +218,17 @@ def document_set(X, rows: np.ndarray) -> DocumentSet:
     return DocumentSet(float(rows.size), s, sumsq)
 
 
+@njit(cache=True)
+def _csr_dense_row(indptr, indices, data, r, p):
+    out = np.zeros(p)
+    for k in range(indptr[r], indptr[r + 1]):
+        out[indices[k]] += np.float64(data[k])
+    return out
+
+
 def _dense_row(X, r: int) -> np.ndarray:
     if sp.issparse(X) and X.format == "csr":
-        out = np.zeros(X.shape[1])
-        a, b = X.indptr[r], X.indptr[r + 1]
-        np.add.at(out, X.indices[a:b], X.data[a:b])
-        return out
+        return _csr_dense_row(X.indptr, X.indices, X.data, r, X.shape[1])
     x = X[r]
     return np.asarray(x.toarray()).ravel() if sp.issparse(x) else np.asarray(x, dtype=np.float64).ravel()
 
@@ -336,18 +341,18 @@ class SplitMerge:
         state and of a fresh launch)."""
         lik = self.lik
         theta_a, conc_a = st.theta[a], st.concentration[a]
-        Xo = st.X[others]
-        base = lik.row_log_likelihood(Xo, theta_a, conc_a)
+        Xo = RowBlock(st.X, others)
+        base = lik.block_log_likelihood(Xo, theta_a, conc_a)
         if place[0] == "old":
             b = place[1]
-            return lik.row_log_likelihood(Xo, st.theta[b], st.concentration[b]) - base
+            return lik.block_log_likelihood(Xo, st.theta[b], st.concentration[b]) - base
         theta_P, conc_c, depth_c = self._new_node(st, place[1])
         seed = lik.seed_child_theta(theta_a, _dense_row(st.X, j))
-        lo = lik.row_log_likelihood(Xo, seed, conc_c) - base
+        lo = lik.block_log_likelihood(Xo, seed, conc_c) - base
         launch = rng.random(others.size) < np.clip(expit(lo), EPS, 1 - EPS)
         rows_c = np.concatenate([[j], others[launch]]).astype(np.int64)
         theta_l = lik.new_node_theta(theta_P, conc_c, depth_c, document_set(st.X, rows_c))
-        return lik.row_log_likelihood(Xo, theta_l, conc_c) - base
+        return lik.block_log_likelihood(Xo, theta_l, conc_c) - base
 
     @staticmethod
     def _log_q(log_odds: np.ndarray, to_new: np.ndarray) -> float:
