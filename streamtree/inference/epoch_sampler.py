@@ -25,7 +25,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field, replace
 
+import streamtree  # noqa: F401  (configures the numba cache directory)
 import numpy as np
+from numba import njit
 from scipy.stats import chi2
 
 from streamtree.epoch_tree import EpochTree
@@ -147,6 +149,29 @@ class NodeTable:
 
     def concentration_of(self, ids) -> np.ndarray:
         return self.concentration[self.slots(ids)]
+
+    def theta_columns(self, ids, out: np.ndarray) -> np.ndarray:
+        """The nodes' parameters as the columns of a C-contiguous ``(p, len(ids))`` matrix
+        written into the flat work buffer ``out`` (at least ``p * len(ids)`` long); the
+        transpose of :meth:`theta_of` without its row copy, in the layout the z-kernel's
+        product reads."""
+        slots = self.slots(ids)
+        cols = out[: self.theta.shape[1] * slots.size].reshape(self.theta.shape[1], slots.size)
+        _gather_columns(self.theta, slots, cols)
+        return cols
+
+
+@njit(cache=True, nogil=True)
+def _gather_columns(theta, slots, out):
+    """out[:, k] = theta[slots[k]], in tiles so that reads and writes both stay in cache."""
+    p, K = out.shape
+    tile = 64
+    for v0 in range(0, p, tile):
+        v1 = min(v0 + tile, p)
+        for k in range(K):
+            row = theta[slots[k]]
+            for v in range(v0, v1):
+                out[v, k] = row[v]
 
 
 @dataclass
@@ -321,8 +346,10 @@ class EpochSampler:
             arrays = st.tree.arrays()
             params = stick_params(arrays, st.own_counts(arrays.ids, current), **cfg.stick_kwargs())
             log_pi, log_res = log_masses(arrays, sample_sticks(params, self.rng))
-            cand, ph_rows = lik.kernel(arrays, st.nodes.theta_of(arrays.ids), st.nodes.concentration_of(arrays.ids),
-                                       log_pi, log_res)
+            # a transposed view of a (p, K) work matrix: the kernel's (p, K) coefficients need no copy
+            work = self._flat_work("theta_cols", arrays.ids.size * st.nodes.theta.shape[1])
+            theta_cols = st.nodes.theta_columns(arrays.ids, work)
+            cand, ph_rows = lik.kernel(arrays, theta_cols.T, st.nodes.concentration_of(arrays.ids), log_pi, log_res)
             stats = self.sweeper.sweep(cand)
             col_ids, current, sums, sumsq = self._materialise(arrays, cand, ph_rows, stats, epoch)
             self._cull(current)
@@ -616,6 +643,14 @@ class EpochSampler:
             buf = np.empty((max(rows, 16, 2 * buf.shape[0] if buf is not None else 0), cols))
             self._buffers[name] = buf
         return buf[:rows]
+
+    def _flat_work(self, name: str, size: int) -> np.ndarray:
+        """A flat work vector of at least ``size`` entries kept across sweeps (grows by doubling)."""
+        buf = self._buffers.get(name)
+        if buf is None or buf.size < size:
+            buf = np.empty(max(size, 2 * buf.size if buf is not None else 0))
+            self._buffers[name] = buf
+        return buf
 
     def _update_concentrations(self, counts: dict[int, int], sums: dict[int, np.ndarray],
                                sumsq: dict[int, float]) -> None:

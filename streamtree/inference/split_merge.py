@@ -67,7 +67,7 @@ from numba import njit
 from scipy.special import expit
 
 from streamtree.inference.merge import CollapsedPrior, PriorEdit
-from streamtree.likelihoods.base import DocumentSet, Likelihood
+from streamtree.likelihoods.base import DocumentSet, Likelihood, RowBlock
 from streamtree.tree import ROOT, TSSBTree
 
 #: floor on every per-document allocation probability of a split proposal
@@ -108,7 +108,10 @@ class DocumentIndex:
             int(i): order[a:b] for i, a, b in zip(ids, starts, list(starts[1:]) + [labels.size])}
         self.prior = CollapsedPrior(st.tree, st.past, self.counts())
         self.tree = st.tree
+        self._past, self._carried = st.past, st.carried
         self._order: list[int] | None = None
+        self._new_leaves: list[int] | None = None
+        self._hosts: tuple[list[int], dict[int, int]] | None = None
 
     def preorder(self) -> list[int]:
         """The tree's nodes in pre-order (cached until a move changes the tree: :meth:`changed`)."""
@@ -116,8 +119,26 @@ class DocumentIndex:
             self._order = self.tree.preorder()
         return self._order
 
+    def new_leaves(self) -> list[int]:
+        """The leaves a relocation may move: born in this epoch (no past counts, no
+        previous-epoch parameter), the root excepted (cached like :meth:`preorder`)."""
+        if self._new_leaves is None:
+            kids, past, carried = self.tree.children, self._past, self._carried
+            self._new_leaves = [c for c in self.tree.parent
+                                if not kids[c] and c != ROOT and not past.get(c, 0) and c not in carried]
+        return self._new_leaves
+
+    def hosts(self) -> tuple[list[int], dict[int, int]]:
+        """The nodes below the depth cap in pre-order and each one's position among them
+        (cached like :meth:`preorder`)."""
+        if self._hosts is None:
+            cap, depth = self.tree.max_depth, self.tree.depth
+            below = [c for c in self.preorder() if cap is None or depth[c] < cap]
+            self._hosts = below, {c: k for k, c in enumerate(below)}
+        return self._hosts
+
     def changed(self) -> None:
-        self._order = None
+        self._order = self._new_leaves = self._hosts = None
 
     def of(self, node: int) -> np.ndarray:
         return self.rows.get(node, _NO_ROWS)
@@ -218,12 +239,17 @@ def document_set(X, rows: np.ndarray) -> DocumentSet:
     return DocumentSet(float(rows.size), s, sumsq)
 
 
+@njit(cache=True)
+def _csr_dense_row(indptr, indices, data, r, p):
+    out = np.zeros(p)
+    for k in range(indptr[r], indptr[r + 1]):
+        out[indices[k]] += np.float64(data[k])
+    return out
+
+
 def _dense_row(X, r: int) -> np.ndarray:
     if sp.issparse(X) and X.format == "csr":
-        out = np.zeros(X.shape[1])
-        a, b = X.indptr[r], X.indptr[r + 1]
-        np.add.at(out, X.indices[a:b], X.data[a:b])
-        return out
+        return _csr_dense_row(X.indptr, X.indices, X.data, r, X.shape[1])
     x = X[r]
     return np.asarray(x.toarray()).ravel() if sp.issparse(x) else np.asarray(x, dtype=np.float64).ravel()
 
@@ -336,18 +362,18 @@ class SplitMerge:
         state and of a fresh launch)."""
         lik = self.lik
         theta_a, conc_a = st.theta[a], st.concentration[a]
-        Xo = st.X[others]
-        base = lik.row_log_likelihood(Xo, theta_a, conc_a)
+        Xo = RowBlock(st.X, others)
+        base = lik.block_log_likelihood(Xo, theta_a, conc_a)
         if place[0] == "old":
             b = place[1]
-            return lik.row_log_likelihood(Xo, st.theta[b], st.concentration[b]) - base
+            return lik.block_log_likelihood(Xo, st.theta[b], st.concentration[b]) - base
         theta_P, conc_c, depth_c = self._new_node(st, place[1])
         seed = lik.seed_child_theta(theta_a, _dense_row(st.X, j))
-        lo = lik.row_log_likelihood(Xo, seed, conc_c) - base
+        lo = lik.block_log_likelihood(Xo, seed, conc_c) - base
         launch = rng.random(others.size) < np.clip(expit(lo), EPS, 1 - EPS)
         rows_c = np.concatenate([[j], others[launch]]).astype(np.int64)
         theta_l = lik.new_node_theta(theta_P, conc_c, depth_c, document_set(st.X, rows_c))
-        return lik.row_log_likelihood(Xo, theta_l, conc_c) - base
+        return lik.block_log_likelihood(Xo, theta_l, conc_c) - base
 
     @staticmethod
     def _log_q(log_odds: np.ndarray, to_new: np.ndarray) -> float:
@@ -430,22 +456,20 @@ class SplitMerge:
         ``P2``, so the ratio holds the collapsed marginals of ``b``'s documents under the old
         and new parent, the prior ratio and the ratio of the draw probabilities."""
         t = st.tree
-        kids, past, carried = t.children, st.past, st.carried
-        # is_new of a leaf, inlined: this scan runs once per attempt over every node
-        new_nodes = [c for c in t.parent if not kids[c] and c != ROOT and not past.get(c, 0) and c not in carried]
+        idx = self.index(st)
+        new_nodes = idx.new_leaves()
         if not new_nodes:
             return None
         b = new_nodes[int(rng.integers(len(new_nodes)))]
-        cap, depth = t.max_depth, t.depth
-        hosts = [c for c in self.index(st).preorder() if c != b and (cap is None or depth[c] < cap)]
-        P2 = hosts[int(rng.integers(len(hosts)))]
+        below, at = idx.hosts()  # P2 uniform among them, b excepted
+        k = int(rng.integers(len(below) - (b in at)))
+        P2 = below[k + 1] if b in at and k >= at[b] else below[k]
         P1 = t.parent[b]
         k1 = t.children[P1].index(b)
         slots2 = len(t.children[P2]) + (0 if P2 == P1 else 1)
         k2 = int(rng.integers(slots2))
         if P2 == P1 and k2 == k1:
             return None
-        idx = self.index(st)
         rows_b = idx.of(b)
         edit = idx.prior.edit()  # detach b (with its documents) and re-attach it under P2
         edit.add(b, 0.0, -float(rows_b.size))

@@ -99,6 +99,24 @@ class DocumentSet:
     sumsq: float = 0.0
 
 
+class RowBlock:
+    """Rows ``rows`` of a matrix ``X``, sliced into a matrix only when a likelihood asks for one
+    (:attr:`matrix`, then kept): a family that reads CSR rows in place never pays the slice."""
+
+    __slots__ = ("X", "rows", "_matrix")
+
+    def __init__(self, X, rows: np.ndarray) -> None:
+        self.X = X
+        self.rows = np.asarray(rows, dtype=np.int64)
+        self._matrix = None
+
+    @property
+    def matrix(self):
+        if self._matrix is None:
+            self._matrix = self.X[self.rows]
+        return self._matrix
+
+
 class Likelihood(ABC):
     """One observation family: kernel coefficients, collapsed marginals, node updates.
 
@@ -203,6 +221,11 @@ class Likelihood(ABC):
     def row_log_likelihood(self, X, theta: np.ndarray, concentration: float) -> np.ndarray:
         """Log likelihood of each row of ``X`` at one node with fixed parameters (the terms of
         :meth:`log_likelihood` for one-document sets, in one vectorised pass)."""
+
+    def block_log_likelihood(self, block: RowBlock, theta: np.ndarray, concentration: float) -> np.ndarray:
+        """:meth:`row_log_likelihood` of the rows of a :class:`RowBlock` (a family may override
+        it to read the rows in place instead of slicing them; the values must not change)."""
+        return self.row_log_likelihood(block.matrix, theta, concentration)
 
     # ------------------------------------------------------------------ identity across epochs
     @abstractmethod

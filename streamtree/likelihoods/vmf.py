@@ -42,7 +42,7 @@ from scipy.special import gammaln, ive
 
 from streamtree.inference.enumerated import VMF, Candidates
 from streamtree.inference.theta_map import map_theta_vmf
-from streamtree.likelihoods.base import Likelihood, WordTopics, finite_csr
+from streamtree.likelihoods.base import Likelihood, RowBlock, WordTopics, finite_csr
 
 __all__ = [
     "VonMisesFisher",
@@ -623,10 +623,32 @@ def group_log_marginal(n: float, s: np.ndarray, mu: np.ndarray, kappa: float, be
     ``n`` unit documents with sum ``s`` share one direction ``theta`` drawn around ``mu``:
     ``n log C_p(beta) + log C_p(kappa) - log C_p(||beta s + kappa mu||)``.
     """
-    eta = beta * s + kappa * mu
     pf = float(p)  # scalar numba kernels: these run once per node per sweep (merge moves)
+    rho = _combination_norm(float(beta), np.ascontiguousarray(s, dtype=np.float64), float(kappa),
+                            np.ascontiguousarray(mu, dtype=np.float64))
     return float(n * log_normalizer_nb(pf, float(beta)) + log_normalizer_nb(pf, float(kappa))
-                 - log_normalizer_nb(pf, float(np.linalg.norm(eta))))
+                 - log_normalizer_nb(pf, rho))
+
+
+@njit(cache=True, nogil=True)
+def _combination_norm(beta, s, kappa, mu):
+    """||beta s + kappa mu|| in one pass (no temporaries; the split-merge moves call it per attempt)."""
+    n = s.shape[0]
+    a0 = a1 = a2 = a3 = 0.0  # four running sums: the additions do not wait on one another
+    m = n - n % 4
+    for i in range(0, m, 4):
+        v0 = beta * s[i] + kappa * mu[i]
+        v1 = beta * s[i + 1] + kappa * mu[i + 1]
+        v2 = beta * s[i + 2] + kappa * mu[i + 2]
+        v3 = beta * s[i + 3] + kappa * mu[i + 3]
+        a0 += v0 * v0
+        a1 += v1 * v1
+        a2 += v2 * v2
+        a3 += v3 * v3
+    for i in range(m, n):
+        v = beta * s[i] + kappa * mu[i]
+        a0 += v * v
+    return math.sqrt((a0 + a1) + (a2 + a3))
 
 
 def group_log_likelihood(n: float, s: np.ndarray, theta: np.ndarray, beta: float, p: int) -> float:
@@ -640,6 +662,20 @@ def group_log_likelihood(n: float, s: np.ndarray, theta: np.ndarray, beta: float
 _TABLE_CACHE: OrderedDict[tuple[float, int, float, float], np.ndarray] = OrderedDict()
 _TABLE_CACHE_SIZE = 2048  # tables of 16 KiB each: at most 32 MiB
 _TABLE_LOCK = threading.Lock()
+
+
+@njit(cache=True, nogil=True)
+def _csr_rows_dot(indptr, indices, data, rows, theta):
+    """``X[rows] @ theta`` for CSR ``X`` without slicing it (each row summed in storage order,
+    as SciPy's product does: the same values)."""
+    out = np.empty(rows.shape[0])
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        acc = 0.0
+        for k in range(indptr[r], indptr[r + 1]):
+            acc += np.float64(data[k]) * theta[indices[k]]
+        out[i] = acc
+    return out
 
 
 def new_node_table(p: int, b: np.ndarray, c: np.ndarray, intervals: int = 1024) -> np.ndarray:
@@ -880,6 +916,13 @@ class VonMisesFisher(WordTopics, Likelihood):
     def row_log_likelihood(self, X, theta, concentration):
         return log_normalizer_nb(float(self.n_features), float(concentration)) + concentration * np.asarray(
             X @ theta).ravel()
+
+    def block_log_likelihood(self, block: RowBlock, theta, concentration):
+        X = block.X
+        if not (sp.issparse(X) and X.format == "csr"):
+            return super().block_log_likelihood(block, theta, concentration)
+        dots = _csr_rows_dot(X.indptr, X.indices, X.data, block.rows, np.ascontiguousarray(theta, dtype=np.float64))
+        return log_normalizer_nb(float(self.n_features), float(concentration)) + concentration * dots
 
     def _pooled_concentration(self, n: float, t: float) -> float:
         """The maximum-likelihood concentration shared by documents: ``A_p(beta) = t / n``."""
