@@ -549,20 +549,31 @@ class EpochSampler:
         """Heat-bath choice, for each internal node and each node with past counts (deepest first),
         between keeping it and merging it into its parent, its children rising and its past
         counts moving to the parent: a search heuristic, NOT an exact move (the children's links
-        are not rescored, the past counts are relabelled), kept for what the exact moves cannot
-        do yet: lift the children of a node that duplicates its parent, and retire a carried
-        node whose documents its parent explains as well.
+        are not rescored, there is no reverse move), kept for what the exact moves cannot do
+        yet: lift the children of a node that duplicates its parent, and retire a carried node
+        whose documents its parent explains as well.
 
-        See :mod:`streamtree.inference.merge`: the collapsed stick prior's change (its local
-        difference, :class:`~streamtree.inference.merge.CollapsedPrior`) plus the data's
-        Bayes factor between the node's documents at the parent (parent's parameters) and at
-        their own node (parameter integrated out under the parent link, with the parent's
-        concentration, exactly as the z-kernel scores a new node).
+        See :mod:`streamtree.inference.merge`: the change of the collapsed stick prior of the
+        window's documents, past and current, p(z_window | tree) (the hyperparameter sampler's
+        target; its local difference, :class:`~streamtree.inference.merge.CollapsedPrior`),
+        plus the data's Bayes factor between the node's documents at the parent (parent's
+        parameters) and at their own node (parameter integrated out under the parent link,
+        with the parent's concentration, exactly as the z-kernel scores a new node).
         """
         st, lik, cfg = self.state, self.likelihood, self.settings
         tree, win, nodes = st.tree, st.window, st.nodes
         kw = cfg.with_hyper(st.hyper).stick_kwargs()
-        prior = CollapsedPrior(tree, win.total, current)
+        # The window's past documents count as observed assignments, as in the hyperparameter
+        # sampler's target p(z_window | tree): a merge moves them to the parent and a lift moves
+        # a subtree's past documents one level up, and both change their probability under the
+        # tree. Conditioning on them (p(z_now | z_past)) would make those changes free: empty
+        # carried subtrees were lifted at even odds every sweep, their past documents then
+        # stopped above the depth limit, the sampled alpha0 collapsed and the whole tree
+        # flattened into new nodes.
+        windowed = dict(win.total)
+        for i, k in current.items():
+            windowed[i] = windowed.get(i, 0) + k
+        prior = CollapsedPrior(tree, {}, windowed)
         log_total = np.log(sum(win.total.values()) + sum(current.values()) + 2.0)
         for c in reversed(tree.preorder()):
             if c == ROOT or c not in tree or not (tree.children[c] or win.total.get(c, 0) > 0):
@@ -589,7 +600,7 @@ class EpochSampler:
             if data < -(n + past_c + 1) * 3.0 * log_total - 20.0:
                 continue
             edit = prior.edit()
-            edit.move(c, par, float(past_c), float(n))
+            edit.move(c, par, 0.0, float(past_c + n))
             edit.lift(c)
             delta = data + prior.delta(edit, **kw)
             # merge with probability 1 / (1 + exp(-delta)), in log space
