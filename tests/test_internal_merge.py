@@ -6,6 +6,8 @@ hyperparameter sampler's target, p(z_window | tree), which counts those document
 under p(z_now | z_past) instead, both changes were free for a carried subtree without current
 documents: it was lifted at even odds every sweep, its past documents then stopped above the
 depth limit, the sampled alpha0 collapsed and the streamed tree dissolved into new nodes.
+An internal node holding past documents is not lifted at all: its past documents would move to
+the parent with no likelihood to weigh against the prior's gain.
 """
 
 import copy
@@ -112,3 +114,30 @@ def test_heat_bath_merge_follows_the_windowed_prior_odds():
     for outcome, p in expected.items():
         sd = np.sqrt(n_trials * p * (1 - p))
         assert abs(seen[outcome] - n_trials * p) < 4.5 * sd, (outcome, seen, expected)
+
+
+def test_internal_node_holding_past_documents_is_not_lifted():
+    # root -> a -> b (5 past documents) -> c (2 past): lifting b would move its past documents
+    # to a unscored by any likelihood while c rises; the windowed prior alone favours it here
+    st = ChainState.empty(max_depth=3, window=2, n_features=1)
+    a = st.tree.add_child(0)
+    b = st.tree.add_child(a)
+    c = st.tree.add_child(b)
+    for nid in (0, a, b, c):
+        st.nodes.add(nid, np.zeros(1), 1.0)
+    st.window.commit({b: 5, c: 2})
+    st.hyper = dict(HYPER, alpha0=0.5)
+    lifted = copy.deepcopy(st.tree)
+    lifted.merge_into_parent(b)
+    arrays = st.tree.arrays()
+    kw = dict(HYPER, alpha0=0.5, max_depth=3, root_holds_data=False)
+    odds = (log_hyper_likelihood(lifted.arrays(), np.array([0, 5, 2], dtype=float), **kw)
+            - log_hyper_likelihood(arrays, np.array([0, 0, 5, 2], dtype=float), **kw))
+    assert odds > 1.0
+    for seed in range(100):
+        state = copy.deepcopy(st)
+        sampler = EpochSampler(state, likelihood=None, settings=_settings(), sweeper=None,
+                               rng=np.random.default_rng(seed))
+        sampler.born_sweep[c] = sampler.sweep  # c too young to retire: b stays internal
+        sampler._merge_internal({}, {}, {})
+        assert b in state.tree and state.window.total[b] == 5
