@@ -22,7 +22,8 @@ of the selected decades).
 
 Target: the model's mean over decades >= HLDA's, from the same run.
 
-Node identity of the model: the share of node ids that appear in a single decade; the mean
+Node identity of the model: per decade, the share of its documents held by nodes carried from
+an earlier decade ("in carried"); the share of node ids that appear in a single decade; the mean
 Jaccard index between the top-10 words of an id's first and last decade, over ids present in
 more than 3 decades; the number of decade-to-decade transitions (an id present in two
 consecutive decades) whose parent changes; the single-decade ids by the documents they held in
@@ -95,6 +96,13 @@ def identity_figures(trees, model) -> dict:
     return {"ids": len(present), "single": single, "jaccard": jacc, "transitions": transitions,
             "parent_changes": changes, "node_decades": sum(t.n_nodes for t in trees), "at_cap": at_cap,
             "at_cap_small": at_cap_small, "cap": cap, "single_by_docs": single_by_docs}
+
+
+def carried_share(tree) -> float:
+    """Share of the decade's documents held by nodes born in an earlier decade (ids that
+    continue); 0 for the first decade."""
+    n = int(tree.counts.sum())
+    return float(tree.counts[tree.born < tree.epoch].sum()) / n if n else 0.0
 
 
 def hlda_topics_by_decade(corpus: SouCorpus, args) -> tuple[list[np.ndarray], list[np.ndarray], float, int, str]:
@@ -214,15 +222,16 @@ def main() -> None:
         npmi, by_depth = model_npmi(trees, corpus, reference)
         print(f"-- DTSSBP({', '.join(f'{k}={v!r}' for k, v in params.items())}), other parameters at defaults: "
               f"{cpu:.0f}s CPU")
-        print(f"{'decade':>7} {'docs':>6} {'nodes':>6} {'model NPMI':>11}"
+        print(f"{'decade':>7} {'docs':>6} {'nodes':>6} {'in carried':>10} {'model NPMI':>11}"
               + (f" {'HLDA NPMI':>10} {'HLDA (by docs)':>15}" if hlda else ""))
         for t, label in enumerate(corpus.labels):
-            line = f"{label:>7} {corpus.X[t].shape[0]:>6} {trees[t].n_nodes:>6} {npmi[t]:>11.3f}"
+            line = (f"{label:>7} {corpus.X[t].shape[0]:>6} {trees[t].n_nodes:>6} {carried_share(trees[t]):>10.0%} "
+                    f"{npmi[t]:>11.3f}")
             if hlda:
                 line += f" {hlda[0][t]:>10.3f} {hlda[1][t]:>15.3f}"
             print(line)
         mean = float(np.mean(npmi))
-        line = f"{'mean':>7} {'':>6} {'':>6} {mean:>11.3f}"
+        line = f"{'mean':>7} {'':>6} {'':>6} {'':>10} {mean:>11.3f}"
         if hlda:
             h_tok, h_doc = float(np.mean(hlda[0])), float(np.mean(hlda[1]))
             line += f" {h_tok:>10.3f} {h_doc:>15.3f}"

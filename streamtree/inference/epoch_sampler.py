@@ -573,34 +573,53 @@ class EpochSampler:
             del st.signatures[nid]
 
     def _merge_internal(self, current: dict[int, int], sums: dict[int, np.ndarray], sumsq: dict[int, float]) -> None:
-        """Heat-bath choice, for each internal node and each node with past counts (deepest first),
-        between keeping it and merging it into its parent, its children rising and its past
-        counts moving to the parent: a search heuristic, NOT an exact move (the children's links
-        are not rescored, the past counts are relabelled), kept for what the exact moves cannot
-        do yet: lift the children of a node that duplicates its parent, and retire a carried
-        node whose documents its parent explains as well.
+        """Heat-bath choice, for each internal node without past counts and each leaf with past
+        counts (deepest first), between keeping it and merging it into its parent, its children
+        rising and its past counts moving to the parent: a search heuristic, NOT an exact move
+        (the children's links are not rescored, there is no reverse move), kept for what the
+        exact moves cannot do yet: lift the children of a node that duplicates its parent, and
+        retire a carried leaf whose documents its parent explains as well.
 
-        See :mod:`streamtree.inference.merge`: the collapsed stick prior's change (its local
-        difference, :class:`~streamtree.inference.merge.CollapsedPrior`) plus the data's
-        Bayes factor between the node's documents at the parent (parent's parameters) and at
-        their own node (parameter integrated out under the parent link, with the parent's
-        concentration, exactly as the z-kernel scores a new node).
+        See :mod:`streamtree.inference.merge`: the change of the collapsed stick prior of the
+        window's documents, past and current, p(z_window | tree) (the hyperparameter sampler's
+        target; its local difference, :class:`~streamtree.inference.merge.CollapsedPrior`),
+        plus the data's Bayes factor between the node's documents at the parent (parent's
+        parameters) and at their own node (parameter integrated out under the parent link,
+        with the parent's concentration, exactly as the z-kernel scores a new node).
         """
         st, lik, cfg = self.state, self.likelihood, self.settings
         tree, win, nodes = st.tree, st.window, st.nodes
         kw = cfg.with_hyper(st.hyper).stick_kwargs()
-        prior = CollapsedPrior(tree, win.total, current)
+        # The window's past documents count as observed assignments, as in the hyperparameter
+        # sampler's target p(z_window | tree): a merge moves them to the parent and a lift moves
+        # a subtree's past documents one level up, and both change their probability under the
+        # tree. Conditioning on them (p(z_now | z_past)) would make those changes free: empty
+        # carried subtrees were lifted at even odds every sweep, their past documents then
+        # stopped above the depth limit, the sampled alpha0 collapsed and the whole tree
+        # flattened into new nodes.
+        windowed = dict(win.total)
+        for i, k in current.items():
+            windowed[i] = windowed.get(i, 0) + k
+        prior = CollapsedPrior(tree, {}, windowed)
         log_total = np.log(sum(win.total.values()) + sum(current.values()) + 2.0)
         for c in reversed(tree.preorder()):
-            if c == ROOT or c not in tree or not (tree.children[c] or win.total.get(c, 0) > 0):
-                continue  # new leaves are left to the exact moves
+            if c == ROOT or c not in tree:
+                continue
+            past_c = win.total.get(c, 0)
+            if bool(tree.children[c]) == (past_c > 0):
+                # New leaves are left to the exact moves. An internal node holding past documents
+                # is not lifted: its past documents would move to the parent unscored by any
+                # likelihood (they are gone), and the prior's gain from gathering them there
+                # while its children rise compounds (SOU, multinomial: +286 nats for one
+                # depth-1 node with 11 children and 139 past documents, accepted each time, the
+                # tree then flattened into new nodes). The window retires such a node.
+                continue
             if self.sweep - self.born_sweep.get(c, -MERGE_GRACE) < MERGE_GRACE:
                 continue  # too young: a new node needs a few sweeps to gather its documents
             par = tree.parent[c]
             if par == ROOT and not cfg.root_holds_data:
                 continue
             n = current.get(c, 0)
-            past_c = win.total.get(c, 0)
             data = 0.0
             if n:
                 docs = DocumentSet(float(n), sums[c], sumsq[c])
@@ -616,7 +635,7 @@ class EpochSampler:
             if data < -(n + past_c + 1) * 3.0 * log_total - 20.0:
                 continue
             edit = prior.edit()
-            edit.move(c, par, float(past_c), float(n))
+            edit.move(c, par, 0.0, float(past_c + n))
             edit.lift(c)
             delta = data + prior.delta(edit, **kw)
             # merge with probability 1 / (1 + exp(-delta)), in log space
