@@ -18,7 +18,7 @@ from streamtree.synthetic import vmf_tree_corpus
 def _vmf_model():
     rng = np.random.default_rng(3)
     X = vmf_tree_corpus(rng, p=40, branching=(2, 2), kappa=40.0, beta=200.0, docs_per_node=15).X
-    model = DTSSBP(kappa0=20.0, max_depth=3, n_sweeps=6, random_state=0).fit([X[:60], X[60:]])
+    model = DTSSBP(likelihood="vmf", kappa0=20.0, max_depth=3, n_sweeps=6, random_state=0).fit([X[:60], X[60:]])
     return model, X
 
 

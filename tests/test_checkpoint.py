@@ -70,7 +70,7 @@ def test_restored_model_continues_bit_identically(likelihood):
 
 def test_checkpoint_holds_one_tree_and_the_window_only():
     epochs = vmf_epochs(np.random.default_rng(1))
-    model = DTSSBP(n_sweeps=3, max_depth=2, kappa0=100.0, window=1, random_state=0)
+    model = DTSSBP(likelihood="vmf", n_sweeps=3, max_depth=2, kappa0=100.0, window=1, random_state=0)
     for X in epochs + epochs:
         model.partial_fit(X)
         arrays, meta = model.get_checkpoint()
@@ -81,7 +81,7 @@ def test_checkpoint_holds_one_tree_and_the_window_only():
 
 
 def test_checkpoint_rejects_foreign_input_and_model_overrides():
-    model = DTSSBP(n_sweeps=2, random_state=0).fit([vmf_epochs(np.random.default_rng(0))[0]])
+    model = DTSSBP(likelihood="vmf", n_sweeps=2, random_state=0).fit([vmf_epochs(np.random.default_rng(0))[0]])
     arrays, meta = model.get_checkpoint()
     with pytest.raises(ValueError, match="only engine, n_jobs, engine_options"):
         DTSSBP.from_checkpoint(arrays, meta, kappa0=5.0)

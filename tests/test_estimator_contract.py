@@ -47,11 +47,11 @@ def test_clone_params_and_not_fitted():
 
 def test_partial_fit_returns_self_and_fit_needs_a_sequence():
     X = small_epoch()
-    model = DTSSBP(n_sweeps=2, random_state=0)
+    model = DTSSBP(likelihood="vmf", n_sweeps=2, random_state=0)
     assert model.partial_fit(X) is model and model.trees_[-1].epoch == 0
     assert model.partial_fit(small_epoch(1)) is model and [t.epoch for t in model.trees_] == [0, 1]
     with pytest.raises(TypeError, match="partial_fit"):
-        DTSSBP(n_sweeps=2).fit(X)
+        DTSSBP(likelihood="vmf", n_sweeps=2).fit(X)
     with pytest.raises(TypeError, match="partial_fit"):
         DTSSBP(n_sweeps=2, likelihood="gaussian").fit(np.zeros((4, 3)))
     refit = clone(model).fit([X, small_epoch(1)])

@@ -158,7 +158,7 @@ def test_model_trees_carry_their_events():
     rng = np.random.default_rng(3)
     corpus = vmf_tree_corpus(rng, p=200, branching=(3, 2), kappa=20.0, beta=300.0, docs_per_node=40)
     X = sp.csr_matrix(corpus.X)
-    m = DTSSBP(n_sweeps=8, max_depth=2, kappa0=100.0, random_state=0)
+    m = DTSSBP(likelihood="vmf", n_sweeps=8, max_depth=2, kappa0=100.0, random_state=0)
     t0 = m.partial_fit(X).trees_[-1]
     t1 = m.partial_fit(X).trees_[-1]
     assert set(t0.events.of("born").node_id.tolist()) == set(t0.node_ids.tolist())

@@ -139,7 +139,7 @@ def test_auto_kappa0_is_reproducible_and_survives_a_checkpoint(likelihood):
 
 def test_a_given_kappa0_is_used_as_is():
     X = _planted("vmf", 1)
-    model = DTSSBP(max_depth=2, n_sweeps=4, kappa0=321.0, random_state=0).fit(X)
+    model = DTSSBP(likelihood="vmf", max_depth=2, n_sweeps=4, kappa0=321.0, random_state=0).fit(X)
     assert model.kappa0_ == 321.0 and "kappa0" not in model.state_.hyper
 
 

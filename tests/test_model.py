@@ -25,7 +25,7 @@ def small_vmf_epochs(seed=3, n_epochs=3):
 
 def test_vmf_corpus_from_the_model_is_recovered(vmf_corpus):
     """A depth-3 tree (22 nodes, V = 2000) sampled along the model's links: ARI >= 0.8."""
-    model = DTSSBP(kappa0=1e4, max_depth=3, n_sweeps=60, random_state=0)
+    model = DTSSBP(likelihood="vmf", kappa0=1e4, max_depth=3, n_sweeps=60, random_state=0)
     tree = model.partial_fit(vmf_corpus.X).trees_[-1]
     ari = adjusted_rand_score(vmf_corpus.labels, tree.assignments)
     assert ari >= 0.8, ari
@@ -41,7 +41,7 @@ def test_same_seed_same_trees_bit_identical():
     epochs = small_vmf_epochs()
     runs = []
     for _ in range(2):
-        m = DTSSBP(kappa0=1e3, n_sweeps=8, random_state=42, n_shards=3)
+        m = DTSSBP(likelihood="vmf", kappa0=1e3, n_sweeps=8, random_state=42, n_shards=3)
         runs.append([m.partial_fit(X).trees_[-1] for X in epochs])
     for a, b in zip(*runs):
         for field in ("node_ids", "parent", "depth", "mass", "counts", "theta", "concentration", "born",
@@ -51,8 +51,8 @@ def test_same_seed_same_trees_bit_identical():
 
 def test_threads_do_not_change_results():
     epochs = small_vmf_epochs(n_epochs=2)
-    a = DTSSBP(kappa0=1e3, n_sweeps=5, random_state=1, n_shards=2, n_jobs=1)
-    b = DTSSBP(kappa0=1e3, n_sweeps=5, random_state=1, n_shards=2, n_jobs=2)
+    a = DTSSBP(likelihood="vmf", kappa0=1e3, n_sweeps=5, random_state=1, n_shards=2, n_jobs=1)
+    b = DTSSBP(likelihood="vmf", kappa0=1e3, n_sweeps=5, random_state=1, n_shards=2, n_jobs=2)
     for X in epochs:
         ta, tb = a.partial_fit(X).trees_[-1], b.partial_fit(X).trees_[-1]
         assert np.array_equal(ta.assignments, tb.assignments)
@@ -62,7 +62,7 @@ def test_threads_do_not_change_results():
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_baselines_run_through_the_same_estimator(variant):
     epochs = small_vmf_epochs(n_epochs=3)
-    model = DTSSBP.baseline(variant, kappa0=1e3, n_sweeps=6, random_state=0)
+    model = DTSSBP.baseline(variant, likelihood="vmf", kappa0=1e3, n_sweeps=6, random_state=0)
     trees = [model.partial_fit(X).trees_[-1] for X in epochs]
     last = trees[-1]
     assert last.assignments.shape[0] == epochs[-1].shape[0]
@@ -85,7 +85,7 @@ def test_baselines_run_through_the_same_estimator(variant):
 
 def test_window_zero_resets_tree_and_infinite_window_keeps_counts():
     epochs = small_vmf_epochs(n_epochs=3)
-    inf = DTSSBP(window=None, kappa0=1e3, n_sweeps=5, random_state=0)
+    inf = DTSSBP(likelihood="vmf", window=None, kappa0=1e3, n_sweeps=5, random_state=0)
     trees = [inf.partial_fit(X).trees_[-1] for X in epochs]
     assert trees[-1].window_counts[0] >= trees[-1].counts[0]
     total_docs = sum(X.shape[0] for X in epochs)
@@ -98,7 +98,7 @@ def test_score_samples_is_a_log_density():
     mu = np.array([0.0, 0.0, 1.0])
     X = rng.normal(mu * 3, 1.0, size=(200, 3))
     X /= np.linalg.norm(X, axis=1, keepdims=True)
-    m = DTSSBP(kappa0=10.0, n_sweeps=10, random_state=0, max_depth=2)
+    m = DTSSBP(likelihood="vmf", kappa0=10.0, n_sweeps=10, random_state=0, max_depth=2)
     m.partial_fit(sp.csr_matrix(X))
     # Fibonacci-sphere quadrature of exp(log density)
     n = 20000
@@ -114,7 +114,7 @@ def test_score_samples_is_a_log_density():
 
 def test_empty_epoch_carries_tree_forward_and_window_advances():
     epochs = small_vmf_epochs(n_epochs=2)
-    m = DTSSBP(window=1, kappa0=1e3, n_sweeps=5, random_state=0)
+    m = DTSSBP(likelihood="vmf", window=1, kappa0=1e3, n_sweeps=5, random_state=0)
     t0 = m.partial_fit(epochs[0]).trees_[-1]
     empty = sp.csr_matrix((0, epochs[0].shape[1]))
     t1 = m.partial_fit(empty).trees_[-1]
@@ -127,12 +127,12 @@ def test_empty_epoch_carries_tree_forward_and_window_advances():
 
 
 def test_input_validation_messages():
-    m = DTSSBP()
+    m = DTSSBP(likelihood="vmf")
     X = sp.csr_matrix(np.array([[1.0, 1.0], [0.0, 1.0]]))
     with pytest.raises(ValueError, match="L2-normalised"):
         m.partial_fit(X)
     with pytest.raises(ValueError, match="all zeros"):
-        DTSSBP().partial_fit(sp.csr_matrix(np.array([[0.0, 0.0], [0.0, 1.0]])))
+        DTSSBP(likelihood="vmf").partial_fit(sp.csr_matrix(np.array([[0.0, 0.0], [0.0, 1.0]])))
     with pytest.raises(ValueError, match="NaN"):
         DTSSBP(likelihood="gaussian").partial_fit(np.array([[np.nan, 1.0]]))
     with pytest.raises(ValueError, match="'variant' parameter"):
@@ -144,7 +144,7 @@ def test_input_validation_messages():
     with pytest.raises(ValueError, match="not after"):
         good.partial_fit(sp.csr_matrix(np.eye(3)), epoch=0)
     with pytest.raises(NotFittedError, match="not fitted"):
-        DTSSBP().score_samples(sp.csr_matrix(np.eye(3)))
+        DTSSBP(likelihood="vmf").score_samples(sp.csr_matrix(np.eye(3)))
 
 
 def _majority_ids(truth, assigned):

@@ -18,10 +18,10 @@ def test_partial_fit_calls_back_after_every_sweep():
     rng = np.random.default_rng(0)
     X = sp.csr_matrix(normalize(rng.random((40, 12)) ** 4))
     seen = []
-    model = DTSSBP(n_sweeps=4, random_state=0).partial_fit(X, callback=lambda *a: seen.append(a))
+    model = DTSSBP(likelihood="vmf", n_sweeps=4, random_state=0).partial_fit(X, callback=lambda *a: seen.append(a))
     assert [s[:2] for s in seen] == [(1, 4), (2, 4), (3, 4), (4, 4)]
     assert all(n >= 1 for _, _, n in seen)
-    plain = DTSSBP(n_sweeps=4, random_state=0).partial_fit(X)  # the callback changes nothing
+    plain = DTSSBP(likelihood="vmf", n_sweeps=4, random_state=0).partial_fit(X)  # the callback changes nothing
     np.testing.assert_array_equal(plain.trees_[-1].assignments, model.trees_[-1].assignments)
 
 

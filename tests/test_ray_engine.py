@@ -33,7 +33,7 @@ def corpus_epochs(n_epochs: int = 3) -> list:
 
 
 def fit(engine, epochs, n_shards=2):
-    model = DTSSBP(n_sweeps=N_SWEEPS, max_depth=2, kappa0=100.0, engine=engine, n_shards=n_shards, random_state=0)
+    model = DTSSBP(likelihood="vmf", n_sweeps=N_SWEEPS, max_depth=2, kappa0=100.0, engine=engine, n_shards=n_shards, random_state=0)
     model.fit(epochs)
     return model
 
@@ -282,8 +282,8 @@ from streamtree.synthetic import vmf_tree_corpus
 import ray
 
 X = vmf_tree_corpus(np.random.default_rng(0), p=50, branching=(2,), docs_per_node=20).X
-model = DTSSBP(n_sweeps=2, max_depth=1, engine="ray", n_shards=2, random_state=0).fit([X])
-local = DTSSBP(n_sweeps=2, max_depth=1, engine="local", n_shards=2, random_state=0).fit([X])
+model = DTSSBP(likelihood="vmf", n_sweeps=2, max_depth=1, engine="ray", n_shards=2, random_state=0).fit([X])
+local = DTSSBP(likelihood="vmf", n_sweeps=2, max_depth=1, engine="local", n_shards=2, random_state=0).fit([X])
 same = all(np.array_equal(getattr(a, f), getattr(b, f)) for a, b in zip(model.trees_, local.trees_)
            for f in ("node_ids", "theta", "assignments"))
 nodes = ray.nodes()

@@ -27,7 +27,7 @@ def build_store(path) -> SnapshotStore:
     rng = np.random.default_rng(7)
     data = vmf_tree_corpus(rng, p=120, branching=(3, 2), kappa=60.0, beta=400.0, docs_per_node=12)
     labels = data.labels
-    model = DTSSBP(window=1, max_depth=3, kappa0=100.0, n_sweeps=6, random_state=3)
+    model = DTSSBP(likelihood="vmf", window=1, max_depth=3, kappa0=100.0, n_sweeps=6, random_state=3)
     store = SnapshotStore(str(path))
     words = np.asarray([f"w{i}" for i in range(120)])
     planted = np.unique(labels)

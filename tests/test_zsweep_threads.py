@@ -129,7 +129,7 @@ def test_n_jobs_does_not_change_trees(family):
                   for _ in range(2)]
 
         def make(n_jobs):
-            return DTSSBP(kappa0=100.0, max_depth=2, n_sweeps=6, n_jobs=n_jobs, random_state=4)
+            return DTSSBP(likelihood="vmf", kappa0=100.0, max_depth=2, n_sweeps=6, n_jobs=n_jobs, random_state=4)
     elif family == "gaussian":
         epochs = [e.X for e in gaussian_evolving_tree(rng)[:2]]
 
