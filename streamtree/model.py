@@ -26,7 +26,7 @@ from streamtree.inference.epoch_sampler import (CHECKPOINT_FORMAT, ChainState, E
                                                 apply_link_strengths, predictive_masses)
 from streamtree.inference.threads import fitting_threads
 from streamtree.inference.zsweep import engine_names, make_engine
-from streamtree.likelihoods import LIKELIHOODS, Likelihood
+from streamtree.likelihoods import DEFAULT_LIKELIHOOD, LIKELIHOODS, Likelihood
 from streamtree.variants import VARIANTS, VariantConfig, resolve_variant
 
 logger = logging.getLogger(__name__)
@@ -40,10 +40,12 @@ class DTSSBP(BaseEstimator):
 
     Parameters
     ----------
-    likelihood : {"vmf", "gaussian", "multinomial"}
-        von Mises-Fisher topics on L2-normalised term-frequency rows (CSR); isotropic Gaussian
-        nodes on real-valued rows (dense); or word distributions over raw term counts (CSR)
-        with Dirichlet links (see :mod:`streamtree.likelihoods`).
+    likelihood : {"multinomial", "vmf", "gaussian"}, default="multinomial"
+        Word distributions over raw term counts (CSR) with Dirichlet links, the default for
+        text (``TextVectorizer()``'s rows); von Mises-Fisher topics on L2-normalised rows (CSR;
+        ``TextVectorizer(norm="l2")``, or embeddings); or isotropic Gaussian nodes on
+        real-valued rows (dense). See :mod:`streamtree.likelihoods` and
+        :data:`~streamtree.likelihoods.DEFAULT_LIKELIHOOD` for why counts are the default.
     variant : {"dtssbp", "o-tssbp", "t-tssbp", "ddp", "o-dp", "t-dp"}
         The model or one of the paper's baselines (see :mod:`streamtree.variants`).
     window : int or None
@@ -178,7 +180,7 @@ class DTSSBP(BaseEstimator):
 
     def __init__(
         self,
-        likelihood: str = "vmf",
+        likelihood: str = DEFAULT_LIKELIHOOD,
         variant: str = "dtssbp",
         window: int | None = 2,
         max_depth: int = 3,

@@ -25,6 +25,8 @@ from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS, CountVectorizer
 from sklearn.preprocessing import normalize
 from sklearn.utils._param_validation import Interval, StrOptions, validate_parameter_constraints
 
+from streamtree.likelihoods import DEFAULT_LIKELIHOOD, LIKELIHOODS
+
 # Words of two or more letters in any script: digits and underscores are separators, so
 # numbers ("1790", "$5") never become terms.
 TOKEN_PATTERN = r"(?u)\b[^\W\d_]{2,}\b"
@@ -66,6 +68,10 @@ def vocabulary_cap(n_documents: int) -> int:
     return int(np.clip(round(200.0 * max(int(n_documents), 1) ** (1.0 / 3.0)), 500, 20000))
 
 
+#: rows in the form the estimator's default family reads (raw counts for the multinomial)
+DEFAULT_NORM: str | None = LIKELIHOODS[DEFAULT_LIKELIHOOD].text_norm
+
+
 class TextVectorizer(TransformerMixin, BaseEstimator):
     """Bag-of-words vectoriser with a fixed vocabulary: unit-norm rows or raw counts.
 
@@ -86,9 +92,10 @@ class TextVectorizer(TransformerMixin, BaseEstimator):
         Lower-case before tokenising.
     token_pattern : str, default :data:`TOKEN_PATTERN`
         Regular expression for tokens (Unicode-aware).
-    norm : {"l2"} or None, default="l2"
-        ``"l2"``: term frequencies scaled to unit Euclidean norm (the vMF likelihood);
-        ``None``: raw term counts (the multinomial likelihood).
+    norm : {"l2"} or None, default=None
+        ``None``: raw term counts (the multinomial likelihood, the estimator's default);
+        ``"l2"``: term frequencies scaled to unit Euclidean norm (the vMF likelihood). The
+        default is the default family's row form, so ``TextVectorizer()`` feeds ``DTSSBP()``.
     weighting : {"tf", "tfidf"}, default="tf"
         With ``norm="l2"``: ``"tfidf"`` multiplies counts by the smoothed inverse document
         frequency of the fitting corpus, ``log((1 + n) / (1 + df)) + 1``, before normalising.
@@ -114,7 +121,7 @@ class TextVectorizer(TransformerMixin, BaseEstimator):
         stop_words: str | list[str] | None = "english",
         lowercase: bool = True,
         token_pattern: str = TOKEN_PATTERN,
-        norm: str | None = "l2",
+        norm: str | None = DEFAULT_NORM,
         weighting: str = DEFAULT_WEIGHTING,
     ) -> None:
         self.min_df = min_df

@@ -18,7 +18,19 @@ SOTU = Path(__file__).resolve().parents[1] / "examples" / "data" / "sotu_paragra
 
 
 def small():
-    return TextVectorizer(min_df=1, max_df=1.0, stop_words="english")
+    return TextVectorizer(min_df=1, max_df=1.0, stop_words="english", norm="l2")
+
+
+def test_default_rows_are_counts_the_default_model_fits():
+    """One default: TextVectorizer()'s rows are the form DTSSBP()'s family reads."""
+    from streamtree import DTSSBP
+
+    docs = ["war navy army war", "tax tariff duties", "navy ships war", "tariff tax revenue tax"] * 5
+    v = TextVectorizer(min_df=1, max_df=1.0).fit(docs)
+    X = v.transform(docs)
+    np.testing.assert_array_equal(X[0].toarray().ravel()[[v.vocabulary_.tolist().index("war")]], [2.0])
+    model = DTSSBP(n_sweeps=2, random_state=0).partial_fit(X)
+    assert model.likelihood_.name == "multinomial" and model.trees_[-1].assignments.shape == (20,)
 
 
 def test_exact_l2_normalised_term_frequencies():
@@ -100,7 +112,7 @@ def test_validation():
 
 def test_sotu_vocabulary_and_rows():
     texts = pq.read_table(SOTU, columns=["text"]).column("text")
-    v = TextVectorizer(min_df=5, max_df=0.5)
+    v = TextVectorizer(min_df=5, max_df=0.5, norm="l2")
     X = v.fit_transform(texts)
     empty = v.empty_rows(X)
     Xt = v.transform(texts[:300])

@@ -49,8 +49,9 @@ class Multinomial(WordTopics, Likelihood):
         X = finite_csr(X)
         d = X.data
         if d.size and (d.min() < 0 or not np.array_equal(d, np.round(d))):
-            raise ValueError("the multinomial likelihood needs raw term counts (non-negative integers); "
-                             "use TextVectorizer(norm=None), not L2-normalised rows")
+            raise ValueError("the multinomial likelihood (the default) needs raw term counts (non-negative "
+                             "integers), as TextVectorizer() gives them; for L2-normalised rows or embeddings "
+                             "use likelihood='vmf'")
         if X.shape[0]:
             empty = np.flatnonzero(np.asarray(X.sum(axis=1)).ravel() == 0)
             if empty.size:
