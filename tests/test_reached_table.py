@@ -7,38 +7,46 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from streamtree.inference.enumerated import TABLE_INTERVALS, VMF, Candidates, knot_range, score_rows
+from streamtree.inference.enumerated import (TABLE_INTERVALS, VMF, Candidates, interval_knots, range_knots,
+                                             score_rows)
 from streamtree.likelihoods.vmf import _TABLE_CACHE, new_node_table
 from streamtree.synthetic import sparse_corpus
 
 
-def test_ranged_knots_equal_the_whole_table_and_extend_in_the_cache():
+def spans(lo, hi, intervals=TABLE_INTERVALS):
+    grid = np.arange(intervals + 1)
+    return (grid >= np.asarray(lo)[:, None]) & (grid <= np.asarray(hi)[:, None])
+
+
+def test_asked_knots_equal_the_whole_table_and_extend_in_the_cache():
     b = np.array([40.0, 900.0, 40.0, 5000.0])
     c = np.array([300.0, 300.0, 300.0, 0.0])
     full = new_node_table(2000, b, c)
     _TABLE_CACHE.clear()
-    lo, hi = np.array([500, 10, 700, 0]), np.array([600, 20, 800, 1024])
-    part = new_node_table(2000, b, c, TABLE_INTERVALS, lo, hi)
-    for j in range(b.size):
-        # rows 0 and 2 share (b, c): each holds the union of both ranges
-        a, z = (500, 800) if j in (0, 2) else (lo[j], hi[j])
-        assert np.array_equal(part[j, a:z + 1], full[j, a:z + 1])
+    knots = spans([500, 10, 700, 0], [600, 20, 800, 1024])
+    part = new_node_table(2000, b, c, TABLE_INTERVALS, knots)
+    # rows 0 and 2 share (b, c): each holds the knots asked for either
+    held = knots | knots[[2, 1, 0, 3]]
+    assert np.array_equal(part[held], full[held])
+    assert np.all(np.isnan(part[~held]))  # nothing else was computed
     # a wider request reuses the cached knots and adds the rest: the same numbers again
     assert np.array_equal(new_node_table(2000, b, c), full)
     _TABLE_CACHE.clear()
 
 
-def test_knot_range_holds_every_knot_the_interpolation_reads():
+def test_range_knots_hold_every_knot_the_interpolation_reads():
     rng = np.random.default_rng(1)
     n = TABLE_INTERVALS
     for _ in range(200):
         low, high = np.sort(rng.uniform(-1.2, 1.2, 2))
-        lo, hi = knot_range(np.array([low]), np.array([high]))
+        knots = range_knots(np.array([low]), np.array([high]))[0]
         for t in np.concatenate([rng.uniform(low, high, 50), [low, high]]):
             i = min(max(int((min(max(t, -1.0), 1.0) + 1.0) / (2.0 / n)), 0), n - 1)
-            assert lo[0] <= i and i + 1 <= hi[0]
-    lo, hi = knot_range(np.array([np.inf]), np.array([-np.inf]))
-    assert lo[0] > hi[0]
+            assert knots[i] and knots[i + 1]
+    assert not range_knots(np.array([np.inf]), np.array([-np.inf])).any()
+    touched = np.zeros((1, n), dtype=bool)
+    touched[0, [0, 7, n - 1]] = True
+    assert np.flatnonzero(interval_knots(touched)[0]).tolist() == [0, 1, 7, 8, n - 1, n]
 
 
 def vmf_candidates(rng, p, K, table):

@@ -96,9 +96,9 @@ class Candidates:
         return int(self.coef_T.shape[0])
 
 
-@njit(cache=True, nogil=True)
-def _hermite(table, j, t):
-    n = table.shape[1] - 1
+@njit(cache=True, nogil=True, inline="always")
+def _interval(n, t):
+    """The interval of ``t`` in ``[-1, 1]`` split into ``n``, and ``t``'s place on the grid."""
     h = 2.0 / n
     x = (t + 1.0) / h
     i = int(x)
@@ -106,6 +106,14 @@ def _hermite(table, j, t):
         i = 0
     elif i > n - 1:
         i = n - 1
+    return i, x
+
+
+@njit(cache=True, nogil=True)
+def _hermite(table, j, t):
+    n = table.shape[1] - 1
+    h = 2.0 / n
+    i, x = _interval(n, t)
     s = x - i
     s2 = s * s
     s3 = s2 * s
@@ -168,6 +176,18 @@ def _sample_block(scores, sqnorm, live_a, live_b, live_c, ph_parent, ph_a, ph_b,
 
 
 @njit(cache=True, nogil=True)
+def _csr_row_scores(indptr, indices, data, i, coef_T, scores):
+    """``scores = x_i . coef_T`` for CSR row ``i``, over its non-zeros in storage order."""
+    K = coef_T.shape[1]
+    scores[:] = 0.0
+    for q in range(indptr[i], indptr[i + 1]):
+        x = data[q]
+        row = coef_T[indices[q]]
+        for k in range(K):
+            scores[k] += x * row[k]
+
+
+@njit(cache=True, nogil=True)
 def _sample_csr(indptr, indices, data, start, stop, coef_T, sqnorm, live_a, live_b, live_c, ph_parent, ph_a,
                 ph_b, ph_c, table, ph_alpha, kind, u, labels, lognorm, sample):
     """Rows ``start..stop`` of a CSR matrix: the sparse-dense product fused with the draw.
@@ -181,12 +201,7 @@ def _sample_csr(indptr, indices, data, start, stop, coef_T, sqnorm, live_a, live
     w = np.empty(K + P)
     ph_score = np.zeros(P if kind == 2 else 0)
     for i in range(start, stop):
-        scores[:] = 0.0
-        for q in range(indptr[i], indptr[i + 1]):
-            x = data[q]
-            row = coef_T[indices[q]]
-            for k in range(K):
-                scores[k] += x * row[k]
+        _csr_row_scores(indptr, indices, data, i, coef_T, scores)
         if kind == 2:
             _dirichlet_row(indptr, indices, data, i, ph_alpha, ph_b, ph_score)
         _weights_and_draw(i, scores, sqnorm[i], live_a, live_b, live_c, ph_parent, ph_a, ph_b, ph_c, table,
@@ -194,54 +209,50 @@ def _sample_csr(indptr, indices, data, start, stop, coef_T, sqnorm, live_a, live
 
 
 @njit(cache=True, nogil=True)
-def _csr_scores(indptr, indices, data, start, stop, coef_T, ph_parent, out, low, high):
+def _csr_scores(indptr, indices, data, start, stop, coef_T, ph_parent, out, touched):
     """``out[i - start] = x_i . coef_T`` for CSR rows ``start..stop``, each summed exactly as
-    :func:`_sample_csr` sums it (the same values); ``low`` and ``high`` take in the least and
-    largest score of each placeholder's parent column."""
-    K = coef_T.shape[1]
+    :func:`_sample_csr` sums it (the same values); ``touched[j, m]`` is set where a row's
+    score against placeholder ``j``'s parent falls in the table's interval ``m``."""
+    n = touched.shape[1]
     for i in range(start, stop):
         s = out[i - start]
-        s[:] = 0.0
-        for q in range(indptr[i], indptr[i + 1]):
-            x = data[q]
-            row = coef_T[indices[q]]
-            for k in range(K):
-                s[k] += x * row[k]
+        _csr_row_scores(indptr, indices, data, i, coef_T, s)
         for j in range(ph_parent.shape[0]):
-            v = s[ph_parent[j]]
-            if v < low[j]:
-                low[j] = v
-            if v > high[j]:
-                high[j] = v
+            m, _ = _interval(n, min(max(s[ph_parent[j]], -1.0), 1.0))
+            touched[j, m] = True
 
 
-def knot_range(low: np.ndarray, high: np.ndarray, intervals: int = TABLE_INTERVALS
-               ) -> tuple[np.ndarray, np.ndarray]:
-    """First and last table knot (inclusive) that :func:`_hermite` reads for scores in
-    ``[low, high]``, widened by one knot each side (a score computed by another product may
-    differ in its last bit); empty (``lo > hi``) where ``low > high``."""
+def range_knots(low: np.ndarray, high: np.ndarray, intervals: int = TABLE_INTERVALS) -> np.ndarray:
+    """Mask ``(len(low), intervals + 1)`` of the table knots that :func:`_hermite` reads for
+    scores in ``[low, high]``, widened by one knot each side (a score computed by another
+    product may differ in its last bit); none where ``low > high``."""
     h = 2.0 / intervals
-    low_i = np.floor((np.clip(low, -1.0, 1.0) + 1.0) / h)
-    high_i = np.floor((np.clip(high, -1.0, 1.0) + 1.0) / h)
-    lo = np.clip(low_i, 0, intervals - 1).astype(np.int64) - 1
-    hi = np.clip(high_i, 0, intervals - 1).astype(np.int64) + 2
-    empty = ~(low <= high)
-    lo[empty], hi[empty] = 0, -1
-    return np.maximum(lo, 0), np.minimum(hi, intervals)
+    first = np.floor((np.clip(low, -1.0, 1.0) + 1.0) / h)
+    last = np.floor((np.clip(high, -1.0, 1.0) + 1.0) / h)
+    lo = np.maximum(np.clip(first, 0, intervals - 1).astype(np.int64) - 1, 0)
+    hi = np.minimum(np.clip(last, 0, intervals - 1).astype(np.int64) + 2, intervals)
+    grid = np.arange(intervals + 1)
+    return (grid >= lo[:, None]) & (grid <= hi[:, None]) & (low <= high)[:, None]
 
 
-def _reached_table(cand: Candidates, low: np.ndarray, high: np.ndarray, have: tuple | None):
-    """The VMF new-node table with (at least) the knots that scores in ``[low[j], high[j]]``
-    against placeholder ``j``'s parent reach, and the knot ranges it holds; ``have`` is the
-    previous ``(table, lo, hi)``, kept when it already covers them."""
+def interval_knots(touched: np.ndarray) -> np.ndarray:
+    """Mask of the knots that bound the ``touched`` intervals (shape ``(P, n)`` -> ``(P, n + 1)``)."""
+    knots = np.zeros((touched.shape[0], touched.shape[1] + 1), dtype=bool)
+    knots[:, :-1] |= touched
+    knots[:, 1:] |= touched
+    return knots
+
+
+def _reached_table(cand: Candidates, knots: np.ndarray, have: tuple | None):
+    """The VMF new-node table with (at least) the ``knots`` asked for, and the knots it holds;
+    ``have`` is the previous ``(table, knots)``, kept when it already holds them."""
     from streamtree.likelihoods.vmf import new_node_table  # that module builds on this one
 
-    lo, hi = knot_range(low, high)
     if have is not None:
-        if np.all(lo >= have[1]) and np.all(hi <= have[2]):
+        if not np.any(knots & ~have[1]):
             return have
-        lo, hi = np.minimum(lo, have[1]), np.maximum(hi, have[2])
-    return new_node_table(cand.dim, np.asarray(cand.ph_b), np.asarray(cand.ph_c), TABLE_INTERVALS, lo, hi), lo, hi
+        knots = knots | have[1]
+    return new_node_table(cand.dim, np.asarray(cand.ph_b), np.asarray(cand.ph_c), TABLE_INTERVALS, knots), knots
 
 
 @njit(cache=True, nogil=True)
@@ -353,8 +364,8 @@ def score_rows(X, cand: Candidates, u: np.ndarray | None, sqnorm: np.ndarray | N
         alpha = (np.ascontiguousarray(cand.ph_alpha, dtype=np.float64) if cand.kind == DIRICHLET
                  else np.zeros((0, 0)))
         if reached and cand.n_placeholders:
-            # The product first (stored by blocks of rows), then only the table knots these
-            # rows' parent scores reach, then the draws from the stored scores: the same
+            # The product first (stored by blocks of rows), then only the table knots that
+            # bound the intervals these rows' parent scores fall in, then the draws from the stored scores: the same
             # values and draws as the fused kernel with a full table.
             K = coef_T.shape[1]
             ph_parent = np.asarray(cand.ph_parent, dtype=np.int64)
@@ -363,17 +374,15 @@ def score_rows(X, cand: Candidates, u: np.ndarray | None, sqnorm: np.ndarray | N
             for b0 in range(0, n, step):
                 b1 = min(n, b0 + step)
                 scores = np.empty((b1 - b0, K))
-                ranges: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+                touched: list[np.ndarray] = []
 
                 def product(a: int, b: int) -> None:
-                    low, high = np.full(ph_parent.shape[0], np.inf), np.full(ph_parent.shape[0], -np.inf)
-                    _csr_scores(indptr, indices, data, b0 + a, b0 + b, coef_T, ph_parent, scores[a:b], low, high)
-                    ranges[a] = (low, high)
+                    mine = np.zeros((ph_parent.shape[0], TABLE_INTERVALS), dtype=np.bool_)
+                    _csr_scores(indptr, indices, data, b0 + a, b0 + b, coef_T, ph_parent, scores[a:b], mine)
+                    touched.append(mine)
 
                 _in_row_ranges(pool, n_threads, b1 - b0, 1, product)
-                low = np.minimum.reduce([r[0] for r in ranges.values()])
-                high = np.maximum.reduce([r[1] for r in ranges.values()])
-                have = _reached_table(cand, low, high, have)
+                have = _reached_table(cand, interval_knots(np.logical_or.reduce(touched)), have)
                 cols = head(have[0])
                 _in_row_ranges(pool, n_threads, b1 - b0, 1, lambda a, b: _sample_block(
                     scores[a:b], sqnorm[b0 + a:b0 + b], *cols, no_ph_scores, cand.kind,
@@ -387,7 +396,8 @@ def score_rows(X, cand: Candidates, u: np.ndarray | None, sqnorm: np.ndarray | N
         if reached and cand.n_placeholders and n:
             # knots widened by one each side: the blocks' BLAS products may round differently
             parent_scores = np.asarray(X @ coef_T[:, cand.ph_parent])
-            table = _reached_table(cand, parent_scores.min(axis=0), parent_scores.max(axis=0), None)[0]
+            table = _reached_table(cand, range_knots(parent_scores.min(axis=0), parent_scores.max(axis=0)),
+                                   None)[0]
 
         def run(start: int, stop: int) -> None:
             for b0 in range(start, stop, block_rows):

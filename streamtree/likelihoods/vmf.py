@@ -679,50 +679,49 @@ def _csr_rows_dot(indptr, indices, data, rows, theta):
 
 
 def new_node_table(p: int, b: np.ndarray, c: np.ndarray, intervals: int = 1024,
-                   lo: np.ndarray | None = None, hi: np.ndarray | None = None) -> np.ndarray:
+                   knots: np.ndarray | None = None) -> np.ndarray:
     """Values and slopes of g(t) = -log C_p(sqrt(b^2 + c^2 + 2 b c t)) on a uniform grid of [-1, 1].
 
     Uses d log C_p(rho) / d rho = -A_p(rho) and d rho / d t = b c / rho. Shape
-    ``(len(b), intervals + 1, 2)``. With ``lo`` and ``hi`` (knot indices per row, inclusive)
-    only those knots are guaranteed; the others may hold NaN. A z-sweep needs only the knots its
-    documents' scores reach, which for text is a small part of [-1, 1]. Knots are computed once
-    per distinct ``(p, b, c)`` and then served from a bounded cache; a knot has the same value
-    whichever way it was obtained.
+    ``(len(b), intervals + 1, 2)``. With ``knots`` (a boolean mask of that shape without its
+    last axis) only those knots are guaranteed; the others may hold NaN. A z-sweep needs only
+    the knots around its documents' scores, which for text lie in a small part of [-1, 1].
+    Knots are computed once per distinct ``(p, b, c)`` and then served from a bounded cache; a
+    knot has the same value whichever way it was obtained.
     """
     b = np.ascontiguousarray(b, dtype=np.float64).ravel()
     c = np.ascontiguousarray(c, dtype=np.float64).ravel()
     n_rows = b.shape[0]
-    lo = np.zeros(n_rows, dtype=np.int64) if lo is None else np.asarray(lo, dtype=np.int64)
-    hi = np.full(n_rows, intervals, dtype=np.int64) if hi is None else np.asarray(hi, dtype=np.int64)
+    if knots is None:
+        knots = np.ones((n_rows, intervals + 1), dtype=np.bool_)
     groups: dict[tuple[float, float], int] = {}
     inverse = np.array([groups.setdefault(key, len(groups)) for key in zip(b.tolist(), c.tolist())],
                        dtype=np.int64)
     n_unique = len(groups)
     if n_unique == n_rows:  # the usual case: no two rows share (b, c)
-        need_lo, need_hi = lo.copy(), hi.copy()
+        need = np.ascontiguousarray(knots, dtype=np.bool_)
     else:
-        need_lo = np.full(n_unique, intervals + 1, dtype=np.int64)
-        need_hi = np.full(n_unique, -1, dtype=np.int64)
-        np.minimum.at(need_lo, inverse, lo)
-        np.maximum.at(need_hi, inverse, hi)
-    np.clip(need_lo, 0, intervals + 1, out=need_lo)
-    np.clip(need_hi, -1, intervals, out=need_hi)
+        need = np.zeros((n_unique, intervals + 1), dtype=np.bool_)
+        np.logical_or.at(need, inverse, knots)
+    any_knot = need.any(axis=1)
+    lo = np.where(any_knot, need.argmax(axis=1), 0)
+    hi = np.where(any_knot, intervals - need[:, ::-1].argmax(axis=1), -1)
     keys = [(float(p), int(intervals), bj, cj) for bj, cj in groups]
     rows = np.full((n_unique, intervals + 1, 2), np.nan)
-    with _TABLE_LOCK:  # copy only the knots asked for
+    with _TABLE_LOCK:  # copy only the span of the knots asked for
         for u, key in enumerate(keys):
             cached = _TABLE_CACHE.get(key)
             if cached is not None:
                 _TABLE_CACHE.move_to_end(key)
-                rows[u, need_lo[u]:need_hi[u] + 1] = cached[need_lo[u]:need_hi[u] + 1]
+                rows[u, lo[u]:hi[u] + 1] = cached[lo[u]:hi[u] + 1]
     pairs = np.array(list(groups), dtype=np.float64).reshape(n_unique, 2)
-    added = _fill_knots(float(p), pairs[:, 0].copy(), pairs[:, 1].copy(), need_lo, need_hi, rows)
+    added = _fill_knots(float(p), pairs[:, 0].copy(), pairs[:, 1].copy(), need, rows)
     with _TABLE_LOCK:  # the cache owns its rows: new knots are written into them
         for u in np.flatnonzero(added).tolist():
             cached = _TABLE_CACHE.get(keys[u])
             if cached is None:
                 cached = _TABLE_CACHE[keys[u]] = np.full((intervals + 1, 2), np.nan)
-            cached[need_lo[u]:need_hi[u] + 1] = rows[u, need_lo[u]:need_hi[u] + 1]
+            cached[lo[u]:hi[u] + 1] = rows[u, lo[u]:hi[u] + 1]
             _TABLE_CACHE.move_to_end(keys[u])
         while len(_TABLE_CACHE) > _TABLE_CACHE_SIZE:
             _TABLE_CACHE.popitem(last=False)
@@ -742,13 +741,13 @@ def _table_knot(p, b, c, n, i, row):
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def _fill_knots(p, b, c, lo, hi, out):
-    """Knots ``lo[j]..hi[j]`` of row ``j`` that are not there yet (NaN slope); how many per row."""
+def _fill_knots(p, b, c, need, out):
+    """Knots ``need[j]`` of row ``j`` that are not there yet (NaN slope); how many per row."""
     n = out.shape[1] - 1
     added = np.zeros(b.shape[0], dtype=np.int64)
     for j in prange(b.shape[0]):
-        for i in range(max(lo[j], 0), min(hi[j], n) + 1):
-            if math.isnan(out[j, i, 1]):
+        for i in range(n + 1):
+            if need[j, i] and math.isnan(out[j, i, 1]):
                 _table_knot(p, b[j], c[j], n, i, out[j])
                 added[j] += 1
     return added
