@@ -126,19 +126,19 @@ def shard_traffic(engine, X, cand, seeds) -> list[int]:
     return out
 
 
-def traffic_formula(K: int, P: int, V: int, nnz: int, shards: int, row_nnz: float, intervals: int = 1024) -> dict:
+def traffic_formula(K: int, P: int, V: int, nnz: int, shards: int, row_nnz: float) -> dict:
     """Bytes per sweep (upper bounds) through the object store, as a function of the tree's K
     live and P placeholder columns, the vocabulary V, the corpus non-zeros and the shards.
 
-    * broadcast (driver -> each machine holding actors): theta 8 K V, new-node tables
-      16 (intervals + 1) P, per-column vectors 8 (4 K + 4 P);
+    * broadcast (driver -> each machine holding actors): theta 8 K V, per-column vectors
+      8 (4 K + 4 P) (each shard builds its own new-node tables);
     * returned (all shards -> driver): per shard counts and sums of squares 16 (K + P), occupied
       columns and seed keys 16 min(K + P, n_s), sparse sums 12 nnz(sums_s) + 4 (occupied + 1)
       with nnz(sums_s) <= min(occupied V, nnz(X_s)), seed rows 12 occupied row_nnz; summed:
       <= 12 nnz + shards (K + P) (48 + 12 row_nnz).
     """
     cols = K + P
-    broadcast = 8 * K * V + 16 * (intervals + 1) * P + 8 * 4 * cols
+    broadcast = 8 * K * V + 8 * 4 * cols
     returned = 12 * nnz + shards * cols * (48 + 12 * row_nnz)
     dense_returned = shards * (8 * K * V + 16 * cols)  # before: dense per-node sums from every shard
     return {"broadcast": broadcast, "returned": returned, "dense_returned": dense_returned}
@@ -163,7 +163,7 @@ def main() -> None:
           f"{cand.n_live} live + {cand.n_placeholders} placeholder columns (built in {time.perf_counter() - t:.1f} s)")
     cand_bytes = nbytes(cand)
     print(f"broadcast candidates: {cand_bytes / MB:.2f} MB per sweep "
-          f"(theta {cand.coef_T.nbytes / MB:.2f} MB, new-node tables {cand.ph_table.nbytes / MB:.2f} MB)")
+          f"(theta {cand.coef_T.nbytes / MB:.2f} MB; new-node tables are built by each shard)")
 
     seeds = {n: np.random.SeedSequence(1).spawn(n) for n in (1, 2)}
     traffic = {n: shard_traffic(LocalEngine(n_shards=n), X, cand, seeds[n]) for n in (1, 2)}

@@ -34,6 +34,7 @@ _BLOCK_ROWS = 4096
 # exact values and slopes at 1025 knots give an interpolation error below 1e-9 (tested), and the
 # kernel pays a few flops per placeholder instead of a Bessel-function evaluation.
 TABLE_INTERVALS = 1024
+_SCORE_BLOCK_ENTRIES = 1 << 21  # stored scores per block of rows (16 MiB) when the table is built per sweep
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,8 @@ class Candidates:
       ``b = ph_b[j]`` (the new node's concentration) and ``c = ph_c[j]`` (the prior
       concentration around the parent), which is log mass plus the collapsed marginal when
       ``ph_a`` holds ``log mass + log C_p(b) + log C_p(c)``; the second term is read from
-      ``ph_table`` (see :func:`streamtree.likelihoods.vmf.new_node_table`);
+      ``ph_table`` (see :func:`streamtree.likelihoods.vmf.new_node_table`), which
+      :func:`score_rows` builds when it is None;
     * ``LINEAR``: ``ph_a[j] + ph_b[j] * t + ph_c[j] * ||x||^2``;
     * ``DIRICHLET``: ``ph_a[j] + lgamma(A) - lgamma(A + n_x) + sum_w [lgamma(alpha_w + x_w) -
       lgamma(alpha_w)]`` over the row's non-zero counts, with ``alpha = ph_alpha[j]``,
@@ -68,15 +70,12 @@ class Candidates:
     ph_a: np.ndarray
     ph_b: np.ndarray
     ph_c: np.ndarray
-    ph_table: np.ndarray | None = None  # VMF: (P, TABLE_INTERVALS + 1, 2) values and slopes
+    # VMF: (P, TABLE_INTERVALS + 1, 2) values and slopes; None (the usual case) builds, for the
+    # rows being scored, only the knots that their parent scores reach
+    ph_table: np.ndarray | None = None
     ph_alpha: np.ndarray | None = None  # DIRICHLET: (P, p) Dirichlet parameters
 
     def __post_init__(self) -> None:
-        if self.kind == VMF and self.ph_table is None:
-            from streamtree.likelihoods.vmf import new_node_table
-
-            object.__setattr__(self, "ph_table",
-                               new_node_table(self.dim, np.asarray(self.ph_b), np.asarray(self.ph_c)))
         if self.kind == DIRICHLET and self.ph_alpha is None:
             raise ValueError("DIRICHLET candidates need ph_alpha")
 
@@ -97,9 +96,9 @@ class Candidates:
         return int(self.coef_T.shape[0])
 
 
-@njit(cache=True, nogil=True)
-def _hermite(table, j, t):
-    n = table.shape[1] - 1
+@njit(cache=True, nogil=True, inline="always")
+def _interval(n, t):
+    """The interval of ``t`` in ``[-1, 1]`` split into ``n``, and ``t``'s place on the grid."""
     h = 2.0 / n
     x = (t + 1.0) / h
     i = int(x)
@@ -107,6 +106,14 @@ def _hermite(table, j, t):
         i = 0
     elif i > n - 1:
         i = n - 1
+    return i, x
+
+
+@njit(cache=True, nogil=True)
+def _hermite(table, j, t):
+    n = table.shape[1] - 1
+    h = 2.0 / n
+    i, x = _interval(n, t)
     s = x - i
     s2 = s * s
     s3 = s2 * s
@@ -169,6 +176,18 @@ def _sample_block(scores, sqnorm, live_a, live_b, live_c, ph_parent, ph_a, ph_b,
 
 
 @njit(cache=True, nogil=True)
+def _csr_row_scores(indptr, indices, data, i, coef_T, scores):
+    """``scores = x_i . coef_T`` for CSR row ``i``, over its non-zeros in storage order."""
+    K = coef_T.shape[1]
+    scores[:] = 0.0
+    for q in range(indptr[i], indptr[i + 1]):
+        x = data[q]
+        row = coef_T[indices[q]]
+        for k in range(K):
+            scores[k] += x * row[k]
+
+
+@njit(cache=True, nogil=True)
 def _sample_csr(indptr, indices, data, start, stop, coef_T, sqnorm, live_a, live_b, live_c, ph_parent, ph_a,
                 ph_b, ph_c, table, ph_alpha, kind, u, labels, lognorm, sample):
     """Rows ``start..stop`` of a CSR matrix: the sparse-dense product fused with the draw.
@@ -182,16 +201,58 @@ def _sample_csr(indptr, indices, data, start, stop, coef_T, sqnorm, live_a, live
     w = np.empty(K + P)
     ph_score = np.zeros(P if kind == 2 else 0)
     for i in range(start, stop):
-        scores[:] = 0.0
-        for q in range(indptr[i], indptr[i + 1]):
-            x = data[q]
-            row = coef_T[indices[q]]
-            for k in range(K):
-                scores[k] += x * row[k]
+        _csr_row_scores(indptr, indices, data, i, coef_T, scores)
         if kind == 2:
             _dirichlet_row(indptr, indices, data, i, ph_alpha, ph_b, ph_score)
         _weights_and_draw(i, scores, sqnorm[i], live_a, live_b, live_c, ph_parent, ph_a, ph_b, ph_c, table,
                           ph_score, kind, u, labels, lognorm, sample, w)
+
+
+@njit(cache=True, nogil=True)
+def _csr_scores(indptr, indices, data, start, stop, coef_T, ph_parent, out, touched):
+    """``out[i - start] = x_i . coef_T`` for CSR rows ``start..stop``, each summed exactly as
+    :func:`_sample_csr` sums it (the same values); ``touched[j, m]`` is set where a row's
+    score against placeholder ``j``'s parent falls in the table's interval ``m``."""
+    n = touched.shape[1]
+    for i in range(start, stop):
+        s = out[i - start]
+        _csr_row_scores(indptr, indices, data, i, coef_T, s)
+        for j in range(ph_parent.shape[0]):
+            m, _ = _interval(n, min(max(s[ph_parent[j]], -1.0), 1.0))
+            touched[j, m] = True
+
+
+def range_knots(low: np.ndarray, high: np.ndarray, intervals: int = TABLE_INTERVALS) -> np.ndarray:
+    """Mask ``(len(low), intervals + 1)`` of the table knots that :func:`_hermite` reads for
+    scores in ``[low, high]``, widened by one knot each side (a score computed by another
+    product may differ in its last bit); none where ``low > high``."""
+    h = 2.0 / intervals
+    first = np.floor((np.clip(low, -1.0, 1.0) + 1.0) / h)
+    last = np.floor((np.clip(high, -1.0, 1.0) + 1.0) / h)
+    lo = np.maximum(np.clip(first, 0, intervals - 1).astype(np.int64) - 1, 0)
+    hi = np.minimum(np.clip(last, 0, intervals - 1).astype(np.int64) + 2, intervals)
+    grid = np.arange(intervals + 1)
+    return (grid >= lo[:, None]) & (grid <= hi[:, None]) & (low <= high)[:, None]
+
+
+def interval_knots(touched: np.ndarray) -> np.ndarray:
+    """Mask of the knots that bound the ``touched`` intervals (shape ``(P, n)`` -> ``(P, n + 1)``)."""
+    knots = np.zeros((touched.shape[0], touched.shape[1] + 1), dtype=bool)
+    knots[:, :-1] |= touched
+    knots[:, 1:] |= touched
+    return knots
+
+
+def _reached_table(cand: Candidates, knots: np.ndarray, have: tuple | None):
+    """The VMF new-node table with (at least) the ``knots`` asked for, and the knots it holds;
+    ``have`` is the previous ``(table, knots)``, kept when it already holds them."""
+    from streamtree.likelihoods.vmf import new_node_table  # that module builds on this one
+
+    if have is not None:
+        if not np.any(knots & ~have[1]):
+            return have
+        knots = knots | have[1]
+    return new_node_table(cand.dim, np.asarray(cand.ph_b), np.asarray(cand.ph_c), TABLE_INTERVALS, knots), knots
 
 
 @njit(cache=True, nogil=True)
@@ -287,10 +348,14 @@ def score_rows(X, cand: Candidates, u: np.ndarray | None, sqnorm: np.ndarray | N
     lognorm = np.empty(n)
     sample = u is not None
     uu = np.ascontiguousarray(u, dtype=np.float64) if sample else np.zeros(0)
-    table = cand.ph_table if cand.ph_table is not None else np.zeros((0, 2, 2))
     coef_T = np.ascontiguousarray(cand.coef_T, dtype=np.float64)
-    head = (cand.live_a, cand.live_b, cand.live_c, cand.ph_parent, cand.ph_a, cand.ph_b, cand.ph_c, table)
+    reached = cand.kind == VMF and cand.ph_table is None  # the table is built here, for these rows
+    table = cand.ph_table if cand.ph_table is not None else np.zeros((0, 2, 2))
 
+    def head(table: np.ndarray) -> tuple:
+        return (cand.live_a, cand.live_b, cand.live_c, cand.ph_parent, cand.ph_a, cand.ph_b, cand.ph_c, table)
+
+    no_ph_scores = np.zeros((0, 0))
     if sp.issparse(X):
         X = sp.csr_matrix(X)
         indptr = X.indptr.astype(np.int64, copy=False)
@@ -298,12 +363,41 @@ def score_rows(X, cand: Candidates, u: np.ndarray | None, sqnorm: np.ndarray | N
         data = np.asarray(X.data, dtype=np.float64)
         alpha = (np.ascontiguousarray(cand.ph_alpha, dtype=np.float64) if cand.kind == DIRICHLET
                  else np.zeros((0, 0)))
+        if reached and cand.n_placeholders:
+            # The product first (stored by blocks of rows), then only the table knots that
+            # bound the intervals these rows' parent scores fall in, then the draws from the stored scores: the same
+            # values and draws as the fused kernel with a full table.
+            K = coef_T.shape[1]
+            ph_parent = np.asarray(cand.ph_parent, dtype=np.int64)
+            step = max(1, _SCORE_BLOCK_ENTRIES // max(K, 1))
+            have = None
+            for b0 in range(0, n, step):
+                b1 = min(n, b0 + step)
+                scores = np.empty((b1 - b0, K))
+                touched: list[np.ndarray] = []
+
+                def product(a: int, b: int) -> None:
+                    mine = np.zeros((ph_parent.shape[0], TABLE_INTERVALS), dtype=np.bool_)
+                    _csr_scores(indptr, indices, data, b0 + a, b0 + b, coef_T, ph_parent, scores[a:b], mine)
+                    touched.append(mine)
+
+                _in_row_ranges(pool, n_threads, b1 - b0, 1, product)
+                have = _reached_table(cand, interval_knots(np.logical_or.reduce(touched)), have)
+                cols = head(have[0])
+                _in_row_ranges(pool, n_threads, b1 - b0, 1, lambda a, b: _sample_block(
+                    scores[a:b], sqnorm[b0 + a:b0 + b], *cols, no_ph_scores, cand.kind,
+                    uu[b0 + a:b0 + b] if sample else uu, labels[b0 + a:b0 + b], lognorm[b0 + a:b0 + b], sample))
+            return labels, lognorm
 
         def run(start: int, stop: int) -> None:
-            _sample_csr(indptr, indices, data, start, stop, coef_T, sqnorm, *head, alpha, cand.kind, uu,
+            _sample_csr(indptr, indices, data, start, stop, coef_T, sqnorm, *head(table), alpha, cand.kind, uu,
                         labels, lognorm, sample)
     else:
-        no_ph_scores = np.zeros((0, 0))
+        if reached and cand.n_placeholders and n:
+            # knots widened by one each side: the blocks' BLAS products may round differently
+            parent_scores = np.asarray(X @ coef_T[:, cand.ph_parent])
+            table = _reached_table(cand, range_knots(parent_scores.min(axis=0), parent_scores.max(axis=0)),
+                                   None)[0]
 
         def run(start: int, stop: int) -> None:
             for b0 in range(start, stop, block_rows):
@@ -312,12 +406,18 @@ def score_rows(X, cand: Candidates, u: np.ndarray | None, sqnorm: np.ndarray | N
                 ph_scores = no_ph_scores
                 if cand.kind == DIRICHLET:
                     ph_scores = dirichlet_placeholder_scores(X[b0:b1], cand.ph_alpha, cand.ph_b)
-                _sample_block(scores, sqnorm[b0:b1], *head, ph_scores, cand.kind,
+                _sample_block(scores, sqnorm[b0:b1], *head(table), ph_scores, cand.kind,
                               uu[b0:b1] if sample else uu, labels[b0:b1], lognorm[b0:b1], sample)
 
     # Dense blocks keep fixed boundaries (multiples of block_rows) whatever the thread count:
     # a BLAS product's rounding may depend on the block's shape. CSR rows are independent.
-    unit = 1 if sp.issparse(X) else block_rows
+    _in_row_ranges(pool, n_threads, n, 1 if sp.issparse(X) else block_rows, run)
+    return labels, lognorm
+
+
+def _in_row_ranges(pool: Executor | None, n_threads: int, n: int, unit: int, run) -> None:
+    """``run(start, stop)`` over ``n`` rows: one call, or ``n_threads`` contiguous ranges (at
+    multiples of ``unit`` rows) on ``pool``."""
     n_units = -(-n // unit) if n else 0
     bounds = np.minimum(row_chunks(n_units, n_threads if pool is not None else 1) * unit, n)
     if pool is None or bounds.shape[0] <= 2:
@@ -326,7 +426,6 @@ def score_rows(X, cand: Candidates, u: np.ndarray | None, sqnorm: np.ndarray | N
     else:
         for f in [pool.submit(run, int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]:
             f.result()
-    return labels, lognorm
 
 
 @njit(cache=True, nogil=True)

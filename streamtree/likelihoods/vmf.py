@@ -678,53 +678,79 @@ def _csr_rows_dot(indptr, indices, data, rows, theta):
     return out
 
 
-def new_node_table(p: int, b: np.ndarray, c: np.ndarray, intervals: int = 1024) -> np.ndarray:
+def new_node_table(p: int, b: np.ndarray, c: np.ndarray, intervals: int = 1024,
+                   knots: np.ndarray | None = None) -> np.ndarray:
     """Values and slopes of g(t) = -log C_p(sqrt(b^2 + c^2 + 2 b c t)) on a uniform grid of [-1, 1].
 
     Uses d log C_p(rho) / d rho = -A_p(rho) and d rho / d t = b c / rho. Shape
-    ``(len(b), intervals + 1, 2)``; rows are built once per distinct ``(p, b, c)`` and then
-    served from a bounded cache (same numbers either way).
+    ``(len(b), intervals + 1, 2)``. With ``knots`` (a boolean mask of that shape without its
+    last axis) only those knots are guaranteed; the others may hold NaN. A z-sweep needs only
+    the knots around its documents' scores, which for text lie in a small part of [-1, 1].
+    Knots are computed once per distinct ``(p, b, c)`` and then served from a bounded cache; a
+    knot has the same value whichever way it was obtained.
     """
     b = np.ascontiguousarray(b, dtype=np.float64).ravel()
     c = np.ascontiguousarray(c, dtype=np.float64).ravel()
-    out = np.empty((b.shape[0], intervals + 1, 2))
-    keys = [(float(p), int(intervals), float(bj), float(cj)) for bj, cj in zip(b, c)]
-    missing: dict[tuple, list[int]] = {}
-    with _TABLE_LOCK:
-        for j, key in enumerate(keys):
-            row = _TABLE_CACHE.get(key)
-            if row is None:
-                missing.setdefault(key, []).append(j)
-            else:
+    n_rows = b.shape[0]
+    if knots is None:
+        knots = np.ones((n_rows, intervals + 1), dtype=np.bool_)
+    groups: dict[tuple[float, float], int] = {}
+    inverse = np.array([groups.setdefault(key, len(groups)) for key in zip(b.tolist(), c.tolist())],
+                       dtype=np.int64)
+    n_unique = len(groups)
+    if n_unique == n_rows:  # the usual case: no two rows share (b, c)
+        need = np.ascontiguousarray(knots, dtype=np.bool_)
+    else:
+        need = np.zeros((n_unique, intervals + 1), dtype=np.bool_)
+        np.logical_or.at(need, inverse, knots)
+    any_knot = need.any(axis=1)
+    lo = np.where(any_knot, need.argmax(axis=1), 0)
+    hi = np.where(any_knot, intervals - need[:, ::-1].argmax(axis=1), -1)
+    keys = [(float(p), int(intervals), bj, cj) for bj, cj in groups]
+    rows = np.full((n_unique, intervals + 1, 2), np.nan)
+    with _TABLE_LOCK:  # copy only the span of the knots asked for
+        for u, key in enumerate(keys):
+            cached = _TABLE_CACHE.get(key)
+            if cached is not None:
                 _TABLE_CACHE.move_to_end(key)
-                out[j] = row
-    if missing:
-        first = np.array([js[0] for js in missing.values()], dtype=np.int64)
-        fresh = np.empty((first.shape[0], intervals + 1, 2))
-        _fill_table(float(p), b[first], c[first], fresh)
-        with _TABLE_LOCK:
-            for r, (key, js) in enumerate(missing.items()):
-                out[js] = fresh[r]
-                _TABLE_CACHE[key] = fresh[r].copy()
-            while len(_TABLE_CACHE) > _TABLE_CACHE_SIZE:
-                _TABLE_CACHE.popitem(last=False)
-    return out
+                rows[u, lo[u]:hi[u] + 1] = cached[lo[u]:hi[u] + 1]
+    pairs = np.array(list(groups), dtype=np.float64).reshape(n_unique, 2)
+    added = _fill_knots(float(p), pairs[:, 0].copy(), pairs[:, 1].copy(), need, rows)
+    with _TABLE_LOCK:  # the cache owns its rows: new knots are written into them
+        for u in np.flatnonzero(added).tolist():
+            cached = _TABLE_CACHE.get(keys[u])
+            if cached is None:
+                cached = _TABLE_CACHE[keys[u]] = np.full((intervals + 1, 2), np.nan)
+            cached[lo[u]:hi[u] + 1] = rows[u, lo[u]:hi[u] + 1]
+            _TABLE_CACHE.move_to_end(keys[u])
+        while len(_TABLE_CACHE) > _TABLE_CACHE_SIZE:
+            _TABLE_CACHE.popitem(last=False)
+    return rows if n_unique == n_rows else rows[inverse]
+
+
+@njit(cache=True, nogil=True)
+def _table_knot(p, b, c, n, i, row):
+    """Knot ``i`` of ``n`` intervals over [-1, 1]: ``row[i] = (g(t_i), g'(t_i))``."""
+    bc = b * c
+    d2 = (b - c) ** 2
+    t = -1.0 + 2.0 * i / n
+    r2 = d2 + 2.0 * bc * (1.0 + t)
+    rho = math.sqrt(r2) if r2 > 0.0 else 0.0
+    row[i, 0] = -log_normalizer_nb(p, rho)
+    row[i, 1] = mean_resultant_length_nb(p, rho) * bc / rho if rho > 0.0 else 0.0
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def _fill_table(p, b, c, out):
+def _fill_knots(p, b, c, need, out):
+    """Knots ``need[j]`` of row ``j`` that are not there yet (NaN slope); how many per row."""
     n = out.shape[1] - 1
+    added = np.zeros(b.shape[0], dtype=np.int64)
     for j in prange(b.shape[0]):
-        bc = b[j] * c[j]
-        d2 = (b[j] - c[j]) ** 2
         for i in range(n + 1):
-            t = -1.0 + 2.0 * i / n
-            r2 = d2 + 2.0 * bc * (1.0 + t)
-            rho = math.sqrt(r2) if r2 > 0.0 else 0.0
-            out[j, i, 0] = -log_normalizer_nb(p, rho)
-            out[j, i, 1] = mean_resultant_length_nb(p, rho) * bc / rho if rho > 0.0 else 0.0
-
-
+            if need[j, i] and math.isnan(out[j, i, 1]):
+                _table_knot(p, b[j], c[j], n, i, out[j])
+                added[j] += 1
+    return added
 
 
 # ----------------------------------------------------------------------------------------------
