@@ -202,8 +202,9 @@ class StoredEpoch:
     top_words : list of list of str
         Per node, as published.
     theta_exact : bool
-        False when the store kept only the largest entries of theta (``theta_cosine``,
-        ``theta_top_n``): the other entries of ``tree.theta`` then read as 0.
+        False when the store kept theta compactly: only its largest entries (``theta_cosine``,
+        ``theta_top_n``; the other entries of ``tree.theta`` then read as 0) or, for word
+        distributions, log probabilities coded to ``theta_log_step`` (every entry positive).
     theta_error : float
         The compact form's error (0 for stores written exactly in float64). For directions
         truncated by cosine: the largest, over nodes, of ``||theta_k - stored_k|| /
