@@ -341,8 +341,8 @@ def replay(
         Seconds without a heartbeat after which this writer's lease counts as stale.
     keep_checkpoints : {"latest", "all"}, default "latest"
         Keep the full model checkpoint of the latest epoch only (what a resume needs; the
-        trees of all epochs are stored, with node directions truncated to cosine
-        :data:`~connectors.stores.snapshot.THETA_COSINE`) or of every epoch, so that
+        trees of all epochs are stored compactly, as :func:`theta_storage` says) or of every
+        epoch, so that
         :func:`load_model` can load any epoch's model (a store many times larger). A resumed
         store keeps the choice it was written with.
 
