@@ -12,8 +12,9 @@ Each corpus is replayed once with ``keep_checkpoints="all"``, so that every epoc
 precision model is at hand; from that one run the bench measures, as file sizes of what the
 store writes (not estimates):
 
-* the store as this version writes it by default (node directions to cosine 0.999 as
-  float32, the checkpoint arrays of the latest epoch only): the ``compact`` figure;
+* the store as this version writes it by default (vMF node directions to cosine 0.999 as
+  float32, multinomial word distributions as log probabilities coded to step 0.02, the
+  checkpoint arrays of the latest epoch only): the ``compact`` figure;
 * the store as format version 2 wrote it (every node direction exact in float64 and every
   epoch's checkpoint): the baseline, written from the same trees' full directions;
 * the input file, and both stores' ratio to it (target: at most 3x);
@@ -23,6 +24,7 @@ store writes (not estimates):
   directions; the share whose MAP node differs and the change of the log densities.
 
 Usage: python bench/bench_store_size.py [--corpus sou,planted] [--docs 3800] [--sweeps 5]
+       [--likelihood multinomial]
 """
 
 from __future__ import annotations
@@ -111,9 +113,11 @@ def exact_tree(stored: EpochTree, arrays: dict) -> EpochTree:
     return dataclasses.replace(stored, theta=np.asarray(arrays["last_theta"], dtype=np.float64))
 
 
-def measure(name: str, source: Path, tmp: Path, sweeps: int | None) -> None:
+def measure(name: str, source: Path, tmp: Path, sweeps: int | None, likelihood: str | None = None) -> None:
     store_dir = tmp / f"store-{name}"
     model = {} if sweeps is None else {"n_sweeps": sweeps}
+    if likelihood is not None:
+        model["likelihood"] = likelihood
     config = ReplayConfig(source=str(source), text_col="text", time_col="time", id_col="id", epoch="1w", model=model)
     t0 = time.process_time()
     summary = replay(config, str(store_dir), keep_checkpoints="all")
@@ -152,7 +156,7 @@ def measure(name: str, source: Path, tmp: Path, sweeps: int | None) -> None:
     n_nodes = [e["n_nodes"] for e in entries]
     print(f"\n{name}: {summary.n_documents} documents, {len(entries)} weekly epochs, {len(vec.vocabulary_)} terms, "
           f"{summary.n_documents and sum(n_nodes) / len(n_nodes):.1f} nodes per epoch, "
-          f"{sweeps or 'default'} sweeps; replay CPU {cpu:.1f}s")
+          f"{sweeps or 'default'} sweeps, likelihood {likelihood or 'default'}; replay CPU {cpu:.1f}s")
     print(f"  input                           {given / 1e6:8.2f} MB")
     print(f"  store, format 2 (baseline)      {v2 / 1e6:8.2f} MB = {v2 / given:6.2f} x input")
     print(f"  store, compact (default now)    {compact / 1e6:8.2f} MB = {compact / given:6.2f} x input "
@@ -161,9 +165,10 @@ def measure(name: str, source: Path, tmp: Path, sweeps: int | None) -> None:
     compact_kinds["checkpoint"] += compact - total
     for kind, n in compact_kinds.most_common():
         print(f"    {kind:12s} {n / 1e6:8.3f} MB  {n / compact:6.1%}")
-    print(f"  theta: exact {exact_theta / 1e6:.2f} MB, stored {by_kind['theta'] / 1e6:.2f} MB; relative L2 error "
-          f"of a node's direction: max {errors.max():.4f}, median over epochs of the epoch's max "
-          f"{np.median(errors):.4f}")
+    measure_of = ("largest |log phi_hat - log phi| of a node's word" if entries[-1]["theta"].get("log_step")
+                  else "relative L2 error of a node's direction")
+    print(f"  theta: exact {exact_theta / 1e6:.2f} MB, stored {by_kind['theta'] / 1e6:.2f} MB; {measure_of}: "
+          f"max {errors.max():.4f}, median over epochs of the epoch's max {np.median(errors):.4f}")
     print(f"  assigning each epoch's documents with stored instead of exact directions: MAP node differs for "
           f"{changed} of {n_docs} ({changed / max(n_docs, 1):.2%}); log-density change median {np.median(dlog):.3g}, "
           f"largest {dlog.max():.3g}")
@@ -176,6 +181,7 @@ def main() -> None:
     ap.add_argument("--planted-epochs", type=int, default=12)
     ap.add_argument("--planted-docs", type=int, default=300, help="planted documents per epoch")
     ap.add_argument("--sweeps", type=int, default=5, help="Gibbs sweeps per epoch (0: the model's default)")
+    ap.add_argument("--likelihood", default=None, help="the model's likelihood (default: the model's default)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -187,7 +193,7 @@ def main() -> None:
                 planted_weekly(source, args.planted_epochs, args.planted_docs)
             else:
                 raise SystemExit(f"unknown corpus {name!r}: sou or planted")
-            measure(name, source, tmp, args.sweeps or None)
+            measure(name, source, tmp, args.sweeps or None, args.likelihood)
 
 
 if __name__ == "__main__":

@@ -810,8 +810,9 @@ def cmd_snapshot(args) -> int:
     rng = np.random.default_rng([args.seed, int(entry["epoch"])])
     if args.over == "nodes":
         if not stored.theta_exact:
-            logger.info("node directions are stored truncated (largest relative error %.3g); the hierarchy "
-                        "over nodes uses them", stored.theta_error)
+            logger.info("node parameters are stored compactly (error %.3g: %s); the hierarchy over nodes uses "
+                        "them", stored.theta_error, "largest |log p| change of a word" if stored.theta_log_step
+                        else "largest relative L2 error of a direction")
         res = static_snapshot(args.method, node_theta=stored.tree.theta, ids=stored.tree.node_ids.tolist(),
                               max_points=args.max_points, rng=rng)
     else:
@@ -891,8 +892,8 @@ def cmd_assign(args) -> int:
     if isinstance(model, StoredTreeModel):
         print(f"note: epoch {entry['epoch']} ({entry['label']}) kept its tree but not its full model (the store "
               f"keeps the latest epoch's; --keep-checkpoints all keeps every one): documents are scored against "
-              f"the stored tree, whose node directions are within relative error {model.theta_error_:.3g} of "
-              "the full ones", file=sys.stderr)
+              f"the stored tree, whose node parameters are within error {model.theta_error_:.3g} of the full "
+              "ones (see SnapshotStore.read)", file=sys.stderr)
     stored = dict(store.config().get("replay") or {})
     text_col = args.text_col or stored.get("text_col")
     time_col = args.time_col or stored.get("time_col")

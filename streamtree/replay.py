@@ -33,7 +33,7 @@ import scipy.sparse as sp
 import streamtree
 from connectors.sources import open_source
 from connectors.sources.files import canonical_uri
-from connectors.stores.snapshot import THETA_COSINE, CheckpointNotKeptError, SnapshotStore, StoreError
+from connectors.stores.snapshot import THETA_STORAGE, CheckpointNotKeptError, SnapshotStore, StoreError
 from streamtree.epochs import Epoch, EpochReader, EpochSpec, TimeRange
 from streamtree.model import DTSSBP
 from streamtree.records import EMPTY_AFTER_VOCABULARY, RejectLog
@@ -75,13 +75,14 @@ def text_vectorizer(model_params: dict, min_df, max_df, max_features, weighting=
                           weighting=weighting)
 
 
-def theta_cosine(model_params: dict) -> float | None:
-    """How closely the store keeps node parameters: directions of L2-normalised rows (vMF)
-    to cosine :data:`~connectors.stores.snapshot.THETA_COSINE`; other families' parameters
-    (word distributions, means), where dropping entries would break what they mean, exactly."""
+def theta_storage(model_params: dict) -> dict:
+    """How the store keeps node parameters (``SnapshotStore`` keyword arguments), as the
+    likelihood's :attr:`~streamtree.likelihoods.base.Likelihood.param_storage` says: directions
+    to cosine :data:`~connectors.stores.snapshot.THETA_COSINE`, word distributions as log
+    probabilities to :data:`~connectors.stores.snapshot.THETA_LOG_STEP`, anything else exactly."""
     from streamtree.likelihoods import LIKELIHOODS
 
-    return THETA_COSINE if LIKELIHOODS[model_params["likelihood"]].text_norm == "l2" else None
+    return dict(THETA_STORAGE[LIKELIHOODS[model_params["likelihood"]].param_storage])
 
 
 @dataclass
@@ -340,8 +341,8 @@ def replay(
         Seconds without a heartbeat after which this writer's lease counts as stale.
     keep_checkpoints : {"latest", "all"}, default "latest"
         Keep the full model checkpoint of the latest epoch only (what a resume needs; the
-        trees of all epochs are stored, with node directions truncated to cosine
-        :data:`~connectors.stores.snapshot.THETA_COSINE`) or of every epoch, so that
+        trees of all epochs are stored compactly, as :func:`theta_storage` says) or of every
+        epoch, so that
         :func:`load_model` can load any epoch's model (a store many times larger). A resumed
         store keeps the choice it was written with.
 
@@ -361,7 +362,7 @@ def replay(
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     start = time.perf_counter()
-    store = SnapshotStore(store_uri, theta_cosine=theta_cosine(config.model_params()),
+    store = SnapshotStore(store_uri, **theta_storage(config.model_params()),
                           keep_checkpoints=keep_checkpoints)
     store.check_writable()  # before the source is read
     kw = {} if lease_timeout is None else {"timeout": lease_timeout}
@@ -595,9 +596,11 @@ class StoredTreeModel(DTSSBP):
     against that tree, but it cannot be fitted further (``fit`` and ``partial_fit`` raise
     :class:`~connectors.stores.CheckpointNotKeptError`).
 
-    Node directions are the stored ones (for vMF truncated to cosine
-    :data:`~connectors.stores.snapshot.THETA_COSINE` with the full ones: ``theta_error_`` is
-    the largest relative error of a node's direction); masses, concentrations, window counts,
+    Node parameters are the stored ones (vMF directions truncated to cosine
+    :data:`~connectors.stores.snapshot.THETA_COSINE` with the full ones, ``theta_error_`` the
+    largest relative L2 error of a node's direction; multinomial word distributions rebuilt
+    from log probabilities coded to :data:`~connectors.stores.snapshot.THETA_LOG_STEP`,
+    ``theta_error_`` the largest ``|log phi_hat - log phi|``, rows summing to 1); masses, concentrations, window counts,
     parameters and sampled hyperparameters are the epoch's own. Built by :func:`load_model`.
     """
 
@@ -646,5 +649,5 @@ def load_model(store_uri: str, epoch: int | None = None, **overrides) -> DTSSBP:
     return model
 
 
-__all__ = ["MODES", "REPLAY_SEED", "theta_cosine", "text_model_params", "text_vectorizer", "EpochFitter", "EpochProgress", "FittedEpoch", "ReplayConfig", "ReplaySummary", "StoredTreeModel", "fit_vocabulary", "load_model",
+__all__ = ["MODES", "REPLAY_SEED", "theta_storage", "text_model_params", "text_vectorizer", "EpochFitter", "EpochProgress", "FittedEpoch", "ReplayConfig", "ReplaySummary", "StoredTreeModel", "fit_vocabulary", "load_model",
            "open_epochs", "read_epochs", "replay", "stderr_progress"]

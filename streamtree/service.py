@@ -70,7 +70,7 @@ from connectors.stores.snapshot import SnapshotStore, StoreError
 from streamtree.epochs import LATE_POLICIES, Bucketer, Epoch, EpochSpec, TimeRange
 from streamtree.records import OUT_OF_RANGE, REJECT_SCHEMA, make_rejects, reject_rows
 from streamtree.model import RUN_LOCATION_PARAMS
-from streamtree.replay import EpochFitter, text_model_params, text_vectorizer, theta_cosine
+from streamtree.replay import EpochFitter, text_model_params, text_vectorizer, theta_storage
 from streamtree.text import DEFAULT_MAX_DF, DEFAULT_MAX_FEATURES, DEFAULT_MIN_DF, DEFAULT_TOP_WORDS, DEFAULT_WEIGHTING
 from streamtree.text import TextVectorizer
 from streamtree.watermark import Watermark, is_idle
@@ -303,7 +303,7 @@ class Service:
         self.landing = LandingZone(config.landing, settle=config.settle_seconds,
                                    require_success=config.require_success, format=config.format,
                                    delimiter=config.delimiter)
-        self.store = SnapshotStore(config.store, theta_cosine=theta_cosine(config.model_params()))
+        self.store = SnapshotStore(config.store, **theta_storage(config.model_params()))
         self.summary = ServeSummary()
         self.bound_address: tuple[str, int] | None = None
         self._stop = threading.Event()

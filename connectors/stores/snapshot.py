@@ -63,6 +63,23 @@ The commit record (``theta.exact``, ``theta.error``, ``theta.cosine``, ``theta.t
 error being the largest relative L2 distance of a node's stored row from its full one.
 Top words are computed from the full rows before truncation and stored exactly.
 
+Word distributions (rows that are strictly positive and sum to 1, e.g. multinomial topics)
+are stored by their logarithms instead (``theta_log_step``; replay and serve use
+:data:`THETA_LOG_STEP`, 0.02): per node the integer codes ``c = round((log phi - log
+phi_hat_parent) / step)`` relative to the parent's stored row (the root's relative to the
+uniform distribution), dense, dictionary-encoded and zstd-compressed; the reader rebuilds
+``phi_hat`` proportional to ``exp(log phi_hat_parent + c step)``, parents first, and
+normalises it, so every row sums to 1 and every word keeps a positive probability (scoring a
+document never meets log 0). Rounding moves each log probability by at most ``step / 2`` and
+the normalisation by at most as much again, so the error, the largest ``|log phi_hat_w - log
+phi_w|`` over nodes and words (``theta.error``, measured when written), is at most ``step``;
+it bounds the change of a document's log likelihood under a node to ``step`` per token. The
+tail of tiny probabilities is where vMF truncation would drop entries; for a distribution
+those words carry the floor every document can hit, so they are kept, coarsely. A store
+holding such rows has ``format_version`` 4 (the commit record's ``theta.log_step`` says which
+epochs), so that older readers refuse it instead of reading codes as probabilities; a store
+without them stays format 3.
+
 Everything is Parquet or JSON: no pickle anywhere, readable by any Parquet tool. A store
 has one writer at a time, enforced by the writer lease; any number of readers may read it
 while it is being written. A damaged manifest or commit record (bad JSON, missing fields,
@@ -100,11 +117,21 @@ from streamtree.text import DEFAULT_TOP_WORDS
 logger = logging.getLogger(__name__)
 
 FORMAT = "streamtree-snapshots"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
+#: the format version of a store without log-coded distributions (readable by older readers)
+_PLAIN_FORMAT_VERSION = 3
 #: Cosine to the full node direction that the stored, truncated one keeps at least (see
 #: the module docstring): theta is the bulk of a store, and the heavy tail of small entries
 #: hardly moves a node's top words or its documents' scores.
 THETA_COSINE = 0.999
+#: Step of the stored log probabilities of a word distribution (see the module docstring): a
+#: stored row's log probabilities are within this of the full ones, so a document's log
+#: likelihood under a node moves by at most this per token.
+THETA_LOG_STEP = 0.02
+#: Store settings for each form of node parameter a likelihood declares
+#: (:attr:`streamtree.likelihoods.base.Likelihood.param_storage`).
+THETA_STORAGE = {"exact": {}, "direction": {"theta_cosine": THETA_COSINE},
+                 "distribution": {"theta_log_step": THETA_LOG_STEP}}
 #: Which epochs keep their model checkpoint's arrays: "latest" (what a resume needs) or "all".
 KEEP_CHECKPOINTS = ("latest", "all")
 MANIFEST = "manifest.json"
@@ -141,6 +168,9 @@ THETA_SCHEMA = pa.schema([
 #: the theta schema of stores written with ``theta_cosine=None`` (and of format version 2)
 THETA_EXACT_SCHEMA = pa.schema([THETA_SCHEMA.field("node_id"), THETA_SCHEMA.field("indices"),
                                 pa.field("values", pa.list_(pa.float64()), nullable=False)])
+#: the theta schema of log-coded word distributions (``theta_log_step``; indices null: dense rows)
+THETA_LOG_SCHEMA = pa.schema([THETA_SCHEMA.field("node_id"), THETA_SCHEMA.field("indices"),
+                              pa.field("values", pa.list_(pa.int32()), nullable=False)])
 ASSIGNMENT_SCHEMA = pa.schema([
     pa.field("doc_id", pa.string(), nullable=False),
     pa.field("node_id", pa.int64(), nullable=False),
@@ -172,11 +202,17 @@ class StoredEpoch:
     top_words : list of list of str
         Per node, as published.
     theta_exact : bool
-        False when the store kept only the largest entries of theta (``theta_cosine``,
-        ``theta_top_n``): the other entries of ``tree.theta`` then read as 0.
+        False when the store kept theta compactly: only its largest entries (``theta_cosine``,
+        ``theta_top_n``; the other entries of ``tree.theta`` then read as 0) or, for word
+        distributions, log probabilities coded to ``theta_log_step`` (every entry positive).
     theta_error : float
-        The truncation's error: the largest, over nodes, of ``||theta_k - stored_k|| /
-        ||theta_k||`` (float32 rounding included; 0 for stores written exactly in float64).
+        The compact form's error (0 for stores written exactly in float64). For directions
+        truncated by cosine: the largest, over nodes, of ``||theta_k - stored_k|| /
+        ||theta_k||`` (float32 rounding included). For log-coded word distributions
+        (:attr:`theta_log_step` set): the largest, over nodes and words, of ``|log
+        stored_kw - log theta_kw|``, at most ``theta_log_step``.
+    theta_log_step : float or None
+        The step of log-coded word distributions, None for other forms.
     key, label : int or None, str or None
         Epoch key and label from the manifest.
     rejects : pyarrow.Table or None
@@ -191,6 +227,7 @@ class StoredEpoch:
     label: str | None
     rejects: pa.Table | None
     theta_error: float = 0.0
+    theta_log_step: float | None = None
 
 
 @dataclass
@@ -232,22 +269,32 @@ class SnapshotStore:
         nonzero entry exactly.
     theta_top_n : int or None, default None
         Also keep at most this many entries per node (lossy).
+    theta_log_step : float > 0 or None, default None
+        Store node parameters that are word distributions (strictly positive rows summing
+        to 1) as log probabilities coded to this step, relative to the parent's stored row
+        (replay and serve write :data:`THETA_LOG_STEP` for likelihoods whose parameters are
+        distributions); excludes ``theta_cosine`` and ``theta_top_n``.
     keep_checkpoints : {"latest", "all"}, default "latest"
         Checkpoint arrays kept for a new run: the latest epoch's only, or every epoch's
         (a resumed run keeps its manifest's choice).
     """
 
     def __init__(self, uri: str, theta_top_n: int | None = None, *, theta_cosine: float | None = None,
-                 keep_checkpoints: str = "latest") -> None:
+                 theta_log_step: float | None = None, keep_checkpoints: str = "latest") -> None:
         if theta_top_n is not None and (not isinstance(theta_top_n, int) or theta_top_n < 1):
             raise ValueError(f"theta_top_n must be a positive integer or None, got {theta_top_n!r}")
         if theta_cosine is not None and not (isinstance(theta_cosine, (int, float)) and 0 < theta_cosine <= 1):
             raise ValueError(f"theta_cosine must be in (0, 1] or None, got {theta_cosine!r}")
+        if theta_log_step is not None and not (isinstance(theta_log_step, (int, float)) and 0 < theta_log_step < 1):
+            raise ValueError(f"theta_log_step must be in (0, 1) or None, got {theta_log_step!r}")
+        if theta_log_step is not None and (theta_top_n is not None or theta_cosine is not None):
+            raise ValueError("theta_log_step stores word distributions whole; it excludes theta_cosine and theta_top_n")
         if keep_checkpoints not in KEEP_CHECKPOINTS:
             raise ValueError(f"keep_checkpoints must be one of {KEEP_CHECKPOINTS}, got {keep_checkpoints!r}")
         self.uri = uri
         self.theta_top_n = theta_top_n
         self.theta_cosine = None if theta_cosine is None or theta_cosine >= 1 else float(theta_cosine)
+        self.theta_log_step = None if theta_log_step is None else float(theta_log_step)
         self.keep_checkpoints = keep_checkpoints
         try:
             self.fs, root = resolve(uri)
@@ -282,7 +329,8 @@ class SnapshotStore:
     def _write_parquet(self, table: pa.Table, path: str) -> None:
         name = path.rsplit('/', 1)[-1]
         write_point(f"write {name}")
-        options = THETA_ENCODING if name == "theta.parquet" else {}
+        # log codes repeat (a dictionary pays); float values rarely do
+        options = THETA_ENCODING if name == "theta.parquet" and table.schema != THETA_LOG_SCHEMA else {}
         pq.write_table(table, path, filesystem=self.fs, compression="zstd", **options)
 
     def _read_parquet(self, path: str, columns=None) -> pa.Table:
@@ -513,7 +561,8 @@ class SnapshotStore:
 
     def _new_manifest(self) -> dict:
         now = _now()
-        return {"format": FORMAT, "format_version": FORMAT_VERSION, "created": now, "updated": now,
+        version = FORMAT_VERSION if self.theta_log_step is not None else _PLAIN_FORMAT_VERSION
+        return {"format": FORMAT, "format_version": version, "created": now, "updated": now,
                 "versions": _versions(), "run": None, "config": {}, "vocabulary": None, "complete": None,
                 "checkpoints": self.keep_checkpoints, "epochs": []}
 
@@ -740,6 +789,9 @@ class SnapshotStore:
             if manifest.get("run") is None:  # a store written through the low-level API only
                 manifest["run"] = uuid.uuid4().hex
                 self._write_manifest(manifest)
+            if self.theta_log_step is not None and manifest["format_version"] < FORMAT_VERSION:
+                manifest["format_version"] = FORMAT_VERSION  # older readers must not read codes as values
+                self._write_manifest(manifest)
 
             record = self._path(self.record_name(epoch))
             previous = self._read_json(record, "commit record").get("path") if self._exists(record) else None
@@ -775,8 +827,9 @@ class SnapshotStore:
                 "n_documents": int(tree.assignments.shape[0]), "n_rejects": n_rejects,
                 "died": [int(i) for i in tree.died],
                 "theta": {"dim": int(tree.theta.shape[1]), "exact": exact, "top_n": self.theta_top_n,
-                          "cosine": self.theta_cosine, "dtype": "float64" if exact else "float32",
-                          "error": theta_error},
+                          "cosine": self.theta_cosine, "error": theta_error,
+                          "dtype": "float64" if exact else "float32" if self.theta_log_step is None else "int32",
+                          **({} if self.theta_log_step is None else {"log_step": self.theta_log_step})},
                 "static": [], "published": _now(), "checkpoint": ckpt is not None,
                 "tables": sorted(tables), "state": state, "empty_before": empty_before,
             }
@@ -826,7 +879,10 @@ class SnapshotStore:
                            events=None) -> tuple[bool, float]:
         self.fs.create_dir(tmp, recursive=True)
         self._write_parquet(_nodes_table(tree, top_words), f"{tmp}/nodes.parquet")
-        theta_table, exact, theta_error = _theta_table(tree, self.theta_top_n, self.theta_cosine)
+        if self.theta_log_step is not None:
+            theta_table, exact, theta_error = _log_theta_table(tree, self.theta_log_step)
+        else:
+            theta_table, exact, theta_error = _theta_table(tree, self.theta_top_n, self.theta_cosine)
         self._write_parquet(theta_table, f"{tmp}/theta.parquet")
         self._write_parquet(pa.Table.from_arrays(
             [pa.array(doc_ids.tolist(), pa.string()), pa.array(tree.assignments, pa.int64())],
@@ -882,7 +938,7 @@ class SnapshotStore:
             raise CheckpointNotKeptError(
                 f"{self.root}: epoch {entry['epoch']}'s model checkpoint is not kept: the store keeps the full "
                 f"model only for its latest epoch ({later}), which a resume needs; epoch {entry['epoch']}'s tree "
-                f"is stored (SnapshotStore.read, node directions to cosine >= {self._cosine_of(entry)}), or "
+                f"is stored (SnapshotStore.read, node parameters to {self._cosine_of(entry)}), or "
                 "replay with keep_checkpoints='all' (--keep-checkpoints all) to load any epoch's model")
 
     def read_checkpoint_meta(self, epoch: int | None = None) -> dict:
@@ -909,8 +965,11 @@ class SnapshotStore:
 
     @staticmethod
     def _cosine_of(entry: dict) -> str:
+        step = entry["theta"].get("log_step")
+        if step is not None:
+            return f"log probabilities within {step:g}"
         cos = entry["theta"].get("cosine")
-        return "1 (exact)" if cos is None else f"{cos:g}"
+        return "cosine >= 1 (exact)" if cos is None else f"cosine >= {cos:g}"
 
     def read_table(self, epoch: int, name: str) -> pa.Table:
         """An extra table committed with ``epoch`` (see ``publish(tables=...)``)."""
@@ -951,7 +1010,11 @@ class SnapshotStore:
         rejects = self._read_parquet(f"{base}/rejects.parquet") if entry["n_rejects"] else None
         col = lambda name, t=np.int64: np.asarray(nodes.column(name).to_numpy(), dtype=t)  # noqa: E731
         node_ids = col("id")
-        theta = _dense_theta(theta_t, node_ids, entry["theta"]["dim"])
+        log_step = entry["theta"].get("log_step")
+        if log_step is not None:
+            theta = _log_theta(theta_t, node_ids, col("parent"), entry["theta"]["dim"], float(log_step))
+        else:
+            theta = _dense_theta(theta_t, node_ids, entry["theta"]["dim"])
         tree = EpochTree(
             epoch=int(entry["epoch"]), node_ids=node_ids, parent=col("parent"), depth=col("depth"),
             mass=col("mass", np.float64), counts=col("count"), subtree_counts=col("subtree_count"),
@@ -965,6 +1028,7 @@ class SnapshotStore:
             top_words=[list(w or []) for w in nodes.column("top_words").to_pylist()],
             theta_exact=bool(entry["theta"]["exact"]), key=entry["key"], label=entry["label"],
             rejects=rejects, theta_error=float(entry["theta"].get("error", 0.0)),
+            theta_log_step=None if log_step is None else float(log_step),
         )
 
     def nodes(self, epoch: int) -> pa.Table:
@@ -1149,6 +1213,9 @@ def _check_entry(entry, where: str, run: str | None) -> None:
         raise bad(f"epoch path {path!r} is not the epoch's folder under {EPOCHS}/")
     if not isinstance(entry["theta"].get("dim"), int) or not isinstance(entry["theta"].get("exact"), bool):
         raise bad("field 'theta' is not valid")
+    step = entry["theta"].get("log_step")
+    if step is not None and (not isinstance(step, float) or not 0 < step < 1):
+        raise bad("field 'theta.log_step' is not valid")
     if not all(isinstance(i, int) for i in entry["died"]):
         raise bad("field 'died' holds non-integers")
     if not isinstance(entry.get("label"), (str, type(None))) or not isinstance(entry.get("key"), (int, type(None))):
@@ -1265,6 +1332,71 @@ def _dense_theta(table: pa.Table, node_ids: np.ndarray, p: int) -> np.ndarray:
         else:
             theta[r, np.asarray(idx, dtype=np.int64)] = val
     return theta
+
+
+def _parents_first(node_ids: np.ndarray, parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows in an order with every parent before its children, and each row's parent row (-1: root)."""
+    row_of = {int(n): i for i, n in enumerate(node_ids)}
+    parent_row = np.asarray([row_of.get(int(q), -1) for q in parent], dtype=np.int64)
+    depth = np.zeros(len(node_ids), dtype=np.int64)
+    for r in range(len(node_ids)):  # depth by walking up: trees are shallow
+        q, d = parent_row[r], 0
+        while q >= 0 and d <= len(node_ids):
+            q, d = parent_row[q], d + 1
+        if d > len(node_ids):
+            raise ValueError("the tree's parent links form a cycle")
+        depth[r] = d
+    return np.argsort(depth, kind="stable"), parent_row
+
+
+def _log_rebuild(base: np.ndarray, codes: np.ndarray, step: float) -> np.ndarray:
+    """log phi_hat from the parent's (``base``) and a row's codes: normalised in log space.
+    The writer and the reader both call this, so the stored error is the reader's."""
+    q = base + codes * step
+    top = q.max()
+    return q - (top + np.log(np.exp(q - top).sum()))
+
+
+def _log_theta_table(tree: EpochTree, step: float) -> tuple[pa.Table, bool, float]:
+    """The log-coded theta table of word distributions (see the module docstring), False (not
+    exact) and the largest |log phi_hat - log phi| over nodes and words."""
+    theta = np.asarray(tree.theta, dtype=np.float64)
+    k, p = theta.shape
+    if not np.all(theta > 0) or not np.allclose(theta.sum(axis=1), 1.0, rtol=0, atol=1e-6):
+        raise ValueError("theta_log_step stores word distributions: every row of tree.theta must be strictly "
+                         "positive and sum to 1 (store other parameters with theta_cosine or exactly)")
+    order, parent_row = _parents_first(tree.node_ids, tree.parent)
+    log_hat = np.empty_like(theta)
+    codes = [None] * k
+    error = 0.0
+    uniform = np.full(p, -np.log(p))
+    for r in order:  # one iteration per node
+        base = log_hat[parent_row[r]] if parent_row[r] >= 0 else uniform
+        log_phi = np.log(theta[r])
+        c = np.rint((log_phi - base) / step)
+        if np.abs(c).max() >= 2 ** 31:
+            raise ValueError(f"node {tree.node_ids[r]}: log probabilities out of range for step {step}")
+        codes[r] = c.astype(np.int32)
+        log_hat[r] = _log_rebuild(base, codes[r], step)
+        error = max(error, float(np.abs(log_hat[r] - log_phi).max()))
+    table = pa.Table.from_arrays([
+        pa.array(np.asarray(tree.node_ids, dtype=np.int64)),
+        pa.array([None] * k, pa.list_(pa.int32())),
+        pa.array(codes, pa.list_(pa.int32())),
+    ], schema=THETA_LOG_SCHEMA)
+    return table.replace_schema_metadata({b"streamtree.theta_dim": str(p).encode()}), False, error
+
+
+def _log_theta(table: pa.Table, node_ids: np.ndarray, parent: np.ndarray, p: int, step: float) -> np.ndarray:
+    """Word distributions rebuilt from a log-coded theta table (rows sum to 1, all positive)."""
+    codes_of = dict(zip(table.column("node_id").to_pylist(), table.column("values").to_numpy(zero_copy_only=False)))
+    order, parent_row = _parents_first(node_ids, parent)
+    log_hat = np.empty((node_ids.shape[0], p), dtype=np.float64)
+    uniform = np.full(p, -np.log(p))
+    for r in order:
+        base = log_hat[parent_row[r]] if parent_row[r] >= 0 else uniform
+        log_hat[r] = _log_rebuild(base, np.asarray(codes_of[int(node_ids[r])], dtype=np.float64), step)
+    return np.exp(log_hat)
 
 
 def _to_json(value, what: str):

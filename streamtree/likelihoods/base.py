@@ -131,6 +131,10 @@ class Likelihood(ABC):
     for_text: ClassVar[bool] = True
     #: how a text vectoriser prepares rows for it: ``"l2"`` (unit rows) or ``None`` (raw counts)
     text_norm: ClassVar[str | None] = "l2"
+    #: what a node parameter is, which says how a store may keep it compactly: ``"direction"``
+    #: (a unit vector: its largest entries to a cosine), ``"distribution"`` (strictly positive,
+    #: summing to 1: its log probabilities to a step) or ``"exact"`` (anything else, e.g. means)
+    param_storage: ClassVar[str] = "exact"
     #: estimator parameters the family reads (their values come from ``DTSSBP.get_params()``)
     params: ClassVar[tuple[str, ...]] = ()
 

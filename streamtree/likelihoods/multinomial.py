@@ -38,6 +38,7 @@ class Multinomial(WordTopics, Likelihood):
 
     name = "multinomial"
     text_norm = None  # raw counts
+    param_storage = "distribution"  # every phi row is strictly positive and sums to 1
     params = ("kappa0", "kappa1", "a", "min_node_docs")
     floor = DIRICHLET_FLOOR
     #: node updates start from the current phi and skip nodes whose inputs did not change (the

@@ -853,6 +853,7 @@ class VonMisesFisher(WordTopics, Likelihood):
 
     name = "vmf"
     text_norm = "l2"
+    param_storage = "direction"
     params = ("kappa0", "kappa1", "a", "min_node_docs", "concentration_bounds")
 
     @classmethod
