@@ -69,7 +69,7 @@ def long_store(path: Path) -> SnapshotStore:
     words = np.asarray([f"term{i}" for i in range(p)])
     topics = np.stack([rng.choice(p, size=own, replace=False) for _ in range(k)])
     log_w = rng.normal(scale=1.5, size=k)
-    model = DTSSBP(window=2, max_depth=3, kappa0=100.0, n_sweeps=3, random_state=0)
+    model = DTSSBP(likelihood="vmf", window=2, max_depth=3, kappa0=100.0, n_sweeps=3, random_state=0)
     store.set_config({"bench": "drifting planted topics", "epochs": LONG_EPOCHS, "terms": p, "topics": k})
     start = time.process_time()
     for t in range(LONG_EPOCHS):

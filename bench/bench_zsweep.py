@@ -116,7 +116,7 @@ def main() -> None:
         results = {1: [], args.threads: []}
         for r in range(args.repeat):  # interleave the sides so that both see the same machine load
             for jobs in ((1, args.threads) if r % 2 == 0 else (args.threads, 1)):
-                with DTSSBP(kappa0=1e4, max_depth=3, n_sweeps=args.sweeps, random_state=0, n_jobs=jobs) as model:
+                with DTSSBP(likelihood="vmf", kappa0=1e4, max_depth=3, n_sweeps=args.sweeps, random_state=0, n_jobs=jobs) as model:
                     cpu, wall, m = cpu_wall(lambda: model.partial_fit(X))
                     tree = m.trees_[-1]
                 results[jobs].append((cpu, wall, tree.n_nodes, tree.assignments.copy()))
