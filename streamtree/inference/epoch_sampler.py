@@ -347,7 +347,8 @@ class EpochSampler:
             params = stick_params(arrays, st.own_counts(arrays.ids, current), **cfg.stick_kwargs())
             log_pi, log_res = log_masses(arrays, sample_sticks(params, self.rng))
             # a transposed view of a (p, K) work matrix: the kernel's (p, K) coefficients need no copy
-            work = self._flat_work("theta_cols", arrays.ids.size * st.nodes.theta.shape[1])
+            # K x p entries of one kept buffer, read by theta_columns as a (p, K) matrix
+            work = self._work("theta_cols", arrays.ids.size, st.nodes.theta.shape[1]).reshape(-1)
             theta_cols = st.nodes.theta_columns(arrays.ids, work)
             cand, ph_rows = lik.kernel(arrays, theta_cols.T, st.nodes.concentration_of(arrays.ids), log_pi, log_res)
             stats = self.sweeper.sweep(cand)
@@ -662,14 +663,6 @@ class EpochSampler:
             buf = np.empty((max(rows, 16, 2 * buf.shape[0] if buf is not None else 0), cols))
             self._buffers[name] = buf
         return buf[:rows]
-
-    def _flat_work(self, name: str, size: int) -> np.ndarray:
-        """A flat work vector of at least ``size`` entries kept across sweeps (grows by doubling)."""
-        buf = self._buffers.get(name)
-        if buf is None or buf.size < size:
-            buf = np.empty(max(size, 2 * buf.size if buf is not None else 0))
-            self._buffers[name] = buf
-        return buf
 
     def _update_concentrations(self, counts: dict[int, int], sums: dict[int, np.ndarray],
                                sumsq: dict[int, float]) -> None:
