@@ -15,13 +15,18 @@ store writes (not estimates):
 * the store as this version writes it by default (vMF node directions to cosine 0.999 as
   float32, multinomial word distributions as log probabilities coded to step 0.02, the
   checkpoint arrays of the latest epoch only): the ``compact`` figure;
-* the store as format version 2 wrote it (every node direction exact in float64 and every
-  epoch's checkpoint): the baseline, written from the same trees' full directions;
+* the store as format version 2 wrote it (every node parameter exact in float64 and every
+  epoch's checkpoint): the baseline, written from the same trees' full parameters;
 * the input file, and both stores' ratio to it (target: at most 3x);
-* the truncation's error: the largest and median relative L2 error of a stored direction
-  (from the commit records), and what it changes when documents are assigned: each epoch's
-  own documents are scored by the epoch's exact model and by the same model with the stored
-  directions; the share whose MAP node differs and the change of the log densities.
+* the truncation's error: the largest and median error of a stored node parameter (from the
+  commit records: a direction's relative L2 error, a word distribution's largest log
+  probability error), and what it changes when documents are assigned: each epoch's own
+  documents are scored by the epoch's exact model and by the same model with the stored
+  parameters; the share whose MAP node differs and the change of the log densities.
+
+The output names the node parameters as the family's
+:attr:`~streamtree.likelihoods.base.Likelihood.param_storage` says (directions for the vMF,
+word distributions for the multinomial).
 
 Usage: python bench/bench_store_size.py [--corpus sou,planted] [--docs 3800] [--sweeps 5]
        [--likelihood multinomial]
@@ -46,12 +51,20 @@ import streamtree  # noqa: F401  (configures numba's cache before any model impo
 from connectors.stores import SnapshotStore
 from connectors.stores.snapshot import CHECKPOINT_ARRAYS, THETA_ENCODING, _theta_table
 from streamtree.epoch_tree import EpochTree
+from streamtree.likelihoods import LIKELIHOODS
 from streamtree.model import DTSSBP
-from streamtree.replay import ReplayConfig, read_epochs, replay
+from streamtree.replay import ReplayConfig, read_epochs, replay, text_model_params
 from streamtree.synthetic import planted_dirichlet_tree
 
 DATA = Path(__file__).resolve().parent.parent / "examples" / "data" / "sotu_paragraphs.parquet"
 START = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+#: by the family's ``param_storage``: what its node parameters are called, and the error the
+#: store records for a stored one
+PARAM_LABELS = {
+    "direction": ("directions", "relative L2 error of a node's direction"),
+    "distribution": ("word distributions", "largest |log phi_hat - log phi| of a node's word"),
+    "exact": ("parameters", "error of a node's stored parameter"),
+}
 
 
 def sou_weekly(path: Path, n_docs: int, seed: int = 0) -> None:
@@ -108,7 +121,7 @@ def sizes(root: Path) -> Counter:
 
 
 def exact_tree(stored: EpochTree, arrays: dict) -> EpochTree:
-    """The epoch's tree with the checkpoint's full-precision directions."""
+    """The epoch's tree with the checkpoint's full-precision node parameters."""
     assert np.array_equal(arrays["last_node_ids"], stored.node_ids)
     return dataclasses.replace(stored, theta=np.asarray(arrays["last_theta"], dtype=np.float64))
 
@@ -119,6 +132,8 @@ def measure(name: str, source: Path, tmp: Path, sweeps: int | None, likelihood: 
     if likelihood is not None:
         model["likelihood"] = likelihood
     config = ReplayConfig(source=str(source), text_col="text", time_col="time", id_col="id", epoch="1w", model=model)
+    family = text_model_params(model)["likelihood"]
+    params_are, error_is = PARAM_LABELS[LIKELIHOODS[family].param_storage]
     t0 = time.process_time()
     summary = replay(config, str(store_dir), keep_checkpoints="all")
     cpu = time.process_time() - t0
@@ -130,7 +145,7 @@ def measure(name: str, source: Path, tmp: Path, sweeps: int | None, likelihood: 
     ckpt_files = {e["epoch"]: (store_dir / e["path"] / CHECKPOINT_ARRAYS).stat().st_size for e in entries}
     compact = total - sum(ckpt_files.values()) + ckpt_files[entries[-1]["epoch"]]
 
-    # format version 2: every direction exact, float64; every checkpoint kept
+    # format version 2: every node parameter exact, float64; every checkpoint kept
     vec = store.vectorizer()
     epochs = {ep.index: ep for ep in read_epochs(config)[0]}
     exact_theta, changed, n_docs, dlog = 0, 0, 0, []
@@ -141,7 +156,7 @@ def measure(name: str, source: Path, tmp: Path, sweeps: int | None, likelihood: 
         out = tmp / "theta.parquet"
         pq.write_table(table, out, compression="zstd", **THETA_ENCODING)
         exact_theta += out.stat().st_size
-        # the same model scored with the stored directions
+        # the same model scored with the stored parameters
         rows = epochs[e["epoch"]].rows
         keep = np.isin(np.asarray(rows.column("id").to_pylist(), dtype=object), stored.doc_ids)
         X = vec.transform(rows.column("text").filter(pa.array(keep)))
@@ -156,7 +171,7 @@ def measure(name: str, source: Path, tmp: Path, sweeps: int | None, likelihood: 
     n_nodes = [e["n_nodes"] for e in entries]
     print(f"\n{name}: {summary.n_documents} documents, {len(entries)} weekly epochs, {len(vec.vocabulary_)} terms, "
           f"{summary.n_documents and sum(n_nodes) / len(n_nodes):.1f} nodes per epoch, "
-          f"{sweeps or 'default'} sweeps, likelihood {likelihood or 'default'}; replay CPU {cpu:.1f}s")
+          f"{sweeps or 'default'} sweeps, likelihood {family}; replay CPU {cpu:.1f}s")
     print(f"  input                           {given / 1e6:8.2f} MB")
     print(f"  store, format 2 (baseline)      {v2 / 1e6:8.2f} MB = {v2 / given:6.2f} x input")
     print(f"  store, compact (default now)    {compact / 1e6:8.2f} MB = {compact / given:6.2f} x input "
@@ -165,11 +180,9 @@ def measure(name: str, source: Path, tmp: Path, sweeps: int | None, likelihood: 
     compact_kinds["checkpoint"] += compact - total
     for kind, n in compact_kinds.most_common():
         print(f"    {kind:12s} {n / 1e6:8.3f} MB  {n / compact:6.1%}")
-    measure_of = ("largest |log phi_hat - log phi| of a node's word" if entries[-1]["theta"].get("log_step")
-                  else "relative L2 error of a node's direction")
-    print(f"  theta: exact {exact_theta / 1e6:.2f} MB, stored {by_kind['theta'] / 1e6:.2f} MB; {measure_of}: "
+    print(f"  theta: exact {exact_theta / 1e6:.2f} MB, stored {by_kind['theta'] / 1e6:.2f} MB; {error_is}: "
           f"max {errors.max():.4f}, median over epochs of the epoch's max {np.median(errors):.4f}")
-    print(f"  assigning each epoch's documents with stored instead of exact directions: MAP node differs for "
+    print(f"  assigning each epoch's documents with stored instead of exact {params_are}: MAP node differs for "
           f"{changed} of {n_docs} ({changed / max(n_docs, 1):.2%}); log-density change median {np.median(dlog):.3g}, "
           f"largest {dlog.max():.3g}")
 
