@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -135,3 +136,41 @@ def test_kill_at_random_times_of_replay_and_resume(corpus, reference, tmp_path):
         r = cli(corpus, store, *([] if first else ["--resume"]))
         assert r.returncode == 0, r.stderr
         assert_same_store(store, want)
+
+
+
+@pytest.fixture(scope="module")
+def overwrite_points(corpus, tmp_path_factory):
+    """A complete store, and the write points of an --overwrite of it, in order."""
+    root = tmp_path_factory.mktemp("overwrite")
+    trace = root / "trace.txt"
+    assert cli(corpus, root / "traced").returncode == 0
+    shutil.copytree(root / "traced", root / "complete")
+    assert cli(corpus, root / "traced", "--overwrite", env={"STREAMTREE_WRITE_TRACE": str(trace)}).returncode == 0
+    return root / "complete", [line.split(" ", 1)[1] for line in trace.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("point", ["set aside vocabulary.parquet",
+                                   pytest.param("set aside epochs", marks=pytest.mark.slow),
+                                   pytest.param("rename manifest.json", marks=pytest.mark.slow)])
+def test_an_overwrite_killed_while_setting_the_old_run_aside_leaves_the_old_run(corpus, reference, overwrite_points,
+                                                                               tmp_path, point):
+    """--overwrite moves the old run aside (manifest first) before writing the new run's
+    manifest. Killed in between, the next writer restores the old run, whole: before, it took
+    the old commit records still in place for the new run's and deleted the saved manifest."""
+    want, _ = reference
+    complete, points = overwrite_points
+    assert points[:4] == ["set aside manifest.json", "set aside vocabulary.parquet", "set aside commits",
+                          "set aside epochs"]
+    store = tmp_path / "store"
+    shutil.copytree(complete, store)
+    r = cli(corpus, store, "--overwrite", env={"STREAMTREE_KILL_AT_WRITE": str(points.index(point) + 1)})
+    assert r.returncode == -signal.SIGKILL
+    assert not (store / "manifest.json").exists()
+    r = cli(corpus, store)  # a plain replay: the store holds a run, restored
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "restored the previous run" in r.stderr and "already holds 3 published epochs" in r.stderr
+    assert_same_store(store, want)
+    r = cli(corpus, store, "--resume")
+    assert r.returncode == 0, r.stderr
+    assert_same_store(store, want)

@@ -32,7 +32,10 @@ Only the store's own names are ever deleted: temporary folders and files it crea
 (``.tmp-``, ``.old-``, ``.replaced-`` prefixes) and its own epoch folders. A new run over
 an existing one (``begin(replace=True)``, the ``--overwrite`` of a replay) moves the old
 run's files aside into ``.replaced-<uuid>/`` just before it commits its first epoch and
-deletes them once that commit is done; until then the old run stays readable.
+deletes them once that commit is done; until then the old run stays readable. The old
+manifest is moved first and the new one written last, so a store with no manifest but an
+aside holding one is a replacement stopped before its run began: the next writer moves that
+aside back (:meth:`SnapshotStore.clean_leftovers`), and the old run is whole again.
 
 Checkpoints
 -----------
@@ -446,7 +449,7 @@ class SnapshotStore:
         without a commit record. Needs the lease; returns the paths removed. Nothing that
         does not carry one of the store's own names is touched."""
         self._require_lease()
-        removed = []
+        removed = self._restore_interrupted_aside()
         committed = {e.get("path") for e in self._records(validate=False)}
         for folder in (self.root, self._path(EPOCHS), self._path(COMMITS)):
             for info in self._ls(folder):
@@ -470,6 +473,45 @@ class SnapshotStore:
                 self._aside_pending = True
         if removed:
             logger.info("removed leftovers of an interrupted writer: %s", ", ".join(removed))
+        return removed
+
+    def _restore_interrupted_aside(self) -> list[str]:
+        """Undo a replacement that stopped while moving the old run aside.
+
+        :meth:`begin` moves the old manifest aside first and writes the new one last, so a
+        store with no ``manifest.json`` but an aside holding one is a replacement that never
+        began its run. Left so, the next writer would see the old commit records still in
+        place, take them for the new run's and delete the aside (the old manifest), leaving
+        commits without a manifest. Instead the newest such aside (by its manifest's time)
+        is moved back: first its other files, over any the stopped writer had written for its
+        own run (a vocabulary), then its manifest, so a stop during this leaves the same
+        state to restore again. Returns the paths of the stopped writer's files it removed.
+        """
+        if self._exists(self._path(MANIFEST)):
+            return []
+        found = []
+        for info in self._ls(self.root):
+            if info.base_name.startswith(".replaced-") and info.type == pafs.FileType.Directory:
+                saved = self.fs.get_file_info(f"{info.path}/{MANIFEST}")
+                if saved.type == pafs.FileType.File:
+                    found.append((saved.mtime_ns or 0, info.path))
+        if not found:
+            return []
+        aside = max(found)[1]
+        removed = []
+        for item in sorted(self._ls(aside), key=lambda i: i.base_name == MANIFEST):
+            if item.base_name not in _OWN_NAMES:
+                continue
+            present = self.fs.get_file_info(self._path(item.base_name))
+            if present.type != pafs.FileType.NotFound:
+                self._delete(present)
+                removed.append(item.base_name)
+            write_point(f"restore {item.base_name}")
+            self.fs.move(item.path, self._path(item.base_name))
+        if not self._ls(aside):
+            self._delete(self.fs.get_file_info(aside))
+        logger.warning("%s: a replacement of this store stopped while moving the previous run aside; "
+                       "restored the previous run", self.root)
         return removed
 
     def kept_checkpoints(self) -> str:
