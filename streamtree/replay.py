@@ -598,7 +598,10 @@ class StoredTreeModel(DTSSBP):
 
     Node parameters are the stored ones (vMF directions truncated to cosine
     :data:`~connectors.stores.snapshot.THETA_COSINE` with the full ones, ``theta_error_`` the
-    largest relative L2 error of a node's direction; multinomial word distributions rebuilt
+    largest relative L2 error of a node's direction; kept as stored, with norm at least that
+    cosine, not rescaled to unit length: text rows put their weight on a node's kept entries,
+    so the stored rows score them almost exactly, where rescaling would raise nearly every
+    score, see BENCHMARKS.md; multinomial word distributions rebuilt
     from log probabilities coded to :data:`~connectors.stores.snapshot.THETA_LOG_STEP`,
     ``theta_error_`` the largest ``|log phi_hat - log phi|``, rows summing to 1); masses, concentrations, window counts,
     parameters and sampled hyperparameters are the epoch's own. Built by :func:`load_model`.
