@@ -96,6 +96,10 @@ class Candidates:
         return int(self.coef_T.shape[0])
 
 
+#: below this, exp(x) is exactly 0.0 in double precision (the smallest subnormal is exp(-744.44))
+EXP_UNDERFLOW = -745.2
+
+
 @njit(cache=True, nogil=True, inline="always")
 def _interval(n, t):
     """The interval of ``t`` in ``[-1, 1]`` split into ``n``, and ``t``'s place on the grid."""
@@ -146,7 +150,10 @@ def _weights_and_draw(i, scores, sqnorm_i, live_a, live_b, live_c, ph_parent, ph
             m = v
     s = 0.0
     for k in range(K + P):
-        e = math.exp(w[k] - m)
+        d = w[k] - m
+        # exp underflows to exactly 0 below this: skipping it changes no bit of the result,
+        # and most columns of a peaked row sit far below its best one
+        e = math.exp(d) if d > EXP_UNDERFLOW else 0.0
         w[k] = e
         s += e
     lognorm[i] = m + math.log(s)
