@@ -138,7 +138,6 @@ def test_kill_at_random_times_of_replay_and_resume(corpus, reference, tmp_path):
         assert_same_store(store, want)
 
 
-
 @pytest.fixture(scope="module")
 def overwrite_points(corpus, tmp_path_factory):
     """A complete store, and the write points of an --overwrite of it, in order."""
