@@ -628,7 +628,7 @@ def log_dm_marginal_dense(counts_sum: np.ndarray, alpha: np.ndarray) -> float:
     a = np.ascontiguousarray(alpha, dtype=np.float64)
     if a.shape != c.shape:
         raise ValueError(f"alpha has {a.shape[0]} terms, the counts have {c.shape[0]}")
-    return float(_dm_set_dense(c, a)[0] + 0.0)
+    return float(_dm_set_dense(c, a)[0])
 
 
 def log_dm_marginal_set(
