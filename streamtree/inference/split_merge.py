@@ -486,8 +486,9 @@ class SplitMerge:
         docs = document_set(st.X, rows_b)
         th1, c1, d1 = self._new_node(st, P1)
         th2, c2, d2 = self._new_node(st, P2)
-        log_a = (idx.prior.delta(edit, **self.kw)
-                 + self.lik.log_marginal(docs, th2, c2, d2) - self.lik.log_marginal(docs, th1, c1, d1)
+        at_2 = self.lik.log_marginal(docs, th2, c2, d2)
+        at_1 = at_2 if P2 == P1 else self.lik.log_marginal(docs, th1, c1, d1)  # a move among siblings
+        log_a = (idx.prior.delta(edit, **self.kw) + at_2 - at_1
                  + np.log(len(new_nodes)) - np.log(n_new_after) + np.log(slots2) - np.log(slots1))
         if np.log(rng.random()) >= log_a:
             return None

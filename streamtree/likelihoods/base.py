@@ -19,8 +19,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import streamtree  # noqa: F401  (configures the numba cache directory)
 import numpy as np
 import scipy.sparse as sp
+from numba import njit
 from scipy.optimize import minimize_scalar
 
 from streamtree.inference.enumerated import Candidates
@@ -97,6 +99,20 @@ class DocumentSet:
     n: float
     s: np.ndarray
     sumsq: float = 0.0
+
+
+@njit(cache=True, nogil=True)
+def csr_rows_dot(indptr, indices, data, rows, theta):
+    """``X[rows] @ theta`` for CSR ``X`` without slicing it (each row summed in storage order,
+    as SciPy's product does: the same values)."""
+    out = np.empty(rows.shape[0])
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        acc = 0.0
+        for k in range(indptr[r], indptr[r + 1]):
+            acc += np.float64(data[k]) * theta[indices[k]]
+        out[i] = acc
+    return out
 
 
 class RowBlock:

@@ -42,7 +42,7 @@ from scipy.special import gammaln, ive
 
 from streamtree.inference.enumerated import VMF, Candidates
 from streamtree.inference.theta_map import map_theta_vmf
-from streamtree.likelihoods.base import Likelihood, RowBlock, WordTopics, finite_csr
+from streamtree.likelihoods.base import Likelihood, RowBlock, WordTopics, csr_rows_dot, finite_csr
 
 __all__ = [
     "VonMisesFisher",
@@ -664,20 +664,6 @@ _TABLE_CACHE_SIZE = 2048  # tables of 16 KiB each: at most 32 MiB
 _TABLE_LOCK = threading.Lock()
 
 
-@njit(cache=True, nogil=True)
-def _csr_rows_dot(indptr, indices, data, rows, theta):
-    """``X[rows] @ theta`` for CSR ``X`` without slicing it (each row summed in storage order,
-    as SciPy's product does: the same values)."""
-    out = np.empty(rows.shape[0])
-    for i in range(rows.shape[0]):
-        r = rows[i]
-        acc = 0.0
-        for k in range(indptr[r], indptr[r + 1]):
-            acc += np.float64(data[k]) * theta[indices[k]]
-        out[i] = acc
-    return out
-
-
 def new_node_table(p: int, b: np.ndarray, c: np.ndarray, intervals: int = 1024,
                    knots: np.ndarray | None = None) -> np.ndarray:
     """Values and slopes of g(t) = -log C_p(sqrt(b^2 + c^2 + 2 b c t)) on a uniform grid of [-1, 1].
@@ -948,7 +934,7 @@ class VonMisesFisher(WordTopics, Likelihood):
         X = block.X
         if not (sp.issparse(X) and X.format == "csr"):
             return super().block_log_likelihood(block, theta, concentration)
-        dots = _csr_rows_dot(X.indptr, X.indices, X.data, block.rows, np.ascontiguousarray(theta, dtype=np.float64))
+        dots = csr_rows_dot(X.indptr, X.indices, X.data, block.rows, np.ascontiguousarray(theta, dtype=np.float64))
         return log_normalizer_nb(float(self.n_features), float(concentration)) + concentration * dots
 
     def _pooled_concentration(self, n: float, t: float) -> float:
