@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from scipy import stats
-from scipy.special import ive, logsumexp
+from scipy.special import gammaln, ive, logsumexp
 
-from streamtree.inference.enumerated import LINEAR, VMF, Candidates, score_rows, sweep_rows
+from streamtree.inference import enumerated
+from streamtree.inference.enumerated import DIRICHLET, LINEAR, VMF, Candidates, score_rows, sweep_rows
 from streamtree.inference.slice_sampler import SliceState, StickPrior, prune_trailing_empty, slice_z
 from streamtree.likelihoods import gaussian, vmf
 from streamtree.tree import ROOT, TSSBTree
@@ -295,3 +296,36 @@ def test_enumerated_placeholder_equals_aggregated_slice_sampler_stationary_law()
     se = np.maximum(ind.reshape(n_b, -1, 4).mean(axis=1).std(axis=0, ddof=1) / math.sqrt(n_b),
                     np.sqrt(exact * (1 - exact) / steps))
     assert np.all(np.abs(emp - exact) < 5 * se), (emp, exact, se)
+
+
+# ------------------------------------------------------------------------------ Dirichlet
+@pytest.mark.parametrize("table_max", [1 << 14, 3])
+def test_dirichlet_placeholders_on_csr_rows_match_the_dirichlet_multinomial(monkeypatch, table_max):
+    """The CSR kernel reads a placeholder's Dirichlet-multinomial marginal from column-major
+    tables (log alpha for counts of one, a table of normalisers by document length). Its value
+    must be the marginal itself (scipy's gammaln) and bit-equal to the row-wise computation of
+    the dense path, for counts of one, small counts, counts past the product form (> 8),
+    non-integer counts and documents longer than the normaliser table."""
+    monkeypatch.setattr(enumerated, "_RISING_TABLE_MAX", table_max)
+    rng = np.random.default_rng(3)
+    p, K = 30, 4
+    dense = np.zeros((6, p))
+    dense[0, [1, 4, 7]] = 1.0
+    dense[1, [2, 3]] = [2.0, 5.0]
+    dense[2, [0, 9, 11]] = [9.0, 1.0, 12.0]
+    dense[3, [5, 6]] = [1.5, 1.0]
+    dense[4, :] = rng.poisson(2.0, size=p) + 1.0
+    dense[5, [8]] = 1.0
+    logphi = np.log(rng.dirichlet(np.ones(p), size=K))
+    ph = np.array([0, 1, 3], dtype=np.int64)
+    alpha = rng.uniform(0.01, 3.0, size=(ph.size, p))
+    # only the placeholders: every live column masked out
+    cand = Candidates(DIRICHLET, np.ascontiguousarray(logphi.T), np.full(K, -np.inf), np.ones(K), np.zeros(K), ph,
+                      np.zeros(ph.size), alpha.sum(axis=1), np.zeros(ph.size), ph_alpha=alpha)
+    csr = score_rows(sp.csr_matrix(dense), cand, None)[1]
+    rowwise = score_rows(dense, cand, None)[1]
+    assert np.array_equal(csr, rowwise)
+    a_sum = alpha.sum(axis=1)
+    dm = np.array([[gammaln(a_sum[j]) - gammaln(a_sum[j] + x.sum()) + np.sum(gammaln(alpha[j] + x) - gammaln(alpha[j]))
+                    for j in range(ph.size)] for x in dense])
+    np.testing.assert_allclose(csr, logsumexp(dm, axis=1), rtol=1e-12, atol=1e-9)

@@ -196,7 +196,7 @@ def _csr_row_scores(indptr, indices, data, i, coef_T, scores):
 
 @njit(cache=True, nogil=True)
 def _sample_csr(indptr, indices, data, start, stop, coef_T, sqnorm, live_a, live_b, live_c, ph_parent, ph_a,
-                ph_b, ph_c, table, ph_alpha, kind, u, labels, lognorm, sample):
+                ph_b, ph_c, table, dm, kind, u, labels, lognorm, sample):
     """Rows ``start..stop`` of a CSR matrix: the sparse-dense product fused with the draw.
 
     Each row's scores accumulate ``x_q * coef_T[w_q]`` over its non-zeros in storage order, so
@@ -210,7 +210,7 @@ def _sample_csr(indptr, indices, data, start, stop, coef_T, sqnorm, live_a, live
     for i in range(start, stop):
         _csr_row_scores(indptr, indices, data, i, coef_T, scores)
         if kind == 2:
-            _dirichlet_row(indptr, indices, data, i, ph_alpha, ph_b, ph_score)
+            _dirichlet_row_T(indptr, indices, data, i, dm[0], dm[1], dm[2], ph_b, ph_score)
         _weights_and_draw(i, scores, sqnorm[i], live_a, live_b, live_c, ph_parent, ph_a, ph_b, ph_c, table,
                           ph_score, kind, u, labels, lognorm, sample, w)
 
@@ -285,6 +285,83 @@ def _dirichlet_row(indptr, indices, data, i, alpha, alpha_sum, out):
         for q in range(indptr[i], indptr[i + 1]):
             acc += _log_rising(alpha[j, indices[q]], data[q])
         out[j] = acc
+
+
+@njit(cache=True, nogil=True)
+def _dirichlet_tables_nb(alpha, alpha_sum, max_total):
+    """Column-major tables of :func:`_dirichlet_row_T` for Dirichlet rows ``alpha`` (P, p)
+    with sums ``alpha_sum``: ``alpha.T``, ``log(alpha).T`` and ``rising[n, j] =
+    _log_rising(alpha_sum[j], n)`` for ``n <= max_total``, every value computed as
+    :func:`_dirichlet_row` computes it."""
+    P, V = alpha.shape
+    alpha_T = np.empty((V, P))
+    log_T = np.empty((V, P))
+    for j in range(P):
+        for w in range(V):
+            a = alpha[j, w]
+            alpha_T[w, j] = a
+            log_T[w, j] = math.log(a)
+    rising = np.empty((max_total + 1, P))
+    for j in range(P):
+        for n in range(max_total + 1):
+            rising[n, j] = _log_rising(alpha_sum[j], float(n))
+    return alpha_T, log_T, rising
+
+
+@njit(cache=True, nogil=True)
+def _dirichlet_row_T(indptr, indices, data, i, alpha_T, log_T, rising, alpha_sum, out):
+    """:func:`_dirichlet_row` from column-major tables (:func:`dirichlet_tables`): a count of
+    one reads ``log alpha`` from one contiguous row of ``log_T``, as the live product reads its
+    coefficients, instead of one scattered ``alpha`` and one log per placeholder. Each
+    placeholder's terms are added in the same order and with the same values: the same
+    result."""
+    P = out.shape[0]
+    total = 0.0
+    for q in range(indptr[i], indptr[i + 1]):
+        total += data[q]
+    n = int(total)
+    if n == total and n < rising.shape[0]:
+        r = rising[n]
+        for j in range(P):
+            out[j] = -r[j]
+    else:
+        for j in range(P):
+            out[j] = -_log_rising(alpha_sum[j], total)
+    for q in range(indptr[i], indptr[i + 1]):
+        x = data[q]
+        w = indices[q]
+        if x == 1.0:
+            la = log_T[w]
+            for j in range(P):
+                out[j] += la[j]
+        elif x <= 8.0 and x == math.floor(x):
+            # _log_rising's sum of logs, its first term read from the table
+            a = alpha_T[w]
+            la = log_T[w]
+            for j in range(P):
+                acc = la[j]
+                for m in range(1, int(x)):
+                    acc += math.log(a[j] + m)
+                out[j] += acc
+        else:
+            a = alpha_T[w]
+            for j in range(P):
+                out[j] += _log_rising(a[j], x)
+
+
+#: longest document (in tokens) whose Dirichlet-multinomial normaliser is read from a table
+_RISING_TABLE_MAX = 1 << 14
+
+
+def dirichlet_tables(alpha: np.ndarray, alpha_sum: np.ndarray, X: sp.csr_matrix
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The tables :func:`_dirichlet_row_T` reads for the Dirichlet rows ``alpha`` (P, p) with
+    sums ``alpha_sum`` and the count rows ``X``: O(P p) to build, once per sweep, where the
+    per-row work they save is O(P x non-zeros) scattered reads and logs."""
+    totals = np.asarray(X.sum(axis=1)).ravel() if X.shape[0] else np.zeros(1)
+    max_total = int(min(max(totals.max(), 0.0), _RISING_TABLE_MAX))
+    return _dirichlet_tables_nb(np.ascontiguousarray(alpha, dtype=np.float64),
+                                np.ascontiguousarray(alpha_sum, dtype=np.float64), max_total)
 
 
 @njit(cache=True, nogil=True)
@@ -368,8 +445,8 @@ def score_rows(X, cand: Candidates, u: np.ndarray | None, sqnorm: np.ndarray | N
         indptr = X.indptr.astype(np.int64, copy=False)
         indices = X.indices.astype(np.int64, copy=False)
         data = np.asarray(X.data, dtype=np.float64)
-        alpha = (np.ascontiguousarray(cand.ph_alpha, dtype=np.float64) if cand.kind == DIRICHLET
-                 else np.zeros((0, 0)))
+        dm = (dirichlet_tables(cand.ph_alpha, cand.ph_b, X) if cand.kind == DIRICHLET
+              else (np.zeros((0, 0)), np.zeros((0, 0)), np.zeros((0, 0))))
         if reached and cand.n_placeholders:
             # The product first (stored by blocks of rows), then only the table knots that
             # bound the intervals these rows' parent scores fall in, then the draws from the stored scores: the same
@@ -397,7 +474,7 @@ def score_rows(X, cand: Candidates, u: np.ndarray | None, sqnorm: np.ndarray | N
             return labels, lognorm
 
         def run(start: int, stop: int) -> None:
-            _sample_csr(indptr, indices, data, start, stop, coef_T, sqnorm, *head(table), alpha, cand.kind, uu,
+            _sample_csr(indptr, indices, data, start, stop, coef_T, sqnorm, *head(table), dm, cand.kind, uu,
                         labels, lognorm, sample)
     else:
         if reached and cand.n_placeholders and n:

@@ -758,7 +758,9 @@ def pair_cosine(counts: np.ndarray, sums: np.ndarray) -> tuple[np.ndarray, float
     per_node = np.zeros(n.shape[0])
     if not big.any():
         return per_node, None
-    s2 = np.einsum("ij,ij->i", sums[big], sums[big])
+    # squared norms of every row, then the rows wanted: indexing ``sums`` first would copy
+    # K x p entries twice
+    s2 = np.einsum("ij,ij->i", sums, sums)[big]
     excess = (s2 - n[big]) / (n[big] - 1.0)
     per_node[big] = np.maximum(excess / n[big], 0.0)
     return per_node, float(np.sum(excess) / np.sum(n[big]))
