@@ -222,14 +222,24 @@ def _dm_set_dense_nb(c, alpha, alpha_sum):
 
 @njit(cache=True, nogil=True)
 def _child_grad_nb(t, w, strength, offset, log_phi):
-    """g_w'(t) and g_w''(t) of the children's terms as a function of phi_w = t."""
+    """g_w'(t) and g_w''(t) of the children's terms as a function of phi_w = t.
+
+    Children with the same strength and offset (new children: no time link, the floor as
+    offset) share their digamma argument: it is evaluated once per run of equal arguments,
+    the same values summed in the same order."""
     g1 = 0.0
     g2 = 0.0
+    last = np.nan
+    d = 0.0
+    tr = 0.0
     for j in range(strength.shape[0]):
         s = strength[j]
         if s == 0.0:
             continue
-        d, tr = _digamma_trigamma_nb(s * t + offset[j, w])
+        x = s * t + offset[j, w]
+        if x != last:
+            d, tr = _digamma_trigamma_nb(x)
+            last = x
         g1 += s * (log_phi[j, w] - d)
         g2 -= s * s * tr
     return g1, g2
@@ -242,10 +252,16 @@ def _child_slope_nb(t, strength, offset, log_phi, out):
     for w in range(out.shape[0]):
         x = t[0] if one_point else t[w]
         g1 = 0.0
+        last = np.nan
+        d = 0.0
         for j in range(strength.shape[0]):
             s = strength[j]
             if s != 0.0:
-                g1 += s * (log_phi[j, w] - _digamma_nb(s * x + offset[j, w]))
+                arg = s * x + offset[j, w]
+                if arg != last:  # equal arguments in a row: one digamma (see _child_grad_nb)
+                    d = _digamma_nb(arg)
+                    last = arg
+                g1 += s * (log_phi[j, w] - d)
         out[w] = g1
 
 
