@@ -27,7 +27,7 @@ from scipy.special import gammaln
 from streamtree.inference.enumerated import DIRICHLET, Candidates
 from streamtree.likelihoods.base import Likelihood, RowBlock, WordTopics, argmax_log_scale, csr_rows_dot, finite_csr
 from streamtree.likelihoods.multinomial_math import (log_dm_marginal_dense, log_multinomial_coef, map_phi,
-                                                     map_phi_dense, map_phi_with_children)
+                                                     map_phi_dense, map_phi_with_children_dense)
 
 #: Dirichlet floor per term: every node's prior holds ``eps`` pseudo-counts of every word
 DIRICHLET_FLOOR = 0.01
@@ -272,10 +272,12 @@ class Multinomial(WordTopics, Likelihood):
                     parent_phi = theta[pidx[k]] if pidx[k] >= 0 else root_anchor
                     alpha = par[k] * parent_phi + offset[k]
                     if kids:
-                        new = map_phi_with_children(sums[k], alpha, np.log(theta[kids]), par[kids], offset[kids],
-                                                    phi_init=theta[k] if self.incremental_map else None)
+                        # inputs valid by construction: the solver without its O(J V) checks
+                        new = map_phi_with_children_dense(sums[k], alpha, np.log(theta[kids]), par[kids],
+                                                          offset[kids],
+                                                          phi_init=theta[k] if self.incremental_map else None)
                     else:
-                        new = map_phi(sums[k], alpha)
+                        new = map_phi_dense(sums[k], alpha)
                     change = float(np.max(np.abs(new - theta[k])))
                     if change > 0.0:
                         version[k] += 1
