@@ -305,7 +305,7 @@ def test_dirichlet_placeholders_on_csr_rows_match_the_dirichlet_multinomial(monk
     tables (log alpha for counts of one, a table of normalisers by document length). Its value
     must be the marginal itself (scipy's gammaln) and bit-equal to the row-wise computation of
     the dense path, for counts of one, small counts, counts past the product form (> 8),
-    non-integer counts and documents longer than the normaliser table."""
+    non-integer counts, a stored zero and documents longer than the normaliser table."""
     monkeypatch.setattr(enumerated, "_RISING_TABLE_MAX", table_max)
     rng = np.random.default_rng(3)
     p, K = 30, 4
@@ -322,9 +322,16 @@ def test_dirichlet_placeholders_on_csr_rows_match_the_dirichlet_multinomial(monk
     # only the placeholders: every live column masked out
     cand = Candidates(DIRICHLET, np.ascontiguousarray(logphi.T), np.full(K, -np.inf), np.ones(K), np.zeros(K), ph,
                       np.zeros(ph.size), alpha.sum(axis=1), np.zeros(ph.size), ph_alpha=alpha)
-    csr = score_rows(sp.csr_matrix(dense), cand, None)[1]
+    X = sp.csr_matrix(dense)
+    # a stored zero (sparse arithmetic leaves them) counts for nothing
+    X = sp.csr_matrix((np.append(X.data, 0.0), np.append(X.indices, 20), np.append(X.indptr[:-1], X.nnz + 1)),
+                      shape=X.shape)
+    assert X.nnz == np.count_nonzero(dense) + 1
+    csr = score_rows(X, cand, None)[1]
     rowwise = score_rows(dense, cand, None)[1]
     assert np.array_equal(csr, rowwise)
+    # one row alone builds tables over its own terms and length only: the same values
+    assert np.array_equal(score_rows(X[2], cand, None)[1], csr[2:3])
     a_sum = alpha.sum(axis=1)
     dm = np.array([[gammaln(a_sum[j]) - gammaln(a_sum[j] + x.sum()) + np.sum(gammaln(alpha[j] + x) - gammaln(alpha[j]))
                     for j in range(ph.size)] for x in dense])

@@ -56,3 +56,12 @@ def test_lifting_a_node_with_documents_is_refused():
     edit.move(c, ROOT, 2, 1)
     edit.lift(c)
     assert not edit.exists(c) and edit.children(ROOT) == []
+
+
+def test_lifting_the_root_is_refused():
+    # the root has no parent to take its children: an error, not a search that never ends
+    tree = TSSBTree(3)
+    tree.add_child(ROOT)
+    edit = CollapsedPrior(tree, {}, {}).edit()
+    with pytest.raises(ValueError, match="no parent"):
+        edit.lift(ROOT)

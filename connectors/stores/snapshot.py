@@ -255,6 +255,10 @@ class StaticSnapshot:
     leaf_ids: list[str] | None
 
 
+#: filesystems whose move of a folder is one rename (an interrupted move leaves it whole)
+RENAMING_FILESYSTEMS = ("local", "hdfs")
+
+
 class SnapshotStore:
     """Snapshot store rooted at ``uri`` (a local directory, created when a run begins, or any
     URI ``pyarrow.fs`` supports).
@@ -486,6 +490,12 @@ class SnapshotStore:
         is moved back: first its other files, over any the stopped writer had written for its
         own run (a vocabulary), then its manifest, so a stop during this leaves the same
         state to restore again. Returns the paths of the stopped writer's files it removed.
+
+        This relies on a folder's move being one rename, as on local disks and HDFS. Where a
+        move copies and then deletes (object stores), a stop in the middle of moving the
+        ``epochs`` folder aside can leave objects of the old run in the store's folder only,
+        and restoring the aside's partial copy over them would lose them: there the store is
+        left as it is and the writer stops with an error naming the aside.
         """
         if self._exists(self._path(MANIFEST)):
             return []
@@ -498,6 +508,12 @@ class SnapshotStore:
         if not found:
             return []
         aside = max(found)[1]
+        if self.fs.type_name not in RENAMING_FILESYSTEMS:
+            raise CorruptStoreError(
+                f"{self.root}: a replacement of this store stopped while moving the previous run aside into "
+                f"{aside}; on this filesystem ({self.fs.type_name}) a move is not one rename, so it is not "
+                "restored automatically: check that folder against the store's, move the previous run back "
+                "by hand or start over with --overwrite")
         removed = []
         for item in sorted(self._ls(aside), key=lambda i: i.base_name == MANIFEST):
             if item.base_name not in _OWN_NAMES:

@@ -152,8 +152,9 @@ def _weights_and_draw(i, scores, sqnorm_i, live_a, live_b, live_c, ph_parent, ph
     for k in range(K + P):
         d = w[k] - m
         # exp underflows to exactly 0 below this: skipping it changes no bit of the result,
-        # and most columns of a peaked row sit far below its best one
-        e = math.exp(d) if d > EXP_UNDERFLOW else 0.0
+        # and most columns of a peaked row sit far below its best one (a NaN still goes
+        # through exp, so it shows in the normaliser as before)
+        e = 0.0 if d <= EXP_UNDERFLOW else math.exp(d)
         w[k] = e
         s += e
     lognorm[i] = m + math.log(s)
@@ -210,7 +211,7 @@ def _sample_csr(indptr, indices, data, start, stop, coef_T, sqnorm, live_a, live
     for i in range(start, stop):
         _csr_row_scores(indptr, indices, data, i, coef_T, scores)
         if kind == 2:
-            _dirichlet_row_T(indptr, indices, data, i, dm[0], dm[1], dm[2], ph_b, ph_score)
+            _dirichlet_row_T(indptr, indices, data, i, dm[0], dm[1], dm[2], dm[3], dm[4], ph_b, ph_score)
         _weights_and_draw(i, scores, sqnorm[i], live_a, live_b, live_c, ph_parent, ph_a, ph_b, ph_c, table,
                           ph_score, kind, u, labels, lognorm, sample, w)
 
@@ -288,63 +289,70 @@ def _dirichlet_row(indptr, indices, data, i, alpha, alpha_sum, out):
 
 
 @njit(cache=True, nogil=True)
-def _dirichlet_tables_nb(alpha, alpha_sum, max_total):
+def _dirichlet_tables_nb(alpha, alpha_sum, columns, lengths):
     """Column-major tables of :func:`_dirichlet_row_T` for Dirichlet rows ``alpha`` (P, p)
-    with sums ``alpha_sum``: ``alpha.T``, ``log(alpha).T`` and ``rising[n, j] =
-    _log_rising(alpha_sum[j], n)`` for ``n <= max_total``, every value computed as
+    with sums ``alpha_sum``, over the vocabulary ``columns`` and document ``lengths`` that
+    occur: ``alpha_T[c, j] = alpha[j, columns[c]]``, ``log_T = log(alpha_T)`` and
+    ``rising[r, j] = _log_rising(alpha_sum[j], lengths[r])``, every value computed as
     :func:`_dirichlet_row` computes it."""
-    P, V = alpha.shape
-    alpha_T = np.empty((V, P))
-    log_T = np.empty((V, P))
-    for j in range(P):
-        for w in range(V):
+    P = alpha.shape[0]
+    C = columns.shape[0]
+    alpha_T = np.empty((C, P))
+    log_T = np.empty((C, P))
+    for c in range(C):
+        w = columns[c]
+        for j in range(P):
             a = alpha[j, w]
-            alpha_T[w, j] = a
-            log_T[w, j] = math.log(a)
-    rising = np.empty((max_total + 1, P))
-    for j in range(P):
-        for n in range(max_total + 1):
-            rising[n, j] = _log_rising(alpha_sum[j], float(n))
+            alpha_T[c, j] = a
+            log_T[c, j] = math.log(a)
+    rising = np.empty((lengths.shape[0], P))
+    for r in range(lengths.shape[0]):
+        for j in range(P):
+            rising[r, j] = _log_rising(alpha_sum[j], float(lengths[r]))
     return alpha_T, log_T, rising
 
 
 @njit(cache=True, nogil=True)
-def _dirichlet_row_T(indptr, indices, data, i, alpha_T, log_T, rising, alpha_sum, out):
+def _dirichlet_row_T(indptr, indices, data, i, alpha_T, log_T, rising, column_of, length_of, alpha_sum, out):
     """:func:`_dirichlet_row` from column-major tables (:func:`dirichlet_tables`): a count of
     one reads ``log alpha`` from one contiguous row of ``log_T``, as the live product reads its
     coefficients, instead of one scattered ``alpha`` and one log per placeholder. Each
     placeholder's terms are added in the same order and with the same values: the same
-    result."""
+    result. ``column_of[w]`` is term ``w``'s row in ``alpha_T`` and ``log_T``;
+    ``length_of[n]`` the row of length ``n`` in ``rising`` (-1: not tabled)."""
     P = out.shape[0]
     total = 0.0
     for q in range(indptr[i], indptr[i + 1]):
         total += data[q]
-    n = int(total)
-    if n == total and n < rising.shape[0]:
-        r = rising[n]
+    n = int(total) if total < length_of.shape[0] else -1
+    r = length_of[n] if n >= 0 and n == total else -1
+    if r >= 0:
+        row = rising[r]
         for j in range(P):
-            out[j] = -r[j]
+            out[j] = -row[j]
     else:
         for j in range(P):
             out[j] = -_log_rising(alpha_sum[j], total)
     for q in range(indptr[i], indptr[i + 1]):
         x = data[q]
-        w = indices[q]
+        if x == 0.0:
+            continue  # a stored zero: its term is 0, as _log_rising(a, 0) gives
+        c = column_of[indices[q]]
         if x == 1.0:
-            la = log_T[w]
+            la = log_T[c]
             for j in range(P):
                 out[j] += la[j]
         elif x <= 8.0 and x == math.floor(x):
             # _log_rising's sum of logs, its first term read from the table
-            a = alpha_T[w]
-            la = log_T[w]
+            a = alpha_T[c]
+            la = log_T[c]
             for j in range(P):
                 acc = la[j]
                 for m in range(1, int(x)):
                     acc += math.log(a[j] + m)
                 out[j] += acc
         else:
-            a = alpha_T[w]
+            a = alpha_T[c]
             for j in range(P):
                 out[j] += _log_rising(a[j], x)
 
@@ -353,15 +361,24 @@ def _dirichlet_row_T(indptr, indices, data, i, alpha_T, log_T, rising, alpha_sum
 _RISING_TABLE_MAX = 1 << 14
 
 
-def dirichlet_tables(alpha: np.ndarray, alpha_sum: np.ndarray, X: sp.csr_matrix
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def dirichlet_tables(alpha: np.ndarray, alpha_sum: np.ndarray, X: sp.csr_matrix) -> tuple:
     """The tables :func:`_dirichlet_row_T` reads for the Dirichlet rows ``alpha`` (P, p) with
-    sums ``alpha_sum`` and the count rows ``X``: O(P p) to build, once per sweep, where the
-    per-row work they save is O(P x non-zeros) scattered reads and logs."""
-    totals = np.asarray(X.sum(axis=1)).ravel() if X.shape[0] else np.zeros(1)
-    max_total = int(min(max(totals.max(), 0.0), _RISING_TABLE_MAX))
-    return _dirichlet_tables_nb(np.ascontiguousarray(alpha, dtype=np.float64),
-                                np.ascontiguousarray(alpha_sum, dtype=np.float64), max_total)
+    sums ``alpha_sum`` and the count rows ``X``, over the terms and the document lengths that
+    occur in ``X`` only: O(P x (terms + lengths)) to build, once per sweep and shard, where the
+    per-row work they save is O(P x non-zeros) scattered reads and logs. Their memory is two
+    (terms x P) arrays and one (lengths x P) array of doubles."""
+    p = alpha.shape[1]
+    columns = np.unique(X.indices).astype(np.int64)
+    column_of = np.full(p, -1, dtype=np.int64)
+    column_of[columns] = np.arange(columns.size)
+    totals = np.asarray(X.sum(axis=1)).ravel()
+    whole = totals[(totals == np.floor(totals)) & (totals >= 0) & (totals <= _RISING_TABLE_MAX)]
+    lengths = np.unique(whole).astype(np.int64)
+    length_of = np.full(int(lengths.max()) + 1 if lengths.size else 0, -1, dtype=np.int64)
+    length_of[lengths] = np.arange(lengths.size)
+    alpha_T, log_T, rising = _dirichlet_tables_nb(np.ascontiguousarray(alpha, dtype=np.float64),
+                                                  np.ascontiguousarray(alpha_sum, dtype=np.float64), columns, lengths)
+    return alpha_T, log_T, rising, column_of, length_of
 
 
 @njit(cache=True, nogil=True)
@@ -446,7 +463,8 @@ def score_rows(X, cand: Candidates, u: np.ndarray | None, sqnorm: np.ndarray | N
         indices = X.indices.astype(np.int64, copy=False)
         data = np.asarray(X.data, dtype=np.float64)
         dm = (dirichlet_tables(cand.ph_alpha, cand.ph_b, X) if cand.kind == DIRICHLET
-              else (np.zeros((0, 0)), np.zeros((0, 0)), np.zeros((0, 0))))
+              else (np.zeros((0, 0)), np.zeros((0, 0)), np.zeros((0, 0)), np.zeros(0, dtype=np.int64),
+                    np.zeros(0, dtype=np.int64)))
         if reached and cand.n_placeholders:
             # The product first (stored by blocks of rows), then only the table knots that
             # bound the intervals these rows' parent scores fall in, then the draws from the stored scores: the same

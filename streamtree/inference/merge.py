@@ -56,8 +56,9 @@ class CollapsedPrior:
     documents against those below it) and one per sibling group (the ``psi`` sticks of a
     parent's ordered children: each child's subtree total against its later siblings'). A move
     changes the counts on a few paths and the children of a few parents, so its prior ratio
-    needs only those terms: O(depth x branching) instead of O(K) (:meth:`delta` of a
-    :class:`PriorEdit`).
+    needs only those terms: O(depth x branching) Beta-function evaluations instead of O(K)
+    (:meth:`delta` of a :class:`PriorEdit`); an edit still copies the state and scans its rows
+    for the changed ones, O(K) array work in numba per move.
 
     The state is two arrays with one row per node (pre-order at construction; nodes a move
     creates get new rows): ``(past, past + now)`` documents at the node and in its subtree, and
@@ -239,7 +240,10 @@ class PriorEdit:
 
     def lift(self, x: int) -> None:
         """Delete the empty node ``x``; its children take its place under its parent, one level up."""
-        if not _lift(self._F, self._I, self._live_row(x)):
+        row = self._live_row(x)
+        if self._I[row, PARENT] < 0:
+            raise ValueError(f"node {x} has no parent to lift its children into")
+        if not _lift(self._F, self._I, row):
             raise ValueError(f"node {x} still holds documents: move them before lifting it")
 
 
