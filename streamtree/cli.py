@@ -45,6 +45,19 @@ def _on_sigterm(signum, frame):
     raise Terminated()
 
 
+def _interrupt_of(exc: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C or SIGTERM behind ``exc``, if any. A signal's exception raised while compiled
+    code (numba) runs a Python callback comes back wrapped, as a SystemError whose cause is the
+    interrupt; it is still the user's interrupt, not a bug."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Every option's help ends with its default, unless the help already says it."""
 
@@ -653,10 +666,13 @@ def cmd_replay(args) -> int:
         finally:
             if progress is not None:
                 progress.close()
-    except KeyboardInterrupt as exc:
-        sys.stderr.write(f"\nstreamtree: {'terminated' if isinstance(exc, Terminated) else 'interrupted'}; "
+    except BaseException as exc:
+        interrupt = _interrupt_of(exc)
+        if interrupt is None:
+            raise
+        sys.stderr.write(f"\nstreamtree: {'terminated' if isinstance(interrupt, Terminated) else 'interrupted'}; "
                          f"{_where_store_stands(args.store)}\n")
-        return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+        return EXIT_TERMINATED if isinstance(interrupt, Terminated) else EXIT_INTERRUPTED
     for note in summary.notes:
         sys.stderr.write(f"note: {note}\n")
     print(summary.format())
@@ -1025,10 +1041,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # so that the exit-time flush does not fail again
         return 0
-    except KeyboardInterrupt as exc:
-        sys.stderr.write(f"\nstreamtree: {'terminated' if isinstance(exc, Terminated) else 'interrupted'}\n")
-        return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
-    except Exception as exc:  # user errors become one line; anything else is a bug and raises
+    except BaseException as exc:
+        interrupt = _interrupt_of(exc)
+        if interrupt is not None:
+            sys.stderr.write(f"\nstreamtree: {'terminated' if isinstance(interrupt, Terminated) else 'interrupted'}\n")
+            return EXIT_TERMINATED if isinstance(interrupt, Terminated) else EXIT_INTERRUPTED
+        if not isinstance(exc, Exception):
+            raise
+        # user errors become one line; anything else is a bug and raises
         found = _user_message(exc)
         if found is None or args.verbose >= 2:  # -vv: the full traceback, for bug reports
             raise

@@ -238,3 +238,26 @@ def test_sigterm_says_where_the_store_stands(tmp_path):
     assert proc.returncode == 143, err
     assert "streamtree: terminated; the store" in err and "readable through epoch" in err and "--resume" in err
     assert not (tmp_path / "s" / "lease.json").exists()
+
+
+def test_a_sigterm_wrapped_by_compiled_code_is_still_a_sigterm(tmp_path, monkeypatch, capsys):
+    """A signal's exception raised while numba runs a Python callback comes back as a
+    SystemError caused by it: the replay still reports where the store stands and exits 143."""
+    import streamtree.cli as cli
+    import streamtree.replay as replay_module
+
+    def interrupted(*args, **kwargs):
+        try:
+            raise cli.Terminated()
+        except cli.Terminated as exc:
+            raise SystemError("CPUDispatcher(...) returned a result with an exception set") from exc
+
+    monkeypatch.setattr(replay_module, "replay", interrupted)
+    path = corpus(tmp_path / "c.parquet", [1791, 1801, 1812])
+    code = main(["replay", str(path), "--text-col", "text", "--time-col", "when", "--store", str(tmp_path / "s")])
+    assert code == 143
+    assert "streamtree: terminated; the store" in capsys.readouterr().err
+    # a bug stays a bug: an error with no interrupt behind it is raised
+    monkeypatch.setattr(replay_module, "replay", lambda *a, **k: (_ for _ in ()).throw(SystemError("a bug")))
+    with pytest.raises(SystemError, match="a bug"):
+        main(["replay", str(path), "--text-col", "text", "--time-col", "when", "--store", str(tmp_path / "s2")])
