@@ -132,6 +132,14 @@ class RowBlock:
             self._matrix = self.X[self.rows]
         return self._matrix
 
+    def dot(self, v: np.ndarray) -> np.ndarray:
+        """``X[rows] @ v``: read in place from a CSR matrix (the same sums as SciPy's product
+        of the slice), else through the slice."""
+        X = self.X
+        if sp.issparse(X) and X.format == "csr":
+            return csr_rows_dot(X.indptr, X.indices, X.data, self.rows, np.ascontiguousarray(v, dtype=np.float64))
+        return np.asarray(self.matrix @ v).ravel()
+
 
 class Likelihood(ABC):
     """One observation family: kernel coefficients, collapsed marginals, node updates.
@@ -243,8 +251,9 @@ class Likelihood(ABC):
         :meth:`log_likelihood` for one-document sets, in one vectorised pass)."""
 
     def block_log_likelihood(self, block: RowBlock, theta: np.ndarray, concentration: float) -> np.ndarray:
-        """:meth:`row_log_likelihood` of the rows of a :class:`RowBlock` (a family may override
-        it to read the rows in place instead of slicing them; the values must not change)."""
+        """:meth:`row_log_likelihood` of the rows of a :class:`RowBlock` (a family whose row
+        likelihood is a function of ``x . v`` overrides it with :meth:`RowBlock.dot`, which
+        reads the rows in place; the values must not change)."""
         return self.row_log_likelihood(block.matrix, theta, concentration)
 
     # ------------------------------------------------------------------ identity across epochs

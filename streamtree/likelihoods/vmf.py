@@ -37,12 +37,11 @@ from collections import OrderedDict
 import numpy as np
 from numba import njit, prange
 from numpy.typing import ArrayLike
-import scipy.sparse as sp
 from scipy.special import gammaln, ive
 
 from streamtree.inference.enumerated import VMF, Candidates
 from streamtree.inference.theta_map import map_theta_vmf
-from streamtree.likelihoods.base import Likelihood, RowBlock, WordTopics, csr_rows_dot, finite_csr
+from streamtree.likelihoods.base import Likelihood, RowBlock, WordTopics, finite_csr
 
 __all__ = [
     "VonMisesFisher",
@@ -933,11 +932,7 @@ class VonMisesFisher(WordTopics, Likelihood):
             X @ theta).ravel()
 
     def block_log_likelihood(self, block: RowBlock, theta, concentration):
-        X = block.X
-        if not (sp.issparse(X) and X.format == "csr"):
-            return super().block_log_likelihood(block, theta, concentration)
-        dots = csr_rows_dot(X.indptr, X.indices, X.data, block.rows, np.ascontiguousarray(theta, dtype=np.float64))
-        return log_normalizer_nb(float(self.n_features), float(concentration)) + concentration * dots
+        return log_normalizer_nb(float(self.n_features), float(concentration)) + concentration * block.dot(theta)
 
     def _pooled_concentration(self, n: float, t: float) -> float:
         """The maximum-likelihood concentration shared by documents: ``A_p(beta) = t / n``."""
