@@ -346,8 +346,8 @@ class EpochSampler:
             arrays = st.tree.arrays()
             params = stick_params(arrays, st.own_counts(arrays.ids, current), **cfg.stick_kwargs())
             log_pi, log_res = log_masses(arrays, sample_sticks(params, self.rng))
-            # a transposed view of a (p, K) work matrix: the kernel's (p, K) coefficients need no copy
-            # K x p entries of one kept buffer, read by theta_columns as a (p, K) matrix
+            # the nodes' parameters as the columns of a (p, K) matrix in a kept buffer, handed to the
+            # likelihood as its transposed view: the kernel's (p, K) coefficients need no copy
             work = self._work("theta_cols", arrays.ids.size, st.nodes.theta.shape[1]).reshape(-1)
             theta_cols = st.nodes.theta_columns(arrays.ids, work)
             cand, ph_rows = lik.kernel(arrays, theta_cols.T, st.nodes.concentration_of(arrays.ids), log_pi, log_res)
