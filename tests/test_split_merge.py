@@ -1,11 +1,15 @@
 """The split-merge moves leave their target invariant: checked by enumeration on tiny cases.
 
+The target's prior is the windowed one, p(z_window | tree): past window counts are observed
+assignments attached to their nodes, and the tree they hang in is part of the state.
+
 States: the documents' nodes, where fixed nodes (with past window counts and given parameters)
 may hold documents and every fixed node below the depth cap has an ordered list of newborn
-leaves at the depth cap. A newborn leaf's parameter is part of the state; its marginal target
-integrates it out under the parent link. Draw assignments from that exact marginal and the
-newborn parameters from their conditionals, apply split-merge attempts, and compare the
-distribution of the resulting assignments with the target by a chi-square test.
+leaves at the depth cap (:class:`Case`; :class:`NestedCase` also lets newborn nodes have newborn
+children, as splits that adopt siblings make them). A newborn leaf's parameter is part of the
+state; its marginal target integrates it out under the parent link. Draw assignments from that
+exact marginal and the newborn parameters from their conditionals, apply split-merge attempts,
+and compare the distribution of the resulting assignments with the target by a chi-square test.
 """
 
 from __future__ import annotations
@@ -108,7 +112,7 @@ class Case:
         arr = tree.arrays()
         now = np.array([np.sum(labels == i) for i in arr.ids], dtype=float)
         past = np.array([self.past.get(int(i), 0) for i in arr.ids], dtype=float)
-        out = collapsed_log_prior(arr, past, now, **self.kw)
+        out = collapsed_log_prior(arr, np.zeros_like(past), past + now, **self.kw)  # p(z_window | tree)
         for nid in np.unique(labels):
             rows = np.flatnonzero(labels == nid)
             sub = self.X[rows]
@@ -237,7 +241,8 @@ def test_relocation_keeps_the_target():
         sub = X[:2]
         docs = DocumentSet(2.0, np.asarray(sub.sum(axis=0)).ravel(), 2.0)
         d = t.depth[b]
-        return collapsed_log_prior(arr, pst, now, **kw) + lik.log_marginal(docs, theta[place[0]], conc[place[0]], d)
+        return (collapsed_log_prior(arr, np.zeros_like(pst), pst + now, **kw)
+                + lik.log_marginal(docs, theta[place[0]], conc[place[0]], d))
 
     logp = np.array([log_target(pl) for pl in places])
     p = np.exp(logp - logp.max())
@@ -283,7 +288,7 @@ def test_the_move_index_follows_accepted_moves():
         arr = st.tree.arrays()
         now = np.array([np.sum(st.labels == i) for i in arr.ids], dtype=float)
         past = np.array([st.past.get(int(i), 0) for i in arr.ids], dtype=float)
-        return collapsed_log_prior(arr, past, now, **kw)
+        return collapsed_log_prior(arr, np.zeros_like(past), past + now, **kw)
 
     kinds = set()
     for _ in range(300):
@@ -295,7 +300,7 @@ def test_the_move_index_follows_accepted_moves():
         fresh = DocumentIndex(st)
         assert idx.rows.keys() == fresh.rows.keys()
         assert all(np.array_equal(idx.rows[k], fresh.rows[k]) for k in idx.rows)
-        again = CollapsedPrior(st.tree, st.past, fresh.counts())
+        again = CollapsedPrior(st.tree, {}, {i: fresh.count(i) + st.past.get(i, 0) for i in st.tree.parent})
         assert idx.prior.own == again.own and idx.prior.sub == again.sub
         assert idx.preorder() == st.tree.preorder()
     assert kinds == {"split", "merge", "relocate"}
@@ -323,3 +328,228 @@ def test_document_set_reads_any_input_without_changing_it(fmt):
     assert d.n == 3.0
     np.testing.assert_allclose(d.s, sub.sum(axis=0), rtol=1e-6)
     assert d.sumsq == pytest.approx(float((sub ** 2).sum()), rel=1e-6)
+
+
+def _set_partitions(items):
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for part in _set_partitions(rest):
+        yield [(first,)] + part
+        for k in range(len(part)):
+            yield part[:k] + [(first,) + part[k]] + part[k + 1:]
+
+
+class NestedCase:
+    """Fixed nodes (the root and carried children, with past window counts and given
+    parameters) and every forest of newborn nodes under them within the depth cap, each newborn
+    holding at least one document, in every order among its siblings (fixed siblings keep
+    theirs). Newborn nodes may have newborn children, so splits that adopt siblings and merges
+    that lift children are reachable.
+
+    Target: p(z_window | tree) times the data, every newborn parameter integrated out under its
+    parent link. Two words (V = 2, multinomial): a newborn's word distribution is one number
+    ``t``, and a newborn with newborn children (leaves at the depth cap) is integrated by
+    Gauss-Legendre quadrature over ``t`` of its link, its documents' likelihood and its
+    children's collapsed marginals.
+    """
+
+    def __init__(self, lik, X, fixed_parent, theta, past, max_depth, kw):
+        self.lik, self.X, self.fixed_parent, self.theta = lik, X, fixed_parent, theta
+        self.conc = {f: 1.0 for f in fixed_parent}  # unused by the multinomial
+        self.past, self.max_depth, self.kw = past, max_depth, kw
+        self.n = X.shape[0]
+        self.nodes_t, self.weights_t = np.polynomial.legendre.leggauss(200)
+        self.nodes_t, self.weights_t = 0.5 * (self.nodes_t + 1.0), 0.5 * self.weights_t
+        self.keys, self.logp, self._trees = [], [], []
+        seen = set()
+        for tree, labels in self._states():
+            key = self.key(tree, labels)
+            if key in seen:
+                continue
+            seen.add(key)
+            self.keys.append(key)
+            self._trees.append((tree, labels))
+            self.logp.append(self.log_target(tree, labels))
+        self.index = {k: s for s, k in enumerate(self.keys)}
+        self.logp = np.array(self.logp)
+
+    def _fixed_tree(self):
+        t = TSSBTree(self.max_depth)
+        for f, par in self.fixed_parent.items():
+            if f != ROOT:
+                assert t.add_child(par) == f
+        return t
+
+    def _states(self):
+        base = self._fixed_tree()
+        hosts = [f for f in self.fixed_parent if not base.at_cap(f)]
+        slots = [f for f in self.fixed_parent if f != ROOT or self.kw["root_holds_data"]] + [None]
+        for assign in itertools.product(slots, repeat=self.n):
+            new_docs = [r for r, a in enumerate(assign) if a is None]
+            for groups in _set_partitions(new_docs):
+                G = len(groups)
+                options = [("f", h) for h in hosts] + [("g", k) for k in range(G)]
+                for parents in itertools.product(options, repeat=G):
+                    depth = {}
+
+                    def depth_of(k, seen=()):
+                        if k in seen:
+                            return None
+                        kind, p = parents[k]
+                        if kind == "f":
+                            return base.depth[p] + 1
+                        d = depth_of(p, seen + (k,))
+                        return None if d is None else d + 1
+
+                    ok = True
+                    for k in range(G):
+                        depth[k] = depth_of(k)
+                        ok &= depth[k] is not None and depth[k] <= self.max_depth
+                    if not ok:
+                        continue
+                    order = sorted(range(G), key=lambda k: depth[k])  # parents before children
+                    kids = {}
+                    for k in range(G):
+                        kids.setdefault(parents[k], []).append(k)
+                    ords = []
+                    par_keys = list(kids) + [("f", h) for h in hosts if ("f", h) not in kids]
+                    for pk in par_keys:
+                        fixed = list(base.children[pk[1]]) if pk[0] == "f" else []
+                        every = itertools.permutations([("n", k) for k in kids.get(pk, [])] + [("x", c) for c in fixed])
+                        ords.append([q for q in every if [c for kind, c in q if kind == "x"] == fixed])
+                    for choice in itertools.product(*ords):
+                        tree = self._fixed_tree()
+                        ids = {}
+                        for k in order:
+                            kind, p = parents[k]
+                            ids[k] = tree.add_child(p if kind == "f" else ids[p], born=1)
+                        for pk, seq in zip(par_keys, choice):
+                            node = pk[1] if pk[0] == "f" else ids[pk[1]]
+                            tree.children[node] = [ids[c] if kind == "n" else c for kind, c in seq]
+                        labels = np.empty(self.n, dtype=np.int64)
+                        for r, a in enumerate(assign):
+                            labels[r] = a if a is not None else next(ids[k] for k, g in enumerate(groups) if r in g)
+                        yield tree, labels
+
+    def key(self, tree, labels):
+        name = {}
+        for nid in tree.parent:
+            if nid in self.fixed_parent:
+                name[nid] = ("f", nid)
+            else:
+                rows = tuple(np.flatnonzero(labels == nid).tolist())
+                assert rows, "a newborn node without documents"
+                name[nid] = ("g", rows)
+        shape = tuple(sorted((name[p], tuple(name[c] for c in tree.children[p])) for p in tree.parent))
+        return tuple(name[int(x)] for x in labels), shape
+
+    def _docs(self, labels, nid):
+        rows = np.flatnonzero(labels == nid)
+        sub = self.X[rows]
+        return DocumentSet(float(rows.size), np.asarray(sub.sum(axis=0), dtype=float).ravel(),
+                           float(sub.multiply(sub).sum()))
+
+    def _log_integrand(self, tree, labels, nid, t):
+        """log of the link, the documents' likelihood and the children's marginals of newborn
+        ``nid`` (with newborn children) at word distribution ``(t, 1 - t)``."""
+        lik, par, d = self.lik, tree.parent[nid], tree.depth[nid]
+        th = np.array([t, 1.0 - t])
+        out = lik.log_link(th, self.theta[par], d) + lik.log_likelihood(self._docs(labels, nid), th, 1.0)
+        for c in tree.children[nid]:
+            assert not tree.children[c]
+            out += lik.log_marginal(self._docs(labels, c), th, 1.0, d + 1)
+        return out
+
+    def log_target(self, tree, labels):
+        arr = tree.arrays()
+        now = np.array([np.sum(labels == i) for i in arr.ids], dtype=float)
+        past = np.array([self.past.get(int(i), 0) for i in arr.ids], dtype=float)
+        out = collapsed_log_prior(arr, np.zeros_like(past), past + now, **self.kw)
+        for nid in tree.parent:
+            if nid in self.fixed_parent:
+                if np.any(labels == nid):
+                    out += self.lik.log_likelihood(self._docs(labels, nid), self.theta[nid], 1.0)
+            elif tree.parent[nid] in self.fixed_parent:
+                if not tree.children[nid]:
+                    out += self.lik.log_marginal(self._docs(labels, nid), self.theta[tree.parent[nid]], 1.0,
+                                                 tree.depth[nid])
+                else:
+                    f = np.array([self._log_integrand(tree, labels, nid, t) for t in self.nodes_t])
+                    out += float(np.log(np.sum(self.weights_t * np.exp(f - f.max()))) + f.max())
+        return out
+
+    def move_state(self, s, rng):
+        """State ``s`` with newborn parameters drawn from their exact conditionals (a newborn with
+        newborn children by rejection: proposed from its conditional given its own documents,
+        accepted with its children's marginal likelihood, a probability of their tokens)."""
+        tree0, labels0 = self._trees[s]
+        tree = TSSBTree(self.max_depth)
+        tree.parent, tree.children = dict(tree0.parent), {k: list(v) for k, v in tree0.children.items()}
+        tree.depth, tree.born, tree.next_id = dict(tree0.depth), dict(tree0.born), tree0.next_id
+        labels = labels0.copy()
+        lik = self.lik
+        theta = dict(self.theta)
+        conc = dict(self.conc)
+        for nid in tree.preorder():
+            if nid in theta:
+                continue
+            par, d = tree.parent[nid], tree.depth[nid]
+            docs = self._docs(labels, nid)
+            conc[nid] = lik.new_node_concentration(conc[par], d)
+            while True:
+                th = lik.sample_node_theta(theta[par], conc[nid], d, docs, rng)
+                kids = sum(lik.log_marginal(self._docs(labels, c), th, 1.0, d + 1) for c in tree.children[nid])
+                if np.log(rng.random()) < kids:
+                    break
+            theta[nid] = th
+        return MoveState(tree, labels, self.X, dict(self.past), theta, conc,
+                         {f for f in self.fixed_parent if f != ROOT})
+
+
+def _nested_multinomial_case():
+    variant = resolve_variant("dtssbp", window=2, max_depth=2, gamma=0.5, xi=0.001)
+    lik = Multinomial(variant, 2, kappa0=2.0, kappa1=0.75, a=0.0, min_node_docs=2)
+    X = sp.csr_matrix(np.array([[3, 0], [3, 0], [0, 3]], dtype=float))
+    theta = {ROOT: np.array([0.5, 0.5]), 1: np.array([0.5, 0.5])}
+    # a deep, bushy prior, so that newborn nodes with newborn children carry weight
+    kw = dict(alpha0=3.0, lam=1.0, gamma=1.5, max_depth=2, root_holds_data=False)
+    return NestedCase(lik, X, {ROOT: -1, 1: ROOT}, theta, {ROOT: 2, 1: 3}, 2, kw)
+
+
+def test_moves_keep_the_windowed_target_with_carried_nodes_and_adoption():
+    """A carried child with past documents, newborn nodes beside and below it, and newborn nodes
+    with newborn children (depth cap 2): splits that adopt siblings, merges that lift
+    children, and relocations that put a new node before or after the carried child all leave
+    p(z_window | tree) x data invariant. A move that ignored where the past documents hang
+    (conditioning on them) fails this."""
+    case = _nested_multinomial_case()
+    rng = np.random.default_rng(7)
+    p = np.exp(case.logp - case.logp.max())
+    p /= p.sum()
+    moves = SplitMerge(case.lik, case.kw)
+    n_draws = 4000
+    hist = np.zeros(len(case.keys))
+    accepted = adopted = lifted = 0
+    for s in rng.choice(len(case.keys), size=n_draws, p=p):
+        st = case.move_state(s, rng)
+        for _ in range(3):
+            accepted += moves.relocate(st, rng) is not None
+            kids_before = {k: len(v) for k, v in st.tree.children.items()}
+            res = moves.attempt(st, rng, born=1)
+            if res is not None:
+                accepted += 1
+                if res.kind == "split" and st.tree.children[res.node]:
+                    adopted += 1
+                if res.kind == "merge" and kids_before.get(res.node):
+                    lifted += 1
+        hist[case.index[case.key(st.tree, st.labels)]] += 1
+    # newborn nodes with newborn children hold ~6% of the target: adoptions and lifts are rare
+    assert accepted > 2000 and adopted >= 10 and lifted >= 3
+    expected = p * n_draws
+    keep = expected >= 5
+    obs = np.append(hist[keep], hist[~keep].sum())
+    exp_ = np.append(expected[keep], expected[~keep].sum())
+    stat = float(np.sum((obs - exp_) ** 2 / exp_))
+    assert chi2.sf(stat, df=obs.size - 1) > 1e-3

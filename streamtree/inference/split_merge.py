@@ -9,18 +9,29 @@ A move shuffles the current epoch's documents between a node ``a`` and a node ``
 * ``b`` *kept*: a child or sibling of ``a`` that the window keeps alive (past counts) and that
   holds no current documents in the merged state; a split refills it, a merge empties it.
 
-Target. The joint posterior of the epoch's assignments ``z`` and the node parameters given the
-parameters of every node the move does not create, the past window counts and the tree,
+Target. The joint posterior of the epoch's assignments ``z``, the tree's shape and the node
+parameters given the parameters of every node the move does not create and the past window
+counts,
 
-    pi(z, theta) = p(z | past counts, tree) x prod_links p(theta_c | theta_parent) x prod_x f(x | theta_z(x)),
+    pi(z, tree, theta) = p(z_window | tree) x prod_links p(theta_c | theta_parent) x prod_x f(x | theta_z(x)),
 
 with the sticks integrated out of the first factor
-(:func:`streamtree.inference.merge.collapsed_log_prior`). A split that creates ``b`` draws its
-parameter from its exact conditional given its documents and parent
-(:meth:`Likelihood.sample_node_theta`) and a merge drops it (reversible jump with the
-conditional as proposal), so the acceptance ratio only holds the collapsed marginal
+(:func:`streamtree.inference.merge.collapsed_log_prior` with no past). ``z_window`` is the
+window's assignments, past and current: the past documents are observed assignments attached
+to their node ids (no move changes them, and they have no likelihood: their data are gone), and
+the tree they hang in is part of the state. A move that changes the tree's shape (a new node
+inserted before carried siblings or adopting a block of children, a merge lifting a node's
+children, a relocation) changes the probability of the past documents below and beside it,
+and the prior ratio counts that change. This is the hyperparameter sampler's target (and the
+internal merge's); conditioning on the past, p(z | past counts, tree), would let such moves
+shift the past documents for free.
+
+A split that creates ``b`` draws its parameter from its exact conditional given its documents
+and parent (:meth:`Likelihood.sample_node_theta`) and a merge drops it (reversible jump with
+the conditional as proposal), so the acceptance ratio only holds the collapsed marginal
 (:meth:`Likelihood.log_marginal`) of ``b``'s documents against their likelihood at ``a``
-(``f`` factorises over documents): O(nnz) of the moved documents plus O(p).
+(``f`` factorises over documents), plus the link changes of the children ``b`` adopts:
+O(nnz) of the moved documents plus O(p).
 
 Proposal (one attempt). With probability 1/2 draw a document ``i`` uniformly and ``j``
 uniformly among the other documents of ``i``'s node ``a``; else draw an occupied node ``b``
@@ -106,7 +117,13 @@ class DocumentIndex:
         ids, starts = np.unique(labels[order], return_index=True)
         self.rows: dict[int, np.ndarray] = {
             int(i): order[a:b] for i, a, b in zip(ids, starts, list(starts[1:]) + [labels.size])}
-        self.prior = CollapsedPrior(st.tree, st.past, self.counts())
+        # the target's prior is p(z_window | tree): past and current documents alike are
+        # observed assignments (see the module docstring), so the past counts go in as counts
+        windowed = self.counts()
+        for i, k in st.past.items():
+            if k:
+                windowed[i] = windowed.get(i, 0) + k
+        self.prior = CollapsedPrior(st.tree, {}, windowed)
         self.tree = st.tree
         self._past, self._carried = st.past, st.carried
         self._order: list[int] | None = None
