@@ -143,3 +143,43 @@ def test_a_stored_vocabulary_keeps_counting_terms_that_became_stop_words(monkeyp
     monkeypatch.undo()
     restored = TextVectorizer.from_arrow(table)
     np.testing.assert_array_equal(restored.transform(["applause tax"]).toarray(), want)
+
+
+def test_web_and_mail_addresses_are_not_terms():
+    """Commit messages, changelogs and posts carry URLs and e-mail addresses; their pieces
+    ("https", "github", "com", a user's name and host) must not become terms."""
+    docs = ["Fix the parser, see https://github.com/pallets/flask/issues/12 for details",
+            "Signed-off-by: Jane Roe <jane.roe@example-4.com>",
+            "parser docs at WWW.Example.org/docs; mail bugs@lists.example.net",
+            "git clone git+ssh://host.example/repo.git then fix the parser (http://x.io).",
+            "an email@ alone is no address"]
+    v = TextVectorizer(min_df=1, max_df=1.0, stop_words=None).fit(docs)
+    terms = set(v.vocabulary_)
+    assert not terms & {"https", "http", "github", "com", "pallets", "flask", "issues", "example", "org",
+                        "www", "lists", "net", "ssh", "host", "repo", "io", "bugs"}
+    # the words around them stay, a display name too (it is text, not an address)
+    assert terms == {"fix", "the", "parser", "see", "for", "details", "signed", "off", "by", "jane", "roe", "docs",
+                     "at", "mail", "git", "clone", "then", "an", "email", "alone", "is", "no", "address"}
+    # the same texts without the rule keep the pieces (the rule is what removes them)
+    kept = set(TextVectorizer(min_df=1, max_df=1.0, stop_words=None, strip_addresses=False).fit(docs).vocabulary_)
+    assert {"https", "github", "com", "pallets", "example", "bugs"} <= kept
+    counts = v.transform(["Parser: https://parser.example/parser PARSER"]).toarray().ravel()
+    assert counts[v.vocabulary_.tolist().index("parser")] == 2  # lower-cased as before, the URL's copy gone
+
+
+def test_vocabularies_stored_before_addresses_were_removed_keep_them():
+    """A store fitted when addresses were still tokenised has no ``strip_addresses`` in its
+    metadata: restoring it must count as it was fitted (resume, serve, assign)."""
+    import json
+
+    v = TextVectorizer(min_df=1, max_df=1.0, stop_words=None, strip_addresses=False).fit(
+        ["see https://github.com/x", "github parser"])
+    table = v.to_arrow()
+    meta = json.loads(table.schema.metadata[b"streamtree.vectorizer"])
+    del meta["params"]["strip_addresses"]
+    old = table.replace_schema_metadata({b"streamtree.vectorizer": json.dumps(meta).encode()})
+    restored = TextVectorizer.from_arrow(old)
+    assert restored.strip_addresses is False
+    np.testing.assert_array_equal(restored.transform(["https://github.com/y"]).toarray(),
+                                  v.transform(["https://github.com/y"]).toarray())
+    assert TextVectorizer.from_arrow(small().fit(["tax cut", "war"]).to_arrow()).strip_addresses is True
