@@ -21,6 +21,7 @@ status 0.
 from __future__ import annotations
 
 import argparse
+import bisect
 import logging
 import sys
 from collections.abc import Sequence
@@ -472,9 +473,22 @@ def resolve_epoch(entries: list[dict], text: str) -> dict:
     for e in entries:
         if idx is not None and e["epoch"] == idx:
             return e
-    shown = ", ".join(f"{e['epoch']} ({e['label']})" for e in entries[:12])
+    def said(es):
+        return ", ".join(f"{e['epoch']} ({e['label']})" for e in es)
+
+    if len(entries) <= 12:
+        raise _UserError(f"no published epoch {text!r}", "--epoch", f"use an index or label among: {said(entries)}")
+    # Long runs (weekly epochs over years): the span, and the published epochs whose labels
+    # sort either side of the one asked for (labels are dates, years or decades, in time order)
+    labels = [str(e.get("label")) for e in entries]
+    nearest = ""
+    if (idx is None or len(text) >= 4) and labels == sorted(labels):  # an index, not a year: no neighbours
+        at = bisect.bisect_left(labels, text)
+        near = entries[max(at - 1, 0):at + 1]
+        nearest = f"; published epochs nearest to {text!r}: {said(near)}"
     raise _UserError(f"no published epoch {text!r}", "--epoch",
-                     f"use an index or label among: {shown}{' ...' if len(entries) > 12 else ''}")
+                     f"use an index or label among {len(entries)} published epochs: {said(entries[:3])} ... "
+                     f"{said(entries[-1:])}{nearest} (streamtree show STORE | grep ^epoch lists them)")
 
 
 LEGEND = ("* born this epoch, < born by splitting from another node, ^ parent changed; counts are the "

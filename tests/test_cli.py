@@ -156,6 +156,25 @@ def test_show_errors_name_the_choices(store, capsys):
     assert "node 99999 never appears" in capsys.readouterr().err
 
 
+def test_an_unknown_epoch_of_a_long_run_names_its_span_and_neighbours():
+    """Weekly epochs over years: the error cannot list 500 labels, but gives the span and the
+    published epochs either side of the label asked for (a date inside a week finds its week)."""
+    from streamtree.cli import _UserError, resolve_epoch
+
+    weeks = [{"epoch": 2 * k, "label": f"2010-{1 + k // 4:02d}-{1 + 7 * (k % 4):02d}"} for k in range(40)]
+    assert resolve_epoch(weeks, "2010-03-08")["epoch"] == 18 and resolve_epoch(weeks, "6")["epoch"] == 6
+    with pytest.raises(_UserError) as err:
+        resolve_epoch(weeks, "2010-03-10")
+    msg = str(err.value)
+    assert "40 published epochs: 0 (2010-01-01), 2 (2010-01-08), 4 (2010-01-15) ... 78 (2010-10-22)" in msg
+    assert "nearest to '2010-03-10': 18 (2010-03-08), 20 (2010-03-15)" in msg
+    with pytest.raises(_UserError, match=r"nearest to '2009': 0 \(2010-01-01\) \("):
+        resolve_epoch(weeks, "2009")
+    with pytest.raises(_UserError) as err:
+        resolve_epoch(weeks, "7")  # an index that is not published: no label neighbours
+    assert "nearest" not in str(err.value) and "... 78 (2010-10-22)" in str(err.value)
+
+
 def test_existing_store_is_refused_with_advice(corpus, store, capsys):
     argv = ["replay", str(corpus), "--text-col", "text", "--time-col", "year", "--id-col", "doc_id",
             "--quiet", "--store", store, *FAST]
