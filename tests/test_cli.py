@@ -276,6 +276,25 @@ def test_version_and_help_show_defaults(capsys):
     assert "(default: auto)" in text and "(default: 0.5)" in text and "(default: 10y)" in text
 
 
+def test_every_option_of_every_command_names_its_default():
+    """Options that take a value and are not required say what happens when they are not given,
+    including defaults of 0 (which argparse's formatter would skip, since 0 == False)."""
+    import argparse
+
+    from streamtree.cli import build_parser
+
+    commands = build_parser()._subparsers._group_actions[0].choices
+    missing = []
+    for name, parser in commands.items():
+        helps = {a.dest: " ".join(parser._get_formatter()._expand_help(a).split())
+                 for a in parser._actions if a.option_strings and a.help and a.nargs != 0 and not a.required}
+        missing += [f"{name} {dest}: {text}" for dest, text in helps.items() if "default" not in text]
+        assert all(a.help for a in parser._actions if a.option_strings), name
+    assert not missing, missing
+    show = {a.dest: a for a in commands["show"]._actions}
+    assert "(default: 0)" in commands["show"]._get_formatter()._expand_help(show["min_docs"])
+
+
 def test_show_into_a_closed_pipe_exits_quietly(store):
     import subprocess
     import sys
