@@ -33,10 +33,14 @@ from streamtree.likelihoods import DEFAULT_LIKELIHOOD, LIKELIHOODS
 # numbers ("1790", "$5") never become terms.
 TOKEN_PATTERN = r"(?u)\b[^\W\d_]{2,}\b"
 _META_KEY = b"streamtree.vectorizer"
-#: Web addresses (a scheme such as ``https://`` or a leading ``www.``) and e-mail addresses. Their
-#: pieces ("https", "www", "com", "github", a mailer's user and host names) are not words of the
-#: text; in commit messages, changelogs, mail and posts they topped nodes.
-ADDRESS_PATTERN = re.compile(r"(?i)\b(?:[a-z][a-z0-9+.-]*://|www\.)\S+|[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+#: Web addresses (a scheme such as ``https://``, a leading ``www.``, or a bare host name under a
+#: common top-level domain, with what follows it: ``github.com:user/repo``), and e-mail addresses.
+#: Their pieces ("https", "www", "com", "github", a mailer's user and host names) are not words
+#: of the text; in commit messages, changelogs, mail and posts they topped nodes.
+_DOMAINS = ("com", "org", "net", "edu", "gov", "io")
+ADDRESS_PATTERN = re.compile(r"(?i)\b(?:[a-z][a-z0-9+.-]*://|www\.)\S+|[\w.+-]+@[\w-]+(?:\.[\w-]+)+"
+                             r"|\b(?:[a-z0-9-]+\.)+(?:" + "|".join(_DOMAINS) + r")\b(?:[:/]\S*)?")
+_ADDRESS_HINTS = ("@", "://", "www.", *(f".{d}" for d in _DOMAINS))
 
 # The one place the text defaults are written: the CLI, replay, serve and the demo read them here.
 #: drop terms in fewer documents than this
@@ -281,7 +285,8 @@ class TextVectorizer(TransformerMixin, BaseEstimator):
 
 
 def _without_addresses(text: str, lowercase: bool) -> str:
-    if "@" in text or "://" in text or "www." in text.lower():  # most texts have none: skip the regex
+    low = text.lower()
+    if any(h in low for h in _ADDRESS_HINTS):  # most texts have none: skip the regex
         text = ADDRESS_PATTERN.sub(" ", text)
     return text.lower() if lowercase else text
 
