@@ -17,8 +17,8 @@ from streamtree.text import TextVectorizer
 SOTU = Path(__file__).resolve().parents[1] / "examples" / "data" / "sotu_paragraphs.parquet"
 
 
-def small():
-    return TextVectorizer(min_df=1, max_df=1.0, stop_words="english", norm="l2")
+def small(**kw):
+    return TextVectorizer(min_df=1, max_df=1.0, stop_words="english", norm="l2", **{"weighting": "tf", **kw})
 
 
 def test_default_rows_are_counts_the_default_model_fits():
@@ -45,6 +45,20 @@ def test_exact_l2_normalised_term_frequencies():
     np.testing.assert_allclose(X.toarray(), expected, rtol=0, atol=1e-15)
     assert not empty.any()
     np.testing.assert_array_equal(v.document_frequency_, [2, 2, 1])
+
+
+def test_vmf_rows_default_to_exact_tfidf():
+    """``norm="l2"`` rows are tf-idf unless ``weighting="tf"``: counts times
+    log((1 + n) / (1 + df)) + 1 of the fitting corpus, then unit length; raw counts ignore it."""
+    docs = ["Apple apple banana", "banana cherry cherry cherry", "apple 1790 $5 the", "banana"]
+    v = TextVectorizer(min_df=1, max_df=1.0, norm="l2").fit(docs)
+    assert v.weighting == "tfidf" and v.vocabulary_.tolist() == ["apple", "banana", "cherry"]
+    idf = np.log(5.0 / (1.0 + np.array([2, 3, 1]))) + 1.0
+    expected = np.array([[2, 1, 0], [0, 1, 3], [1, 0, 0], [0, 1, 0]], dtype=float) * idf
+    expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    np.testing.assert_allclose(v.transform(docs).toarray(), expected, rtol=0, atol=1e-15)
+    counts = TextVectorizer(min_df=1, max_df=1.0).fit(docs).transform(docs).toarray()
+    np.testing.assert_array_equal(counts, [[2, 1, 0], [0, 1, 3], [1, 0, 0], [0, 1, 0]])
 
 
 def test_unicode_tokens():
@@ -185,3 +199,11 @@ def test_vocabularies_stored_before_addresses_were_removed_keep_them():
     np.testing.assert_array_equal(restored.transform(["https://github.com/y"]).toarray(),
                                   v.transform(["https://github.com/y"]).toarray())
     assert TextVectorizer.from_arrow(small().fit(["tax cut", "war"]).to_arrow()).strip_addresses is True
+    # and a vMF vocabulary stored before tf-idf weighting existed keeps plain term frequencies
+    tf = small().fit(["tax cut", "tax war", "peace"])
+    meta = json.loads(tf.to_arrow().schema.metadata[b"streamtree.vectorizer"])
+    del meta["params"]["weighting"]
+    older = tf.to_arrow().replace_schema_metadata({b"streamtree.vectorizer": json.dumps(meta).encode()})
+    assert TextVectorizer.from_arrow(older).weighting == "tf"
+    np.testing.assert_array_equal(TextVectorizer.from_arrow(older).transform(["tax war war"]).toarray(),
+                                  tf.transform(["tax war war"]).toarray())
