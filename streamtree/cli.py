@@ -226,7 +226,8 @@ def _add_model_args(p: argparse.ArgumentParser, *, for_evaluate: bool = False) -
 
     p = argparse.Namespace(add_argument=option)
     p.add_argument("--likelihood",
-                   help="topic family: vmf (unit term-frequency rows) or multinomial (word counts, Dirichlet links)")
+                   help="topic family: vmf (unit tf-idf rows, see --weighting) or multinomial (word counts, "
+                        "Dirichlet links)")
     p.add_argument("--window", type=_window, help="epochs in the stick window (int or inf)")
     if not for_evaluate:
         p.add_argument("--max-depth", type=int, help="deepest node depth, root = 0")
