@@ -64,8 +64,8 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
     def _get_help_string(self, action):
         text = action.help or ""
-        # identity, not ==: a default of 0 is a value to show (0 == False)
-        if "default" in text or any(action.default is v for v in (None, False, argparse.SUPPRESS)) or action.nargs == 0:
+        unset = any(action.default is v for v in (None, False, argparse.SUPPRESS))  # is, not ==: 0 == False
+        if "default" in text or unset or action.nargs == 0:
             return text
         return super()._get_help_string(action)
 
