@@ -156,6 +156,25 @@ def test_show_errors_name_the_choices(store, capsys):
     assert "node 99999 never appears" in capsys.readouterr().err
 
 
+def test_an_unknown_epoch_of_a_long_run_names_its_span_and_neighbours():
+    """Weekly epochs over years: the error cannot list 500 labels, but gives the span and the
+    published epochs either side of the label asked for (a date inside a week finds its week)."""
+    from streamtree.cli import _UserError, resolve_epoch
+
+    weeks = [{"epoch": 2 * k, "label": f"2010-{1 + k // 4:02d}-{1 + 7 * (k % 4):02d}"} for k in range(40)]
+    assert resolve_epoch(weeks, "2010-03-08")["epoch"] == 18 and resolve_epoch(weeks, "6")["epoch"] == 6
+    with pytest.raises(_UserError) as err:
+        resolve_epoch(weeks, "2010-03-10")
+    msg = str(err.value)
+    assert "40 published epochs: 0 (2010-01-01), 2 (2010-01-08), 4 (2010-01-15) ... 78 (2010-10-22)" in msg
+    assert "nearest to '2010-03-10': 18 (2010-03-08), 20 (2010-03-15)" in msg
+    with pytest.raises(_UserError, match=r"nearest to '2009': 0 \(2010-01-01\) \("):
+        resolve_epoch(weeks, "2009")
+    with pytest.raises(_UserError) as err:
+        resolve_epoch(weeks, "7")  # an index that is not published: no label neighbours
+    assert "nearest" not in str(err.value) and "... 78 (2010-10-22)" in str(err.value)
+
+
 def test_existing_store_is_refused_with_advice(corpus, store, capsys):
     argv = ["replay", str(corpus), "--text-col", "text", "--time-col", "year", "--id-col", "doc_id",
             "--quiet", "--store", store, *FAST]
@@ -255,6 +274,25 @@ def test_version_and_help_show_defaults(capsys):
     text = " ".join(build_parser()._subparsers._group_actions[0].choices["replay"].format_help().split())
     assert f"Gibbs sweeps per epoch (default: {DTSSBP().n_sweeps})" in text
     assert "(default: auto)" in text and "(default: 0.5)" in text and "(default: 10y)" in text
+
+
+def test_every_option_of_every_command_names_its_default():
+    """Options that take a value and are not required say what happens when they are not given,
+    including defaults of 0 (which argparse's formatter would skip, since 0 == False)."""
+    import argparse
+
+    from streamtree.cli import build_parser
+
+    commands = build_parser()._subparsers._group_actions[0].choices
+    missing = []
+    for name, parser in commands.items():
+        helps = {a.dest: " ".join(parser._get_formatter()._expand_help(a).split())
+                 for a in parser._actions if a.option_strings and a.help and a.nargs != 0 and not a.required}
+        missing += [f"{name} {dest}: {text}" for dest, text in helps.items() if "default" not in text]
+        assert all(a.help for a in parser._actions if a.option_strings), name
+    assert not missing, missing
+    show = {a.dest: a for a in commands["show"]._actions}
+    assert "(default: 0)" in commands["show"]._get_formatter()._expand_help(show["min_docs"])
 
 
 def test_show_into_a_closed_pipe_exits_quietly(store):

@@ -47,6 +47,8 @@ COMMON_FORMATS = (
     "%m/%d/%y", "%d/%m/%y",
     "%b %d, %Y", "%B %d, %Y", "%b %d %Y", "%d %b %Y", "%d %B %Y", "%d-%b-%Y",
     "%a, %d %b %Y %H:%M:%S", "%a %b %d %H:%M:%S %Y",
+    # RFC 2822 with its zone offset: mail, RSS, git and Debian changelog dates
+    "%a, %d %b %Y %H:%M:%S %z", "%d %b %Y %H:%M:%S %z",
 )
 _US_PER = {"s": 1_000_000, "ms": 1_000, "us": 1, "ns": None}
 _INT_RE = r"^[+-]?\d+$"
