@@ -266,6 +266,54 @@ def _child_slope_nb(t, strength, offset, log_phi, out):
 
 
 @njit(cache=True, nogil=True)
+def _repeated_children_nb(strength, offset):
+    """same[j]: child j has the strength and the whole offset row of the previous child with a
+    positive strength, so its digamma arguments equal that child's at every term (new children:
+    the same strength and the floor as offset)."""
+    J, V = offset.shape
+    same = np.zeros(J, dtype=np.bool_)
+    prev = -1
+    for j in range(J):
+        if strength[j] == 0.0:
+            continue
+        if prev >= 0 and strength[prev] == strength[j]:
+            eq = True
+            for w in range(V):
+                if offset[j, w] != offset[prev, w]:
+                    eq = False
+                    break
+            same[j] = eq
+        prev = j
+    return same
+
+
+@njit(cache=True, nogil=True)
+def _child_grads_nb(terms, n, t, strength, offset, log_phi, same, g1, g2, dg, tg):
+    """g1[i], g2[i] = g_w'(t_w), g_w''(t_w) for w = terms[i], i < n: ``_child_grad_nb`` child
+    by child over the terms instead of term by term over the children. Each g sums the same
+    values in the same order; the digamma evaluations of one child are independent of each
+    other (the processor overlaps them) and a child repeating the previous one's arguments
+    reuses its values (``same``)."""
+    for i in range(n):
+        g1[i] = 0.0
+        g2[i] = 0.0
+    for j in range(strength.shape[0]):
+        s = strength[j]
+        if s == 0.0:
+            continue
+        if not same[j]:
+            off = offset[j]
+            for i in range(n):
+                w = terms[i]
+                dg[i], tg[i] = _digamma_trigamma_nb(s * t[w] + off[w])
+        lp = log_phi[j]
+        ss = s * s
+        for i in range(n):
+            g1[i] += s * (lp[terms[i]] - dg[i])
+            g2[i] -= ss * tg[i]
+
+
+@njit(cache=True, nogil=True)
 def _joint_newton_nb(b, strength, offset, log_phi, t, max_iter, tol, freeze):
     """Newton on the KKT system in (t, lambda) jointly, from t (summing to 1; updated in place).
 
@@ -279,11 +327,20 @@ def _joint_newton_nb(b, strength, offset, log_phi, t, max_iter, tol, freeze):
     leaving t at a point of the simplex, when a step would leave the simplex, a linearisation
     is not decreasing, or ``max_iter`` steps did not get there; the caller then falls back to
     the safeguarded search.
+
+    A step's g' and g'' come from ``_child_grads_nb`` over the terms still moving; every value
+    is the one ``_child_grad_nb`` gives, so the iterates are those of a term-by-term loop.
     """
     V = b.shape[0]
     resid = np.empty(V)
     slope = np.empty(V)
     new_t = np.empty(V)
+    g1s = np.empty(V)
+    g2s = np.empty(V)
+    dg = np.empty(V)
+    tg = np.empty(V)
+    terms = np.arange(V)
+    same = _repeated_children_nb(strength, offset)
     fresh = np.ones(V, dtype=np.bool_)  # evaluate g', g'' at this step
     moved = np.zeros(V)  # relative movement since the last evaluation
     lam = 0.0
@@ -292,25 +349,30 @@ def _joint_newton_nb(b, strength, offset, log_phi, t, max_iter, tol, freeze):
         for w in range(V):
             t_sum += t[w]
         if it == 0:  # the multiplier the KKT conditions give at t: sum_w t_w h_w(t_w) / sum_w t_w
+            _child_grads_nb(terms, V, t, strength, offset, log_phi, same, g1s, g2s, dg, tg)
             for w in range(V):
-                g1, g2 = _child_grad_nb(t[w], w, strength, offset, log_phi)
-                resid[w] = g1
-                slope[w] = g2
-                lam += b[w] + t[w] * g1
+                lam += b[w] + t[w] * g1s[w]
             lam /= t_sum
             for w in range(V):
-                g1 = resid[w]
+                g1 = g1s[w]
                 resid[w] = b[w] + t[w] * (g1 - lam)
-                slope[w] = g1 - lam + t[w] * slope[w]
-            fresh[:] = False
+                slope[w] = g1 - lam + t[w] * g2s[w]
+        else:
+            n = 0
+            for w in range(V):
+                if fresh[w]:
+                    terms[n] = w
+                    n += 1
+            _child_grads_nb(terms, n, t, strength, offset, log_phi, same, g1s, g2s, dg, tg)
+            for i in range(n):
+                w = terms[i]
+                g1 = g1s[i]
+                resid[w] = b[w] + t[w] * (g1 - lam)
+                slope[w] = g1 - lam + t[w] * g2s[i]
         num = 1.0 - t_sum
         den = 0.0
         for w in range(V):
-            if fresh[w]:
-                g1, g2 = _child_grad_nb(t[w], w, strength, offset, log_phi)
-                resid[w] = b[w] + t[w] * (g1 - lam)
-                slope[w] = g1 - lam + t[w] * g2
-            elif it > 0:
+            if it > 0 and not fresh[w]:
                 resid[w] = 0.0  # to second order in its last step, below tol
             if not slope[w] < 0.0:
                 return False
