@@ -8,6 +8,9 @@ import pytest
 from numba import njit
 
 from streamtree.likelihoods import multinomial_math as mm
+from streamtree.likelihoods.multinomial import Multinomial
+from streamtree.tree import TreeArrays
+from streamtree.variants import resolve_variant
 from test_multinomial_fast import node_problem  # tests/ is on the path under pytest
 
 
@@ -124,3 +127,106 @@ def test_child_grads_are_child_grad_values():
     mm._child_grads_nb(terms, terms.size, t, s, O, L, same, g1, g2, dg, tg)
     for i, w in enumerate(terms):
         assert (g1[i], g2[i]) == mm._child_grad_nb(t[w], w, s, O, L)
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 127, 128, 129, 136, 1000, 2000, 8191, 8193, 20_011, 54_321])
+def test_pairwise_sum_is_numpy_sum(n):
+    rng = np.random.default_rng(n)
+    for a in (rng.random(n), rng.dirichlet(np.full(max(n, 1), 0.1))[:n],
+              rng.standard_normal(n) * 10.0 ** rng.uniform(-8, 8, n)):
+        assert mm._pairwise_sum_nb(np.ascontiguousarray(a)) == a.sum()
+
+
+def reference_update(lik, arrays, theta, sums, prev_theta, has_prev, root_anchor, update, n_iter):
+    """The node update as first written: a Python loop over each block's nodes, re-solving a
+    node when its parent or a child changed, from its current phi."""
+    theta = np.array(theta, dtype=np.float64, copy=True)
+    K = arrays.size
+    par, tim = lik.link_strengths(arrays.depth)
+    pidx = arrays.parent_index
+    children = [[] for _ in range(K)]
+    for k in range(1, K):
+        children[pidx[k]].append(k)
+    offset = (tim * has_prev)[:, None] * prev_theta + lik.floor
+    parity = arrays.depth % 2
+    version = np.zeros(K, dtype=np.int64)
+    solved_with = [None] * K
+    for _ in range(n_iter):
+        delta = 0.0
+        for q in (0, 1):
+            for k in np.flatnonzero((parity == q) & update):
+                kids = [j for j in children[k] if par[j] > 0]
+                inputs = (version[pidx[k]] if pidx[k] >= 0 else 0, tuple(version[kids]))
+                if solved_with[k] == inputs:
+                    continue
+                solved_with[k] = inputs
+                parent_phi = theta[pidx[k]] if pidx[k] >= 0 else root_anchor
+                alpha = par[k] * parent_phi + offset[k]
+                if kids:
+                    new = mm.map_phi_with_children_dense(sums[k], alpha, np.log(theta[kids]), par[kids],
+                                                         offset[kids], phi_init=theta[k])
+                else:
+                    new = mm.map_phi_dense(sums[k], alpha)
+                change = float(np.max(np.abs(new - theta[k])))
+                if change > 0.0:
+                    version[k] += 1
+                delta = max(delta, change)
+                theta[k] = new
+        if delta < 1e-10:
+            break
+    return theta
+
+
+def random_tree_problem(rng, K, V, max_depth):
+    parent = np.full(K, -1, dtype=np.int64)
+    depth = np.zeros(K, dtype=np.int64)
+    for k in range(1, K):  # pre-order: a node's parent comes before it
+        candidates = np.flatnonzero(depth[:k] < max_depth)
+        parent[k] = rng.choice(candidates)
+        depth[k] = depth[parent[k]] + 1
+    arrays = TreeArrays(np.arange(K, dtype=np.int64), parent, depth, np.zeros(K, dtype=np.int64))
+    anchor = rng.dirichlet(np.full(V, 0.5))
+    theta = np.array([rng.dirichlet(300.0 * anchor + 0.05) for _ in range(K)])
+    sums = np.zeros((K, V))
+    for k in range(K):
+        if rng.random() < 0.8:
+            np.add.at(sums[k], rng.choice(V, int(rng.integers(5, 400)), p=theta[k]), 1.0)
+    prev = np.array([rng.dirichlet(800.0 * t + 0.05) for t in theta])
+    has_prev = rng.random(K) < 0.6
+    start = theta * np.exp(0.05 * rng.normal(size=theta.shape))
+    start /= start.sum(axis=1, keepdims=True)
+    return arrays, start, sums, prev, has_prev, anchor
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("joint_steps", [mm._JOINT_MAX_ITER, 1])
+def test_block_node_update_is_the_python_loop_bit_for_bit(monkeypatch, seed, joint_steps):
+    """``Multinomial.update_theta`` (compiled blocks) against the Python loop it replaces, on
+    random trees with time links, leaves without data and a root anchor; with one joint step
+    allowed most solves fall back to the safeguarded search, which the caller runs."""
+    from streamtree.likelihoods import multinomial as multinomial_module
+
+    monkeypatch.setattr(mm, "_JOINT_MAX_ITER", joint_steps)
+    monkeypatch.setattr(multinomial_module, "_JOINT_MAX_ITER", joint_steps)
+    fallbacks = []
+
+    def counted(*args, **kwargs):
+        fallbacks.append(1)
+        return mm.map_phi_with_children_dense(*args, **kwargs)
+
+    monkeypatch.setattr(multinomial_module, "map_phi_with_children_dense", counted)
+    rng = np.random.default_rng(seed)
+    V = int(rng.choice([50, 700]))
+    K = int(rng.integers(2, 14))
+    config = resolve_variant("dtssbp", window=2, max_depth=3, gamma=0.5, xi=0.001)
+    lik = Multinomial(config, V, kappa0=float(rng.choice([50.0, 500.0])), kappa1=1.0, a=0.0, min_node_docs=2)
+    arrays, start, sums, prev, has_prev, anchor = random_tree_problem(rng, K, V, 3)
+    update = rng.random(K) < 0.85 if seed % 2 else np.ones(K, dtype=bool)
+    for n_iter in (1, 2, 10):
+        fast = lik.update_theta(arrays, start, sums, np.ones(K), np.ones(K), prev, has_prev, anchor, update,
+                                n_iter)
+        ref = reference_update(lik, arrays, start, sums, prev, has_prev, anchor, update, n_iter)
+        assert np.array_equal(fast, ref)
+    assert not np.array_equal(fast, start)
+    if joint_steps == 1 and (arrays.parent_index >= 0).any():
+        assert fallbacks  # the caller's safeguarded search was compared too

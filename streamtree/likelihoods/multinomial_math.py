@@ -398,6 +398,151 @@ def _joint_newton_nb(b, strength, offset, log_phi, t, max_iter, tol, freeze):
 
 
 @njit(cache=True, nogil=True)
+def _pairwise_block_nb(a, lo, n):
+    """NumPy's sum of a[lo:lo + n] for n <= 128: eight running sums, combined pairwise."""
+    if n < 8:
+        res = 0.0
+        for i in range(lo, lo + n):
+            res += a[i]
+        return res
+    r = np.empty(8)
+    for j in range(8):
+        r[j] = a[lo + j]
+    i = 8
+    stop = n - n % 8
+    while i < stop:
+        for j in range(8):
+            r[j] += a[lo + i + j]
+        i += 8
+    res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+    while i < n:
+        res += a[lo + i]
+        i += 1
+    return res
+
+
+@njit(cache=True, nogil=True)
+def _pairwise_sum_nb(a):
+    """``a.sum()`` of a contiguous float64 vector, bit for bit: NumPy's pairwise summation
+    (halves rounded to multiples of 8 down to blocks of at most 128), with an explicit stack
+    instead of its recursion."""
+    n = a.shape[0]
+    if n <= 128:
+        return _pairwise_block_nb(a, 0, n)
+    lo_s = np.empty(64, dtype=np.int64)
+    n_s = np.empty(64, dtype=np.int64)
+    stage = np.zeros(64, dtype=np.int64)  # 0: left half next, 1: right half next, 2: combine
+    vals = np.empty(64)
+    n_vals = 0
+    top = 0
+    lo_s[0], n_s[0] = 0, n
+    while top >= 0:
+        lo, m = lo_s[top], n_s[top]
+        if m <= 128:
+            vals[n_vals] = _pairwise_block_nb(a, lo, m)
+            n_vals += 1
+            top -= 1
+            continue
+        half = m // 2
+        half -= half % 8
+        if stage[top] == 0:
+            stage[top] = 1
+            top += 1
+            lo_s[top], n_s[top], stage[top] = lo, half, 0
+        elif stage[top] == 1:
+            stage[top] = 2
+            top += 1
+            lo_s[top], n_s[top], stage[top] = lo + half, m - half, 0
+        else:
+            vals[n_vals - 2] = vals[n_vals - 2] + vals[n_vals - 1]
+            n_vals -= 1
+            top -= 1
+    return vals[0]
+
+
+@njit(cache=True, nogil=True)
+def _solve_nodes_nb(rows, theta, log_theta, sums, offset, strength, parent, anchor, kid_ptr, kid_idx, version,
+                    solved_parent, solved_kids, max_iter, tol, freeze, failed):
+    """One depth-parity block of the multinomial node update (the rows do not neighbour each
+    other), in place: for each row whose parent or children changed since its last solve,
+    the MAP of its phi from its current phi (``map_phi_with_children_dense`` with
+    ``phi_init``, softmax basis), or without children the conjugate MAP (``map_phi_dense``),
+    with the same arithmetic and NumPy's summation order, so the same values.
+
+    ``kid_idx[kid_ptr[r]:kid_ptr[r + 1]]`` are row r's children with a positive link strength,
+    ``log_theta`` their ``np.log(phi)``; ``solved_parent`` / ``solved_kids`` the parent's and
+    children's ``version`` at row r's last solve (-1: never). A row the joint Newton steps
+    cannot solve is left unchanged and listed in ``failed`` for the caller's safeguarded
+    search. Returns (largest change of a phi entry, number of failed rows).
+    """
+    V = theta.shape[1]
+    max_kids = 0
+    for r in rows:
+        max_kids = max(max_kids, kid_ptr[r + 1] - kid_ptr[r])
+    L = np.empty((max_kids, V))
+    O = np.empty((max_kids, V))
+    s = np.empty(max_kids)
+    alpha = np.empty(V)
+    b = np.empty(V)
+    t = np.empty(V)
+    delta = 0.0
+    n_failed = 0
+    for r in rows:
+        k0, k1 = kid_ptr[r], kid_ptr[r + 1]
+        pv = version[parent[r]] if parent[r] >= 0 else 0
+        unchanged = solved_parent[r] == pv
+        for q in range(k0, k1):
+            if solved_kids[q] != version[kid_idx[q]]:
+                unchanged = False
+        if unchanged:
+            continue
+        solved_parent[r] = pv
+        for q in range(k0, k1):
+            solved_kids[q] = version[kid_idx[q]]
+        par_phi = theta[parent[r]] if parent[r] >= 0 else anchor
+        sr = strength[r]
+        for w in range(V):
+            alpha[w] = sr * par_phi[w] + offset[r, w]
+        if k1 > k0:
+            positive = True
+            for w in range(V):
+                b[w] = sums[r, w] + alpha[w] - 0.0
+                if not b[w] > 0.0:
+                    positive = False
+            total = _pairwise_sum_nb(theta[r])
+            if not (positive and total > 0.0):
+                failed[n_failed] = r
+                n_failed += 1
+                continue
+            for w in range(V):
+                t[w] = theta[r, w] / total
+            J = k1 - k0
+            for j in range(J):
+                c = kid_idx[k0 + j]
+                s[j] = strength[c]
+                L[j] = log_theta[c]
+                O[j] = offset[c]
+            if not _joint_newton_nb(b, s[:J], O[:J], L[:J], t, max_iter, tol, freeze):
+                failed[n_failed] = r
+                n_failed += 1
+                continue
+        else:
+            for w in range(V):
+                t[w] = sums[r, w] + alpha[w]
+        total = _pairwise_sum_nb(t)
+        change = 0.0
+        row = theta[r]
+        for w in range(V):
+            v = t[w] / total
+            change = max(change, abs(v - row[w]))
+            row[w] = v
+        if change > 0.0:
+            version[r] += 1
+        delta = max(delta, change)
+    return delta, n_failed
+
+
+@njit(cache=True, nogil=True)
 def _coordinate_solve_nb(b, lam, strength, offset, log_phi, active, t, dt, dlam, max_iter):
     """Per term w: the t_w in [0, 1] solving b_w / t + g_w'(t) = lam (t_w(lam) of the dual).
 
