@@ -230,3 +230,19 @@ def test_block_node_update_is_the_python_loop_bit_for_bit(monkeypatch, seed, joi
     assert not np.array_equal(fast, start)
     if joint_steps == 1 and (arrays.parent_index >= 0).any():
         assert fallbacks  # the caller's safeguarded search was compared too
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_linked_marginal_is_the_numpy_composition_bit_for_bit(seed):
+    rng = np.random.default_rng(seed)
+    V = int(rng.choice([5, 130, 2000, 9000]))
+    c = rng.poisson(0.3, V).astype(float)
+    parent = rng.dirichlet(np.full(V, 0.2))
+    prev = rng.dirichlet(np.full(V, 0.2))
+    strength, floor, tim = float(rng.uniform(0, 2e3)), 0.01, float(rng.uniform(0, 5e3))
+    alpha = strength * parent + floor
+    assert mm.log_dm_marginal_linked(c, strength, parent, floor) == mm.log_dm_marginal_dense(c, alpha)
+    assert (mm.log_dm_marginal_linked(c, strength, parent, floor, tim, prev)
+            == mm.log_dm_marginal_dense(c, alpha + tim * prev))
+    with pytest.raises(ValueError, match="non-negative"):
+        mm.log_dm_marginal_linked(-c - 1.0, strength, parent, floor)

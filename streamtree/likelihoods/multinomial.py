@@ -27,7 +27,7 @@ from scipy.special import gammaln
 from streamtree.inference.enumerated import DIRICHLET, Candidates
 from streamtree.likelihoods.base import Likelihood, RowBlock, WordTopics, argmax_log_scale, finite_csr
 from streamtree.likelihoods.multinomial_math import (_JOINT_FREEZE, _JOINT_MAX_ITER, _JOINT_TOL, _solve_nodes_nb,
-                                                     log_dm_marginal_dense, log_multinomial_coef, map_phi,
+                                                     log_dm_marginal_linked, log_multinomial_coef, map_phi,
                                                      map_phi_dense, map_phi_with_children_dense)
 
 #: Dirichlet floor per term: every node's prior holds ``eps`` pseudo-counts of every word
@@ -117,11 +117,13 @@ class Multinomial(WordTopics, Likelihood):
 
     # ------------------------------------------------------------------ document sets
     def log_marginal(self, docs, theta_parent, concentration, depth, theta_prev=None):
-        alpha = self._prior(self.new_node_prior(depth), theta_parent)
-        if theta_prev is not None:  # the time link's share of the Dirichlet parameter, as in update_theta
-            _, tim = self.link_strengths(np.array([depth]))
-            alpha = alpha + tim[0] * np.asarray(theta_prev)
-        return log_dm_marginal_dense(docs.s, alpha)  # alpha > 0 by construction: the unchecked form
+        # the Dirichlet parameter is positive by construction: the unchecked form, built in the kernel
+        if theta_prev is None:
+            return log_dm_marginal_linked(docs.s, self.new_node_prior(depth), theta_parent, self.floor)
+        # the time link's share of the Dirichlet parameter, as in update_theta
+        _, tim = self.link_strengths(np.array([depth]))
+        return log_dm_marginal_linked(docs.s, self.new_node_prior(depth), theta_parent, self.floor, tim[0],
+                                      theta_prev)
 
     def log_likelihood(self, docs, theta, concentration):
         return float(docs.s @ np.log(theta))
