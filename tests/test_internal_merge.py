@@ -171,3 +171,53 @@ def _log_joint_kw(tree, counts: dict[int, int], kw: dict) -> float:
     arrays = tree.arrays()
     n = np.array([counts.get(int(i), 0) for i in arrays.ids], dtype=np.float64)
     return log_hyper_likelihood(arrays, n, **kw)
+
+
+class _FixedBayesFactor:
+    """A likelihood stub whose documents score ``log_at_parent`` at the parent and
+    ``log_at_own`` at their own node, so the heat-bath odds are known exactly."""
+
+    def __init__(self, log_at_parent: float, log_at_own: float) -> None:
+        self.log_at_parent, self.log_at_own = log_at_parent, log_at_own
+
+    def log_likelihood(self, docs, theta, concentration):
+        return self.log_at_parent
+
+    def log_marginal(self, docs, theta, concentration, depth, theta_prev=None):
+        return self.log_at_own
+
+
+def test_carried_leaf_hands_its_current_documents_to_its_parent_at_the_heat_bath_odds():
+    # c holds 6 past and 2 current documents: the choice moves the 2 current ones to b (the
+    # tree and c's past documents stay), with probability logistic(data + prior ratio)
+    st = ChainState.empty(max_depth=3, window=2, n_features=1)
+    a = st.tree.add_child(0)
+    b = st.tree.add_child(a)
+    c = st.tree.add_child(b)
+    s = st.tree.add_child(0)
+    for nid in (0, a, b, c, s):
+        st.nodes.add(nid, np.zeros(1), 1.0)
+    st.window.commit({b: 1, c: 6, s: 3})
+    st.hyper = dict(HYPER)
+    data = 2.5
+    prior = (_log_joint(st.tree, {b: 3, c: 6, s: 3}) - _log_joint(st.tree, {b: 1, c: 8, s: 3}))
+    p_move = _sigmoid(data + prior)
+    n_trials, moved = 1500, 0
+    for seed in range(n_trials):
+        state = copy.deepcopy(st)
+        sampler = EpochSampler(state, likelihood=_FixedBayesFactor(data, 0.0), settings=_settings(), sweeper=None,
+                               rng=np.random.default_rng(seed))
+        sampler.labels_now = np.array([c, c])
+        current, sums, sumsq = {c: 2}, {c: np.zeros(1)}, {c: 0.0}
+        sampler._merge_internal(current, sums, sumsq)
+        assert c in state.tree and state.tree.parent[c] == b
+        assert state.window.total == {b: 1, c: 6, s: 3}
+        if current == {b: 2}:
+            assert sampler.labels_now.tolist() == [b, b] and b in sums and c not in sums
+            assert not sampler.moves  # no node merged: c lives on with its past documents
+            moved += 1
+        else:
+            assert current == {c: 2}
+    sd = np.sqrt(n_trials * p_move * (1 - p_move))
+    assert 0.05 < p_move < 0.95
+    assert abs(moved - n_trials * p_move) < 4.5 * sd, (moved, n_trials * p_move)
