@@ -33,7 +33,7 @@ from scipy.stats import chi2
 from streamtree.epoch_tree import EpochTree
 from streamtree.events import epoch_events
 from streamtree.inference.merge import CollapsedPrior
-from streamtree.inference.hyper import sample_hyperparameters
+from streamtree.inference.hyper import HyperPrior, hyper_priors, sample_hyperparameters
 from streamtree.inference.split_merge import MoveState, SplitMerge, document_set
 from streamtree.inference.sticks import log_masses, mean_sticks, sample_sticks, stick_params
 from streamtree.inference.zsweep import ZSweeper
@@ -87,6 +87,18 @@ class SamplerSettings:
     sample_hyperparameters: bool = True
     #: ``kappa0="auto"``: the likelihood re-estimates its link strength after every sweep
     auto_link_strength: bool = False
+    #: means of the Gamma priors of alpha0 and gamma (:func:`~streamtree.inference.hyper.hyper_priors`):
+    #: the values the settings are made with (the estimator's), kept when :meth:`with_hyper`
+    #: puts the chain's current values into ``alpha0`` and ``gamma``
+    prior_means: tuple[float, float] | None = None
+
+    def __post_init__(self) -> None:
+        if self.prior_means is None:
+            object.__setattr__(self, "prior_means", (float(self.alpha0), float(self.gamma)))
+
+    def hyper_priors(self) -> dict[str, HyperPrior]:
+        """The priors of the stick hyperparameters, centred on :attr:`prior_means`."""
+        return hyper_priors(*self.prior_means)
 
     def stick_kwargs(self) -> dict:
         return dict(alpha0=self.alpha0, lam=self.lam, gamma=self.gamma, max_depth=self.max_depth,
@@ -362,6 +374,7 @@ class EpochSampler:
             if cfg.sample_hyperparameters:
                 arrays = st.tree.arrays()
                 st.hyper = sample_hyperparameters(arrays, st.own_counts(arrays.ids, current), st.hyper,
+                                                  priors=cfg.hyper_priors(),
                                                   max_depth=cfg.max_depth, root_holds_data=cfg.root_holds_data,
                                                   rng=self.rng)
             self._update_concentrations(current, sums, sumsq)
@@ -574,12 +587,14 @@ class EpochSampler:
             del st.signatures[nid]
 
     def _merge_internal(self, current: dict[int, int], sums: dict[int, np.ndarray], sumsq: dict[int, float]) -> None:
-        """Heat-bath choice, for each internal node without past counts and each leaf with past
-        counts (deepest first), between keeping it and merging it into its parent, its children
-        rising and its past counts moving to the parent: a search heuristic, NOT an exact move
-        (the children's links are not rescored, there is no reverse move), kept for what the
-        exact moves cannot do yet: lift the children of a node that duplicates its parent, and
-        retire a carried leaf whose documents its parent explains as well.
+        """Heat-bath choice, deepest first, for each internal node without past counts between
+        keeping it and merging it into its parent, its children rising, and for each leaf with
+        past counts and current documents between keeping those documents and moving them to
+        the parent: a search heuristic, NOT an exact move (the children's links are not
+        rescored, there is no reverse move), kept for what the exact moves cannot do yet: lift
+        the children of a node that duplicates its parent, and empty a carried leaf whose
+        documents its parent explains as well. Past documents never move: a carried leaf keeps
+        them, and the window retires it once they leave it.
 
         See :mod:`streamtree.inference.merge`: the change of the collapsed stick prior of the
         window's documents, past and current, p(z_window | tree) (the hyperparameter sampler's
@@ -592,9 +607,8 @@ class EpochSampler:
         tree, win, nodes = st.tree, st.window, st.nodes
         kw = cfg.with_hyper(st.hyper).stick_kwargs()
         # The window's past documents count as observed assignments, as in the hyperparameter
-        # sampler's target p(z_window | tree): a merge moves them to the parent and a lift moves
-        # a subtree's past documents one level up, and both change their probability under the
-        # tree. Conditioning on them (p(z_now | z_past)) would make those changes free: empty
+        # sampler's target p(z_window | tree): a lift moves a subtree's past documents one level
+        # up, which changes their probability under the tree. Conditioning on them (p(z_now | z_past)) would make those changes free: empty
         # carried subtrees were lifted at even odds every sweep, their past documents then
         # stopped above the depth limit, the sampled alpha0 collapsed and the whole tree
         # flattened into new nodes.
@@ -607,7 +621,8 @@ class EpochSampler:
             if c == ROOT or c not in tree:
                 continue
             past_c = win.total.get(c, 0)
-            if bool(tree.children[c]) == (past_c > 0):
+            internal = bool(tree.children[c])
+            if internal == (past_c > 0):
                 # New leaves are left to the exact moves. An internal node holding past documents
                 # is not lifted: its past documents would move to the parent unscored by any
                 # likelihood (they are gone), and the prior's gain from gathering them there
@@ -615,12 +630,20 @@ class EpochSampler:
                 # depth-1 node with 11 children and 139 past documents, accepted each time, the
                 # tree then flattened into new nodes). The window retires such a node.
                 continue
+            n = current.get(c, 0)
+            if not internal and not n:
+                # A carried leaf without current documents: nothing to move. Merging it used to
+                # send its past documents to the parent, scored by the stick prior alone, which
+                # favours gathering them (1-4 nats per document: on SOU by year ten carried
+                # leaves with 0-1 current documents retired in one sweep at up to +28 nats
+                # each; the sampled alpha0 fell after them, and 5 of 58 years ended as the
+                # root alone).
+                continue
             if self.sweep - self.born_sweep.get(c, -MERGE_GRACE) < MERGE_GRACE:
                 continue  # too young: a new node needs a few sweeps to gather its documents
             par = tree.parent[c]
             if par == ROOT and not cfg.root_holds_data:
                 continue
-            n = current.get(c, 0)
             data = 0.0
             if n:
                 docs = DocumentSet(float(n), sums[c], sumsq[c])
@@ -633,26 +656,29 @@ class EpochSampler:
                                            theta_prev=prev))
             # The stick prior's gain from a merge grows like (documents moved) x log(total); when
             # the data's Bayes factor is far beyond any such gain, skip the prior's difference.
-            if data < -(n + past_c + 1) * 3.0 * log_total - 20.0:
+            if data < -(n + 1) * 3.0 * log_total - 20.0:
                 continue
             edit = prior.edit()
-            edit.move(c, par, 0.0, float(past_c + n))
-            edit.lift(c)
+            edit.move(c, par, 0.0, float(n))  # current documents only (past ones never move)
+            if internal:
+                edit.lift(c)
             delta = data + prior.delta(edit, **kw)
-            # merge with probability 1 / (1 + exp(-delta)), in log space
+            # move with probability 1 / (1 + exp(-delta)), in log space
             if np.log(self.rng.random()) >= -np.logaddexp(0.0, -delta):
                 continue  # keep the node
-            tree.merge_into_parent(c)
+            if internal:
+                tree.merge_into_parent(c)
             prior.apply(edit)
-            win.merge(c, par)
             if c in current:
                 current[par] = current.get(par, 0) + current.pop(c)
             if n:
                 sums[par] = sums[par] + sums.pop(c) if par in sums else sums.pop(c)
                 sumsq[par] = sumsq.get(par, 0.0) + sumsq.pop(c)
-            nodes.remove(c)
             self.labels_now[self.labels_now == c] = par
-            self.moves.append((c, "merged_into", par))
+            if internal:
+                win.merge(c, par)  # a no-op (no past counts), kept so no count can be lost
+                nodes.remove(c)
+                self.moves.append((c, "merged_into", par))
 
     def _work(self, name: str, rows: int, cols: int) -> np.ndarray:
         """A ``(rows, cols)`` work matrix kept across sweeps (rows grow by doubling): the K x p
