@@ -54,6 +54,8 @@ DEFAULT_MAX_FEATURES = "auto"
 #: Union corpus (NPMI 0.147-0.150 against 0.127-0.132, higher in 18-20 of 24 decades, two seeds;
 #: BENCHMARKS.md). The multinomial reads raw counts and ignores it.
 DEFAULT_WEIGHTING = "tfidf"
+#: the weighting of vocabularies and stores written before tf-idf became the default
+WEIGHTING_BEFORE_TFIDF = "tf"
 #: top words stored per node by replay and serve (by weight in the node's direction)
 DEFAULT_TOP_WORDS = 10
 
@@ -272,7 +274,7 @@ class TextVectorizer(TransformerMixin, BaseEstimator):
         params = dict(meta["params"])
         # vocabularies stored before addresses were removed were fitted with them: keep doing so
         params.setdefault("strip_addresses", False)
-        params.setdefault("weighting", "tf")  # so were those stored before tf-idf existed
+        params.setdefault("weighting", WEIGHTING_BEFORE_TFIDF)  # so were those stored before tf-idf existed
         vec = cls(**params)
         order = np.argsort(np.asarray(table.column("index").to_numpy(), dtype=np.int64), kind="stable")
         vec.vocabulary_ = np.asarray(table.column("term").to_pylist(), dtype=str)[order]
