@@ -36,10 +36,11 @@ _META_KEY = b"streamtree.vectorizer"
 #: Web addresses (a scheme such as ``https://``, a leading ``www.``, or a bare host name under a
 #: common top-level domain, with what follows it: ``github.com:user/repo``), and e-mail addresses.
 #: Their pieces ("https", "www", "com", "github", a mailer's user and host names) are not words
-#: of the text; in commit messages, changelogs, mail and posts they topped nodes.
+#: of the text; in commit messages, changelogs, mail and posts they topped nodes. A bare host's
+#: domain is lower-case: "ASP.NET", "VB.NET" and "System.IO" are names, not hosts.
 _DOMAINS = ("com", "org", "net", "edu", "gov", "io")
-ADDRESS_PATTERN = re.compile(r"(?i)\b(?:[a-z][a-z0-9+.-]*://|www\.)\S+|[\w.+-]+@[\w-]+(?:\.[\w-]+)+"
-                             r"|\b(?:[a-z0-9-]+\.)+(?:" + "|".join(_DOMAINS) + r")\b(?:[:/]\S*)?")
+ADDRESS_PATTERN = re.compile(r"(?i:\b(?:[a-z][a-z0-9+.-]*://|www\.)\S+|[\w.+-]+@[\w-]+(?:\.[\w-]+)+)"
+                             r"|\b(?:[A-Za-z0-9-]+\.)+(?:" + "|".join(_DOMAINS) + r")\b(?:[:/]\S*)?")
 _ADDRESS_HINTS = ("@", "://", "www.", *(f".{d}" for d in _DOMAINS))
 
 # The one place the text defaults are written: the CLI, replay, serve and the demo read them here.
