@@ -36,10 +36,11 @@ _META_KEY = b"streamtree.vectorizer"
 #: Web addresses (a scheme such as ``https://``, a leading ``www.``, or a bare host name under a
 #: common top-level domain, with what follows it: ``github.com:user/repo``), and e-mail addresses.
 #: Their pieces ("https", "www", "com", "github", a mailer's user and host names) are not words
-#: of the text; in commit messages, changelogs, mail and posts they topped nodes.
+#: of the text; in commit messages, changelogs, mail and posts they topped nodes. A bare host's
+#: domain is lower-case: "ASP.NET", "VB.NET" and "System.IO" are names, not hosts.
 _DOMAINS = ("com", "org", "net", "edu", "gov", "io")
-ADDRESS_PATTERN = re.compile(r"(?i)\b(?:[a-z][a-z0-9+.-]*://|www\.)\S+|[\w.+-]+@[\w-]+(?:\.[\w-]+)+"
-                             r"|\b(?:[a-z0-9-]+\.)+(?:" + "|".join(_DOMAINS) + r")\b(?:[:/]\S*)?")
+ADDRESS_PATTERN = re.compile(r"(?i:\b(?:[a-z][a-z0-9+.-]*://|www\.)\S+|[\w.+-]+@[\w-]+(?:\.[\w-]+)+)"
+                             r"|\b(?:[A-Za-z0-9-]+\.)+(?:" + "|".join(_DOMAINS) + r")\b(?:[:/]\S*)?")
 _ADDRESS_HINTS = ("@", "://", "www.", *(f".{d}" for d in _DOMAINS))
 
 # The one place the text defaults are written: the CLI, replay, serve and the demo read them here.
@@ -54,6 +55,8 @@ DEFAULT_MAX_FEATURES = "auto"
 #: Union corpus (NPMI 0.147-0.150 against 0.127-0.132, higher in 18-20 of 24 decades, two seeds;
 #: BENCHMARKS.md). The multinomial reads raw counts and ignores it.
 DEFAULT_WEIGHTING = "tfidf"
+#: the weighting of vocabularies and stores written before tf-idf became the default
+WEIGHTING_BEFORE_TFIDF = "tf"
 #: top words stored per node by replay and serve (by weight in the node's direction)
 DEFAULT_TOP_WORDS = 10
 
@@ -272,7 +275,7 @@ class TextVectorizer(TransformerMixin, BaseEstimator):
         params = dict(meta["params"])
         # vocabularies stored before addresses were removed were fitted with them: keep doing so
         params.setdefault("strip_addresses", False)
-        params.setdefault("weighting", "tf")  # so were those stored before tf-idf existed
+        params.setdefault("weighting", WEIGHTING_BEFORE_TFIDF)  # so were those stored before tf-idf existed
         vec = cls(**params)
         order = np.argsort(np.asarray(table.column("index").to_numpy(), dtype=np.int64), kind="stable")
         vec.vocabulary_ = np.asarray(table.column("term").to_pylist(), dtype=str)[order]

@@ -93,6 +93,18 @@ def test_rfc_2822_dates_with_zone_offsets_are_detected():
     assert any("%a, %d %b %Y %H:%M:%S %z" in n and "auto-detected" in n for n in parser.notes)
 
 
+@pytest.mark.parametrize("value, utc", [
+    ("Tue, 10 Jun 2003 04:00:00 GMT", datetime(2003, 6, 10, 4, 0, 0, tzinfo=timezone.utc)),  # RSS 2.0
+    ("Mon Jul 3 17:18:43 2006 +0200", datetime(2006, 7, 3, 15, 18, 43, tzinfo=timezone.utc)),  # git log
+])
+def test_rss_gmt_and_git_log_dates_are_detected(value, utc):
+    from connectors.sources.times import TimeParser
+
+    times, missing, bad = TimeParser().parse(pa.array([value] * 3))
+    assert not bad.any() and not missing.any()
+    assert times.to_pylist() == [utc] * 3
+
+
 def test_time_format_settles_day_month_order(tmp_path):
     times = ["3/2/2017", "4/2/2017", "5/3/2017"] * 5
     summary = run(corpus(tmp_path / "c.parquet", times), tmp_path / "auto", epoch="month")

@@ -183,6 +183,15 @@ def test_web_and_mail_addresses_are_not_terms():
     assert counts[v.vocabulary_.tolist().index("parser")] == 2  # lower-cased as before, the URL's copy gone
 
 
+def test_names_with_an_upper_case_domain_are_not_addresses():
+    """"ASP.NET", "VB.NET" and "System.IO" name a framework, a language and a namespace: their
+    words stay; a host name stays an address whatever the case of its other labels."""
+    docs = ["Port the ASP.NET views to VB.NET", "read it with System.IO streams", "see Flask.pocoo.org/docs"]
+    terms = set(TextVectorizer(min_df=1, max_df=1.0, stop_words=None).fit(docs).vocabulary_)
+    assert {"asp", "net", "vb", "system", "io", "port", "views", "streams"} <= terms
+    assert not terms & {"pocoo", "org", "docs"}
+
+
 def test_vocabularies_stored_before_addresses_were_removed_keep_them():
     """A store fitted when addresses were still tokenised has no ``strip_addresses`` in its
     metadata: restoring it must count as it was fitted (resume, serve, assign)."""
