@@ -280,7 +280,14 @@ def vocabulary_note(vec: TextVectorizer) -> str:
 
 def _differences(stored: dict, now: dict) -> str:
     keys = sorted(k for k in set(stored) | set(now) if stored.get(k) != now.get(k))
-    return ", ".join(f"{k}: {stored.get(k)!r} in the store, {now.get(k)!r} now" for k in keys[:4])
+
+    def shown(identity: dict, key: str):
+        # an identity without a weighting has the one older stores had (drop_unset_weighting)
+        if key == "weighting" and identity.get(key) is None:
+            return WEIGHTING_BEFORE_TFIDF
+        return identity.get(key)
+
+    return ", ".join(f"{k}: {shown(stored, k)!r} in the store, {shown(now, k)!r} now" for k in keys[:4])
 
 
 @dataclass
@@ -309,8 +316,8 @@ def _start(store: SnapshotStore, config: ReplayConfig, mode: str) -> _Start:
         return _Start(last)
     if mode == "resume":
         raise StoreError(f"{store.uri}: the store holds a replay with a different configuration "
-                         f"({_differences(stored, config.identity())}); cannot resume it: use --overwrite "
-                         "or another --store")
+                         f"({_differences(stored, config.identity())}); cannot resume it: give "
+                         "the store's settings, or use --overwrite or another --store")
     what = "the same" if same else "a different"
     hint = "--resume to finish it, " if same else ""
     state = "complete" if manifest.get("complete") else "unfinished"

@@ -192,3 +192,7 @@ def test_identity_weighting_matches_stores_written_before_the_tfidf_default():
     assert ident("vmf") != ident("vmf", weighting="tf")  # the new default is not an older store's tf
     assert ident("multinomial") == ident("multinomial", weighting="tf") == ident("multinomial", weighting="tfidf")
     assert "weighting" not in ident("multinomial")
+    # the refusal names the weighting an older store has, not a missing value
+    from streamtree.replay import _differences
+
+    assert _differences(ident("vmf", weighting="tf"), ident("vmf")) == "weighting: 'tf' in the store, 'tfidf' now"
