@@ -552,7 +552,9 @@ def format_epoch(stored, vocabulary=None, *, top_words: int | None = None, min_d
             merged.append((ev["node_id"], ev["other_id"]))
     n_docs = int(tree.assignments.shape[0])
     head = (f"epoch {tree.epoch}" + (f" ({tree.label})" if tree.label else "")
-            + f": {n_docs} documents, {tree.n_nodes} nodes; {len(born)} born, {tree.died.size} died")
+            + f": {n_docs} documents, {tree.n_nodes} nodes"
+            + (f" ({tree.n_occupied} holding them)" if tree.n_occupied < tree.n_nodes else "")
+            + f"; {len(born)} born, {tree.died.size} died")
     if events is not None:
         head += f", {len(split_from)} split, {len(merged)} merged, {len(moved)} changed parent"
     lines = [head]

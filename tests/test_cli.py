@@ -316,3 +316,26 @@ def test_tsv_source_with_format_and_delimiter(tmp_path, capsys):
     assert main(args + ["--format", "tsv", "--store", str(tmp_path / "b")]) == 0
     assert "documents: 30 fitted of 30 records read" in capsys.readouterr().out
     assert main(args + ["--format", "csv", "--delimiter", "tab", "--store", str(tmp_path / "c")]) == 0
+
+
+def test_an_epoch_header_counts_the_nodes_holding_its_documents():
+    """Nodes alive only through the window's past documents are counted apart, so a tree of
+    fading nodes does not read as a swarm."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from streamtree.cli import format_epoch
+    from test_store import make_tree
+
+    tree = make_tree(3, [0, 1, 2, 3], [-1, 0, 0, 1], [0, 0, 1, 3], label="1850s")
+    vocab = np.array([f"w{i}" for i in range(tree.theta.shape[1])])
+    def head_of(t):  # the fields format_epoch reads of a stored epoch
+        return format_epoch(SimpleNamespace(tree=t, top_words=[], theta_exact=True), vocab).splitlines()[0]
+
+    head = head_of(tree)
+    assert "4 nodes;" in head and "holding" not in head  # every node holds some (subtree counts >= 1)
+    fading = dataclasses.replace(tree, subtree_counts=np.array([5, 5, 0, 3]), counts=np.array([0, 2, 0, 3]))
+    assert fading.n_occupied == 3
+    assert "4 nodes (3 holding them);" in head_of(fading)
