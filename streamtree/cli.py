@@ -163,7 +163,8 @@ def _add_source_args(p: argparse.ArgumentParser) -> None:
                    help="times kept: auto (reject rows far outside the bulk as 'out of range'), all, or "
                         "START..END with years or ISO dates, e.g. 1790..2020")
     _add_format_args(p)
-    p.add_argument("--epoch", default=ReplayConfig.epoch, help="epoch width: 10y, year, month, 1w, 1d, 1h, column ...")
+    p.add_argument("--epoch", default=ReplayConfig.epoch, help="epoch width: 10y, year, month, 1w (ISO weeks from Monday, labelled by their Monday), "
+                                                           "1d, 1h, column ...")
     _add_vocabulary_args(p)
 
 
