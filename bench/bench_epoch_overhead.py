@@ -154,6 +154,10 @@ def main() -> None:
     print(f"== {what}: {len(a_trees)} epochs; best CPU before {b:.2f} s, after {a:.2f} s "
           f"(after/before {a / b:.3f}); same trees in every epoch: {same}; "
           f"same node parameters to the bit: {same_params}")
+    for tag, trees in (("before", b_trees), ("after", a_trees)):
+        nodes = np.array([k for _, k in trees])
+        print(f"   nodes per epoch {tag}: mean {nodes.mean():.2f}, median {np.median(nodes):g}, "
+              f"{nodes.min()}-{nodes.max()}; one-node epochs {int((nodes == 1).sum())}")
 
 
 if __name__ == "__main__":

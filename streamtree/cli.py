@@ -163,7 +163,8 @@ def _add_source_args(p: argparse.ArgumentParser) -> None:
                    help="times kept: auto (reject rows far outside the bulk as 'out of range'), all, or "
                         "START..END with years or ISO dates, e.g. 1790..2020")
     _add_format_args(p)
-    p.add_argument("--epoch", default=ReplayConfig.epoch, help="epoch width: 10y, year, month, 1w, 1d, 1h, column ...")
+    p.add_argument("--epoch", default=ReplayConfig.epoch, help="epoch width: 10y, year, month, 1w (ISO weeks from Monday, labelled by their Monday), "
+                                                           "1d, 1h, column ...")
     _add_vocabulary_args(p)
 
 
@@ -257,9 +258,21 @@ def _model_options(args) -> dict:
     return out
 
 
-def build_parser() -> argparse.ArgumentParser:
+#: the commands and their one-line help, in the order ``streamtree --help`` lists them
+COMMAND_HELP = {
+    "replay": "fit one tree per epoch over a source and publish them to a store",
+    "snapshot": "compute a static hierarchy (BHC, coalescent, TMC) of a stored epoch",
+    "show": "print the published trees (or one node's lineage)",
+    "assign": "assign new documents to the nodes of a stored epoch's tree",
+    "report": "write a self-contained HTML report of a store (opens offline)",
+    "serve": "run the ingestion service: watch a landing folder, publish epochs as they close",
+    "evaluate": "held-out log density and coherence of the dTSSBP and its baselines",
+}
+
+
+def _top_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
+    """The ``streamtree`` parser with its own options and an empty set of commands."""
     import streamtree
-    from streamtree.replay import ReplayConfig
 
     parser = _Parser(prog="streamtree", description="Evolving topic trees over time-stamped text (dTSSBP).",
                      epilog="Exit status: 0 success, 1 a bug (traceback printed), 2 bad usage or input, "
@@ -267,9 +280,29 @@ def build_parser() -> argparse.ArgumentParser:
                             "130/143 interrupted (SIGINT/SIGTERM).")
     parser.add_argument("--version", action="version", version=f"streamtree {streamtree.__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log progress (-vv: debug)")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    return parser, parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    r = sub.add_parser("replay", help="fit one tree per epoch over a source and publish them to a store",
+
+def _summary_parser() -> argparse.ArgumentParser:
+    """The parser for a command line that names no command (``--version``, ``--help``, nothing):
+    the commands are listed without their options, whose defaults would import the model."""
+    parser, sub = _top_parser()
+    for name, text in COMMAND_HELP.items():
+        sub.add_parser(name, help=text)
+    return parser
+
+
+def _names_command(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` names a command (``streamtree``'s own options take no values)."""
+    return any(not a.startswith("-") for a in argv)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from streamtree.replay import ReplayConfig
+
+    parser, sub = _top_parser()
+
+    r = sub.add_parser("replay", help=COMMAND_HELP["replay"],
                        description="Replay a source epoch by epoch into a snapshot store.")
     _add_source_args(r)
     _add_model_args(r)
@@ -293,7 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--static-max-points", type=_positive_int, default=300,
                    help="at most this many leaves (a seeded random sample above it)")
 
-    n = sub.add_parser("snapshot", help="compute a static hierarchy (BHC, coalescent, TMC) of a stored epoch",
+    n = sub.add_parser("snapshot", help=COMMAND_HELP["snapshot"],
                        description="Fit a static hierarchy of one stored epoch and write it to the store. "
                                    "Over nodes it uses the stored theta; over documents it re-reads the "
                                    "epoch's rows from the source (the stored replay's unless --source) "
@@ -308,7 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--time-col", help="time column (default: the stored replay's)")
     n.add_argument("--seed", type=int, default=0, help="random seed of the sample and the fit")
 
-    s = sub.add_parser("show", help="print the published trees (or one node's lineage)",
+    s = sub.add_parser("show", help=COMMAND_HELP["show"],
                        description="Print a store's epoch trees like the dTSSBP paper's figures.")
     s.add_argument("store", help="snapshot store directory")
     s.add_argument("--epoch", help="epoch index or label (default: all)")
@@ -323,7 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print the stored static snapshots of METHOD (bhc, coalescent, tmc; or e.g. bhc-nodes) "
                         "instead: clusters with their top words (default: the epochs' trees)")
 
-    a = sub.add_parser("assign", help="assign new documents to the nodes of a stored epoch's tree",
+    a = sub.add_parser("assign", help=COMMAND_HELP["assign"],
                        description="Load the model of one stored epoch, vectorise SOURCE's texts with the "
                                    "store's vocabulary and write each document's MAP node, its posterior "
                                    "probability and the document's log predictive density to a Parquet file. "
@@ -343,7 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
                                          "(default: detect common formats like 2017/2/7)")
     _add_format_args(a)
 
-    rp = sub.add_parser("report", help="write a self-contained HTML report of a store (opens offline)",
+    rp = sub.add_parser("report", help=COMMAND_HELP["report"],
                         description="Write one HTML file showing the evolving tree over epochs, each epoch's "
                                     "tree, node lineages, static dendrograms and the run summary. plotly.js "
                                     "and the data are inlined: the file needs no network.")
@@ -361,7 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_serve_parser(sub)
 
     e = sub.add_parser(
-        "evaluate", help="held-out log density and coherence of the dTSSBP and its baselines",
+        "evaluate", help=COMMAND_HELP["evaluate"],
         description="Default protocol 'documents': in every epoch 80/10/10 training/selection/test "
                     "documents, drawn anew for each repeat (each repeat also has its own sampler seed, "
                     "shared by all models, so model differences are paired). kappa0 is chosen per model "
@@ -419,7 +452,7 @@ def _add_serve_parser(sub) -> None:
     from streamtree.service import ServeConfig
 
     v = sub.add_parser(
-        "serve", help="run the ingestion service: watch a landing folder, publish epochs as they close",
+        "serve", help=COMMAND_HELP["serve"],
         description="Watch a landing folder (local or a pyarrow.fs URI) for new Parquet, Arrow, JSONL or CSV "
                     "files, bucket their rows into event-time epochs, and fit and publish each epoch to the "
                     "store once the watermark (newest event time minus --allowed-lateness) passes its end. "
@@ -1039,7 +1072,8 @@ def _user_message(exc: BaseException) -> tuple[str, int] | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser() if _names_command(argv) else _summary_parser()  # --version stays fast
     args = parser.parse_args(argv)
     level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")

@@ -4,9 +4,11 @@ An :class:`EpochSpec` maps each row to an integer epoch *key* and each key to a 
 *label*:
 
 * fixed widths ``"30s"``, ``"15m"`` (minutes), ``"1h"``, ``"1d"``, ``"2w"``: key
-  ``floor((time - origin) / width)``, origin 1970-01-01T00:00Z unless given. Labels are the
-  start of the epoch: ``"2026-03-14"`` when the width and origin are whole days,
-  ``"2026-03-14T10:00"`` for whole minutes, ``"2026-03-14T10:00:30"`` otherwise.
+  ``floor((time - origin) / width)``, origin 1970-01-01T00:00Z unless given, except for
+  weeks, whose default origin is Monday 1969-12-29T00:00Z so that weeks are ISO weeks
+  (Monday to Sunday). Labels are the start of the epoch: ``"2026-03-14"`` when the width and
+  origin are whole days (for weeks, the Monday's date), ``"2026-03-14T10:00"`` for whole
+  minutes, ``"2026-03-14T10:00:30"`` otherwise.
 * year widths ``"Ny"`` (``"year"`` = ``"1y"``, ``"decade"`` = ``"10y"``,
   ``"century"`` = ``"100y"``): key ``floor(year / N)``, so epochs are aligned to years
   divisible by N (``"10y"`` gives the 1790s, 1800s, ...). Labels ``"2026"`` for N = 1,
@@ -67,6 +69,9 @@ _ALIASES = {"year": "1y", "decade": "10y", "century": "100y", "month": "1mo",
             "hour": "1h", "day": "1d", "week": "1w", "minute": "1m"}
 _SPEC_RE = re.compile(r"^\s*(\d+)\s*(mo|s|m|h|d|w|y)\s*$")
 _EPOCH0 = datetime(1970, 1, 1, tzinfo=timezone.utc)
+#: default origin of week epochs: the Monday before 1970-01-01 (a Thursday), so that weeks
+#: run Monday to Sunday as ISO weeks do
+WEEK_ORIGIN = datetime(1969, 12, 29, tzinfo=timezone.utc)
 #: What :meth:`Bucketer.add` does with a row of an epoch that is already closed.
 LATE_POLICIES = ("reject", "next-epoch")
 
@@ -97,7 +102,8 @@ class EpochSpec:
         ``"decade"``, ``"century"``, ``"column"`` (and ``"day"``, ``"hour"``, ``"week"``).
 
         ``origin`` (ISO string or datetime; naive means UTC) sets the start of epoch 0 for
-        fixed widths; it is not allowed for calendar specs, which align to the calendar.
+        fixed widths (default 1970-01-01, or :data:`WEEK_ORIGIN`, a Monday, for weeks); it is
+        not allowed for calendar specs, which align to the calendar.
         """
         if not isinstance(text, str):
             raise TypeError(f"epoch spec must be a string, got {type(text).__name__}")
@@ -120,6 +126,8 @@ class EpochSpec:
             if origin is not None:
                 raise ValueError(f"{text!r} is aligned to the calendar; origin applies to fixed widths only")
             return cls("years" if unit == "y" else "months", n, 0, text.strip())
+        if origin is None and unit == "w":
+            origin = WEEK_ORIGIN
         return cls("fixed", n * _US[unit], _origin_us(origin), text.strip())
 
     # ---- keys ------------------------------------------------------------------------

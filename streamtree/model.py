@@ -100,9 +100,10 @@ class DTSSBP(BaseEstimator):
         Split-merge attempts per sweep. Each attempt draws two documents at random: a split
         is proposed when they share a node, a merge when one sits in a node the other's could
         have split off; other draws cost nothing. ``0`` disables the moves. ``"auto"`` makes
-        one attempt per 100 documents of the epoch, at least 50 (``DOCS_PER_SPLIT_ATTEMPT``
-        and ``MIN_SPLIT_ATTEMPTS`` in :mod:`streamtree.inference.epoch_sampler`), so the
-        moves keep pace with the documents in large epochs.
+        one attempt per 100 documents of the epoch, at least 50 but at most one per document
+        (``DOCS_PER_SPLIT_ATTEMPT``, ``MIN_SPLIT_ATTEMPTS`` and ``SPLIT_ATTEMPTS_PER_DOC`` in
+        :mod:`streamtree.inference.epoch_sampler`), so the moves keep pace with the documents
+        in large epochs and a tiny epoch costs little.
     min_node_docs : int
         Nodes with fewer documents keep their previous concentration (a newborn node starts
         with its parent's) instead of a noisy estimate.

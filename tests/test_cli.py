@@ -276,6 +276,26 @@ def test_version_and_help_show_defaults(capsys):
     assert "(default: auto)" in text and "(default: 0.5)" in text and "(default: 10y)" in text
 
 
+def test_version_and_top_level_help_do_not_import_the_model():
+    """``--version`` and ``--help`` print at once: no model, numba or scikit-learn import (the
+    commands' options, whose defaults come from the estimator, are only built for a command)."""
+    import streamtree
+    from streamtree.cli import COMMAND_HELP
+
+    probe = ("import sys; from streamtree.cli import main\n"
+             "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n    code = e.code\n"
+             "heavy = sorted(m for m in ('streamtree.model', 'numba', 'sklearn') if m in sys.modules)\n"
+             "print('exit', code, 'imported', ','.join(heavy) or 'none')")
+    for args, expect in ((["--version"], f"streamtree {streamtree.__version__}"),
+                         (["-v", "--version"], f"streamtree {streamtree.__version__}"),
+                         (["--help"], COMMAND_HELP["evaluate"])):
+        out = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=120)
+        assert expect in " ".join(out.stdout.split()), out.stdout
+        assert out.stdout.strip().endswith("exit 0 imported none"), out.stdout
+    out = subprocess.run([sys.executable, "-c", probe, "show", "--help"], capture_output=True, text=True, timeout=120)
+    assert "--top-words" in out.stdout and "exit 0" in out.stdout  # a command still gets its full parser
+
+
 def test_every_option_of_every_command_names_its_default():
     """Options that take a value and are not required say what happens when they are not given,
     including defaults of 0 (which argparse's formatter would skip, since 0 == False)."""

@@ -17,6 +17,7 @@ from streamtree.records import REJECT_SCHEMA, make_rejects
 SOTU = Path(__file__).resolve().parents[1] / "examples" / "data" / "sotu_paragraphs.parquet"
 UTC = timezone.utc
 EPOCH0 = datetime(1970, 1, 1, tzinfo=UTC)
+MONDAY0 = datetime(1969, 12, 29, tzinfo=UTC)  # the Monday of 1970-01-01's ISO week
 
 
 def rows(times, texts=None, epochs=None) -> pa.Table:
@@ -65,7 +66,7 @@ def test_fixed_width_keys_match_calendar_arithmetic(text, width):
     for origin in (None, datetime(2026, 3, 14, 6, 30, tzinfo=UTC)):
         spec = EpochSpec.parse(text, origin=origin)
         keys = spec.keys(rows(times))
-        o = origin or EPOCH0
+        o = origin or (MONDAY0 if text.endswith("w") else EPOCH0)
         expected = [(t - o) // width for t in times]  # floor division of timedeltas
         np.testing.assert_array_equal(keys, expected)
         for k, t in zip(keys[:20], times[:20]):
@@ -90,6 +91,30 @@ def test_year_and_month_keys_and_labels():
     assert month.label(2026 * 12 + 2) == "2026-03"
     assert month.start(2026 * 12 + 2) == datetime(2026, 3, 1, tzinfo=UTC)
     assert EpochSpec.parse("3mo").label((2026 * 12 + 3) // 3) == "2026-04"
+
+
+@pytest.mark.parametrize("text", ["1w", "week", "2w"])
+def test_week_epochs_are_iso_weeks(text):
+    """Weeks run Monday 00:00 to Sunday 24:00 UTC (ISO 8601) and are labelled by their Monday;
+    a one-week epoch holds exactly the times of one ISO (year, week)."""
+    spec = EpochSpec.parse(text)
+    times = random_times(np.random.default_rng(3), 500, 1900, 2100)
+    times += [datetime(2019, 2, 10, 23, 59, 59, tzinfo=UTC), datetime(2019, 2, 11, tzinfo=UTC),
+              datetime(2019, 2, 17, 23, 59, 59, tzinfo=UTC), datetime(1969, 12, 31, tzinfo=UTC)]
+    keys = spec.keys(rows(times))
+    weeks = spec.width // (7 * 86_400_000_000)
+    for k, t in zip(keys, times):
+        start = spec.start(k)
+        assert start.weekday() == 0 and start.time() == datetime.min.time()
+        assert start <= t < start + timedelta(weeks=weeks)
+        assert spec.label(k) == start.date().isoformat()
+    if weeks == 1:
+        iso = [t.isocalendar()[:2] for t in times]
+        assert len(set(zip(keys.tolist(), iso))) == len(set(keys.tolist())) == len(set(iso))
+        assert spec.label(spec.keys(rows([datetime(2019, 2, 14, 12, tzinfo=UTC)]))[0]) == "2019-02-11"
+        # Sunday night and Monday morning fall in different weeks; Monday to Sunday in one
+        assert keys[-4] + 1 == keys[-3] == keys[-2]
+    assert EpochSpec.parse("1w", origin="1970-01-01").label(0) == "1970-01-01"  # an origin given is kept
 
 
 def test_fixed_labels():

@@ -51,6 +51,10 @@ DOCS_PER_SPLIT_ATTEMPT = 100
 #: in its third epoch at 20 attempts, 0.99-1.0 at 50), and can leave a small epoch's chain on a
 #: root-only tree
 MIN_SPLIT_ATTEMPTS = 50
+#: most split-merge attempts per document and sweep under ``split_proposals="auto"``, which
+#: caps ``MIN_SPLIT_ATTEMPTS`` in epochs of fewer than 50 documents (see
+#: :meth:`SamplerSettings.split_attempts`)
+SPLIT_ATTEMPTS_PER_DOC = 1
 
 #: tail probability of the time link beyond which a carried node counts as a new node
 IDENTITY_LEVEL = 0.05
@@ -108,9 +112,19 @@ class SamplerSettings:
         """Split-merge attempts per sweep for an epoch of ``n_docs`` documents: the number given,
         or for ``"auto"`` one per ``DOCS_PER_SPLIT_ATTEMPT`` documents (at least
         ``MIN_SPLIT_ATTEMPTS``), so that in a large epoch every document's node meets proposals
-        at the same rate (a fixed number would mix ever slower as epochs grow)."""
+        at the same rate (a fixed number would mix ever slower as epochs grow).
+
+        The floor is at most ``SPLIT_ATTEMPTS_PER_DOC`` per document, so an epoch of fewer
+        than 50 documents makes one attempt per document. An attempt's split draw is an
+        ordered pair of documents of one node, so over the sweeps each of the ``n (n - 1)``
+        pairs is drawn about ``n_sweeps / (2 (n - 1))`` times (8 times for 4 documents and 50
+        sweeps; a 4-document epoch has 15 partitions), and each document anchors half an
+        attempt per sweep: ten times the rate at which 50 attempts serve ~500 documents, where
+        that floor was found to mix (more attempts on a tiny epoch only repeat the same few
+        proposals). Epochs of 50 or more documents are unaffected."""
         if self.split_proposals == "auto":
-            return max(MIN_SPLIT_ATTEMPTS, -(-n_docs // DOCS_PER_SPLIT_ATTEMPT))
+            floor = min(MIN_SPLIT_ATTEMPTS, SPLIT_ATTEMPTS_PER_DOC * n_docs)
+            return max(floor, -(-n_docs // DOCS_PER_SPLIT_ATTEMPT))
         return int(self.split_proposals)
 
     def with_hyper(self, hyper: dict[str, float]) -> "SamplerSettings":

@@ -1,0 +1,50 @@
+"""How many split-merge attempts ``split_proposals="auto"`` makes per sweep, and that a tiny
+epoch still finds its planted groups with one attempt per document."""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.metrics import adjusted_rand_score
+
+from streamtree.inference.epoch_sampler import (
+    DOCS_PER_SPLIT_ATTEMPT,
+    MIN_SPLIT_ATTEMPTS,
+    SPLIT_ATTEMPTS_PER_DOC,
+    SamplerSettings,
+)
+from streamtree.model import DTSSBP
+
+
+def _settings(split_proposals) -> SamplerSettings:
+    return SamplerSettings(alpha0=1.0, lam=0.5, gamma=1.0, max_depth=3, root_holds_data=False,
+                           freeze_after_birth=False, n_sweeps=50, n_map_iter=1, merge_moves=True,
+                           split_proposals=split_proposals, min_node_docs=2)
+
+
+def test_auto_attempts_scale_with_small_epochs_and_keep_the_floor_from_50_documents():
+    auto = _settings("auto")
+    floor_from = MIN_SPLIT_ATTEMPTS // SPLIT_ATTEMPTS_PER_DOC
+    for n in (0, 1, 4, 17, floor_from - 1):
+        assert auto.split_attempts(n) == SPLIT_ATTEMPTS_PER_DOC * n
+    for n in (floor_from, 500, 4_999, 5_000, 5_001, 50_000):  # the rule before the cap, unchanged
+        assert auto.split_attempts(n) == max(MIN_SPLIT_ATTEMPTS, -(-n // DOCS_PER_SPLIT_ATTEMPT))
+    assert auto.split_attempts(500) == MIN_SPLIT_ATTEMPTS and auto.split_attempts(5_001) == 51
+    assert _settings(7).split_attempts(4) == 7 and _settings(0).split_attempts(10_000) == 0
+
+
+def test_a_tiny_epoch_still_finds_its_planted_groups():
+    """Three well-separated Gaussian groups of 6 points (18 attempts per sweep instead of 50):
+    the trees are neither root-only nor a swarm (without the moves two of these four seeds end
+    with 8-9 nodes), and their nodes are the groups."""
+    aris = []
+    for seed in range(4):
+        rng = np.random.default_rng(seed)
+        centres = np.array([[-6.0, 0.0], [6.0, 0.0], [0.0, 8.0]])
+        truth = np.repeat(np.arange(3), 6)
+        X = centres[truth] + 0.5 * rng.standard_normal((truth.size, 2))
+        m = DTSSBP(likelihood="gaussian", window=1, max_depth=3, sigma0=25.0, sigma1=0.5, eta=0.5,
+                   noise_var=0.25, n_sweeps=40, random_state=seed).partial_fit(X)
+        tree = m.trees_[-1]
+        assert 4 <= tree.n_nodes <= 6, (seed, tree.assignments)  # root + 3 groups, at most 2 strays
+        aris.append(adjusted_rand_score(truth, tree.assignments))
+    assert np.mean(aris) >= 0.85, aris
