@@ -96,6 +96,14 @@ class EpochSpec:
     origin_us: int = 0
     text: str = ""
 
+    @property
+    def iso_weeks(self) -> bool:
+        """Whether epochs are whole weeks from :data:`WEEK_ORIGIN`: stores record it, because
+        weeks used to start on Thursdays (counted from 1970-01-01) and a resumed run must not
+        change its epochs' boundaries half-way."""
+        week = 7 * 86_400_000_000
+        return self.kind == "fixed" and self.width % week == 0 and self.origin_us == _origin_us(WEEK_ORIGIN)
+
     @classmethod
     def parse(cls, text: str, origin: str | datetime | None = None) -> "EpochSpec":
         """Parse ``"1h"``, ``"1d"``, ``"2w"``, ``"10y"``, ``"3mo"``, ``"month"``, ``"year"``,

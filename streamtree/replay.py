@@ -75,6 +75,18 @@ def text_vectorizer(model_params: dict, min_df, max_df, max_features, weighting=
                           weighting=weighting)
 
 
+def record_week_origin(identity: dict, epoch: str) -> None:
+    """Add ``week_origin`` to a store's identity for week epochs (they start on Mondays now;
+    stores written with Thursday weeks recorded nothing, so resuming them is refused rather
+    than moving the boundaries). Other epochs record nothing, so their stores still match."""
+    try:
+        spec = EpochSpec.parse(epoch)
+    except (TypeError, ValueError):
+        return  # an invalid spec is reported where the epochs are read
+    if spec.iso_weeks:
+        identity["week_origin"] = "monday"
+
+
 def drop_unset_weighting(identity: dict, model_params: dict) -> None:
     """Remove ``identity["weighting"]`` where it says nothing a store written before it was
     recorded did not: for row forms that ignore it (raw counts), and for the weighting those
@@ -162,6 +174,7 @@ class ReplayConfig:
             if d[name] == getattr(ReplayConfig, name):
                 d.pop(name)
         drop_unset_weighting(d, self.model_params())
+        record_week_origin(d, self.epoch)
         d["model"] = {k: v for k, v in self.model_params().items() if k not in RUN_LOCATION_PARAMS}
         return json.loads(json.dumps(d))
 
@@ -672,5 +685,5 @@ def load_model(store_uri: str, epoch: int | None = None, **overrides) -> DTSSBP:
     return model
 
 
-__all__ = ["MODES", "REPLAY_SEED", "drop_unset_weighting", "theta_storage", "text_model_params", "text_vectorizer", "EpochFitter", "EpochProgress", "FittedEpoch", "ReplayConfig", "ReplaySummary", "StoredTreeModel", "fit_vocabulary", "load_model",
+__all__ = ["MODES", "REPLAY_SEED", "drop_unset_weighting", "record_week_origin", "theta_storage", "text_model_params", "text_vectorizer", "EpochFitter", "EpochProgress", "FittedEpoch", "ReplayConfig", "ReplaySummary", "StoredTreeModel", "fit_vocabulary", "load_model",
            "open_epochs", "read_epochs", "replay", "stderr_progress"]

@@ -70,7 +70,7 @@ from connectors.stores.snapshot import SnapshotStore, StoreError
 from streamtree.epochs import LATE_POLICIES, Bucketer, Epoch, EpochSpec, TimeRange
 from streamtree.records import OUT_OF_RANGE, REJECT_SCHEMA, make_rejects, reject_rows
 from streamtree.model import RUN_LOCATION_PARAMS
-from streamtree.replay import EpochFitter, drop_unset_weighting, text_model_params, text_vectorizer, theta_storage
+from streamtree.replay import EpochFitter, drop_unset_weighting, record_week_origin, text_model_params, text_vectorizer, theta_storage
 from streamtree.text import DEFAULT_MAX_DF, DEFAULT_MAX_FEATURES, DEFAULT_MIN_DF, DEFAULT_TOP_WORDS, DEFAULT_WEIGHTING
 from streamtree.text import TextVectorizer
 from streamtree.watermark import Watermark, is_idle
@@ -150,6 +150,7 @@ class ServeConfig:
             if d[name] == getattr(ServeConfig, name):
                 d.pop(name)
         drop_unset_weighting(d, self.model_params())
+        record_week_origin(d, self.epoch)
         d["model"] = {k: v for k, v in sorted(self.model_params().items()) if k not in RUN_LOCATION_PARAMS}
         return json.loads(json.dumps(d, default=str))
 

@@ -196,3 +196,16 @@ def test_identity_weighting_matches_stores_written_before_the_tfidf_default():
     from streamtree.replay import _differences
 
     assert _differences(ident("vmf", weighting="tf"), ident("vmf")) == "weighting: 'tf' in the store, 'tfidf' now"
+
+
+def test_identity_records_iso_weeks_so_thursday_week_stores_are_not_resumed():
+    """Week epochs start on Mondays now; a store written with Thursday weeks recorded no
+    origin, so its identity differs (a resume is refused instead of moving the boundaries),
+    while stores of other epochs match as before."""
+    weekly = config("corpus.parquet", epoch="1w").identity()
+    assert weekly["week_origin"] == "monday"
+    assert config("corpus.parquet", epoch="2w").identity()["week_origin"] == "monday"
+    for other in ("1d", "10y", "month"):
+        assert "week_origin" not in config("corpus.parquet", epoch=other).identity()
+    thursday_store = {k: v for k, v in weekly.items() if k != "week_origin"}
+    assert thursday_store != weekly
