@@ -24,6 +24,10 @@ of the selected decades).
 
 Target: the model's mean over decades >= HLDA's, from the same run.
 
+Per decade, the model's nodes, those of them holding the decade's documents ("occupied"; the
+others are alive only through the window's past documents) and the chain's stick
+hyperparameters alpha0, lam and gamma after the decade.
+
 Node identity of the model: per decade, the share of its documents held by nodes carried from
 an earlier decade ("in carried"); the share of node ids that appear in a single decade; the mean
 Jaccard index between the top-10 words of an id's first and last decade, over ids present in
@@ -176,6 +180,7 @@ def run_model(corpus: SouCorpus, likelihood: str, args, rows: list[sp.csr_matrix
     if args.sweeps is not None:
         params["n_sweeps"] = args.sweeps
     model = DTSSBP(**params)
+    hyper = []  # the chain's stick hyperparameters after each decade
     c0 = time.process_time()
     for t, label in enumerate(corpus.labels):
         X = (rows or corpus.X)[t] if likelihood == "vmf" else corpus.counts[t]
@@ -184,14 +189,15 @@ def run_model(corpus: SouCorpus, likelihood: str, args, rows: list[sp.csr_matrix
         except ValueError as exc:
             if t == 0 and "likelihood" in str(exc):
                 print(f"-- likelihood={likelihood!r} skipped: the model rejects it ({exc})")
-                return None, params, 0.0
+                return None, params, 0.0, []
             raise
+        hyper.append(dict(model.state_.hyper))
         print(f"   {label}: {X.shape[0]} documents, {model.trees_[-1].n_nodes} nodes, kappa0_ "
               f"{getattr(model, 'kappa0_', model.kappa0) or 0:.0f}, "
               f"{time.process_time() - c0:.0f}s CPU so far", flush=True)
     cpu = time.process_time() - c0
     model.close()
-    return model, params, cpu
+    return model, params, cpu, hyper
 
 
 def main() -> None:
@@ -235,23 +241,26 @@ def main() -> None:
             for w in (weightings if lik == "vmf" else [None])]
     for likelihood, weighting in runs:
         rows = tfidf_rows(corpus) if weighting == "tfidf" else None
-        model, params, cpu = run_model(corpus, likelihood, args, rows)
+        model, params, cpu, hyper = run_model(corpus, likelihood, args, rows)
         if model is None:
             continue
         trees = model.trees_
         npmi, by_depth = model_npmi(trees, corpus, reference)
         print(f"-- DTSSBP({', '.join(f'{k}={v!r}' for k, v in params.items())}), other parameters at defaults"
               + (f", rows weighted {weighting}" if weighting else "") + f": {cpu:.0f}s CPU")
-        print(f"{'decade':>7} {'docs':>6} {'nodes':>6} {'in carried':>10} {'model NPMI':>11}"
+        print(f"{'decade':>7} {'docs':>6} {'nodes':>6} {'occupied':>8} {'in carried':>10} {'model NPMI':>11}"
+              f" {'alpha0':>7} {'lam':>5} {'gamma':>6}"
               + (f" {'HLDA NPMI':>10} {'HLDA (by docs)':>15}" if hlda else ""))
         for t, label in enumerate(corpus.labels):
-            line = (f"{label:>7} {corpus.X[t].shape[0]:>6} {trees[t].n_nodes:>6} {carried_share(trees[t]):>10.0%} "
-                    f"{npmi[t]:>11.3f}")
+            h = hyper[t]
+            line = (f"{label:>7} {corpus.X[t].shape[0]:>6} {trees[t].n_nodes:>6} {trees[t].n_occupied:>8} "
+                    f"{carried_share(trees[t]):>10.0%} {npmi[t]:>11.3f} {h.get('alpha0', np.nan):>7.2f} "
+                    f"{h.get('lam', np.nan):>5.2f} {h.get('gamma', np.nan):>6.3f}")
             if hlda:
                 line += f" {hlda[0][t]:>10.3f} {hlda[1][t]:>15.3f}"
             print(line)
         mean = float(np.mean(npmi))
-        line = f"{'mean':>7} {'':>6} {'':>6} {'':>10} {mean:>11.3f}"
+        line = f"{'mean':>7} {'':>6} {'':>6} {'':>8} {'':>10} {mean:>11.3f} {'':>7} {'':>5} {'':>6}"
         if hlda:
             h_tok, h_doc = float(np.mean(hlda[0])), float(np.mean(hlda[1]))
             line += f" {h_tok:>10.3f} {h_doc:>15.3f}"
