@@ -7,7 +7,8 @@ under p(z_now | z_past) instead, both changes were free for a carried subtree wi
 documents: it was lifted at even odds every sweep, its past documents then stopped above the
 depth limit, the sampled alpha0 collapsed and the streamed tree dissolved into new nodes.
 An internal node holding past documents is not lifted at all: its past documents would move to
-the parent with no likelihood to weigh against the prior's gain.
+the parent with no likelihood to weigh against the prior's gain. An empty internal node born in
+this epoch is no candidate either: the exact lifts of the split-merge moves remove it.
 """
 
 import copy
@@ -98,6 +99,7 @@ def test_heat_bath_merge_follows_the_windowed_prior_odds():
         st, (a, b, c) = _carried_chain()
         sampler = EpochSampler(st, likelihood=None, settings=_settings(), sweeper=None,
                                rng=np.random.default_rng(seed))
+        sampler.prev_slot = dict(st.nodes.slot)  # carried from the previous epoch
         sampler._merge_internal({}, {}, {})
         s = st.tree.children[0][-1]
         if c not in st.tree and b in st.tree:
@@ -138,6 +140,22 @@ def test_internal_node_holding_past_documents_is_not_lifted():
         state = copy.deepcopy(st)
         sampler = EpochSampler(state, likelihood=None, settings=_settings(), sweeper=None,
                                rng=np.random.default_rng(seed))
+        sampler.prev_slot = dict(state.nodes.slot)  # carried from the previous epoch
         sampler.born_sweep[c] = sampler.sweep  # c too young to retire: b stays internal
         sampler._merge_internal({}, {}, {})
         assert b in state.tree and state.window.total[b] == 5
+
+
+def test_empty_new_internal_node_is_left_to_the_exact_lifts():
+    # the chain of the tests above, born in this epoch: b (internal, empty) is no candidate
+    expected = _expected()
+    st, (a, b, c) = _carried_chain()
+    lifted = 0
+    for seed in range(300):
+        state = copy.deepcopy(st)
+        sampler = EpochSampler(state, likelihood=None, settings=_settings(), sweeper=None,
+                               rng=np.random.default_rng(seed))
+        sampler.prev_slot = {c: state.nodes.slot[c]}  # only the leaf with past documents is carried
+        sampler._merge_internal({}, {}, {})
+        lifted += b not in state.tree and c in state.tree
+    assert expected["b lifted"] > 0.05 and lifted == 0
