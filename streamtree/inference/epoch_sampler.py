@@ -619,8 +619,8 @@ class EpochSampler:
           split-merge merge into the parent can propose it, but its reverse split must
           propose the very subset of documents, and with two parameters alike every document
           goes either way at even odds: a merge of ``n`` documents pays about ``n log 2``
-          nats and is not accepted (Figure 2 tree: the true root's documents stayed split
-          between the root and a child of it);
+          nats and is not accepted (Figure 2 tree: the true root's documents sat in a child of
+          the root, or split between the two);
         * remove a carried internal node without past counts, lifting its children: the
           reverse move would recreate a node with a previous-epoch parameter (a time link),
           and rescoring its carried children's links needs the density of a parameter under
