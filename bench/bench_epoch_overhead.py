@@ -12,8 +12,9 @@ Each fit is ``DTSSBP(random_state=seed)`` at its defaults (``--likelihood`` to c
 family), one ``partial_fit`` per epoch, timed with ``time.process_time``. With ``--before-src
 DIR`` (an earlier package, e.g. ``git archive <commit> streamtree | tar -x -C DIR``) the fits
 alternate between that package and the installed one, each in a child process, ``--repeat``
-times, and the script prints both CPU times, their ratio and whether every epoch's tree (its
-documents' nodes and its node count) is the same.
+times, and the script prints both CPU times, their ratio, whether every epoch's tree (its
+documents' nodes and its node count) is the same and whether every node parameter and
+concentration is the same to the bit.
 
 Usage: python bench/bench_epoch_overhead.py [--corpus pre1900|decades] [--epochs N]
        [--likelihood NAME] [--before-src DIR] [--repeat 1] [--profile] [--seed 0]
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import hashlib
 import io
 import os
 import pickle
@@ -68,8 +70,9 @@ def load(corpus: str, likelihood: str | None, epochs: int | None) -> tuple[list[
     return [str(y) for y in labels], inputs
 
 
-def fit(args) -> tuple[float, list[tuple[list[int], int]]]:
-    """CPU seconds of the whole fit and each epoch's (assignments, node count)."""
+def fit(args) -> tuple[float, list[tuple[list[int], int]], list[str]]:
+    """CPU seconds of the whole fit, each epoch's (assignments, node count) and a digest of
+    each epoch's node parameters and concentrations."""
     from streamtree.model import DTSSBP
 
     labels, inputs = load(args.corpus, args.likelihood, args.epochs)
@@ -88,15 +91,17 @@ def fit(args) -> tuple[float, list[tuple[list[int], int]]]:
             profiler.disable()
         cpu += time.process_time() - c0
     trees = [(np.asarray(tr.assignments).tolist(), tr.n_nodes) for tr in model.trees_]
+    params = [hashlib.sha256(np.ascontiguousarray(tr.theta).tobytes()
+                             + np.ascontiguousarray(tr.concentration).tobytes()).hexdigest() for tr in model.trees_]
     model.close()
     if profiler:
         out = io.StringIO()
         pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(25)
         print(out.getvalue())
-    return cpu, trees
+    return cpu, trees, params
 
 
-def child(args, src: str | None, tmp: str, tag: str) -> tuple[float, list]:
+def child(args, src: str | None, tmp: str, tag: str) -> tuple[float, list, list]:
     """One fit in a child process with the package at ``src`` (None: the installed one)."""
     out = Path(tmp) / f"{tag}.pkl"
     env = dict(os.environ)
@@ -131,22 +136,24 @@ def main() -> None:
     what = f"{args.corpus}{f', first {args.epochs} epochs' if args.epochs else ''}, " \
            f"likelihood {args.likelihood or 'default'}, seed {args.seed}"
     if not args.before_src:
-        cpu, trees = fit(args)
+        cpu, trees, _ = fit(args)
         print(f"== {what}: {len(trees)} epochs, {cpu:.2f} s CPU, final tree {trees[-1][1]} nodes")
         return
     cpu: dict[str, list[float]] = {"before": [], "after": []}
-    same = True
+    same = same_params = True
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.repeat):
-            b_cpu, b_trees = child(args, args.before_src, tmp, f"before{r}")
-            a_cpu, a_trees = child(args, None, tmp, f"after{r}")
+            b_cpu, b_trees, b_params = child(args, args.before_src, tmp, f"before{r}")
+            a_cpu, a_trees, a_params = child(args, None, tmp, f"after{r}")
             cpu["before"].append(b_cpu)
             cpu["after"].append(a_cpu)
             same &= b_trees == a_trees
+            same_params &= b_params == a_params
             print(f"   pair {r + 1}: before {b_cpu:.2f} s, after {a_cpu:.2f} s CPU", flush=True)
     b, a = min(cpu["before"]), min(cpu["after"])
     print(f"== {what}: {len(a_trees)} epochs; best CPU before {b:.2f} s, after {a:.2f} s "
-          f"(after/before {a / b:.3f}); same trees in every epoch: {same}")
+          f"(after/before {a / b:.3f}); same trees in every epoch: {same}; "
+          f"same node parameters to the bit: {same_params}")
 
 
 if __name__ == "__main__":

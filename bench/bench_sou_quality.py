@@ -2,8 +2,10 @@
 
 Data: SOU paragraphs by decade with the demo's vocabulary (2,000 terms fitted on the whole
 corpus; see ``bench/sou_corpus.py``). Model: ``DTSSBP`` at its defaults except ``max_depth``
-(and ``likelihood``, ``n_sweeps`` when given); vMF input is the L2-normalised term frequencies,
-other likelihoods get the token counts.
+(and ``likelihood``, ``n_sweeps`` when given); vMF input is the L2-normalised term frequencies
+(``--weighting tfidf``: each count times the term's smoothed inverse document frequency over all
+selected paragraphs, ``log((1 + n) / (1 + df)) + 1`` as in ``TextVectorizer``, then L2-normalised;
+``--weighting tf,tfidf`` runs both), other likelihoods get the token counts.
 
 Coherence: NPMI (``streamtree.coherence``, exact limits, no smoothing) with probabilities from
 the document co-occurrence of the whole corpus on the same tokens (every non-empty paragraph
@@ -31,7 +33,7 @@ their decade (births that die at once hold few); node-decades whose concentratio
 cap ``concentration_bounds[1]`` (and how many of those hold at most 2 documents). The progress
 lines print the link strength in use (``kappa0_``, estimated under ``kappa0="auto"``).
 
-Usage: python bench/bench_sou_quality.py [--likelihood vmf[,multinomial]] [--max-depth 3]
+Usage: python bench/bench_sou_quality.py [--likelihood vmf[,multinomial]] [--weighting tf[,tfidf]] [--max-depth 3]
        [--sweeps N] [--decades 6 | 1790s,1800s] [--hlda-iter 500] [--hlda-fit all|per-decade]
        [--no-hlda] [--seed 0]
 """
@@ -43,6 +45,8 @@ import time
 from collections import defaultdict
 
 import numpy as np
+import scipy.sparse as sp
+from sklearn.preprocessing import normalize
 from sou_corpus import SouCorpus, load_sou
 
 from streamtree.coherence import topic_npmi
@@ -159,14 +163,22 @@ def hlda_topics_by_decade(corpus: SouCorpus, args) -> tuple[list[np.ndarray], li
     return by_tokens, by_docs, time.process_time() - c0, live, what
 
 
-def run_model(corpus: SouCorpus, likelihood: str, args):
+def tfidf_rows(corpus: SouCorpus) -> list[sp.csr_matrix]:
+    """Per decade, the counts times the smoothed idf of all selected paragraphs, L2-normalised."""
+    reference = corpus.all_counts()
+    df = np.asarray((reference > 0).sum(axis=0)).ravel()
+    idf = np.log((1.0 + reference.shape[0]) / (1.0 + df)) + 1.0
+    return [sp.csr_matrix(normalize(C @ sp.diags(idf), norm="l2", axis=1)) for C in corpus.counts]
+
+
+def run_model(corpus: SouCorpus, likelihood: str, args, rows: list[sp.csr_matrix] | None = None):
     params = {"likelihood": likelihood, "max_depth": args.max_depth, "random_state": args.seed}
     if args.sweeps is not None:
         params["n_sweeps"] = args.sweeps
     model = DTSSBP(**params)
     c0 = time.process_time()
     for t, label in enumerate(corpus.labels):
-        X = corpus.X[t] if likelihood == "vmf" else corpus.counts[t]
+        X = (rows or corpus.X)[t] if likelihood == "vmf" else corpus.counts[t]
         try:
             model.partial_fit(X, epoch=t, label=label)
         except ValueError as exc:
@@ -185,6 +197,8 @@ def run_model(corpus: SouCorpus, likelihood: str, args):
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--likelihood", default="vmf", help="comma-separated, e.g. vmf,multinomial (default vmf)")
+    p.add_argument("--weighting", default="tf",
+                   help="vMF rows: tf, tfidf or tf,tfidf (both, one run each; default tf)")
     p.add_argument("--max-depth", type=int, default=3, help="model depth cap (default 3, the demo's)")
     p.add_argument("--sweeps", type=int, default=None, help="Gibbs sweeps per decade (default: the model's)")
     p.add_argument("--decades", default=None, help="subset: first N decades, or labels like 1790s,1800s")
@@ -193,6 +207,9 @@ def main() -> None:
     p.add_argument("--no-hlda", action="store_true", help="skip the tomotopy side")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
+    weightings = [w.strip() for w in args.weighting.split(",") if w.strip()]
+    if not weightings or set(weightings) - {"tf", "tfidf"}:
+        p.error(f"--weighting: expected tf, tfidf or tf,tfidf, got {args.weighting!r}")
 
     corpus = load_sou(decades=args.decades)
     reference = corpus.all_counts()
@@ -214,14 +231,17 @@ def main() -> None:
             print(f"-- tomotopy HLDAModel(depth=4), {what}, {args.hlda_iter} iterations, 1 worker: "
                   f"{hcpu:.0f}s CPU, {live} live topics")
 
-    for likelihood in [s.strip() for s in args.likelihood.split(",") if s.strip()]:
-        model, params, cpu = run_model(corpus, likelihood, args)
+    runs = [(lik, w) for lik in [s.strip() for s in args.likelihood.split(",") if s.strip()]
+            for w in (weightings if lik == "vmf" else [None])]
+    for likelihood, weighting in runs:
+        rows = tfidf_rows(corpus) if weighting == "tfidf" else None
+        model, params, cpu = run_model(corpus, likelihood, args, rows)
         if model is None:
             continue
         trees = model.trees_
         npmi, by_depth = model_npmi(trees, corpus, reference)
-        print(f"-- DTSSBP({', '.join(f'{k}={v!r}' for k, v in params.items())}), other parameters at defaults: "
-              f"{cpu:.0f}s CPU")
+        print(f"-- DTSSBP({', '.join(f'{k}={v!r}' for k, v in params.items())}), other parameters at defaults"
+              + (f", rows weighted {weighting}" if weighting else "") + f": {cpu:.0f}s CPU")
         print(f"{'decade':>7} {'docs':>6} {'nodes':>6} {'in carried':>10} {'model NPMI':>11}"
               + (f" {'HLDA NPMI':>10} {'HLDA (by docs)':>15}" if hlda else ""))
         for t, label in enumerate(corpus.labels):

@@ -21,6 +21,7 @@ status 0.
 from __future__ import annotations
 
 import argparse
+import bisect
 import logging
 import sys
 from collections.abc import Sequence
@@ -63,7 +64,8 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
     def _get_help_string(self, action):
         text = action.help or ""
-        if "default" in text or action.default in (None, False, argparse.SUPPRESS) or action.nargs == 0:
+        unset = any(action.default is v for v in (None, False, argparse.SUPPRESS))  # is, not ==: 0 == False
+        if "default" in text or unset or action.nargs == 0:
             return text
         return super()._get_help_string(action)
 
@@ -149,9 +151,10 @@ def _add_source_args(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("source", help="Parquet/Arrow/JSONL/CSV file, directory or dataset")
     p.add_argument("--text-col", required=True, help="column holding the document text")
-    p.add_argument("--time-col", help="column holding the document time (timestamp, date, ISO string, year)")
+    p.add_argument("--time-col", help="column holding the document time (timestamp, date, ISO string, year) "
+                                      "(default: none; needed unless --epoch-col)")
     p.add_argument("--id-col", help="column holding document ids (default: <file>:<row>)")
-    p.add_argument("--epoch-col", help="column holding an explicit integer epoch (with --epoch column)")
+    p.add_argument("--epoch-col", help="column holding an explicit integer epoch (with --epoch column) (default: none)")
     p.add_argument("--time-unit", default="auto", choices=["auto", "year", "s", "ms", "us", "ns"],
                    help="how numeric times are read (default auto: chosen from the values, and said)")
     p.add_argument("--time-format", help="strptime pattern for time strings that are not ISO 8601, e.g. "
@@ -223,7 +226,8 @@ def _add_model_args(p: argparse.ArgumentParser, *, for_evaluate: bool = False) -
 
     p = argparse.Namespace(add_argument=option)
     p.add_argument("--likelihood",
-                   help="topic family: vmf (unit term-frequency rows) or multinomial (word counts, Dirichlet links)")
+                   help="topic family: vmf (unit tf-idf rows, see --weighting) or multinomial (word counts, "
+                        "Dirichlet links)")
     p.add_argument("--window", type=_window, help="epochs in the stick window (int or inf)")
     if not for_evaluate:
         p.add_argument("--max-depth", type=int, help="deepest node depth, root = 0")
@@ -282,7 +286,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "many times larger)")
     r.add_argument("--quiet", action="store_true", help="no progress bars (also off when stderr is not a terminal)")
     r.add_argument("--static", choices=["bhc", "coalescent", "tmc"],
-                   help="also store a static hierarchy of each published epoch (static/<method>-<over>.parquet)")
+                   help="also store a static hierarchy of each published epoch (static/<method>-<over>.parquet) "
+                        "(default: none)")
     r.add_argument("--static-over", choices=["documents", "nodes"], default="documents",
                    help="leaves of the static hierarchy: a sample of the documents or the tree's nodes")
     r.add_argument("--static-max-points", type=_positive_int, default=300,
@@ -307,7 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Print a store's epoch trees like the dTSSBP paper's figures.")
     s.add_argument("store", help="snapshot store directory")
     s.add_argument("--epoch", help="epoch index or label (default: all)")
-    s.add_argument("--node", type=int, help="print this node's lineage across epochs")
+    s.add_argument("--node", type=int, help="print this node's lineage across epochs (default: the epochs' trees)")
     s.add_argument("--top-words", type=_positive_int, default=ReplayConfig.top_words,
                    help="words per node (at most the words the store kept per node)")
     s.add_argument("--min-docs", type=int, default=0, help="hide nodes with fewer documents in their subtree")
@@ -316,7 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--all", action="store_true", help="every node and every id, uncapped")
     s.add_argument("--static", metavar="METHOD",
                    help="print the stored static snapshots of METHOD (bhc, coalescent, tmc; or e.g. bhc-nodes) "
-                        "instead: clusters with their top words")
+                        "instead: clusters with their top words (default: the epochs' trees)")
 
     a = sub.add_parser("assign", help="assign new documents to the nodes of a stored epoch's tree",
                        description="Load the model of one stored epoch, vectorise SOURCE's texts with the "
@@ -334,7 +339,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--id-col", help="column holding document ids (default: the stored replay's, else <file>:<row>)")
     a.add_argument("--time-unit", default="auto", choices=["auto", "year", "s", "ms", "us", "ns"],
                    help="how numeric times are read")
-    a.add_argument("--time-format", help="strptime pattern for time strings that are not ISO 8601")
+    a.add_argument("--time-format", help="strptime pattern for time strings that are not ISO 8601 "
+                                         "(default: detect common formats like 2017/2/7)")
     _add_format_args(a)
 
     rp = sub.add_parser("report", help="write a self-contained HTML report of a store (opens offline)",
@@ -445,7 +451,8 @@ def _add_serve_parser(sub) -> None:
     v.add_argument("--require-success", action="store_true",
                    help="read a file only once its folder holds a _SUCCESS marker")
     v.add_argument("--vocabulary-from", metavar="STORE",
-                   help="use this store's vocabulary (e.g. a replay's) instead of fitting one on a warm-up span")
+                   help="use this store's vocabulary (e.g. a replay's) instead of fitting one on a warm-up span "
+                        "(default: fit one)")
     v.add_argument("--warmup-docs", type=_positive_int, default=1000,
                    help="fit the vocabulary once the closed epochs hold this many documents (default 1000)")
     _add_vocabulary_args(v, "warm-up vocabulary: ")
@@ -472,9 +479,22 @@ def resolve_epoch(entries: list[dict], text: str) -> dict:
     for e in entries:
         if idx is not None and e["epoch"] == idx:
             return e
-    shown = ", ".join(f"{e['epoch']} ({e['label']})" for e in entries[:12])
+    def said(es):
+        return ", ".join(f"{e['epoch']} ({e['label']})" for e in es)
+
+    if len(entries) <= 12:
+        raise _UserError(f"no published epoch {text!r}", "--epoch", f"use an index or label among: {said(entries)}")
+    # Long runs (weekly epochs over years): the span, and the published epochs whose labels
+    # sort either side of the one asked for (labels are dates, years or decades, in time order)
+    labels = [str(e.get("label")) for e in entries]
+    nearest = ""
+    if (idx is None or len(text) >= 4) and labels == sorted(labels):  # an index, not a year: no neighbours
+        at = bisect.bisect_left(labels, text)
+        near = entries[max(at - 1, 0):at + 1]
+        nearest = f"; published epochs nearest to {text!r}: {said(near)}"
     raise _UserError(f"no published epoch {text!r}", "--epoch",
-                     f"use an index or label among: {shown}{' ...' if len(entries) > 12 else ''}")
+                     f"use an index or label among {len(entries)} published epochs: {said(entries[:3])} ... "
+                     f"{said(entries[-1:])}{nearest} (streamtree show STORE | grep ^epoch lists them)")
 
 
 LEGEND = ("* born this epoch, < born by splitting from another node, ^ parent changed; counts are the "
@@ -532,7 +552,9 @@ def format_epoch(stored, vocabulary=None, *, top_words: int | None = None, min_d
             merged.append((ev["node_id"], ev["other_id"]))
     n_docs = int(tree.assignments.shape[0])
     head = (f"epoch {tree.epoch}" + (f" ({tree.label})" if tree.label else "")
-            + f": {n_docs} documents, {tree.n_nodes} nodes; {len(born)} born, {tree.died.size} died")
+            + f": {n_docs} documents, {tree.n_nodes} nodes"
+            + (f" ({tree.n_occupied} holding them)" if tree.n_occupied < tree.n_nodes else "")
+            + f"; {len(born)} born, {tree.died.size} died")
     if events is not None:
         head += f", {len(split_from)} split, {len(merged)} merged, {len(moved)} changed parent"
     lines = [head]

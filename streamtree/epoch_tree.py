@@ -77,6 +77,12 @@ class EpochTree:
     def n_nodes(self) -> int:
         return int(self.node_ids.shape[0])
 
+    @property
+    def n_occupied(self) -> int:
+        """Nodes holding documents of this epoch, themselves or below them. The others are
+        alive only through the stick window's past documents and die when those leave it."""
+        return int(np.count_nonzero(self.subtree_counts))
+
     def index_of(self, node_id: int) -> int:
         """Row of ``node_id`` in the per-node arrays (KeyError if absent)."""
         hits = np.flatnonzero(self.node_ids == node_id)

@@ -39,7 +39,7 @@ from streamtree.model import DTSSBP
 from streamtree.records import EMPTY_AFTER_VOCABULARY, RejectLog
 from streamtree.snapshots import StaticOptions, snapshot_name, static_snapshot
 from streamtree.text import (DEFAULT_MAX_DF, DEFAULT_MAX_FEATURES, DEFAULT_MIN_DF, DEFAULT_TOP_WORDS,
-                             DEFAULT_WEIGHTING, TextVectorizer)
+                             DEFAULT_WEIGHTING, WEIGHTING_BEFORE_TFIDF, TextVectorizer)
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +73,18 @@ def text_vectorizer(model_params: dict, min_df, max_df, max_features, weighting=
     norm = LIKELIHOODS[model_params["likelihood"]].text_norm
     return TextVectorizer(min_df=min_df, max_df=max_df, max_features=max_features, norm=norm,
                           weighting=weighting)
+
+
+def drop_unset_weighting(identity: dict, model_params: dict) -> None:
+    """Remove ``identity["weighting"]`` where it says nothing a store written before it was
+    recorded did not: for row forms that ignore it (raw counts), and for the weighting those
+    stores had (not the current default, which has changed since; comparing with it would take
+    an older store's plain frequencies for tf-idf and refuse an explicit tf-idf store)."""
+    from streamtree.likelihoods import LIKELIHOODS
+
+    if (LIKELIHOODS[model_params["likelihood"]].text_norm is None
+            or identity.get("weighting") == WEIGHTING_BEFORE_TFIDF):
+        identity.pop("weighting", None)
 
 
 def theta_storage(model_params: dict) -> dict:
@@ -146,9 +158,10 @@ class ReplayConfig:
         for name in RUN_LOCATION:
             d.pop(name, None)
         d["source"] = canonical_uri(self.source)
-        for name in ("format", "delimiter", "weighting"):  # new settings: stores written before match
+        for name in ("format", "delimiter"):  # new settings: stores written before match
             if d[name] == getattr(ReplayConfig, name):
                 d.pop(name)
+        drop_unset_weighting(d, self.model_params())
         d["model"] = {k: v for k, v in self.model_params().items() if k not in RUN_LOCATION_PARAMS}
         return json.loads(json.dumps(d))
 
@@ -267,7 +280,14 @@ def vocabulary_note(vec: TextVectorizer) -> str:
 
 def _differences(stored: dict, now: dict) -> str:
     keys = sorted(k for k in set(stored) | set(now) if stored.get(k) != now.get(k))
-    return ", ".join(f"{k}: {stored.get(k)!r} in the store, {now.get(k)!r} now" for k in keys[:4])
+
+    def shown(identity: dict, key: str):
+        # an identity without a weighting has the one older stores had (drop_unset_weighting)
+        if key == "weighting" and identity.get(key) is None:
+            return WEIGHTING_BEFORE_TFIDF
+        return identity.get(key)
+
+    return ", ".join(f"{k}: {shown(stored, k)!r} in the store, {shown(now, k)!r} now" for k in keys[:4])
 
 
 @dataclass
@@ -296,8 +316,8 @@ def _start(store: SnapshotStore, config: ReplayConfig, mode: str) -> _Start:
         return _Start(last)
     if mode == "resume":
         raise StoreError(f"{store.uri}: the store holds a replay with a different configuration "
-                         f"({_differences(stored, config.identity())}); cannot resume it: use --overwrite "
-                         "or another --store")
+                         f"({_differences(stored, config.identity())}); cannot resume it: give "
+                         "the store's settings, or use --overwrite or another --store")
     what = "the same" if same else "a different"
     hint = "--resume to finish it, " if same else ""
     state = "complete" if manifest.get("complete") else "unfinished"
@@ -652,5 +672,5 @@ def load_model(store_uri: str, epoch: int | None = None, **overrides) -> DTSSBP:
     return model
 
 
-__all__ = ["MODES", "REPLAY_SEED", "theta_storage", "text_model_params", "text_vectorizer", "EpochFitter", "EpochProgress", "FittedEpoch", "ReplayConfig", "ReplaySummary", "StoredTreeModel", "fit_vocabulary", "load_model",
+__all__ = ["MODES", "REPLAY_SEED", "drop_unset_weighting", "theta_storage", "text_model_params", "text_vectorizer", "EpochFitter", "EpochProgress", "FittedEpoch", "ReplayConfig", "ReplaySummary", "StoredTreeModel", "fit_vocabulary", "load_model",
            "open_epochs", "read_epochs", "replay", "stderr_progress"]

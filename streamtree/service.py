@@ -70,7 +70,7 @@ from connectors.stores.snapshot import SnapshotStore, StoreError
 from streamtree.epochs import LATE_POLICIES, Bucketer, Epoch, EpochSpec, TimeRange
 from streamtree.records import OUT_OF_RANGE, REJECT_SCHEMA, make_rejects, reject_rows
 from streamtree.model import RUN_LOCATION_PARAMS
-from streamtree.replay import EpochFitter, text_model_params, text_vectorizer, theta_storage
+from streamtree.replay import EpochFitter, drop_unset_weighting, text_model_params, text_vectorizer, theta_storage
 from streamtree.text import DEFAULT_MAX_DF, DEFAULT_MAX_FEATURES, DEFAULT_MIN_DF, DEFAULT_TOP_WORDS, DEFAULT_WEIGHTING
 from streamtree.text import TextVectorizer
 from streamtree.watermark import Watermark, is_idle
@@ -146,9 +146,10 @@ class ServeConfig:
     def identity(self) -> dict:
         """What must match for a restart to continue a store (not where or how often it runs)."""
         d = {k: v for k, v in asdict(self).items() if k not in self._RUNTIME}
-        for name in ("weighting", "time_format", "time_range", "format", "delimiter"):  # new settings: stores written before match
+        for name in ("time_format", "time_range", "format", "delimiter"):  # new settings: stores written before match
             if d[name] == getattr(ServeConfig, name):
                 d.pop(name)
+        drop_unset_weighting(d, self.model_params())
         d["model"] = {k: v for k, v in sorted(self.model_params().items()) if k not in RUN_LOCATION_PARAMS}
         return json.loads(json.dumps(d, default=str))
 

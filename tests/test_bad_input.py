@@ -79,6 +79,32 @@ def test_common_date_formats_are_detected(tmp_path):
     assert any("'%Y/%m/%d'" in n and "auto-detected" in n for n in summary.notes)
 
 
+def test_rfc_2822_dates_with_zone_offsets_are_detected():
+    """Mail, RSS, git and Debian changelogs write "Tue, 20 Sep 2022 12:17:15 -0400": read in UTC."""
+    from connectors.sources.times import TimeParser
+
+    parser = TimeParser()
+    times, missing, bad = parser.parse(pa.array(["Tue, 20 Sep 2022 12:17:15 -0400", "Mon, 22 Aug 2022 22:28:58 +0100",
+                                                 "1 Jan 2023 00:30:00 +0100", None]))
+    assert missing.tolist() == [False, False, False, True] and bad.tolist() == [False, False, True, False]
+    want = [datetime(2022, 9, 20, 16, 17, 15, tzinfo=timezone.utc),
+            datetime(2022, 8, 22, 21, 28, 58, tzinfo=timezone.utc)]
+    assert times.to_pylist()[:2] == want
+    assert any("%a, %d %b %Y %H:%M:%S %z" in n and "auto-detected" in n for n in parser.notes)
+
+
+@pytest.mark.parametrize("value, utc", [
+    ("Tue, 10 Jun 2003 04:00:00 GMT", datetime(2003, 6, 10, 4, 0, 0, tzinfo=timezone.utc)),  # RSS 2.0
+    ("Mon Jul 3 17:18:43 2006 +0200", datetime(2006, 7, 3, 15, 18, 43, tzinfo=timezone.utc)),  # git log
+])
+def test_rss_gmt_and_git_log_dates_are_detected(value, utc):
+    from connectors.sources.times import TimeParser
+
+    times, missing, bad = TimeParser().parse(pa.array([value] * 3))
+    assert not bad.any() and not missing.any()
+    assert times.to_pylist() == [utc] * 3
+
+
 def test_time_format_settles_day_month_order(tmp_path):
     times = ["3/2/2017", "4/2/2017", "5/3/2017"] * 5
     summary = run(corpus(tmp_path / "c.parquet", times), tmp_path / "auto", epoch="month")

@@ -156,6 +156,25 @@ def test_show_errors_name_the_choices(store, capsys):
     assert "node 99999 never appears" in capsys.readouterr().err
 
 
+def test_an_unknown_epoch_of_a_long_run_names_its_span_and_neighbours():
+    """Weekly epochs over years: the error cannot list 500 labels, but gives the span and the
+    published epochs either side of the label asked for (a date inside a week finds its week)."""
+    from streamtree.cli import _UserError, resolve_epoch
+
+    weeks = [{"epoch": 2 * k, "label": f"2010-{1 + k // 4:02d}-{1 + 7 * (k % 4):02d}"} for k in range(40)]
+    assert resolve_epoch(weeks, "2010-03-08")["epoch"] == 18 and resolve_epoch(weeks, "6")["epoch"] == 6
+    with pytest.raises(_UserError) as err:
+        resolve_epoch(weeks, "2010-03-10")
+    msg = str(err.value)
+    assert "40 published epochs: 0 (2010-01-01), 2 (2010-01-08), 4 (2010-01-15) ... 78 (2010-10-22)" in msg
+    assert "nearest to '2010-03-10': 18 (2010-03-08), 20 (2010-03-15)" in msg
+    with pytest.raises(_UserError, match=r"nearest to '2009': 0 \(2010-01-01\) \("):
+        resolve_epoch(weeks, "2009")
+    with pytest.raises(_UserError) as err:
+        resolve_epoch(weeks, "7")  # an index that is not published: no label neighbours
+    assert "nearest" not in str(err.value) and "... 78 (2010-10-22)" in str(err.value)
+
+
 def test_existing_store_is_refused_with_advice(corpus, store, capsys):
     argv = ["replay", str(corpus), "--text-col", "text", "--time-col", "year", "--id-col", "doc_id",
             "--quiet", "--store", store, *FAST]
@@ -257,6 +276,25 @@ def test_version_and_help_show_defaults(capsys):
     assert "(default: auto)" in text and "(default: 0.5)" in text and "(default: 10y)" in text
 
 
+def test_every_option_of_every_command_names_its_default():
+    """Options that take a value and are not required say what happens when they are not given,
+    including defaults of 0 (which argparse's formatter would skip, since 0 == False)."""
+    import argparse
+
+    from streamtree.cli import build_parser
+
+    commands = build_parser()._subparsers._group_actions[0].choices
+    missing = []
+    for name, parser in commands.items():
+        helps = {a.dest: " ".join(parser._get_formatter()._expand_help(a).split())
+                 for a in parser._actions if a.option_strings and a.help and a.nargs != 0 and not a.required}
+        missing += [f"{name} {dest}: {text}" for dest, text in helps.items() if "default" not in text]
+        assert all(a.help for a in parser._actions if a.option_strings), name
+    assert not missing, missing
+    show = {a.dest: a for a in commands["show"]._actions}
+    assert "(default: 0)" in commands["show"]._get_formatter()._expand_help(show["min_docs"])
+
+
 def test_show_into_a_closed_pipe_exits_quietly(store):
     import subprocess
     import sys
@@ -278,3 +316,26 @@ def test_tsv_source_with_format_and_delimiter(tmp_path, capsys):
     assert main(args + ["--format", "tsv", "--store", str(tmp_path / "b")]) == 0
     assert "documents: 30 fitted of 30 records read" in capsys.readouterr().out
     assert main(args + ["--format", "csv", "--delimiter", "tab", "--store", str(tmp_path / "c")]) == 0
+
+
+def test_an_epoch_header_counts_the_nodes_holding_its_documents():
+    """Nodes alive only through the window's past documents are counted apart, so a tree of
+    fading nodes does not read as a swarm."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from streamtree.cli import format_epoch
+    from test_store import make_tree
+
+    tree = make_tree(3, [0, 1, 2, 3], [-1, 0, 0, 1], [0, 0, 1, 3], label="1850s")
+    vocab = np.array([f"w{i}" for i in range(tree.theta.shape[1])])
+    def head_of(t):  # the fields format_epoch reads of a stored epoch
+        return format_epoch(SimpleNamespace(tree=t, top_words=[], theta_exact=True), vocab).splitlines()[0]
+
+    head = head_of(tree)
+    assert "4 nodes;" in head and "holding" not in head  # every node holds some (subtree counts >= 1)
+    fading = dataclasses.replace(tree, subtree_counts=np.array([5, 5, 0, 3]), counts=np.array([0, 2, 0, 3]))
+    assert fading.n_occupied == 3
+    assert "4 nodes (3 holding them);" in head_of(fading)

@@ -178,3 +178,21 @@ def test_resume_refuses_to_keep_every_checkpoint_of_a_store_that_kept_the_latest
     with pytest.raises(StoreError, match="latest epoch's checkpoint only.*--overwrite"):
         replay(config(corpus), part, mode="resume", keep_checkpoints="all")
     assert replay(config(corpus), part, mode="resume").n_published == 1
+
+
+def test_identity_weighting_matches_stores_written_before_the_tfidf_default():
+    """Stores written while plain frequencies were the default recorded no weighting for them
+    and ``"tfidf"`` when asked for: a resume with the same settings must match, a vMF resume
+    on other weights must not, and the multinomial (raw counts) ignores the setting."""
+    def ident(likelihood, **kw):
+        return config("corpus.parquet", likelihood=likelihood, **kw).identity()
+
+    assert "weighting" not in ident("vmf", weighting="tf")  # as the tf stores recorded
+    assert ident("vmf", weighting="tfidf")["weighting"] == "tfidf"  # as explicit tf-idf stores did
+    assert ident("vmf") != ident("vmf", weighting="tf")  # the new default is not an older store's tf
+    assert ident("multinomial") == ident("multinomial", weighting="tf") == ident("multinomial", weighting="tfidf")
+    assert "weighting" not in ident("multinomial")
+    # the refusal names the weighting an older store has, not a missing value
+    from streamtree.replay import _differences
+
+    assert _differences(ident("vmf", weighting="tf"), ident("vmf")) == "weighting: 'tf' in the store, 'tfidf' now"

@@ -17,8 +17,8 @@ from streamtree.text import TextVectorizer
 SOTU = Path(__file__).resolve().parents[1] / "examples" / "data" / "sotu_paragraphs.parquet"
 
 
-def small():
-    return TextVectorizer(min_df=1, max_df=1.0, stop_words="english", norm="l2")
+def small(**kw):
+    return TextVectorizer(min_df=1, max_df=1.0, stop_words="english", norm="l2", **{"weighting": "tf", **kw})
 
 
 def test_default_rows_are_counts_the_default_model_fits():
@@ -45,6 +45,20 @@ def test_exact_l2_normalised_term_frequencies():
     np.testing.assert_allclose(X.toarray(), expected, rtol=0, atol=1e-15)
     assert not empty.any()
     np.testing.assert_array_equal(v.document_frequency_, [2, 2, 1])
+
+
+def test_vmf_rows_default_to_exact_tfidf():
+    """``norm="l2"`` rows are tf-idf unless ``weighting="tf"``: counts times
+    log((1 + n) / (1 + df)) + 1 of the fitting corpus, then unit length; raw counts ignore it."""
+    docs = ["Apple apple banana", "banana cherry cherry cherry", "apple 1790 $5 the", "banana"]
+    v = TextVectorizer(min_df=1, max_df=1.0, norm="l2").fit(docs)
+    assert v.weighting == "tfidf" and v.vocabulary_.tolist() == ["apple", "banana", "cherry"]
+    idf = np.log(5.0 / (1.0 + np.array([2, 3, 1]))) + 1.0
+    expected = np.array([[2, 1, 0], [0, 1, 3], [1, 0, 0], [0, 1, 0]], dtype=float) * idf
+    expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    np.testing.assert_allclose(v.transform(docs).toarray(), expected, rtol=0, atol=1e-15)
+    counts = TextVectorizer(min_df=1, max_df=1.0).fit(docs).transform(docs).toarray()
+    np.testing.assert_array_equal(counts, [[2, 1, 0], [0, 1, 3], [1, 0, 0], [0, 1, 0]])
 
 
 def test_unicode_tokens():
@@ -143,3 +157,62 @@ def test_a_stored_vocabulary_keeps_counting_terms_that_became_stop_words(monkeyp
     monkeypatch.undo()
     restored = TextVectorizer.from_arrow(table)
     np.testing.assert_array_equal(restored.transform(["applause tax"]).toarray(), want)
+
+
+def test_web_and_mail_addresses_are_not_terms():
+    """Commit messages, changelogs and posts carry URLs and e-mail addresses; their pieces
+    ("https", "github", "com", a user's name and host) must not become terms."""
+    docs = ["Fix the parser, see https://github.com/pallets/flask/issues/12 for details",
+            "Signed-off-by: Jane Roe <jane.roe@example-4.com>",
+            "parser docs at WWW.Example.org/docs; mail bugs@lists.example.net",
+            "git clone git+ssh://host.example/repo.git then fix the parser (http://x.io).",
+            "an email@ alone is no address; Merge branch 'master' of github.com:mitsuhiko/flask",
+            "docs moved to flask.pocoo.org/docs/, see Flask.app and e.g. the os.path module"]
+    v = TextVectorizer(min_df=1, max_df=1.0, stop_words=None).fit(docs)
+    terms = set(v.vocabulary_)
+    assert not terms & {"https", "http", "github", "com", "pallets", "issues", "example", "org",
+                        "www", "lists", "net", "ssh", "host", "repo", "io", "bugs", "mitsuhiko", "pocoo"}
+    # the words around them stay, a display name too (it is text, not an address)
+    assert terms == {"fix", "the", "parser", "see", "for", "details", "signed", "off", "by", "jane", "roe", "docs",
+                     "at", "mail", "git", "clone", "then", "an", "email", "alone", "is", "no", "address", "merge",
+                     "branch", "master", "of", "moved", "to", "flask", "app", "and", "os", "path", "module"}
+    # the same texts without the rule keep the pieces (the rule is what removes them)
+    kept = set(TextVectorizer(min_df=1, max_df=1.0, stop_words=None, strip_addresses=False).fit(docs).vocabulary_)
+    assert {"https", "github", "com", "pallets", "example", "bugs"} <= kept
+    counts = v.transform(["Parser: https://parser.example/parser PARSER"]).toarray().ravel()
+    assert counts[v.vocabulary_.tolist().index("parser")] == 2  # lower-cased as before, the URL's copy gone
+
+
+def test_names_with_an_upper_case_domain_are_not_addresses():
+    """"ASP.NET", "VB.NET" and "System.IO" name a framework, a language and a namespace: their
+    words stay; a host name stays an address whatever the case of its other labels."""
+    docs = ["Port the ASP.NET views to VB.NET", "read it with System.IO streams", "see Flask.pocoo.org/docs"]
+    terms = set(TextVectorizer(min_df=1, max_df=1.0, stop_words=None).fit(docs).vocabulary_)
+    assert {"asp", "net", "vb", "system", "io", "port", "views", "streams"} <= terms
+    assert not terms & {"pocoo", "org", "docs"}
+
+
+def test_vocabularies_stored_before_addresses_were_removed_keep_them():
+    """A store fitted when addresses were still tokenised has no ``strip_addresses`` in its
+    metadata: restoring it must count as it was fitted (resume, serve, assign)."""
+    import json
+
+    v = TextVectorizer(min_df=1, max_df=1.0, stop_words=None, strip_addresses=False).fit(
+        ["see https://github.com/x", "github parser"])
+    table = v.to_arrow()
+    meta = json.loads(table.schema.metadata[b"streamtree.vectorizer"])
+    del meta["params"]["strip_addresses"]
+    old = table.replace_schema_metadata({b"streamtree.vectorizer": json.dumps(meta).encode()})
+    restored = TextVectorizer.from_arrow(old)
+    assert restored.strip_addresses is False
+    np.testing.assert_array_equal(restored.transform(["https://github.com/y"]).toarray(),
+                                  v.transform(["https://github.com/y"]).toarray())
+    assert TextVectorizer.from_arrow(small().fit(["tax cut", "war"]).to_arrow()).strip_addresses is True
+    # and a vMF vocabulary stored before tf-idf weighting existed keeps plain term frequencies
+    tf = small().fit(["tax cut", "tax war", "peace"])
+    meta = json.loads(tf.to_arrow().schema.metadata[b"streamtree.vectorizer"])
+    del meta["params"]["weighting"]
+    older = tf.to_arrow().replace_schema_metadata({b"streamtree.vectorizer": json.dumps(meta).encode()})
+    assert TextVectorizer.from_arrow(older).weighting == "tf"
+    np.testing.assert_array_equal(TextVectorizer.from_arrow(older).transform(["tax war war"]).toarray(),
+                                  tf.transform(["tax war war"]).toarray())

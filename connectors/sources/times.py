@@ -47,6 +47,10 @@ COMMON_FORMATS = (
     "%m/%d/%y", "%d/%m/%y",
     "%b %d, %Y", "%B %d, %Y", "%b %d %Y", "%d %b %Y", "%d %B %Y", "%d-%b-%Y",
     "%a, %d %b %Y %H:%M:%S", "%a %b %d %H:%M:%S %Y",
+    # RFC 2822 with its zone offset: mail, RSS, git and Debian changelog dates; RSS feeds
+    # mostly write the zone as "GMT" (the obsolete RFC 822 name, UTC); git log's own default
+    "%a, %d %b %Y %H:%M:%S %z", "%d %b %Y %H:%M:%S %z", "%a, %d %b %Y %H:%M:%S GMT", "%d %b %Y %H:%M:%S GMT",
+    "%a %b %d %H:%M:%S %Y %z",
 )
 _US_PER = {"s": 1_000_000, "ms": 1_000, "us": 1, "ns": None}
 _INT_RE = r"^[+-]?\d+$"

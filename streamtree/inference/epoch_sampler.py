@@ -34,7 +34,7 @@ from scipy.stats import chi2
 from streamtree.epoch_tree import EpochTree
 from streamtree.events import epoch_events
 from streamtree.inference.merge import CollapsedPrior
-from streamtree.inference.hyper import sample_hyperparameters
+from streamtree.inference.hyper import HyperPrior, hyper_priors, sample_hyperparameters
 from streamtree.inference.split_merge import MoveState, SplitMerge, document_set
 from streamtree.inference.sticks import log_masses, mean_sticks, sample_sticks, stick_params
 from streamtree.inference.zsweep import ZSweeper
@@ -88,6 +88,18 @@ class SamplerSettings:
     sample_hyperparameters: bool = True
     #: ``kappa0="auto"``: the likelihood re-estimates its link strength after every sweep
     auto_link_strength: bool = False
+    #: means of the Gamma priors of alpha0 and gamma (:func:`~streamtree.inference.hyper.hyper_priors`):
+    #: the values the settings are made with (the estimator's), kept when :meth:`with_hyper`
+    #: puts the chain's current values into ``alpha0`` and ``gamma``
+    prior_means: tuple[float, float] | None = None
+
+    def __post_init__(self) -> None:
+        if self.prior_means is None:
+            object.__setattr__(self, "prior_means", (float(self.alpha0), float(self.gamma)))
+
+    def hyper_priors(self) -> dict[str, HyperPrior]:
+        """The priors of the stick hyperparameters, centred on :attr:`prior_means`."""
+        return hyper_priors(*self.prior_means)
 
     def stick_kwargs(self) -> dict:
         return dict(alpha0=self.alpha0, lam=self.lam, gamma=self.gamma, max_depth=self.max_depth,
@@ -364,6 +376,7 @@ class EpochSampler:
             if cfg.sample_hyperparameters:
                 arrays = st.tree.arrays()
                 st.hyper = sample_hyperparameters(arrays, st.own_counts(arrays.ids, current), st.hyper,
+                                                  priors=cfg.hyper_priors(),
                                                   max_depth=cfg.max_depth, root_holds_data=cfg.root_holds_data,
                                                   rng=self.rng)
             self._update_concentrations(current, sums, sumsq)
@@ -602,19 +615,19 @@ class EpochSampler:
                 self.moves.append((res.node, "merged_into", res.other))
 
     def _merge_internal(self, current: dict[int, int], sums: dict[int, np.ndarray], sumsq: dict[int, float]) -> None:
-        """Heat-bath choice, for each internal node without past counts (empty ones born in this
-        epoch excepted) and each leaf with past counts (deepest first), between keeping it and
-        merging it into its parent, its children rising and its past counts moving to the
-        parent: a search heuristic, NOT an exact move (the children's links are not rescored,
-        there is no reverse move, and a carried leaf's past counts are the window's observed
-        assignments, which no move on this epoch's posterior changes), kept for what the exact
-        moves cannot do yet:
+        """Heat-bath choice, deepest first, for each internal node without past counts (empty ones
+        born in this epoch excepted) between keeping it and merging it into its parent, its
+        children rising, and for each leaf with past counts and current documents between
+        keeping those documents and moving them to the parent: a search heuristic, NOT an exact
+        move (the children's links are not rescored, there is no reverse move). Past documents
+        never move: a carried leaf keeps them, and the window retires it once they leave it. It
+        is kept for what the exact moves cannot do yet:
 
-        * retire a carried leaf whose documents its parent explains as well. The exact
-          counterpart, emptying its current documents (a split-merge merge of a kept node),
-          is rarely accepted, and without this step the node lives on beside its parent and
-          shares its documents (the paper's Figure 2 tree: a dying leaf held 34-42 of its
-          parent's documents in the last epoch, over three seeds);
+        * empty a carried leaf whose documents its parent explains as well. The exact
+          counterpart (a split-merge merge of a kept node) is rarely accepted, and without this
+          step the node lives on beside its parent and shares its documents (the paper's
+          Figure 2 tree: a dying leaf held 34-42 of its parent's documents in the last epoch,
+          over three seeds);
         * merge a node that duplicates its parent (same documents' cluster) into it. The
           split-merge merge into the parent can propose it, but its reverse split must
           propose the very subset of documents, and with two parameters alike every document
@@ -640,9 +653,8 @@ class EpochSampler:
         tree, win, nodes = st.tree, st.window, st.nodes
         kw = cfg.with_hyper(st.hyper).stick_kwargs()
         # The window's past documents count as observed assignments, as in the hyperparameter
-        # sampler's target p(z_window | tree): a merge moves them to the parent and a lift moves
-        # a subtree's past documents one level up, and both change their probability under the
-        # tree. Conditioning on them (p(z_now | z_past)) would make those changes free: empty
+        # sampler's target p(z_window | tree): a lift moves a subtree's past documents one level
+        # up, which changes their probability under the tree. Conditioning on them (p(z_now | z_past)) would make those changes free: empty
         # carried subtrees were lifted at even odds every sweep, their past documents then
         # stopped above the depth limit, the sampled alpha0 collapsed and the whole tree
         # flattened into new nodes.
@@ -655,9 +667,10 @@ class EpochSampler:
             if c == ROOT or c not in tree:
                 continue
             past_c = win.total.get(c, 0)
-            if tree.children[c] and c not in self.prev_slot and not current.get(c, 0):
+            internal = bool(tree.children[c])
+            if internal and c not in self.prev_slot and not current.get(c, 0):
                 continue  # born in this epoch and empty: the exact lifts (_lift_moves) remove it
-            if bool(tree.children[c]) == (past_c > 0):
+            if internal == (past_c > 0):
                 # New leaves are left to the exact moves. An internal node holding past documents
                 # is not lifted: its past documents would move to the parent unscored by any
                 # likelihood (they are gone), and the prior's gain from gathering them there
@@ -665,12 +678,20 @@ class EpochSampler:
                 # depth-1 node with 11 children and 139 past documents, accepted each time, the
                 # tree then flattened into new nodes). The window retires such a node.
                 continue
+            n = current.get(c, 0)
+            if not internal and not n:
+                # A carried leaf without current documents: nothing to move. Merging it used to
+                # send its past documents to the parent, scored by the stick prior alone, which
+                # favours gathering them (1-4 nats per document: on SOU by year ten carried
+                # leaves with 0-1 current documents retired in one sweep at up to +28 nats
+                # each; the sampled alpha0 fell after them, and 5 of 58 years ended as the
+                # root alone).
+                continue
             if self.sweep - self.born_sweep.get(c, -MERGE_GRACE) < MERGE_GRACE:
                 continue  # too young: a new node needs a few sweeps to gather its documents
             par = tree.parent[c]
             if par == ROOT and not cfg.root_holds_data:
                 continue
-            n = current.get(c, 0)
             data = 0.0
             if n:
                 docs = DocumentSet(float(n), sums[c], sumsq[c])
@@ -683,26 +704,29 @@ class EpochSampler:
                                            theta_prev=prev))
             # The stick prior's gain from a merge grows like (documents moved) x log(total); when
             # the data's Bayes factor is far beyond any such gain, skip the prior's difference.
-            if data < -(n + past_c + 1) * 3.0 * log_total - 20.0:
+            if data < -(n + 1) * 3.0 * log_total - 20.0:
                 continue
             edit = prior.edit()
-            edit.move(c, par, 0.0, float(past_c + n))
-            edit.lift(c)
+            edit.move(c, par, 0.0, float(n))  # current documents only (past ones never move)
+            if internal:
+                edit.lift(c)
             delta = data + prior.delta(edit, **kw)
-            # merge with probability 1 / (1 + exp(-delta)), in log space
+            # move with probability 1 / (1 + exp(-delta)), in log space
             if np.log(self.rng.random()) >= -np.logaddexp(0.0, -delta):
                 continue  # keep the node
-            tree.merge_into_parent(c)
+            if internal:
+                tree.merge_into_parent(c)
             prior.apply(edit)
-            win.merge(c, par)
             if c in current:
                 current[par] = current.get(par, 0) + current.pop(c)
             if n:
                 sums[par] = sums[par] + sums.pop(c) if par in sums else sums.pop(c)
                 sumsq[par] = sumsq.get(par, 0.0) + sumsq.pop(c)
-            nodes.remove(c)
             self.labels_now[self.labels_now == c] = par
-            self.moves.append((c, "merged_into", par))
+            if internal:
+                win.merge(c, par)  # a no-op (no past counts), kept so no count can be lost
+                nodes.remove(c)
+                self.moves.append((c, "merged_into", par))
 
     def _work(self, name: str, rows: int, cols: int) -> np.ndarray:
         """A ``(rows, cols)`` work matrix kept across sweeps (rows grow by doubling): the K x p

@@ -26,7 +26,8 @@ from scipy.special import gammaln
 
 from streamtree.inference.enumerated import DIRICHLET, Candidates
 from streamtree.likelihoods.base import Likelihood, RowBlock, WordTopics, argmax_log_scale, finite_csr
-from streamtree.likelihoods.multinomial_math import (log_dm_marginal_dense, log_multinomial_coef, map_phi,
+from streamtree.likelihoods.multinomial_math import (_JOINT_FREEZE, _JOINT_MAX_ITER, _JOINT_TOL, _solve_nodes_nb,
+                                                     log_dm_marginal_linked, log_multinomial_coef, map_phi,
                                                      map_phi_dense, map_phi_with_children_dense)
 
 #: Dirichlet floor per term: every node's prior holds ``eps`` pseudo-counts of every word
@@ -116,11 +117,13 @@ class Multinomial(WordTopics, Likelihood):
 
     # ------------------------------------------------------------------ document sets
     def log_marginal(self, docs, theta_parent, concentration, depth, theta_prev=None):
-        alpha = self._prior(self.new_node_prior(depth), theta_parent)
-        if theta_prev is not None:  # the time link's share of the Dirichlet parameter, as in update_theta
-            _, tim = self.link_strengths(np.array([depth]))
-            alpha = alpha + tim[0] * np.asarray(theta_prev)
-        return log_dm_marginal_dense(docs.s, alpha)  # alpha > 0 by construction: the unchecked form
+        # the Dirichlet parameter is positive by construction: the unchecked form, built in the kernel
+        if theta_prev is None:
+            return log_dm_marginal_linked(docs.s, self.new_node_prior(depth), theta_parent, self.floor)
+        # the time link's share of the Dirichlet parameter, as in update_theta
+        _, tim = self.link_strengths(np.array([depth]))
+        return log_dm_marginal_linked(docs.s, self.new_node_prior(depth), theta_parent, self.floor, tim[0],
+                                      theta_prev)
 
     def log_likelihood(self, docs, theta, concentration):
         return float(docs.s @ np.log(theta))
@@ -241,44 +244,80 @@ class Multinomial(WordTopics, Likelihood):
     def update_theta(self, arrays, theta, sums, counts, concentration, prev_theta, has_prev, root_anchor,
                      update, n_iter):
         theta = np.array(theta, dtype=np.float64, copy=True)
-        K = arrays.size
         par, tim = self.link_strengths(arrays.depth)
-        pidx = arrays.parent_index
-        children: list[list[int]] = [[] for _ in range(K)]
-        for k in range(1, K):
-            children[pidx[k]].append(k)
         # each node's Dirichlet parameter apart from its parent link: time link plus floor
         offset = (tim * has_prev)[:, None] * prev_theta + self.floor
-        parity = arrays.depth % 2
-        # A node's inputs within this call are its parent's and children's phi (its data and
-        # offset are fixed): it is solved again only when one of them changed since its last
-        # solve, and from its current phi, which is close to the optimum after a sweep's changes.
-        version = np.zeros(K, dtype=np.int64)
-        solved_with: list[tuple | None] = [None] * K
+        blocks = [np.flatnonzero((arrays.depth % 2 == q) & update) for q in (0, 1)]
+        if self.incremental_map:
+            return self._update_blocks(arrays, theta, np.ascontiguousarray(sums, dtype=np.float64), offset, par,
+                                       np.asarray(root_anchor, dtype=np.float64), blocks, n_iter)
+        pidx = arrays.parent_index
+        children: list[list[int]] = [[] for _ in range(arrays.size)]
+        for k in range(1, arrays.size):
+            children[pidx[k]].append(k)
         for _ in range(n_iter):
             delta = 0.0
-            for q in (0, 1):
-                for k in np.flatnonzero((parity == q) & update):
+            for rows in blocks:
+                for k in rows:
                     kids = [j for j in children[k] if par[j] > 0]
-                    if self.incremental_map:
-                        inputs = (version[pidx[k]] if pidx[k] >= 0 else 0, tuple(version[kids]))
-                        if solved_with[k] == inputs:
-                            continue
-                        solved_with[k] = inputs
                     parent_phi = theta[pidx[k]] if pidx[k] >= 0 else root_anchor
                     alpha = par[k] * parent_phi + offset[k]
                     if kids:
-                        # inputs valid by construction: the solver without its O(J V) checks
                         new = map_phi_with_children_dense(sums[k], alpha, np.log(theta[kids]), par[kids],
-                                                          offset[kids],
-                                                          phi_init=theta[k] if self.incremental_map else None)
+                                                          offset[kids])
                     else:
                         new = map_phi_dense(sums[k], alpha)
-                    change = float(np.max(np.abs(new - theta[k])))
-                    if change > 0.0:
-                        version[k] += 1
-                    delta = max(delta, change)
+                    delta = max(delta, float(np.max(np.abs(new - theta[k]))))
                     theta[k] = new
+            if delta < 1e-10:
+                break
+        return theta
+
+    def _update_blocks(self, arrays, theta, sums, offset, par, root_anchor, blocks, n_iter):
+        """The node update by depth-parity blocks, each block in one compiled pass
+        (``_solve_nodes_nb``). A node's inputs within this call are its parent's and children's
+        phi (its data and offset are fixed): it is solved again only when one of them changed
+        since its last solve, and from its current phi, which is close to the optimum after a
+        sweep's changes."""
+        K = arrays.size
+        pidx = np.ascontiguousarray(arrays.parent_index, dtype=np.int64)
+        # children with a positive link strength, by parent, in index order (CSR)
+        kids = np.flatnonzero((pidx >= 0) & (par > 0))
+        kids = kids[np.argsort(pidx[kids], kind="stable")].astype(np.int64)
+        kid_ptr = np.zeros(K + 1, dtype=np.int64)
+        np.cumsum(np.bincount(pidx[kids], minlength=K), out=kid_ptr[1:])
+        # the children's log phi as the solver reads them: NumPy's log (the compiled log may
+        # differ in the last bit), refreshed for the rows a block changed
+        log_theta = np.empty_like(theta)
+        log_theta[kids] = np.log(theta[kids])
+        is_kid = np.zeros(K, dtype=bool)
+        is_kid[kids] = True
+        version = np.zeros(K, dtype=np.int64)
+        solved_parent = np.full(K, -1, dtype=np.int64)
+        solved_kids = np.full(kids.size, -1, dtype=np.int64)
+        failed = np.empty(K, dtype=np.int64)
+        for _ in range(n_iter):
+            delta = 0.0
+            for rows in blocks:
+                if not rows.size:
+                    continue
+                before = version[rows]
+                change, n_failed = _solve_nodes_nb(rows, theta, log_theta, sums, offset, par, pidx, root_anchor,
+                                                   kid_ptr, kids, version, solved_parent, solved_kids,
+                                                   _JOINT_MAX_ITER, _JOINT_TOL, _JOINT_FREEZE, failed)
+                delta = max(delta, change)
+                for k in failed[:n_failed]:  # the joint steps stopped: the safeguarded search
+                    c = kids[kid_ptr[k]:kid_ptr[k + 1]]
+                    parent_phi = theta[pidx[k]] if pidx[k] >= 0 else root_anchor
+                    new = map_phi_with_children_dense(sums[k], par[k] * parent_phi + offset[k], log_theta[c],
+                                                      par[c], offset[c], phi_init=theta[k])
+                    moved = float(np.max(np.abs(new - theta[k])))
+                    version[k] += moved > 0.0
+                    delta = max(delta, moved)
+                    theta[k] = new
+                changed = rows[(version[rows] != before) & is_kid[rows]]
+                if changed.size:
+                    log_theta[changed] = np.log(theta[changed])
             if delta < 1e-10:
                 break
         return theta

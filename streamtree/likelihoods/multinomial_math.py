@@ -266,6 +266,54 @@ def _child_slope_nb(t, strength, offset, log_phi, out):
 
 
 @njit(cache=True, nogil=True)
+def _repeated_children_nb(strength, offset):
+    """same[j]: child j has the strength and the whole offset row of the previous child with a
+    positive strength, so its digamma arguments equal that child's at every term (new children:
+    the same strength and the floor as offset)."""
+    J, V = offset.shape
+    same = np.zeros(J, dtype=np.bool_)
+    prev = -1
+    for j in range(J):
+        if strength[j] == 0.0:
+            continue
+        if prev >= 0 and strength[prev] == strength[j]:
+            eq = True
+            for w in range(V):
+                if offset[j, w] != offset[prev, w]:
+                    eq = False
+                    break
+            same[j] = eq
+        prev = j
+    return same
+
+
+@njit(cache=True, nogil=True)
+def _child_grads_nb(terms, n, t, strength, offset, log_phi, same, g1, g2, dg, tg):
+    """g1[i], g2[i] = g_w'(t_w), g_w''(t_w) for w = terms[i], i < n: ``_child_grad_nb`` child
+    by child over the terms instead of term by term over the children. Each g sums the same
+    values in the same order; the digamma evaluations of one child are independent of each
+    other (the processor overlaps them) and a child repeating the previous one's arguments
+    reuses its values (``same``)."""
+    for i in range(n):
+        g1[i] = 0.0
+        g2[i] = 0.0
+    for j in range(strength.shape[0]):
+        s = strength[j]
+        if s == 0.0:
+            continue
+        if not same[j]:
+            off = offset[j]
+            for i in range(n):
+                w = terms[i]
+                dg[i], tg[i] = _digamma_trigamma_nb(s * t[w] + off[w])
+        lp = log_phi[j]
+        ss = s * s
+        for i in range(n):
+            g1[i] += s * (lp[terms[i]] - dg[i])
+            g2[i] -= ss * tg[i]
+
+
+@njit(cache=True, nogil=True)
 def _joint_newton_nb(b, strength, offset, log_phi, t, max_iter, tol, freeze):
     """Newton on the KKT system in (t, lambda) jointly, from t (summing to 1; updated in place).
 
@@ -279,11 +327,20 @@ def _joint_newton_nb(b, strength, offset, log_phi, t, max_iter, tol, freeze):
     leaving t at a point of the simplex, when a step would leave the simplex, a linearisation
     is not decreasing, or ``max_iter`` steps did not get there; the caller then falls back to
     the safeguarded search.
+
+    A step's g' and g'' come from ``_child_grads_nb`` over the terms still moving; every value
+    is the one ``_child_grad_nb`` gives, so the iterates are those of a term-by-term loop.
     """
     V = b.shape[0]
     resid = np.empty(V)
     slope = np.empty(V)
     new_t = np.empty(V)
+    g1s = np.empty(V)
+    g2s = np.empty(V)
+    dg = np.empty(V)
+    tg = np.empty(V)
+    terms = np.arange(V)
+    same = _repeated_children_nb(strength, offset)
     fresh = np.ones(V, dtype=np.bool_)  # evaluate g', g'' at this step
     moved = np.zeros(V)  # relative movement since the last evaluation
     lam = 0.0
@@ -292,25 +349,30 @@ def _joint_newton_nb(b, strength, offset, log_phi, t, max_iter, tol, freeze):
         for w in range(V):
             t_sum += t[w]
         if it == 0:  # the multiplier the KKT conditions give at t: sum_w t_w h_w(t_w) / sum_w t_w
+            _child_grads_nb(terms, V, t, strength, offset, log_phi, same, g1s, g2s, dg, tg)
             for w in range(V):
-                g1, g2 = _child_grad_nb(t[w], w, strength, offset, log_phi)
-                resid[w] = g1
-                slope[w] = g2
-                lam += b[w] + t[w] * g1
+                lam += b[w] + t[w] * g1s[w]
             lam /= t_sum
             for w in range(V):
-                g1 = resid[w]
+                g1 = g1s[w]
                 resid[w] = b[w] + t[w] * (g1 - lam)
-                slope[w] = g1 - lam + t[w] * slope[w]
-            fresh[:] = False
+                slope[w] = g1 - lam + t[w] * g2s[w]
+        else:
+            n = 0
+            for w in range(V):
+                if fresh[w]:
+                    terms[n] = w
+                    n += 1
+            _child_grads_nb(terms, n, t, strength, offset, log_phi, same, g1s, g2s, dg, tg)
+            for i in range(n):
+                w = terms[i]
+                g1 = g1s[i]
+                resid[w] = b[w] + t[w] * (g1 - lam)
+                slope[w] = g1 - lam + t[w] * g2s[i]
         num = 1.0 - t_sum
         den = 0.0
         for w in range(V):
-            if fresh[w]:
-                g1, g2 = _child_grad_nb(t[w], w, strength, offset, log_phi)
-                resid[w] = b[w] + t[w] * (g1 - lam)
-                slope[w] = g1 - lam + t[w] * g2
-            elif it > 0:
+            if it > 0 and not fresh[w]:
                 resid[w] = 0.0  # to second order in its last step, below tol
             if not slope[w] < 0.0:
                 return False
@@ -333,6 +395,151 @@ def _joint_newton_nb(b, strength, offset, log_phi, t, max_iter, tol, freeze):
         if worst <= tol:
             return True
     return False
+
+
+@njit(cache=True, nogil=True)
+def _pairwise_block_nb(a, lo, n):
+    """NumPy's sum of a[lo:lo + n] for n <= 128: eight running sums, combined pairwise."""
+    if n < 8:
+        res = 0.0
+        for i in range(lo, lo + n):
+            res += a[i]
+        return res
+    r = np.empty(8)
+    for j in range(8):
+        r[j] = a[lo + j]
+    i = 8
+    stop = n - n % 8
+    while i < stop:
+        for j in range(8):
+            r[j] += a[lo + i + j]
+        i += 8
+    res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+    while i < n:
+        res += a[lo + i]
+        i += 1
+    return res
+
+
+@njit(cache=True, nogil=True)
+def _pairwise_sum_nb(a):
+    """``a.sum()`` of a contiguous float64 vector, bit for bit: NumPy's pairwise summation
+    (halves rounded to multiples of 8 down to blocks of at most 128), with an explicit stack
+    instead of its recursion."""
+    n = a.shape[0]
+    if n <= 128:
+        return _pairwise_block_nb(a, 0, n)
+    lo_s = np.empty(64, dtype=np.int64)
+    n_s = np.empty(64, dtype=np.int64)
+    stage = np.zeros(64, dtype=np.int64)  # 0: left half next, 1: right half next, 2: combine
+    vals = np.empty(64)
+    n_vals = 0
+    top = 0
+    lo_s[0], n_s[0] = 0, n
+    while top >= 0:
+        lo, m = lo_s[top], n_s[top]
+        if m <= 128:
+            vals[n_vals] = _pairwise_block_nb(a, lo, m)
+            n_vals += 1
+            top -= 1
+            continue
+        half = m // 2
+        half -= half % 8
+        if stage[top] == 0:
+            stage[top] = 1
+            top += 1
+            lo_s[top], n_s[top], stage[top] = lo, half, 0
+        elif stage[top] == 1:
+            stage[top] = 2
+            top += 1
+            lo_s[top], n_s[top], stage[top] = lo + half, m - half, 0
+        else:
+            vals[n_vals - 2] = vals[n_vals - 2] + vals[n_vals - 1]
+            n_vals -= 1
+            top -= 1
+    return vals[0]
+
+
+@njit(cache=True, nogil=True)
+def _solve_nodes_nb(rows, theta, log_theta, sums, offset, strength, parent, anchor, kid_ptr, kid_idx, version,
+                    solved_parent, solved_kids, max_iter, tol, freeze, failed):
+    """One depth-parity block of the multinomial node update (the rows do not neighbour each
+    other), in place: for each row whose parent or children changed since its last solve,
+    the MAP of its phi from its current phi (``map_phi_with_children_dense`` with
+    ``phi_init``, softmax basis), or without children the conjugate MAP (``map_phi_dense``),
+    with the same arithmetic and NumPy's summation order, so the same values.
+
+    ``kid_idx[kid_ptr[r]:kid_ptr[r + 1]]`` are row r's children with a positive link strength,
+    ``log_theta`` their ``np.log(phi)``; ``solved_parent`` / ``solved_kids`` the parent's and
+    children's ``version`` at row r's last solve (-1: never). A row the joint Newton steps
+    cannot solve is left unchanged and listed in ``failed`` for the caller's safeguarded
+    search. Returns (largest change of a phi entry, number of failed rows).
+    """
+    V = theta.shape[1]
+    max_kids = 0
+    for r in rows:
+        max_kids = max(max_kids, kid_ptr[r + 1] - kid_ptr[r])
+    L = np.empty((max_kids, V))
+    O = np.empty((max_kids, V))
+    s = np.empty(max_kids)
+    alpha = np.empty(V)
+    b = np.empty(V)
+    t = np.empty(V)
+    delta = 0.0
+    n_failed = 0
+    for r in rows:
+        k0, k1 = kid_ptr[r], kid_ptr[r + 1]
+        pv = version[parent[r]] if parent[r] >= 0 else 0
+        unchanged = solved_parent[r] == pv
+        for q in range(k0, k1):
+            if solved_kids[q] != version[kid_idx[q]]:
+                unchanged = False
+        if unchanged:
+            continue
+        solved_parent[r] = pv
+        for q in range(k0, k1):
+            solved_kids[q] = version[kid_idx[q]]
+        par_phi = theta[parent[r]] if parent[r] >= 0 else anchor
+        sr = strength[r]
+        for w in range(V):
+            alpha[w] = sr * par_phi[w] + offset[r, w]
+        if k1 > k0:
+            positive = True
+            for w in range(V):
+                b[w] = sums[r, w] + alpha[w] - 0.0
+                if not b[w] > 0.0:
+                    positive = False
+            total = _pairwise_sum_nb(theta[r])
+            if not (positive and total > 0.0):
+                failed[n_failed] = r
+                n_failed += 1
+                continue
+            for w in range(V):
+                t[w] = theta[r, w] / total
+            J = k1 - k0
+            for j in range(J):
+                c = kid_idx[k0 + j]
+                s[j] = strength[c]
+                L[j] = log_theta[c]
+                O[j] = offset[c]
+            if not _joint_newton_nb(b, s[:J], O[:J], L[:J], t, max_iter, tol, freeze):
+                failed[n_failed] = r
+                n_failed += 1
+                continue
+        else:
+            for w in range(V):
+                t[w] = sums[r, w] + alpha[w]
+        total = _pairwise_sum_nb(t)
+        change = 0.0
+        row = theta[r]
+        for w in range(V):
+            v = t[w] / total
+            change = max(change, abs(v - row[w]))
+            row[w] = v
+        if change > 0.0:
+            version[r] += 1
+        delta = max(delta, change)
+    return delta, n_failed
 
 
 @njit(cache=True, nogil=True)
@@ -645,6 +852,38 @@ def log_dm_marginal_dense(counts_sum: np.ndarray, alpha: np.ndarray) -> float:
     if a.shape != c.shape:
         raise ValueError(f"alpha has {a.shape[0]} terms, the counts have {c.shape[0]}")
     return float(_dm_set_dense(c, a)[0])
+
+
+@njit(cache=True, nogil=True)
+def _dm_linked_nb(c, strength, phi_parent, floor, time_strength, phi_prev, with_prev):
+    """``_dm_set_dense_nb`` under ``Dir(strength phi_parent + floor [+ time_strength phi_prev])``,
+    the parameter built and summed (NumPy's order) here rather than by NumPy: the same values."""
+    alpha = np.empty(phi_parent.shape[0])
+    for w in range(alpha.shape[0]):
+        alpha[w] = strength * phi_parent[w] + floor
+    if with_prev:
+        for w in range(alpha.shape[0]):
+            alpha[w] = alpha[w] + time_strength * phi_prev[w]
+    return _dm_set_dense_nb(c, alpha, _pairwise_sum_nb(alpha))
+
+
+def log_dm_marginal_linked(counts_sum: np.ndarray, strength: float, phi_parent: np.ndarray, floor: float,
+                           time_strength: float = 0.0, phi_prev: np.ndarray | None = None) -> float:
+    """:func:`log_dm_marginal_dense` under the linked Dirichlet parameter ``strength *
+    phi_parent + floor`` (plus ``time_strength * phi_prev`` if given), in one compiled pass
+    without the parameter's temporaries (a split-merge attempt evaluates a few): the same
+    value. ``floor > 0`` and the distributions are non-negative by construction."""
+    c = np.ascontiguousarray(counts_sum, dtype=np.float64)
+    parent = np.ascontiguousarray(phi_parent, dtype=np.float64)
+    prev = parent if phi_prev is None else np.ascontiguousarray(phi_prev, dtype=np.float64)
+    if parent.shape != c.shape or prev.shape != c.shape:
+        raise ValueError(f"the distributions have {parent.shape[0]} / {prev.shape[0]} terms, "
+                         f"the counts have {c.shape[0]}")
+    value, total = _dm_linked_nb(c, float(strength), parent, float(floor), float(time_strength), prev,
+                                 phi_prev is not None)
+    if not np.isfinite(total):
+        raise ValueError("term counts must be finite and non-negative")
+    return float(value)
 
 
 def log_dm_marginal_set(

@@ -1,0 +1,248 @@
+"""The multinomial node update's compiled kernels against the term-by-term reference they
+replace: the same iterates bit for bit (a seeded fit must give the same trees)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numba import njit
+
+from streamtree.likelihoods import multinomial_math as mm
+from streamtree.likelihoods.multinomial import Multinomial
+from streamtree.tree import TreeArrays
+from streamtree.variants import resolve_variant
+from test_multinomial_fast import node_problem  # tests/ is on the path under pytest
+
+
+@njit
+def reference_joint_newton(b, strength, offset, log_phi, t, max_iter, tol, freeze):
+    """The joint Newton as first written: g' and g'' term by term (``_child_grad_nb``)."""
+    V = b.shape[0]
+    resid = np.empty(V)
+    slope = np.empty(V)
+    new_t = np.empty(V)
+    fresh = np.ones(V, dtype=np.bool_)
+    moved = np.zeros(V)
+    lam = 0.0
+    for it in range(max_iter):
+        t_sum = 0.0
+        for w in range(V):
+            t_sum += t[w]
+        if it == 0:
+            for w in range(V):
+                g1, g2 = mm._child_grad_nb(t[w], w, strength, offset, log_phi)
+                resid[w] = g1
+                slope[w] = g2
+                lam += b[w] + t[w] * g1
+            lam /= t_sum
+            for w in range(V):
+                g1 = resid[w]
+                resid[w] = b[w] + t[w] * (g1 - lam)
+                slope[w] = g1 - lam + t[w] * slope[w]
+            fresh[:] = False
+        num = 1.0 - t_sum
+        den = 0.0
+        for w in range(V):
+            if fresh[w]:
+                g1, g2 = mm._child_grad_nb(t[w], w, strength, offset, log_phi)
+                resid[w] = b[w] + t[w] * (g1 - lam)
+                slope[w] = g1 - lam + t[w] * g2
+            elif it > 0:
+                resid[w] = 0.0
+            if not slope[w] < 0.0:
+                return False
+            num += resid[w] / slope[w]
+            den += t[w] / slope[w]
+        dlam = num / den
+        worst = 0.0
+        for w in range(V):
+            step = (t[w] * dlam - resid[w]) / slope[w]
+            x = t[w] + step
+            if not (0.0 < x < 1.0):
+                return False
+            rel = abs(step) / t[w] if t[w] > 0.0 else np.inf
+            worst = max(worst, rel)
+            moved[w] = rel if fresh[w] or it == 0 else moved[w] + rel
+            new_t[w] = x
+            fresh[w] = moved[w] > freeze
+        t[:] = new_t
+        lam += dlam
+        if worst <= tol:
+            return True
+    return False
+
+
+def problems():
+    """Node problems like a sweep's: 1-6 children, some with zero strength, runs of new
+    children sharing strength and offset, warm starts near and far from the optimum, a start
+    the joint steps cannot handle."""
+    rng = np.random.default_rng(7)
+    for case in range(24):
+        V = int(rng.choice([7, 300, 2000]))
+        J = 1 + case % 6
+        c, alpha, L, s, O = node_problem(rng, V, J)
+        if case % 3 == 1 and J > 1:  # new children: one strength, the floor as offset
+            s[:] = s[0]
+            O[:] = 0.01
+        if case % 4 == 2:
+            s[rng.integers(0, J)] = 0.0
+        if case % 5 == 3 and J > 2:  # two equal children after a different one
+            s[2] = s[1]
+            O[2] = O[1]
+        b = c + alpha
+        start = b / b.sum()
+        scale = [0.0, 1e-3, 0.1, 0.5][case % 4]
+        t0 = start * np.exp(scale * rng.normal(size=V))
+        if case == 23:
+            t0 = np.full(V, 1e-12)
+            t0[0] = 1.0
+        yield b, s, O, L, t0 / t0.sum()
+
+
+@pytest.mark.parametrize("freeze", [mm._JOINT_FREEZE, 0.0, 1e-3])
+def test_joint_newton_is_the_term_by_term_reference_bit_for_bit(freeze):
+    outcomes = set()
+    for b, s, O, L, t0 in problems():
+        for max_iter in (1, 3, mm._JOINT_MAX_ITER):
+            t_ref, t_new = t0.copy(), t0.copy()
+            ok_ref = reference_joint_newton(b, s, O, L, t_ref, max_iter, mm._JOINT_TOL, freeze)
+            ok_new = mm._joint_newton_nb(b, s, O, L, t_new, max_iter, mm._JOINT_TOL, freeze)
+            assert ok_new == ok_ref
+            assert np.array_equal(t_new, t_ref)
+            outcomes.add(bool(ok_ref))
+    assert outcomes == {True, False}  # both converged and abandoned runs were compared
+
+
+def test_child_grads_are_child_grad_values():
+    rng = np.random.default_rng(3)
+    V, J = 400, 5
+    _, _, L, s, O = node_problem(rng, V, J)
+    s[1] = 0.0
+    s[3], O[3] = s[2], O[2]  # repeats the previous positive-strength child
+    t = rng.dirichlet(np.full(V, 0.5))
+    same = mm._repeated_children_nb(s, O)
+    assert same.tolist() == [False, False, False, True, False]
+    terms = rng.permutation(V)[:123].astype(np.int64)
+    g1, g2, dg, tg = (np.empty(V) for _ in range(4))
+    mm._child_grads_nb(terms, terms.size, t, s, O, L, same, g1, g2, dg, tg)
+    for i, w in enumerate(terms):
+        assert (g1[i], g2[i]) == mm._child_grad_nb(t[w], w, s, O, L)
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 127, 128, 129, 136, 1000, 2000, 8191, 8193, 20_011, 54_321])
+def test_pairwise_sum_is_numpy_sum(n):
+    rng = np.random.default_rng(n)
+    for a in (rng.random(n), rng.dirichlet(np.full(max(n, 1), 0.1))[:n],
+              rng.standard_normal(n) * 10.0 ** rng.uniform(-8, 8, n)):
+        assert mm._pairwise_sum_nb(np.ascontiguousarray(a)) == a.sum()
+
+
+def reference_update(lik, arrays, theta, sums, prev_theta, has_prev, root_anchor, update, n_iter):
+    """The node update as first written: a Python loop over each block's nodes, re-solving a
+    node when its parent or a child changed, from its current phi."""
+    theta = np.array(theta, dtype=np.float64, copy=True)
+    K = arrays.size
+    par, tim = lik.link_strengths(arrays.depth)
+    pidx = arrays.parent_index
+    children = [[] for _ in range(K)]
+    for k in range(1, K):
+        children[pidx[k]].append(k)
+    offset = (tim * has_prev)[:, None] * prev_theta + lik.floor
+    parity = arrays.depth % 2
+    version = np.zeros(K, dtype=np.int64)
+    solved_with = [None] * K
+    for _ in range(n_iter):
+        delta = 0.0
+        for q in (0, 1):
+            for k in np.flatnonzero((parity == q) & update):
+                kids = [j for j in children[k] if par[j] > 0]
+                inputs = (version[pidx[k]] if pidx[k] >= 0 else 0, tuple(version[kids]))
+                if solved_with[k] == inputs:
+                    continue
+                solved_with[k] = inputs
+                parent_phi = theta[pidx[k]] if pidx[k] >= 0 else root_anchor
+                alpha = par[k] * parent_phi + offset[k]
+                if kids:
+                    new = mm.map_phi_with_children_dense(sums[k], alpha, np.log(theta[kids]), par[kids],
+                                                         offset[kids], phi_init=theta[k])
+                else:
+                    new = mm.map_phi_dense(sums[k], alpha)
+                change = float(np.max(np.abs(new - theta[k])))
+                if change > 0.0:
+                    version[k] += 1
+                delta = max(delta, change)
+                theta[k] = new
+        if delta < 1e-10:
+            break
+    return theta
+
+
+def random_tree_problem(rng, K, V, max_depth):
+    parent = np.full(K, -1, dtype=np.int64)
+    depth = np.zeros(K, dtype=np.int64)
+    for k in range(1, K):  # pre-order: a node's parent comes before it
+        candidates = np.flatnonzero(depth[:k] < max_depth)
+        parent[k] = rng.choice(candidates)
+        depth[k] = depth[parent[k]] + 1
+    arrays = TreeArrays(np.arange(K, dtype=np.int64), parent, depth, np.zeros(K, dtype=np.int64))
+    anchor = rng.dirichlet(np.full(V, 0.5))
+    theta = np.array([rng.dirichlet(300.0 * anchor + 0.05) for _ in range(K)])
+    sums = np.zeros((K, V))
+    for k in range(K):
+        if rng.random() < 0.8:
+            np.add.at(sums[k], rng.choice(V, int(rng.integers(5, 400)), p=theta[k]), 1.0)
+    prev = np.array([rng.dirichlet(800.0 * t + 0.05) for t in theta])
+    has_prev = rng.random(K) < 0.6
+    start = theta * np.exp(0.05 * rng.normal(size=theta.shape))
+    start /= start.sum(axis=1, keepdims=True)
+    return arrays, start, sums, prev, has_prev, anchor
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("joint_steps", [mm._JOINT_MAX_ITER, 1])
+def test_block_node_update_is_the_python_loop_bit_for_bit(monkeypatch, seed, joint_steps):
+    """``Multinomial.update_theta`` (compiled blocks) against the Python loop it replaces, on
+    random trees with time links, leaves without data and a root anchor; with one joint step
+    allowed most solves fall back to the safeguarded search, which the caller runs."""
+    from streamtree.likelihoods import multinomial as multinomial_module
+
+    monkeypatch.setattr(mm, "_JOINT_MAX_ITER", joint_steps)
+    monkeypatch.setattr(multinomial_module, "_JOINT_MAX_ITER", joint_steps)
+    fallbacks = []
+
+    def counted(*args, **kwargs):
+        fallbacks.append(1)
+        return mm.map_phi_with_children_dense(*args, **kwargs)
+
+    monkeypatch.setattr(multinomial_module, "map_phi_with_children_dense", counted)
+    rng = np.random.default_rng(seed)
+    V = int(rng.choice([50, 700]))
+    K = int(rng.integers(2, 14))
+    config = resolve_variant("dtssbp", window=2, max_depth=3, gamma=0.5, xi=0.001)
+    lik = Multinomial(config, V, kappa0=float(rng.choice([50.0, 500.0])), kappa1=1.0, a=0.0, min_node_docs=2)
+    arrays, start, sums, prev, has_prev, anchor = random_tree_problem(rng, K, V, 3)
+    update = rng.random(K) < 0.85 if seed % 2 else np.ones(K, dtype=bool)
+    for n_iter in (1, 2, 10):
+        fast = lik.update_theta(arrays, start, sums, np.ones(K), np.ones(K), prev, has_prev, anchor, update,
+                                n_iter)
+        ref = reference_update(lik, arrays, start, sums, prev, has_prev, anchor, update, n_iter)
+        assert np.array_equal(fast, ref)
+    assert not np.array_equal(fast, start)
+    if joint_steps == 1 and (arrays.parent_index >= 0).any():
+        assert fallbacks  # the caller's safeguarded search was compared too
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_linked_marginal_is_the_numpy_composition_bit_for_bit(seed):
+    rng = np.random.default_rng(seed)
+    V = int(rng.choice([5, 130, 2000, 9000]))
+    c = rng.poisson(0.3, V).astype(float)
+    parent = rng.dirichlet(np.full(V, 0.2))
+    prev = rng.dirichlet(np.full(V, 0.2))
+    strength, floor, tim = float(rng.uniform(0, 2e3)), 0.01, float(rng.uniform(0, 5e3))
+    alpha = strength * parent + floor
+    assert mm.log_dm_marginal_linked(c, strength, parent, floor) == mm.log_dm_marginal_dense(c, alpha)
+    assert (mm.log_dm_marginal_linked(c, strength, parent, floor, tim, prev)
+            == mm.log_dm_marginal_dense(c, alpha + tim * prev))
+    with pytest.raises(ValueError, match="non-negative"):
+        mm.log_dm_marginal_linked(-c - 1.0, strength, parent, floor)
