@@ -8,7 +8,9 @@ documents: it was lifted at even odds every sweep, its past documents then stopp
 depth limit, the sampled alpha0 collapsed and the streamed tree dissolved into new nodes.
 Past documents never move: an internal node holding them is not lifted, and a carried leaf is
 not merged (only its current documents may move to its parent), since its past documents would
-move with no likelihood to weigh against the prior's gain (the window retires such a node).
+move with no likelihood to weigh against the prior's gain (the window retires such a node). An
+empty internal node born in this epoch is no candidate either: the exact lifts of the
+split-merge moves remove it.
 """
 
 import copy
@@ -91,6 +93,7 @@ def test_heat_bath_merge_follows_the_windowed_prior_odds():
         st, (a, b, c) = _carried_chain()
         sampler = EpochSampler(st, likelihood=None, settings=_settings(), sweeper=None,
                                rng=np.random.default_rng(seed))
+        sampler.prev_slot = dict(st.nodes.slot)  # carried from the previous epoch
         sampler._merge_internal({}, {}, {})
         s = st.tree.children[0][-1]
         if c not in st.tree and b in st.tree:
@@ -134,9 +137,25 @@ def test_internal_node_holding_past_documents_is_not_lifted():
         state = copy.deepcopy(st)
         sampler = EpochSampler(state, likelihood=None, settings=_settings(), sweeper=None,
                                rng=np.random.default_rng(seed))
+        sampler.prev_slot = dict(state.nodes.slot)  # carried from the previous epoch
         sampler.born_sweep[c] = sampler.sweep  # c too young to retire: b stays internal
         sampler._merge_internal({}, {}, {})
         assert b in state.tree and state.window.total[b] == 5
+
+
+def test_empty_new_internal_node_is_left_to_the_exact_lifts():
+    # the chain of the tests above, born in this epoch: b (internal, empty) is no candidate
+    expected = _expected()
+    st, (a, b, c) = _carried_chain()
+    lifted = 0
+    for seed in range(300):
+        state = copy.deepcopy(st)
+        sampler = EpochSampler(state, likelihood=None, settings=_settings(), sweeper=None,
+                               rng=np.random.default_rng(seed))
+        sampler.prev_slot = {c: state.nodes.slot[c]}  # only the leaf with past documents is carried
+        sampler._merge_internal({}, {}, {})
+        lifted += b not in state.tree and c in state.tree
+    assert expected["b lifted"] > 0.05 and lifted == 0
 
 
 def test_carried_leaf_is_not_merged_into_its_parent():

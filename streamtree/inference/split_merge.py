@@ -9,6 +9,11 @@ A move shuffles the current epoch's documents between a node ``a`` and a node ``
 * ``b`` *kept*: a child or sibling of ``a`` that the window keeps alive (past counts) and that
   holds no current documents in the merged state; a split refills it, a merge empties it.
 
+A split-merge move always moves a document, so it can neither create nor remove a node that
+holds none. :meth:`SplitMerge.lift` does: it inserts an empty new node above a block of
+siblings or removes an empty new internal node, its children rising (reversible jump, the same
+target; an internal node whose documents have all left only joins its children).
+
 Target. The joint posterior of the epoch's assignments ``z``, the tree's shape and the node
 parameters given the parameters of every node the move does not create and the past window
 counts,
@@ -129,6 +134,8 @@ class DocumentIndex:
         self._order: list[int] | None = None
         self._new_leaves: list[int] | None = None
         self._hosts: tuple[list[int], dict[int, int]] | None = None
+        #: new internal nodes without current documents (cached by :meth:`SplitMerge.empty_inner`)
+        self.empty_inner: list[int] | None = None
 
     def preorder(self) -> list[int]:
         """The tree's nodes in pre-order (cached until a move changes the tree: :meth:`changed`)."""
@@ -155,7 +162,7 @@ class DocumentIndex:
         return self._hosts
 
     def changed(self) -> None:
-        self._order = self._new_leaves = self._hosts = None
+        self._order = self._new_leaves = self._hosts = self.empty_inner = None
 
     def of(self, node: int) -> np.ndarray:
         return self.rows.get(node, _NO_ROWS)
@@ -173,6 +180,7 @@ class DocumentIndex:
 
     def move(self, src: int, dst: int, rows: np.ndarray) -> None:
         """``rows`` (all at ``src``) now belong to ``dst``."""
+        self.empty_inner = None
         left = np.setdiff1d(self.rows[src], rows, assume_unique=True)
         if left.size:
             self.rows[src] = left
@@ -229,9 +237,10 @@ def _csr_row_sums(indptr, indices, data, rows, p):
 
 @dataclass(frozen=True)
 class MoveResult:
-    """An accepted move: ``kind`` is ``"split"`` or ``"merge"``; ``node`` the node that received
-    or gave away the documents, ``other`` the node it split from or merged into, ``rows`` the
-    moved rows."""
+    """An accepted move: ``kind`` is ``"split"``, ``"merge"``, ``"relocate"`` (``other``: the new
+    parent), ``"insert"`` or ``"lift"`` (an empty node added below or removed into ``other``,
+    no rows); ``node`` the node that received or gave away the documents, ``other`` the node it
+    split from or merged into, ``rows`` the moved rows."""
 
     kind: str
     node: int
@@ -293,24 +302,28 @@ class SplitMerge:
         return st.index
 
     # ------------------------------------------------------------------ node kinds
-    def adoptable(self, st: MoveState, tree, c: int) -> bool:
+    def adoptable(self, st: MoveState, tree, c: int, lower: int = 1) -> bool:
         """Whether a new node may take ``c``'s subtree below it: every node in it is born in this
         epoch (no past counts, no previous-epoch parameter, so no time link whose strength
-        depends on depth) and it stays within the depth cap one level lower."""
+        depends on depth) and it stays within the depth cap ``lower`` levels lower (1 in the
+        merged state, where the adoption is still to come; 0 in the split state, where the
+        subtree already hangs below the node that adopted it)."""
         cap = tree.max_depth
         stack = [c]
         while stack:
             g = stack.pop()
-            if st.past.get(g, 0) > 0 or g in st.carried or (cap is not None and tree.depth[g] + 1 > cap):
+            if st.past.get(g, 0) > 0 or g in st.carried or (cap is not None and tree.depth[g] + lower > cap):
                 return False
             stack.extend(tree.children[g])
         return True
 
     def is_new(self, st: MoveState, tree, b: int) -> bool:
         """A node born in this epoch whose children a merge may lift to its parent: a split can
-        create it (adopting those children) and a merge remove it."""
+        create it (adopting those children) and a merge remove it. ``tree`` is the state in
+        which ``b`` exists, so its children are already one level below where a split adopts
+        them from."""
         return (b != ROOT and st.past.get(b, 0) == 0 and b not in st.carried
-                and all(self.adoptable(st, tree, c) for c in tree.children[b]))
+                and all(self.adoptable(st, tree, c, lower=0) for c in tree.children[b]))
 
     @staticmethod
     def kept(st: MoveState, b: int) -> bool:
@@ -482,6 +495,8 @@ class SplitMerge:
         k = int(rng.integers(len(below) - (b in at)))
         P2 = below[k + 1] if b in at and k >= at[b] else below[k]
         P1 = t.parent[b]
+        if P1 != P2 and t.children[P1] == [b] and P1 != ROOT and P1 not in idx.rows and not st.past.get(P1, 0):
+            return None  # P1 would hold nothing in its subtree: it would leave the tree, no move back
         k1 = t.children[P1].index(b)
         slots2 = len(t.children[P2]) + (0 if P2 == P1 else 1)
         k2 = int(rng.integers(slots2))
@@ -519,6 +534,86 @@ class SplitMerge:
         st.theta[b] = self.lik.sample_node_theta(th2, c2, d2, docs, rng)
         st.concentration[b] = c2
         return MoveResult("relocate", b, P2, rows_b)
+
+    # ------------------------------------------------------------------ empty internal nodes
+    def empty_inner(self, st: MoveState) -> list[int]:
+        """New internal nodes without current documents, in pre-order: those :meth:`lift` may
+        remove (cached in the index until a move changes the tree or the documents)."""
+        idx = self.index(st)
+        if idx.empty_inner is None:
+            t = st.tree
+            idx.empty_inner = [c for c in idx.preorder()
+                               if t.children[c] and c not in idx.rows and self.is_new(st, t, c)]
+        return idx.empty_inner
+
+    def _blocks(self, st: MoveState, tree, P: int) -> list[tuple]:
+        """The places ``("new", P, k, m)`` of a new child of ``P`` adopting ``m >= 1`` of its
+        children (each adoptable) in the merged state ``tree``."""
+        return [pl for pl in self._new_places(st, tree, P, -1) if pl[3] > 0]
+
+    def lift(self, st: MoveState, rng: np.random.Generator, *, born: int = 0) -> MoveResult | None:
+        """Insert an empty new node above a block of siblings, or remove an empty new node and
+        lift its children (reversible jump, exact).
+
+        The split-merge moves always move a document, so they can neither create nor remove a
+        node that holds none; an internal node whose documents have all left (it only joins
+        its children) duplicates its parent and is removed here. With probability 1/2 draw a
+        host ``P`` uniformly among the nodes below the depth cap and a block uniformly among
+        its runs of ``m >= 1`` consecutive adoptable children (:meth:`adoptable`), and propose
+        a new node ``c`` adopting them, its parameter drawn from its parent link
+        (:meth:`Likelihood.sample_node_theta` of no documents: the exact conditional of a node
+        without documents); else draw ``c`` uniformly among :meth:`empty_inner` and propose
+        to remove it, its children taking its place. ``c`` has no documents, so its collapsed
+        marginal is 1 and its parameter's link cancels against its proposal: the ratio holds
+        the collapsed prior's change, the link changes of the adopted subtrees (their parents'
+        parameters and their depths, :meth:`_log_adoption`) and the draw probabilities.
+        """
+        t = st.tree
+        idx = self.index(st)
+        empty = self.empty_inner(st)
+        hosts, _ = idx.hosts()
+        if rng.random() < 0.5:  # insert
+            P = hosts[int(rng.integers(len(hosts)))]
+            blocks = self._blocks(st, t, P)
+            if not blocks:
+                return None
+            place = blocks[int(rng.integers(len(blocks)))]
+            theta_P, conc_c, depth_c = self._new_node(st, P)
+            none = DocumentSet(0.0, np.zeros_like(np.asarray(theta_P, dtype=np.float64)), 0.0)
+            theta_c = self.lik.sample_node_theta(theta_P, conc_c, depth_c, none, rng)
+            c = t.next_id  # the id the insertion below will give it
+            edit = idx.prior.edit()
+            edit.insert(c, P, place[2], place[3])
+            log_a = (idx.prior.delta(edit, **self.kw) + self._log_adoption(st, EditedTree(edit), c, theta_c)
+                     - np.log(len(empty) + 1) + np.log(len(hosts)) + np.log(len(blocks)))
+            if np.log(rng.random()) >= log_a:
+                return None
+            c = self._insert(t, place, born)
+            st.theta[c] = theta_c
+            st.concentration[c] = conc_c
+            idx.prior.apply(edit)
+            idx.changed()
+            return MoveResult("insert", c, P, _NO_ROWS)
+        if not empty:
+            return None
+        c = empty[int(rng.integers(len(empty)))]
+        P = t.parent[c]
+        edit = idx.prior.edit()
+        edit.lift(c)
+        blocks = self._blocks(st, EditedTree(edit), P)
+        cap = t.max_depth
+        # hosts once c is gone: c leaves them (if below the cap), its subtree's nodes at the cap join
+        n_hosts = len(hosts) - 1 if cap is None else (
+            len(hosts) - int(t.depth[c] < cap) + sum(1 for g in t.subtree(c)[1:] if t.depth[g] >= cap))
+        log_a = (idx.prior.delta(edit, **self.kw) - self._log_adoption(st, t, c, st.theta[c])
+                 + np.log(len(empty)) - np.log(n_hosts) - np.log(len(blocks)))
+        if np.log(rng.random()) >= log_a:
+            return None
+        t.merge_into_parent(c)
+        del st.theta[c], st.concentration[c]
+        idx.prior.apply(edit)
+        idx.changed()
+        return MoveResult("lift", c, P, _NO_ROWS)
 
     def _split(self, st: MoveState, a: int, i: int, j: int, rng: np.random.Generator,
                born: int) -> MoveResult | None:
