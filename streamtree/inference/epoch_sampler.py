@@ -490,18 +490,24 @@ class EpochSampler:
         st.remove(removed)
         return removed
 
+    def _moves(self, X) -> tuple[MoveState, SplitMerge]:
+        """The exact moves' view of the epoch's state (node parameters by id, past window
+        counts, carried nodes) and the moves under the chain's current hyperparameters."""
+        st = self.state
+        ids = list(st.tree.parent)
+        slots = st.nodes.slots(ids)
+        move = MoveState(st.tree, self.labels_now, X, st.window.total,
+                         {i: st.nodes.theta[s] for i, s in zip(ids, slots)},
+                         {i: float(st.nodes.concentration[s]) for i, s in zip(ids, slots)}, set(self.prev_slot))
+        return move, SplitMerge(self.likelihood, self.settings.with_hyper(st.hyper).stick_kwargs())
+
     def _split_merge(self, X, col_ids: np.ndarray, current: dict[int, int], sums: dict[int, np.ndarray],
                      sumsq: dict[int, float], epoch: int) -> None:
         """``split_attempts`` exact split-merge attempts, each with a relocation attempt of a new
         node (:mod:`streamtree.inference.split_merge`), on the documents' current nodes; counts,
         sums and labels follow the accepted moves."""
         st, cfg = self.state, self.settings
-        ids = list(st.tree.parent)
-        slots = st.nodes.slots(ids)
-        move = MoveState(st.tree, self.labels_now, X, st.window.total,
-                         {i: st.nodes.theta[s] for i, s in zip(ids, slots)},
-                         {i: float(st.nodes.concentration[s]) for i, s in zip(ids, slots)}, set(self.prev_slot))
-        moves = SplitMerge(self.likelihood, cfg.with_hyper(st.hyper).stick_kwargs())
+        move, moves = self._moves(X)
         touched: set[int] = set()
         for _ in range(cfg.split_attempts(X.shape[0])):
             moved = moves.relocate(move, self.rng)
@@ -611,12 +617,7 @@ class EpochSampler:
         node holding documents is merged into its parent, children lifted, by the split-merge
         moves themselves. Documents do not move, so counts, sums and labels are unchanged."""
         st, cfg = self.state, self.settings
-        ids = list(st.tree.parent)
-        slots = st.nodes.slots(ids)
-        move = MoveState(st.tree, self.labels_now, X, st.window.total,
-                         {i: st.nodes.theta[s] for i, s in zip(ids, slots)},
-                         {i: float(st.nodes.concentration[s]) for i, s in zip(ids, slots)}, set(self.prev_slot))
-        moves = SplitMerge(self.likelihood, cfg.with_hyper(st.hyper).stick_kwargs())
+        move, moves = self._moves(X)
         for _ in range(cfg.split_attempts(X.shape[0])):
             res = moves.lift(move, self.rng, born=epoch)
             if res is None:
