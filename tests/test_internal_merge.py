@@ -45,10 +45,10 @@ def _carried_chain() -> tuple[ChainState, tuple[int, int, int]]:
     return st, (a, b, c)
 
 
-def _log_joint(tree, counts: dict[int, int]) -> float:
+def _log_joint(tree, counts: dict[int, int], **hyper) -> float:
     arrays = tree.arrays()
     n = np.array([counts.get(int(i), 0) for i in arrays.ids], dtype=np.float64)
-    return log_hyper_likelihood(arrays, n, **HYPER, max_depth=3, root_holds_data=False)
+    return log_hyper_likelihood(arrays, n, **{**HYPER, **hyper}, max_depth=3, root_holds_data=False)
 
 
 def _sigmoid(x: float) -> float:
@@ -158,12 +158,8 @@ def test_empty_new_internal_node_is_left_to_the_exact_lifts():
     assert expected["b lifted"] > 0.05 and lifted == 0
 
 
-def test_carried_leaf_is_not_merged_into_its_parent():
-    # root -> a -> b (1 past document) -> c (6 past, none now) and a live branch root -> s:
-    # merging the carried leaf c would gather its past documents at b, which the windowed prior
-    # alone favours (small alpha0); with no likelihood for them the merge is not made
-    # (under small epochs the old retirement of such leaves, compounding with a falling
-    # alpha0, ended SOU years as the root alone)
+def _carried_leaf_chain():
+    """root -> a -> b (1 past document) -> c (6 past), and root -> s (3 past)."""
     st = ChainState.empty(max_depth=3, window=2, n_features=1)
     a = st.tree.add_child(0)
     b = st.tree.add_child(a)
@@ -172,11 +168,20 @@ def test_carried_leaf_is_not_merged_into_its_parent():
     for nid in (0, a, b, c, s):
         st.nodes.add(nid, np.zeros(1), 1.0)
     st.window.commit({b: 1, c: 6, s: 3})
+    return st, (a, b, c, s)
+
+
+def test_carried_leaf_is_not_merged_into_its_parent():
+    # root -> a -> b (1 past document) -> c (6 past, none now) and a live branch root -> s:
+    # merging the carried leaf c would gather its past documents at b, which the windowed prior
+    # alone favours (small alpha0); with no likelihood for them the merge is not made
+    # (under small epochs the old retirement of such leaves, compounding with a falling
+    # alpha0, ended SOU years as the root alone)
+    st, (a, b, c, s) = _carried_leaf_chain()
     st.hyper = dict(HYPER, alpha0=0.2)
     merged = copy.deepcopy(st.tree)
     merged.merge_into_parent(c)
-    kw = dict(HYPER, alpha0=0.2, max_depth=3, root_holds_data=False)
-    odds = (_log_joint_kw(merged, {b: 7, s: 3}, kw) - _log_joint_kw(st.tree, {b: 1, c: 6, s: 3}, kw))
+    odds = (_log_joint(merged, {b: 7, s: 3}, alpha0=0.2) - _log_joint(st.tree, {b: 1, c: 6, s: 3}, alpha0=0.2))
     assert odds > 1.0
     for seed in range(100):
         state = copy.deepcopy(st)
@@ -184,12 +189,6 @@ def test_carried_leaf_is_not_merged_into_its_parent():
                                rng=np.random.default_rng(seed))
         sampler._merge_internal({}, {}, {})
         assert c in state.tree and state.window.total[c] == 6 and state.window.total[b] == 1
-
-
-def _log_joint_kw(tree, counts: dict[int, int], kw: dict) -> float:
-    arrays = tree.arrays()
-    n = np.array([counts.get(int(i), 0) for i in arrays.ids], dtype=np.float64)
-    return log_hyper_likelihood(arrays, n, **kw)
 
 
 class _FixedBayesFactor:
@@ -209,14 +208,7 @@ class _FixedBayesFactor:
 def test_carried_leaf_hands_its_current_documents_to_its_parent_at_the_heat_bath_odds():
     # c holds 6 past and 2 current documents: the choice moves the 2 current ones to b (the
     # tree and c's past documents stay), with probability logistic(data + prior ratio)
-    st = ChainState.empty(max_depth=3, window=2, n_features=1)
-    a = st.tree.add_child(0)
-    b = st.tree.add_child(a)
-    c = st.tree.add_child(b)
-    s = st.tree.add_child(0)
-    for nid in (0, a, b, c, s):
-        st.nodes.add(nid, np.zeros(1), 1.0)
-    st.window.commit({b: 1, c: 6, s: 3})
+    st, (a, b, c, s) = _carried_leaf_chain()
     st.hyper = dict(HYPER)
     data = 2.5
     prior = (_log_joint(st.tree, {b: 3, c: 6, s: 3}) - _log_joint(st.tree, {b: 1, c: 8, s: 3}))
