@@ -235,6 +235,44 @@ def _csr_row_sums(indptr, indices, data, rows, p):
     return s, sumsq
 
 
+@njit(cache=True)
+def _kth_of_union(A, B, skip, k):
+    """Element ``k`` of the ascending union of the disjoint ascending ``A`` and ``B`` without
+    ``skip``: ``np.union1d(A, B)`` with ``skip`` removed, indexed, without building it."""
+    ia = ib = seen = 0
+    while True:
+        if ib >= B.size or (ia < A.size and A[ia] < B[ib]):
+            x = A[ia]
+            ia += 1
+        else:
+            x = B[ib]
+            ib += 1
+        if x == skip:
+            continue
+        if seen == k:
+            return x
+        seen += 1
+
+
+@njit(cache=True)
+def _union_without(A, B, i, j):
+    """The ascending union of the disjoint ascending ``A`` and ``B`` without ``i`` and ``j``
+    (``np.union1d`` then two masks, in one pass)."""
+    out = np.empty(A.size + B.size, dtype=np.int64)
+    ia = ib = n = 0
+    while ia < A.size or ib < B.size:
+        if ib >= B.size or (ia < A.size and A[ia] < B[ib]):
+            x = A[ia]
+            ia += 1
+        else:
+            x = B[ib]
+            ib += 1
+        if x != i and x != j:
+            out[n] = x
+            n += 1
+    return out[:n]
+
+
 @dataclass(frozen=True)
 class MoveResult:
     """An accepted move: ``kind`` is ``"split"``, ``"merge"``, ``"relocate"`` (``other``: the new
@@ -467,11 +505,11 @@ class SplitMerge:
         a = partners[int(rng.integers(len(partners)))]
         rows_b = idx.of(b)
         j = int(rows_b[rng.integers(rows_b.size)])
-        pool = np.union1d(idx.of(a), rows_b)
-        pool = pool[pool != j]
-        if pool.size == 0:
+        rows_a = idx.of(a)
+        n_pool = rows_a.size + rows_b.size - 1  # the documents of a and b (disjoint) but j
+        if n_pool == 0:
             return None
-        i = int(pool[rng.integers(pool.size)])
+        i = int(_kth_of_union(rows_a, rows_b, j, rng.integers(n_pool)))
         if st.labels[i] == b:
             return None  # a split keeps i at a: this draw cannot reverse one
         return self._merge(st, a, b, i, j, rng)
@@ -677,8 +715,7 @@ class SplitMerge:
         places = self.places(st, merged, lambda x: x != b and x in idx.rows, a)
         if place not in places:
             return None  # no split of a could have made this state
-        pooled = np.union1d(idx.of(a), rows_b)
-        others = pooled[(pooled != i) & (pooled != j)]
+        others = _union_without(idx.of(a), rows_b, i, j)
         lo = self._allocation(st, a, place, j, others, rng)
         to_new = st.labels[others] == b
         n_a = idx.count(a)
