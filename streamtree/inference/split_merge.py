@@ -700,10 +700,14 @@ class SplitMerge:
         edit.move(a, b, 0.0, float(rows_b.size))
         split = EditedTree(edit)
         n_a = idx.count(a)
+        # b's partners in the split state: its parent's children (a new b among P's children
+        # once it has adopted its block; a kept b where it is)
+        t = st.tree
+        n_partners = (len(t.children[place[1]]) - place[3] + 1 if place[0] == "new"
+                      else len(t.children[t.parent[b]]))
         log_a = (self._log_ratio(st, split, a, b, place, docs, idx.prior.delta(edit, **self.kw), len(places),
                                  self._log_q(lo, to_new), theta_b)
-                 + self._log_select_merge(len(idx.rows) + 1, len(split.children[split.parent[b]]), rows_b.size,
-                                          n_a - rows_b.size)
+                 + self._log_select_merge(len(idx.rows) + 1, n_partners, rows_b.size, n_a - rows_b.size)
                  - self._log_select_split(st.labels.size, n_a))
         if np.log(rng.random()) >= log_a:
             return None
