@@ -140,6 +140,7 @@ class DocumentIndex:
         #: of hosts in it (cached like :meth:`preorder`: they depend on the tree alone)
         self.adoptable: dict[int, bool] = {}
         self.blocks: dict[int, list[tuple]] = {}
+        self._docs: dict[int, DocumentSet] = {}  # document_set of each node's rows (see documents)
 
     def preorder(self) -> list[int]:
         """The tree's nodes in pre-order (cached until a move changes the tree: :meth:`changed`)."""
@@ -173,6 +174,13 @@ class DocumentIndex:
     def of(self, node: int) -> np.ndarray:
         return self.rows.get(node, _NO_ROWS)
 
+    def documents(self, node: int, X) -> DocumentSet:
+        """:func:`document_set` of the node's rows of ``X`` (kept until a move changes them)."""
+        docs = self._docs.get(node)
+        if docs is None:
+            docs = self._docs[node] = document_set(X, self.of(node))
+        return docs
+
     def count(self, node: int) -> int:
         r = self.rows.get(node)
         return 0 if r is None else int(r.size)
@@ -187,6 +195,8 @@ class DocumentIndex:
     def move(self, src: int, dst: int, rows: np.ndarray) -> None:
         """``rows`` (all at ``src``) now belong to ``dst``."""
         self.empty_inner = None
+        self._docs.pop(src, None)
+        self._docs.pop(dst, None)
         left = np.setdiff1d(self.rows[src], rows, assume_unique=True)
         if left.size:
             self.rows[src] = left
@@ -569,7 +579,7 @@ class SplitMerge:
             left_leaf = (t.children[P1] == [b] and P1 != ROOT and st.past.get(P1, 0) == 0
                          and P1 not in st.carried)
             n_new_after += int(left_leaf) - int(P2 in new_nodes)
-        docs = document_set(st.X, rows_b)
+        docs = idx.documents(b, st.X)
         th1, c1, d1 = self._new_node(st, P1)
         th2, c2, d2 = self._new_node(st, P2)
         at_2 = self.lik.log_marginal(docs, th2, c2, d2)
@@ -745,7 +755,7 @@ class SplitMerge:
         lo = self._allocation(st, a, place, j, others, rng)
         to_new = st.labels[others] == b
         n_a = idx.count(a)
-        log_a = -(self._log_ratio(st, t, a, b, place, document_set(st.X, rows_b), -idx.prior.delta(edit, **self.kw),
+        log_a = -(self._log_ratio(st, t, a, b, place, idx.documents(b, st.X), -idx.prior.delta(edit, **self.kw),
                                   len(places), self._log_q(lo, to_new), st.theta[b])
                   + self._log_select_merge(len(idx.rows), len(self.partners(st, t, b)), rows_b.size, n_a)
                   - self._log_select_split(st.labels.size, n_a + rows_b.size))
