@@ -141,6 +141,9 @@ class DocumentIndex:
         self.adoptable: dict[int, bool] = {}
         self.blocks: dict[int, list[tuple]] = {}
         self._docs: dict[int, DocumentSet] = {}  # document_set of each node's rows (see documents)
+        #: parent-link log densities by (likelihood, child, parent, depth) of nodes' current
+        #: parameters (:meth:`SplitMerge._log_adoption`; cleared like :meth:`preorder`)
+        self.links: dict[tuple, float] = {}
 
     def preorder(self) -> list[int]:
         """The tree's nodes in pre-order (cached until a move changes the tree: :meth:`changed`)."""
@@ -170,6 +173,7 @@ class DocumentIndex:
         self._order = self._new_leaves = self._hosts = self.empty_inner = None
         self.adoptable.clear()
         self.blocks.clear()
+        self.links.clear()
 
     def of(self, node: int) -> np.ndarray:
         return self.rows.get(node, _NO_ROWS)
@@ -434,13 +438,27 @@ class SplitMerge:
         in the merged state (one level higher, the adopted children linked to ``b``'s parent)."""
         out = 0.0
         P = split.parent[b]
+        link = self._link
+        known = theta_b is st.theta.get(b)  # b's own parameter (a merge), not a proposed one
         for c in split.children[b]:
             d = split.depth[c]
-            out += self.lik.log_link(st.theta[c], theta_b, d) - self.lik.log_link(st.theta[c], st.theta[P], d - 1)
+            at_b = link(st, c, b, d) if known else self.lik.log_link(st.theta[c], theta_b, d)
+            out += at_b - link(st, c, P, d - 1)
             for g in split.subtree(c)[1:]:
-                dg, tp = split.depth[g], st.theta[split.parent[g]]
-                out += self.lik.log_link(st.theta[g], tp, dg) - self.lik.log_link(st.theta[g], tp, dg - 1)
+                dg, pg = split.depth[g], split.parent[g]
+                out += link(st, g, pg, dg) - link(st, g, pg, dg - 1)
         return out
+
+    def _link(self, st: MoveState, c: int, P: int, depth: int) -> float:
+        """``log_link`` of node ``c``'s parameter below node ``P``'s at ``depth``, remembered
+        until a move changes the tree or a parameter: the attempts of a sweep rescore the same
+        links again and again."""
+        memo = self.index(st).links
+        key = (self.lik, c, P, depth)
+        v = memo.get(key)
+        if v is None:
+            v = memo[key] = self.lik.log_link(st.theta[c], st.theta[P], depth)
+        return v
 
     # ------------------------------------------------------------------ target pieces
     def _new_node(self, st: MoveState, P: int) -> tuple[np.ndarray, float, int]:
