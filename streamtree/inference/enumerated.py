@@ -481,7 +481,8 @@ def score_rows(X, cand: Candidates, u: np.ndarray | None, sqnorm: np.ndarray | N
 
     no_ph_scores = np.zeros((0, 0))
     if sp.issparse(X):
-        X = sp.csr_matrix(X)
+        if X.format != "csr":  # a CSR shard is read as it is: no copy, and its tables' structure is kept
+            X = sp.csr_matrix(X)
         indptr = X.indptr.astype(np.int64, copy=False)
         indices = X.indices.astype(np.int64, copy=False)
         data = np.asarray(X.data, dtype=np.float64)
