@@ -141,6 +141,7 @@ class DocumentIndex:
         self.adoptable: dict[int, bool] = {}
         self.blocks: dict[int, list[tuple]] = {}
         self._docs: dict[int, DocumentSet] = {}  # document_set of each node's rows (see documents)
+        self._occupied: np.ndarray | None = None  # see occupied
         #: parent-link log densities by (likelihood, child, parent, depth) of nodes' current
         #: parameters (:meth:`SplitMerge._log_adoption`; cleared like :meth:`preorder`)
         self.links: dict[tuple, float] = {}
@@ -193,14 +194,17 @@ class DocumentIndex:
         return {i: int(r.size) for i, r in self.rows.items()}
 
     def occupied(self) -> np.ndarray:
-        """Ids of the nodes holding documents, ascending."""
-        return np.array(sorted(self.rows), dtype=np.int64)
+        """Ids of the nodes holding documents, ascending (kept until a move empties or fills a node)."""
+        if self._occupied is None:
+            self._occupied = np.array(sorted(self.rows), dtype=np.int64)
+        return self._occupied
 
     def move(self, src: int, dst: int, rows: np.ndarray) -> None:
         """``rows`` (all at ``src``) now belong to ``dst``."""
         self.empty_inner = None
         self._docs.pop(src, None)
         self._docs.pop(dst, None)
+        self._occupied = None
         left = np.setdiff1d(self.rows[src], rows, assume_unique=True)
         if left.size:
             self.rows[src] = left
