@@ -136,10 +136,6 @@ class DocumentIndex:
         self._hosts: tuple[list[int], dict[int, int]] | None = None
         #: new internal nodes without current documents (cached by :meth:`SplitMerge.empty_inner`)
         self.empty_inner: list[int] | None = None
-        #: :meth:`SplitMerge.adoptable` of nodes of the live tree and :meth:`SplitMerge._blocks`
-        #: of hosts in it (cached like :meth:`preorder`: they depend on the tree alone)
-        self.adoptable: dict[int, bool] = {}
-        self.blocks: dict[int, list[tuple]] = {}
         self._docs: dict[int, DocumentSet] = {}  # document_set of each node's rows (see documents)
         self._occupied: np.ndarray | None = None  # see occupied
         #: parent-link log densities by (likelihood, child, parent, depth) of nodes' current
@@ -172,8 +168,6 @@ class DocumentIndex:
 
     def changed(self) -> None:
         self._order = self._new_leaves = self._hosts = self.empty_inner = None
-        self.adoptable.clear()
-        self.blocks.clear()
         self.links.clear()
 
     def of(self, node: int) -> np.ndarray:
@@ -395,7 +389,7 @@ class SplitMerge:
 
     def _new_places(self, st: MoveState, tree, P: int, a: int) -> list[tuple]:
         kids = tree.children[P]
-        ok = [c != a and self._adoptable_child(st, tree, c) for c in kids]  # a stays a partner of the new node
+        ok = [c != a and self.adoptable(st, tree, c) for c in kids]  # a stays a partner of the new node
         out = []
         for k in range(len(kids) + 1):
             out.append(("new", P, k, 0))
@@ -404,16 +398,6 @@ class SplitMerge:
                 out.append(("new", P, k, m))
                 m += 1
         return out
-
-    def _adoptable_child(self, st: MoveState, tree, c: int) -> bool:
-        """:meth:`adoptable` in the merged state, remembered for the live tree until a move changes it."""
-        if tree is not st.tree:
-            return self.adoptable(st, tree, c)
-        memo = self.index(st).adoptable
-        ok = memo.get(c)
-        if ok is None:
-            ok = memo[c] = self.adoptable(st, tree, c)
-        return ok
 
     def places(self, st: MoveState, tree, held: Callable[[int], bool], a: int) -> list[tuple]:
         """Where a split of ``a`` in the merged state ``tree`` (``held(b)``: whether node ``b``
@@ -634,13 +618,7 @@ class SplitMerge:
 
     def _blocks(self, st: MoveState, tree, P: int) -> list[tuple]:
         """The places ``("new", P, k, m)`` of a new child of ``P`` adopting ``m >= 1`` of its
-        children (each adoptable) in the merged state ``tree`` (remembered for the live tree
-        until a move changes it)."""
-        if tree is st.tree:
-            memo = self.index(st).blocks
-            if P not in memo:
-                memo[P] = [pl for pl in self._new_places(st, tree, P, -1) if pl[3] > 0]
-            return memo[P]
+        children (each adoptable) in the merged state ``tree``."""
         return [pl for pl in self._new_places(st, tree, P, -1) if pl[3] > 0]
 
     def lift(self, st: MoveState, rng: np.random.Generator, *, born: int = 0) -> MoveResult | None:
