@@ -15,6 +15,7 @@ per-node sums for sparse rows). Nothing here knows about shards or processes: en
 from __future__ import annotations
 
 import math
+import weakref
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
@@ -367,7 +368,27 @@ def dirichlet_tables(alpha: np.ndarray, alpha_sum: np.ndarray, X: sp.csr_matrix)
     occur in ``X`` only: O(P x (terms + lengths)) to build, once per sweep and shard, where the
     per-row work they save is O(P x non-zeros) scattered reads and logs. Their memory is two
     (terms x P) arrays and one (lengths x P) array of doubles."""
-    p = alpha.shape[1]
+    columns, column_of, lengths, length_of = _count_structure(X, alpha.shape[1])
+    alpha_T, log_T, rising = _dirichlet_tables_nb(np.ascontiguousarray(alpha, dtype=np.float64),
+                                                  np.ascontiguousarray(alpha_sum, dtype=np.float64), columns, lengths)
+    return alpha_T, log_T, rising, column_of, length_of
+
+
+#: :func:`_count_structure` of the count matrices in use, by the identity of their arrays (held
+#: by weak references, so an entry never outlives its matrix or answers for another one)
+_STRUCTURES: dict[int, tuple] = {}
+
+
+def _count_structure(X: sp.csr_matrix, p: int) -> tuple:
+    """The terms that occur in ``X`` (ascending) with each term's place among them (-1 if
+    absent), and the whole document lengths up to ``_RISING_TABLE_MAX`` that occur with each
+    length's place. They depend on ``X`` alone, and a sweep's shard is the same matrix every
+    sweep of an epoch, so they are computed once per matrix (its arrays are never changed in
+    place while it is loaded)."""
+    arrays = (X.indptr, X.indices, X.data)
+    hit = _STRUCTURES.get(id(X.indices))
+    if hit is not None and hit[0] == p and all(ref() is a for ref, a in zip(hit[1], arrays)):
+        return hit[2]
     columns = np.unique(X.indices).astype(np.int64)
     column_of = np.full(p, -1, dtype=np.int64)
     column_of[columns] = np.arange(columns.size)
@@ -376,9 +397,11 @@ def dirichlet_tables(alpha: np.ndarray, alpha_sum: np.ndarray, X: sp.csr_matrix)
     lengths = np.unique(whole).astype(np.int64)
     length_of = np.full(int(lengths.max()) + 1 if lengths.size else 0, -1, dtype=np.int64)
     length_of[lengths] = np.arange(lengths.size)
-    alpha_T, log_T, rising = _dirichlet_tables_nb(np.ascontiguousarray(alpha, dtype=np.float64),
-                                                  np.ascontiguousarray(alpha_sum, dtype=np.float64), columns, lengths)
-    return alpha_T, log_T, rising, column_of, length_of
+    out = (columns, column_of, lengths, length_of)
+    for key in [k for k, v in _STRUCTURES.items() if v[1][1]() is None]:
+        del _STRUCTURES[key]  # matrices that are gone
+    _STRUCTURES[id(X.indices)] = (p, tuple(weakref.ref(a) for a in arrays), out)
+    return out
 
 
 @njit(cache=True, nogil=True)
@@ -458,7 +481,8 @@ def score_rows(X, cand: Candidates, u: np.ndarray | None, sqnorm: np.ndarray | N
 
     no_ph_scores = np.zeros((0, 0))
     if sp.issparse(X):
-        X = sp.csr_matrix(X)
+        if X.format != "csr":  # a CSR shard is read as it is: no copy, and its tables' structure is kept
+            X = sp.csr_matrix(X)
         indptr = X.indptr.astype(np.int64, copy=False)
         indices = X.indices.astype(np.int64, copy=False)
         data = np.asarray(X.data, dtype=np.float64)

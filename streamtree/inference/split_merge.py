@@ -136,6 +136,11 @@ class DocumentIndex:
         self._hosts: tuple[list[int], dict[int, int]] | None = None
         #: new internal nodes without current documents (cached by :meth:`SplitMerge.empty_inner`)
         self.empty_inner: list[int] | None = None
+        self._docs: dict[int, DocumentSet] = {}  # document_set of each node's rows (see documents)
+        self._occupied: np.ndarray | None = None  # see occupied
+        #: parent-link log densities by (likelihood, child, parent, depth) of nodes' current
+        #: parameters (:meth:`SplitMerge._log_adoption`; cleared like :meth:`preorder`)
+        self.links: dict[tuple, float] = {}
 
     def preorder(self) -> list[int]:
         """The tree's nodes in pre-order (cached until a move changes the tree: :meth:`changed`)."""
@@ -163,9 +168,17 @@ class DocumentIndex:
 
     def changed(self) -> None:
         self._order = self._new_leaves = self._hosts = self.empty_inner = None
+        self.links.clear()
 
     def of(self, node: int) -> np.ndarray:
         return self.rows.get(node, _NO_ROWS)
+
+    def documents(self, node: int, X) -> DocumentSet:
+        """:func:`document_set` of the node's rows of ``X`` (kept until a move changes them)."""
+        docs = self._docs.get(node)
+        if docs is None:
+            docs = self._docs[node] = document_set(X, self.of(node))
+        return docs
 
     def count(self, node: int) -> int:
         r = self.rows.get(node)
@@ -175,12 +188,17 @@ class DocumentIndex:
         return {i: int(r.size) for i, r in self.rows.items()}
 
     def occupied(self) -> np.ndarray:
-        """Ids of the nodes holding documents, ascending."""
-        return np.array(sorted(self.rows), dtype=np.int64)
+        """Ids of the nodes holding documents, ascending (kept until a move empties or fills a node)."""
+        if self._occupied is None:
+            self._occupied = np.array(sorted(self.rows), dtype=np.int64)
+        return self._occupied
 
     def move(self, src: int, dst: int, rows: np.ndarray) -> None:
         """``rows`` (all at ``src``) now belong to ``dst``."""
         self.empty_inner = None
+        self._docs.pop(src, None)
+        self._docs.pop(dst, None)
+        self._occupied = None
         left = np.setdiff1d(self.rows[src], rows, assume_unique=True)
         if left.size:
             self.rows[src] = left
@@ -233,6 +251,44 @@ def _csr_row_sums(indptr, indices, data, rows, p):
             s[indices[k]] += v
             sumsq += v * v
     return s, sumsq
+
+
+@njit(cache=True)
+def _kth_of_union(A, B, skip, k):
+    """Element ``k`` of the ascending union of the disjoint ascending ``A`` and ``B`` without
+    ``skip``: ``np.union1d(A, B)`` with ``skip`` removed, indexed, without building it."""
+    ia = ib = seen = 0
+    while True:
+        if ib >= B.size or (ia < A.size and A[ia] < B[ib]):
+            x = A[ia]
+            ia += 1
+        else:
+            x = B[ib]
+            ib += 1
+        if x == skip:
+            continue
+        if seen == k:
+            return x
+        seen += 1
+
+
+@njit(cache=True)
+def _union_without(A, B, i, j):
+    """The ascending union of the disjoint ascending ``A`` and ``B`` without ``i`` and ``j``
+    (``np.union1d`` then two masks, in one pass)."""
+    out = np.empty(A.size + B.size, dtype=np.int64)
+    ia = ib = n = 0
+    while ia < A.size or ib < B.size:
+        if ib >= B.size or (ia < A.size and A[ia] < B[ib]):
+            x = A[ia]
+            ia += 1
+        else:
+            x = B[ib]
+            ib += 1
+        if x != i and x != j:
+            out[n] = x
+            n += 1
+    return out[:n]
 
 
 @dataclass(frozen=True)
@@ -370,13 +426,27 @@ class SplitMerge:
         in the merged state (one level higher, the adopted children linked to ``b``'s parent)."""
         out = 0.0
         P = split.parent[b]
+        link = self._link
+        known = theta_b is st.theta.get(b)  # b's own parameter (a merge), not a proposed one
         for c in split.children[b]:
             d = split.depth[c]
-            out += self.lik.log_link(st.theta[c], theta_b, d) - self.lik.log_link(st.theta[c], st.theta[P], d - 1)
+            at_b = link(st, c, b, d) if known else self.lik.log_link(st.theta[c], theta_b, d)
+            out += at_b - link(st, c, P, d - 1)
             for g in split.subtree(c)[1:]:
-                dg, tp = split.depth[g], st.theta[split.parent[g]]
-                out += self.lik.log_link(st.theta[g], tp, dg) - self.lik.log_link(st.theta[g], tp, dg - 1)
+                dg, pg = split.depth[g], split.parent[g]
+                out += link(st, g, pg, dg) - link(st, g, pg, dg - 1)
         return out
+
+    def _link(self, st: MoveState, c: int, P: int, depth: int) -> float:
+        """``log_link`` of node ``c``'s parameter below node ``P``'s at ``depth``, remembered
+        until a move changes the tree or a parameter: the attempts of a sweep rescore the same
+        links again and again."""
+        memo = self.index(st).links
+        key = (self.lik, c, P, depth)
+        v = memo.get(key)
+        if v is None:
+            v = memo[key] = self.lik.log_link(st.theta[c], st.theta[P], depth)
+        return v
 
     # ------------------------------------------------------------------ target pieces
     def _new_node(self, st: MoveState, P: int) -> tuple[np.ndarray, float, int]:
@@ -467,11 +537,11 @@ class SplitMerge:
         a = partners[int(rng.integers(len(partners)))]
         rows_b = idx.of(b)
         j = int(rows_b[rng.integers(rows_b.size)])
-        pool = np.union1d(idx.of(a), rows_b)
-        pool = pool[pool != j]
-        if pool.size == 0:
+        rows_a = idx.of(a)
+        n_pool = rows_a.size + rows_b.size - 1  # the documents of a and b (disjoint) but j
+        if n_pool == 0:
             return None
-        i = int(pool[rng.integers(pool.size)])
+        i = int(_kth_of_union(rows_a, rows_b, j, rng.integers(n_pool)))
         if st.labels[i] == b:
             return None  # a split keeps i at a: this draw cannot reverse one
         return self._merge(st, a, b, i, j, rng)
@@ -515,7 +585,7 @@ class SplitMerge:
             left_leaf = (t.children[P1] == [b] and P1 != ROOT and st.past.get(P1, 0) == 0
                          and P1 not in st.carried)
             n_new_after += int(left_leaf) - int(P2 in new_nodes)
-        docs = document_set(st.X, rows_b)
+        docs = idx.documents(b, st.X)
         th1, c1, d1 = self._new_node(st, P1)
         th2, c2, d2 = self._new_node(st, P2)
         at_2 = self.lik.log_marginal(docs, th2, c2, d2)
@@ -640,10 +710,14 @@ class SplitMerge:
         edit.move(a, b, 0.0, float(rows_b.size))
         split = EditedTree(edit)
         n_a = idx.count(a)
+        # b's partners in the split state: its parent's children (a new b among P's children
+        # once it has adopted its block; a kept b where it is)
+        t = st.tree
+        n_partners = (len(t.children[place[1]]) - place[3] + 1 if place[0] == "new"
+                      else len(t.children[t.parent[b]]))
         log_a = (self._log_ratio(st, split, a, b, place, docs, idx.prior.delta(edit, **self.kw), len(places),
                                  self._log_q(lo, to_new), theta_b)
-                 + self._log_select_merge(len(idx.rows) + 1, len(split.children[split.parent[b]]), rows_b.size,
-                                          n_a - rows_b.size)
+                 + self._log_select_merge(len(idx.rows) + 1, n_partners, rows_b.size, n_a - rows_b.size)
                  - self._log_select_split(st.labels.size, n_a))
         if np.log(rng.random()) >= log_a:
             return None
@@ -677,12 +751,11 @@ class SplitMerge:
         places = self.places(st, merged, lambda x: x != b and x in idx.rows, a)
         if place not in places:
             return None  # no split of a could have made this state
-        pooled = np.union1d(idx.of(a), rows_b)
-        others = pooled[(pooled != i) & (pooled != j)]
+        others = _union_without(idx.of(a), rows_b, i, j)
         lo = self._allocation(st, a, place, j, others, rng)
         to_new = st.labels[others] == b
         n_a = idx.count(a)
-        log_a = -(self._log_ratio(st, t, a, b, place, document_set(st.X, rows_b), -idx.prior.delta(edit, **self.kw),
+        log_a = -(self._log_ratio(st, t, a, b, place, idx.documents(b, st.X), -idx.prior.delta(edit, **self.kw),
                                   len(places), self._log_q(lo, to_new), st.theta[b])
                   + self._log_select_merge(len(idx.rows), len(self.partners(st, t, b)), rows_b.size, n_a)
                   - self._log_select_split(st.labels.size, n_a + rows_b.size))
