@@ -21,14 +21,15 @@ value would be set by wherever the support is cut off:
   documents of its own. A tree whose documents all sit at the depth cap is flat near infinity.
 * ``gamma -> 0``: a child's factor tends to 0 like ``gamma`` only when a later sibling holds
   documents; a tree of chains (single children) is flat near 0.
-* ``lam -> 0``: ``alpha(d)`` vanishes below the root, and the factor of a node below the root
-  with documents below it with it; a tree with no such node is flat near 0, where every
-  document below the root stops at depth 1 and no deeper node can form.
+* ``lam -> 0``: ``alpha(d) = alpha0 lam**d`` vanishes below the root, and with it the factor
+  of every node below the root that has documents below it; a tree without such a node is
+  flat near 0, where every document below the root stops at depth 1 and no deeper node forms.
 
 Under the former log-uniform prior on ``[1e-2, 1e2]`` such trees sent the hyperparameter to
 the bound, and the bound's value made the degenerate tree self-perpetuating: on SOU replayed
-by year (33-125 paragraphs per epoch, two epochs of window), the stay-here concentration of a
-collapsing epoch fell to 0.01-0.08, where a new child of the root costs about
+by year (33-125 paragraphs per epoch, two epochs of window), once the internal merge had
+gathered an epoch's past documents at the root (see ``EpochSampler._merge_internal``), the
+stay-here concentration fell to 0.01-0.09, where a new child of the root costs about
 ``log(alpha0 / N)`` ~ -9 nats in the stick prior, and 5 of 58 epochs ended as the root alone
 (BENCHMARKS.md, "Small epochs"). A Gamma(a, b) prior has the log-scale density
 ``a log h - b h``: it vanishes like ``h**a`` at 0 and exponentially at infinity, so every
