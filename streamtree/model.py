@@ -110,8 +110,7 @@ class DTSSBP(BaseEstimator):
     sample_hyperparameters : bool
         Slice-sample alpha0, lam and gamma after each sweep from their posterior given the
         tree and the windowed counts (see :mod:`streamtree.inference.hyper`); the values
-        given are the starting point and the means of the Gamma priors of alpha0 and gamma
-        (lam: uniform on (0, 1]). ``False`` keeps them fixed.
+        given are the starting point. ``False`` keeps them fixed.
     concentration_bounds : (float, float)
         Clip range of estimated vMF concentrations.
     engine : str or engine object

@@ -35,7 +35,7 @@ from scipy.stats import chi2
 from streamtree.epoch_tree import EpochTree
 from streamtree.events import epoch_events
 from streamtree.inference.merge import CollapsedPrior
-from streamtree.inference.hyper import HyperPrior, hyper_priors, sample_hyperparameters
+from streamtree.inference.hyper import sample_hyperparameters
 from streamtree.inference.split_merge import MoveState, Previous, SplitMerge, document_set
 from streamtree.inference.sticks import log_masses, mean_sticks, sample_sticks, stick_params
 from streamtree.inference.zsweep import ZSweeper
@@ -93,18 +93,6 @@ class SamplerSettings:
     sample_hyperparameters: bool = True
     #: ``kappa0="auto"``: the likelihood re-estimates its link strength after every sweep
     auto_link_strength: bool = False
-    #: means of the Gamma priors of alpha0 and gamma (:func:`~streamtree.inference.hyper.hyper_priors`):
-    #: the values the settings are made with (the estimator's), kept when :meth:`with_hyper`
-    #: puts the chain's current values into ``alpha0`` and ``gamma``
-    prior_means: tuple[float, float] | None = None
-
-    def __post_init__(self) -> None:
-        if self.prior_means is None:
-            object.__setattr__(self, "prior_means", (float(self.alpha0), float(self.gamma)))
-
-    def hyper_priors(self) -> dict[str, HyperPrior]:
-        """The priors of the stick hyperparameters, centred on :attr:`prior_means`."""
-        return hyper_priors(*self.prior_means)
 
     def stick_kwargs(self) -> dict:
         return dict(alpha0=self.alpha0, lam=self.lam, gamma=self.gamma, max_depth=self.max_depth,
@@ -395,7 +383,6 @@ class EpochSampler:
             if cfg.sample_hyperparameters:
                 arrays = st.tree.arrays()
                 st.hyper = sample_hyperparameters(arrays, st.own_counts(arrays.ids, current), st.hyper,
-                                                  priors=cfg.hyper_priors(),
                                                   max_depth=cfg.max_depth, root_holds_data=cfg.root_holds_data,
                                                   rng=self.rng)
             self._update_concentrations(current, sums, sumsq)
