@@ -377,7 +377,7 @@ class EpochSampler:
             self.labels_now = col_ids[self.sweeper.labels()]
             if cfg.merge_moves and cfg.split_attempts(n) > 0:
                 self._split_merge(X, col_ids, current, sums, sumsq, epoch)
-                self._lift_moves(X, epoch)
+                self._lift_moves(X, epoch, carried=sweep >= cfg.n_sweeps // 2)
             if cfg.merge_moves and sweep >= cfg.n_sweeps // 2:  # once the epoch's nodes have settled
                 self._merge_internal(current, sums, sumsq)
             if cfg.sample_hyperparameters:
@@ -604,7 +604,7 @@ class EpochSampler:
         for nid in [k for k in st.signatures if k not in live]:
             del st.signatures[nid]
 
-    def _lift_moves(self, X, epoch: int) -> None:
+    def _lift_moves(self, X, epoch: int, carried: bool = True) -> None:
         """``split_attempts`` exact insertions and lifts of empty new internal nodes
         (:meth:`~streamtree.inference.split_merge.SplitMerge.lift`), each with an exact lift
         or return of a carried internal node without documents of its own
@@ -614,11 +614,20 @@ class EpochSampler:
         (windowed collapsed prior, the lifted subtrees' links, reversible jump for its
         parameter); a removed carried node may come back with its id and time link. A new
         node holding documents is merged into its parent, children lifted, by the split-merge
-        moves themselves. Documents do not move, so counts, sums and labels are unchanged."""
+        moves themselves. Documents do not move, so counts, sums and labels are unchanged.
+
+        The carried lifts run only when ``carried`` is true: the sweep loop runs them in the
+        second half of the sweeps, once the epoch's new nodes have settled (as the heat-bath
+        merge). Run from the first sweep, on the demo's SOU replay they removed carried nodes
+        while the epoch's tree was still forming (139 removals, no return), the sampled lam fell
+        to 0.1-0.3 and births, deaths and parent changes quadrupled (BENCHMARKS.md, "Exact lift
+        of carried internal nodes")."""
         st, cfg = self.state, self.settings
         move, moves = self._moves(X)
         for _ in range(cfg.split_attempts(X.shape[0])):
-            for res in (moves.lift(move, self.rng, born=epoch), moves.lift_carried(move, self.rng)):
+            inserted = moves.lift(move, self.rng, born=epoch)
+            lifted = moves.lift_carried(move, self.rng) if carried else None
+            for res in (inserted, lifted):
                 if res is None:
                     continue
                 if res.kind in ("insert", "restore"):
