@@ -64,15 +64,22 @@ class TSSBTree:
     def at_cap(self, node_id: int) -> bool:
         return self.max_depth is not None and self.depth[node_id] >= self.max_depth
 
-    def add_child(self, parent_id: int, born: int = 0, position: int | None = None) -> int:
+    def add_child(self, parent_id: int, born: int = 0, position: int | None = None,
+                  node_id: int | None = None) -> int:
         """Add a new child to ``parent_id`` (last, or at index ``position`` among its children)
-        and return its fresh id."""
+        and return its fresh id (or ``node_id``: an id given out before that is not in the tree,
+        a node coming back)."""
         if parent_id not in self.parent:
             raise KeyError(f"no node {parent_id}")
         if self.at_cap(parent_id):
             raise ValueError(f"node {parent_id} is at the depth cap {self.max_depth}")
-        nid = self.next_id
-        self.next_id += 1
+        if node_id is None:
+            nid = self.next_id
+            self.next_id += 1
+        elif node_id in self.parent or not 0 <= node_id < self.next_id:
+            raise ValueError(f"node {node_id} is in the tree or was never given out")
+        else:
+            nid = node_id
         self.parent[nid] = parent_id
         self.children[nid] = []
         if position is None:
@@ -83,10 +90,12 @@ class TSSBTree:
         self.born[nid] = born
         return nid
 
-    def add_parent_of_block(self, parent_id: int, position: int, n_adopted: int, born: int = 0) -> int:
+    def add_parent_of_block(self, parent_id: int, position: int, n_adopted: int, born: int = 0,
+                            node_id: int | None = None) -> int:
         """Add a new child to ``parent_id`` at index ``position`` that adopts the ``n_adopted``
-        siblings after it as its children (their subtrees one level deeper); return its id."""
-        nid = self.add_child(parent_id, born=born, position=position)
+        siblings after it as its children (their subtrees one level deeper); return its id
+        (``node_id`` as in :meth:`add_child`)."""
+        nid = self.add_child(parent_id, born=born, position=position, node_id=node_id)
         kids = self.children[parent_id][position + 1:position + 1 + n_adopted]
         del self.children[parent_id][position + 1:position + 1 + n_adopted]
         self.children[nid] = kids

@@ -19,10 +19,11 @@ import itertools
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from scipy.stats import beta as beta_dist
 from scipy.stats import chi2
 
 from streamtree.inference.merge import collapsed_log_prior
-from streamtree.inference.split_merge import MoveState, SplitMerge
+from streamtree.inference.split_merge import MoveState, Previous, SplitMerge
 from streamtree.likelihoods.base import DocumentSet
 from streamtree.likelihoods.multinomial import Multinomial
 from streamtree.likelihoods.vmf import VonMisesFisher
@@ -645,3 +646,163 @@ def test_dropping_the_lifted_childrens_links_is_detected(empty_case, monkeypatch
     _, kinds, hist = _nested_chain(empty_case, 8000, 3, rounds=4)
     assert kinds["lift"] > kinds["insert"]
     assert _empty_share_z(empty_case, hist) < -4.0
+
+
+# ---------------------------------------------------------------------- carried internal nodes
+class CarriedCase:
+    """Removals and returns of carried internal nodes without documents (:meth:`SplitMerge.lift_carried`).
+
+    The root has three carried leaves (past and current documents, given parameters); two more
+    carried ids, ``A`` and ``B``, hold no documents and may each sit above a block of the
+    root's children or be out of the tree. Depth cap 2, so they never nest: 23 states. Two
+    words (multinomial): every parameter is one number ``t``, every link a Beta density,
+    written out here from the Dirichlet parameter of the model (parent link plus time link
+    plus floor), not through the likelihood. Target: p(z_window | tree) times the leaves'
+    links under both links at their parent and depth, with the parameter of ``A`` or ``B``,
+    where present, integrated out under its own links and its children's.
+    """
+
+    A, B = 4, 5
+    LEAVES = (1, 2, 3)
+
+    def __init__(self):
+        variant = resolve_variant("dtssbp", window=2, max_depth=2, gamma=0.5, xi=0.001)
+        self.lik = Multinomial(variant, 2, kappa0=6.0, kappa1=0.75, a=0.0, min_node_docs=2)
+        self.kw = dict(alpha0=3.0, lam=1.0, gamma=1.5, max_depth=2, root_holds_data=False)
+        self.X = sp.csr_matrix(np.array([[2, 0], [1, 1], [0, 2]], dtype=float))
+        self.labels = np.array([1, 2, 3], dtype=np.int64)
+        self.past = {1: 2, 2: 1, 3: 1}
+        self.theta = {ROOT: np.array([0.5, 0.5]), 1: np.array([0.8, 0.2]), 2: np.array([0.45, 0.55]),
+                      3: np.array([0.15, 0.85])}
+        self.prev = {1: np.array([0.6, 0.4]), 2: np.array([0.8, 0.2]), 3: np.array([0.4, 0.6]),
+                     self.A: np.array([0.9, 0.1]), self.B: np.array([0.1, 0.9])}
+        self.nodes_t, self.weights_t = np.polynomial.legendre.leggauss(200)
+        self.nodes_t, self.weights_t = 0.5 * (self.nodes_t + 1.0), 0.5 * self.weights_t
+        self.grid = (np.arange(4000) + 0.5) / 4000  # for draws of a present parameter
+        self.states = self._states()
+        self.index = {self.key(t): s for s, t in enumerate(self.states)}
+        assert len(self.states) == 23
+        self.logp = np.array([self.log_target(t) for t in self.states])
+
+    def _states(self):
+        out = []
+        intervals = [(k, m) for k in range(3) for m in range(1, 4 - k)]
+        layouts = [{}] + [{x: iv} for x in (self.A, self.B) for iv in intervals]
+        for ia, ib in itertools.product(intervals, repeat=2):
+            if ia[0] + ia[1] <= ib[0] or ib[0] + ib[1] <= ia[0]:
+                layouts.append({self.A: ia, self.B: ib})
+        for lay in layouts:
+            t = TSSBTree(2)
+            for _ in self.LEAVES:
+                t.add_child(ROOT)
+            t.next_id = 6
+            # insert right to left so that positions refer to the leaves' order
+            for x, (k, m) in sorted(lay.items(), key=lambda kv: -kv[1][0]):
+                t.add_parent_of_block(ROOT, k, m, node_id=x)
+            out.append(t)
+        return out
+
+    @staticmethod
+    def key(tree):
+        return tuple(sorted((p, tuple(tree.children[p])) for p in tree.parent))
+
+    def _log_beta(self, t, node, theta_parent, depth):
+        par, tim = self.lik.link_strengths(np.array([depth]))
+        theta_parent = np.asarray(theta_parent)
+        rest = tim[0] * self.prev[node] + self.lik.floor
+        a = par[0] * theta_parent + rest.reshape((2,) + (1,) * (theta_parent.ndim - 1))
+        return beta_dist.logpdf(t, a[0], a[1])
+
+    def _log_inner(self, tree, x, t):
+        """log of the links of ``x`` at parameter ``(t, 1 - t)`` and of its children below it."""
+        out = self._log_beta(t, x, self.theta[ROOT], 1)
+        th = np.array([t, 1.0 - t])
+        for c in tree.children[x]:
+            out = out + self._log_beta(self.theta[c][0], c, th, 2)
+        return out
+
+    def log_target(self, tree):
+        arr = tree.arrays()
+        now = np.array([np.sum(self.labels == i) for i in arr.ids], dtype=float)
+        past = np.array([self.past.get(int(i), 0) for i in arr.ids], dtype=float)
+        out = collapsed_log_prior(arr, np.zeros_like(past), past + now, **self.kw)
+        for c in self.LEAVES:
+            if tree.parent[c] == ROOT:
+                out += self._log_beta(self.theta[c][0], c, self.theta[ROOT], 1)
+        for x in (self.A, self.B):
+            if x in tree:
+                f = np.array([self._log_inner(tree, x, t) for t in self.nodes_t])
+                out += float(np.log(np.sum(self.weights_t * np.exp(f - f.max()))) + f.max())
+        return out
+
+    def move_state(self, s, rng):
+        t0 = self.states[s]
+        tree = TSSBTree(2)
+        tree.parent, tree.children = dict(t0.parent), {k: list(v) for k, v in t0.children.items()}
+        tree.depth, tree.born, tree.next_id = dict(t0.depth), dict(t0.born), t0.next_id
+        theta = dict(self.theta)
+        conc = {i: 1.0 for i in tree.parent}
+        for x in (self.A, self.B):
+            if x in tree:  # the exact conditional on a fine grid
+                f = self._log_inner(tree, x, self.grid)
+                w = np.exp(f - f.max())
+                k = rng.choice(self.grid.size, p=w / w.sum())
+                t = self.grid[k] + (rng.random() - 0.5) / self.grid.size
+                theta[x] = np.array([t, 1.0 - t])
+        previous = {i: Previous(p, 1.0, 0) for i, p in self.prev.items()}
+        return MoveState(tree, self.labels.copy(), self.X, dict(self.past), theta, conc, set(previous), previous)
+
+
+@pytest.fixture(scope="module")
+def carried_case():
+    return CarriedCase()
+
+
+def _carried_chain(case, n_draws, seed, rounds=25):
+    """Draw states from the exact target, apply ``rounds`` carried lift attempts to each (many:
+    a wrong ratio then drifts to its own stationary law); the chi-square p-value against the
+    target and the accepted moves by kind."""
+    rng = np.random.default_rng(seed)
+    p = np.exp(case.logp - case.logp.max())
+    p /= p.sum()
+    moves = SplitMerge(case.lik, case.kw)
+    hist = np.zeros(len(case.states))
+    kinds: dict[str, int] = {}
+    for s in rng.choice(len(case.states), size=n_draws, p=p):
+        st = case.move_state(s, rng)
+        for _ in range(rounds):
+            res = moves.lift_carried(st, rng)
+            if res is not None:
+                kinds[res.kind] = kinds.get(res.kind, 0) + 1
+        hist[case.index[case.key(st.tree)]] += 1
+    expected = p * n_draws
+    stat = float(np.sum((hist - expected) ** 2 / expected))
+    return float(chi2.sf(stat, df=hist.size - 1)), kinds
+
+
+def test_lifts_and_returns_of_carried_nodes_keep_the_windowed_target(carried_case):
+    """Carried internal nodes without documents removed (children rising, past documents with
+    them) and brought back above a block of siblings with their time link: the move leaves
+    p(z_window | tree) x links invariant, the returning parameter integrated out."""
+    p = np.exp(carried_case.logp - carried_case.logp.max())
+    p /= p.sum()
+    assert p.min() > 1e-3  # every state is visited
+    pval, kinds = _carried_chain(carried_case, 3000, 11)
+    assert kinds["lift"] > 1000 and kinds["restore"] > 1000
+    assert pval > 1e-3
+
+
+@pytest.mark.parametrize("dropped", ["children's links", "time links"])
+def test_dropping_a_term_of_the_carried_lift_is_detected(carried_case, monkeypatch, dropped):
+    """The check has power: scoring the lifted children's links as if their parent did not
+    change, or scoring every link without its time link, leaves the target."""
+    if dropped == "children's links":
+        monkeypatch.setattr(SplitMerge, "_log_relink", lambda self, *args: 0.0)
+    else:
+        link = Multinomial.log_link
+        monkeypatch.setattr(Multinomial, "log_link", lambda self, th, par, d, prev=None: link(self, th, par, d))
+        sample = Multinomial.sample_node_theta
+        monkeypatch.setattr(Multinomial, "sample_node_theta",
+                            lambda self, par, c, d, docs, rng, theta_prev=None: sample(self, par, c, d, docs, rng))
+    pval, _ = _carried_chain(carried_case, 3000, 11)
+    assert pval < 1e-6

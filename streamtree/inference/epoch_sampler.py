@@ -8,8 +8,9 @@ Per epoch ``t`` (ALGORITHM: per-epoch driver):
    enumerated blocked-Gibbs z-update over the documents (in shards, on the z-sweeper given);
    turn placeholders that received documents into new nodes; delete nodes whose windowed
    counts are all zero; run the exact split-merge moves and relocations
-   (:mod:`~streamtree.inference.split_merge`), the insertions and lifts of empty nodes, and
-   the heat-bath merge of carried nodes;
+   (:mod:`~streamtree.inference.split_merge`), the insertions and lifts of empty internal
+   nodes (new ones, and carried ones, which may also come back), and the heat-bath merge
+   (a carried leaf's documents, a new node duplicating its parent);
    slice-sample alpha0, lam, gamma (:mod:`~streamtree.inference.hyper`); re-estimate each
    node's concentration; update the node parameters by MAP, alternating even and odd depths.
 3. Apply the identity rule (:meth:`EpochSampler._identity_rule`), build the
@@ -35,7 +36,7 @@ from streamtree.epoch_tree import EpochTree
 from streamtree.events import epoch_events
 from streamtree.inference.merge import CollapsedPrior
 from streamtree.inference.hyper import sample_hyperparameters
-from streamtree.inference.split_merge import MoveState, SplitMerge, document_set
+from streamtree.inference.split_merge import MoveState, Previous, SplitMerge, document_set
 from streamtree.inference.sticks import log_masses, mean_sticks, sample_sticks, stick_params
 from streamtree.inference.zsweep import ZSweeper
 from streamtree.likelihoods.base import DocumentSet, Likelihood
@@ -327,6 +328,8 @@ class EpochSampler:
         self.root_anchor: np.ndarray | None = None
         self.prev_theta: np.ndarray | None = None  # parameters at the start of the epoch, by slot
         self.prev_slot: dict[int, int] = {}
+        self.prev_concentration: np.ndarray | None = None  # concentrations at the start of the epoch, by slot
+        self.prev_born: dict[int, int] = {}  # birth epochs of the ids alive at the start of the epoch
         self.labels_now = np.zeros(0, dtype=np.int64)  # each document's node after the last sweep's moves
         self.moves: list[tuple[int, str, int]] = []  # (node, event, other node) of accepted moves
         self.renamed: dict[int, int] = {}  # old id -> new id under the identity rule
@@ -350,7 +353,9 @@ class EpochSampler:
             self.root_anchor = lik.root_anchor(X)
         if previous is not None:
             self.prev_theta = st.nodes.theta.copy()
+            self.prev_concentration = st.nodes.concentration.copy()
             self.prev_slot = dict(st.nodes.slot)
+            self.prev_born = dict(st.tree.born)
         current: dict[int, int] = {ROOT: n} if previous is None else {}
         col_ids = np.zeros(0, dtype=np.int64)
         if n:
@@ -372,7 +377,7 @@ class EpochSampler:
             self.labels_now = col_ids[self.sweeper.labels()]
             if cfg.merge_moves and cfg.split_attempts(n) > 0:
                 self._split_merge(X, col_ids, current, sums, sumsq, epoch)
-                self._lift_moves(X, epoch)
+                self._lift_moves(X, epoch, carried=sweep >= cfg.n_sweeps // 2)
             if cfg.merge_moves and sweep >= cfg.n_sweeps // 2:  # once the epoch's nodes have settled
                 self._merge_internal(current, sums, sumsq)
             if cfg.sample_hyperparameters:
@@ -479,13 +484,17 @@ class EpochSampler:
 
     def _moves(self, X) -> tuple[MoveState, SplitMerge]:
         """The exact moves' view of the epoch's state (node parameters by id, past window
-        counts, carried nodes) and the moves under the chain's current hyperparameters."""
+        counts, carried nodes with their previous parameters) and the moves under the chain's
+        current hyperparameters."""
         st = self.state
         ids = list(st.tree.parent)
         slots = st.nodes.slots(ids)
+        previous = {i: Previous(self.prev_theta[s], float(self.prev_concentration[s]), self.prev_born[i])
+                    for i, s in self.prev_slot.items()}
         move = MoveState(st.tree, self.labels_now, X, st.window.total,
                          {i: st.nodes.theta[s] for i, s in zip(ids, slots)},
-                         {i: float(st.nodes.concentration[s]) for i, s in zip(ids, slots)}, set(self.prev_slot))
+                         {i: float(st.nodes.concentration[s]) for i, s in zip(ids, slots)}, set(self.prev_slot),
+                         previous)
         return move, SplitMerge(self.likelihood, self.settings.with_hyper(st.hyper).stick_kwargs())
 
     def _split_merge(self, X, col_ids: np.ndarray, current: dict[int, int], sums: dict[int, np.ndarray],
@@ -595,31 +604,44 @@ class EpochSampler:
         for nid in [k for k in st.signatures if k not in live]:
             del st.signatures[nid]
 
-    def _lift_moves(self, X, epoch: int) -> None:
+    def _lift_moves(self, X, epoch: int, carried: bool = True) -> None:
         """``split_attempts`` exact insertions and lifts of empty new internal nodes
-        (:meth:`~streamtree.inference.split_merge.SplitMerge.lift`): a node whose documents
-        have all left and that only joins its children is removed, its children taking its
-        place, under the same target and acceptance rule as the split-merge moves (windowed
-        collapsed prior, the lifted subtrees' links, reversible jump for its parameter). A
+        (:meth:`~streamtree.inference.split_merge.SplitMerge.lift`), each with an exact lift
+        or return of a carried internal node without documents of its own
+        (:meth:`~streamtree.inference.split_merge.SplitMerge.lift_carried`): a node whose
+        documents have all left and that only joins its children is removed, its children
+        taking its place, under the same target and acceptance rule as the split-merge moves
+        (windowed collapsed prior, the lifted subtrees' links, reversible jump for its
+        parameter); a removed carried node may come back with its id and time link. A new
         node holding documents is merged into its parent, children lifted, by the split-merge
-        moves themselves. Documents do not move, so counts, sums and labels are unchanged."""
+        moves themselves. Documents do not move, so counts, sums and labels are unchanged.
+
+        The carried lifts run only when ``carried`` is true: the sweep loop runs them in the
+        second half of the sweeps, once the epoch's new nodes have settled (as the heat-bath
+        merge). Run from the first sweep, on the demo's SOU replay they removed carried nodes
+        while the epoch's tree was still forming (139 removals, no return), the sampled lam fell
+        to 0.1-0.3 and births, deaths and parent changes quadrupled (BENCHMARKS.md, "Exact lift
+        of carried internal nodes")."""
         st, cfg = self.state, self.settings
         move, moves = self._moves(X)
         for _ in range(cfg.split_attempts(X.shape[0])):
-            res = moves.lift(move, self.rng, born=epoch)
-            if res is None:
-                continue
-            if res.kind == "insert":
-                st.nodes.add(res.node, move.theta[res.node], move.concentration[res.node])
-                self.born_sweep[res.node] = self.sweep
-            else:
-                st.nodes.remove(res.node)
-                self.moves.append((res.node, "merged_into", res.other))
+            inserted = moves.lift(move, self.rng, born=epoch)
+            lifted = moves.lift_carried(move, self.rng) if carried else None
+            for res in (inserted, lifted):
+                if res is None:
+                    continue
+                if res.kind in ("insert", "restore"):
+                    st.nodes.add(res.node, move.theta[res.node], move.concentration[res.node])
+                    if res.kind == "insert":
+                        self.born_sweep[res.node] = self.sweep
+                else:
+                    st.nodes.remove(res.node)
+                    self.moves.append((res.node, "merged_into", res.other))
 
     def _merge_internal(self, current: dict[int, int], sums: dict[int, np.ndarray], sumsq: dict[int, float]) -> None:
-        """Heat-bath choice, deepest first, for each internal node without past counts (empty ones
-        born in this epoch excepted) between keeping it and merging it into its parent, its
-        children rising, and for each leaf with past counts and current documents between
+        """Heat-bath choice, deepest first, for each internal node born in this epoch that holds
+        current documents between keeping it and merging it into its parent, its children
+        rising, and for each leaf with past counts and current documents between
         keeping those documents and moving them to the parent: a search heuristic, NOT an exact
         move (the children's links are not rescored, there is no reverse move). Past documents
         never move: a carried leaf keeps them, and the window retires it once they leave it. It
@@ -635,14 +657,17 @@ class EpochSampler:
           propose the very subset of documents, and with two parameters alike every document
           goes either way at even odds: a merge of ``n`` documents pays about ``n log 2``
           nats and is not accepted (Figure 2 tree: the true root's documents sat in a child of
-          the root, or split between the two);
-        * remove a carried internal node without past counts, lifting its children: the
-          reverse move would recreate a node with a previous-epoch parameter (a time link),
-          and rescoring its carried children's links needs the density of a parameter under
-          both its links, parent and time, which the likelihoods do not expose.
+          the root, or split between the two).
 
-        An empty internal node born in this epoch is left to the exact lifts
-        (:meth:`_lift_moves`).
+        Carried internal nodes are never touched here: one without documents of its own, past
+        or current, is removed (and may come back) by the exact carried lifts
+        (:meth:`_lift_moves`, :meth:`~streamtree.inference.split_merge.SplitMerge.lift_carried`),
+        which score its lifted children's links under both their links; one holding current
+        documents keeps them until the z-updates move them. This step used to lift them too,
+        with no reverse move, so such lifts piled up (SOU by decade: most parent changes, and
+        under proper Gamma priors on ``alpha0`` and ``gamma`` a falling ``alpha0`` and three
+        times the births and deaths). An empty internal node born in this epoch is left to the
+        exact lifts as well.
 
         See :mod:`streamtree.inference.merge`: the change of the collapsed stick prior of the
         window's documents, past and current, p(z_window | tree) (the hyperparameter sampler's
@@ -670,8 +695,8 @@ class EpochSampler:
                 continue
             past_c = win.total.get(c, 0)
             internal = bool(tree.children[c])
-            if internal and c not in self.prev_slot and not current.get(c, 0):
-                continue  # born in this epoch and empty: the exact lifts (_lift_moves) remove it
+            if internal and (c in self.prev_slot or not current.get(c, 0)):
+                continue  # carried, or born in this epoch and empty: the exact lifts (_lift_moves)
             if internal == (past_c > 0):
                 # New leaves are left to the exact moves. An internal node holding past documents
                 # is not lifted: its past documents would move to the parent unscored by any

@@ -13,6 +13,12 @@ A split-merge move always moves a document, so it can neither create nor remove 
 holds none. :meth:`SplitMerge.lift` does: it inserts an empty new node above a block of
 siblings or removes an empty new internal node, its children rising (reversible jump, the same
 target; an internal node whose documents have all left only joins its children).
+:meth:`SplitMerge.lift_carried` does the same for a carried internal node without documents of
+its own, past or current: removed, it waits out of the tree with its id and its time link, and
+may come back above a block of siblings. A carried node's parameter has two links, to its
+parent and to its own previous-epoch parameter, and the target's link factor for it is their
+normalised product (:meth:`Likelihood.log_link` with ``theta_prev``, the prior that
+:meth:`Likelihood.log_marginal` integrates against).
 
 Target. The joint posterior of the epoch's assignments ``z``, the tree's shape and the node
 parameters given the parameters of every node the move does not create and the past window
@@ -107,7 +113,20 @@ class MoveState:
     theta: dict[int, np.ndarray]
     concentration: dict[int, float]
     carried: set[int] = field(default_factory=set)
+    #: what each carried node, alive now or not, had at the end of the previous epoch (its time
+    #: link's target; a carried node that left the tree may come back with it)
+    previous: "dict[int, Previous]" = field(default_factory=dict)
     index: "DocumentIndex | None" = field(default=None, init=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Previous:
+    """A carried node at the end of the previous epoch: its parameter (the target of its time
+    link), its concentration and the epoch its id was born."""
+
+    theta: np.ndarray
+    concentration: float
+    born: int
 
 
 _NO_ROWS = np.zeros(0, dtype=np.int64)
@@ -295,7 +314,7 @@ def _union_without(A, B, i, j):
 class MoveResult:
     """An accepted move: ``kind`` is ``"split"``, ``"merge"``, ``"relocate"`` (``other``: the new
     parent), ``"insert"`` or ``"lift"`` (an empty node added below or removed into ``other``,
-    no rows); ``node`` the node that received or gave away the documents, ``other`` the node it
+    no rows), ``"restore"`` (a removed carried node back below ``other``, no rows); ``node`` the node that received or gave away the documents, ``other`` the node it
     split from or merged into, ``rows`` the moved rows."""
 
     kind: str
@@ -677,6 +696,123 @@ class SplitMerge:
             len(hosts) - int(t.depth[c] < cap) + sum(1 for g in t.subtree(c)[1:] if t.depth[g] >= cap))
         log_a = (idx.prior.delta(edit, **self.kw) - self._log_adoption(st, t, c, st.theta[c])
                  + np.log(len(empty)) - np.log(n_hosts) - np.log(len(blocks)))
+        if np.log(rng.random()) >= log_a:
+            return None
+        t.merge_into_parent(c)
+        del st.theta[c], st.concentration[c]
+        idx.prior.apply(edit)
+        idx.changed()
+        return MoveResult("lift", c, P, _NO_ROWS)
+
+    # ------------------------------------------------------------------ carried internal nodes
+    def removable_carried(self, st: MoveState) -> list[int]:
+        """Carried internal nodes without documents of their own, past or current, in pre-order:
+        those :meth:`lift_carried` may remove."""
+        idx = self.index(st)
+        t, prev = st.tree, st.previous
+        return [c for c in idx.preorder()
+                if c != ROOT and t.children[c] and c in prev and not st.past.get(c, 0) and c not in idx.rows]
+
+    @staticmethod
+    def dormant(st: MoveState) -> list[int]:
+        """Carried nodes out of the tree without past documents, ascending: those
+        :meth:`lift_carried` may bring back."""
+        return sorted(i for i in st.previous if i not in st.tree.parent and not st.past.get(i, 0))
+
+    @staticmethod
+    def _deeper_blocks(tree, P: int) -> list[tuple[int, int]]:
+        """The runs ``(k, m)`` of ``m >= 1`` consecutive children of ``P`` from position ``k``
+        whose subtrees stay within the depth cap one level lower (any nodes, carried or new)."""
+        kids, cap = tree.children[P], tree.max_depth
+        ok = [cap is None or all(tree.depth[g] < cap for g in tree.subtree(c)) for c in kids]
+        out = []
+        for k in range(len(kids)):
+            m = 1
+            while k + m <= len(kids) and ok[k + m - 1]:
+                out.append((k, m))
+                m += 1
+        return out
+
+    def _log_relink(self, st: MoveState, tree, x: int, theta_x: np.ndarray) -> float:
+        """Link log densities of the nodes below ``x`` in ``tree`` (where ``x`` exists) minus
+        those once ``x`` is lifted: its children linked to ``x``'s parent instead of ``x``, and
+        every node below it one level higher (link strengths depend on depth). A carried node
+        is scored under both its links, parent and time (:meth:`Likelihood.log_link` with its
+        previous parameter), a node born in this epoch under its parent link."""
+        lik, out = self.lik, 0.0
+        theta_up = st.theta[tree.parent[x]]
+        for c in tree.children[x]:
+            for g in tree.subtree(c):
+                d, prev = tree.depth[g], st.previous.get(g)
+                prev = None if prev is None else prev.theta
+                if g == c:
+                    now, before = theta_x, theta_up
+                else:
+                    now = before = st.theta[tree.parent[g]]
+                out += lik.log_link(st.theta[g], now, d, prev) - lik.log_link(st.theta[g], before, d - 1, prev)
+        return out
+
+    def lift_carried(self, st: MoveState, rng: np.random.Generator) -> MoveResult | None:
+        """Remove a carried internal node without documents of its own, lifting its children,
+        or bring a removed one back above a block of siblings (reversible jump, exact).
+
+        A carried node keeps its id and its time link to its previous-epoch parameter: removed,
+        it waits out of the tree (:meth:`dormant`) and may return anywhere. With probability
+        1/2 draw ``d`` uniformly among the dormant nodes, a host ``P`` uniformly among the
+        nodes below the depth cap and a block uniformly among the runs of ``m >= 1``
+        consecutive children of ``P`` that fit one level lower (:meth:`_deeper_blocks`), and
+        propose ``d`` adopting them, its parameter drawn from its prior under both links
+        (:meth:`Likelihood.sample_node_theta` of no documents with its previous parameter);
+        else draw ``c`` uniformly among :meth:`removable_carried` and propose to remove it.
+        ``c`` holds no documents, so its own link density cancels against the draw of its
+        parameter: the ratio holds the collapsed prior's change (the past documents below
+        ``c`` rise with their nodes), the lifted subtree's link densities under both links
+        (:meth:`_log_relink`) and the draw probabilities.
+        """
+        t = st.tree
+        idx = self.index(st)
+        hosts, _ = idx.hosts()
+        removable = self.removable_carried(st)
+        dormant = self.dormant(st)
+        if rng.random() < 0.5:  # bring a dormant node back
+            if not dormant:
+                return None
+            d = dormant[int(rng.integers(len(dormant)))]
+            P = hosts[int(rng.integers(len(hosts)))]
+            blocks = self._deeper_blocks(t, P)
+            if not blocks:
+                return None
+            k, m = blocks[int(rng.integers(len(blocks)))]
+            prev = st.previous[d]
+            depth_d = t.depth[P] + 1
+            none = DocumentSet(0.0, np.zeros_like(np.asarray(prev.theta, dtype=np.float64)), 0.0)
+            theta_d = self.lik.sample_node_theta(st.theta[P], prev.concentration, depth_d, none, rng,
+                                                 theta_prev=prev.theta)
+            edit = idx.prior.edit()
+            edit.insert(d, P, k, m)
+            log_a = (idx.prior.delta(edit, **self.kw) + self._log_relink(st, EditedTree(edit), d, theta_d)
+                     - np.log(len(removable) + 1) + np.log(len(dormant)) + np.log(len(hosts)) + np.log(len(blocks)))
+            if np.log(rng.random()) >= log_a:
+                return None
+            t.add_parent_of_block(P, k, m, born=prev.born, node_id=d)
+            st.theta[d] = theta_d
+            st.concentration[d] = prev.concentration
+            idx.prior.apply(edit)
+            idx.changed()
+            return MoveResult("restore", d, P, _NO_ROWS)
+        if not removable:
+            return None
+        c = removable[int(rng.integers(len(removable)))]
+        P = t.parent[c]
+        edit = idx.prior.edit()
+        edit.lift(c)
+        merged = EditedTree(edit)
+        blocks = self._deeper_blocks(merged, P)
+        cap = t.max_depth
+        n_hosts = len(hosts) - 1 if cap is None else (
+            len(hosts) - int(t.depth[c] < cap) + sum(1 for g in t.subtree(c)[1:] if t.depth[g] >= cap))
+        log_a = (idx.prior.delta(edit, **self.kw) - self._log_relink(st, t, c, st.theta[c])
+                 + np.log(len(removable)) - np.log(len(dormant) + 1) - np.log(n_hosts) - np.log(len(blocks)))
         if np.log(rng.random()) >= log_a:
             return None
         t.merge_into_parent(c)

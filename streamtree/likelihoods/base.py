@@ -216,9 +216,11 @@ class Likelihood(ABC):
 
     @abstractmethod
     def sample_node_theta(self, theta_parent: np.ndarray, concentration: float, depth: int, docs: DocumentSet,
-                          rng: np.random.Generator) -> np.ndarray:
-        """A draw of a new leaf's parameter from its exact conditional given its parent link and
-        its documents (the posterior whose normaliser is :meth:`log_marginal`)."""
+                          rng: np.random.Generator, theta_prev: np.ndarray | None = None) -> np.ndarray:
+        """A draw of a leaf's parameter from its exact conditional given its links and its
+        documents (the posterior whose normaliser is :meth:`log_marginal`): the parent link
+        alone for a node born in this epoch, both links when ``theta_prev`` (the node's
+        previous-epoch parameter) is given."""
 
     def new_node_concentration(self, parent_concentration: float, depth: int) -> float:
         """A new depth-``depth`` node's starting concentration (by default its parent's)."""
@@ -229,8 +231,12 @@ class Likelihood(ABC):
         """A proposed child's parameter, seeded by document ``x`` of node ``theta_node``."""
 
     @abstractmethod
-    def log_link(self, theta_child: np.ndarray, theta_parent: np.ndarray, depth: int) -> float:
-        """Log density of a depth-``depth`` child's parameter given its parent's."""
+    def log_link(self, theta_child: np.ndarray, theta_parent: np.ndarray, depth: int,
+                 theta_prev: np.ndarray | None = None) -> float:
+        """Log density of a depth-``depth`` node's parameter given its parent's, and also its
+        own previous-epoch parameter ``theta_prev`` when that is given (a carried node): then
+        the density is the product of both links, normalised, the prior :meth:`log_marginal`
+        integrates against and :meth:`sample_node_theta` draws from."""
 
     # ------------------------------------------------------------------ document sets
     @abstractmethod

@@ -268,18 +268,30 @@ class Gaussian(Likelihood):
         prior, var = self.new_node_prior(depth), 1.0 / concentration
         return (theta_parent / prior + docs.s / var) / (1.0 / prior + docs.n / var)
 
-    def sample_node_theta(self, theta_parent, concentration, depth, docs, rng):
-        prior_var = self.new_node_prior(depth)
+    def _linked_prior(self, theta_parent, depth, theta_prev) -> tuple[np.ndarray, float]:
+        """Mean and variance of a depth-``depth`` node's prior: the parent link, or with
+        ``theta_prev`` given the product of both links, ``N(theta_parent, par) N(eta theta_prev,
+        tim)``, which is ``N(m, v)`` with ``1/v = 1/par + 1/tim`` (as in :meth:`log_marginal`)."""
+        if theta_prev is not None:
+            par, tim = self.link_strengths(np.array([depth]))
+            w_par, w_tim = 1.0 / par[0], 1.0 / tim[0]  # 1/inf = 0: no such link
+            if w_tim > 0.0:
+                v = 1.0 / (w_par + w_tim)
+                return v * (w_par * np.asarray(theta_parent) + w_tim * self.eta * np.asarray(theta_prev)), v
+        return np.asarray(theta_parent), self.new_node_prior(depth)
+
+    def sample_node_theta(self, theta_parent, concentration, depth, docs, rng, theta_prev=None):
+        mean, prior_var = self._linked_prior(theta_parent, depth, theta_prev)
         lam = 1.0 / prior_var + docs.n * concentration
-        m = (theta_parent / prior_var + docs.s * concentration) / lam
+        m = (mean / prior_var + docs.s * concentration) / lam
         return m + rng.standard_normal(m.shape[0]) / np.sqrt(lam)
 
     def seed_child_theta(self, theta_node, x):
         return np.array(x, dtype=np.float64, copy=True)
 
-    def log_link(self, theta_child, theta_parent, depth):
-        prior = self.new_node_prior(depth)
-        diff = theta_child - theta_parent
+    def log_link(self, theta_child, theta_parent, depth, theta_prev=None):
+        mean, prior = self._linked_prior(theta_parent, depth, theta_prev)
+        diff = theta_child - mean
         return float(-diff @ diff / (2 * prior) - 0.5 * theta_child.shape[0] * np.log(2 * np.pi * prior))
 
     def log_marginal(self, docs, theta_parent, concentration, depth, theta_prev=None):

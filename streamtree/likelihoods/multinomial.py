@@ -102,8 +102,17 @@ class Multinomial(WordTopics, Likelihood):
     def new_node_concentration(self, parent_concentration, depth):
         return self.new_node_prior(depth)
 
-    def sample_node_theta(self, theta_parent, concentration, depth, docs, rng):
-        g = rng.standard_gamma(self._prior(self.new_node_prior(depth), theta_parent) + docs.s)
+    def _linked_prior(self, theta_parent, depth, theta_prev) -> np.ndarray:
+        """The Dirichlet parameter of a depth-``depth`` node: parent link and floor, plus the
+        time link's share when ``theta_prev`` is given (as in :meth:`update_theta`)."""
+        a = self._prior(self.new_node_prior(depth), theta_parent)
+        if theta_prev is not None:
+            _, tim = self.link_strengths(np.array([depth]))
+            a = a + tim[0] * np.asarray(theta_prev)
+        return a
+
+    def sample_node_theta(self, theta_parent, concentration, depth, docs, rng, theta_prev=None):
+        g = rng.standard_gamma(self._linked_prior(theta_parent, depth, theta_prev) + docs.s)
         g = np.maximum(g, 1e-300)  # Gamma draws of tiny shape underflow; keep every word possible
         return g / g.sum()
 
@@ -111,8 +120,8 @@ class Multinomial(WordTopics, Likelihood):
         # halfway between the node's distribution and the document's word frequencies
         return 0.5 * (theta_node + x / x.sum())
 
-    def log_link(self, theta_child, theta_parent, depth):
-        a = self._prior(self.new_node_prior(depth), theta_parent)
+    def log_link(self, theta_child, theta_parent, depth, theta_prev=None):
+        a = self._linked_prior(theta_parent, depth, theta_prev)
         return float(gammaln(a.sum()) - gammaln(a).sum() + ((a - 1.0) * np.log(theta_child)).sum())
 
     # ------------------------------------------------------------------ document sets

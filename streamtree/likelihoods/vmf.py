@@ -891,8 +891,17 @@ class VonMisesFisher(WordTopics, Likelihood):
         nrm = np.linalg.norm(eta)
         return eta / nrm if nrm > 0 else theta_parent.copy()
 
-    def sample_node_theta(self, theta_parent, concentration, depth, docs, rng):
-        eta = self.new_node_prior(depth) * theta_parent + concentration * docs.s
+    def _linked_prior(self, theta_parent, depth, theta_prev) -> np.ndarray:
+        """The natural parameter ``eta`` of a depth-``depth`` node's prior ``exp(eta . theta)``:
+        the parent link, plus the time link when ``theta_prev`` is given (the product of two
+        vMF links is the vMF of mean ``eta / |eta|`` and concentration ``|eta|``)."""
+        if theta_prev is None:
+            return self.new_node_prior(depth) * np.asarray(theta_parent)
+        par, tim = self.link_strengths(np.array([depth]))
+        return par[0] * np.asarray(theta_parent) + tim[0] * np.asarray(theta_prev)
+
+    def sample_node_theta(self, theta_parent, concentration, depth, docs, rng, theta_prev=None):
+        eta = self._linked_prior(theta_parent, depth, theta_prev) + concentration * docs.s
         nrm = float(np.linalg.norm(eta))
         if nrm == 0:
             return sample_vmf(theta_parent, 0.0, 1, rng)[0]
@@ -902,9 +911,12 @@ class VonMisesFisher(WordTopics, Likelihood):
         v = x / max(np.linalg.norm(x), 1e-300) + theta_node
         return v / np.linalg.norm(v)
 
-    def log_link(self, theta_child, theta_parent, depth):
-        prior = self.new_node_prior(depth)
-        return float(log_normalizer_nb(float(self.n_features), prior) + prior * theta_child @ theta_parent)
+    def log_link(self, theta_child, theta_parent, depth, theta_prev=None):
+        if theta_prev is None:  # |eta| is the link strength itself: the parent is a unit vector
+            prior = self.new_node_prior(depth)
+            return float(log_normalizer_nb(float(self.n_features), prior) + prior * theta_child @ theta_parent)
+        eta = self._linked_prior(theta_parent, depth, theta_prev)
+        return float(log_normalizer_nb(float(self.n_features), float(np.linalg.norm(eta))) + theta_child @ eta)
 
     def log_marginal(self, docs, theta_parent, concentration, depth, theta_prev=None):
         if theta_prev is None:
