@@ -99,6 +99,31 @@ def test_scoring_order_gives_the_same_draws(kind):
         assert np.array_equal(scored, ref_lognorm)
 
 
+
+def test_dense_sums_equal_the_sparse_sums_on_any_thread_count():
+    """A single shard's sums summed straight into a dense matrix (the local engine's path)
+    are the sparse product's sums bit for bit, on one thread and on several."""
+    rng = np.random.default_rng(4)
+    X = sparse_corpus(rng, n_docs=1700, p=500, nnz_per_row=11, n_topics=6).X
+    X.data *= rng.choice([-1.0, 1.0], size=X.data.size) * rng.uniform(0.1, 3.0, size=X.data.size)
+    cand = vmf_candidates(rng, 500, K=9)
+    labels, ref = sweep_rows(X, cand, np.random.default_rng(7))
+    expect = SweepStats.combine([ref])
+    with ThreadPoolExecutor(3) as pool:
+        for n_threads in (1, 2, 3):
+            got_labels, got = sweep_rows(X, cand, np.random.default_rng(7), pool=pool if n_threads > 1 else None,
+                                         n_threads=n_threads, dense_sums=True)
+            assert np.array_equal(got_labels, labels)
+            assert isinstance(got.row_sums, np.ndarray)
+            assert np.array_equal(got.row_sums, ref.sums)
+            merged = SweepStats.combine([got])
+            assert np.array_equal(merged.sums, expect.sums)
+            assert np.array_equal(merged.occupied, expect.occupied)
+            assert np.array_equal(merged.sumsq, expect.sumsq)
+            assert np.array_equal(merged.seed_keys, expect.seed_keys)
+            assert (merged.seeds != expect.seeds).nnz == 0
+
+
 def test_sparse_shard_statistics_combine_to_the_dense_sums():
     rng = np.random.default_rng(1)
     X = sparse_corpus(rng, n_docs=900, p=600, nnz_per_row=10, n_topics=4).X

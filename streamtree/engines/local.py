@@ -50,8 +50,10 @@ class LocalEngine(Engine):
         parts = []
         for s in range(self.n_shards):
             # rows taken by their last node: the same draws, read with warmer caches
+            # one shard: its sums go straight into the dense matrix the coordinator uses
             labels, stats = sweep_rows(self._shards[s], cand, self._rngs[s], self._sq[s], pool=self._pool,
-                                       n_threads=self._n_threads, order=node_order(self._labels[s]))
+                                       n_threads=self._n_threads, order=node_order(self._labels[s]),
+                                       dense_sums=self.n_shards == 1)
             self._labels[s] = labels
             parts.append(stats)
         return SweepStats.combine(parts)

@@ -622,8 +622,11 @@ class SweepStats:
         where = np.full(counts.shape[0], -1, dtype=np.int64)
         where[occupied] = np.arange(occupied.shape[0])
         dim = parts[0].row_sums.shape[1]
-        sums = np.zeros((occupied.shape[0], dim))
-        for part in parts:
+        single_dense = len(parts) == 1 and not sp.issparse(parts[0].row_sums)
+        # one dense part is in column order already: taken as it is (zero plus each value, as
+        # the loop below would add it, is the value)
+        sums = np.asarray(parts[0].row_sums) if single_dense else np.zeros((occupied.shape[0], dim))
+        for part in parts[1 if single_dense else 0:]:
             pos = where[part.occupied]
             rs = part.row_sums
             if sp.issparse(rs):
@@ -663,12 +666,53 @@ class SweepStats:
         return out
 
 
+@njit(cache=True, nogil=True)
+def _dense_column_sums(indptr, indices, data, rows, bounds, c0, c1, out):
+    """``out[c] += x_r`` for the CSR rows ``r`` in ``rows[bounds[c]:bounds[c + 1]]``, columns
+    ``c0..c1``, taken in that order: each entry adds its rows' values one by one from zero in
+    row order, exactly as SciPy's product of the indicator matrix with the rows does."""
+    for c in range(c0, c1):
+        o = out[c]
+        for b in range(bounds[c], bounds[c + 1]):
+            r = rows[b]
+            for q in range(indptr[r], indptr[r + 1]):
+                o[indices[q]] += data[q]
+
+
+def dense_column_sums(X, labels: np.ndarray, counts: np.ndarray, occupied: np.ndarray,
+                      pool: Executor | None = None, n_threads: int = 1) -> np.ndarray:
+    """Dense ``(len(occupied), p)`` sums of the CSR rows of ``X`` by their column ``labels``,
+    equal bit for bit to :func:`sweep_statistics`' sparse sums made dense. With ``pool``, the
+    columns are split into ``n_threads`` ranges of about equal rows, each column summed by one
+    thread in row order (the same result for any thread count)."""
+    X = sp.csr_matrix(X)
+    rows = np.argsort(labels, kind="stable").astype(np.int64, copy=False)  # by column, then row
+    bounds = np.zeros(occupied.shape[0] + 1, dtype=np.int64)
+    np.cumsum(counts[occupied], out=bounds[1:])
+    out = np.zeros((occupied.shape[0], X.shape[1]))
+    indptr = X.indptr.astype(np.int64, copy=False)
+    indices = X.indices.astype(np.int64, copy=False)
+    data = np.asarray(X.data, dtype=np.float64)
+    cuts = np.searchsorted(bounds, row_chunks(int(bounds[-1]), n_threads if pool is not None else 1))
+    cuts[-1] = occupied.shape[0]
+    if pool is None or cuts.shape[0] <= 2:
+        _dense_column_sums(indptr, indices, data, rows, bounds, 0, occupied.shape[0], out)
+    else:
+        for f in [pool.submit(_dense_column_sums, indptr, indices, data, rows, bounds, int(a), int(b), out)
+                  for a, b in zip(cuts[:-1], cuts[1:]) if b > a]:
+            f.result()
+    return out
+
+
 def sweep_statistics(X, labels: np.ndarray, n_columns: int, sqnorm: np.ndarray, loglik: float,
-                     keys: np.ndarray | None = None) -> SweepStats:
+                     keys: np.ndarray | None = None, dense_sums: bool = False, pool: Executor | None = None,
+                     n_threads: int = 1) -> SweepStats:
     """Counts, per-column sums of rows and of squared norms, and seed rows for one block of rows.
 
     ``keys`` are the rows' uniform seed keys (default: no seeds). Sums stay sparse for sparse
-    ``X``.
+    ``X`` (what a shard sends) unless ``dense_sums``: then the CSR rows are summed straight
+    into the dense matrix the coordinator uses, the same values without the sparse product
+    and its densification (on ``pool``'s threads, as :func:`dense_column_sums`).
     """
     n = X.shape[0]
     counts = np.bincount(labels, minlength=n_columns).astype(np.int64)
@@ -676,9 +720,12 @@ def sweep_statistics(X, labels: np.ndarray, n_columns: int, sqnorm: np.ndarray, 
     if n == 0:
         empty = sp.csr_matrix((0, X.shape[1])) if sp.issparse(X) else np.zeros((0, X.shape[1]))
         return SweepStats(counts, occupied, empty, np.zeros(n_columns), loglik, empty, np.zeros(0))
-    Z = sp.csr_matrix((np.ones(n), (labels, np.arange(n))), shape=(n_columns, n))
-    sums = Z[occupied] @ X
-    sums = sp.csr_matrix(sums) if sp.issparse(sums) else np.asarray(sums)
+    if dense_sums and sp.issparse(X):
+        sums = dense_column_sums(X, labels, counts, occupied, pool, n_threads)
+    else:
+        Z = sp.csr_matrix((np.ones(n), (labels, np.arange(n))), shape=(n_columns, n))
+        sums = Z[occupied] @ X
+        sums = sp.csr_matrix(sums) if sp.issparse(sums) else np.asarray(sums)
     sumsq = np.bincount(labels, weights=sqnorm, minlength=n_columns)
     seeds = seed_keys = None
     if keys is not None:
@@ -696,13 +743,15 @@ def node_order(labels: np.ndarray) -> np.ndarray:
 
 
 def sweep_rows(X, cand: Candidates, rng: np.random.Generator, sqnorm: np.ndarray | None = None,
-               pool: Executor | None = None, n_threads: int = 1, order: np.ndarray | None = None
-               ) -> tuple[np.ndarray, SweepStats]:
+               pool: Executor | None = None, n_threads: int = 1, order: np.ndarray | None = None,
+               dense_sums: bool = False) -> tuple[np.ndarray, SweepStats]:
     """One z-update over a block of rows with its own random stream (``pool``/``n_threads``/
-    ``order``: see :func:`score_rows`; they change the speed, never the result)."""
+    ``order``: see :func:`score_rows`; they change the speed, never the result;
+    ``dense_sums``: see :func:`sweep_statistics`)."""
     if sqnorm is None:
         sqnorm = row_sq_norms(X)
     u = rng.random(X.shape[0])
     keys = rng.random(X.shape[0])
     labels, lognorm = score_rows(X, cand, u, sqnorm, pool=pool, n_threads=n_threads, order=order)
-    return labels, sweep_statistics(X, labels, cand.n_columns, sqnorm, float(lognorm.sum()), keys)
+    return labels, sweep_statistics(X, labels, cand.n_columns, sqnorm, float(lognorm.sum()), keys,
+                                    dense_sums=dense_sums, pool=pool, n_threads=n_threads)
