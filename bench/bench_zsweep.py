@@ -9,17 +9,24 @@ per row, planted topics). Prints:
   on one thread and on ``--threads`` threads: seconds, throughput, ratio to the floor;
 * one full epoch of ``DTSSBP.partial_fit`` (default 50 sweeps) with ``n_jobs=1`` and
   ``n_jobs=--threads``, interleaved ``--repeat`` times: CPU seconds at n_jobs=1 (target < 30 s),
-  wall speed-up (target >= 1.7x), whether every run gave the same tree, and peak memory.
+  wall speed-up (target >= 1.7x), whether every run gave the same tree, and peak memory;
+* with ``--parts``: one more ``n_jobs=1`` epoch with the thread CPU time of each step of the
+  sweep loop, the share of the steps that run on ``n_jobs`` threads (the z-sweep's product and
+  draw, the new-node table, the per-node sums, the MAP step's block passes) and the wall
+  speed-up that share allows on ``--threads`` threads (Amdahl's bound).
 
 Usage: python bench/bench_zsweep.py [--docs 50000] [--vocab 20000] [--nodes 100] [--sweeps 50]
-       [--threads 2] [--repeat 2] [--skip-epoch]
+       [--threads 2] [--repeat 2] [--skip-epoch] [--parts]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import resource
 import time
+from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -75,6 +82,76 @@ def cpu_wall(fn):
     return time.process_time() - c, time.perf_counter() - w, out
 
 
+#: (module, owner, attribute, step name, runs on n_jobs threads) of the timed steps; nested
+#: steps are timed inside their parents and reported indented
+STEPS = (
+    ("streamtree.engines.local", "LocalEngine", "sweep", "z-sweep (engine)", False),
+    ("streamtree.inference.enumerated", None, "score_rows", "  product + draw + table", True),
+    ("streamtree.inference.enumerated", None, "sweep_statistics", "  shard statistics", False),
+    ("streamtree.inference.enumerated", None, "dense_column_sums", "    per-node sums", True),
+    ("streamtree.inference.enumerated", "SweepStats", "combine", "  combine shards", False),
+    ("streamtree.inference.epoch_sampler", "NodeTable", "theta_columns", "node columns for the kernel", False),
+    ("streamtree.inference.epoch_sampler", "EpochSampler", "_materialise", "new nodes, per-node sums", False),
+    ("streamtree.inference.epoch_sampler", "EpochSampler", "_split_merge", "split-merge + relocations", False),
+    ("streamtree.inference.epoch_sampler", "EpochSampler", "_lift_moves", "lifts of empty nodes", False),
+    ("streamtree.inference.epoch_sampler", "EpochSampler", "_merge_internal", "internal merge", False),
+    ("streamtree.inference.epoch_sampler", None, "sample_hyperparameters", "stick hyperparameters", False),
+    ("streamtree.inference.epoch_sampler", "EpochSampler", "_update_concentrations", "concentrations", False),
+    ("streamtree.inference.epoch_sampler", "EpochSampler", "_update_theta", "MAP step", False),
+    ("streamtree.inference.theta_map", None, "_vmf_block", "  block passes", True),
+)
+
+
+@contextlib.contextmanager
+def step_timers(cpu: dict, wall: dict):
+    """Thread CPU and wall seconds of each step in :data:`STEPS`, added up into ``cpu`` and
+    ``wall`` while the block runs (the steps are wrapped, then restored)."""
+    import importlib
+
+    undo = []
+    for module, owner, attr, name, _ in STEPS:
+        host = importlib.import_module(module)
+        host = getattr(host, owner) if owner else host
+        fn = getattr(host, attr)
+
+        def timed(*a, _fn=fn, _name=name, **k):
+            c, w = time.thread_time(), time.perf_counter()
+            try:
+                return _fn(*a, **k)
+            finally:
+                cpu[_name] += time.thread_time() - c
+                wall[_name] += time.perf_counter() - w
+
+        setattr(host, attr, functools.wraps(fn)(timed))
+        undo.append((host, attr, fn))
+    try:
+        yield
+    finally:
+        for host, attr, fn in undo:
+            setattr(host, attr, fn)
+
+
+def epoch_parts(X, sweeps: int, threads: int) -> None:
+    """One ``n_jobs=1`` epoch with every step timed; prints the steps and Amdahl's bound."""
+    import os
+
+    from streamtree import DTSSBP
+
+    cpu: dict[str, float] = defaultdict(float)
+    wall: dict[str, float] = defaultdict(float)
+    with step_timers(cpu, wall), DTSSBP(likelihood="vmf", kappa0=1e4, max_depth=3, n_sweeps=sweeps,
+                                        random_state=0, n_jobs=1) as model:
+        total, total_wall, m = cpu_wall(lambda: model.partial_fit(X))
+    print(f"steps of one epoch at n_jobs=1 ({total:.1f} s CPU, {total_wall:.1f} s wall, load average "
+          f"{os.getloadavg()[0]:.1f}, {m.trees_[-1].n_nodes} nodes; thread CPU per step):")
+    for _, _, _, name, _ in STEPS:
+        print(f"  {name:32s} {cpu[name]:7.2f} s  {100 * cpu[name] / total:5.1f}%")
+    parallel = sum(cpu[name] for *_, name, par in STEPS if par)
+    share = parallel / total
+    print(f"share on n_jobs threads          : {100 * share:.1f}%  -> wall speed-up at most "
+          f"{1 / (1 - share + share / threads):.2f}x on {threads} threads (Amdahl; target >= 1.7x)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--docs", type=int, default=50_000)
@@ -84,6 +161,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2, help="threads for the parallel side (default 2)")
     ap.add_argument("--repeat", type=int, default=2, help="interleaved repeats of the epoch runs (default 2)")
     ap.add_argument("--skip-epoch", action="store_true")
+    ap.add_argument("--parts", action="store_true", help="one more epoch with each step of the sweep loop timed")
     args = ap.parse_args()
 
     rng = np.random.default_rng(0)
@@ -130,6 +208,8 @@ def main() -> None:
               f"wall speed-up {one[1] / many[1]:.2f}x (target >= 1.7x); same trees: {same}")
         print(f"per sweep at n_jobs=1        : {one[0] / args.sweeps:.3f} s CPU = "
               f"{one[0] / args.sweeps / floor:.1f}x the floor at {K} nodes")
+    if args.parts:
+        epoch_parts(X, args.sweeps, args.threads)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS                     : {peak:.0f} MiB (X itself: {(X.data.nbytes + X.indices.nbytes + X.indptr.nbytes) / 2**20:.0f} MiB)")
 

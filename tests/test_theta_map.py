@@ -6,6 +6,8 @@ from scipy.optimize import minimize
 
 from streamtree.inference.theta_map import (gaussian_objective, map_theta_gaussian, map_theta_vmf,
                                             vmf_objective)
+from streamtree.inference.threads import fitting_threads
+from streamtree.likelihoods.vmf import _TABLE_CACHE, new_node_table
 from streamtree.tree import TSSBTree
 
 
@@ -93,6 +95,27 @@ def test_vmf_node_without_data_takes_neighbour_direction():
                         np.full(2, 1.0), np.zeros(2), n_iter=50)
     assert np.allclose(out[1], out[0]), "an empty leaf's mode is its parent's direction"
     del c, p
+
+
+def test_vmf_map_and_new_node_table_on_fitting_threads_are_bit_identical():
+    """Inside ``fitting_threads(n)`` the block passes and the table fill run on row ranges of
+    a thread pool: the same bits as on one thread."""
+    rng = np.random.default_rng(21)
+    K, p = 40, 300
+    arrays = random_tree(rng, K, max_depth=4)
+    theta = unit(rng.normal(size=(K, p)))
+    sums = np.abs(rng.normal(size=(K, p))) * rng.integers(0, 4, size=(K, 1))
+    args = (arrays, theta, sums, rng.uniform(1, 50, size=K), unit(rng.normal(size=(K, p))), rng.random(K) < 0.5,
+            unit(rng.normal(size=p)), rng.uniform(1, 30, size=K), rng.uniform(1, 30, size=K))
+    b, c = rng.uniform(10, 500, size=9), rng.uniform(100, 1e4, size=9)
+    ref = map_theta_vmf(*args, n_iter=5)
+    ref_table = new_node_table(p, b, c, 64)
+    _TABLE_CACHE.clear()
+    for jobs in (2, 3):
+        with fitting_threads(jobs):
+            assert np.array_equal(map_theta_vmf(*args, n_iter=5), ref)
+            assert np.array_equal(new_node_table(p, b, c, 64), ref_table)
+        _TABLE_CACHE.clear()
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from streamtree.engines.base import Engine, shard_bounds
-from streamtree.inference.enumerated import Candidates, SweepStats, row_sq_norms, sweep_rows
+from streamtree.inference.enumerated import Candidates, SweepStats, node_order, row_sq_norms, sweep_rows
 from streamtree.inference.threads import n_threads
 
 
@@ -49,8 +49,11 @@ class LocalEngine(Engine):
     def sweep(self, cand: Candidates) -> SweepStats:
         parts = []
         for s in range(self.n_shards):
+            # rows taken by their last node: the same draws, read with warmer caches
+            # one shard: its sums go straight into the dense matrix the coordinator uses
             labels, stats = sweep_rows(self._shards[s], cand, self._rngs[s], self._sq[s], pool=self._pool,
-                                       n_threads=self._n_threads)
+                                       n_threads=self._n_threads, order=node_order(self._labels[s]),
+                                       dense_sums=self.n_shards == 1)
             self._labels[s] = labels
             parts.append(stats)
         return SweepStats.combine(parts)

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 import streamtree  # noqa: F401  (numba cache configuration before the kernels load)
-from streamtree.inference.enumerated import Candidates, SweepStats, row_sq_norms, sweep_rows
+from streamtree.inference.enumerated import Candidates, SweepStats, node_order, row_sq_norms, sweep_rows
 
 
 def generator_from_state(state: dict) -> np.random.Generator:
@@ -61,7 +61,8 @@ class ShardWorker:
             # fault injection: die after advancing the stream, as a real mid-sweep crash would
             self._rng.random(self._X.shape[0])
             os._exit(1)
-        labels, stats = sweep_rows(self._X, cand, self._rng, self._sq, pool=self._pool, n_threads=self._n_threads)
+        labels, stats = sweep_rows(self._X, cand, self._rng, self._sq, pool=self._pool, n_threads=self._n_threads,
+                                   order=node_order(self._labels))
         self._labels = labels
         self._n_sweeps += 1
         return stats, self._rng.bit_generator.state

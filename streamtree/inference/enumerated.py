@@ -197,19 +197,21 @@ def _csr_row_scores(indptr, indices, data, i, coef_T, scores):
 
 
 @njit(cache=True, nogil=True)
-def _sample_csr(indptr, indices, data, start, stop, coef_T, sqnorm, live_a, live_b, live_c, ph_parent, ph_a,
-                ph_b, ph_c, table, dm, kind, u, labels, lognorm, sample):
-    """Rows ``start..stop`` of a CSR matrix: the sparse-dense product fused with the draw.
+def _sample_csr(indptr, indices, data, order, start, stop, coef_T, sqnorm, live_a, live_b, live_c, ph_parent,
+                ph_a, ph_b, ph_c, table, dm, kind, u, labels, lognorm, sample):
+    """Rows ``order[start..stop]`` of a CSR matrix: the sparse-dense product fused with the draw.
 
     Each row's scores accumulate ``x_q * coef_T[w_q]`` over its non-zeros in storage order, so
-    a row's result does not depend on how rows are split between threads.
+    a row's result does not depend on how rows are split between threads or in which order
+    they are taken.
     """
     K = coef_T.shape[1]
     P = ph_a.shape[0]
     scores = np.empty(K)
     w = np.empty(K + P)
     ph_score = np.zeros(P if kind == 2 else 0)
-    for i in range(start, stop):
+    for ii in range(start, stop):
+        i = order[ii]
         _csr_row_scores(indptr, indices, data, i, coef_T, scores)
         if kind == 2:
             _dirichlet_row_T(indptr, indices, data, i, dm[0], dm[1], dm[2], dm[3], dm[4], ph_b, ph_score)
@@ -218,14 +220,15 @@ def _sample_csr(indptr, indices, data, start, stop, coef_T, sqnorm, live_a, live
 
 
 @njit(cache=True, nogil=True)
-def _csr_scores(indptr, indices, data, start, stop, coef_T, ph_parent, out, touched):
-    """``out[i - start] = x_i . coef_T`` for CSR rows ``start..stop``, each summed exactly as
-    :func:`_sample_csr` sums it (the same values); ``touched[j, m]`` is set where a row's
-    score against placeholder ``j``'s parent falls in the table's interval ``m``."""
+def _csr_scores(indptr, indices, data, order, start, stop, coef_T, ph_parent, out, touched):
+    """``out[ii - start] = x_i . coef_T`` for the CSR rows ``i = order[ii]``, ``ii`` in
+    ``start..stop``, each summed exactly as :func:`_sample_csr` sums it (the same values);
+    ``touched[j, m]`` is set where a row's score against placeholder ``j``'s parent falls in
+    the table's interval ``m``."""
     n = touched.shape[1]
-    for i in range(start, stop):
-        s = out[i - start]
-        _csr_row_scores(indptr, indices, data, i, coef_T, s)
+    for ii in range(start, stop):
+        s = out[ii - start]
+        _csr_row_scores(indptr, indices, data, order[ii], coef_T, s)
         for j in range(ph_parent.shape[0]):
             m, _ = _interval(n, min(max(s[ph_parent[j]], -1.0), 1.0))
             touched[j, m] = True
@@ -436,8 +439,8 @@ def row_chunks(n_rows: int, n_chunks: int) -> np.ndarray:
 
 
 def score_rows(X, cand: Candidates, u: np.ndarray | None, sqnorm: np.ndarray | None = None,
-               block_rows: int = _BLOCK_ROWS, pool: Executor | None = None, n_threads: int = 1
-               ) -> tuple[np.ndarray, np.ndarray]:
+               block_rows: int = _BLOCK_ROWS, pool: Executor | None = None, n_threads: int = 1,
+               order: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Log normaliser of each row's conditional and, if ``u`` is given, a draw per row.
 
     Parameters
@@ -455,6 +458,12 @@ def score_rows(X, cand: Candidates, u: np.ndarray | None, sqnorm: np.ndarray | N
         any number of threads.
     n_threads : int
         Number of row ranges handed to ``pool``.
+    order : ndarray of int64, shape (n,), optional
+        The order in which CSR rows are scored (a permutation of ``range(n)``; default: as
+        stored). It changes the speed, never the result: rows that share terms, such as the
+        rows of one node, read the same coefficient rows while those are still in cache, which
+        made the product of a 50,000 x 20,000 corpus at K = 276 a third faster when rows were
+        taken by their previous node. Ignored for dense input.
 
     Returns
     -------
@@ -483,6 +492,9 @@ def score_rows(X, cand: Candidates, u: np.ndarray | None, sqnorm: np.ndarray | N
     if sp.issparse(X):
         if X.format != "csr":  # a CSR shard is read as it is: no copy, and its tables' structure is kept
             X = sp.csr_matrix(X)
+        if order is None:
+            order = np.arange(n, dtype=np.int64)
+        order = np.ascontiguousarray(order, dtype=np.int64)
         indptr = X.indptr.astype(np.int64, copy=False)
         indices = X.indices.astype(np.int64, copy=False)
         data = np.asarray(X.data, dtype=np.float64)
@@ -497,6 +509,11 @@ def score_rows(X, cand: Candidates, u: np.ndarray | None, sqnorm: np.ndarray | N
             ph_parent = np.asarray(cand.ph_parent, dtype=np.int64)
             step = max(1, _SCORE_BLOCK_ENTRIES // max(K, 1))
             have = None
+            # the draws run in scoring order on gathered inputs and are put back in row order
+            u_o = uu[order] if sample else uu
+            sq_o = sqnorm[order]
+            labels_o = np.empty(n, dtype=np.int64)
+            lognorm_o = np.empty(n)
             for b0 in range(0, n, step):
                 b1 = min(n, b0 + step)
                 scores = np.empty((b1 - b0, K))
@@ -504,20 +521,24 @@ def score_rows(X, cand: Candidates, u: np.ndarray | None, sqnorm: np.ndarray | N
 
                 def product(a: int, b: int) -> None:
                     mine = np.zeros((ph_parent.shape[0], TABLE_INTERVALS), dtype=np.bool_)
-                    _csr_scores(indptr, indices, data, b0 + a, b0 + b, coef_T, ph_parent, scores[a:b], mine)
+                    _csr_scores(indptr, indices, data, order, b0 + a, b0 + b, coef_T, ph_parent, scores[a:b], mine)
                     touched.append(mine)
 
                 _in_row_ranges(pool, n_threads, b1 - b0, 1, product)
                 have = _reached_table(cand, interval_knots(np.logical_or.reduce(touched)), have)
                 cols = head(have[0])
                 _in_row_ranges(pool, n_threads, b1 - b0, 1, lambda a, b: _sample_block(
-                    scores[a:b], sqnorm[b0 + a:b0 + b], *cols, no_ph_scores, cand.kind,
-                    uu[b0 + a:b0 + b] if sample else uu, labels[b0 + a:b0 + b], lognorm[b0 + a:b0 + b], sample))
+                    scores[a:b], sq_o[b0 + a:b0 + b], *cols, no_ph_scores, cand.kind,
+                    u_o[b0 + a:b0 + b] if sample else uu, labels_o[b0 + a:b0 + b], lognorm_o[b0 + a:b0 + b],
+                    sample))
+            if sample:
+                labels[order] = labels_o
+            lognorm[order] = lognorm_o
             return labels, lognorm
 
         def run(start: int, stop: int) -> None:
-            _sample_csr(indptr, indices, data, start, stop, coef_T, sqnorm, *head(table), dm, cand.kind, uu,
-                        labels, lognorm, sample)
+            _sample_csr(indptr, indices, data, order, start, stop, coef_T, sqnorm, *head(table), dm, cand.kind,
+                        uu, labels, lognorm, sample)
     else:
         if reached and cand.n_placeholders and n:
             # knots widened by one each side: the blocks' BLAS products may round differently
@@ -625,8 +646,11 @@ class SweepStats:
         where = np.full(counts.shape[0], -1, dtype=np.int64)
         where[occupied] = np.arange(occupied.shape[0])
         dim = parts[0].row_sums.shape[1]
-        sums = np.zeros((occupied.shape[0], dim))
-        for part in parts:
+        single_dense = len(parts) == 1 and not sp.issparse(parts[0].row_sums)
+        # one dense part is in column order already: taken as it is (zero plus each value, as
+        # the loop below would add it, is the value)
+        sums = np.asarray(parts[0].row_sums) if single_dense else np.zeros((occupied.shape[0], dim))
+        for part in parts[1 if single_dense else 0:]:
             pos = where[part.occupied]
             rs = part.row_sums
             if sp.issparse(rs):
@@ -666,12 +690,53 @@ class SweepStats:
         return out
 
 
+@njit(cache=True, nogil=True)
+def _dense_column_sums(indptr, indices, data, rows, bounds, c0, c1, out):
+    """``out[c] += x_r`` for the CSR rows ``r`` in ``rows[bounds[c]:bounds[c + 1]]``, columns
+    ``c0..c1``, taken in that order: each entry adds its rows' values one by one from zero in
+    row order, exactly as SciPy's product of the indicator matrix with the rows does."""
+    for c in range(c0, c1):
+        o = out[c]
+        for b in range(bounds[c], bounds[c + 1]):
+            r = rows[b]
+            for q in range(indptr[r], indptr[r + 1]):
+                o[indices[q]] += data[q]
+
+
+def dense_column_sums(X, labels: np.ndarray, counts: np.ndarray, occupied: np.ndarray,
+                      pool: Executor | None = None, n_threads: int = 1) -> np.ndarray:
+    """Dense ``(len(occupied), p)`` sums of the CSR rows of ``X`` by their column ``labels``,
+    equal bit for bit to :func:`sweep_statistics`' sparse sums made dense. With ``pool``, the
+    columns are split into ``n_threads`` ranges of about equal rows, each column summed by one
+    thread in row order (the same result for any thread count)."""
+    X = sp.csr_matrix(X)
+    rows = np.argsort(labels, kind="stable").astype(np.int64, copy=False)  # by column, then row
+    bounds = np.zeros(occupied.shape[0] + 1, dtype=np.int64)
+    np.cumsum(counts[occupied], out=bounds[1:])
+    out = np.zeros((occupied.shape[0], X.shape[1]))
+    indptr = X.indptr.astype(np.int64, copy=False)
+    indices = X.indices.astype(np.int64, copy=False)
+    data = np.asarray(X.data, dtype=np.float64)
+    cuts = np.searchsorted(bounds, row_chunks(int(bounds[-1]), n_threads if pool is not None else 1))
+    cuts[-1] = occupied.shape[0]
+    if pool is None or cuts.shape[0] <= 2:
+        _dense_column_sums(indptr, indices, data, rows, bounds, 0, occupied.shape[0], out)
+    else:
+        for f in [pool.submit(_dense_column_sums, indptr, indices, data, rows, bounds, int(a), int(b), out)
+                  for a, b in zip(cuts[:-1], cuts[1:]) if b > a]:
+            f.result()
+    return out
+
+
 def sweep_statistics(X, labels: np.ndarray, n_columns: int, sqnorm: np.ndarray, loglik: float,
-                     keys: np.ndarray | None = None) -> SweepStats:
+                     keys: np.ndarray | None = None, dense_sums: bool = False, pool: Executor | None = None,
+                     n_threads: int = 1) -> SweepStats:
     """Counts, per-column sums of rows and of squared norms, and seed rows for one block of rows.
 
     ``keys`` are the rows' uniform seed keys (default: no seeds). Sums stay sparse for sparse
-    ``X``.
+    ``X`` (what a shard sends) unless ``dense_sums``: then the CSR rows are summed straight
+    into the dense matrix the coordinator uses, the same values without the sparse product
+    and its densification (on ``pool``'s threads, as :func:`dense_column_sums`).
     """
     n = X.shape[0]
     counts = np.bincount(labels, minlength=n_columns).astype(np.int64)
@@ -679,9 +744,12 @@ def sweep_statistics(X, labels: np.ndarray, n_columns: int, sqnorm: np.ndarray, 
     if n == 0:
         empty = sp.csr_matrix((0, X.shape[1])) if sp.issparse(X) else np.zeros((0, X.shape[1]))
         return SweepStats(counts, occupied, empty, np.zeros(n_columns), loglik, empty, np.zeros(0))
-    Z = sp.csr_matrix((np.ones(n), (labels, np.arange(n))), shape=(n_columns, n))
-    sums = Z[occupied] @ X
-    sums = sp.csr_matrix(sums) if sp.issparse(sums) else np.asarray(sums)
+    if dense_sums and sp.issparse(X):
+        sums = dense_column_sums(X, labels, counts, occupied, pool, n_threads)
+    else:
+        Z = sp.csr_matrix((np.ones(n), (labels, np.arange(n))), shape=(n_columns, n))
+        sums = Z[occupied] @ X
+        sums = sp.csr_matrix(sums) if sp.issparse(sums) else np.asarray(sums)
     sumsq = np.bincount(labels, weights=sqnorm, minlength=n_columns)
     seeds = seed_keys = None
     if keys is not None:
@@ -691,13 +759,23 @@ def sweep_statistics(X, labels: np.ndarray, n_columns: int, sqnorm: np.ndarray, 
     return SweepStats(counts, occupied, sums, sumsq, loglik, seeds, seed_keys)
 
 
+def node_order(labels: np.ndarray) -> np.ndarray:
+    """A scoring order for :func:`score_rows`: the rows grouped by the column each was drawn
+    in last sweep (stably), so that rows of one node, which share most of their terms, are
+    scored one after another."""
+    return np.argsort(labels, kind="stable").astype(np.int64, copy=False)
+
+
 def sweep_rows(X, cand: Candidates, rng: np.random.Generator, sqnorm: np.ndarray | None = None,
-               pool: Executor | None = None, n_threads: int = 1) -> tuple[np.ndarray, SweepStats]:
-    """One z-update over a block of rows with its own random stream (``pool``/``n_threads``:
-    see :func:`score_rows`; they change the speed, never the result)."""
+               pool: Executor | None = None, n_threads: int = 1, order: np.ndarray | None = None,
+               dense_sums: bool = False) -> tuple[np.ndarray, SweepStats]:
+    """One z-update over a block of rows with its own random stream (``pool``/``n_threads``/
+    ``order``: see :func:`score_rows`; they change the speed, never the result;
+    ``dense_sums``: see :func:`sweep_statistics`)."""
     if sqnorm is None:
         sqnorm = row_sq_norms(X)
     u = rng.random(X.shape[0])
     keys = rng.random(X.shape[0])
-    labels, lognorm = score_rows(X, cand, u, sqnorm, pool=pool, n_threads=n_threads)
-    return labels, sweep_statistics(X, labels, cand.n_columns, sqnorm, float(lognorm.sum()), keys)
+    labels, lognorm = score_rows(X, cand, u, sqnorm, pool=pool, n_threads=n_threads, order=order)
+    return labels, sweep_statistics(X, labels, cand.n_columns, sqnorm, float(lognorm.sum()), keys,
+                                    dense_sums=dense_sums, pool=pool, n_threads=n_threads)

@@ -776,7 +776,9 @@ class EpochSampler:
         S = self._work("sums", len(ids), p)
         for k, i in enumerate(ids):
             S[k] = sums[i]
-        theta = np.take(st.nodes.theta, slots, axis=0, out=self._work("theta", len(ids), p))
+        # mode="clip" (the slots are valid): with the default mode NumPy buffers ``out``, a
+        # fresh K x p copy each call (32 ms at K = 276, p = 20,000 against 2.5 ms)
+        theta = np.take(st.nodes.theta, slots, axis=0, out=self._work("theta", len(ids), p), mode="clip")
         new = self.likelihood.update_concentration(
             np.array([counts[i] for i in ids], dtype=np.float64), S,
             np.array([sumsq[i] for i in ids]), theta, st.nodes.concentration[slots])
@@ -788,7 +790,7 @@ class EpochSampler:
         ids = arrays.ids
         slots = st.nodes.slots(ids)
         K, p = ids.size, st.nodes.theta.shape[1]
-        theta = np.take(st.nodes.theta, slots, axis=0, out=self._work("theta", K, p))
+        theta = np.take(st.nodes.theta, slots, axis=0, out=self._work("theta", K, p), mode="clip")  # see above
         S = self._work("sums", K, p)
         n = np.zeros(K)
         for k, i in enumerate(ids):

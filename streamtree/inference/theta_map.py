@@ -19,10 +19,11 @@ import math
 
 import numpy as np
 import scipy.sparse as sp
-from numba import njit, prange
+from numba import njit
 
 import streamtree  # noqa: F401  (numba cache configuration)
 
+from streamtree.inference.threads import in_row_ranges
 from streamtree.tree import TreeArrays
 
 
@@ -98,28 +99,30 @@ def map_theta_vmf(
     kp = np.ascontiguousarray(kappa_par, dtype=np.float64)
     anchor = np.ascontiguousarray(root_parent, dtype=np.float64)
     blocks = [b.astype(np.int64) for b in _parity_blocks(arrays, update)]
+    c_ptr, c_idx = C.indptr.astype(np.int64), C.indices.astype(np.int64)
     for _ in range(n_iter):
         delta = 0.0
         for rows in blocks:
             if rows.size:
-                # one fused pass per row (the rows of a block do not neighbour each other)
-                delta = max(delta, _vmf_block(theta, b, S, kt, prev, rows, C.indptr.astype(np.int64),
-                                              C.indices.astype(np.int64), C.data, pidx, kp, anchor))
+                # one fused pass per row (the rows of a block do not neighbour each other), row
+                # ranges on the fitting threads
+                delta = max(delta, in_row_ranges(rows.size, lambda a, z, rows=rows: _vmf_block(
+                    theta, b, S, kt, prev, rows[a:z], c_ptr, c_idx, C.data, pidx, kp, anchor)))
         if delta < tol:
             break
     return theta
 
 
-@njit(cache=True, nogil=True, parallel=True)
+@njit(cache=True, nogil=True)
 def _vmf_block(theta, beta, S, kappa_tim, prev, rows, c_ptr, c_idx, c_w, pidx, kappa_par, anchor):
     """theta[r] <- normalise(beta[r] S[r] + kappa_tim[r] prev[r] + sum_c w_c theta[c]
     + kappa_par[r] theta[parent(r)]) for the rows of one parity block, in place (no K x p
     temporaries); returns the largest coordinate change."""
     p = theta.shape[1]
     change = np.zeros(rows.shape[0])
-    for i in prange(rows.shape[0]):
+    eta = np.empty(p)
+    for i in range(rows.shape[0]):
         r = rows[i]
-        eta = np.empty(p)
         br, kt = beta[r], kappa_tim[r]
         s_r, prev_r = S[r], prev[r]
         for j in range(p):

@@ -35,12 +35,13 @@ import threading
 from collections import OrderedDict
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 from numpy.typing import ArrayLike
 from scipy.special import gammaln, ive
 
 from streamtree.inference.enumerated import VMF, Candidates
 from streamtree.inference.theta_map import map_theta_vmf
+from streamtree.inference.threads import in_row_ranges
 from streamtree.likelihoods.base import Likelihood, RowBlock, WordTopics, finite_csr
 
 __all__ = [
@@ -700,7 +701,9 @@ def new_node_table(p: int, b: np.ndarray, c: np.ndarray, intervals: int = 1024,
                 _TABLE_CACHE.move_to_end(key)
                 rows[u, lo[u]:hi[u] + 1] = cached[lo[u]:hi[u] + 1]
     pairs = np.array(list(groups), dtype=np.float64).reshape(n_unique, 2)
-    added = _fill_knots(float(p), pairs[:, 0].copy(), pairs[:, 1].copy(), need, rows)
+    b_u, c_u = pairs[:, 0].copy(), pairs[:, 1].copy()
+    added = np.zeros(n_unique, dtype=np.int64)
+    in_row_ranges(n_unique, lambda a, z: _fill_knots(float(p), b_u, c_u, need, rows, added, a, z))
     with _TABLE_LOCK:  # the cache owns its rows: new knots are written into them
         for u in np.flatnonzero(added).tolist():
             cached = _TABLE_CACHE.get(keys[u])
@@ -725,17 +728,17 @@ def _table_knot(p, b, c, n, i, row):
     row[i, 1] = mean_resultant_length_nb(p, rho) * bc / rho if rho > 0.0 else 0.0
 
 
-@njit(cache=True, nogil=True, parallel=True)
-def _fill_knots(p, b, c, need, out):
-    """Knots ``need[j]`` of row ``j`` that are not there yet (NaN slope); how many per row."""
+@njit(cache=True, nogil=True)
+def _fill_knots(p, b, c, need, out, added, start, stop):
+    """Knots ``need[j]`` of rows ``j`` in ``start..stop`` that are not there yet (NaN slope);
+    ``added[j]`` counts them (rows split between the fitting threads)."""
     n = out.shape[1] - 1
-    added = np.zeros(b.shape[0], dtype=np.int64)
-    for j in prange(b.shape[0]):
+    for j in range(start, stop):
         for i in range(n + 1):
             if need[j, i] and math.isnan(out[j, i, 1]):
                 _table_knot(p, b[j], c[j], n, i, out[j])
                 added[j] += 1
-    return added
+    return 0.0
 
 
 # ----------------------------------------------------------------------------------------------
