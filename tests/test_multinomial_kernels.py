@@ -164,7 +164,8 @@ def reference_update(lik, arrays, theta, sums, prev_theta, has_prev, root_anchor
                 alpha = par[k] * parent_phi + offset[k]
                 if kids:
                     new = mm.map_phi_with_children_dense(sums[k], alpha, np.log(theta[kids]), par[kids],
-                                                         offset[kids], phi_init=theta[k])
+                                                         offset[kids], phi_init=theta[k], tol=mm._BLOCK_TOL,
+                                                         freeze=mm._BLOCK_FREEZE)
                 else:
                     new = mm.map_phi_dense(sums[k], alpha)
                 change = float(np.max(np.abs(new - theta[k])))

@@ -26,7 +26,7 @@ from scipy.special import gammaln
 
 from streamtree.inference.enumerated import DIRICHLET, Candidates
 from streamtree.likelihoods.base import Likelihood, RowBlock, WordTopics, argmax_log_scale, finite_csr
-from streamtree.likelihoods.multinomial_math import (_JOINT_FREEZE, _JOINT_MAX_ITER, _JOINT_TOL, _solve_nodes_nb,
+from streamtree.likelihoods.multinomial_math import (_BLOCK_FREEZE, _BLOCK_TOL, _JOINT_MAX_ITER, _solve_nodes_nb,
                                                      log_dm_marginal_linked, log_multinomial_coef, map_phi,
                                                      map_phi_dense, map_phi_with_children_dense)
 
@@ -287,7 +287,8 @@ class Multinomial(WordTopics, Likelihood):
         (``_solve_nodes_nb``). A node's inputs within this call are its parent's and children's
         phi (its data and offset are fixed): it is solved again only when one of them changed
         since its last solve, and from its current phi, which is close to the optimum after a
-        sweep's changes."""
+        sweep's changes. Its joint Newton stops at ``_BLOCK_TOL`` / ``_BLOCK_FREEZE``, looser
+        than a standalone solve's: the blocks' alternation moves the nodes far more per pass."""
         K = arrays.size
         pidx = np.ascontiguousarray(arrays.parent_index, dtype=np.int64)
         # children with a positive link strength, by parent, in index order (CSR)
@@ -313,13 +314,14 @@ class Multinomial(WordTopics, Likelihood):
                 before = version[rows]
                 change, n_failed = _solve_nodes_nb(rows, theta, log_theta, sums, offset, par, pidx, root_anchor,
                                                    kid_ptr, kids, version, solved_parent, solved_kids,
-                                                   _JOINT_MAX_ITER, _JOINT_TOL, _JOINT_FREEZE, failed)
+                                                   _JOINT_MAX_ITER, _BLOCK_TOL, _BLOCK_FREEZE, failed)
                 delta = max(delta, change)
                 for k in failed[:n_failed]:  # the joint steps stopped: the safeguarded search
                     c = kids[kid_ptr[k]:kid_ptr[k + 1]]
                     parent_phi = theta[pidx[k]] if pidx[k] >= 0 else root_anchor
                     new = map_phi_with_children_dense(sums[k], par[k] * parent_phi + offset[k], log_theta[c],
-                                                      par[c], offset[c], phi_init=theta[k])
+                                                      par[c], offset[c], phi_init=theta[k], tol=_BLOCK_TOL,
+                                                      freeze=_BLOCK_FREEZE)
                     moved = float(np.max(np.abs(new - theta[k])))
                     version[k] += moved > 0.0
                     delta = max(delta, moved)
