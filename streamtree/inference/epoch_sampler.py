@@ -10,7 +10,7 @@ Per epoch ``t`` (ALGORITHM: per-epoch driver):
    counts are all zero; run the exact split-merge moves and relocations
    (:mod:`~streamtree.inference.split_merge`), the insertions and lifts of empty internal
    nodes (new ones, and carried ones, which may also come back), and the heat-bath merge
-   (a carried leaf's documents, a new node duplicating its parent);
+   (a carried leaf's documents, a new node duplicating its parent, a carried internal node);
    slice-sample alpha0, lam, gamma (:mod:`~streamtree.inference.hyper`); re-estimate each
    node's concentration; update the node parameters by MAP, alternating even and odd depths.
 3. Apply the identity rule (:meth:`EpochSampler._identity_rule`), build the
@@ -639,9 +639,9 @@ class EpochSampler:
                     self.moves.append((res.node, "merged_into", res.other))
 
     def _merge_internal(self, current: dict[int, int], sums: dict[int, np.ndarray], sumsq: dict[int, float]) -> None:
-        """Heat-bath choice, deepest first, for each internal node born in this epoch that holds
-        current documents between keeping it and merging it into its parent, its children
-        rising, and for each leaf with past counts and current documents between
+        """Heat-bath choice, deepest first, for each internal node without past counts (empty ones
+        born in this epoch excepted) between keeping it and merging it into its parent, its
+        children rising, and for each leaf with past counts and current documents between
         keeping those documents and moving them to the parent: a search heuristic, NOT an exact
         move (the children's links are not rescored, there is no reverse move). Past documents
         never move: a carried leaf keeps them, and the window retires it once they leave it. It
@@ -657,17 +657,18 @@ class EpochSampler:
           propose the very subset of documents, and with two parameters alike every document
           goes either way at even odds: a merge of ``n`` documents pays about ``n log 2``
           nats and is not accepted (Figure 2 tree: the true root's documents sat in a child of
-          the root, or split between the two).
+          the root, or split between the two);
+        * remove a carried internal node without past counts, lifting its children. The exact
+          carried lift (:meth:`~streamtree.inference.split_merge.SplitMerge.lift_carried`, run
+          in :meth:`_lift_moves`) removes such a node only when it holds no current documents,
+          scores its children's links under both their links, and can bring it back; but on its
+          own it is almost never accepted once the epoch's parameters have settled, and small
+          epochs then keep their carried skeleton: SOU paragraphs of 1930-1989 by year had 50
+          of 58 years with at most 2 nodes holding 5% of the year, against 21 with this step
+          (BENCHMARKS.md, "Exact lift of carried internal nodes").
 
-        Carried internal nodes are never touched here: one without documents of its own, past
-        or current, is removed (and may come back) by the exact carried lifts
-        (:meth:`_lift_moves`, :meth:`~streamtree.inference.split_merge.SplitMerge.lift_carried`),
-        which score its lifted children's links under both their links; one holding current
-        documents keeps them until the z-updates move them. This step used to lift them too,
-        with no reverse move, so such lifts piled up (SOU by decade: most parent changes, and
-        under proper Gamma priors on ``alpha0`` and ``gamma`` a falling ``alpha0`` and three
-        times the births and deaths). An empty internal node born in this epoch is left to the
-        exact lifts as well.
+        An empty internal node born in this epoch is left to the exact lifts
+        (:meth:`_lift_moves`).
 
         See :mod:`streamtree.inference.merge`: the change of the collapsed stick prior of the
         window's documents, past and current, p(z_window | tree) (the hyperparameter sampler's
@@ -695,8 +696,8 @@ class EpochSampler:
                 continue
             past_c = win.total.get(c, 0)
             internal = bool(tree.children[c])
-            if internal and (c in self.prev_slot or not current.get(c, 0)):
-                continue  # carried, or born in this epoch and empty: the exact lifts (_lift_moves)
+            if internal and c not in self.prev_slot and not current.get(c, 0):
+                continue  # born in this epoch and empty: the exact lifts (_lift_moves) remove it
             if internal == (past_c > 0):
                 # New leaves are left to the exact moves. An internal node holding past documents
                 # is not lifted: its past documents would move to the parent unscored by any
