@@ -690,14 +690,26 @@ class SplitMerge:
         edit = idx.prior.edit()
         edit.lift(c)
         blocks = self._blocks(st, EditedTree(edit), P)
-        cap = t.max_depth
-        # hosts once c is gone: c leaves them (if below the cap), its subtree's nodes at the cap join
-        n_hosts = len(hosts) - 1 if cap is None else (
-            len(hosts) - int(t.depth[c] < cap) + sum(1 for g in t.subtree(c)[1:] if t.depth[g] >= cap))
+        n_hosts = self._hosts_after_lift(t, c, len(hosts))
         log_a = (idx.prior.delta(edit, **self.kw) - self._log_adoption(st, t, c, st.theta[c])
                  + np.log(len(empty)) - np.log(n_hosts) - np.log(len(blocks)))
         if np.log(rng.random()) >= log_a:
             return None
+        return self._remove(st, c, edit)
+
+    @staticmethod
+    def _hosts_after_lift(t, c: int, n_hosts: int) -> int:
+        """The count of nodes below the depth cap once ``c`` is lifted: ``c`` leaves them (if
+        below the cap), and its subtree's nodes at the cap join them one level higher."""
+        cap = t.max_depth
+        if cap is None:
+            return n_hosts - 1
+        return n_hosts - int(t.depth[c] < cap) + sum(1 for g in t.subtree(c)[1:] if t.depth[g] >= cap)
+
+    def _remove(self, st: MoveState, c: int, edit) -> MoveResult:
+        """Carry out an accepted lift of the empty node ``c`` (its children rise to its parent)."""
+        t, idx = st.tree, self.index(st)
+        P = t.parent[c]
         t.merge_into_parent(c)
         del st.theta[c], st.concentration[c]
         idx.prior.apply(edit)
@@ -808,18 +820,12 @@ class SplitMerge:
         edit.lift(c)
         merged = EditedTree(edit)
         blocks = self._deeper_blocks(merged, P)
-        cap = t.max_depth
-        n_hosts = len(hosts) - 1 if cap is None else (
-            len(hosts) - int(t.depth[c] < cap) + sum(1 for g in t.subtree(c)[1:] if t.depth[g] >= cap))
+        n_hosts = self._hosts_after_lift(t, c, len(hosts))
         log_a = (idx.prior.delta(edit, **self.kw) - self._log_relink(st, t, c, st.theta[c])
                  + np.log(len(removable)) - np.log(len(dormant) + 1) - np.log(n_hosts) - np.log(len(blocks)))
         if np.log(rng.random()) >= log_a:
             return None
-        t.merge_into_parent(c)
-        del st.theta[c], st.concentration[c]
-        idx.prior.apply(edit)
-        idx.changed()
-        return MoveResult("lift", c, P, _NO_ROWS)
+        return self._remove(st, c, edit)
 
     def _split(self, st: MoveState, a: int, i: int, j: int, rng: np.random.Generator,
                born: int) -> MoveResult | None:
