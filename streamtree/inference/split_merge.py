@@ -548,7 +548,9 @@ class SplitMerge:
             rows_a = idx.of(a)
             if rows_a.size < 2:
                 return None
-            j = int(rng.choice(rows_a[rows_a != i]))
+            # j uniform among rows_a without i (ascending, i at position p): the k-th of them
+            k = int(rng.integers(rows_a.size - 1))
+            j = int(rows_a[k + (k >= int(np.searchsorted(rows_a, i)))])
             return self._split(st, a, i, j, rng, born)
         occupied = idx.occupied()  # a merge: a node, a partner, a document of each group
         b = int(occupied[rng.integers(occupied.size)])
