@@ -189,7 +189,8 @@ def test_n_jobs_does_not_change_trees(family):
         epochs = [e.X for e in gaussian_evolving_tree(rng)[:2]]
 
         def make(n_jobs):
-            return DTSSBP(likelihood="gaussian", max_depth=2, n_sweeps=6, n_jobs=n_jobs, random_state=4)
+            # a seed whose chain ends with more than the root (about 40% of seeds do here)
+            return DTSSBP(likelihood="gaussian", max_depth=2, n_sweeps=6, n_jobs=n_jobs, random_state=9)
     else:
         phi = rng.dirichlet(np.full(80, 0.1), size=4)
         epochs = [sp.csr_matrix(np.array([rng.multinomial(60, phi[i % 4]) for i in range(240)], dtype=float))

@@ -376,8 +376,8 @@ class EpochSampler:
             self._cull(current)
             self.labels_now = col_ids[self.sweeper.labels()]
             if cfg.merge_moves and cfg.split_attempts(n) > 0:
-                self._split_merge(X, col_ids, current, sums, sumsq, epoch)
-                self._lift_moves(X, epoch, carried=sweep >= cfg.n_sweeps // 2)
+                move, moves = self._split_merge(X, col_ids, current, sums, sumsq, epoch)
+                self._lift_moves(move, moves, epoch, carried=sweep >= cfg.n_sweeps // 2)
             if cfg.merge_moves and sweep >= cfg.n_sweeps // 2:  # once the epoch's nodes have settled
                 self._merge_internal(current, sums, sumsq)
             if cfg.sample_hyperparameters:
@@ -498,10 +498,11 @@ class EpochSampler:
         return move, SplitMerge(self.likelihood, self.settings.with_hyper(st.hyper).stick_kwargs())
 
     def _split_merge(self, X, col_ids: np.ndarray, current: dict[int, int], sums: dict[int, np.ndarray],
-                     sumsq: dict[int, float], epoch: int) -> None:
+                     sumsq: dict[int, float], epoch: int) -> tuple[MoveState, SplitMerge]:
         """``split_attempts`` exact split-merge attempts, each with a relocation attempt of a new
         node (:mod:`streamtree.inference.split_merge`), on the documents' current nodes; counts,
-        sums and labels follow the accepted moves."""
+        sums and labels follow the accepted moves. Returns the moves' state and moves, their
+        index following the accepted moves, for :meth:`_lift_moves`."""
         st, cfg = self.state, self.settings
         move, moves = self._moves(X)
         touched: set[int] = set()
@@ -532,6 +533,7 @@ class EpochSampler:
                 current[nid] = int(rows.size)
                 sums[nid] = docs.s
                 sumsq[nid] = docs.sumsq
+        return move, moves
 
     def _identity_rule(self, X, epoch: int, current: dict[int, int]) -> None:
         """Publish a carried node whose content changed beyond recognition as a new node.
@@ -604,7 +606,7 @@ class EpochSampler:
         for nid in [k for k in st.signatures if k not in live]:
             del st.signatures[nid]
 
-    def _lift_moves(self, X, epoch: int, carried: bool = True) -> None:
+    def _lift_moves(self, move: MoveState, moves: SplitMerge, epoch: int, carried: bool = True) -> None:
         """``split_attempts`` exact insertions and lifts of empty new internal nodes
         (:meth:`~streamtree.inference.split_merge.SplitMerge.lift`), each with an exact lift
         or return of a carried internal node without documents of its own
@@ -621,10 +623,12 @@ class EpochSampler:
         merge). Run from the first sweep, on the demo's SOU replay they removed carried nodes
         while the epoch's tree was still forming (139 removals, no return), the sampled lam fell
         to 0.1-0.3 and births, deaths and parent changes quadrupled (BENCHMARKS.md, "Exact lift
-        of carried internal nodes")."""
+        of carried internal nodes").
+
+        ``move`` and ``moves`` are those the sweep's split-merge attempts ran on
+        (:meth:`_split_merge`): the same state, and their document index stays valid."""
         st, cfg = self.state, self.settings
-        move, moves = self._moves(X)
-        for _ in range(cfg.split_attempts(X.shape[0])):
+        for _ in range(cfg.split_attempts(move.X.shape[0])):
             inserted = moves.lift(move, self.rng, born=epoch)
             lifted = moves.lift_carried(move, self.rng) if carried else None
             for res in (inserted, lifted):

@@ -42,7 +42,9 @@ and parent (:meth:`Likelihood.sample_node_theta`) and a merge drops it (reversib
 the conditional as proposal), so the acceptance ratio only holds the collapsed marginal
 (:meth:`Likelihood.log_marginal`) of ``b``'s documents against their likelihood at ``a``
 (``f`` factorises over documents), plus the link changes of the children ``b`` adopts:
-O(nnz) of the moved documents plus O(p).
+O(nnz) of the moved documents plus O(p). A ``b`` that adopts no children leaves its parameter
+out of the ratio, so its draw waits until the split is accepted (the same kernel: the draw is
+independent of the acceptance test).
 
 Proposal (one attempt). With probability 1/2 draw a document ``i`` uniformly and ``j``
 uniformly among the other documents of ``i``'s node ``a``; else draw an occupied node ``b``
@@ -546,7 +548,9 @@ class SplitMerge:
             rows_a = idx.of(a)
             if rows_a.size < 2:
                 return None
-            j = int(rng.choice(rows_a[rows_a != i]))
+            # j uniform among rows_a without i (ascending, i at position p): the k-th of them
+            k = int(rng.integers(rows_a.size - 1))
+            j = int(rows_a[k + (k >= int(np.searchsorted(rows_a, i)))])
             return self._split(st, a, i, j, rng, born)
         occupied = idx.occupied()  # a merge: a node, a partner, a document of each group
         b = int(occupied[rng.integers(occupied.size)])
@@ -844,7 +848,8 @@ class SplitMerge:
         theta_b = None
         if place[0] == "new":
             theta_P, conc_c, depth_c = self._new_node(st, place[1])
-            theta_b = self.lik.sample_node_theta(theta_P, conc_c, depth_c, docs, rng)
+            if place[3]:  # adopted children's links are scored at the drawn parameter
+                theta_b = self.lik.sample_node_theta(theta_P, conc_c, depth_c, docs, rng)
             b = st.tree.next_id  # the id the insertion below will give it
             edit.insert(b, place[1], place[2], place[3])
         else:
@@ -864,6 +869,11 @@ class SplitMerge:
         if np.log(rng.random()) >= log_a:
             return None
         if place[0] == "new":
+            if theta_b is None:
+                # A childless new node's ratio is free of its parameter (the collapsed marginal):
+                # drawing it after the acceptance test is the same kernel, and a rejected split
+                # (most of them) skips the draw.
+                theta_b = self.lik.sample_node_theta(theta_P, conc_c, depth_c, docs, rng)
             b = self._insert(st.tree, place, born)
             st.theta[b] = theta_b
             st.concentration[b] = conc_c
