@@ -682,11 +682,7 @@ class SplitMerge:
             if np.log(rng.random()) >= log_a:
                 return None
             c = self._insert(t, place, born)
-            st.theta[c] = theta_c
-            st.concentration[c] = conc_c
-            idx.prior.apply(edit)
-            idx.changed()
-            return MoveResult("insert", c, P, _NO_ROWS)
+            return self._added(st, "insert", c, theta_c, conc_c, edit)
         if not empty:
             return None
         c = empty[int(rng.integers(len(empty)))]
@@ -709,6 +705,17 @@ class SplitMerge:
         if cap is None:
             return n_hosts - 1
         return n_hosts - int(t.depth[c] < cap) + sum(1 for g in t.subtree(c)[1:] if t.depth[g] >= cap)
+
+    def _added(self, st: MoveState, kind: str, c: int, theta: np.ndarray, concentration: float,
+               edit) -> MoveResult:
+        """Finish an accepted insertion or return of the empty node ``c``, already in the tree:
+        its parameter and concentration, and the prior's counts."""
+        idx = self.index(st)
+        st.theta[c] = theta
+        st.concentration[c] = concentration
+        idx.prior.apply(edit)
+        idx.changed()
+        return MoveResult(kind, c, st.tree.parent[c], _NO_ROWS)
 
     def _remove(self, st: MoveState, c: int, edit) -> MoveResult:
         """Carry out an accepted lift of the empty node ``c`` (its children rise to its parent)."""
@@ -811,11 +818,7 @@ class SplitMerge:
             if np.log(rng.random()) >= log_a:
                 return None
             t.add_parent_of_block(P, k, m, born=prev.born, node_id=d)
-            st.theta[d] = theta_d
-            st.concentration[d] = prev.concentration
-            idx.prior.apply(edit)
-            idx.changed()
-            return MoveResult("restore", d, P, _NO_ROWS)
+            return self._added(st, "restore", d, theta_d, prev.concentration, edit)
         if not removable:
             return None
         c = removable[int(rng.integers(len(removable)))]
