@@ -767,6 +767,8 @@ class SplitMerge:
         for c in tree.children[x]:
             for g in tree.subtree(c):
                 d, prev = tree.depth[g], st.previous.get(g)
+                if g != c and self._same_links(d):
+                    continue  # same parent, same strengths: the two densities are one number
                 prev = None if prev is None else prev.theta
                 if g == c:
                     now, before = theta_x, theta_up
@@ -774,6 +776,12 @@ class SplitMerge:
                     now = before = st.theta[tree.parent[g]]
                 out += lik.log_link(st.theta[g], now, d, prev) - lik.log_link(st.theta[g], before, d - 1, prev)
         return out
+
+    def _same_links(self, depth: int) -> bool:
+        """Whether a node's links are as strong at ``depth`` as one level higher (``kappa1 = 1``,
+        the default): a link density depends on depth only through these strengths."""
+        par, tim = self.lik.link_strengths(np.array([depth, depth - 1]))
+        return bool(par[0] == par[1] and tim[0] == tim[1])
 
     def lift_carried(self, st: MoveState, rng: np.random.Generator) -> MoveResult | None:
         """Remove a carried internal node without documents of its own, lifting its children,

@@ -236,7 +236,8 @@ class Likelihood(ABC):
         """Log density of a depth-``depth`` node's parameter given its parent's, and also its
         own previous-epoch parameter ``theta_prev`` when that is given (a carried node): then
         the density is the product of both links, normalised, the prior :meth:`log_marginal`
-        integrates against and :meth:`sample_node_theta` draws from."""
+        integrates against and :meth:`sample_node_theta` draws from. It depends on ``depth``
+        only through :meth:`link_strengths`."""
 
     # ------------------------------------------------------------------ document sets
     @abstractmethod
