@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from scipy.stats import beta as beta_dist
+from scipy.special import betaln
 from scipy.stats import chi2
 
 from streamtree.inference.merge import collapsed_log_prior
@@ -195,7 +196,7 @@ def test_moves_keep_the_target_with_a_kept_child():
 
 def test_moves_keep_the_target_multinomial_without_root_data():
     variant = resolve_variant("dtssbp", window=2, max_depth=1, gamma=0.5, xi=0.001)
-    lik = Multinomial(variant, 4, kappa0=5.0, kappa1=1.0, a=0.0, min_node_docs=2)
+    lik = Multinomial(variant, 4, kappa0=5.0, kappa1=1.0, a=-3.0, min_node_docs=2)
     X = sp.csr_matrix(np.array([[3, 1, 0, 0], [2, 0, 1, 0], [0, 0, 2, 3]], dtype=float))
     fixed = {ROOT: -1, 1: ROOT}
     theta = {ROOT: np.array([0.4, 0.3, 0.2, 0.1]), 1: np.array([0.1, 0.2, 0.3, 0.4])}
@@ -525,7 +526,7 @@ class NestedCase:
 
 def _nested_multinomial_case():
     variant = resolve_variant("dtssbp", window=2, max_depth=2, gamma=0.5, xi=0.001)
-    lik = Multinomial(variant, 2, kappa0=2.0, kappa1=0.75, a=0.0, min_node_docs=2)
+    lik = Multinomial(variant, 2, kappa0=2.0, kappa1=0.75, a=-3.0, min_node_docs=2)
     X = sp.csr_matrix(np.array([[3, 0], [3, 0], [0, 3]], dtype=float))
     theta = {ROOT: np.array([0.5, 0.5]), 1: np.array([0.5, 0.5])}
     # a deep, bushy prior, so that newborn nodes with newborn children carry weight
@@ -657,17 +658,21 @@ class CarriedCase:
     root's children or be out of the tree. Depth cap 2, so they never nest: 23 states. Two
     words (multinomial): every parameter is one number ``t``, every link a Beta density,
     written out here from the Dirichlet parameter of the model (parent link plus time link
-    plus floor), not through the likelihood. Target: p(z_window | tree) times the leaves'
-    links under both links at their parent and depth, with the parameter of ``A`` or ``B``,
-    where present, integrated out under its own links and its children's.
+    plus floor), not through the likelihood. The move draws a lifted or adopted leaf's
+    parameter afresh, so the leaves' parameters are part of the state: target p(z_window |
+    tree) times, for each leaf, its document's Beta-binomial marginal under both its links at
+    its parent and depth (its parameter integrated out), with the parameter of ``A`` or
+    ``B``, where present, integrated out under its own links and its children's marginals.
+    Start states are exact draws of the tree, then of the parameters given it.
     """
 
     A, B = 4, 5
     LEAVES = (1, 2, 3)
 
-    def __init__(self):
+    def __init__(self, a: float = 0.0):
         variant = resolve_variant("dtssbp", window=2, max_depth=2, gamma=0.5, xi=0.001)
-        self.lik = Multinomial(variant, 2, kappa0=6.0, kappa1=0.75, a=0.0, min_node_docs=2)
+        # a < 0 makes the time links stronger than the parent links
+        self.lik = Multinomial(variant, 2, kappa0=6.0, kappa1=0.75, a=a, min_node_docs=2)
         self.kw = dict(alpha0=3.0, lam=1.0, gamma=1.5, max_depth=2, root_holds_data=False)
         self.X = sp.csr_matrix(np.array([[2, 0], [1, 1], [0, 2]], dtype=float))
         self.labels = np.array([1, 2, 3], dtype=np.int64)
@@ -713,12 +718,24 @@ class CarriedCase:
         a = par[0] * theta_parent + rest.reshape((2,) + (1,) * (theta_parent.ndim - 1))
         return beta_dist.logpdf(t, a[0], a[1])
 
+    def _beta_params(self, node, theta_parent, depth):
+        par, tim = self.lik.link_strengths(np.array([depth]))
+        theta_parent = np.asarray(theta_parent)
+        rest = tim[0] * self.prev[node] + self.lik.floor
+        return par[0] * theta_parent + rest.reshape((2,) + (1,) * (theta_parent.ndim - 1))
+
+    def _log_marginal(self, c, theta_parent, depth):
+        """log of leaf ``c``'s document's probability, its parameter integrated out under both links."""
+        a = self._beta_params(c, theta_parent, depth)
+        x = self.X.toarray()[c - 1]
+        return betaln(a[0] + x[0], a[1] + x[1]) - betaln(a[0], a[1])
+
     def _log_inner(self, tree, x, t):
-        """log of the links of ``x`` at parameter ``(t, 1 - t)`` and of its children below it."""
+        """log of the links of ``x`` at parameter ``(t, 1 - t)`` and of its children's marginals below it."""
         out = self._log_beta(t, x, self.theta[ROOT], 1)
         th = np.array([t, 1.0 - t])
         for c in tree.children[x]:
-            out = out + self._log_beta(self.theta[c][0], c, th, 2)
+            out = out + self._log_marginal(c, th, 2)
         return out
 
     def log_target(self, tree):
@@ -728,7 +745,7 @@ class CarriedCase:
         out = collapsed_log_prior(arr, np.zeros_like(past), past + now, **self.kw)
         for c in self.LEAVES:
             if tree.parent[c] == ROOT:
-                out += self._log_beta(self.theta[c][0], c, self.theta[ROOT], 1)
+                out += self._log_marginal(c, self.theta[ROOT], 1)
         for x in (self.A, self.B):
             if x in tree:
                 f = np.array([self._log_inner(tree, x, t) for t in self.nodes_t])
@@ -749,13 +766,18 @@ class CarriedCase:
                 k = rng.choice(self.grid.size, p=w / w.sum())
                 t = self.grid[k] + (rng.random() - 0.5) / self.grid.size
                 theta[x] = np.array([t, 1.0 - t])
+        x_all = self.X.toarray()
+        for c in self.LEAVES:  # Beta conditional given the document and the parent
+            a = self._beta_params(c, theta[tree.parent[c]], tree.depth[c]) + x_all[c - 1]
+            t = rng.beta(a[0], a[1])
+            theta[c] = np.array([t, 1.0 - t])
         previous = {i: Previous(p, 1.0, 0) for i, p in self.prev.items()}
         return MoveState(tree, self.labels.copy(), self.X, dict(self.past), theta, conc, set(previous), previous)
 
 
-@pytest.fixture(scope="module")
-def carried_case():
-    return CarriedCase()
+@pytest.fixture(scope="module", params=[0.0, -3.0], ids=["even links", "strong time links"])
+def carried_case(request):
+    return CarriedCase(a=request.param)
 
 
 def _carried_chain(case, n_draws, seed, rounds=25):
@@ -782,8 +804,9 @@ def _carried_chain(case, n_draws, seed, rounds=25):
 
 def test_lifts_and_returns_of_carried_nodes_keep_the_windowed_target(carried_case):
     """Carried internal nodes without documents removed (children rising, past documents with
-    them) and brought back above a block of siblings with their time link: the move leaves
-    p(z_window | tree) x links invariant, the returning parameter integrated out."""
+    them) and brought back above a block of siblings with their time link, the leaves that
+    change parent drawn afresh: the move leaves p(z_window | tree) x links x likelihood
+    invariant (the tree's law with every parameter integrated out)."""
     p = np.exp(carried_case.logp - carried_case.logp.max())
     p /= p.sum()
     assert p.min() > 1e-3  # every state is visited
@@ -792,17 +815,23 @@ def test_lifts_and_returns_of_carried_nodes_keep_the_windowed_target(carried_cas
     assert pval > 1e-3
 
 
-@pytest.mark.parametrize("dropped", ["children's links", "time links"])
-def test_dropping_a_term_of_the_carried_lift_is_detected(carried_case, monkeypatch, dropped):
-    """The check has power: scoring the lifted children's links as if their parent did not
-    change, or scoring every link without its time link, leaves the target."""
-    if dropped == "children's links":
-        monkeypatch.setattr(SplitMerge, "_log_relink", lambda self, *args: 0.0)
+@pytest.mark.parametrize(("dropped", "a", "n_draws"), [("children's marginals", 0.0, 6000), ("time links", -3.0, 3000)])
+def test_dropping_a_term_of_the_carried_lift_is_detected(monkeypatch, dropped, a, n_draws):
+    """The check has power: scoring the lifted children's documents as if their parent did not
+    change (still drawing them afresh), or scoring every link and marginal without its time
+    link (in a case whose time links are the stronger ones), leaves the target."""
+    case = CarriedCase(a=a)
+    if dropped == "children's marginals":
+        monkeypatch.setattr(SplitMerge, "_log_relink",
+                            lambda self, st, tree, x, th: (0.0, [c for c in tree.children[x] if not tree.children[c]]))
     else:
         link = Multinomial.log_link
         monkeypatch.setattr(Multinomial, "log_link", lambda self, th, par, d, prev=None: link(self, th, par, d))
+        marginal = Multinomial.log_marginal
+        monkeypatch.setattr(Multinomial, "log_marginal",
+                            lambda self, docs, par, c, d, prev=None: marginal(self, docs, par, c, d))
         sample = Multinomial.sample_node_theta
         monkeypatch.setattr(Multinomial, "sample_node_theta",
                             lambda self, par, c, d, docs, rng, theta_prev=None: sample(self, par, c, d, docs, rng))
-    pval, _ = _carried_chain(carried_case, 3000, 11)
+    pval, _ = _carried_chain(case, n_draws, 11)
     assert pval < 1e-6

@@ -641,6 +641,8 @@ class EpochSampler:
                 else:
                     st.nodes.remove(res.node)
                     self.moves.append((res.node, "merged_into", res.other))
+                for g in res.redrawn:  # leaves the carried lift drew afresh below their new parent
+                    st.nodes.theta[st.nodes.slot[g]] = move.theta[g]
 
     def _merge_internal(self, current: dict[int, int], sums: dict[int, np.ndarray], sumsq: dict[int, float]) -> None:
         """Heat-bath choice, deepest first, for each internal node without past counts (empty ones

@@ -82,7 +82,7 @@ Nothing here depends on the observation family: all of it goes through the
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import streamtree  # noqa: F401  (configures the numba cache directory)
 import numpy as np
@@ -323,6 +323,8 @@ class MoveResult:
     node: int
     other: int
     rows: np.ndarray
+    #: nodes whose parameter the move drew afresh (their new value is in the state's ``theta``)
+    redrawn: tuple[int, ...] = ()
 
 
 def document_set(X, rows: np.ndarray) -> DocumentSet:
@@ -756,15 +758,30 @@ class SplitMerge:
                 m += 1
         return out
 
-    def _log_relink(self, st: MoveState, tree, x: int, theta_x: np.ndarray) -> float:
-        """Link log densities of the nodes below ``x`` in ``tree`` (where ``x`` exists) minus
-        those once ``x`` is lifted: its children linked to ``x``'s parent instead of ``x``, and
-        every node below it one level higher (link strengths depend on depth). A carried node
-        is scored under both its links, parent and time (:meth:`Likelihood.log_link` with its
-        previous parameter), a node born in this epoch under its parent link."""
-        lik, out = self.lik, 0.0
+    def _log_relink(self, st: MoveState, tree, x: int, theta_x: np.ndarray) -> tuple[float, list[int]]:
+        """The target's change below ``x`` in ``tree`` (where ``x`` exists) when ``x`` is lifted
+        (its children linked to ``x``'s parent instead of ``x``, every node below one level
+        higher: link strengths depend on depth), as (log of with ``x`` minus without, the
+        children of ``x`` that are leaves).
+
+        A leaf child's parameter is drawn afresh by the move from its conditional given its
+        documents and its new parent (:meth:`_redraw`), so it enters through the collapsed
+        marginal of its documents (:meth:`Likelihood.log_marginal`): the ratio does not judge
+        a parameter fitted to one parent under another. Every other node keeps its parameter
+        and enters through its link densities. A carried node is scored under both its links,
+        parent and time (its previous parameter), a node born in this epoch under its parent
+        link."""
+        lik, out, leaves = self.lik, 0.0, []
         theta_up = st.theta[tree.parent[x]]
         for c in tree.children[x]:
+            if not tree.children[c]:
+                prev = st.previous.get(c)
+                prev = None if prev is None else prev.theta
+                d, conc, docs = tree.depth[c], st.concentration[c], self.index(st).documents(c, st.X)
+                out += (lik.log_marginal(docs, theta_x, conc, d, prev)
+                        - lik.log_marginal(docs, theta_up, conc, d - 1, prev))
+                leaves.append(c)
+                continue
             for g in tree.subtree(c):
                 d, prev = tree.depth[g], st.previous.get(g)
                 if g != c and self._same_links(d):
@@ -775,7 +792,21 @@ class SplitMerge:
                 else:
                     now = before = st.theta[tree.parent[g]]
                 out += lik.log_link(st.theta[g], now, d, prev) - lik.log_link(st.theta[g], before, d - 1, prev)
-        return out
+        return out, leaves
+
+    def _redraw(self, st: MoveState, leaves: list[int], rng: np.random.Generator) -> tuple[int, ...]:
+        """Draw each of ``leaves`` a parameter from its conditional given its documents, its
+        parent's parameter and its time link, in the state's current tree (the proposal whose
+        density the collapsed marginals in :meth:`_log_relink` cancel)."""
+        t, idx = st.tree, self.index(st)
+        for c in leaves:
+            prev = st.previous.get(c)
+            st.theta[c] = self.lik.sample_node_theta(st.theta[t.parent[c]], st.concentration[c], t.depth[c],
+                                                     idx.documents(c, st.X), rng,
+                                                     theta_prev=None if prev is None else prev.theta)
+        if leaves:
+            idx.links.clear()  # their link densities changed with their parameters
+        return tuple(leaves)
 
     def _same_links(self, depth: int) -> bool:
         """Whether a node's links are as strong at ``depth`` as one level higher (``kappa1 = 1``,
@@ -821,12 +852,14 @@ class SplitMerge:
                                                  theta_prev=prev.theta)
             edit = idx.prior.edit()
             edit.insert(d, P, k, m)
-            log_a = (idx.prior.delta(edit, **self.kw) + self._log_relink(st, EditedTree(edit), d, theta_d)
+            relink, leaves = self._log_relink(st, EditedTree(edit), d, theta_d)
+            log_a = (idx.prior.delta(edit, **self.kw) + relink
                      - np.log(len(removable) + 1) + np.log(len(dormant)) + np.log(len(hosts)) + np.log(len(blocks)))
             if np.log(rng.random()) >= log_a:
                 return None
             t.add_parent_of_block(P, k, m, born=prev.born, node_id=d)
-            return self._added(st, "restore", d, theta_d, prev.concentration, edit)
+            res = self._added(st, "restore", d, theta_d, prev.concentration, edit)
+            return replace(res, redrawn=self._redraw(st, leaves, rng))
         if not removable:
             return None
         c = removable[int(rng.integers(len(removable)))]
@@ -836,11 +869,13 @@ class SplitMerge:
         merged = EditedTree(edit)
         blocks = self._deeper_blocks(merged, P)
         n_hosts = self._hosts_after_lift(t, c, len(hosts))
-        log_a = (idx.prior.delta(edit, **self.kw) - self._log_relink(st, t, c, st.theta[c])
+        relink, leaves = self._log_relink(st, t, c, st.theta[c])
+        log_a = (idx.prior.delta(edit, **self.kw) - relink
                  + np.log(len(removable)) - np.log(len(dormant) + 1) - np.log(n_hosts) - np.log(len(blocks)))
         if np.log(rng.random()) >= log_a:
             return None
-        return self._remove(st, c, edit)
+        res = self._remove(st, c, edit)
+        return replace(res, redrawn=self._redraw(st, leaves, rng))
 
     def _split(self, st: MoveState, a: int, i: int, j: int, rng: np.random.Generator,
                born: int) -> MoveResult | None:
