@@ -159,9 +159,14 @@ class DocumentIndex:
         self.empty_inner: list[int] | None = None
         self._docs: dict[int, DocumentSet] = {}  # document_set of each node's rows (see documents)
         self._occupied: np.ndarray | None = None  # see occupied
-        #: parent-link log densities by (likelihood, child, parent, depth) of nodes' current
-        #: parameters (:meth:`SplitMerge._log_adoption`; cleared like :meth:`preorder`)
+        #: link log densities by (likelihood, child, parent, depth) of nodes' current parameters,
+        #: a fifth key ``True`` for a carried child scored under its time link too
+        #: (:meth:`SplitMerge._link`; cleared like :meth:`preorder`)
         self.links: dict[tuple, float] = {}
+        self._reach: dict[int, int] | None = None  # see reach
+        self._fresh: dict[int, bool] | None = None  # see fresh
+        self._removable: list[int] | None = None  # see SplitMerge.removable_carried
+        self._dormant: list[int] | None = None  # see SplitMerge.dormant
 
     def preorder(self) -> list[int]:
         """The tree's nodes in pre-order (cached until a move changes the tree: :meth:`changed`)."""
@@ -187,8 +192,35 @@ class DocumentIndex:
             self._hosts = below, {c: k for k, c in enumerate(below)}
         return self._hosts
 
+    def reach(self) -> dict[int, int]:
+        """The depth of the deepest node in each node's subtree (cached like :meth:`preorder`)."""
+        if self._reach is None:
+            self._subtree_flags()
+        return self._reach
+
+    def fresh(self) -> dict[int, bool]:
+        """Whether every node in each node's subtree is born in this epoch (no past counts, no
+        previous-epoch parameter; cached like :meth:`preorder`)."""
+        if self._fresh is None:
+            self._subtree_flags()
+        return self._fresh
+
+    def _subtree_flags(self) -> None:
+        depth, kids, past, carried = self.tree.depth, self.tree.children, self._past, self._carried
+        reach: dict[int, int] = {}
+        fresh: dict[int, bool] = {}
+        for g in reversed(self.preorder()):  # children before their parent
+            r, f = depth[g], not past.get(g, 0) > 0 and g not in carried
+            for c in kids[g]:
+                if reach[c] > r:
+                    r = reach[c]
+                f = f and fresh[c]
+            reach[g], fresh[g] = r, f
+        self._reach, self._fresh = reach, fresh
+
     def changed(self) -> None:
         self._order = self._new_leaves = self._hosts = self.empty_inner = None
+        self._reach = self._fresh = self._removable = self._dormant = None
         self.links.clear()
 
     def of(self, node: int) -> np.ndarray:
@@ -216,7 +248,7 @@ class DocumentIndex:
 
     def move(self, src: int, dst: int, rows: np.ndarray) -> None:
         """``rows`` (all at ``src``) now belong to ``dst``."""
-        self.empty_inner = None
+        self.empty_inner = self._removable = None
         self._docs.pop(src, None)
         self._docs.pop(dst, None)
         self._occupied = None
@@ -370,6 +402,7 @@ class SplitMerge:
     def __init__(self, likelihood: Likelihood, stick_kwargs: dict) -> None:
         self.lik = likelihood
         self.kw = stick_kwargs
+        self._same: dict[int, bool] = {}  # _same_links by depth
 
     @staticmethod
     def index(st: MoveState) -> DocumentIndex:
@@ -386,6 +419,9 @@ class SplitMerge:
         merged state, where the adoption is still to come; 0 in the split state, where the
         subtree already hangs below the node that adopted it)."""
         cap = tree.max_depth
+        if tree is st.tree:  # the live tree: from the index's per-subtree flags
+            idx = self.index(st)
+            return idx.fresh()[c] and (cap is None or idx.reach()[c] + lower <= cap)
         stack = [c]
         while stack:
             g = stack.pop()
@@ -458,15 +494,16 @@ class SplitMerge:
                 out += link(st, g, pg, dg) - link(st, g, pg, dg - 1)
         return out
 
-    def _link(self, st: MoveState, c: int, P: int, depth: int) -> float:
-        """``log_link`` of node ``c``'s parameter below node ``P``'s at ``depth``, remembered
-        until a move changes the tree or a parameter: the attempts of a sweep rescore the same
-        links again and again."""
+    def _link(self, st: MoveState, c: int, P: int, depth: int, prev: np.ndarray | None = None) -> float:
+        """``log_link`` of node ``c``'s parameter below node ``P``'s at ``depth`` (and under its
+        time link to ``prev``, ``c``'s previous-epoch parameter, when given), remembered until a
+        move changes the tree or a parameter: the attempts of a sweep rescore the same links
+        again and again."""
         memo = self.index(st).links
-        key = (self.lik, c, P, depth)
+        key = (self.lik, c, P, depth) if prev is None else (self.lik, c, P, depth, True)
         v = memo.get(key)
         if v is None:
-            v = memo[key] = self.lik.log_link(st.theta[c], st.theta[P], depth)
+            v = memo[key] = self.lik.log_link(st.theta[c], st.theta[P], depth, prev)
         return v
 
     # ------------------------------------------------------------------ target pieces
@@ -732,26 +769,40 @@ class SplitMerge:
         """Carried internal nodes without documents of their own, past or current, in pre-order:
         those :meth:`lift_carried` may remove."""
         idx = self.index(st)
-        t, prev = st.tree, st.previous
-        return [c for c in idx.preorder()
-                if c != ROOT and t.children[c] and c in prev and not st.past.get(c, 0) and c not in idx.rows]
+        if idx._removable is None:
+            t, prev = st.tree, st.previous
+            idx._removable = [c for c in idx.preorder() if c != ROOT and t.children[c] and c in prev
+                              and not st.past.get(c, 0) and c not in idx.rows]
+        return idx._removable
 
-    @staticmethod
-    def dormant(st: MoveState) -> list[int]:
+    def dormant(self, st: MoveState) -> list[int]:
         """Carried nodes out of the tree without past documents, ascending: those
         :meth:`lift_carried` may bring back."""
-        return sorted(i for i in st.previous if i not in st.tree.parent and not st.past.get(i, 0))
+        idx = self.index(st)
+        if idx._dormant is None:
+            idx._dormant = sorted(i for i in st.previous if i not in st.tree.parent and not st.past.get(i, 0))
+        return idx._dormant
 
-    @staticmethod
-    def _deeper_blocks(tree, P: int) -> list[tuple[int, int]]:
+    def _deeper_blocks(self, st: MoveState, P: int, lifted: int | None = None) -> list[tuple[int, int]]:
         """The runs ``(k, m)`` of ``m >= 1`` consecutive children of ``P`` from position ``k``
-        whose subtrees stay within the depth cap one level lower (any nodes, carried or new)."""
-        kids, cap = tree.children[P], tree.max_depth
-        ok = [cap is None or all(tree.depth[g] < cap for g in tree.subtree(c)) for c in kids]
+        whose subtrees stay within the depth cap one level lower (any nodes, carried or new),
+        in the live tree or once its child ``lifted`` is lifted (its children in its place,
+        their subtrees one level higher)."""
+        t = st.tree
+        kids, cap = t.children[P], t.max_depth
+        if cap is None:
+            ok = [True] * (len(kids) if lifted is None else len(kids) - 1 + len(t.children[lifted]))
+        else:
+            reach = self.index(st).reach()
+            ok = [reach[c] < cap for c in kids]
+            if lifted is not None:
+                pos = kids.index(lifted)
+                ok[pos:pos + 1] = [reach[c] - 1 < cap for c in t.children[lifted]]
         out = []
-        for k in range(len(kids)):
+        n = len(ok)
+        for k in range(n):
             m = 1
-            while k + m <= len(kids) and ok[k + m - 1]:
+            while k + m <= n and ok[k + m - 1]:
                 out.append((k, m))
                 m += 1
         return out
@@ -761,27 +812,43 @@ class SplitMerge:
         those once ``x`` is lifted: its children linked to ``x``'s parent instead of ``x``, and
         every node below it one level higher (link strengths depend on depth). A carried node
         is scored under both its links, parent and time (:meth:`Likelihood.log_link` with its
-        previous parameter), a node born in this epoch under its parent link."""
-        lik, out = self.lik, 0.0
-        theta_up = st.theta[tree.parent[x]]
+        previous parameter), a node born in this epoch under its parent link. Densities at the
+        nodes' current parameters come from the index's memo (:meth:`_link`); ``theta_x``
+        counts as current when it is ``x``'s own parameter."""
+        lik, link, out = self.lik, self._link, 0.0
+        up = tree.parent[x]
+        known = theta_x is st.theta.get(x)  # x's own parameter (a removal), not a proposed one
+        cap = tree.max_depth
         for c in tree.children[x]:
-            for g in tree.subtree(c):
-                d, prev = tree.depth[g], st.previous.get(g)
-                if g != c and self._same_links(d):
-                    continue  # same parent, same strengths: the two densities are one number
+            d = tree.depth[c]
+            # below c, each node keeps its parent: its two densities differ only by the
+            # strengths at its depth and one level higher, often the same (kappa1 = 1)
+            deeper = cap is None or not all(self._same_links(e) for e in range(d + 1, cap + 1))
+            for g in tree.subtree(c) if deeper else (c,):
+                if g != c:
+                    d = tree.depth[g]
+                    if self._same_links(d):
+                        continue  # same parent, same strengths: the two densities are one number
+                prev = st.previous.get(g)
                 prev = None if prev is None else prev.theta
                 if g == c:
-                    now, before = theta_x, theta_up
+                    now = link(st, g, x, d, prev) if known else lik.log_link(st.theta[g], theta_x, d, prev)
+                    out += now - link(st, g, up, d - 1, prev)
                 else:
-                    now = before = st.theta[tree.parent[g]]
-                out += lik.log_link(st.theta[g], now, d, prev) - lik.log_link(st.theta[g], before, d - 1, prev)
+                    pg = tree.parent[g]
+                    out += link(st, g, pg, d, prev) - link(st, g, pg, d - 1, prev)
         return out
 
     def _same_links(self, depth: int) -> bool:
         """Whether a node's links are as strong at ``depth`` as one level higher (``kappa1 = 1``,
-        the default): a link density depends on depth only through these strengths."""
-        par, tim = self.lik.link_strengths(np.array([depth, depth - 1]))
-        return bool(par[0] == par[1] and tim[0] == tim[1])
+        the default): a link density depends on depth only through these strengths (the
+        likelihood's strengths are fixed while a :class:`SplitMerge` is in use; the sampler
+        makes one per sweep)."""
+        same = self._same.get(depth)
+        if same is None:
+            par, tim = self.lik.link_strengths(np.array([depth, depth - 1]))
+            same = self._same[depth] = bool(par[0] == par[1] and tim[0] == tim[1])
+        return same
 
     def lift_carried(self, st: MoveState, rng: np.random.Generator) -> MoveResult | None:
         """Remove a carried internal node without documents of its own, lifting its children,
@@ -810,7 +877,7 @@ class SplitMerge:
                 return None
             d = dormant[int(rng.integers(len(dormant)))]
             P = hosts[int(rng.integers(len(hosts)))]
-            blocks = self._deeper_blocks(t, P)
+            blocks = self._deeper_blocks(st, P)
             if not blocks:
                 return None
             k, m = blocks[int(rng.integers(len(blocks)))]
@@ -833,8 +900,7 @@ class SplitMerge:
         P = t.parent[c]
         edit = idx.prior.edit()
         edit.lift(c)
-        merged = EditedTree(edit)
-        blocks = self._deeper_blocks(merged, P)
+        blocks = self._deeper_blocks(st, P, lifted=c)
         n_hosts = self._hosts_after_lift(t, c, len(hosts))
         log_a = (idx.prior.delta(edit, **self.kw) - self._log_relink(st, t, c, st.theta[c])
                  + np.log(len(removable)) - np.log(len(dormant) + 1) - np.log(n_hosts) - np.log(len(blocks)))
