@@ -167,6 +167,13 @@ class DocumentIndex:
         self._fresh: dict[int, bool] | None = None  # see fresh
         self._removable: list[int] | None = None  # see SplitMerge.removable_carried
         self._dormant: list[int] | None = None  # see SplitMerge.dormant
+        #: :meth:`SplitMerge._new_places` in the live tree by (parent, excluded child); cleared
+        #: like :meth:`preorder`
+        self.places: dict[tuple[int, int], list[tuple]] = {}
+        #: collapsed log marginals of a node's documents below a parent, by (likelihood, node,
+        #: parent) (:meth:`SplitMerge.relocate`; cleared when a move changes the tree, a
+        #: parameter or the documents)
+        self.marginals: dict[tuple, float] = {}
 
     def preorder(self) -> list[int]:
         """The tree's nodes in pre-order (cached until a move changes the tree: :meth:`changed`)."""
@@ -222,6 +229,8 @@ class DocumentIndex:
         self._order = self._new_leaves = self._hosts = self.empty_inner = None
         self._reach = self._fresh = self._removable = self._dormant = None
         self.links.clear()
+        self.places.clear()
+        self.marginals.clear()
 
     def of(self, node: int) -> np.ndarray:
         return self.rows.get(node, _NO_ROWS)
@@ -249,6 +258,7 @@ class DocumentIndex:
     def move(self, src: int, dst: int, rows: np.ndarray) -> None:
         """``rows`` (all at ``src``) now belong to ``dst``."""
         self.empty_inner = self._removable = None
+        self.marginals.clear()
         self._docs.pop(src, None)
         self._docs.pop(dst, None)
         self._occupied = None
@@ -445,6 +455,19 @@ class SplitMerge:
         return b != ROOT and st.past.get(b, 0) > 0
 
     def _new_places(self, st: MoveState, tree, P: int, a: int) -> list[tuple]:
+        """The places ``("new", P, k, m)`` of a new child of ``P`` adopting its next ``m``
+        children, each adoptable and not ``a`` (kept in the index for the live tree: do not
+        change the list)."""
+        if tree is st.tree:
+            idx = self.index(st)
+            key = (P, a if tree.parent.get(a) == P else -1)  # a matters only among P's children
+            out = idx.places.get(key)
+            if out is None:
+                out = idx.places[key] = self._places_of(st, tree, P, a)
+            return out
+        return self._places_of(st, tree, P, a)
+
+    def _places_of(self, st: MoveState, tree, P: int, a: int) -> list[tuple]:
         kids = tree.children[P]
         ok = [c != a and self.adoptable(st, tree, c) for c in kids]  # a stays a partner of the new node
         out = []
@@ -645,11 +668,9 @@ class SplitMerge:
             left_leaf = (t.children[P1] == [b] and P1 != ROOT and st.past.get(P1, 0) == 0
                          and P1 not in st.carried)
             n_new_after += int(left_leaf) - int(P2 in new_nodes)
-        docs = idx.documents(b, st.X)
-        th1, c1, d1 = self._new_node(st, P1)
         th2, c2, d2 = self._new_node(st, P2)
-        at_2 = self.lik.log_marginal(docs, th2, c2, d2)
-        at_1 = at_2 if P2 == P1 else self.lik.log_marginal(docs, th1, c1, d1)  # a move among siblings
+        at_2 = self._marginal(st, b, P2)
+        at_1 = at_2 if P2 == P1 else self._marginal(st, b, P1)  # a move among siblings
         log_a = (idx.prior.delta(edit, **self.kw) + at_2 - at_1
                  + np.log(len(new_nodes)) - np.log(n_new_after) + np.log(slots2) - np.log(slots1))
         if np.log(rng.random()) >= log_a:
@@ -661,9 +682,21 @@ class SplitMerge:
         t.depth[b] = t.depth[P2] + 1
         idx.prior.apply(edit)
         idx.changed()
-        st.theta[b] = self.lik.sample_node_theta(th2, c2, d2, docs, rng)
+        st.theta[b] = self.lik.sample_node_theta(th2, c2, d2, idx.documents(b, st.X), rng)
         st.concentration[b] = c2
         return MoveResult("relocate", b, P2, rows_b)
+
+    def _marginal(self, st: MoveState, b: int, P: int) -> float:
+        """The collapsed log marginal of ``b``'s documents as a new child of ``P``, remembered
+        until a move changes the tree, a parameter or the documents (a sweep's relocations
+        draw the same few new leaves again and again)."""
+        idx = self.index(st)
+        key = (self.lik, b, P)
+        v = idx.marginals.get(key)
+        if v is None:
+            theta_P, conc, depth = self._new_node(st, P)
+            v = idx.marginals[key] = self.lik.log_marginal(idx.documents(b, st.X), theta_P, conc, depth)
+        return v
 
     # ------------------------------------------------------------------ empty internal nodes
     def empty_inner(self, st: MoveState) -> list[int]:
