@@ -161,7 +161,8 @@ class DocumentIndex:
         self._occupied: np.ndarray | None = None  # see occupied
         #: link log densities by (likelihood, child, parent, depth) of nodes' current parameters,
         #: a fifth key ``True`` for a carried child scored under its time link too
-        #: (:meth:`SplitMerge._link`; cleared like :meth:`preorder`)
+        #: (:meth:`SplitMerge._link`). A density depends on the two parameters and the depth,
+        #: not on the tree: a node's entries go when its parameter does (:meth:`forget`).
         self.links: dict[tuple, float] = {}
         self._reach: dict[int, int] | None = None  # see reach
         self._fresh: dict[int, bool] | None = None  # see fresh
@@ -170,9 +171,9 @@ class DocumentIndex:
         #: :meth:`SplitMerge._new_places` in the live tree by (parent, excluded child); cleared
         #: like :meth:`preorder`
         self.places: dict[tuple[int, int], list[tuple]] = {}
-        #: collapsed log marginals of a node's documents below a parent, by (likelihood, node,
-        #: parent) (:meth:`SplitMerge.relocate`; cleared when a move changes the tree, a
-        #: parameter or the documents)
+        #: collapsed log marginals of a node's documents as a new child of a parent, by
+        #: (likelihood, node, parent, depth) (:meth:`SplitMerge._marginal`); a node's entries go
+        #: when its documents or its parameter do (:meth:`move`, :meth:`forget`)
         self.marginals: dict[tuple, float] = {}
 
     def preorder(self) -> list[int]:
@@ -228,9 +229,14 @@ class DocumentIndex:
     def changed(self) -> None:
         self._order = self._new_leaves = self._hosts = self.empty_inner = None
         self._reach = self._fresh = self._removable = self._dormant = None
-        self.links.clear()
         self.places.clear()
-        self.marginals.clear()
+
+    def forget(self, node: int) -> None:
+        """Drop the memos' entries that read ``node``'s parameter or concentration: a move
+        has given it new ones, or removed it."""
+        for memo in (self.links, self.marginals):
+            for key in [k for k in memo if k[1] == node or k[2] == node]:
+                del memo[key]
 
     def of(self, node: int) -> np.ndarray:
         return self.rows.get(node, _NO_ROWS)
@@ -258,7 +264,8 @@ class DocumentIndex:
     def move(self, src: int, dst: int, rows: np.ndarray) -> None:
         """``rows`` (all at ``src``) now belong to ``dst``."""
         self.empty_inner = self._removable = None
-        self.marginals.clear()
+        for key in [k for k in self.marginals if k[1] == src or k[1] == dst]:
+            del self.marginals[key]
         self._docs.pop(src, None)
         self._docs.pop(dst, None)
         self._occupied = None
@@ -520,8 +527,8 @@ class SplitMerge:
     def _link(self, st: MoveState, c: int, P: int, depth: int, prev: np.ndarray | None = None) -> float:
         """``log_link`` of node ``c``'s parameter below node ``P``'s at ``depth`` (and under its
         time link to ``prev``, ``c``'s previous-epoch parameter, when given), remembered until a
-        move changes the tree or a parameter: the attempts of a sweep rescore the same links
-        again and again."""
+        move changes either parameter (:meth:`DocumentIndex.forget`): the attempts of a sweep
+        rescore the same links again and again."""
         memo = self.index(st).links
         key = (self.lik, c, P, depth) if prev is None else (self.lik, c, P, depth, True)
         v = memo.get(key)
@@ -682,6 +689,7 @@ class SplitMerge:
         t.depth[b] = t.depth[P2] + 1
         idx.prior.apply(edit)
         idx.changed()
+        idx.forget(b)
         st.theta[b] = self.lik.sample_node_theta(th2, c2, d2, idx.documents(b, st.X), rng)
         st.concentration[b] = c2
         return MoveResult("relocate", b, P2, rows_b)
@@ -691,10 +699,10 @@ class SplitMerge:
         until a move changes the tree, a parameter or the documents (a sweep's relocations
         draw the same few new leaves again and again)."""
         idx = self.index(st)
-        key = (self.lik, b, P)
+        theta_P, conc, depth = self._new_node(st, P)
+        key = (self.lik, b, P, depth)
         v = idx.marginals.get(key)
         if v is None:
-            theta_P, conc, depth = self._new_node(st, P)
             v = idx.marginals[key] = self.lik.log_marginal(idx.documents(b, st.X), theta_P, conc, depth)
         return v
 
@@ -781,6 +789,7 @@ class SplitMerge:
         """Finish an accepted insertion or return of the empty node ``c``, already in the tree:
         its parameter and concentration, and the prior's counts."""
         idx = self.index(st)
+        idx.forget(c)
         st.theta[c] = theta
         st.concentration[c] = concentration
         idx.prior.apply(edit)
@@ -793,6 +802,7 @@ class SplitMerge:
         P = t.parent[c]
         t.merge_into_parent(c)
         del st.theta[c], st.concentration[c]
+        idx.forget(c)
         idx.prior.apply(edit)
         idx.changed()
         return MoveResult("lift", c, P, _NO_ROWS)
@@ -985,6 +995,7 @@ class SplitMerge:
                 # (most of them) skips the draw.
                 theta_b = self.lik.sample_node_theta(theta_P, conc_c, depth_c, docs, rng)
             b = self._insert(st.tree, place, born)
+            idx.forget(b)
             st.theta[b] = theta_b
             st.concentration[b] = conc_c
         st.labels[rows_b] = b
@@ -1027,6 +1038,7 @@ class SplitMerge:
         if new:
             t.merge_into_parent(b)
             del st.theta[b], st.concentration[b]
+            idx.forget(b)
         idx.prior.apply(edit)
         idx.changed()
         idx.move(b, a, rows_b)
