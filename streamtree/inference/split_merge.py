@@ -476,7 +476,12 @@ class SplitMerge:
 
     def _places_of(self, st: MoveState, tree, P: int, a: int) -> list[tuple]:
         kids = tree.children[P]
-        ok = [c != a and self.adoptable(st, tree, c) for c in kids]  # a stays a partner of the new node
+        if tree is st.tree:  # adoptable (one level lower) from the index's per-subtree flags
+            idx, cap = self.index(st), tree.max_depth
+            fresh, reach = idx.fresh(), idx.reach()
+            ok = [c != a and fresh[c] and (cap is None or reach[c] < cap) for c in kids]
+        else:
+            ok = [c != a and self.adoptable(st, tree, c) for c in kids]  # a stays a partner of the new node
         out = []
         for k in range(len(kids) + 1):
             out.append(("new", P, k, 0))
