@@ -773,7 +773,7 @@ class SplitMerge:
         edit = idx.prior.edit()
         edit.lift(c)
         blocks = self._blocks(st, EditedTree(edit), P)
-        n_hosts = self._hosts_after_lift(t, c, len(hosts))
+        n_hosts = self._hosts_after_lift(t, c, len(hosts), idx.reach())
         log_a = (idx.prior.delta(edit, **self.kw) - self._log_adoption(st, t, c, st.theta[c])
                  + np.log(len(empty)) - np.log(n_hosts) - np.log(len(blocks)))
         if np.log(rng.random()) >= log_a:
@@ -781,12 +781,15 @@ class SplitMerge:
         return self._remove(st, c, edit)
 
     @staticmethod
-    def _hosts_after_lift(t, c: int, n_hosts: int) -> int:
+    def _hosts_after_lift(t, c: int, n_hosts: int, reach: dict[int, int] | None = None) -> int:
         """The count of nodes below the depth cap once ``c`` is lifted: ``c`` leaves them (if
-        below the cap), and its subtree's nodes at the cap join them one level higher."""
+        below the cap), and its subtree's nodes at the cap join them one level higher
+        (``reach``: :meth:`DocumentIndex.reach`, which says when there are none)."""
         cap = t.max_depth
         if cap is None:
             return n_hosts - 1
+        if reach is not None and reach[c] < cap:
+            return n_hosts - int(t.depth[c] < cap)
         return n_hosts - int(t.depth[c] < cap) + sum(1 for g in t.subtree(c)[1:] if t.depth[g] >= cap)
 
     def _added(self, st: MoveState, kind: str, c: int, theta: np.ndarray, concentration: float,
@@ -949,7 +952,7 @@ class SplitMerge:
         edit = idx.prior.edit()
         edit.lift(c)
         blocks = self._deeper_blocks(st, P, lifted=c)
-        n_hosts = self._hosts_after_lift(t, c, len(hosts))
+        n_hosts = self._hosts_after_lift(t, c, len(hosts), idx.reach())
         log_a = (idx.prior.delta(edit, **self.kw) - self._log_relink(st, t, c, st.theta[c])
                  + np.log(len(removable)) - np.log(len(dormant) + 1) - np.log(n_hosts) - np.log(len(blocks)))
         if np.log(rng.random()) >= log_a:
