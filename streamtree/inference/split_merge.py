@@ -168,8 +168,8 @@ class DocumentIndex:
         self._fresh: dict[int, bool] | None = None  # see fresh
         self._removable: list[int] | None = None  # see SplitMerge.removable_carried
         self._dormant: list[int] | None = None  # see SplitMerge.dormant
-        #: :meth:`SplitMerge._new_places` in the live tree by (parent, excluded child); cleared
-        #: like :meth:`preorder`
+        #: :meth:`SplitMerge._new_places` in the live tree by (parent, excluded child or -1),
+        #: :meth:`SplitMerge._blocks` by (parent, -2); cleared like :meth:`preorder`
         self.places: dict[tuple[int, int], list[tuple]] = {}
         #: collapsed log marginals of a node's documents as a new child of a parent, by
         #: (likelihood, node, parent, depth) (:meth:`SplitMerge._marginal`); a node's entries go
@@ -724,7 +724,14 @@ class SplitMerge:
 
     def _blocks(self, st: MoveState, tree, P: int) -> list[tuple]:
         """The places ``("new", P, k, m)`` of a new child of ``P`` adopting ``m >= 1`` of its
-        children (each adoptable) in the merged state ``tree``."""
+        children (each adoptable) in the merged state ``tree`` (kept in the index for the live
+        tree, beside :meth:`_new_places`: do not change the list)."""
+        if tree is st.tree:
+            memo = self.index(st).places
+            out = memo.get((P, -2))
+            if out is None:
+                out = memo[(P, -2)] = [pl for pl in self._new_places(st, tree, P, -1) if pl[3] > 0]
+            return out
         return [pl for pl in self._new_places(st, tree, P, -1) if pl[3] > 0]
 
     def lift(self, st: MoveState, rng: np.random.Generator, *, born: int = 0) -> MoveResult | None:
