@@ -700,9 +700,9 @@ class SplitMerge:
         return MoveResult("relocate", b, P2, rows_b)
 
     def _marginal(self, st: MoveState, b: int, P: int) -> float:
-        """The collapsed log marginal of ``b``'s documents as a new child of ``P``, remembered
-        until a move changes the tree, a parameter or the documents (a sweep's relocations
-        draw the same few new leaves again and again)."""
+        """The collapsed log marginal of ``b``'s documents as a new child of ``P`` (at ``P``'s
+        depth), remembered until a move changes ``b``'s documents or either node's parameter
+        (a sweep's relocations draw the same few new leaves again and again)."""
         idx = self.index(st)
         theta_P, conc, depth = self._new_node(st, P)
         key = (self.lik, b, P, depth)
