@@ -159,9 +159,22 @@ class DocumentIndex:
         self.empty_inner: list[int] | None = None
         self._docs: dict[int, DocumentSet] = {}  # document_set of each node's rows (see documents)
         self._occupied: np.ndarray | None = None  # see occupied
-        #: parent-link log densities by (likelihood, child, parent, depth) of nodes' current
-        #: parameters (:meth:`SplitMerge._log_adoption`; cleared like :meth:`preorder`)
+        #: link log densities by (likelihood, child, parent, depth) of nodes' current parameters,
+        #: a fifth key ``True`` for a carried child scored under its time link too
+        #: (:meth:`SplitMerge._link`). A density depends on the two parameters and the depth,
+        #: not on the tree: a node's entries go when its parameter does (:meth:`forget`).
         self.links: dict[tuple, float] = {}
+        self._reach: dict[int, int] | None = None  # see reach
+        self._fresh: dict[int, bool] | None = None  # see fresh
+        self._removable: list[int] | None = None  # see SplitMerge.removable_carried
+        self._dormant: list[int] | None = None  # see SplitMerge.dormant
+        #: :meth:`SplitMerge._new_places` in the live tree by (parent, excluded child or -1),
+        #: :meth:`SplitMerge._blocks` by (parent, -2); cleared like :meth:`preorder`
+        self.places: dict[tuple[int, int], list[tuple]] = {}
+        #: collapsed log marginals of a node's documents as a new child of a parent, by
+        #: (likelihood, node, parent, depth) (:meth:`SplitMerge._marginal`); a node's entries go
+        #: when its documents or its parameter do (:meth:`move`, :meth:`forget`)
+        self.marginals: dict[tuple, float] = {}
 
     def preorder(self) -> list[int]:
         """The tree's nodes in pre-order (cached until a move changes the tree: :meth:`changed`)."""
@@ -187,9 +200,43 @@ class DocumentIndex:
             self._hosts = below, {c: k for k, c in enumerate(below)}
         return self._hosts
 
+    def reach(self) -> dict[int, int]:
+        """The depth of the deepest node in each node's subtree (cached like :meth:`preorder`)."""
+        if self._reach is None:
+            self._subtree_flags()
+        return self._reach
+
+    def fresh(self) -> dict[int, bool]:
+        """Whether every node in each node's subtree is born in this epoch (no past counts, no
+        previous-epoch parameter; cached like :meth:`preorder`)."""
+        if self._fresh is None:
+            self._subtree_flags()
+        return self._fresh
+
+    def _subtree_flags(self) -> None:
+        depth, kids, past, carried = self.tree.depth, self.tree.children, self._past, self._carried
+        reach: dict[int, int] = {}
+        fresh: dict[int, bool] = {}
+        for g in reversed(self.preorder()):  # children before their parent
+            r, f = depth[g], not past.get(g, 0) > 0 and g not in carried
+            for c in kids[g]:
+                if reach[c] > r:
+                    r = reach[c]
+                f = f and fresh[c]
+            reach[g], fresh[g] = r, f
+        self._reach, self._fresh = reach, fresh
+
     def changed(self) -> None:
         self._order = self._new_leaves = self._hosts = self.empty_inner = None
-        self.links.clear()
+        self._reach = self._fresh = self._removable = self._dormant = None
+        self.places.clear()
+
+    def forget(self, node: int) -> None:
+        """Drop the memos' entries that read ``node``'s parameter or concentration: a move
+        has given it new ones, or removed it."""
+        for memo in (self.links, self.marginals):
+            for key in [k for k in memo if k[1] == node or k[2] == node]:
+                del memo[key]
 
     def of(self, node: int) -> np.ndarray:
         return self.rows.get(node, _NO_ROWS)
@@ -216,7 +263,9 @@ class DocumentIndex:
 
     def move(self, src: int, dst: int, rows: np.ndarray) -> None:
         """``rows`` (all at ``src``) now belong to ``dst``."""
-        self.empty_inner = None
+        self.empty_inner = self._removable = None
+        for key in [k for k in self.marginals if k[1] == src or k[1] == dst]:
+            del self.marginals[key]
         self._docs.pop(src, None)
         self._docs.pop(dst, None)
         self._occupied = None
@@ -372,6 +421,7 @@ class SplitMerge:
     def __init__(self, likelihood: Likelihood, stick_kwargs: dict) -> None:
         self.lik = likelihood
         self.kw = stick_kwargs
+        self._same: dict[int, bool] = {}  # _same_links by depth
 
     @staticmethod
     def index(st: MoveState) -> DocumentIndex:
@@ -388,6 +438,9 @@ class SplitMerge:
         merged state, where the adoption is still to come; 0 in the split state, where the
         subtree already hangs below the node that adopted it)."""
         cap = tree.max_depth
+        if tree is st.tree:  # the live tree: from the index's per-subtree flags
+            idx = self.index(st)
+            return idx.fresh()[c] and (cap is None or idx.reach()[c] + lower <= cap)
         stack = [c]
         while stack:
             g = stack.pop()
@@ -411,8 +464,26 @@ class SplitMerge:
         return b != ROOT and st.past.get(b, 0) > 0
 
     def _new_places(self, st: MoveState, tree, P: int, a: int) -> list[tuple]:
+        """The places ``("new", P, k, m)`` of a new child of ``P`` adopting its next ``m``
+        children, each adoptable and not ``a`` (kept in the index for the live tree: do not
+        change the list)."""
+        if tree is st.tree:
+            idx = self.index(st)
+            key = (P, a if tree.parent.get(a) == P else -1)  # a matters only among P's children
+            out = idx.places.get(key)
+            if out is None:
+                out = idx.places[key] = self._places_of(st, tree, P, a)
+            return out
+        return self._places_of(st, tree, P, a)
+
+    def _places_of(self, st: MoveState, tree, P: int, a: int) -> list[tuple]:
         kids = tree.children[P]
-        ok = [c != a and self.adoptable(st, tree, c) for c in kids]  # a stays a partner of the new node
+        if tree is st.tree:  # adoptable (one level lower) from the index's per-subtree flags
+            idx, cap = self.index(st), tree.max_depth
+            fresh, reach = idx.fresh(), idx.reach()
+            ok = [c != a and fresh[c] and (cap is None or reach[c] < cap) for c in kids]
+        else:
+            ok = [c != a and self.adoptable(st, tree, c) for c in kids]  # a stays a partner of the new node
         out = []
         for k in range(len(kids) + 1):
             out.append(("new", P, k, 0))
@@ -460,15 +531,16 @@ class SplitMerge:
                 out += link(st, g, pg, dg) - link(st, g, pg, dg - 1)
         return out
 
-    def _link(self, st: MoveState, c: int, P: int, depth: int) -> float:
-        """``log_link`` of node ``c``'s parameter below node ``P``'s at ``depth``, remembered
-        until a move changes the tree or a parameter: the attempts of a sweep rescore the same
-        links again and again."""
+    def _link(self, st: MoveState, c: int, P: int, depth: int, prev: np.ndarray | None = None) -> float:
+        """``log_link`` of node ``c``'s parameter below node ``P``'s at ``depth`` (and under its
+        time link to ``prev``, ``c``'s previous-epoch parameter, when given), remembered until a
+        move changes either parameter (:meth:`DocumentIndex.forget`): the attempts of a sweep
+        rescore the same links again and again."""
         memo = self.index(st).links
-        key = (self.lik, c, P, depth)
+        key = (self.lik, c, P, depth) if prev is None else (self.lik, c, P, depth, True)
         v = memo.get(key)
         if v is None:
-            v = memo[key] = self.lik.log_link(st.theta[c], st.theta[P], depth)
+            v = memo[key] = self.lik.log_link(st.theta[c], st.theta[P], depth, prev)
         return v
 
     # ------------------------------------------------------------------ target pieces
@@ -610,11 +682,9 @@ class SplitMerge:
             left_leaf = (t.children[P1] == [b] and P1 != ROOT and st.past.get(P1, 0) == 0
                          and P1 not in st.carried)
             n_new_after += int(left_leaf) - int(P2 in new_nodes)
-        docs = idx.documents(b, st.X)
-        th1, c1, d1 = self._new_node(st, P1)
         th2, c2, d2 = self._new_node(st, P2)
-        at_2 = self.lik.log_marginal(docs, th2, c2, d2)
-        at_1 = at_2 if P2 == P1 else self.lik.log_marginal(docs, th1, c1, d1)  # a move among siblings
+        at_2 = self._marginal(st, b, P2)
+        at_1 = at_2 if P2 == P1 else self._marginal(st, b, P1)  # a move among siblings
         log_a = (idx.prior.delta(edit, **self.kw) + at_2 - at_1
                  + np.log(len(new_nodes)) - np.log(n_new_after) + np.log(slots2) - np.log(slots1))
         if np.log(rng.random()) >= log_a:
@@ -626,9 +696,22 @@ class SplitMerge:
         t.depth[b] = t.depth[P2] + 1
         idx.prior.apply(edit)
         idx.changed()
-        st.theta[b] = self.lik.sample_node_theta(th2, c2, d2, docs, rng)
+        idx.forget(b)
+        st.theta[b] = self.lik.sample_node_theta(th2, c2, d2, idx.documents(b, st.X), rng)
         st.concentration[b] = c2
         return MoveResult("relocate", b, P2, rows_b)
+
+    def _marginal(self, st: MoveState, b: int, P: int) -> float:
+        """The collapsed log marginal of ``b``'s documents as a new child of ``P`` (at ``P``'s
+        depth), remembered until a move changes ``b``'s documents or either node's parameter
+        (a sweep's relocations draw the same few new leaves again and again)."""
+        idx = self.index(st)
+        theta_P, conc, depth = self._new_node(st, P)
+        key = (self.lik, b, P, depth)
+        v = idx.marginals.get(key)
+        if v is None:
+            v = idx.marginals[key] = self.lik.log_marginal(idx.documents(b, st.X), theta_P, conc, depth)
+        return v
 
     # ------------------------------------------------------------------ empty internal nodes
     def empty_inner(self, st: MoveState) -> list[int]:
@@ -643,7 +726,14 @@ class SplitMerge:
 
     def _blocks(self, st: MoveState, tree, P: int) -> list[tuple]:
         """The places ``("new", P, k, m)`` of a new child of ``P`` adopting ``m >= 1`` of its
-        children (each adoptable) in the merged state ``tree``."""
+        children (each adoptable) in the merged state ``tree`` (kept in the index for the live
+        tree, beside :meth:`_new_places`: do not change the list)."""
+        if tree is st.tree:
+            memo = self.index(st).places
+            out = memo.get((P, -2))
+            if out is None:
+                out = memo[(P, -2)] = [pl for pl in self._new_places(st, tree, P, -1) if pl[3] > 0]
+            return out
         return [pl for pl in self._new_places(st, tree, P, -1) if pl[3] > 0]
 
     def lift(self, st: MoveState, rng: np.random.Generator, *, born: int = 0) -> MoveResult | None:
@@ -692,7 +782,7 @@ class SplitMerge:
         edit = idx.prior.edit()
         edit.lift(c)
         blocks = self._blocks(st, EditedTree(edit), P)
-        n_hosts = self._hosts_after_lift(t, c, len(hosts))
+        n_hosts = self._hosts_after_lift(t, c, len(hosts), idx.reach())
         log_a = (idx.prior.delta(edit, **self.kw) - self._log_adoption(st, t, c, st.theta[c])
                  + np.log(len(empty)) - np.log(n_hosts) - np.log(len(blocks)))
         if np.log(rng.random()) >= log_a:
@@ -700,12 +790,15 @@ class SplitMerge:
         return self._remove(st, c, edit)
 
     @staticmethod
-    def _hosts_after_lift(t, c: int, n_hosts: int) -> int:
+    def _hosts_after_lift(t, c: int, n_hosts: int, reach: dict[int, int] | None = None) -> int:
         """The count of nodes below the depth cap once ``c`` is lifted: ``c`` leaves them (if
-        below the cap), and its subtree's nodes at the cap join them one level higher."""
+        below the cap), and its subtree's nodes at the cap join them one level higher
+        (``reach``: :meth:`DocumentIndex.reach`, which says when there are none)."""
         cap = t.max_depth
         if cap is None:
             return n_hosts - 1
+        if reach is not None and reach[c] < cap:
+            return n_hosts - int(t.depth[c] < cap)
         return n_hosts - int(t.depth[c] < cap) + sum(1 for g in t.subtree(c)[1:] if t.depth[g] >= cap)
 
     def _added(self, st: MoveState, kind: str, c: int, theta: np.ndarray, concentration: float,
@@ -713,6 +806,7 @@ class SplitMerge:
         """Finish an accepted insertion or return of the empty node ``c``, already in the tree:
         its parameter and concentration, and the prior's counts."""
         idx = self.index(st)
+        idx.forget(c)
         st.theta[c] = theta
         st.concentration[c] = concentration
         idx.prior.apply(edit)
@@ -725,6 +819,7 @@ class SplitMerge:
         P = t.parent[c]
         t.merge_into_parent(c)
         del st.theta[c], st.concentration[c]
+        idx.forget(c)
         idx.prior.apply(edit)
         idx.changed()
         return MoveResult("lift", c, P, _NO_ROWS)
@@ -734,26 +829,40 @@ class SplitMerge:
         """Carried internal nodes without documents of their own, past or current, in pre-order:
         those :meth:`lift_carried` may remove."""
         idx = self.index(st)
-        t, prev = st.tree, st.previous
-        return [c for c in idx.preorder()
-                if c != ROOT and t.children[c] and c in prev and not st.past.get(c, 0) and c not in idx.rows]
+        if idx._removable is None:
+            t, prev = st.tree, st.previous
+            idx._removable = [c for c in idx.preorder() if c != ROOT and t.children[c] and c in prev
+                              and not st.past.get(c, 0) and c not in idx.rows]
+        return idx._removable
 
-    @staticmethod
-    def dormant(st: MoveState) -> list[int]:
+    def dormant(self, st: MoveState) -> list[int]:
         """Carried nodes out of the tree without past documents, ascending: those
         :meth:`lift_carried` may bring back."""
-        return sorted(i for i in st.previous if i not in st.tree.parent and not st.past.get(i, 0))
+        idx = self.index(st)
+        if idx._dormant is None:
+            idx._dormant = sorted(i for i in st.previous if i not in st.tree.parent and not st.past.get(i, 0))
+        return idx._dormant
 
-    @staticmethod
-    def _deeper_blocks(tree, P: int) -> list[tuple[int, int]]:
+    def _deeper_blocks(self, st: MoveState, P: int, lifted: int | None = None) -> list[tuple[int, int]]:
         """The runs ``(k, m)`` of ``m >= 1`` consecutive children of ``P`` from position ``k``
-        whose subtrees stay within the depth cap one level lower (any nodes, carried or new)."""
-        kids, cap = tree.children[P], tree.max_depth
-        ok = [cap is None or all(tree.depth[g] < cap for g in tree.subtree(c)) for c in kids]
+        whose subtrees stay within the depth cap one level lower (any nodes, carried or new),
+        in the live tree or once its child ``lifted`` is lifted (its children in its place,
+        their subtrees one level higher)."""
+        t = st.tree
+        kids, cap = t.children[P], t.max_depth
+        if cap is None:
+            ok = [True] * (len(kids) if lifted is None else len(kids) - 1 + len(t.children[lifted]))
+        else:
+            reach = self.index(st).reach()
+            ok = [reach[c] < cap for c in kids]
+            if lifted is not None:
+                pos = kids.index(lifted)
+                ok[pos:pos + 1] = [reach[c] - 1 < cap for c in t.children[lifted]]
         out = []
-        for k in range(len(kids)):
+        n = len(ok)
+        for k in range(n):
             m = 1
-            while k + m <= len(kids) and ok[k + m - 1]:
+            while k + m <= n and ok[k + m - 1]:
                 out.append((k, m))
                 m += 1
         return out
@@ -770,29 +879,54 @@ class SplitMerge:
         a parameter fitted to one parent under another. Every other node keeps its parameter
         and enters through its link densities. A carried node is scored under both its links,
         parent and time (its previous parameter), a node born in this epoch under its parent
-        link."""
-        lik, out, leaves = self.lik, 0.0, []
-        theta_up = st.theta[tree.parent[x]]
+        link. Values at the nodes' current parameters come from the index's memos
+        (:meth:`_link`, :meth:`_leaf_marginal`); ``theta_x`` counts as current when it is
+        ``x``'s own parameter."""
+        lik, link, out, leaves = self.lik, self._link, 0.0, []
+        up = tree.parent[x]
+        known = theta_x is st.theta.get(x)  # x's own parameter (a removal), not a proposed one
+        cap = tree.max_depth
         for c in tree.children[x]:
+            d = tree.depth[c]
             if not tree.children[c]:
                 prev = st.previous.get(c)
                 prev = None if prev is None else prev.theta
-                d, conc, docs = tree.depth[c], st.concentration[c], self.index(st).documents(c, st.X)
-                out += (lik.log_marginal(docs, theta_x, conc, d, prev)
-                        - lik.log_marginal(docs, theta_up, conc, d - 1, prev))
+                if known:
+                    now = self._leaf_marginal(st, c, x, d, prev)
+                else:
+                    now = lik.log_marginal(self.index(st).documents(c, st.X), theta_x, st.concentration[c], d, prev)
+                out += now - self._leaf_marginal(st, c, up, d - 1, prev)
                 leaves.append(c)
                 continue
-            for g in tree.subtree(c):
-                d, prev = tree.depth[g], st.previous.get(g)
-                if g != c and self._same_links(d):
-                    continue  # same parent, same strengths: the two densities are one number
+            # below c, each node keeps its parent: its two densities differ only by the
+            # strengths at its depth and one level higher, often the same (kappa1 = 1)
+            deeper = cap is None or not all(self._same_links(e) for e in range(d + 1, cap + 1))
+            for g in tree.subtree(c) if deeper else (c,):
+                if g != c:
+                    d = tree.depth[g]
+                    if self._same_links(d):
+                        continue  # same parent, same strengths: the two densities are one number
+                prev = st.previous.get(g)
                 prev = None if prev is None else prev.theta
                 if g == c:
-                    now, before = theta_x, theta_up
+                    now = link(st, g, x, d, prev) if known else lik.log_link(st.theta[g], theta_x, d, prev)
+                    out += now - link(st, g, up, d - 1, prev)
                 else:
-                    now = before = st.theta[tree.parent[g]]
-                out += lik.log_link(st.theta[g], now, d, prev) - lik.log_link(st.theta[g], before, d - 1, prev)
+                    pg = tree.parent[g]
+                    out += link(st, g, pg, d, prev) - link(st, g, pg, d - 1, prev)
         return out, leaves
+
+    def _leaf_marginal(self, st: MoveState, c: int, P: int, depth: int, prev: np.ndarray | None) -> float:
+        """The collapsed log marginal of leaf ``c``'s documents below node ``P`` at ``depth``,
+        under its time link to ``prev`` too when given, at ``c``'s own concentration;
+        remembered like :meth:`_marginal` (its own key: the concentration differs)."""
+        idx = self.index(st)
+        key = (self.lik, c, P, depth, "leaf", prev is not None)
+        v = idx.marginals.get(key)
+        if v is None:
+            v = idx.marginals[key] = self.lik.log_marginal(idx.documents(c, st.X), st.theta[P], st.concentration[c],
+                                                           depth, prev)
+        return v
 
     def _redraw(self, st: MoveState, leaves: list[int], rng: np.random.Generator) -> tuple[int, ...]:
         """Draw each of ``leaves`` a parameter from its conditional given its documents, its
@@ -804,15 +938,19 @@ class SplitMerge:
             st.theta[c] = self.lik.sample_node_theta(st.theta[t.parent[c]], st.concentration[c], t.depth[c],
                                                      idx.documents(c, st.X), rng,
                                                      theta_prev=None if prev is None else prev.theta)
-        if leaves:
-            idx.links.clear()  # their link densities changed with their parameters
+            idx.forget(c)  # its link densities and marginals read the old parameter
         return tuple(leaves)
 
     def _same_links(self, depth: int) -> bool:
         """Whether a node's links are as strong at ``depth`` as one level higher (``kappa1 = 1``,
-        the default): a link density depends on depth only through these strengths."""
-        par, tim = self.lik.link_strengths(np.array([depth, depth - 1]))
-        return bool(par[0] == par[1] and tim[0] == tim[1])
+        the default): a link density depends on depth only through these strengths (the
+        likelihood's strengths are fixed while a :class:`SplitMerge` is in use; the sampler
+        makes one per sweep)."""
+        same = self._same.get(depth)
+        if same is None:
+            par, tim = self.lik.link_strengths(np.array([depth, depth - 1]))
+            same = self._same[depth] = bool(par[0] == par[1] and tim[0] == tim[1])
+        return same
 
     def lift_carried(self, st: MoveState, rng: np.random.Generator) -> MoveResult | None:
         """Remove a carried internal node without documents of its own, lifting its children,
@@ -828,8 +966,9 @@ class SplitMerge:
         else draw ``c`` uniformly among :meth:`removable_carried` and propose to remove it.
         ``c`` holds no documents, so its own link density cancels against the draw of its
         parameter: the ratio holds the collapsed prior's change (the past documents below
-        ``c`` rise with their nodes), the lifted subtree's link densities under both links
-        (:meth:`_log_relink`) and the draw probabilities.
+        ``c`` rise with their nodes), the lifted subtree's terms under both links (leaf
+        children drawn afresh, through their documents' marginals; others through their link
+        densities: :meth:`_log_relink`) and the draw probabilities.
         """
         t = st.tree
         idx = self.index(st)
@@ -841,7 +980,7 @@ class SplitMerge:
                 return None
             d = dormant[int(rng.integers(len(dormant)))]
             P = hosts[int(rng.integers(len(hosts)))]
-            blocks = self._deeper_blocks(t, P)
+            blocks = self._deeper_blocks(st, P)
             if not blocks:
                 return None
             k, m = blocks[int(rng.integers(len(blocks)))]
@@ -866,9 +1005,8 @@ class SplitMerge:
         P = t.parent[c]
         edit = idx.prior.edit()
         edit.lift(c)
-        merged = EditedTree(edit)
-        blocks = self._deeper_blocks(merged, P)
-        n_hosts = self._hosts_after_lift(t, c, len(hosts))
+        blocks = self._deeper_blocks(st, P, lifted=c)
+        n_hosts = self._hosts_after_lift(t, c, len(hosts), idx.reach())
         relink, leaves = self._log_relink(st, t, c, st.theta[c])
         log_a = (idx.prior.delta(edit, **self.kw) - relink
                  + np.log(len(removable)) - np.log(len(dormant) + 1) - np.log(n_hosts) - np.log(len(blocks)))
@@ -921,6 +1059,7 @@ class SplitMerge:
                 # (most of them) skips the draw.
                 theta_b = self.lik.sample_node_theta(theta_P, conc_c, depth_c, docs, rng)
             b = self._insert(st.tree, place, born)
+            idx.forget(b)
             st.theta[b] = theta_b
             st.concentration[b] = conc_c
         st.labels[rows_b] = b
@@ -963,6 +1102,7 @@ class SplitMerge:
         if new:
             t.merge_into_parent(b)
             del st.theta[b], st.concentration[b]
+            idx.forget(b)
         idx.prior.apply(edit)
         idx.changed()
         idx.move(b, a, rows_b)
