@@ -137,9 +137,12 @@ def test_pairwise_sum_is_numpy_sum(n):
         assert mm._pairwise_sum_nb(np.ascontiguousarray(a)) == a.sum()
 
 
-def reference_update(lik, arrays, theta, sums, prev_theta, has_prev, root_anchor, update, n_iter):
+def reference_update(lik, arrays, theta, sums, prev_theta, has_prev, root_anchor, update, n_iter,
+                     keep_last=True):
     """The node update as first written: a Python loop over each block's nodes, re-solving a
-    node when its parent or a child changed, from its current phi."""
+    node when its parent or a child changed, from its current phi: ``mm._BLOCK_MAX_ITER`` joint
+    Newton steps, their last iterate kept (with ``keep_last``) unless a step failed, and the
+    safeguarded solve otherwise."""
     theta = np.array(theta, dtype=np.float64, copy=True)
     K = arrays.size
     par, tim = lik.link_strengths(arrays.depth)
@@ -163,9 +166,15 @@ def reference_update(lik, arrays, theta, sums, prev_theta, has_prev, root_anchor
                 parent_phi = theta[pidx[k]] if pidx[k] >= 0 else root_anchor
                 alpha = par[k] * parent_phi + offset[k]
                 if kids:
-                    new = mm.map_phi_with_children_dense(sums[k], alpha, np.log(theta[kids]), par[kids],
-                                                         offset[kids], phi_init=theta[k], tol=mm._BLOCK_TOL,
-                                                         freeze=mm._BLOCK_FREEZE)
+                    L = np.log(theta[kids])
+                    t = theta[k] / theta[k].sum()
+                    if mm._joint_newton_nb(sums[k] + alpha - 0.0, par[kids], offset[kids], L, t, mm._BLOCK_MAX_ITER,
+                                           mm._BLOCK_TOL, mm._BLOCK_FREEZE, keep_last):
+                        new = t / t.sum()
+                    else:
+                        new = mm.map_phi_with_children_dense(sums[k], alpha, L, par[kids], offset[kids],
+                                                             phi_init=theta[k], tol=mm._BLOCK_TOL,
+                                                             freeze=mm._BLOCK_FREEZE)
                 else:
                     new = mm.map_phi_dense(sums[k], alpha)
                 change = float(np.max(np.abs(new - theta[k])))
@@ -200,15 +209,19 @@ def random_tree_problem(rng, K, V, max_depth):
 
 
 @pytest.mark.parametrize("seed", range(4))
-@pytest.mark.parametrize("joint_steps", [mm._JOINT_MAX_ITER, 1])
-def test_block_node_update_is_the_python_loop_bit_for_bit(monkeypatch, seed, joint_steps):
+@pytest.mark.parametrize("block_steps, keep_last", [(mm._BLOCK_MAX_ITER, mm._BLOCK_MAX_ITER < mm._JOINT_MAX_ITER),
+                                                    (2, True), (1, False)])
+def test_block_node_update_is_the_python_loop_bit_for_bit(monkeypatch, seed, block_steps, keep_last):
     """``Multinomial.update_theta`` (compiled blocks) against the Python loop it replaces, on
-    random trees with time links, leaves without data and a root anchor; with one joint step
-    allowed most solves fall back to the safeguarded search, which the caller runs."""
+    random trees with time links, leaves without data and a root anchor: as shipped, with a
+    budget of two joint Newton steps, and with one step that is not kept unless it converged,
+    where most solves fall back to the safeguarded search, which the caller runs."""
     from streamtree.likelihoods import multinomial as multinomial_module
 
-    monkeypatch.setattr(mm, "_JOINT_MAX_ITER", joint_steps)
-    monkeypatch.setattr(multinomial_module, "_JOINT_MAX_ITER", joint_steps)
+    monkeypatch.setattr(mm, "_BLOCK_MAX_ITER", block_steps)
+    monkeypatch.setattr(multinomial_module, "_BLOCK_MAX_ITER", block_steps)
+    solve = mm._solve_nodes_nb
+    monkeypatch.setattr(multinomial_module, "_solve_nodes_nb", lambda *args: solve(*args[:-1], keep_last))
     fallbacks = []
 
     def counted(*args, **kwargs):
@@ -226,10 +239,10 @@ def test_block_node_update_is_the_python_loop_bit_for_bit(monkeypatch, seed, joi
     for n_iter in (1, 2, 10):
         fast = lik.update_theta(arrays, start, sums, np.ones(K), np.ones(K), prev, has_prev, anchor, update,
                                 n_iter)
-        ref = reference_update(lik, arrays, start, sums, prev, has_prev, anchor, update, n_iter)
+        ref = reference_update(lik, arrays, start, sums, prev, has_prev, anchor, update, n_iter, keep_last)
         assert np.array_equal(fast, ref)
     assert not np.array_equal(fast, start)
-    if joint_steps == 1 and (arrays.parent_index >= 0).any():
+    if not keep_last and (arrays.parent_index >= 0).any():
         assert fallbacks  # the caller's safeguarded search was compared too
 
 

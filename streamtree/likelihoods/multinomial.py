@@ -26,9 +26,9 @@ from scipy.special import gammaln
 
 from streamtree.inference.enumerated import DIRICHLET, Candidates
 from streamtree.likelihoods.base import Likelihood, RowBlock, WordTopics, argmax_log_scale, finite_csr
-from streamtree.likelihoods.multinomial_math import (_BLOCK_FREEZE, _BLOCK_TOL, _JOINT_MAX_ITER, _solve_nodes_nb,
-                                                     log_dm_marginal_linked, log_multinomial_coef, map_phi,
-                                                     map_phi_dense, map_phi_with_children_dense)
+from streamtree.likelihoods.multinomial_math import (_BLOCK_FREEZE, _BLOCK_MAX_ITER, _BLOCK_TOL, _JOINT_MAX_ITER,
+                                                     _solve_nodes_nb, log_dm_marginal_linked, log_multinomial_coef,
+                                                     map_phi, map_phi_dense, map_phi_with_children_dense)
 
 #: Dirichlet floor per term: every node's prior holds ``eps`` pseudo-counts of every word
 DIRICHLET_FLOOR = 0.01
@@ -288,7 +288,8 @@ class Multinomial(WordTopics, Likelihood):
         phi (its data and offset are fixed): it is solved again only when one of them changed
         since its last solve, and from its current phi, which is close to the optimum after a
         sweep's changes. Its joint Newton stops at ``_BLOCK_TOL`` / ``_BLOCK_FREEZE``, looser
-        than a standalone solve's: the blocks' alternation moves the nodes far more per pass."""
+        than a standalone solve's; below ``_JOINT_MAX_ITER`` steps, ``_BLOCK_MAX_ITER`` is a step
+        budget whose last iterate is kept, and only a failed step goes to the safeguarded search."""
         K = arrays.size
         pidx = np.ascontiguousarray(arrays.parent_index, dtype=np.int64)
         # children with a positive link strength, by parent, in index order (CSR)
@@ -314,7 +315,8 @@ class Multinomial(WordTopics, Likelihood):
                 before = version[rows]
                 change, n_failed = _solve_nodes_nb(rows, theta, log_theta, sums, offset, par, pidx, root_anchor,
                                                    kid_ptr, kids, version, solved_parent, solved_kids,
-                                                   _JOINT_MAX_ITER, _BLOCK_TOL, _BLOCK_FREEZE, failed)
+                                                   _BLOCK_MAX_ITER, _BLOCK_TOL, _BLOCK_FREEZE, failed,
+                                                   _BLOCK_MAX_ITER < _JOINT_MAX_ITER)
                 delta = max(delta, change)
                 for k in failed[:n_failed]:  # the joint steps stopped: the safeguarded search
                     c = kids[kid_ptr[k]:kid_ptr[k + 1]]

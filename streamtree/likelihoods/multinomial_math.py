@@ -99,6 +99,12 @@ _JOINT_FREEZE = 1e-7
 # changes nothing that matters and saves a fifth of the digamma/trigamma evaluations
 _BLOCK_TOL = 1e-5
 _BLOCK_FREEZE = 1e-5
+# and the joint Newton steps such a node may take per pass. Below ``_JOINT_MAX_ITER`` it is a
+# step budget, the last iterate kept (each node is stepped again at the next pass and sweep);
+# at it (the default) a solve that does not converge goes to the safeguarded search. Budgets of
+# 1 and 2 steps cut the fit's CPU by about a quarter and a tenth on SOU but moved the chains
+# (planted trees: fewer targets or ids kept at one of two seeds; see BENCHMARKS.md)
+_BLOCK_MAX_ITER = _JOINT_MAX_ITER
 
 
 # ----------------------------------------------------------------------------- numba kernels
@@ -320,7 +326,7 @@ def _child_grads_nb(terms, n, t, strength, offset, log_phi, same, g1, g2, dg, tg
 
 
 @njit(cache=True, nogil=True)
-def _joint_newton_nb(b, strength, offset, log_phi, t, max_iter, tol, freeze):
+def _joint_newton_nb(b, strength, offset, log_phi, t, max_iter, tol, freeze, keep_last=False):
     """Newton on the KKT system in (t, lambda) jointly, from t (summing to 1; updated in place).
 
     Solves r_w = b_w + t_w (g_w'(t_w) - lambda) = 0 with sum_w t_w = 1 for b_w > 0, one
@@ -332,7 +338,8 @@ def _joint_newton_nb(b, strength, offset, log_phi, t, max_iter, tol, freeze):
     Returns True once every term's step is below ``tol`` (that last step is taken); False,
     leaving t at a point of the simplex, when a step would leave the simplex, a linearisation
     is not decreasing, or ``max_iter`` steps did not get there; the caller then falls back to
-    the safeguarded search.
+    the safeguarded search. With ``keep_last`` a run that used its ``max_iter`` steps without a
+    failed one returns True too, at its last iterate (a step budget rather than a solve).
 
     A step's g' and g'' come from ``_child_grads_nb`` over the terms still moving; every value
     is the one ``_child_grad_nb`` gives, so the iterates are those of a term-by-term loop.
@@ -400,7 +407,7 @@ def _joint_newton_nb(b, strength, offset, log_phi, t, max_iter, tol, freeze):
         lam += dlam
         if worst <= tol:
             return True
-    return False
+    return keep_last
 
 
 @njit(cache=True, nogil=True)
@@ -468,7 +475,7 @@ def _pairwise_sum_nb(a):
 
 @njit(cache=True, nogil=True)
 def _solve_nodes_nb(rows, theta, log_theta, sums, offset, strength, parent, anchor, kid_ptr, kid_idx, version,
-                    solved_parent, solved_kids, max_iter, tol, freeze, failed):
+                    solved_parent, solved_kids, max_iter, tol, freeze, failed, keep_last):
     """One depth-parity block of the multinomial node update (the rows do not neighbour each
     other), in place: for each row whose parent or children changed since its last solve,
     the MAP of its phi from its current phi (``map_phi_with_children_dense`` with
@@ -479,7 +486,8 @@ def _solve_nodes_nb(rows, theta, log_theta, sums, offset, strength, parent, anch
     ``log_theta`` their ``np.log(phi)``; ``solved_parent`` / ``solved_kids`` the parent's and
     children's ``version`` at row r's last solve (-1: never). A row the joint Newton steps
     cannot solve is left unchanged and listed in ``failed`` for the caller's safeguarded
-    search. Returns (largest change of a phi entry, number of failed rows).
+    search. With ``keep_last`` a row whose ``max_iter`` steps did not converge keeps their last
+    iterate (a step budget). Returns (largest change of a phi entry, number of failed rows).
     """
     V = theta.shape[1]
     max_kids = 0
@@ -528,7 +536,7 @@ def _solve_nodes_nb(rows, theta, log_theta, sums, offset, strength, parent, anch
                 s[j] = strength[c]
                 L[j] = log_theta[c]
                 O[j] = offset[c]
-            if not _joint_newton_nb(b, s[:J], O[:J], L[:J], t, max_iter, tol, freeze):
+            if not _joint_newton_nb(b, s[:J], O[:J], L[:J], t, max_iter, tol, freeze, keep_last):
                 failed[n_failed] = r
                 n_failed += 1
                 continue
