@@ -15,6 +15,7 @@ and compare the distribution of the resulting assignments with the target by a c
 from __future__ import annotations
 
 import itertools
+from functools import partial
 
 import numpy as np
 import pytest
@@ -837,10 +838,14 @@ def _doc_set(X, rows):
 
 @pytest.mark.parametrize("family", [0, 1, 2], ids=["multinomial", "vmf", "gaussian"])
 def test_running_predictive_sums_to_the_collapsed_marginal(family):
-    """The running predictive's terms, added in any order, are the family's log marginal."""
+    """The running predictive's terms, added in any order, are the family's log marginal (the
+    family's own and the default of the base class)."""
+    from streamtree.likelihoods.base import MarginalDifferences
+
     lik, X, theta, conc = _families()[family]
-    for order in ([0, 1, 2, 3, 4], [4, 2, 0, 3, 1]):
-        pred = lik.running_predictive(X, theta[ROOT], conc[ROOT], 1)
+    for order, make in itertools.product(([0, 1, 2, 3, 4], [4, 2, 0, 3, 1]),
+                                         (lik.running_predictive, partial(MarginalDifferences, lik))):
+        pred = make(X, theta[ROOT], conc[ROOT], 1)
         total = 0.0
         for r in order:
             total += pred.log_predictive(r)
