@@ -78,12 +78,15 @@ def sequential_allocation(rows: np.ndarray, order: np.ndarray, log_stay: np.ndar
     draw = to_new is None
     out = np.zeros(rows.size, dtype=bool) if draw else np.asarray(to_new, dtype=bool)
     running = isinstance(new_side, RunningPredictive)
+    # Python scalars: the loop is sequential (each step reads the previous ones' outcome)
+    rows_l, stay_l = rows.tolist(), np.asarray(log_stay, dtype=np.float64).tolist()
+    fixed_l = None if running else np.asarray(new_side, dtype=np.float64).tolist()
+    u_l = u.tolist() if draw else None
     n_a = n_b = 1  # i and j
     log_q = 0.0
-    for t in range(order.size):
-        k = int(order[t])
-        lp_b = new_side.log_predictive(int(rows[k])) if running else float(new_side[k])
-        logit = log_side_weight(n_b) + lp_b - log_side_weight(n_a) - float(log_stay[k])
+    for t, k in enumerate(order.tolist()):
+        lp_b = new_side.log_predictive(rows_l[k]) if running else fixed_l[k]
+        logit = log_side_weight(n_b) + lp_b - log_side_weight(n_a) - stay_l[k]
         # log p and log (1 - p) of the clipped logistic, stable at both ends
         if logit >= 0.0:
             log_p, log_1mp = -math.log1p(math.exp(-logit)), -logit - math.log1p(math.exp(-logit))
@@ -91,13 +94,13 @@ def sequential_allocation(rows: np.ndarray, order: np.ndarray, log_stay: np.ndar
             log_p, log_1mp = logit - math.log1p(math.exp(logit)), -math.log1p(math.exp(logit))
         log_p = min(max(log_p, _LOG_EPS), _LOG_1M_EPS)
         log_1mp = min(max(log_1mp, _LOG_EPS), _LOG_1M_EPS)
-        go = bool(u[t] < math.exp(log_p)) if draw else bool(out[k])
+        go = u_l[t] < math.exp(log_p) if draw else bool(out[k])
         if go:
             out[k] = True
             log_q += log_p
             n_b += 1
             if running:
-                new_side.add(int(rows[k]))
+                new_side.add(rows_l[k])
         else:
             log_q += log_1mp
             n_a += 1
