@@ -57,23 +57,20 @@ small nodes as frequent as those of large ones.
 * a split draw: propose a split of ``a``. Choose uniformly among the places
   allowed in the current state (new child of ``a`` at each position if ``a`` is below the
   depth cap, new child of ``a``'s parent at each position, each empty kept child or sibling);
-  ``i`` stays, ``j`` moves. The other documents of ``a`` are allocated sequentially in a
-  uniform random order (:mod:`streamtree.inference.allocation`, after Dahl): each goes to
-  the split-off side with probability proportional to that side's current count times its
-  collapsed predictive given the documents already there (a new node,
-  :meth:`Likelihood.running_predictive`) or its likelihood at the kept node's parameter, and
-  stays with probability proportional to ``a``'s count times its likelihood at ``a``'s
-  parameter (which ``a`` keeps).
+  ``i`` stays, ``j`` moves. For a new node, a *launch* allocation of ``a``'s other documents
+  is drawn from per-document probabilities comparing ``a``'s parameter with a seed parameter
+  (:meth:`Likelihood.seed_child_theta` of ``x_j``); the launch group's posterior mode
+  (:meth:`Likelihood.new_node_theta`) then gives the per-document probabilities from which the
+  split is drawn. For a kept node, the probabilities compare the two nodes' parameters.
 * a merge draw, ``b`` new or kept in one of ``a``'s places once merged: propose the merge
-  (deterministic). Its reverse-proposal probability scores the actual split under the same
-  sequential rule with an order drawn afresh (an auxiliary variable independent of the state,
-  so its probability cancels).
+  (deterministic). Its reverse-proposal probability repeats the launch from
+  the merged state (an auxiliary variable that depends only on the merged state, ``i`` and
+  ``j``, drawn afresh as in Jain and Neal) and scores the actual split.
 * anything else: nothing happens.
 
 Per-document probabilities are clipped to ``[EPS, 1 - EPS]`` so that every split has positive
-proposal probability. An attempt costs O(nnz) of the documents of ``a`` and ``b`` (the running
-predictive's updates are O(nnz) per document for the text families) plus a few O(p)
-marginals and one O(depth x branching) prior difference
+proposal probability. An attempt costs O(nnz) of the documents of ``a`` and ``b`` plus a few
+O(p) marginals and one O(depth x branching) prior difference
 (:class:`~streamtree.inference.merge.CollapsedPrior`): the documents of each node and the
 prior's counts are indexed once per :class:`MoveState` and follow the accepted moves, and a
 rejected proposal copies neither the tree nor the labels.
@@ -91,11 +88,14 @@ import streamtree  # noqa: F401  (configures the numba cache directory)
 import numpy as np
 import scipy.sparse as sp
 from numba import njit
+from scipy.special import expit
 
-from streamtree.inference.allocation import EPS, sequential_allocation  # noqa: F401  (EPS re-exported)
 from streamtree.inference.merge import CollapsedPrior, PriorEdit
-from streamtree.likelihoods.base import DocumentSet, Likelihood, RowBlock, RunningPredictive
+from streamtree.likelihoods.base import DocumentSet, Likelihood, RowBlock
 from streamtree.tree import ROOT, TSSBTree
+
+#: floor on every per-document allocation probability of a split proposal
+EPS = 1e-3
 
 
 @dataclass
@@ -342,6 +342,21 @@ def document_set(X, rows: np.ndarray) -> DocumentSet:
     return DocumentSet(float(rows.size), s, sumsq)
 
 
+@njit(cache=True)
+def _csr_dense_row(indptr, indices, data, r, p):
+    out = np.zeros(p)
+    for k in range(indptr[r], indptr[r + 1]):
+        out[indices[k]] += np.float64(data[k])
+    return out
+
+
+def _dense_row(X, r: int) -> np.ndarray:
+    if sp.issparse(X) and X.format == "csr":
+        return _csr_dense_row(X.indptr, X.indices, X.data, r, X.shape[1])
+    x = X[r]
+    return np.asarray(x.toarray()).ravel() if sp.issparse(x) else np.asarray(x, dtype=np.float64).ravel()
+
+
 class SplitMerge:
     """Exact split-merge attempts on a :class:`MoveState`.
 
@@ -462,41 +477,29 @@ class SplitMerge:
         return st.theta[P], self.lik.new_node_concentration(st.concentration[P], depth), depth
 
     # ------------------------------------------------------------------ proposal
-    def _sides(self, st: MoveState, a: int, place: tuple, j: int,
-               others: np.ndarray) -> tuple[np.ndarray, RunningPredictive | np.ndarray]:
-        """The two sides a sequential allocation of ``others`` scores them on
-        (:func:`~streamtree.inference.allocation.sequential_allocation`): their log likelihood
-        at ``a``'s parameter, and the other side's collapsed predictive seeded with ``j`` (a new
-        node) or their log likelihood at the kept node's parameter. Functions of the merged
-        state alone."""
+    def _allocation(self, st: MoveState, a: int, place: tuple, j: int, others: np.ndarray,
+                    rng: np.random.Generator) -> np.ndarray:
+        """Log-odds that each of ``others`` goes to the split-off node (a function of the merged
+        state and of a fresh launch)."""
         lik = self.lik
+        theta_a, conc_a = st.theta[a], st.concentration[a]
         Xo = RowBlock(st.X, others)
-        stay = lik.block_log_likelihood(Xo, st.theta[a], st.concentration[a])
+        base = lik.block_log_likelihood(Xo, theta_a, conc_a)
         if place[0] == "old":
             b = place[1]
-            return stay, lik.block_log_likelihood(Xo, st.theta[b], st.concentration[b])
+            return lik.block_log_likelihood(Xo, st.theta[b], st.concentration[b]) - base
         theta_P, conc_c, depth_c = self._new_node(st, place[1])
-        new_side = lik.running_predictive(st.X, theta_P, conc_c, depth_c)
-        new_side.add(j)
-        return stay, new_side
+        seed = lik.seed_child_theta(theta_a, _dense_row(st.X, j))
+        lo = lik.block_log_likelihood(Xo, seed, conc_c) - base
+        launch = rng.random(others.size) < np.clip(expit(lo), EPS, 1 - EPS)
+        rows_c = np.concatenate([[j], others[launch]]).astype(np.int64)
+        theta_l = lik.new_node_theta(theta_P, conc_c, depth_c, document_set(st.X, rows_c))
+        return lik.block_log_likelihood(Xo, theta_l, conc_c) - base
 
-    def _allocation(self, st: MoveState, a: int, place: tuple, j: int, others: np.ndarray,
-                    rng: np.random.Generator) -> tuple[np.ndarray, float]:
-        """Draw a split of ``others`` sequentially in a uniform order (see
-        :mod:`streamtree.inference.allocation`): which go to the split-off node, and the log
-        probability of that allocation."""
-        order = rng.permutation(others.size)
-        stay, new_side = self._sides(st, a, place, j, others)
-        return sequential_allocation(others, order, stay, new_side, u=rng.random(others.size))
-
-    def _log_q(self, st: MoveState, a: int, place: tuple, j: int, others: np.ndarray, to_new: np.ndarray,
-               rng: np.random.Generator) -> float:
-        """Log probability that :meth:`_allocation` draws the split ``to_new`` of ``others``,
-        under an order drawn afresh as it draws one (the order is an auxiliary variable
-        independent of the state: it cancels)."""
-        order = rng.permutation(others.size)
-        stay, new_side = self._sides(st, a, place, j, others)
-        return sequential_allocation(others, order, stay, new_side, to_new=to_new)[1]
+    @staticmethod
+    def _log_q(log_odds: np.ndarray, to_new: np.ndarray) -> float:
+        p_new = np.clip(expit(log_odds), EPS, 1 - EPS)
+        return float(np.sum(np.where(to_new, np.log(p_new), np.log1p(-p_new))))
 
     def _log_ratio(self, st: MoveState, split, a: int, b: int, place: tuple, docs: DocumentSet,
                    log_prior: float, n_places: int, log_q: float, theta_b: np.ndarray | None = None) -> float:
@@ -848,7 +851,8 @@ class SplitMerge:
         place = places[int(rng.integers(len(places)))]
         rows_a = idx.of(a)
         others = rows_a[(rows_a != i) & (rows_a != j)]
-        to_new, log_q = self._allocation(st, a, place, j, others, rng)
+        lo = self._allocation(st, a, place, j, others, rng)
+        to_new = rng.random(others.size) < np.clip(expit(lo), EPS, 1 - EPS)
         rows_b = np.concatenate([[j], others[to_new]]).astype(np.int64)
         docs = document_set(st.X, rows_b)
         edit = idx.prior.edit()
@@ -870,7 +874,7 @@ class SplitMerge:
         n_partners = (len(t.children[place[1]]) - place[3] + 1 if place[0] == "new"
                       else len(t.children[t.parent[b]]))
         log_a = (self._log_ratio(st, split, a, b, place, docs, idx.prior.delta(edit, **self.kw), len(places),
-                                 log_q, theta_b)
+                                 self._log_q(lo, to_new), theta_b)
                  + self._log_select_merge(len(idx.rows) + 1, n_partners, rows_b.size, n_a - rows_b.size)
                  - self._log_select_split(st.labels.size, n_a))
         if np.log(rng.random()) >= log_a:
@@ -911,10 +915,11 @@ class SplitMerge:
         if place not in places:
             return None  # no split of a could have made this state
         others = _union_without(idx.of(a), rows_b, i, j)
-        log_q = self._log_q(st, a, place, j, others, st.labels[others] == b, rng)
+        lo = self._allocation(st, a, place, j, others, rng)
+        to_new = st.labels[others] == b
         n_a = idx.count(a)
         log_a = -(self._log_ratio(st, t, a, b, place, idx.documents(b, st.X), -idx.prior.delta(edit, **self.kw),
-                                  len(places), log_q, st.theta[b])
+                                  len(places), self._log_q(lo, to_new), st.theta[b])
                   + self._log_select_merge(len(idx.rows), len(self.partners(st, t, b)), rows_b.size, n_a)
                   - self._log_select_split(st.labels.size, n_a + rows_b.size))
         if np.log(rng.random()) >= log_a:

@@ -141,54 +141,6 @@ class RowBlock:
         return np.asarray(self.matrix @ v).ravel()
 
 
-class RunningPredictive(ABC):
-    """The collapsed log predictive of rows of ``X``, one at a time, at a new node given the rows
-    added to it so far: its parameter integrated out under its parent link (the terms whose sum
-    over the rows added in turn is :meth:`Likelihood.log_marginal` of their set). A sequential
-    split proposal scores each document against the documents already on the new side."""
-
-    @abstractmethod
-    def log_predictive(self, r: int) -> float:
-        """log p(row ``r`` | the rows added so far)."""
-
-    @abstractmethod
-    def add(self, r: int) -> None:
-        """Row ``r`` joins the node."""
-
-
-def _row(X, r: int) -> np.ndarray:
-    x = X[r]
-    return np.asarray(x.todense()).ravel() if sp.issparse(x) else np.asarray(x, dtype=np.float64).ravel()
-
-
-class MarginalDifferences(RunningPredictive):
-    """:class:`RunningPredictive` of any family: differences of :meth:`Likelihood.log_marginal`
-    over the running sufficient statistics (O(p) per row; a family with a cheaper update
-    overrides :meth:`Likelihood.running_predictive`)."""
-
-    def __init__(self, lik: "Likelihood", X, theta_parent: np.ndarray, concentration: float, depth: int) -> None:
-        self.lik, self.X = lik, X
-        self.args = (np.asarray(theta_parent), concentration, depth)
-        p = self.args[0].shape[0]
-        self.docs = DocumentSet(0.0, np.zeros(p), 0.0)
-        self.log_m = lik.log_marginal(self.docs, *self.args)
-        self._last: tuple[int, DocumentSet, float] | None = None
-
-    def log_predictive(self, r: int) -> float:
-        x = _row(self.X, r)
-        d = self.docs
-        nxt = DocumentSet(d.n + 1.0, d.s + x, d.sumsq + float(x @ x))
-        log_m = self.lik.log_marginal(nxt, *self.args)
-        self._last = (r, nxt, log_m)
-        return log_m - self.log_m
-
-    def add(self, r: int) -> None:
-        if self._last is None or self._last[0] != r:
-            self.log_predictive(r)
-        _, self.docs, self.log_m = self._last
-        self._last = None
-
-
 class Likelihood(ABC):
     """One observation family: kernel coefficients, collapsed marginals, node updates.
 
@@ -310,12 +262,6 @@ class Likelihood(ABC):
         likelihood is a function of ``x . v`` overrides it with :meth:`RowBlock.dot`, which
         reads the rows in place; the values must not change)."""
         return self.row_log_likelihood(block.matrix, theta, concentration)
-
-    def running_predictive(self, X, theta_parent: np.ndarray, concentration: float, depth: int) -> RunningPredictive:
-        """The collapsed log predictive of rows of ``X``, one at a time, at a new depth-``depth``
-        child of ``theta_parent`` without documents yet (:class:`RunningPredictive`; by default
-        differences of :meth:`log_marginal`)."""
-        return MarginalDifferences(self, X, theta_parent, concentration, depth)
 
     # ------------------------------------------------------------------ identity across epochs
     @abstractmethod

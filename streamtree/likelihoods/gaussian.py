@@ -16,7 +16,7 @@ from numpy.typing import ArrayLike
 
 from streamtree.inference.enumerated import LINEAR, Candidates
 from streamtree.inference.theta_map import map_theta_gaussian
-from streamtree.likelihoods.base import Likelihood, RunningPredictive
+from streamtree.likelihoods.base import Likelihood
 
 __all__ = [
     "Gaussian",
@@ -193,35 +193,6 @@ def group_log_likelihood(n: float, s: np.ndarray, sumsq: float, theta: np.ndarra
                  - (sumsq - 2 * theta @ s + n * theta @ theta) / (2 * noise_var))
 
 
-@njit(cache=True, nogil=True)
-def _row_predictive_nb(X, r, nat, lam, noise_var):
-    """log N(x_r; nat / lam, (1 / lam + noise_var) I): the predictive of row ``r`` at a node whose
-    mean's posterior is N(nat / lam, I / lam)."""
-    var = 1.0 / lam + noise_var
-    acc = 0.0
-    for w in range(X.shape[1]):
-        d = X[r, w] - nat[w] / lam
-        acc += d * d
-    return -0.5 * X.shape[1] * math.log(2.0 * math.pi * var) - acc / (2.0 * var)
-
-
-class GaussianPredictive(RunningPredictive):
-    """The Gaussian predictive of a new node's next row (its mean integrated under its parent
-    link): O(p) per row over the running posterior's natural mean and precision."""
-
-    def __init__(self, X: np.ndarray, mu: np.ndarray, prior_var: float, noise_var: float) -> None:
-        self.X, self.noise_var = X, float(noise_var)
-        self.nat = np.asarray(mu, dtype=np.float64) / prior_var
-        self.lam = 1.0 / prior_var
-
-    def log_predictive(self, r: int) -> float:
-        return _row_predictive_nb(self.X, r, self.nat, self.lam, self.noise_var)
-
-    def add(self, r: int) -> None:
-        self.nat += self.X[r] / self.noise_var
-        self.lam += 1.0 / self.noise_var
-
-
 class Gaussian(Likelihood):
     """Isotropic Gaussian nodes on real-valued dense rows: ``x | node ~ N(theta, sigma_x^2 I)``.
 
@@ -338,11 +309,6 @@ class Gaussian(Likelihood):
 
     def log_likelihood(self, docs, theta, concentration):
         return group_log_likelihood(docs.n, docs.s, docs.sumsq, theta, 1.0 / concentration)
-
-    def running_predictive(self, X, theta_parent, concentration, depth):
-        if not (isinstance(X, np.ndarray) and X.dtype == np.float64 and X.ndim == 2):
-            return super().running_predictive(X, theta_parent, concentration, depth)
-        return GaussianPredictive(X, theta_parent, self.new_node_prior(depth), 1.0 / concentration)
 
     def drift_statistic(self, theta_now, theta_prev, depth):
         # a step of variance v per coordinate: |theta_now - theta_prev|^2 / v is chi-square with p df

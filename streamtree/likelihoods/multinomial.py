@@ -22,63 +22,16 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
-from numba import njit
 from scipy.special import gammaln
 
 from streamtree.inference.enumerated import DIRICHLET, Candidates
-from streamtree.likelihoods.base import (Likelihood, RowBlock, RunningPredictive, WordTopics, argmax_log_scale,
-                                         finite_csr)
-from streamtree.likelihoods.multinomial_math import (_BLOCK_FREEZE, _BLOCK_TOL, _JOINT_MAX_ITER, _log_rising_nb,
-                                                     _pairwise_sum_nb, _solve_nodes_nb,
+from streamtree.likelihoods.base import Likelihood, RowBlock, WordTopics, argmax_log_scale, finite_csr
+from streamtree.likelihoods.multinomial_math import (_BLOCK_FREEZE, _BLOCK_TOL, _JOINT_MAX_ITER, _solve_nodes_nb,
                                                      log_dm_marginal_linked, log_multinomial_coef, map_phi,
                                                      map_phi_dense, map_phi_with_children_dense)
 
 #: Dirichlet floor per term: every node's prior holds ``eps`` pseudo-counts of every word
 DIRICHLET_FLOOR = 0.01
-
-
-@njit(cache=True, nogil=True)
-def _dm_row_predictive_nb(indptr, indices, data, r, alpha, c, total):
-    """Dirichlet-multinomial log predictive of CSR row ``r`` given the counts ``c`` already at
-    the node (``total``: sum of ``alpha`` and ``c``), without the row's multinomial coefficient
-    (as :meth:`Multinomial.log_marginal`); O(nnz) of the row."""
-    acc = 0.0
-    n = 0.0
-    for k in range(indptr[r], indptr[r + 1]):
-        v = np.float64(data[k])
-        w = indices[k]
-        acc += _log_rising_nb(alpha[w] + c[w], v)
-        n += v
-    return acc - _log_rising_nb(total, n)
-
-
-@njit(cache=True, nogil=True)
-def _add_row_nb(indptr, indices, data, r, c):
-    n = 0.0
-    for k in range(indptr[r], indptr[r + 1]):
-        v = np.float64(data[k])
-        c[indices[k]] += v
-        n += v
-    return n
-
-
-class DirichletPredictive(RunningPredictive):
-    """The Dirichlet-multinomial predictive of a new node's next document: O(nnz) per row over
-    the running word counts (rows of a canonical CSR matrix, as :meth:`Multinomial.check_input`
-    gives them)."""
-
-    def __init__(self, X: sp.csr_matrix, alpha: np.ndarray) -> None:
-        self.X, self.alpha = X, alpha
-        self.c = np.zeros_like(alpha)
-        self.total = float(_pairwise_sum_nb(alpha))
-
-    def log_predictive(self, r: int) -> float:
-        X = self.X
-        return _dm_row_predictive_nb(X.indptr, X.indices, X.data, r, self.alpha, self.c, self.total)
-
-    def add(self, r: int) -> None:
-        X = self.X
-        self.total += _add_row_nb(X.indptr, X.indices, X.data, r, self.c)
 
 
 class Multinomial(WordTopics, Likelihood):
@@ -183,12 +136,6 @@ class Multinomial(WordTopics, Likelihood):
 
     def log_likelihood(self, docs, theta, concentration):
         return float(docs.s @ np.log(theta))
-
-    def running_predictive(self, X, theta_parent, concentration, depth):
-        if not (sp.issparse(X) and X.format == "csr" and X.has_canonical_format):
-            return super().running_predictive(X, theta_parent, concentration, depth)
-        return DirichletPredictive(X, self._prior(self.new_node_prior(depth), np.asarray(theta_parent,
-                                                                                         dtype=np.float64)))
 
     def drift_statistic(self, theta_now, theta_prev, depth):
         # Dir(s phi_prev) for large s: 4 (s + 1) times the squared Hellinger distance, the

@@ -37,13 +37,12 @@ from collections import OrderedDict
 import numpy as np
 from numba import njit
 from numpy.typing import ArrayLike
-import scipy.sparse as sp
 from scipy.special import gammaln, ive
 
 from streamtree.inference.enumerated import VMF, Candidates
 from streamtree.inference.theta_map import map_theta_vmf
 from streamtree.inference.threads import in_row_ranges
-from streamtree.likelihoods.base import Likelihood, RowBlock, RunningPredictive, WordTopics, finite_csr
+from streamtree.likelihoods.base import Likelihood, RowBlock, WordTopics, finite_csr
 
 __all__ = [
     "VonMisesFisher",
@@ -632,52 +631,6 @@ def group_log_marginal(n: float, s: np.ndarray, mu: np.ndarray, kappa: float, be
 
 
 @njit(cache=True, nogil=True)
-def _vmf_row_predictive_nb(indptr, indices, data, r, v, sq, beta, p):
-    """vMF log predictive of CSR row ``r`` at a node whose parameter's posterior is
-    ``exp(v . theta)`` (``sq = |v|^2``), and ``|v + beta x_r|^2``; O(nnz) of the row."""
-    dot = 0.0
-    xx = 0.0
-    for k in range(indptr[r], indptr[r + 1]):
-        x = np.float64(data[k])
-        dot += v[indices[k]] * x
-        xx += x * x
-    sq_next = max(sq + 2.0 * beta * dot + beta * beta * xx, 0.0)
-    return (log_normalizer_nb(p, beta) + log_normalizer_nb(p, math.sqrt(sq))
-            - log_normalizer_nb(p, math.sqrt(sq_next))), sq_next
-
-
-@njit(cache=True, nogil=True)
-def _add_scaled_row_nb(indptr, indices, data, r, v, beta):
-    for k in range(indptr[r], indptr[r + 1]):
-        v[indices[k]] += beta * np.float64(data[k])
-
-
-class VMFPredictive(RunningPredictive):
-    """The vMF predictive of a new node's next document (its direction integrated under its
-    parent link): O(nnz) per row over the running natural parameter ``kappa mu + beta s``."""
-
-    def __init__(self, X, mu: np.ndarray, kappa: float, beta: float, p: int) -> None:
-        self.X, self.beta, self.p = X, float(beta), float(p)
-        self.v = kappa * np.asarray(mu, dtype=np.float64)
-        self.sq = float(self.v @ self.v)
-        self._last: tuple[int, float] | None = None
-
-    def log_predictive(self, r: int) -> float:
-        X = self.X
-        lp, sq_next = _vmf_row_predictive_nb(X.indptr, X.indices, X.data, r, self.v, self.sq, self.beta, self.p)
-        self._last = (r, sq_next)
-        return lp
-
-    def add(self, r: int) -> None:
-        if self._last is None or self._last[0] != r:
-            self.log_predictive(r)
-        X = self.X
-        _add_scaled_row_nb(X.indptr, X.indices, X.data, r, self.v, self.beta)
-        self.sq = self._last[1]
-        self._last = None
-
-
-@njit(cache=True, nogil=True)
 def _combination_norm(beta, s, kappa, mu):
     """||beta s + kappa mu|| in one pass (no temporaries; the split-merge moves call it per attempt)."""
     n = s.shape[0]
@@ -981,11 +934,6 @@ class VonMisesFisher(WordTopics, Likelihood):
 
     def log_likelihood(self, docs, theta, concentration):
         return group_log_likelihood(docs.n, docs.s, theta, concentration, self.n_features)
-
-    def running_predictive(self, X, theta_parent, concentration, depth):
-        if not (sp.issparse(X) and X.format == "csr" and X.has_canonical_format):
-            return super().running_predictive(X, theta_parent, concentration, depth)
-        return VMFPredictive(X, theta_parent, self.new_node_prior(depth), concentration, self.n_features)
 
     def drift_statistic(self, theta_now, theta_prev, depth):
         # vMF(theta_prev, k) for large k: 2 k (1 - cos) is about chi-square with p - 1 df
