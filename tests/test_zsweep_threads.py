@@ -11,6 +11,7 @@ import scipy.sparse as sp
 from streamtree import DTSSBP
 from streamtree.inference.enumerated import (DIRICHLET, LINEAR, VMF, Candidates, SweepStats, score_rows,
                                              sweep_rows, sweep_statistics)
+from streamtree.inference.threads import dealt_by_cost, fitting_threads, in_row_ranges
 from streamtree.likelihoods.vmf import _TABLE_CACHE, new_node_table
 from streamtree.synthetic import gaussian_evolving_tree, sparse_corpus, vmf_tree_corpus
 
@@ -205,3 +206,19 @@ def test_n_jobs_does_not_change_trees(family):
         for a, b in zip(ref, trees):
             for f in TREE_FIELDS:
                 assert np.array_equal(getattr(a, f), getattr(b, f)), (family, n_jobs, f)
+
+
+def test_rows_dealt_by_cost_split_evenly_over_the_fitting_threads():
+    """The multinomial node update deals a block's rows to the threads by cost: each contiguous
+    range :func:`in_row_ranges` hands out gets the same number of costly rows, and the rows
+    are a permutation of the block (without a pool they stay as they are)."""
+    rows = np.arange(10, dtype=np.int64)
+    cost = np.array([5, 0, 0, 0, 0, 3, 0, 0, 4, 2])  # the four costly rows first in index order
+    assert np.array_equal(dealt_by_cost(rows, cost), rows)
+    with fitting_threads(2):
+        dealt = dealt_by_cost(rows, cost)
+        assert sorted(dealt.tolist()) == rows.tolist()
+        halves = []
+        in_row_ranges(dealt.size, lambda a, z: halves.append(dealt[a:z]) or 0.0)
+    assert len(halves) == 2
+    assert sorted((cost[h] > 0).sum() for h in halves) == [2, 2]

@@ -55,6 +55,17 @@ def fitting_threads(n_jobs: int | None) -> Iterator[int]:
         numba.set_num_threads(before)
 
 
+def dealt_by_cost(rows: np.ndarray, cost: np.ndarray) -> np.ndarray:
+    """``rows`` reordered so that the contiguous ranges :func:`in_row_ranges` hands to the
+    fitting threads get even shares of ``cost`` (dealt round-robin from the dearest down);
+    unchanged without a pool. For work whose rows are independent of each other."""
+    _, threads = _FITTING_POOL.get()
+    if threads <= 1 or rows.size < 2:
+        return rows
+    order = rows[np.argsort(-cost, kind="stable")]
+    return np.concatenate([order[i::threads] for i in range(min(threads, rows.size))])
+
+
 def in_row_ranges(n: int, run: Callable[[int, int], float]) -> float:
     """``run(start, stop)`` over ``n`` rows: one call, or one contiguous range per thread of the
     enclosing :func:`fitting_threads` pool; returns the largest value the calls return."""

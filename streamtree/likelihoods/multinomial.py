@@ -25,6 +25,7 @@ import scipy.sparse as sp
 from scipy.special import gammaln
 
 from streamtree.inference.enumerated import DIRICHLET, Candidates
+from streamtree.inference.threads import dealt_by_cost, in_row_ranges
 from streamtree.likelihoods.base import Likelihood, RowBlock, WordTopics, argmax_log_scale, finite_csr
 from streamtree.likelihoods.multinomial_math import (_BLOCK_FREEZE, _BLOCK_MAX_ITER, _BLOCK_TOL, _JOINT_MAX_ITER,
                                                      _solve_nodes_nb, log_dm_marginal_linked, log_multinomial_coef,
@@ -289,7 +290,10 @@ class Multinomial(WordTopics, Likelihood):
         since its last solve, and from its current phi, which is close to the optimum after a
         sweep's changes. Its joint Newton stops at ``_BLOCK_TOL`` / ``_BLOCK_FREEZE``, looser
         than a standalone solve's; below ``_JOINT_MAX_ITER`` steps, ``_BLOCK_MAX_ITER`` is a step
-        budget whose last iterate is kept, and only a failed step goes to the safeguarded search."""
+        budget whose last iterate is kept, and only a failed step goes to the safeguarded search.
+        A block's rows are independent of each other, so with ``n_jobs > 1`` they are solved in
+        ranges on the fitting threads (dealt by cost: rows with children are the dear ones),
+        with the same values."""
         K = arrays.size
         pidx = np.ascontiguousarray(arrays.parent_index, dtype=np.int64)
         # children with a positive link strength, by parent, in index order (CSR)
@@ -312,13 +316,24 @@ class Multinomial(WordTopics, Likelihood):
             for rows in blocks:
                 if not rows.size:
                     continue
+                # rows with children run the joint Newton, the others a closed form
+                rows = dealt_by_cost(rows, kid_ptr[rows + 1] - kid_ptr[rows])
                 before = version[rows]
-                change, n_failed = _solve_nodes_nb(rows, theta, log_theta, sums, offset, par, pidx, root_anchor,
-                                                   kid_ptr, kids, version, solved_parent, solved_kids,
-                                                   _BLOCK_MAX_ITER, _BLOCK_TOL, _BLOCK_FREEZE, failed,
-                                                   _BLOCK_MAX_ITER < _JOINT_MAX_ITER)
-                delta = max(delta, change)
-                for k in failed[:n_failed]:  # the joint steps stopped: the safeguarded search
+                n_failed: dict[int, int] = {}
+
+                def solve(a: int, z: int, rows=rows, n_failed=n_failed) -> float:
+                    # a block's rows do not neighbour each other: ranges of them are solved on the
+                    # fitting threads with the same arithmetic, each listing its failures in its
+                    # own stretch of ``failed``
+                    change, n_failed[a] = _solve_nodes_nb(rows[a:z], theta, log_theta, sums, offset, par, pidx,
+                                                          root_anchor, kid_ptr, kids, version, solved_parent,
+                                                          solved_kids, _BLOCK_MAX_ITER, _BLOCK_TOL, _BLOCK_FREEZE,
+                                                          failed[a:z], _BLOCK_MAX_ITER < _JOINT_MAX_ITER)
+                    return change
+
+                delta = max(delta, in_row_ranges(rows.size, solve))
+                stopped = [k for a in sorted(n_failed) for k in failed[a:a + n_failed[a]]]
+                for k in stopped:  # the joint steps stopped: the safeguarded search
                     c = kids[kid_ptr[k]:kid_ptr[k + 1]]
                     parent_phi = theta[pidx[k]] if pidx[k] >= 0 else root_anchor
                     new = map_phi_with_children_dense(sums[k], par[k] * parent_phi + offset[k], log_theta[c],
