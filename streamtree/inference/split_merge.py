@@ -705,12 +705,18 @@ class SplitMerge:
         """The collapsed log marginal of ``b``'s documents as a new child of ``P`` (at ``P``'s
         depth), remembered until a move changes ``b``'s documents or either node's parameter
         (a sweep's relocations draw the same few new leaves again and again)."""
-        idx = self.index(st)
         theta_P, conc, depth = self._new_node(st, P)
-        key = (self.lik, b, P, depth)
+        return self._remembered_marginal(st, (self.lik, b, P, depth), b, theta_P, conc, depth)
+
+    def _remembered_marginal(self, st: MoveState, key: tuple, b: int, theta_P: np.ndarray, conc: float,
+                             depth: int, prev: np.ndarray | None = None) -> float:
+        """``log_marginal`` of ``b``'s documents, kept in the index's memo under ``key``, whose
+        second and third entries are ``b`` and the parent (so that :meth:`DocumentIndex.forget`
+        and :meth:`DocumentIndex.move` drop it)."""
+        idx = self.index(st)
         v = idx.marginals.get(key)
         if v is None:
-            v = idx.marginals[key] = self.lik.log_marginal(idx.documents(b, st.X), theta_P, conc, depth)
+            v = idx.marginals[key] = self.lik.log_marginal(idx.documents(b, st.X), theta_P, conc, depth, prev)
         return v
 
     # ------------------------------------------------------------------ empty internal nodes
@@ -920,13 +926,8 @@ class SplitMerge:
         """The collapsed log marginal of leaf ``c``'s documents below node ``P`` at ``depth``,
         under its time link to ``prev`` too when given, at ``c``'s own concentration;
         remembered like :meth:`_marginal` (its own key: the concentration differs)."""
-        idx = self.index(st)
-        key = (self.lik, c, P, depth, "leaf", prev is not None)
-        v = idx.marginals.get(key)
-        if v is None:
-            v = idx.marginals[key] = self.lik.log_marginal(idx.documents(c, st.X), st.theta[P], st.concentration[c],
-                                                           depth, prev)
-        return v
+        return self._remembered_marginal(st, (self.lik, c, P, depth, "leaf", prev is not None), c, st.theta[P],
+                                         st.concentration[c], depth, prev)
 
     def _redraw(self, st: MoveState, leaves: list[int], rng: np.random.Generator) -> tuple[int, ...]:
         """Draw each of ``leaves`` a parameter from its conditional given its documents, its
