@@ -7,7 +7,8 @@ per row, planted topics). Prints:
   enumerated sampler must at least pay), measured in the same process;
 * one enumerated z-sweep over a tree of ~100 live nodes (plus one placeholder per non-cap node)
   on one thread and on ``--threads`` threads: seconds, throughput, ratio to the floor;
-* one full epoch of ``DTSSBP.partial_fit`` (default 50 sweeps) with ``n_jobs=1`` and
+* one full epoch of ``DTSSBP(likelihood="vmf", max_depth=3)`` at its defaults otherwise (or at
+  ``--kappa0``; default 50 sweeps; ARI of its assignments against the planted topics) with ``n_jobs=1`` and
   ``n_jobs=--threads``, interleaved ``--repeat`` times: CPU seconds at n_jobs=1 (target < 30 s),
   wall speed-up (target >= 1.7x), whether every run gave the same tree, and peak memory;
 * with ``--parts``: one more ``n_jobs=1`` epoch with the thread CPU time of each step of the
@@ -16,7 +17,7 @@ per row, planted topics). Prints:
   speed-up that share allows on ``--threads`` threads (Amdahl's bound).
 
 Usage: python bench/bench_zsweep.py [--docs 50000] [--vocab 20000] [--nodes 100] [--sweeps 50]
-       [--threads 2] [--repeat 2] [--skip-epoch] [--parts]
+       [--threads 2] [--repeat 2] [--skip-epoch] [--parts] [--kappa0 K]
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+from sklearn.metrics import adjusted_rand_score
 from threadpoolctl import threadpool_limits
 
 import streamtree  # noqa: F401
@@ -131,7 +133,7 @@ def step_timers(cpu: dict, wall: dict):
             setattr(host, attr, fn)
 
 
-def epoch_parts(X, sweeps: int, threads: int) -> None:
+def epoch_parts(X, sweeps: int, threads: int, settings: dict) -> None:
     """One ``n_jobs=1`` epoch with every step timed; prints the steps and Amdahl's bound."""
     import os
 
@@ -139,8 +141,8 @@ def epoch_parts(X, sweeps: int, threads: int) -> None:
 
     cpu: dict[str, float] = defaultdict(float)
     wall: dict[str, float] = defaultdict(float)
-    with step_timers(cpu, wall), DTSSBP(likelihood="vmf", kappa0=1e4, max_depth=3, n_sweeps=sweeps,
-                                        random_state=0, n_jobs=1) as model:
+    with step_timers(cpu, wall), DTSSBP(likelihood="vmf", max_depth=3, n_sweeps=sweeps,
+                                        random_state=0, n_jobs=1, **settings) as model:
         total, total_wall, m = cpu_wall(lambda: model.partial_fit(X))
     print(f"steps of one epoch at n_jobs=1 ({total:.1f} s CPU, {total_wall:.1f} s wall, load average "
           f"{os.getloadavg()[0]:.1f}, {m.trees_[-1].n_nodes} nodes; thread CPU per step):")
@@ -162,7 +164,11 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2, help="interleaved repeats of the epoch runs (default 2)")
     ap.add_argument("--skip-epoch", action="store_true")
     ap.add_argument("--parts", action="store_true", help="one more epoch with each step of the sweep loop timed")
+    ap.add_argument("--kappa0", type=float, default=None,
+                    help="pin the parent-link strength (default: the estimator's own default; rounds before "
+                         "the default became 1e3 ran this bench at 1e4)")
     args = ap.parse_args()
+    settings = {} if args.kappa0 is None else {"kappa0": args.kappa0}
 
     rng = np.random.default_rng(0)
     t = time.perf_counter()
@@ -194,7 +200,8 @@ def main() -> None:
         results = {1: [], args.threads: []}
         for r in range(args.repeat):  # interleave the sides so that both see the same machine load
             for jobs in ((1, args.threads) if r % 2 == 0 else (args.threads, 1)):
-                with DTSSBP(likelihood="vmf", kappa0=1e4, max_depth=3, n_sweeps=args.sweeps, random_state=0, n_jobs=jobs) as model:
+                with DTSSBP(likelihood="vmf", max_depth=3, n_sweeps=args.sweeps, random_state=0, n_jobs=jobs,
+                            **settings) as model:
                     cpu, wall, m = cpu_wall(lambda: model.partial_fit(X))
                     tree = m.trees_[-1]
                 results[jobs].append((cpu, wall, tree.n_nodes, tree.assignments.copy()))
@@ -202,14 +209,16 @@ def main() -> None:
         one = min(results[1], key=lambda x: x[0])
         many = min(results[args.threads], key=lambda x: x[1])
         same = all(np.array_equal(a[3], one[3]) for a in results[1] + results[args.threads])
+        ari = adjusted_rand_score(corpus.labels, one[3])
         print(f"one epoch, {args.sweeps} sweeps, n_jobs=1   : {one[0]:.1f} s CPU, {one[1]:.1f} s wall "
-              f"({one[2]} live nodes at the end; target < 30 s CPU)")
+              f"({one[2]} live nodes at the end, ARI {ari:.3f} against the {args.nodes} planted topics; "
+              f"kappa0 {settings.get('kappa0', 'default')}; target < 30 s CPU)")
         print(f"one epoch, {args.sweeps} sweeps, n_jobs={args.threads}   : {many[1]:.1f} s wall, {many[0]:.1f} s CPU; "
               f"wall speed-up {one[1] / many[1]:.2f}x (target >= 1.7x); same trees: {same}")
         print(f"per sweep at n_jobs=1        : {one[0] / args.sweeps:.3f} s CPU = "
               f"{one[0] / args.sweeps / floor:.1f}x the floor at {K} nodes")
     if args.parts:
-        epoch_parts(X, args.sweeps, args.threads)
+        epoch_parts(X, args.sweeps, args.threads, settings)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS                     : {peak:.0f} MiB (X itself: {(X.data.nbytes + X.indices.nbytes + X.indptr.nbytes) / 2**20:.0f} MiB)")
 
