@@ -37,5 +37,9 @@ class Engine(ABC):
     def labels(self) -> np.ndarray:
         """Candidate column of every row (in input order) from the last sweep."""
 
+    @abstractmethod
+    def set_values(self, data: np.ndarray) -> None:
+        """Replace the values of the loaded CSR rows by ``data`` (same sparsity pattern)."""
+
     def close(self) -> None:
         """Release resources (shards, actors)."""
