@@ -22,7 +22,7 @@ sampler, both here:
   as ``sum_{i < x} Bernoulli(a / (a + i))`` (:func:`draw_tables`);
 * ``s | T`` has the density ``prior(s) prod_d s^{T_d} Gamma(s) / Gamma(s + n_d)`` with ``T_d``
   a document's tables and ``n_d`` its tokens (:func:`log_concentration_density`), sampled by
-  one slice step on ``log s`` (:func:`sample_concentration`). Its prior is log-uniform on
+  slice steps on ``log s`` (:func:`sample_concentration`). Its prior is log-uniform on
   :data:`CONCENTRATION_RANGE`, a weak, scale-free prior over nine decades.
 """
 
@@ -82,7 +82,7 @@ def draw_tables(X: sp.csr_matrix, theta: np.ndarray, node_of_row: np.ndarray, s:
     return sp.csr_matrix((out, X.indices, X.indptr), shape=X.shape)
 
 
-def log_concentration_density(s: float, tables: np.ndarray, lengths: np.ndarray, weights: np.ndarray) -> float:
+def log_concentration_density(s: float, tables: float, lengths: np.ndarray, weights: np.ndarray) -> float:
     """``log p(T | s)`` up to a constant, ``sum_d [T_d log s + lgamma(s) - lgamma(s + n_d)]``,
     with the documents grouped by length: ``lengths`` the distinct ``n_d``, ``weights`` how
     many documents have each, ``tables`` the total table count ``sum_d T_d``."""
