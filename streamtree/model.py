@@ -82,7 +82,7 @@ class DTSSBP(BaseEstimator):
         draws its own distribution from ``Dir(s phi)``), fitted through per-word table counts
         drawn every sweep (:mod:`streamtree.likelihoods.document_tables`); ``"auto"``
         slice-samples ``s`` (the value in use is ``document_concentration`` in the chain's
-        ``state_.hyper``). Other families ignore it.
+        ``state_.hyper``). Other families have no such setting: leave it at ``None`` for them.
     kappa1, a : float
         Depth and time factors of the link strengths (see ``kappa0``).
     xi : float
@@ -260,6 +260,12 @@ class DTSSBP(BaseEstimator):
         if isinstance(self.engine, str) and self.engine not in engine_names():
             raise ValueError(f"The 'engine' parameter of DTSSBP must be one of {sorted(engine_names())} or an "
                              f"engine object. Got {self.engine!r} instead.")
+        family = LIKELIHOODS[self.likelihood]
+        if self.document_concentration is not None and "document_concentration" not in family.params:
+            users = sorted(name for name, cls in LIKELIHOODS.items() if "document_concentration" in cls.params)
+            raise ValueError(f"The 'document_concentration' parameter of DTSSBP applies to the {', '.join(users)} "
+                             f"likelihood, not to {self.likelihood!r}: leave it at None or choose "
+                             f"likelihood={users[0]!r}.")
         bounds = self.concentration_bounds
         if not (len(bounds) == 2 and all(isinstance(b, numbers.Real) for b in bounds) and 0 < bounds[0] <= bounds[1]):
             raise ValueError("The 'concentration_bounds' parameter of DTSSBP must be a pair (low, high) with "

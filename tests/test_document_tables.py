@@ -282,3 +282,9 @@ def test_bursty_fit_is_the_same_on_ray():
     finally:
         ray_model.close()
     assert same_trees(local, ray_model)
+
+
+def test_document_concentration_is_refused_for_families_without_it():
+    X = np.abs(np.random.default_rng(0).normal(size=(6, 4)))
+    with pytest.raises(ValueError, match="document_concentration.*multinomial"):
+        DTSSBP(likelihood="vmf", document_concentration="auto", n_sweeps=1).partial_fit(X)
