@@ -109,6 +109,9 @@ def run_size(n_features: int, n_documents: int, args, likelihoods: list[str]) ->
         params = {"likelihood": likelihood, "max_depth": args.max_depth, "random_state": args.seed}
         if args.sweeps is not None:
             params["n_sweeps"] = args.sweeps
+        if args.document_concentration is not None and likelihood == "multinomial":
+            dc = args.document_concentration
+            params["document_concentration"] = dc if dc == "auto" else float(dc)
         model = DTSSBP(**params)
         print(f"-- DTSSBP({', '.join(f'{k}={v!r}' for k, v in params.items())}), other parameters at defaults")
         header = (f"{'epoch':>5} {'nodes>=1%':>10} {'truth':>5} {'ratio':>6} {'(0.67-1.5x)':>12} "
@@ -153,6 +156,9 @@ def run_size(n_features: int, n_documents: int, args, likelihoods: list[str]) ->
                   f"{'-' if ok_keep is None else _met(ok_keep):>9} {tree.n_nodes:>6} {_strength(model):>8} {cpu:>7.1f} "
                   f"{km_cpu[t]:>14.1f}", flush=True)
         else:
+            if "document_concentration" in model.state_.hyper:
+                print(f"   document concentration s after the last epoch: "
+                      f"{model.state_.hyper['document_concentration']:.4g}")
             for note in notes:
                 print("   " + note)
             print(f"   {sum(met)} of {len(met)} per-epoch targets met")
@@ -170,6 +176,8 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--sweeps", type=int, default=None, help="Gibbs sweeps per epoch (default: the model's)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--document-concentration", default=None,
+                   help="multinomial: bursty (DCM) documents, 'auto' or a number s (default: off)")
     args = p.parse_args()
     sizes = args.sizes.split(",") + (OTHER_SIZES.split(",") if args.all_sizes else [])
     likelihoods = [s.strip() for s in args.likelihood.split(",") if s.strip()]

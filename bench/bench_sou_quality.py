@@ -179,6 +179,9 @@ def run_model(corpus: SouCorpus, likelihood: str, args, rows: list[sp.csr_matrix
     params = {"likelihood": likelihood, "max_depth": args.max_depth, "random_state": args.seed}
     if args.sweeps is not None:
         params["n_sweeps"] = args.sweeps
+    if args.document_concentration is not None and likelihood == "multinomial":
+        dc = args.document_concentration
+        params["document_concentration"] = dc if dc == "auto" else float(dc)
     model = DTSSBP(**params)
     hyper = []  # the chain's stick hyperparameters after each decade
     c0 = time.process_time()
@@ -194,7 +197,9 @@ def run_model(corpus: SouCorpus, likelihood: str, args, rows: list[sp.csr_matrix
         hyper.append(dict(model.state_.hyper))
         print(f"   {label}: {X.shape[0]} documents, {model.trees_[-1].n_nodes} nodes, kappa0_ "
               f"{getattr(model, 'kappa0_', model.kappa0) or 0:.0f}, "
-              f"{time.process_time() - c0:.0f}s CPU so far", flush=True)
+              f"{time.process_time() - c0:.0f}s CPU so far"
+              + (f", s {model.state_.hyper['document_concentration']:.3g}"
+                 if "document_concentration" in model.state_.hyper else ""), flush=True)
     cpu = time.process_time() - c0
     model.close()
     return model, params, cpu, hyper
@@ -212,6 +217,8 @@ def main() -> None:
     p.add_argument("--hlda-fit", choices=["all", "per-decade"], default="all")
     p.add_argument("--no-hlda", action="store_true", help="skip the tomotopy side")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--document-concentration", default=None,
+                   help="multinomial: bursty (DCM) documents, 'auto' or a number s (default: off)")
     args = p.parse_args()
     weightings = [w.strip() for w in args.weighting.split(",") if w.strip()]
     if not weightings or set(weightings) - {"tf", "tfidf"}:

@@ -75,6 +75,14 @@ class DTSSBP(BaseEstimator):
         documents the pooled concentration of a finer tree is higher, which makes the tree
         finer still (SOU paragraphs: kappa0_ rises to 1.8e3-4.3e3 and the trees become swarms
         of small nodes). The Gaussian family does not use kappa0.
+    document_concentration : None, float or "auto"
+        Multinomial likelihood: how words repeat within a document. ``None`` (the default):
+        a document's tokens are independent draws from its node's word distribution ``phi``.
+        A number ``s`` or ``"auto"``: bursty documents, ``x ~ DCM(x | s phi)`` (each document
+        draws its own distribution from ``Dir(s phi)``), fitted through per-word table counts
+        drawn every sweep (:mod:`streamtree.likelihoods.document_tables`); ``"auto"``
+        slice-samples ``s`` (the value in use is ``document_concentration`` in the chain's
+        ``state_.hyper``). Other families have no such setting: leave it at ``None`` for them.
     kappa1, a : float
         Depth and time factors of the link strengths (see ``kappa0``).
     xi : float
@@ -158,6 +166,7 @@ class DTSSBP(BaseEstimator):
         "gamma": [Interval(numbers.Real, 0, None, closed="neither")],
         "kappa0": [Interval(numbers.Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "kappa1": [Interval(numbers.Real, 0, None, closed="neither")],
+        "document_concentration": [Interval(numbers.Real, 0, None, closed="neither"), StrOptions({"auto"}), None],
         "a": [Interval(numbers.Real, None, None, closed="neither")],
         "xi": [Interval(numbers.Real, 0, None, closed="neither")],
         "sigma0": [Interval(numbers.Real, 0, None, closed="neither")],
@@ -190,6 +199,7 @@ class DTSSBP(BaseEstimator):
         gamma: float = 0.5,
         kappa0: float | str = 1e3,
         kappa1: float = 1.0,
+        document_concentration: float | str | None = None,
         a: float = 0.0,
         xi: float = 0.001,
         sigma0: float = 1.0,
@@ -218,6 +228,7 @@ class DTSSBP(BaseEstimator):
         self.gamma = gamma
         self.kappa0 = kappa0
         self.kappa1 = kappa1
+        self.document_concentration = document_concentration
         self.a = a
         self.xi = xi
         self.sigma0 = sigma0
@@ -249,6 +260,12 @@ class DTSSBP(BaseEstimator):
         if isinstance(self.engine, str) and self.engine not in engine_names():
             raise ValueError(f"The 'engine' parameter of DTSSBP must be one of {sorted(engine_names())} or an "
                              f"engine object. Got {self.engine!r} instead.")
+        family = LIKELIHOODS[self.likelihood]
+        if self.document_concentration is not None and "document_concentration" not in family.params:
+            users = sorted(name for name, cls in LIKELIHOODS.items() if "document_concentration" in cls.params)
+            raise ValueError(f"The 'document_concentration' parameter of DTSSBP applies to the {', '.join(users)} "
+                             f"likelihood, not to {self.likelihood!r}: leave it at None or choose "
+                             f"likelihood={users[0]!r}.")
         bounds = self.concentration_bounds
         if not (len(bounds) == 2 and all(isinstance(b, numbers.Real) for b in bounds) and 0 < bounds[0] <= bounds[1]):
             raise ValueError("The 'concentration_bounds' parameter of DTSSBP must be a pair (low, high) with "

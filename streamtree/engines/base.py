@@ -37,5 +37,12 @@ class Engine(ABC):
     def labels(self) -> np.ndarray:
         """Candidate column of every row (in input order) from the last sweep."""
 
+    def set_values(self, data: np.ndarray) -> None:
+        """Replace the values of the loaded CSR rows by ``data`` (same sparsity pattern); needed
+        only by likelihoods that redraw their rows every sweep (multinomial with
+        ``document_concentration``)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot replace its rows' values; use the 'local' or "
+                                  "'ray' engine with document_concentration")
+
     def close(self) -> None:
         """Release resources (shards, actors)."""

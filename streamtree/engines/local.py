@@ -40,6 +40,7 @@ class LocalEngine(Engine):
             raise ValueError(f"{len(seeds)} seeds for {self.n_shards} shards")
         b = shard_bounds(X.shape[0], self.n_shards)
         self._shards = [X[b[s]:b[s + 1]] for s in range(self.n_shards)]
+        self._starts = [int(X.indptr[b[s]]) for s in range(self.n_shards)] if hasattr(X, "indptr") else []
         self._sq = [row_sq_norms(x) for x in self._shards]
         self._rngs = [np.random.Generator(np.random.PCG64(s)) for s in seeds]
         self._labels = [np.zeros(x.shape[0], dtype=np.int64) for x in self._shards]
@@ -57,6 +58,14 @@ class LocalEngine(Engine):
             self._labels[s] = labels
             parts.append(stats)
         return SweepStats.combine(parts)
+
+    def set_values(self, data: np.ndarray) -> None:
+        data = np.asarray(data, dtype=np.float64)
+        for s, x in enumerate(self._shards):
+            # a new values array (not written in place): the kernel's per-matrix tables are
+            # keyed by the identity of the matrix's arrays
+            x.data = data[self._starts[s]:self._starts[s] + x.nnz].copy()
+            self._sq[s] = row_sq_norms(x)
 
     def labels(self) -> np.ndarray:
         return np.concatenate(self._labels) if self._labels else np.zeros(0, dtype=np.int64)

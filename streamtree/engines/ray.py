@@ -280,6 +280,28 @@ class RayEngine(Engine):
         self.last_sweep_bytes = sum(p.nbytes() for p in parts)
         return SweepStats.combine(parts)
 
+    def set_values(self, data: np.ndarray) -> None:
+        if not self._shard_refs:
+            raise RuntimeError("load() must be called before set_values()")
+        import ray
+
+        data = np.asarray(data, dtype=np.float64)
+        start = 0
+        for s, ref in enumerate(self._shard_refs):
+            x = ray.get(ref).copy()
+            x.data = data[start:start + x.nnz].copy()
+            start += x.nnz
+            # the new rows replace the old ones for any later reload after a crash as well
+            self._shard_refs[s] = ray.put(x)
+        refs = [a.set_rows.remote(self._shard_refs[s], self._gen) for s, a in enumerate(self._actors)]
+        for s in range(self.n_shards):
+            try:
+                ok = ray.get(refs[s])
+            except _actor_errors():
+                ok = False
+            if not ok:  # the actor lost its state: send the new rows with the last stream state
+                self._reload(s, self._states[s])
+
     def labels(self) -> np.ndarray:
         if not self._shard_refs:
             return np.zeros(0, dtype=np.int64)

@@ -53,6 +53,15 @@ class ShardWorker:
         self._gen = gen
         return int(X.shape[0])
 
+    def set_rows(self, X, gen: int) -> bool:
+        """Replace the shard's rows (same shape; the likelihood redrew their values), keeping
+        its random stream and labels; ``False`` if the worker does not hold this generation."""
+        if gen != self._gen:
+            return False
+        self._X = X
+        self._sq = row_sq_norms(X)
+        return True
+
     def sweep(self, cand: Candidates, gen: int) -> tuple[SweepStats, dict] | None:
         """One z-update of the shard; returns its statistics and the stream state after it."""
         if gen != self._gen:

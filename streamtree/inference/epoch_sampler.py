@@ -4,7 +4,10 @@ Per epoch ``t`` (ALGORITHM: per-epoch driver):
 
 1. Nodes alive after epoch ``t-1`` start with their previous parameters; the stick prior holds
    the counts of the last ``window`` epochs.
-2. ``n_sweeps`` times: sample all sticks from their windowed Beta conditionals; run the
+2. ``n_sweeps`` times: let the likelihood redraw its per-document latent variables, if it has
+   any (:meth:`~streamtree.likelihoods.base.Likelihood.sweep_counts`: the multinomial's table
+   counts under ``document_concentration``; the sweep then reads those rows in place of the
+   documents' own); sample all sticks from their windowed Beta conditionals; run the
    enumerated blocked-Gibbs z-update over the documents (in shards, on the z-sweeper given);
    turn placeholders that received documents into new nodes; delete nodes whose windowed
    counts are all zero; run the exact split-merge moves and relocations
@@ -360,8 +363,10 @@ class EpochSampler:
         col_ids = np.zeros(0, dtype=np.int64)
         if n:
             self.sweeper.load(X, list(shard_seeds))
+        rows = X  # the rows the sweep reads: X, or the likelihood's redrawn rows (sweep_counts)
         for sweep in range(self.settings.n_sweeps if n else 0):
             self.sweep = sweep
+            rows = self._sweep_rows(X, rows, sweep)
             cfg = self.settings.with_hyper(st.hyper)
             arrays = st.tree.arrays()
             params = stick_params(arrays, st.own_counts(arrays.ids, current), **cfg.stick_kwargs())
@@ -376,7 +381,7 @@ class EpochSampler:
             self._cull(current)
             self.labels_now = col_ids[self.sweeper.labels()]
             if cfg.merge_moves and cfg.split_attempts(n) > 0:
-                move, moves = self._split_merge(X, col_ids, current, sums, sumsq, epoch)
+                move, moves = self._split_merge(rows, col_ids, current, sums, sumsq, epoch)
                 self._lift_moves(move, moves, epoch, carried=sweep >= cfg.n_sweeps // 2)
             if cfg.merge_moves and sweep >= cfg.n_sweeps // 2:  # once the epoch's nodes have settled
                 self._merge_internal(current, sums, sumsq)
@@ -391,7 +396,7 @@ class EpochSampler:
             self._update_theta(sums, current, epoch)
             logger.debug("epoch %d sweep %d: %d nodes, log p(x) %.4g", epoch, sweep, len(st.tree), stats.loglik)
         if n and previous is not None:
-            self._identity_rule(X, epoch, current)
+            self._identity_rule(rows, epoch, current)
         self._sign_new_nodes()
         labels = self.labels_now if n else np.zeros(0, dtype=np.int64)
         prev_ids = set(previous.node_ids.tolist()) if previous is not None else set()
@@ -402,6 +407,25 @@ class EpochSampler:
         return tree
 
     # ------------------------------------------------------------------ steps
+    def _sweep_rows(self, X, rows, sweep: int):
+        """The rows this sweep reads (:meth:`Likelihood.sweep_counts`): ``X`` for most
+        families; for one with per-document latent variables, a fresh draw of them given each
+        document's node after the last sweep (in the epoch's first sweep, before any
+        assignment, given the epoch's root anchor), sent to the shards. Drawn with the
+        coordinator's stream, so the values do not depend on the engine or the shards."""
+        st = self.state
+        if sweep == 0:
+            theta, node_of_row = self.root_anchor[None, :], np.zeros(X.shape[0], dtype=np.int64)
+        else:
+            ids, inverse = np.unique(self.labels_now, return_inverse=True)
+            theta, node_of_row = st.nodes.theta, st.nodes.slots(ids)[inverse.ravel()]
+        new, hyper = self.likelihood.sweep_counts(X, theta, node_of_row, st.hyper, self.rng)
+        if new is None:
+            return X
+        st.hyper.update(hyper)
+        self.sweeper.set_values(new.data)
+        return new
+
     def _start_link_strength(self, X) -> None:
         """Under ``kappa0="auto"``: the chain's estimate of ``kappa0`` (the family's starting
         value from the first epoch's rows) goes into the likelihood before anything uses it."""

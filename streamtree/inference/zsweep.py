@@ -38,6 +38,12 @@ class ZSweeper(Protocol):
     def labels(self) -> np.ndarray:
         """Candidate column of every row (in input order) from the last sweep."""
 
+    def set_values(self, data: np.ndarray) -> None:
+        """Replace the stored values of the loaded rows by ``data``, aligned with the ``data``
+        array of the CSR matrix given to :meth:`load` (same rows, same sparsity pattern);
+        labels and random streams are kept. Needed only when the likelihood redraws its rows
+        every sweep (:meth:`~streamtree.likelihoods.base.Likelihood.sweep_counts`)."""
+
     def close(self) -> None:
         """Release resources (shards, actors)."""
 

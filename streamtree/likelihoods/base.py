@@ -166,7 +166,8 @@ class Likelihood(ABC):
         self.variant = variant
         self.n_features = int(n_features)
         for name in self.params:
-            setattr(self, name, settings[name])
+            if name in settings or not hasattr(type(self), name):  # a class-level value is the default
+                setattr(self, name, settings[name])
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any], variant: VariantConfig, n_features: int) -> "Likelihood":
@@ -203,6 +204,20 @@ class Likelihood(ABC):
     def document_log_constant(self, X) -> np.ndarray:
         """Per-row log terms the kernel leaves out because they are equal for every node."""
         return np.zeros(X.shape[0])
+
+    # ------------------------------------------------------------------ augmented documents
+    def sweep_counts(self, X, theta: np.ndarray, node_of_row: np.ndarray, hyper: Mapping[str, float],
+                     rng: np.random.Generator) -> tuple[Any, dict[str, float]]:
+        """The rows the next sweep reads in place of ``X``, for a family whose documents carry
+        latent variables the sampler draws once per sweep (the multinomial's table counts
+        under ``document_concentration``), and the family's sampled values to keep in the
+        chain's ``hyper``.
+
+        ``theta[node_of_row[r]]`` is the parameter of document ``r``'s current node; ``hyper``
+        the chain's values (the family reads its own entries, absent before the first sweep).
+        The returned rows keep ``X``'s shape and sparsity pattern. By default the family has no
+        such variables: ``(None, {})``, the sweep reads ``X`` and draws nothing."""
+        return None, {}
 
     # ------------------------------------------------------------------ new nodes
     @abstractmethod

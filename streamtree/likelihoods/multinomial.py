@@ -16,6 +16,14 @@ Dirichlet-multinomial, exactly. Node updates are MAP steps by depth parity in th
 Documents are conditionally independent token draws, so the family has no per-node dispersion
 to estimate: a node's ``concentration`` is its parent-link strength ``s_par(d)`` at its
 creation, which the concentration update leaves as it is.
+
+With ``document_concentration`` set (not the default), documents are bursty instead:
+``x | phi_e ~ DCM(x | s phi_e)`` with one corpus-level ``s``, fitted through table counts
+(:mod:`streamtree.likelihoods.document_tables`). Each sweep then draws the table counts ``T`` of
+every document given its counts, its node and ``s`` (:meth:`Multinomial.sweep_counts`), and
+everything above reads ``T`` in place of ``X``; ``"auto"`` also slice-samples ``s``. The
+predictive density of new documents (:meth:`~Multinomial.log_predictive`, ``evaluate``) stays
+the multinomial's.
 """
 
 from __future__ import annotations
@@ -27,6 +35,8 @@ from scipy.special import gammaln
 from streamtree.inference.enumerated import DIRICHLET, Candidates
 from streamtree.inference.threads import dealt_by_cost, in_row_ranges
 from streamtree.likelihoods.base import Likelihood, RowBlock, WordTopics, argmax_log_scale, finite_csr
+from streamtree.likelihoods.document_tables import (draw_tables, length_groups, polya_concentration,
+                                                    sample_concentration)
 from streamtree.likelihoods.multinomial_math import (_BLOCK_FREEZE, _BLOCK_MAX_ITER, _BLOCK_TOL, _JOINT_MAX_ITER,
                                                      _solve_nodes_nb, log_dm_marginal_linked, log_multinomial_coef,
                                                      map_phi, map_phi_dense, map_phi_with_children_dense)
@@ -41,7 +51,12 @@ class Multinomial(WordTopics, Likelihood):
     name = "multinomial"
     text_norm = None  # raw counts
     param_storage = "distribution"  # every phi row is strictly positive and sums to 1
-    params = ("kappa0", "kappa1", "a", "min_node_docs")
+    params = ("kappa0", "kappa1", "a", "min_node_docs", "document_concentration")
+    #: the chain's ``hyper`` entry holding the document concentration ``s`` in use
+    DOCUMENT_HYPER = "document_concentration"
+    #: ``None``: multinomial documents; a number: DCM documents with that fixed ``s``;
+    #: ``"auto"``: DCM documents with ``s`` slice-sampled every sweep
+    document_concentration: float | str | None = None
     floor = DIRICHLET_FLOOR
     #: node updates start from the current phi and skip nodes whose inputs did not change (the
     #: optimum is the same; False re-solves every node from the solver's own start, for checks)
@@ -90,6 +105,28 @@ class Multinomial(WordTopics, Likelihood):
     def document_log_constant(self, X) -> np.ndarray:
         """The multinomial coefficient log(n! / prod_w x_w!) of each row."""
         return log_multinomial_coef(X)
+
+    # ------------------------------------------------------------------ bursty documents
+    def sweep_counts(self, X, theta, node_of_row, hyper, rng):
+        """Under ``document_concentration``: the table counts of every document, drawn from
+        their exact conditional given its counts, its node's ``phi`` and ``s`` (Antoniak), and
+        under ``"auto"`` a new ``s`` given those tables (slice sampling under a log-uniform
+        prior; the starting value is the Polya maximum-likelihood ``s`` of the documents about
+        the epoch's word frequencies). Otherwise ``(None, {})``: multinomial documents."""
+        setting = self.document_concentration
+        if setting is None:
+            return None, {}
+        if setting == "auto":
+            s = hyper.get(self.DOCUMENT_HYPER)
+            if s is None:
+                s = polya_concentration(X, self.root_anchor(X))
+        else:
+            s = float(setting)
+        T = draw_tables(X, theta, node_of_row, s, rng)
+        if setting == "auto":
+            lengths, weights = length_groups(X)
+            s = sample_concentration(s, float(T.data.sum()), lengths, weights, rng)
+        return T, {self.DOCUMENT_HYPER: float(s)}
 
     # ------------------------------------------------------------------ new nodes
     def new_node_prior(self, depth: int) -> float:

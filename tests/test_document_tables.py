@@ -1,0 +1,290 @@
+"""Bursty (Dirichlet-compound-multinomial) documents through table counts: exact checks.
+
+The Antoniak draws against Stirling-number probabilities, the document concentration's
+conditional against quadrature, the augmentation summed over its table counts against the DCM
+likelihood (at a node, and collapsed under the parent link), and the sampler's wiring: engine-
+and thread-invariant seeded fits, and fits without the option that never draw tables.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from scipy import integrate, stats
+from scipy.special import gammaln, logsumexp
+
+from streamtree.engines.local import LocalEngine
+from streamtree.likelihoods.base import DocumentSet
+from streamtree.likelihoods.document_tables import (CONCENTRATION_RANGE, draw_tables, length_groups,
+                                                    log_concentration_density, polya_concentration,
+                                                    sample_concentration)
+from streamtree.likelihoods.multinomial import Multinomial
+from streamtree.model import DTSSBP
+from streamtree.variants import resolve_variant
+
+VARIANT = resolve_variant("dtssbp", window=2, max_depth=3, gamma=0.5, xi=0.001)
+
+
+def log_stirling1(n: int) -> np.ndarray:
+    """log of the unsigned Stirling numbers of the first kind S(n, t), t = 0..n (exact integers)."""
+    row = [1]  # S(0, 0)
+    for m in range(n):  # S(m + 1, t) = m S(m, t) + S(m, t - 1)
+        row = [(m * (row[t] if t < len(row) else 0)) + (row[t - 1] if t >= 1 else 0) for t in range(m + 2)]
+    return np.array([np.log(float(v)) if v else -np.inf for v in row])
+
+
+def log_dcm(x: np.ndarray, a: np.ndarray) -> float:
+    """log DCM(x | a) without the multinomial coefficient."""
+    return float(gammaln(a.sum()) - gammaln(a.sum() + x.sum()) + np.sum(gammaln(a + x) - gammaln(a)))
+
+
+def test_stirling_numbers():
+    assert np.allclose(np.exp(log_stirling1(4)), [0, 6, 11, 6, 1])
+    # sum_t S(n, t) a^t is the rising factorial a (a + 1) ... (a + n - 1)
+    a = 0.7
+    assert np.isclose(logsumexp(log_stirling1(6) + np.arange(7) * np.log(a)), gammaln(a + 6) - gammaln(a))
+
+
+@pytest.mark.parametrize("x,a", [(2, 0.3), (5, 1.7), (8, 0.05), (6, 20.0), (12, 3.0)])
+def test_antoniak_draws_match_stirling_probabilities(x, a):
+    n = 20000
+    rng = np.random.default_rng(int(100 * a) + x)
+    # n one-entry rows of count x in one word, each at a node with phi = (1,): a = s phi = s
+    X = sp.csr_matrix((np.full(n, float(x)), np.zeros(n, dtype=np.int64), np.arange(n + 1)), shape=(n, 1))
+    T = draw_tables(X, np.ones((1, 1)), np.zeros(n, dtype=np.int64), a, rng)
+    assert np.array_equal(T.indices, X.indices) and np.array_equal(T.indptr, X.indptr)
+    t = T.data.astype(np.int64)
+    assert t.min() >= 1 and t.max() <= x
+    logp = log_stirling1(x)[1:] + np.arange(1, x + 1) * np.log(a) - (gammaln(a + x) - gammaln(a))
+    expected = n * np.exp(logp)
+    observed = np.bincount(t - 1, minlength=x).astype(float)
+    # pool the cells expected to hold fewer than 5 draws into their neighbours
+    keep = expected >= 5
+    obs = np.append(observed[keep], observed[~keep].sum())
+    exp = np.append(expected[keep], expected[~keep].sum())
+    if exp[-1] < 5:
+        obs, exp = obs[:-1], exp[:-1]
+        obs[-1] += observed[~keep].sum()
+        exp[-1] += expected[~keep].sum()
+    assert np.isclose(exp.sum(), n)
+    assert stats.chisquare(obs, exp).pvalue > 1e-3
+
+
+def test_counts_of_one_give_one_table_without_random_numbers():
+    X = sp.csr_matrix(np.array([[1.0, 0.0, 1.0], [0.0, 1.0, 1.0]]))
+    rng = np.random.default_rng(0)
+    state = rng.bit_generator.state
+    T = draw_tables(X, np.full((1, 3), 1 / 3), np.zeros(2, dtype=np.int64), 0.01, rng)
+    assert np.array_equal(T.toarray(), X.toarray())
+    assert rng.bit_generator.state == state
+
+
+def test_tables_read_each_document_at_its_own_node():
+    # a word with phi ~ 1 at the node opens a table for nearly every repeat, phi ~ 0 almost never
+    X = sp.csr_matrix(np.array([[50.0, 0.0], [50.0, 0.0]]))
+    theta = np.array([[1 - 1e-9, 1e-9], [1e-9, 1 - 1e-9]])
+    T = draw_tables(X, theta, np.array([0, 1]), 1e6, np.random.default_rng(1))
+    assert T[0, 0] == 50 and T[1, 0] == 1
+
+
+def augmented_terms(x: np.ndarray, s: float):
+    """Every table-count vector t of counts x (1 <= t_w <= x_w where x_w > 0), with
+    log[Gamma(s) / Gamma(s + n) prod_w S(x_w, t_w) s^t_w], the node-free part of p(x, t | phi, s)."""
+    words = np.flatnonzero(x)
+    grids = np.meshgrid(*[np.arange(1, int(x[w]) + 1) for w in words], indexing="ij")
+    ts = np.zeros((grids[0].size, x.size))
+    for j, w in enumerate(words):
+        ts[:, w] = grids[j].ravel()
+    logs = {w: log_stirling1(int(x[w])) for w in words}
+    free = np.array([gammaln(s) - gammaln(s + x.sum())
+                     + sum(logs[w][int(t[w])] + t[w] * np.log(s) for w in words) for t in ts])
+    return ts, free
+
+
+def test_augmented_multinomial_scores_sum_to_the_dcm_likelihood():
+    """sum_t p(x, t | phi, s), the node's part scored by the multinomial family's row
+    likelihood, is DCM(x | s phi): the augmentation is exact at a live node."""
+    lik = Multinomial(VARIANT, 4, kappa0=5.0, kappa1=1.0, a=0.0, min_node_docs=2)
+    phi = np.array([0.1, 0.5, 0.15, 0.25])
+    for x, s in [(np.array([2.0, 0.0, 3.0, 1.0]), 0.8), (np.array([4.0, 1.0, 0.0, 2.0]), 25.0)]:
+        ts, free = augmented_terms(x, s)
+        node = lik.row_log_likelihood(sp.csr_matrix(ts), phi, 0.0)
+        assert np.isclose(logsumexp(free + node), log_dcm(x, s * phi), rtol=0, atol=1e-10)
+
+
+def test_augmented_collapsed_marginal_is_the_dcm_under_the_parent_link():
+    """sum_t of the node-free part times the family's collapsed marginal of t (a new node: phi
+    integrated out under Dir(kappa0 phi_parent + eps)) is E_phi[DCM(x | s phi)], by quadrature
+    over the two-word simplex: the new-node columns and the split-merge marginals are exact."""
+    lik = Multinomial(VARIANT, 2, kappa0=5.0, kappa1=1.0, a=0.0, min_node_docs=2)
+    parent = np.array([0.3, 0.7])
+    alpha = lik._prior(lik.new_node_prior(1), parent)
+    x, s = np.array([3.0, 2.0]), 1.5
+    ts, free = augmented_terms(x, s)
+    collapsed = np.array([lik.log_marginal(DocumentSet(1.0, t), parent, 0.0, 1) for t in ts])
+
+    def integrand(p1: float) -> float:
+        phi = np.array([p1, 1.0 - p1])
+        return float(np.exp(log_dcm(x, s * phi)) * stats.beta.pdf(p1, alpha[0], alpha[1]))
+
+    exact, _ = integrate.quad(integrand, 0.0, 1.0, epsabs=0, epsrel=1e-11, limit=200)
+    assert np.isclose(logsumexp(free + collapsed), np.log(exact), rtol=0, atol=1e-8)
+
+
+def test_concentration_density_is_the_joint_in_s():
+    """log_concentration_density differs from sum_d log p(x_d, t_d | phi, s) by a constant in s."""
+    rng = np.random.default_rng(2)
+    phi = rng.dirichlet(np.ones(5))
+    X = sp.csr_matrix(rng.multinomial(9, phi, size=4).astype(float))
+    T = draw_tables(X, phi[None], np.zeros(4, dtype=np.int64), 2.0, rng)
+    lengths, weights = length_groups(X)
+
+    def joint(s: float) -> float:
+        out = 0.0
+        for d in range(4):
+            x, t = X[d].toarray().ravel(), T[d].toarray().ravel()
+            w = np.flatnonzero(x)
+            out += gammaln(s) - gammaln(s + x.sum()) + sum(
+                log_stirling1(int(x[v]))[int(t[v])] + t[v] * np.log(s * phi[v]) for v in w)
+        return out
+
+    diffs = [log_concentration_density(s, T.data.sum(), lengths, weights) - joint(s) for s in (0.1, 1.0, 7.0, 300.0)]
+    assert np.allclose(diffs, diffs[0], rtol=0, atol=1e-9)
+
+
+def test_concentration_slice_sampler_matches_quadrature():
+    """The chain of slice updates of s has the conditional, computed by quadrature on log s
+    (log-uniform prior), as its stationary law: Kolmogorov-Smirnov on thinned draws."""
+    lengths, weights, tables = np.array([3.0, 5.0, 2.0]), np.array([2.0, 1.0, 1.0]), 8.0
+    lo, hi = np.log(CONCENTRATION_RANGE[0]), np.log(CONCENTRATION_RANGE[1])
+    grid = np.linspace(lo, hi, 200001)
+    logd = np.array([log_concentration_density(np.exp(v), tables, lengths, weights) for v in grid[::50]])
+    dens = np.exp(np.interp(grid, grid[::50], logd) - logd.max())
+    cdf = np.concatenate([[0.0], np.cumsum(0.5 * (dens[1:] + dens[:-1]) * np.diff(grid))])
+    cdf /= cdf[-1]
+    rng = np.random.default_rng(5)
+    s, draws = 1.0, []
+    for i in range(30000):
+        s = sample_concentration(s, tables, lengths, weights, rng, n_steps=1)
+        if i >= 100 and i % 10 == 0:
+            draws.append(np.log(s))
+    res = stats.kstest(draws, lambda v: np.interp(v, grid, cdf))
+    assert res.pvalue > 1e-3
+
+
+def test_polya_start_recovers_a_planted_concentration():
+    rng = np.random.default_rng(3)
+    f = rng.dirichlet(np.ones(200))
+    s_true = 40.0
+    X = sp.csr_matrix(np.array([rng.multinomial(60, rng.dirichlet(s_true * f)) for _ in range(3000)], dtype=float))
+    s_hat = polya_concentration(X, f)
+    assert 0.85 * s_true < s_hat < 1.15 * s_true
+
+
+# ---------------------------------------------------------------------------- the sampler
+
+
+def bursty_epochs(rng: np.random.Generator, n_epochs: int = 2) -> list[sp.csr_matrix]:
+    V = 60
+    topics = rng.dirichlet(np.full(V, 0.1), size=4)
+    out = []
+    for _ in range(n_epochs):
+        rows = [rng.multinomial(rng.integers(20, 60), rng.dirichlet(5.0 * topics[k] + 1e-3))
+                for k in range(4) for _ in range(30)]
+        out.append(sp.csr_matrix(np.array(rows, dtype=np.float64)))
+    return out
+
+
+FIELDS = ("node_ids", "parent", "depth", "counts", "theta", "assignments", "born")
+
+
+def same_trees(a: DTSSBP, b: DTSSBP) -> bool:
+    return all(np.array_equal(getattr(ta, f), getattr(tb, f)) for ta, tb in zip(a.trees_, b.trees_) for f in FIELDS)
+
+
+def test_bursty_fit_samples_s_and_does_not_depend_on_threads():
+    epochs = bursty_epochs(np.random.default_rng(0))
+    params = dict(likelihood="multinomial", document_concentration="auto", n_sweeps=6, max_depth=2, n_shards=2,
+                  random_state=4)
+    a = DTSSBP(**params, n_jobs=1).fit(epochs)
+    b = DTSSBP(**params, n_jobs=2).fit(epochs)
+    assert same_trees(a, b)
+    s = a.state_.hyper["document_concentration"]
+    assert CONCENTRATION_RANGE[0] < s < 100.0  # documents drawn from Dir(5 topic): bursty
+    fixed = DTSSBP(**{**params, "document_concentration": 3.0}).fit(epochs)
+    assert fixed.state_.hyper["document_concentration"] == 3.0
+    with pytest.raises(ValueError, match="document_concentration"):
+        DTSSBP(likelihood="multinomial", document_concentration=-1.0).fit(epochs)
+
+
+class RecordingEngine(LocalEngine):
+    """The local engine, keeping the values it was sent."""
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.sent: list[np.ndarray] = []
+
+    def set_values(self, data):
+        self.sent.append(np.array(data))
+        super().set_values(data)
+
+
+def test_table_draws_do_not_depend_on_the_shards():
+    """The tables come from the coordinator's stream: a shard split changes which shard holds
+    a value, not the values (the first sweep's draw, before the shards' own streams act)."""
+    epochs = bursty_epochs(np.random.default_rng(1), n_epochs=1)
+    sent = []
+    for n_shards in (1, 3):
+        engine = RecordingEngine(n_shards=n_shards)
+        DTSSBP(likelihood="multinomial", document_concentration="auto", n_sweeps=1, max_depth=2, engine=engine,
+               n_shards=n_shards, random_state=4).fit(epochs)
+        sent.append(engine.sent[0])
+        # the shards hold exactly the values sent
+        assert np.array_equal(np.concatenate([x.data for x in engine._shards]), engine.sent[-1])
+    assert np.array_equal(sent[0], sent[1])
+    assert not np.array_equal(sent[0], epochs[0].data)  # repeats were folded into tables
+
+
+def test_without_the_option_no_tables_are_drawn():
+    epochs = bursty_epochs(np.random.default_rng(2))
+    engine = RecordingEngine(n_shards=1)
+    a = DTSSBP(likelihood="multinomial", n_sweeps=4, max_depth=2, engine=engine, random_state=1).fit(epochs)
+    b = DTSSBP(likelihood="multinomial", n_sweeps=4, max_depth=2, random_state=1).fit(epochs)
+    assert engine.sent == [] and "document_concentration" not in a.state_.hyper
+    assert same_trees(a, b)
+
+
+def test_checkpoint_carries_the_document_concentration():
+    import json
+
+    epochs = bursty_epochs(np.random.default_rng(3), n_epochs=3)
+    params = dict(likelihood="multinomial", document_concentration="auto", n_sweeps=4, max_depth=2,
+                  random_state=7)
+    whole = DTSSBP(**params).fit(epochs)
+    first = DTSSBP(**params).fit(epochs[:2])
+    arrays, meta = first.get_checkpoint()
+    restored = DTSSBP.from_checkpoint(arrays, json.loads(json.dumps(meta)))
+    restored.partial_fit(epochs[2])
+    assert restored.state_.hyper["document_concentration"] == whole.state_.hyper["document_concentration"]
+    assert all(np.array_equal(getattr(whole.trees_[-1], f), getattr(restored.trees_[-1], f)) for f in FIELDS)
+
+
+@pytest.mark.ray
+def test_bursty_fit_is_the_same_on_ray():
+    epochs = bursty_epochs(np.random.default_rng(0))
+    params = dict(likelihood="multinomial", document_concentration="auto", n_sweeps=4, max_depth=2, n_shards=2,
+                  random_state=4)
+    local = DTSSBP(**params).fit(epochs)
+    ray_model = DTSSBP(**params, engine="ray")
+    try:
+        ray_model.fit(epochs)
+    finally:
+        ray_model.close()
+    assert same_trees(local, ray_model)
+
+
+def test_document_concentration_is_refused_for_families_without_it():
+    X = np.abs(np.random.default_rng(0).normal(size=(6, 4)))
+    with pytest.raises(ValueError, match="document_concentration.*multinomial"):
+        DTSSBP(likelihood="vmf", document_concentration="auto", n_sweeps=1).partial_fit(X)
