@@ -525,8 +525,6 @@ class EpochSampler:
                 if res.node not in st.tree:
                     st.nodes.remove(res.node)
                 self.moves.append((res.node, "merged_into", res.other))
-            for g in res.redrawn:  # leaves an adopting split or its merge drew afresh below their new parent
-                st.nodes.theta[st.nodes.slot[g]] = move.theta[g]
         for nid in touched:
             rows = moves.index(move).of(nid)
             current.pop(nid, None), sums.pop(nid, None), sumsq.pop(nid, None)
@@ -643,7 +641,7 @@ class EpochSampler:
                 else:
                     st.nodes.remove(res.node)
                     self.moves.append((res.node, "merged_into", res.other))
-                for g in res.redrawn:  # leaves a lift drew afresh below their new parent
+                for g in res.redrawn:  # leaves the carried lift drew afresh below their new parent
                     st.nodes.theta[st.nodes.slot[g]] = move.theta[g]
 
     def _merge_internal(self, current: dict[int, int], sums: dict[int, np.ndarray], sumsq: dict[int, float]) -> None:

@@ -41,14 +41,10 @@ A split that creates ``b`` draws its parameter from its exact conditional given 
 and parent (:meth:`Likelihood.sample_node_theta`) and a merge drops it (reversible jump with
 the conditional as proposal), so the acceptance ratio only holds the collapsed marginal
 (:meth:`Likelihood.log_marginal`) of ``b``'s documents against their likelihood at ``a``
-(``f`` factorises over documents), plus the change below ``b`` of the subtrees it adopts:
-O(nnz) of the moved documents plus O(p) per adopted child. An adopted leaf's parameter is drawn
-afresh from its conditional under ``b`` (and, by the merge, under ``b``'s parent), so it
-enters through its documents' collapsed marginal under each parent; deeper adopted nodes keep
-their parameters and enter through their link densities (:meth:`SplitMerge._log_relink`, as
-for the lifts). A ``b`` that adopts no children leaves its parameter out of the ratio, so its
-draw waits until the split is accepted (the same kernel: the draw is independent of the
-acceptance test).
+(``f`` factorises over documents), plus the link changes of the children ``b`` adopts:
+O(nnz) of the moved documents plus O(p). A ``b`` that adopts no children leaves its parameter
+out of the ratio, so its draw waits until the split is accepted (the same kernel: the draw is
+independent of the acceptance test).
 
 Proposal (one attempt). With probability 1/2 draw a document ``i`` uniformly and ``j``
 uniformly among the other documents of ``i``'s node ``a``; else draw an occupied node ``b``
@@ -519,6 +515,22 @@ class SplitMerge:
         _, P, k, m = place
         return tree.add_parent_of_block(P, k, m, born=born)
 
+    def _log_adoption(self, st: MoveState, split, b: int, theta_b: np.ndarray) -> float:
+        """Parent-link log densities of ``b``'s adopted subtrees in the split state minus those
+        in the merged state (one level higher, the adopted children linked to ``b``'s parent)."""
+        out = 0.0
+        P = split.parent[b]
+        link = self._link
+        known = theta_b is st.theta.get(b)  # b's own parameter (a merge), not a proposed one
+        for c in split.children[b]:
+            d = split.depth[c]
+            at_b = link(st, c, b, d) if known else self.lik.log_link(st.theta[c], theta_b, d)
+            out += at_b - link(st, c, P, d - 1)
+            for g in split.subtree(c)[1:]:
+                dg, pg = split.depth[g], split.parent[g]
+                out += link(st, g, pg, dg) - link(st, g, pg, dg - 1)
+        return out
+
     def _link(self, st: MoveState, c: int, P: int, depth: int, prev: np.ndarray | None = None) -> float:
         """``log_link`` of node ``c``'s parameter below node ``P``'s at ``depth`` (and under its
         time link to ``prev``, ``c``'s previous-epoch parameter, when given), remembered until a
@@ -564,26 +576,20 @@ class SplitMerge:
         return float(np.sum(np.where(to_new, np.log(p_new), np.log1p(-p_new))))
 
     def _log_ratio(self, st: MoveState, split, a: int, b: int, place: tuple, docs: DocumentSet,
-                   log_prior: float, n_places: int, log_q: float,
-                   theta_b: np.ndarray | None = None) -> tuple[float, list[int]]:
+                   log_prior: float, n_places: int, log_q: float, theta_b: np.ndarray | None = None) -> float:
         """log of pi(split) q(merge | split) / (pi(merged) q(split | merged)), with a new node's
         parameter ``theta_b`` drawn from its conditional given its documents ``docs`` and parent:
-        the documents' collapsed marginal, plus the change below ``b`` of the subtrees it adopts
-        (:meth:`_log_relink`: its leaf children drawn afresh below ``b`` by the split and below
-        ``b``'s parent by the merge, so they enter through their documents' marginals);
-        ``log_prior`` is the collapsed prior's log ratio and ``split`` the split state's tree.
-        Returns it with the adopted leaves (none for a kept ``b``)."""
-        leaves: list[int] = []
+        the documents' collapsed marginal, plus the link changes of adopted subtrees;
+        ``log_prior`` is the collapsed prior's log ratio and ``split`` the split state's tree."""
         if place[0] == "new":
             theta_P, conc_c, depth_c = self._new_node(st, place[1])
             at_b = self.lik.log_marginal(docs, theta_P, conc_c, depth_c)
             if place[3]:
-                relink, leaves = self._log_relink(st, split, b, theta_b)
-                at_b += relink
+                at_b += self._log_adoption(st, split, b, theta_b)
         else:
             at_b = self.lik.log_likelihood(docs, st.theta[b], st.concentration[b])
         data = at_b - self.lik.log_likelihood(docs, st.theta[a], st.concentration[a])
-        return log_prior + data + np.log(n_places) - log_q, leaves
+        return log_prior + data + np.log(n_places) - log_q
 
     # ------------------------------------------------------------------ selection
     def partners(self, st: MoveState, tree, b: int) -> list[int]:
@@ -749,12 +755,9 @@ class SplitMerge:
         (:meth:`Likelihood.sample_node_theta` of no documents: the exact conditional of a node
         without documents); else draw ``c`` uniformly among :meth:`empty_inner` and propose
         to remove it, its children taking its place. ``c`` has no documents, so its collapsed
-        marginal is 1 and its parameter's link cancels against its proposal. Each leaf child
-        is drawn afresh below its new parent (``c`` once inserted, ``c``'s parent once it is
-        removed), so the ratio holds the collapsed prior's change, the adopted or lifted
-        subtrees' terms (leaf children through their documents' marginals under ``c`` and under
-        ``c``'s parent, other nodes through their link densities at their depths:
-        :meth:`_log_relink`) and the draw probabilities.
+        marginal is 1 and its parameter's link cancels against its proposal: the ratio holds
+        the collapsed prior's change, the link changes of the adopted subtrees (their parents'
+        parameters and their depths, :meth:`_log_adoption`) and the draw probabilities.
         """
         t = st.tree
         idx = self.index(st)
@@ -772,14 +775,12 @@ class SplitMerge:
             c = t.next_id  # the id the insertion below will give it
             edit = idx.prior.edit()
             edit.insert(c, P, place[2], place[3])
-            relink, leaves = self._log_relink(st, EditedTree(edit), c, theta_c)
-            log_a = (idx.prior.delta(edit, **self.kw) + relink
+            log_a = (idx.prior.delta(edit, **self.kw) + self._log_adoption(st, EditedTree(edit), c, theta_c)
                      - np.log(len(empty) + 1) + np.log(len(hosts)) + np.log(len(blocks)))
             if np.log(rng.random()) >= log_a:
                 return None
             c = self._insert(t, place, born)
-            res = self._added(st, "insert", c, theta_c, conc_c, edit)
-            return replace(res, redrawn=self._redraw(st, leaves, rng))
+            return self._added(st, "insert", c, theta_c, conc_c, edit)
         if not empty:
             return None
         c = empty[int(rng.integers(len(empty)))]
@@ -788,13 +789,11 @@ class SplitMerge:
         edit.lift(c)
         blocks = self._blocks(st, EditedTree(edit), P)
         n_hosts = self._hosts_after_lift(t, c, len(hosts), idx.reach())
-        relink, leaves = self._log_relink(st, t, c, st.theta[c])
-        log_a = (idx.prior.delta(edit, **self.kw) - relink
+        log_a = (idx.prior.delta(edit, **self.kw) - self._log_adoption(st, t, c, st.theta[c])
                  + np.log(len(empty)) - np.log(n_hosts) - np.log(len(blocks)))
         if np.log(rng.random()) >= log_a:
             return None
-        res = self._remove(st, c, edit)
-        return replace(res, redrawn=self._redraw(st, leaves, rng))
+        return self._remove(st, c, edit)
 
     @staticmethod
     def _hosts_after_lift(t, c: int, n_hosts: int, reach: dict[int, int] | None = None) -> int:
@@ -878,9 +877,7 @@ class SplitMerge:
         """The target's change below ``x`` in ``tree`` (where ``x`` exists) when ``x`` is lifted
         (its children linked to ``x``'s parent instead of ``x``, every node below one level
         higher: link strengths depend on depth), as (log of with ``x`` minus without, the
-        children of ``x`` that are leaves): the term of every move that puts a node above a
-        block of children or takes it away (the lifts, the carried lift, the split that adopts
-        children and its merge).
+        children of ``x`` that are leaves).
 
         A leaf child's parameter is drawn afresh by the move from its conditional given its
         documents and its new parent (:meth:`_redraw`), so it enters through the collapsed
@@ -893,7 +890,7 @@ class SplitMerge:
         ``x``'s own parameter."""
         lik, link, out, leaves = self.lik, self._link, 0.0, []
         up = tree.parent[x]
-        known = theta_x is st.theta.get(x)  # x's own parameter (a removal, a merge), not a proposed one
+        known = theta_x is st.theta.get(x)  # x's own parameter (a removal), not a proposed one
         cap = tree.max_depth
         for c in tree.children[x]:
             d = tree.depth[c]
@@ -1050,9 +1047,9 @@ class SplitMerge:
         t = st.tree
         n_partners = (len(t.children[place[1]]) - place[3] + 1 if place[0] == "new"
                       else len(t.children[t.parent[b]]))
-        log_r, leaves = self._log_ratio(st, split, a, b, place, docs, idx.prior.delta(edit, **self.kw), len(places),
-                                        self._log_q(lo, to_new), theta_b)
-        log_a = (log_r + self._log_select_merge(len(idx.rows) + 1, n_partners, rows_b.size, n_a - rows_b.size)
+        log_a = (self._log_ratio(st, split, a, b, place, docs, idx.prior.delta(edit, **self.kw), len(places),
+                                 self._log_q(lo, to_new), theta_b)
+                 + self._log_select_merge(len(idx.rows) + 1, n_partners, rows_b.size, n_a - rows_b.size)
                  - self._log_select_split(st.labels.size, n_a))
         if np.log(rng.random()) >= log_a:
             return None
@@ -1070,7 +1067,7 @@ class SplitMerge:
         idx.prior.apply(edit)
         idx.changed()
         idx.move(a, b, rows_b)
-        return MoveResult("split", b, a, rows_b, self._redraw(st, leaves, rng))
+        return MoveResult("split", b, a, rows_b)
 
     def _merge(self, st: MoveState, a: int, b: int, i: int, j: int, rng: np.random.Generator) -> MoveResult | None:
         t = st.tree
@@ -1096,9 +1093,9 @@ class SplitMerge:
         lo = self._allocation(st, a, place, j, others, rng)
         to_new = st.labels[others] == b
         n_a = idx.count(a)
-        log_r, leaves = self._log_ratio(st, t, a, b, place, idx.documents(b, st.X), -idx.prior.delta(edit, **self.kw),
-                                        len(places), self._log_q(lo, to_new), st.theta[b])
-        log_a = -(log_r + self._log_select_merge(len(idx.rows), len(self.partners(st, t, b)), rows_b.size, n_a)
+        log_a = -(self._log_ratio(st, t, a, b, place, idx.documents(b, st.X), -idx.prior.delta(edit, **self.kw),
+                                  len(places), self._log_q(lo, to_new), st.theta[b])
+                  + self._log_select_merge(len(idx.rows), len(self.partners(st, t, b)), rows_b.size, n_a)
                   - self._log_select_split(st.labels.size, n_a + rows_b.size))
         if np.log(rng.random()) >= log_a:
             return None
@@ -1110,4 +1107,4 @@ class SplitMerge:
         idx.prior.apply(edit)
         idx.changed()
         idx.move(b, a, rows_b)
-        return MoveResult("merge", b, a, rows_b, self._redraw(st, leaves, rng))
+        return MoveResult("merge", b, a, rows_b)
