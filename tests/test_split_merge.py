@@ -683,6 +683,7 @@ def _adoption_flux_z(kinds) -> float:
     return (m - a) / np.sqrt(max(a + m, 1))
 
 
+@pytest.mark.slow  # about 18 s
 def test_adopting_splits_and_their_merges_balance_at_the_target(alike_case):
     """Splits whose new node adopts newborn siblings and merges that remove such a node,
     lifting its children (the children's links rescored, :meth:`SplitMerge._log_adoption`),
@@ -694,6 +695,7 @@ def test_adopting_splits_and_their_merges_balance_at_the_target(alike_case):
     assert abs(_adoption_flux_z(kinds)) < 3.0
 
 
+@pytest.mark.slow  # about 18 s
 def test_dropping_the_adopted_childrens_links_is_detected(alike_case, monkeypatch):
     """The check has power: scored without the adopted children's links (as if their parent
     did not change), adopting splits are rejected and lifting merges accepted too often, over
