@@ -571,22 +571,24 @@ def test_moves_keep_the_windowed_target_with_carried_nodes_and_adoption():
     assert chi2.sf(stat, df=obs.size - 1) > 1e-3
 
 
-def _nested_chain(case, n_draws, seed, moves=None, rounds=3, lifts_only=False):
+def _nested_chain(case, n_draws, seed, moves=None, rounds=3, lifts_only=False, lifts=True):
     """Draw states from the exact target, apply ``rounds`` rounds of (relocation, split-merge
-    attempt, insertion or lift of an empty node), or of the last alone, to each; the chi-square p-value of the result
-    against the target, the accepted moves by kind (``"lift merge"``: a split-merge merge
-    that lifted the merged node's children) and the final states' histogram."""
+    attempt, insertion or lift of an empty node), of the last alone (``lifts_only``) or of the
+    first two (``lifts=False``) to each; the chi-square p-value of the result against the
+    target, the accepted moves by kind (``"lift merge"``: a split-merge merge that lifted the
+    merged node's children; ``"adopt split"``: a split whose new node adopted children) and
+    the final states' histogram."""
     rng = np.random.default_rng(seed)
     p = np.exp(case.logp - case.logp.max())
     p /= p.sum()
     moves = moves or SplitMerge(case.lik, case.kw)
     hist = np.zeros(len(case.keys))
     kinds: dict[str, int] = {}
+    steps = (moves.lift,) if lifts_only else (moves.relocate, moves.attempt) + ((moves.lift,) if lifts else ())
     for s in rng.choice(len(case.keys), size=n_draws, p=p):
         st = case.move_state(s, rng)
         for _ in range(rounds):
-            for step in (moves.lift,) if lifts_only else (moves.relocate, moves.attempt, moves.lift):
-                par = dict(st.tree.parent)
+            for step in steps:
                 kids = {k: list(v) for k, v in st.tree.children.items()}
                 res = step(st, rng, born=1) if step != moves.relocate else step(st, rng)
                 if res is None:
@@ -594,6 +596,8 @@ def _nested_chain(case, n_draws, seed, moves=None, rounds=3, lifts_only=False):
                 kind = res.kind
                 if kind == "merge" and res.node not in st.tree and kids[res.node]:
                     kind = "lift merge"
+                if kind == "split" and st.tree.children[res.node] and res.node not in case.fixed_parent:
+                    kind = "adopt split"
                 kinds[kind] = kinds.get(kind, 0) + 1
         hist[case.index[case.key(st.tree, st.labels)]] += 1
     expected = p * n_draws
@@ -647,6 +651,58 @@ def test_dropping_the_lifted_childrens_links_is_detected(empty_case, monkeypatch
     _, kinds, hist = _nested_chain(empty_case, 8000, 3, rounds=4)
     assert kinds["lift"] > kinds["insert"]
     assert _empty_share_z(empty_case, hist) < -4.0
+
+
+def _alike_documents_case():
+    """Three alike documents far from the fixed nodes' parameters (depth cap 2): a newborn
+    holding some of them has its parameter near them, so a newborn leaf holding another one
+    fits it much better than the root does. The children's term of an adopting split is then
+    large and of one sign, as it is on real corpora."""
+    variant = resolve_variant("dtssbp", window=2, max_depth=2, gamma=0.5, xi=0.001)
+    lik = Multinomial(variant, 2, kappa0=8.0, kappa1=0.75, a=-3.0, min_node_docs=2)
+    X = sp.csr_matrix(np.array([[3, 0], [3, 0], [3, 0]], dtype=float))
+    theta = {ROOT: np.array([0.2, 0.8]), 1: np.array([0.2, 0.8])}
+    kw = dict(alpha0=3.0, lam=1.0, gamma=1.5, max_depth=2, root_holds_data=False)
+    return NestedCase(lik, X, {ROOT: -1, 1: ROOT}, theta, {ROOT: 2, 1: 3}, 2, kw)
+
+
+@pytest.fixture(scope="module")
+def alike_case():
+    return _alike_documents_case()
+
+
+def _adoption_flux_z(kinds) -> float:
+    """z-score of the accepted adopting splits against the accepted merges that lift children.
+
+    Each adopting split is the reverse of one such merge, and a chain started at its target
+    by a kernel in detailed balance with it makes both transitions equally often in
+    expectation (every step: the chain stays at the target). The statistic reads only this
+    pair, so the other moves' exact routes between the same trees cannot hide an error in it,
+    as they can in the chi-square of the final states."""
+    a, m = kinds.get("adopt split", 0), kinds.get("lift merge", 0)
+    return (m - a) / np.sqrt(max(a + m, 1))
+
+
+@pytest.mark.slow  # about 18 s
+def test_adopting_splits_and_their_merges_balance_at_the_target(alike_case):
+    """Splits whose new node adopts newborn siblings and merges that remove such a node,
+    lifting its children (the children's links rescored, :meth:`SplitMerge._log_adoption`),
+    beside relocations: the final states follow the target, and the adopting splits balance the
+    lifting merges (:func:`_adoption_flux_z`)."""
+    pval, kinds, _ = _nested_chain(alike_case, 16000, 5, rounds=8, lifts=False)
+    assert kinds["adopt split"] >= 5 and kinds["lift merge"] >= 5
+    assert pval > 1e-3
+    assert abs(_adoption_flux_z(kinds)) < 3.0
+
+
+@pytest.mark.slow  # about 18 s
+def test_dropping_the_adopted_childrens_links_is_detected(alike_case, monkeypatch):
+    """The check has power: scored without the adopted children's links (as if their parent
+    did not change), adopting splits are rejected and lifting merges accepted too often, over
+    4 sd apart."""
+    monkeypatch.setattr(SplitMerge, "_log_adoption", lambda self, *args: 0.0)
+    _, kinds, _ = _nested_chain(alike_case, 16000, 5, rounds=8, lifts=False)
+    assert _adoption_flux_z(kinds) > 4.0
 
 
 # ---------------------------------------------------------------------- carried internal nodes
