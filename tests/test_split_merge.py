@@ -524,14 +524,20 @@ class NestedCase:
                          {f for f in self.fixed_parent if f != ROOT})
 
 
-def _nested_multinomial_case():
+def _root_and_child_case(kappa0: float, rows: list[list[float]], phi: list[float]) -> NestedCase:
+    """Two fixed nodes (the root and its carried child 1, both at ``phi``) over three
+    documents of two terms, depth cap 2, with a deep, bushy prior, so that newborn nodes with
+    newborn children carry weight."""
     variant = resolve_variant("dtssbp", window=2, max_depth=2, gamma=0.5, xi=0.001)
-    lik = Multinomial(variant, 2, kappa0=2.0, kappa1=0.75, a=-3.0, min_node_docs=2)
-    X = sp.csr_matrix(np.array([[3, 0], [3, 0], [0, 3]], dtype=float))
-    theta = {ROOT: np.array([0.5, 0.5]), 1: np.array([0.5, 0.5])}
-    # a deep, bushy prior, so that newborn nodes with newborn children carry weight
+    lik = Multinomial(variant, 2, kappa0=kappa0, kappa1=0.75, a=-3.0, min_node_docs=2)
+    X = sp.csr_matrix(np.array(rows, dtype=float))
+    theta = {ROOT: np.array(phi), 1: np.array(phi)}
     kw = dict(alpha0=3.0, lam=1.0, gamma=1.5, max_depth=2, root_holds_data=False)
     return NestedCase(lik, X, {ROOT: -1, 1: ROOT}, theta, {ROOT: 2, 1: 3}, 2, kw)
+
+
+def _nested_multinomial_case():
+    return _root_and_child_case(2.0, [[3, 0], [3, 0], [0, 3]], [0.5, 0.5])
 
 
 def test_moves_keep_the_windowed_target_with_carried_nodes_and_adoption():
@@ -658,12 +664,7 @@ def _alike_documents_case():
     holding some of them has its parameter near them, so a newborn leaf holding another one
     fits it much better than the root does. The children's term of an adopting split is then
     large and of one sign, as it is on real corpora."""
-    variant = resolve_variant("dtssbp", window=2, max_depth=2, gamma=0.5, xi=0.001)
-    lik = Multinomial(variant, 2, kappa0=8.0, kappa1=0.75, a=-3.0, min_node_docs=2)
-    X = sp.csr_matrix(np.array([[3, 0], [3, 0], [3, 0]], dtype=float))
-    theta = {ROOT: np.array([0.2, 0.8]), 1: np.array([0.2, 0.8])}
-    kw = dict(alpha0=3.0, lam=1.0, gamma=1.5, max_depth=2, root_holds_data=False)
-    return NestedCase(lik, X, {ROOT: -1, 1: ROOT}, theta, {ROOT: 2, 1: 3}, 2, kw)
+    return _root_and_child_case(8.0, [[3, 0], [3, 0], [3, 0]], [0.2, 0.8])
 
 
 @pytest.fixture(scope="module")
