@@ -80,6 +80,13 @@ def test_counts_of_one_give_one_table_without_random_numbers():
     assert rng.bit_generator.state == state
 
 
+def test_stored_zeros_give_no_tables():
+    X = sp.csr_matrix((np.array([0.0, 3.0, 0.0]), np.array([0, 1, 2]), np.array([0, 3])), shape=(1, 3))
+    assert X.nnz == 3  # the zeros are stored entries
+    T = draw_tables(X, np.full((1, 3), 1 / 3), np.zeros(1, dtype=np.int64), 5.0, np.random.default_rng(0))
+    assert T.data[0] == 0.0 and T.data[2] == 0.0 and 1.0 <= T.data[1] <= 3.0
+
+
 def test_tables_read_each_document_at_its_own_node():
     # a word with phi ~ 1 at the node opens a table for nearly every repeat, phi ~ 0 almost never
     X = sp.csr_matrix(np.array([[50.0, 0.0], [50.0, 0.0]]))

@@ -53,6 +53,9 @@ def _tables_nb(indptr, indices, data, node_of_row, theta, s, u, out):
         row = theta[node_of_row[r]]
         for k in range(indptr[r], indptr[r + 1]):
             x = int(data[k])
+            if x == 0:  # a stored zero: no customers, no tables
+                out[k] = 0.0
+                continue
             a = s * row[indices[k]]
             t = 1  # the first customer always opens a table
             for i in range(1, x):
@@ -70,7 +73,7 @@ def draw_tables(X: sp.csr_matrix, theta: np.ndarray, node_of_row: np.ndarray, s:
 
     ``X`` holds integer counts; ``theta`` rows are strictly positive word distributions and
     ``node_of_row[r]`` the row of ``theta`` that document ``r``'s node has. Entries equal to 1
-    always give one table and use no random number."""
+    always give one table and use no random number; stored zeros give none."""
     data = np.asarray(X.data, dtype=np.float64)
     n_uniforms = int(np.sum(np.maximum(data - 1.0, 0.0)))
     u = rng.random(n_uniforms)
