@@ -436,7 +436,7 @@ class DTSSBP(BaseEstimator):
         log_pi, log_res, arrays = predictive_masses(self._last_tree, self._settings(self.variant_config_))
         tree = self._last_tree
         return self.likelihood_.log_predictive(X, arrays, tree.theta, tree.concentration, log_pi, log_res,
-                                               normalized=normalized)
+                                               normalized=normalized, hyper=self.state_.hyper)
 
     def close(self) -> None:
         """Release the engine's resources (Ray actors, shard copies). The fitted state stays."""
