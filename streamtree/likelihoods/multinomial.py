@@ -22,8 +22,12 @@ With ``document_concentration`` set (not the default), documents are bursty inst
 (:mod:`streamtree.likelihoods.document_tables`). Each sweep then draws the table counts ``T`` of
 every document given its counts, its node and ``s`` (:meth:`Multinomial.sweep_counts`), and
 everything above reads ``T`` in place of ``X``; ``"auto"`` also slice-samples ``s``. The
-predictive density of new documents (:meth:`~Multinomial.log_predictive`, ``evaluate``) stays
-the multinomial's.
+predictive density of new documents (:meth:`~Multinomial.log_predictive`, ``score_samples``,
+``evaluate``) is then the DCM's too: ``DCM(x | s phi_e)`` at a live node, and at a new node its
+expectation under the node's Dirichlet prior, exact through the table counts
+(:func:`~streamtree.likelihoods.document_tables.dcm_log_mixture`), with ``s`` the fixed value
+or the chain's current draw. Both document models include the multinomial coefficient, so their
+densities compare.
 """
 
 from __future__ import annotations
