@@ -159,8 +159,7 @@ class Multinomial(WordTopics, Likelihood):
             return super().log_predictive(X, arrays, theta, concentration, log_mass, log_residual,
                                           normalized=normalized)
         cand, _ = self.kernel(arrays, theta, concentration, log_mass, log_residual, normalized=normalized)
-        alpha = cand.ph_alpha if cand.ph_alpha is not None else np.zeros((0, theta.shape[1]))
-        out = dcm_log_mixture(X, theta, cand.live_a, alpha, cand.ph_a, s)
+        out = dcm_log_mixture(X, theta, cand.live_a, cand.ph_alpha, cand.ph_a, s)
         if normalized:
             out = out + self.document_log_constant(X)
         return out
