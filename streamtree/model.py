@@ -82,7 +82,9 @@ class DTSSBP(BaseEstimator):
         draws its own distribution from ``Dir(s phi)``), fitted through per-word table counts
         drawn every sweep (:mod:`streamtree.likelihoods.document_tables`); ``"auto"``
         slice-samples ``s`` (the value in use is ``document_concentration`` in the chain's
-        ``state_.hyper``). Other families have no such setting: leave it at ``None`` for them.
+        ``state_.hyper``). :meth:`score_samples` then scores documents under the DCM as well
+        (exactly, new nodes included). Other families have no such setting: leave it at
+        ``None`` for them.
     kappa1, a : float
         Depth and time factors of the link strengths (see ``kappa0``).
     xi : float
@@ -436,7 +438,7 @@ class DTSSBP(BaseEstimator):
         log_pi, log_res, arrays = predictive_masses(self._last_tree, self._settings(self.variant_config_))
         tree = self._last_tree
         return self.likelihood_.log_predictive(X, arrays, tree.theta, tree.concentration, log_pi, log_res,
-                                               normalized=normalized)
+                                               normalized=normalized, hyper=self.state_.hyper)
 
     def close(self) -> None:
         """Release the engine's resources (Ray actors, shard copies). The fitted state stays."""

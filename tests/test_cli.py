@@ -359,3 +359,25 @@ def test_an_epoch_header_counts_the_nodes_holding_its_documents():
     fading = dataclasses.replace(tree, subtree_counts=np.array([5, 5, 0, 3]), counts=np.array([0, 2, 0, 3]))
     assert fading.n_occupied == 3
     assert "4 nodes (3 holding them);" in head_of(fading)
+
+
+def test_document_concentration_reaches_the_estimator(corpus, tmp_path):
+    from streamtree.cli import _replay_config, build_parser, serve_config
+    from streamtree.evaluate import EvaluationConfig
+
+    parser = build_parser()
+    src = ["--text-col", "text", "--time-col", "year"]
+    args = parser.parse_args(["evaluate", str(corpus), *src, "--document-concentration", "auto"])
+    assert EvaluationConfig(model=_replay_config(args).model).model_params()["document_concentration"] == "auto"
+    args = parser.parse_args(["serve", str(tmp_path / "in"), "--store", str(tmp_path / "s"), *src,
+                              "--document-concentration", "3.5"])
+    assert serve_config(args).model["document_concentration"] == 3.5
+    args = parser.parse_args(["replay", str(corpus), *src, "--store", str(tmp_path / "r")])
+    assert "document_concentration" not in _replay_config(args).model  # unset: the estimator's default
+    with pytest.raises(SystemExit):
+        parser.parse_args(["replay", str(corpus), *src, "--store", "x", "--document-concentration", "-1"])
+    # end to end: the replay fits bursty documents and records the setting
+    uri = str(tmp_path / "store")
+    assert main(["replay", str(corpus), *src, "--epoch", "10y", "--quiet", "--store", uri, *FAST,
+                 "--document-concentration", "2.5"]) == 0
+    assert SnapshotStore(uri).config()["replay"]["model"]["document_concentration"] == 2.5

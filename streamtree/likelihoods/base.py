@@ -315,8 +315,12 @@ class Likelihood(ABC):
 
     # ------------------------------------------------------------------ predictive density
     def log_predictive(self, X, arrays: TreeArrays, theta: np.ndarray, concentration: np.ndarray,
-                       log_mass: np.ndarray, log_residual: np.ndarray, *, normalized: bool = True) -> np.ndarray:
-        """Log predictive density of each row: the mixture over live nodes plus new-node terms."""
+                       log_mass: np.ndarray, log_residual: np.ndarray, *, normalized: bool = True,
+                       hyper: Mapping[str, float] | None = None) -> np.ndarray:
+        """Log predictive density of each row: the mixture over live nodes plus new-node terms.
+
+        ``hyper`` is the chain's sampled values, for a family whose document density reads one
+        of its own entries (the multinomial's document concentration); others ignore it."""
         from streamtree.inference.enumerated import score_rows
 
         cand, _ = self.kernel(arrays, theta, concentration, log_mass, log_residual, normalized=normalized)

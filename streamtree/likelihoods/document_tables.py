@@ -28,6 +28,8 @@ sampler, both here:
 
 from __future__ import annotations
 
+import math
+
 import streamtree  # noqa: F401  (configures the numba cache directory)
 import numpy as np
 import scipy.sparse as sp
@@ -127,3 +129,178 @@ def polya_concentration(X: sp.csr_matrix, frequencies: np.ndarray) -> float:
         return float(np.sum(gammaln(s) - gammaln(s + n_docs)) + np.sum(gammaln(a + X.data) - gammaln(a)))
 
     return argmax_log_scale(evidence, *CONCENTRATION_RANGE)
+
+
+# ---------------------------------------------------------------------------- predictive density
+#: counts up to this many sum ``log(a + i)`` for ``log (a)_x``; larger ones use ``lgamma``
+_RISING_SUM_MAX = 16
+#: and at any count once ``a`` exceeds this
+_RISING_SUM_FROM = 1e4
+
+
+@njit(cache=True, nogil=True)
+def _log_rising(a, x):
+    """``log (a)_x = log Gamma(a + x) - log Gamma(a)``, summed term by term for small ``x`` or
+    large ``a`` (exact, and free of the cancellation of two large ``lgamma`` values, which
+    loses about ``1e-16 a log a`` when ``a`` is large)."""
+    if x <= _RISING_SUM_MAX or a > _RISING_SUM_FROM:
+        out = 0.0
+        for i in range(x):
+            out += np.log(a + i)
+        return out
+    return math.lgamma(a + x) - math.lgamma(a)
+
+
+def log_stirling_table(max_count: int) -> np.ndarray:
+    """``log S(x, t)`` (unsigned Stirling numbers of the first kind) for ``0 <= t <= x <=
+    max_count``, ``-inf`` where ``S`` is 0, from ``S(x + 1, t) = x S(x, t) + S(x, t - 1)``."""
+    out = np.full((max_count + 1, max_count + 1), -np.inf)
+    out[0, 0] = 0.0
+    for x in range(max_count):
+        with np.errstate(divide="ignore"):
+            grow = np.log(x) + out[x, 1:] if x else np.full(max_count, -np.inf)
+        out[x + 1, 1:] = np.logaddexp(grow, out[x, :-1])
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _log_dcm_row(idx, cnt, s_phi, n, s):
+    """``log DCM(x | s phi)`` of one row without the multinomial coefficient."""
+    out = -_log_rising(s, n)
+    for k in range(idx.shape[0]):
+        out += _log_rising(s_phi[idx[k]], int(cnt[k]))
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _log_dcm_expected_row(idx, cnt, alpha, log_s, n, log_stirling, poly, word, log_rising_A):
+    """``log E_{phi ~ Dir(alpha)} DCM(x | s phi)`` of one row without the multinomial
+    coefficient and without ``Gamma(s) / Gamma(s + n)``, through the table counts ``t``:
+    ``sum_t prod_w S(x_w, t_w) s^t_w (alpha_w)_t_w / (A)_T``. The words couple only through
+    ``T = sum_w t_w``, so the sum over ``t`` is the product of one polynomial in ``z`` per word,
+    ``sum_t S(x_w, t) s^t (alpha_w)_t z^t``, whose ``z^T`` coefficients are then divided by
+    ``(A)_T``; all in log space. ``poly`` and ``word`` are scratch of length ``n + 1``."""
+    A = 0.0
+    for w in range(alpha.shape[0]):
+        A += alpha[w]
+    log_rising_A[0] = 0.0
+    for t in range(1, n + 1):
+        log_rising_A[t] = log_rising_A[t - 1] + np.log(A + t - 1)
+    # words seen once give one table: a factor s alpha_w z each, kept as a constant and a shift
+    const = 0.0
+    shift = 0
+    poly[0] = 0.0
+    deg = 0
+    for k in range(idx.shape[0]):
+        x = int(cnt[k])
+        a = alpha[idx[k]]
+        if x == 1:
+            const += log_s + np.log(a)
+            shift += 1
+            continue
+        lr = 0.0
+        for t in range(1, x + 1):
+            lr += np.log(a + t - 1)
+            word[t] = log_stirling[x, t] + t * log_s + lr
+        # (poly * word)[j] for j = 1 .. deg + x, written from the top down so that poly can
+        # be overwritten in place (entry j reads poly[j - t] with t >= 1 only)
+        for j in range(deg + x, 0, -1):
+            lo = max(1, j - deg)
+            hi = min(x, j)
+            m = -np.inf
+            for t in range(lo, hi + 1):
+                v = poly[j - t] + word[t]
+                if v > m:
+                    m = v
+            acc = 0.0
+            if m > -np.inf:
+                for t in range(lo, hi + 1):
+                    acc += np.exp(poly[j - t] + word[t] - m)
+                poly[j] = m + np.log(acc)
+            else:
+                poly[j] = -np.inf
+        poly[0] = -np.inf  # every repeated word has at least one table
+        deg += x
+    m = -np.inf
+    for j in range(deg + 1):
+        v = poly[j] - log_rising_A[shift + j]
+        if v > m:
+            m = v
+    acc = 0.0
+    for j in range(deg + 1):
+        acc += np.exp(poly[j] - log_rising_A[shift + j] - m)
+    return const + m + np.log(acc)
+
+
+@njit(cache=True, nogil=True)
+def _dcm_mixture_nb(indptr, indices, data, theta, live_log_mass, alpha, ph_log_mass, s, log_stirling, out):
+    """Per row ``log [sum_k w_k DCM(x | s theta_k) + sum_p u_p E_{Dir(alpha_p)} DCM(x | s phi)]``
+    without the multinomial coefficient (``w``, ``u`` as log weights; ``-inf`` skips a column)."""
+    K = theta.shape[0]
+    P = alpha.shape[0]
+    s_theta = s * theta
+    log_s = np.log(s)
+    max_n = 0
+    for r in range(indptr.shape[0] - 1):
+        n = 0
+        for k in range(indptr[r], indptr[r + 1]):
+            n += int(data[k])
+        if n > max_n:
+            max_n = n
+    poly = np.empty(max_n + 1)
+    word = np.empty(max_n + 1)
+    log_rising_A = np.empty(max_n + 1)
+    terms = np.empty(K + P)
+    for r in range(indptr.shape[0] - 1):
+        idx = indices[indptr[r]:indptr[r + 1]]
+        cnt = data[indptr[r]:indptr[r + 1]]
+        n = 0
+        for k in range(cnt.shape[0]):
+            n += int(cnt[k])
+        base = -_log_rising(s, n)
+        for c in range(K):
+            if live_log_mass[c] == -np.inf:
+                terms[c] = -np.inf
+            else:
+                terms[c] = live_log_mass[c] + _log_dcm_row(idx, cnt, s_theta[c], n, s)
+        for p in range(P):
+            if ph_log_mass[p] == -np.inf:
+                terms[K + p] = -np.inf
+            else:
+                terms[K + p] = ph_log_mass[p] + base + _log_dcm_expected_row(
+                    idx, cnt, alpha[p], log_s, n, log_stirling, poly, word, log_rising_A)
+        m = -np.inf
+        for c in range(K + P):
+            if terms[c] > m:
+                m = terms[c]
+        if m == -np.inf:
+            out[r] = -np.inf
+            continue
+        acc = 0.0
+        for c in range(K + P):
+            acc += np.exp(terms[c] - m)
+        out[r] = m + np.log(acc)
+
+
+def dcm_log_mixture(X: sp.csr_matrix, theta: np.ndarray, live_log_mass: np.ndarray, alpha: np.ndarray,
+                    ph_log_mass: np.ndarray, s: float) -> np.ndarray:
+    """Log density of each row of the integer counts ``X`` under a mixture of bursty documents,
+    without the multinomial coefficient ``n! / prod_w x_w!`` (as the multinomial's z-kernel):
+
+        log [ sum_k exp(live_log_mass[k]) DCM(x | s theta[k])
+              + sum_p exp(ph_log_mass[p]) E_{phi ~ Dir(alpha[p])} DCM(x | s phi) ].
+
+    ``DCM(x | s phi) = Gamma(s) / Gamma(s + n) prod_w Gamma(s phi_w + x_w) / Gamma(s phi_w)``
+    in closed form; the expectation over ``phi`` (a new node) is exact, a sum over the
+    documents' table counts computed as a product of per-word polynomials (cost of order
+    ``n`` times the row's repeated tokens per row and new node)."""
+    X = sp.csr_matrix(X)
+    data = np.asarray(X.data, dtype=np.float64)
+    max_count = int(data.max()) if data.size else 0
+    out = np.empty(X.shape[0])
+    alpha = np.ascontiguousarray(np.atleast_2d(alpha), dtype=np.float64).reshape(-1, X.shape[1])
+    _dcm_mixture_nb(X.indptr.astype(np.int64, copy=False), X.indices.astype(np.int64, copy=False), data,
+                    np.ascontiguousarray(np.atleast_2d(theta), np.float64),
+                    np.ascontiguousarray(live_log_mass, np.float64), alpha,
+                    np.ascontiguousarray(ph_log_mass, np.float64), float(s), log_stirling_table(max_count), out)
+    return out

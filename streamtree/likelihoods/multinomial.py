@@ -22,11 +22,17 @@ With ``document_concentration`` set (not the default), documents are bursty inst
 (:mod:`streamtree.likelihoods.document_tables`). Each sweep then draws the table counts ``T`` of
 every document given its counts, its node and ``s`` (:meth:`Multinomial.sweep_counts`), and
 everything above reads ``T`` in place of ``X``; ``"auto"`` also slice-samples ``s``. The
-predictive density of new documents (:meth:`~Multinomial.log_predictive`, ``evaluate``) stays
-the multinomial's.
+predictive density of new documents (:meth:`~Multinomial.log_predictive`, ``score_samples``,
+``evaluate``) is then the DCM's too: ``DCM(x | s phi_e)`` at a live node, and at a new node its
+expectation under the node's Dirichlet prior, exact through the table counts
+(:func:`~streamtree.likelihoods.document_tables.dcm_log_mixture`), with ``s`` the fixed value
+or the chain's current draw. Both document models include the multinomial coefficient, so their
+densities compare.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import numpy as np
 import scipy.sparse as sp
@@ -35,8 +41,8 @@ from scipy.special import gammaln
 from streamtree.inference.enumerated import DIRICHLET, Candidates
 from streamtree.inference.threads import dealt_by_cost, in_row_ranges
 from streamtree.likelihoods.base import Likelihood, RowBlock, WordTopics, argmax_log_scale, finite_csr
-from streamtree.likelihoods.document_tables import (draw_tables, length_groups, polya_concentration,
-                                                    sample_concentration)
+from streamtree.likelihoods.document_tables import (dcm_log_mixture, draw_tables, length_groups,
+                                                    polya_concentration, sample_concentration)
 from streamtree.likelihoods.multinomial_math import (_BLOCK_FREEZE, _BLOCK_MAX_ITER, _BLOCK_TOL, _JOINT_MAX_ITER,
                                                      _solve_nodes_nb, log_dm_marginal_linked, log_multinomial_coef,
                                                      map_phi, map_phi_dense, map_phi_with_children_dense)
@@ -127,6 +133,36 @@ class Multinomial(WordTopics, Likelihood):
             lengths, weights = length_groups(X)
             s = sample_concentration(s, float(T.data.sum()), lengths, weights, rng)
         return T, {self.DOCUMENT_HYPER: float(s)}
+
+    def document_concentration_in_use(self, hyper: Mapping[str, float] | None) -> float | None:
+        """The document concentration ``s`` of a fitted chain (``None``: multinomial documents):
+        the fixed value, or under ``"auto"`` the chain's current draw in ``hyper``."""
+        setting = self.document_concentration
+        if setting is None:
+            return None
+        if setting != "auto":
+            return float(setting)
+        if not hyper or self.DOCUMENT_HYPER not in hyper:
+            raise ValueError("document_concentration='auto' has no sampled value yet: fit the model on an epoch "
+                             "before scoring documents")
+        return float(hyper[self.DOCUMENT_HYPER])
+
+    def log_predictive(self, X, arrays, theta, concentration, log_mass, log_residual, *, normalized=True,
+                       hyper=None):
+        """Log predictive density of each row. Under ``document_concentration`` the documents
+        are bursty: ``DCM(x | s phi_k)`` at live node ``k`` (closed form) and, for a new node,
+        its expectation under the new node's Dirichlet prior, exact through the table counts
+        (:func:`~streamtree.likelihoods.document_tables.dcm_log_mixture`); the multinomial
+        coefficient is added as in the multinomial case, so the two densities compare."""
+        s = self.document_concentration_in_use(hyper)
+        if s is None:
+            return super().log_predictive(X, arrays, theta, concentration, log_mass, log_residual,
+                                          normalized=normalized)
+        cand, _ = self.kernel(arrays, theta, concentration, log_mass, log_residual, normalized=normalized)
+        out = dcm_log_mixture(X, theta, cand.live_a, cand.ph_alpha, cand.ph_a, s)
+        if normalized:
+            out = out + self.document_log_constant(X)
+        return out
 
     # ------------------------------------------------------------------ new nodes
     def new_node_prior(self, depth: int) -> float:
