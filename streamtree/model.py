@@ -547,16 +547,9 @@ class DTSSBP(BaseEstimator):
 
         Family constants equal for every node are left out; they cancel in the posterior.
         """
-        from streamtree.inference.enumerated import row_sq_norms
-
         self._check_fitted()
         X = self._validate_X(X, type(self.likelihood_))
-        cand = self.predictive_
-        scores = np.asarray(X @ cand.coef_T, dtype=np.float64)
-        weights = cand.live_a + cand.live_b * scores
-        if np.any(cand.live_c != 0):
-            weights += cand.live_c * row_sq_norms(X)[:, None]
-        return weights
+        return self.likelihood_.live_log_weights(X, self.predictive_, self._last_tree.theta, self.state_.hyper)
 
     def transform(self, X) -> np.ndarray:
         """Posterior probability of each live node of the current tree, per row.

@@ -154,3 +154,30 @@ def test_bursty_predictive_reads_the_sampled_concentration():
     model.likelihood_.document_concentration = "auto"
     with pytest.raises(ValueError, match="fit the model"):
         model.likelihood_.log_predictive(epochs[-1], None, None, None, None, None, hyper={})
+
+
+def test_transform_and_predict_weigh_nodes_by_the_bursty_documents():
+    """Under bursty documents a node's posterior weight of a document is its log mass plus
+    ``log DCM(x | s phi)``, the document model of the fit and of ``score_samples``; the live
+    part of the predictive mixture is the same sum."""
+    rng = np.random.default_rng(1)
+    topics = rng.dirichlet(np.full(25, 0.1), size=3)
+    X = sp.csr_matrix(np.array([rng.multinomial(rng.integers(10, 40), rng.dirichlet(20.0 * topics[k] + 0.05))
+                                for k in range(3) for _ in range(30)], dtype=np.float64))
+    model = DTSSBP(likelihood="multinomial", n_sweeps=10, max_depth=2, random_state=3,
+                   document_concentration="auto").fit([X])
+    s = model.state_.hyper["document_concentration"]
+    tree = model.trees_[-1]
+    assert tree.n_nodes >= 3
+    log_mass = model.predictive_.live_a
+    dense = X.toarray()
+    want = np.array([[log_mass[k] + closed_form_dcm(x, tree.theta[k], s) for k in range(tree.n_nodes)]
+                     for x in dense])
+    post = np.exp(want - logsumexp(want, axis=1, keepdims=True))
+    np.testing.assert_allclose(model.transform(X), post, rtol=1e-9, atol=1e-12)
+    assert np.array_equal(model.predict(X), tree.node_ids[np.argmax(want, axis=1)])
+    # the multinomial weighting of the same tree gives other log posteriors
+    model.likelihood_.document_concentration = None
+    plain = model._live_log_weights(X)
+    plain = plain - logsumexp(plain, axis=1, keepdims=True)
+    assert np.max(np.abs(plain - (want - logsumexp(want, axis=1, keepdims=True)))) > 1e-2

@@ -25,7 +25,7 @@ import scipy.sparse as sp
 from numba import njit
 from scipy.optimize import minimize_scalar
 
-from streamtree.inference.enumerated import Candidates
+from streamtree.inference.enumerated import Candidates, row_sq_norms
 from streamtree.tree import TreeArrays
 from streamtree.variants import VariantConfig
 
@@ -302,6 +302,19 @@ class Likelihood(ABC):
 
     # ------------------------------------------------------------------ updates
     @abstractmethod
+    def live_log_weights(self, X, cand: Candidates, theta: np.ndarray,
+                         hyper: Mapping[str, float] | None = None) -> np.ndarray:
+        """Per row of ``X`` and live column of ``cand`` (the kernel's candidates of a tree whose
+        node parameters are ``theta``): log mass plus log likelihood, as the z-kernel scores
+        them, leaving out the family's terms that are equal for every node (they cancel in a
+        node's posterior). ``hyper`` holds the chain's sampled values, for a family that reads
+        its own (the multinomial's document concentration)."""
+        scores = np.asarray(X @ cand.coef_T, dtype=np.float64)
+        weights = cand.live_a + cand.live_b * scores
+        if np.any(cand.live_c != 0):
+            weights += cand.live_c * row_sq_norms(X)[:, None]
+        return weights
+
     def update_theta(self, arrays: TreeArrays, theta: np.ndarray, sums: np.ndarray, counts: np.ndarray,
                      concentration: np.ndarray, prev_theta: np.ndarray, has_prev: np.ndarray,
                      root_anchor: np.ndarray, update: np.ndarray, n_iter: int) -> np.ndarray:

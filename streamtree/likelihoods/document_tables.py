@@ -282,6 +282,30 @@ def _dcm_mixture_nb(indptr, indices, data, theta, live_log_mass, alpha, ph_log_m
         out[r] = m + np.log(acc)
 
 
+@njit(cache=True, nogil=True)
+def _dcm_matrix_nb(indptr, indices, data, s_theta, s, out):
+    """out[r, k] = log DCM(x_r | s theta_k) without the multinomial coefficient."""
+    for r in range(indptr.shape[0] - 1):
+        idx = indices[indptr[r]:indptr[r + 1]]
+        cnt = data[indptr[r]:indptr[r + 1]]
+        n = 0
+        for k in range(cnt.shape[0]):
+            n += int(cnt[k])
+        for c in range(s_theta.shape[0]):
+            out[r, c] = _log_dcm_row(idx, cnt, s_theta[c], n, s)
+
+
+def dcm_log_likelihoods(X: sp.csr_matrix, theta: np.ndarray, s: float) -> np.ndarray:
+    """``log DCM(x_r | s theta_k)`` of every row of the integer counts ``X`` at every row of
+    ``theta``, shape ``(n, K)``, without the multinomial coefficient (equal for every node)."""
+    X = sp.csr_matrix(X)
+    theta = np.ascontiguousarray(np.atleast_2d(theta), dtype=np.float64)
+    out = np.empty((X.shape[0], theta.shape[0]))
+    _dcm_matrix_nb(X.indptr.astype(np.int64, copy=False), X.indices.astype(np.int64, copy=False),
+                   np.asarray(X.data, dtype=np.float64), s * theta, float(s), out)
+    return out
+
+
 def dcm_log_mixture(X: sp.csr_matrix, theta: np.ndarray, live_log_mass: np.ndarray, alpha: np.ndarray,
                     ph_log_mass: np.ndarray, s: float) -> np.ndarray:
     """Log density of each row of the integer counts ``X`` under a mixture of bursty documents,

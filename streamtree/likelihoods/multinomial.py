@@ -41,7 +41,7 @@ from scipy.special import gammaln
 from streamtree.inference.enumerated import DIRICHLET, Candidates
 from streamtree.inference.threads import dealt_by_cost, in_row_ranges
 from streamtree.likelihoods.base import Likelihood, RowBlock, WordTopics, argmax_log_scale, finite_csr
-from streamtree.likelihoods.document_tables import (dcm_log_mixture, draw_tables, length_groups,
+from streamtree.likelihoods.document_tables import (dcm_log_likelihoods, dcm_log_mixture, draw_tables, length_groups,
                                                     polya_concentration, sample_concentration)
 from streamtree.likelihoods.multinomial_math import (_BLOCK_FREEZE, _BLOCK_MAX_ITER, _BLOCK_TOL, _JOINT_MAX_ITER,
                                                      _solve_nodes_nb, log_dm_marginal_linked, log_multinomial_coef,
@@ -146,6 +146,15 @@ class Multinomial(WordTopics, Likelihood):
             raise ValueError("document_concentration='auto' has no sampled value yet: fit the model on an epoch "
                              "before scoring documents")
         return float(hyper[self.DOCUMENT_HYPER])
+
+    def live_log_weights(self, X, cand, theta, hyper=None):
+        """As the base class; under ``document_concentration`` a node scores a document by
+        ``log DCM(x | s phi)`` (its multinomial coefficient left out), the document model the
+        chain was fitted with and :meth:`log_predictive` scores."""
+        s = self.document_concentration_in_use(hyper)
+        if s is None:
+            return super().live_log_weights(X, cand, theta, hyper)
+        return cand.live_a + dcm_log_likelihoods(X, theta, s)
 
     def log_predictive(self, X, arrays, theta, concentration, log_mass, log_residual, *, normalized=True,
                        hyper=None):
