@@ -82,8 +82,9 @@ class DTSSBP(BaseEstimator):
         draws its own distribution from ``Dir(s phi)``), fitted through per-word table counts
         drawn every sweep (:mod:`streamtree.likelihoods.document_tables`); ``"auto"``
         slice-samples ``s`` (the value in use is ``document_concentration`` in the chain's
-        ``state_.hyper``). :meth:`score_samples` then scores documents under the DCM as well
-        (exactly, new nodes included). Other families have no such setting: leave it at
+        ``state_.hyper``). :meth:`score_samples`, :meth:`transform` and :meth:`predict` then
+        score documents under the DCM as well (the density exactly, new nodes included). Other
+        families have no such setting: leave it at
         ``None`` for them.
     kappa1, a : float
         Depth and time factors of the link strengths (see ``kappa0``).
