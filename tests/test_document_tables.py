@@ -277,20 +277,6 @@ def test_checkpoint_carries_the_document_concentration():
     assert all(np.array_equal(getattr(whole.trees_[-1], f), getattr(restored.trees_[-1], f)) for f in FIELDS)
 
 
-@pytest.mark.ray
-def test_bursty_fit_is_the_same_on_ray():
-    epochs = bursty_epochs(np.random.default_rng(0))
-    params = dict(likelihood="multinomial", document_concentration="auto", n_sweeps=4, max_depth=2, n_shards=2,
-                  random_state=4)
-    local = DTSSBP(**params).fit(epochs)
-    ray_model = DTSSBP(**params, engine="ray")
-    try:
-        ray_model.fit(epochs)
-    finally:
-        ray_model.close()
-    assert same_trees(local, ray_model)
-
-
 def test_document_concentration_is_refused_for_families_without_it():
     X = np.abs(np.random.default_rng(0).normal(size=(6, 4)))
     with pytest.raises(ValueError, match="document_concentration.*multinomial"):

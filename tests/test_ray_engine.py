@@ -274,6 +274,53 @@ def test_too_many_crashes_raise_a_clear_error(ray_cluster, epochs):
     engine.close()
 
 
+def _bursty_epochs(rng: np.random.Generator, n_epochs: int = 2) -> list:
+    """Paragraph-like counts that repeat their words (a document draws its own distribution)."""
+    import scipy.sparse as sp
+
+    topics = rng.dirichlet(np.full(60, 0.1), size=4)
+    return [sp.csr_matrix(np.array([rng.multinomial(rng.integers(20, 60), rng.dirichlet(5.0 * topics[k] + 1e-3))
+                                    for k in range(4) for _ in range(30)], dtype=np.float64))
+            for _ in range(n_epochs)]
+
+
+class _CrashingBursty(RayEngine):
+    """Kills shard actors after the likelihood has sent new values: mid-sweep and between sweeps."""
+
+    calls = 0
+
+    def sweep(self, cand):
+        import ray
+
+        self.calls += 1
+        if self.calls == 3:  # shard 1 dies half-way through its sweep
+            self._crash_during_next_sweep(1)
+        if self.calls == 6:  # shard 0 killed between two sweeps, after new values were sent
+            ray.kill(self._actors[0], no_restart=False)
+        return super().sweep(cand)
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("crash", [False, True])
+def test_bursty_documents_on_ray_match_local(ray_cluster, crash):
+    """With ``document_concentration`` the likelihood redraws the rows' values every sweep; the
+    engine sends each shard only its values (a reload rebuilds the shard's rows around them), and
+    the trees are the local engine's, also with actors killed mid-sweep and between sweeps."""
+    epochs = _bursty_epochs(np.random.default_rng(0))
+    params = dict(likelihood="multinomial", document_concentration="auto", n_sweeps=4, max_depth=2, n_shards=2,
+                  random_state=4)
+    local = DTSSBP(**params).fit(epochs)
+    engine = (_CrashingBursty if crash else RayEngine)(n_shards=2, max_restarts=3)
+    try:
+        model = DTSSBP(**params, engine=engine).fit(epochs)
+        assert model.state_.hyper["document_concentration"] == local.state_.hyper["document_concentration"]
+    finally:
+        engine.close()
+    if crash:
+        assert engine.calls == 8
+    assert_same_trees(model, local)
+
+
 _DEFAULT_PATH = """
 import json, os, sys
 import numpy as np

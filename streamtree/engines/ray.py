@@ -156,6 +156,8 @@ class RayEngine(Engine):
         self._actor_cls = None
         self._owns_ray = False
         self._shard_refs: list = []
+        self._rows = None  # the loaded CSR rows (the driver's copy), for set_values
+        self._bounds = None  # shard row bounds
         self._states: list[dict] = []   # each shard's stream state after the last completed sweep
         self._before: list[dict] = []   # ... and before it (for replaying that sweep)
         self._last_cand = None
@@ -250,6 +252,7 @@ class RayEngine(Engine):
         b = shard_bounds(X.shape[0], self.n_shards)
         self._gen += 1
         self._n_rows = X.shape[0]
+        self._rows, self._bounds = X, b
         self._shard_refs = [ray.put(X[b[s]:b[s + 1]]) for s in range(self.n_shards)]
         self._states = [np.random.PCG64(s).state for s in seeds]
         self._before = list(self._states)
@@ -281,19 +284,18 @@ class RayEngine(Engine):
         return SweepStats.combine(parts)
 
     def set_values(self, data: np.ndarray) -> None:
+        """Send each shard only its slice of the new values (8 bytes per non-zero); the shard
+        rebuilds its rows around them. The shard's rows with these values are put again only
+        when an actor must be reloaded (:meth:`_reload_rows`)."""
         if not self._shard_refs:
             raise RuntimeError("load() must be called before set_values()")
         import ray
 
         data = np.asarray(data, dtype=np.float64)
-        start = 0
-        for s, ref in enumerate(self._shard_refs):
-            x = ray.get(ref).copy()
-            x.data = data[start:start + x.nnz].copy()
-            start += x.nnz
-            # the new rows replace the old ones for any later reload after a crash as well
-            self._shard_refs[s] = ray.put(x)
-        refs = [a.set_rows.remote(self._shard_refs[s], self._gen) for s, a in enumerate(self._actors)]
+        ptr, b = self._rows.indptr, self._bounds
+        values = [data[ptr[b[s]]:ptr[b[s + 1]]] for s in range(self.n_shards)]
+        self._shard_refs = [self._with_values(s, v) for s, v in enumerate(values)]
+        refs = [a.set_values.remote(values[s], self._gen) for s, a in enumerate(self._actors)]
         for s in range(self.n_shards):
             try:
                 ok = ray.get(refs[s])
@@ -301,6 +303,11 @@ class RayEngine(Engine):
                 ok = False
             if not ok:  # the actor lost its state: send the new rows with the last stream state
                 self._reload(s, self._states[s])
+
+    def _with_values(self, s: int, values: np.ndarray):
+        """A deferred reference to shard ``s``'s rows holding ``values``: put into the object
+        store only if an actor has to be reloaded with them."""
+        return _DeferredRows(self._rows, self._bounds[s], self._bounds[s + 1], values)
 
     def labels(self) -> np.ndarray:
         if not self._shard_refs:
@@ -348,6 +355,8 @@ class RayEngine(Engine):
 
         deadline = time.monotonic() + self.ready_timeout
         delay = 0.05
+        if isinstance(self._shard_refs[s], _DeferredRows):
+            self._shard_refs[s] = ray.put(self._shard_refs[s].rows())
         while True:
             try:
                 ray.get(self._actors[s].load.remote(self._shard_refs[s], state, self._gen))
@@ -386,7 +395,7 @@ class RayEngine(Engine):
 
         if self._last_cand is None:  # loaded but never swept: nothing to rebuild
             self._reload(s, self._states[s])
-            return np.zeros(int(ray.get(self._shard_refs[s]).shape[0]), dtype=np.int64)
+            return np.zeros(int(self._bounds[s + 1] - self._bounds[s]), dtype=np.int64)
         logger.warning("shard %d: labels lost; replaying the last sweep", s)
         self._reload(s, self._before[s])
         ref = self._actors[s].sweep.remote(self._last_cand, self._gen)
@@ -420,6 +429,18 @@ class RayEngine(Engine):
     def __repr__(self) -> str:
         return (f"RayEngine(n_shards={self.n_shards}, address={self.address!r}, "
                 f"numba_threads={self.numba_threads})")
+
+
+class _DeferredRows:
+    """Rows ``lo:hi`` of a CSR matrix with replaced values, built on demand."""
+
+    def __init__(self, X, lo: int, hi: int, values: np.ndarray) -> None:
+        self.X, self.lo, self.hi, self.values = X, int(lo), int(hi), values
+
+    def rows(self):
+        x = self.X[self.lo:self.hi]
+        x.data = np.array(self.values, dtype=np.float64)
+        return x
 
 
 def _actor_errors() -> tuple[type[BaseException], ...]:

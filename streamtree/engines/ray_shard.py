@@ -12,6 +12,7 @@ import resource
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import scipy.sparse as sp
 
 import streamtree  # noqa: F401  (numba cache configuration before the kernels load)
 from streamtree.inference.enumerated import Candidates, SweepStats, node_order, row_sq_norms, sweep_rows
@@ -53,13 +54,16 @@ class ShardWorker:
         self._gen = gen
         return int(X.shape[0])
 
-    def set_rows(self, X, gen: int) -> bool:
-        """Replace the shard's rows (same shape; the likelihood redrew their values), keeping
-        its random stream and labels; ``False`` if the worker does not hold this generation."""
+    def set_values(self, values, gen: int) -> bool:
+        """Replace the values of the shard's rows (same sparsity pattern; the likelihood redrew
+        them), keeping its random stream and labels; ``False`` if the worker does not hold this
+        generation. The rows are rebuilt around a new values array, never written in place: the
+        kernel's per-matrix tables are keyed by the identity of the matrix's arrays."""
         if gen != self._gen:
             return False
-        self._X = X
-        self._sq = row_sq_norms(X)
+        X = self._X
+        self._X = sp.csr_matrix((np.array(values, dtype=np.float64), X.indices, X.indptr), shape=X.shape)
+        self._sq = row_sq_norms(self._X)
         return True
 
     def sweep(self, cand: Candidates, gen: int) -> tuple[SweepStats, dict] | None:

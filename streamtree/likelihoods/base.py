@@ -300,8 +300,7 @@ class Likelihood(ABC):
         ``signature`` (:meth:`identity_signature`)."""
         raise NotImplementedError(f"{type(self).__name__} has no identity signature")
 
-    # ------------------------------------------------------------------ updates
-    @abstractmethod
+    # ------------------------------------------------------------------ new documents
     def live_log_weights(self, X, cand: Candidates, theta: np.ndarray,
                          hyper: Mapping[str, float] | None = None) -> np.ndarray:
         """Per row of ``X`` and live column of ``cand`` (the kernel's candidates of a tree whose
@@ -315,6 +314,8 @@ class Likelihood(ABC):
             weights += cand.live_c * row_sq_norms(X)[:, None]
         return weights
 
+    # ------------------------------------------------------------------ updates
+    @abstractmethod
     def update_theta(self, arrays: TreeArrays, theta: np.ndarray, sums: np.ndarray, counts: np.ndarray,
                      concentration: np.ndarray, prev_theta: np.ndarray, has_prev: np.ndarray,
                      root_anchor: np.ndarray, update: np.ndarray, n_iter: int) -> np.ndarray:
