@@ -164,6 +164,17 @@ def log_stirling_table(max_count: int) -> np.ndarray:
 
 
 @njit(cache=True, nogil=True)
+def _row_counts(indptr, indices, data, r):
+    """Row ``r`` of a CSR count matrix: its term indices, its counts and its length."""
+    idx = indices[indptr[r]:indptr[r + 1]]
+    cnt = data[indptr[r]:indptr[r + 1]]
+    n = 0
+    for k in range(cnt.shape[0]):
+        n += int(cnt[k])
+    return idx, cnt, n
+
+
+@njit(cache=True, nogil=True)
 def _log_dcm_row(idx, cnt, s_phi, n, s):
     """``log DCM(x | s phi)`` of one row without the multinomial coefficient."""
     out = -_log_rising(s, n)
@@ -242,21 +253,13 @@ def _dcm_mixture_nb(indptr, indices, data, theta, live_log_mass, alpha, ph_log_m
     log_s = np.log(s)
     max_n = 0
     for r in range(indptr.shape[0] - 1):
-        n = 0
-        for k in range(indptr[r], indptr[r + 1]):
-            n += int(data[k])
-        if n > max_n:
-            max_n = n
+        max_n = max(max_n, _row_counts(indptr, indices, data, r)[2])
     poly = np.empty(max_n + 1)
     word = np.empty(max_n + 1)
     log_rising_A = np.empty(max_n + 1)
     terms = np.empty(K + P)
     for r in range(indptr.shape[0] - 1):
-        idx = indices[indptr[r]:indptr[r + 1]]
-        cnt = data[indptr[r]:indptr[r + 1]]
-        n = 0
-        for k in range(cnt.shape[0]):
-            n += int(cnt[k])
+        idx, cnt, n = _row_counts(indptr, indices, data, r)
         base = -_log_rising(s, n)
         for c in range(K):
             if live_log_mass[c] == -np.inf:
@@ -286,11 +289,7 @@ def _dcm_mixture_nb(indptr, indices, data, theta, live_log_mass, alpha, ph_log_m
 def _dcm_matrix_nb(indptr, indices, data, s_theta, s, out):
     """out[r, k] = log DCM(x_r | s theta_k) without the multinomial coefficient."""
     for r in range(indptr.shape[0] - 1):
-        idx = indices[indptr[r]:indptr[r + 1]]
-        cnt = data[indptr[r]:indptr[r + 1]]
-        n = 0
-        for k in range(cnt.shape[0]):
-            n += int(cnt[k])
+        idx, cnt, n = _row_counts(indptr, indices, data, r)
         for c in range(s_theta.shape[0]):
             out[r, c] = _log_dcm_row(idx, cnt, s_theta[c], n, s)
 
