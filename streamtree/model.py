@@ -84,8 +84,7 @@ class DTSSBP(BaseEstimator):
         slice-samples ``s`` (the value in use is ``document_concentration`` in the chain's
         ``state_.hyper``). :meth:`score_samples`, :meth:`transform` and :meth:`predict` then
         score documents under the DCM as well (the density exactly, new nodes included). Other
-        families have no such setting: leave it at
-        ``None`` for them.
+        families have no such setting: leave it at ``None`` for them.
     kappa1, a : float
         Depth and time factors of the link strengths (see ``kappa0``).
     xi : float

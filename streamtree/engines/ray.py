@@ -286,7 +286,7 @@ class RayEngine(Engine):
     def set_values(self, data: np.ndarray) -> None:
         """Send each shard only its slice of the new values (8 bytes per non-zero); the shard
         rebuilds its rows around them. The shard's rows with these values are put again only
-        when an actor must be reloaded (:meth:`_reload_rows`)."""
+        when an actor must be reloaded (:meth:`_reload`)."""
         if not self._shard_refs:
             raise RuntimeError("load() must be called before set_values()")
         import ray
@@ -294,7 +294,8 @@ class RayEngine(Engine):
         data = np.asarray(data, dtype=np.float64)
         ptr, b = self._rows.indptr, self._bounds
         values = [data[ptr[b[s]]:ptr[b[s + 1]]] for s in range(self.n_shards)]
-        self._shard_refs = [self._with_values(s, v) for s, v in enumerate(values)]
+        # the rows a reload would send, built only if an actor has to be reloaded
+        self._shard_refs = [_DeferredRows(self._rows, b[s], b[s + 1], v) for s, v in enumerate(values)]
         refs = [a.set_values.remote(values[s], self._gen) for s, a in enumerate(self._actors)]
         for s in range(self.n_shards):
             try:
@@ -303,11 +304,6 @@ class RayEngine(Engine):
                 ok = False
             if not ok:  # the actor lost its state: send the new rows with the last stream state
                 self._reload(s, self._states[s])
-
-    def _with_values(self, s: int, values: np.ndarray):
-        """A deferred reference to shard ``s``'s rows holding ``values``: put into the object
-        store only if an actor has to be reloaded with them."""
-        return _DeferredRows(self._rows, self._bounds[s], self._bounds[s + 1], values)
 
     def labels(self) -> np.ndarray:
         if not self._shard_refs:

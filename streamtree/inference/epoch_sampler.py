@@ -366,7 +366,7 @@ class EpochSampler:
         rows = X  # the rows the sweep reads: X, or the likelihood's redrawn rows (sweep_counts)
         for sweep in range(self.settings.n_sweeps if n else 0):
             self.sweep = sweep
-            rows = self._sweep_rows(X, rows, sweep)
+            rows = self._sweep_rows(X, sweep)
             cfg = self.settings.with_hyper(st.hyper)
             arrays = st.tree.arrays()
             params = stick_params(arrays, st.own_counts(arrays.ids, current), **cfg.stick_kwargs())
@@ -407,12 +407,14 @@ class EpochSampler:
         return tree
 
     # ------------------------------------------------------------------ steps
-    def _sweep_rows(self, X, rows, sweep: int):
+    def _sweep_rows(self, X, sweep: int):
         """The rows this sweep reads (:meth:`Likelihood.sweep_counts`): ``X`` for most
         families; for one with per-document latent variables, a fresh draw of them given each
         document's node after the last sweep (in the epoch's first sweep, before any
         assignment, given the epoch's root anchor), sent to the shards. Drawn with the
         coordinator's stream, so the values do not depend on the engine or the shards."""
+        if not self.likelihood.redraws_counts:
+            return X
         st = self.state
         if sweep == 0:
             theta, node_of_row = self.root_anchor[None, :], np.zeros(X.shape[0], dtype=np.int64)

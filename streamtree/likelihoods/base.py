@@ -206,6 +206,11 @@ class Likelihood(ABC):
         return np.zeros(X.shape[0])
 
     # ------------------------------------------------------------------ augmented documents
+    @property
+    def redraws_counts(self) -> bool:
+        """Whether :meth:`sweep_counts` draws rows to read in place of the documents' own."""
+        return False
+
     def sweep_counts(self, X, theta: np.ndarray, node_of_row: np.ndarray, hyper: Mapping[str, float],
                      rng: np.random.Generator) -> tuple[Any, dict[str, float]]:
         """The rows the next sweep reads in place of ``X``, for a family whose documents carry

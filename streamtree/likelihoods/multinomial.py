@@ -113,23 +113,25 @@ class Multinomial(WordTopics, Likelihood):
         return log_multinomial_coef(X)
 
     # ------------------------------------------------------------------ bursty documents
+    @property
+    def redraws_counts(self) -> bool:
+        return self.document_concentration is not None
+
     def sweep_counts(self, X, theta, node_of_row, hyper, rng):
         """Under ``document_concentration``: the table counts of every document, drawn from
         their exact conditional given its counts, its node's ``phi`` and ``s`` (Antoniak), and
         under ``"auto"`` a new ``s`` given those tables (slice sampling under a log-uniform
         prior; the starting value is the Polya maximum-likelihood ``s`` of the documents about
         the epoch's word frequencies). Otherwise ``(None, {})``: multinomial documents."""
-        setting = self.document_concentration
-        if setting is None:
+        if not self.redraws_counts:
             return None, {}
-        if setting == "auto":
-            s = hyper.get(self.DOCUMENT_HYPER)
-            if s is None:
-                s = polya_concentration(X, self.root_anchor(X))
+        auto = self.document_concentration == "auto"
+        if auto and self.DOCUMENT_HYPER not in hyper:  # the chain's first draw starts here
+            s = polya_concentration(X, self.root_anchor(X))
         else:
-            s = float(setting)
+            s = self.document_concentration_in_use(hyper)
         T = draw_tables(X, theta, node_of_row, s, rng)
-        if setting == "auto":
+        if auto:
             lengths, weights = length_groups(X)
             s = sample_concentration(s, float(T.data.sum()), lengths, weights, rng)
         return T, {self.DOCUMENT_HYPER: float(s)}
