@@ -19,6 +19,9 @@ Figures per epoch, with their targets:
   number of distinct model ids they map to, and how many kept ids are one-to-one (no other
   surviving true node maps to that model id), since a model that lumps everything into one
   node would keep every id trivially;
+* the share of the epoch's documents held by nodes below the 1% line (a swarm of small
+  nodes lowers ARI without changing the node count), and the mean token count of those
+  documents against the others;
 * CPU seconds of the epoch's ``partial_fit`` and of k-means.
 
 Usage: python bench/bench_planted.py [--sizes 2000x5000[,V x N ...]] [--all-sizes]
@@ -56,6 +59,12 @@ def big_nodes(labels: np.ndarray, share: float = 0.01) -> int:
     """Number of distinct labels holding at least ``share`` of the rows."""
     _, n = np.unique(labels, return_counts=True)
     return int(np.sum(n >= share * labels.size))
+
+
+def in_small_nodes(labels: np.ndarray, share: float = 0.01) -> np.ndarray:
+    """Mask of the rows whose label holds fewer than ``share`` of the rows."""
+    _, inverse, n = np.unique(labels, return_inverse=True, return_counts=True)
+    return n[inverse] < share * labels.size
 
 
 def majority_map(true: np.ndarray, found: np.ndarray) -> dict[int, int]:
@@ -116,7 +125,8 @@ def run_size(n_features: int, n_documents: int, args, likelihoods: list[str]) ->
         print(f"-- DTSSBP({', '.join(f'{k}={v!r}' for k, v in params.items())}), other parameters at defaults")
         header = (f"{'epoch':>5} {'nodes>=1%':>10} {'truth':>5} {'ratio':>6} {'(0.67-1.5x)':>12} "
                   f"{'ARI':>6} {'k-means':>8} {'(>= k-means)':>13} {'ids kept':>14} {'(>= 80%)':>9} "
-                  f"{'live K':>6} {'kappa0_':>8} {'CPU s':>7} {'k-means CPU s':>14}")
+                  f"{'live K':>6} {'in <1%':>7} {'tokens <1% / rest':>18} {'kappa0_':>8} {'CPU s':>7} "
+                  f"{'k-means CPU s':>14}")
         maps, met, notes = [], [], []
         for t, counts in enumerate(corpus.counts):
             X = model_input(counts, likelihood)
@@ -138,6 +148,10 @@ def run_size(n_features: int, n_documents: int, args, likelihoods: list[str]) ->
             ratio = n_big / max(n_true, 1)
             ok_ratio = RATIO_RANGE[0] <= ratio <= RATIO_RANGE[1]
             ari = adjusted_rand_score(labels, found)
+            small = in_small_nodes(found)
+            tokens = np.asarray(counts.sum(axis=1)).ravel()
+            length_txt = (f"{tokens[small].mean():.0f} / {tokens[~small].mean():.0f}"
+                          if small.any() and (~small).any() else "-")
             ok_ari = ari >= km_ari[t]
             maps.append(majority_map(labels, found))
             if t:
@@ -153,7 +167,8 @@ def run_size(n_features: int, n_documents: int, args, likelihoods: list[str]) ->
                 met += [ok_ratio, ok_ari]
             print(f"{t:>5} {n_big:>10} {n_true:>5} {ratio:>5.2f}x {_met(ok_ratio):>12} {ari:>6.3f} "
                   f"{km_ari[t]:>8.3f} {_met(ok_ari):>13} {keep_txt:>14} "
-                  f"{'-' if ok_keep is None else _met(ok_keep):>9} {tree.n_nodes:>6} {_strength(model):>8} {cpu:>7.1f} "
+                  f"{'-' if ok_keep is None else _met(ok_keep):>9} {tree.n_nodes:>6} {small.mean():>7.1%} {length_txt:>18} "
+                  f"{_strength(model):>8} {cpu:>7.1f} "
                   f"{km_cpu[t]:>14.1f}", flush=True)
         else:
             if "document_concentration" in model.state_.hyper:
