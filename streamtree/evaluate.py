@@ -67,14 +67,15 @@ the tables are the same to the bit. Workers are started with ``spawn`` (forking 
 that holds numba and BLAS thread pools is unsafe) and each receives only its run's split and
 parameters. A model's ``seconds`` are the CPU seconds of its runs (``time.process_time`` in
 the process that fits, all of its threads), the same quantity at any worker count (a fresh
-worker's first runs also load the compiled kernels); the wall time of the evaluation is
-shorter with more workers, the CPU time is not. A script that calls :func:`evaluate` with
+worker's first runs also load the compiled kernels); given free cores, more workers shorten
+the wall time of the evaluation, not its CPU time. A script that calls :func:`evaluate` with
 more than one worker must guard its entry point with ``if __name__ == "__main__":`` (spawned
 workers import the calling script).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 import numbers
@@ -445,8 +446,7 @@ class _Run:
         """The arguments of :func:`_fit_run`: runs scoring no coherence get the epochs they fit only."""
         data = self.data
         if not self.coherence and self.scored.stop < len(data.epochs):
-            data = SplitData(data.epochs[: self.scored.stop], data.vocabulary_size, data.n_dropped_train,
-                             data.n_dropped_test, data.protocol, data.repeat, data.n_dropped_select)
+            data = dataclasses.replace(data, epochs=data.epochs[: self.scored.stop])
         return data, self.params, self.scored, self.coherence
 
 
