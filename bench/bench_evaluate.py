@@ -10,16 +10,26 @@ and runs from this run (a lower bound: trees grow with the data).
 Model settings other than those given here are the estimator's defaults (``DTSSBP``), so the
 figures are a snapshot of the current model; rerun this script after the model changes.
 
+``--workers N`` (N > 1) fits the protocol's runs in N worker processes. The same run first
+evaluates with one worker as the baseline (skip it with ``--no-baseline``), then prints both
+wall and CPU times (CPU of this process plus its finished worker processes), the speed-up and
+whether the two results are identical (a digest of every figure, bit for bit).
+
 Usage: python bench/bench_evaluate.py [--protocol documents] [--max-docs-per-epoch 200]
        [--sweeps 5] [--repeats 3] [--kappa0-grid 10,100,1000] [--restarts 2] [--max-features 2000]
+       [--workers 2] [--no-baseline]
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import resource
 import time
+from dataclasses import replace
 from pathlib import Path
+
+import numpy as np
 
 import streamtree  # noqa: F401  (configures numba's cache before any model import)
 from streamtree.evaluate import EvaluationConfig, format_results, load_and_evaluate, read_evaluation_epochs
@@ -28,9 +38,28 @@ from streamtree.replay import ReplayConfig
 DATA = Path(__file__).resolve().parent.parent / "examples" / "data" / "sotu_paragraphs.parquet"
 
 
-def _cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
+def _cpu() -> tuple[float, float]:
+    """CPU seconds of this process and of its finished (joined) child processes: the workers."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
+
+
+def _digest(results) -> str:
+    """A digest of every figure of the results, bit for bit (not the CPU times)."""
+    h = hashlib.sha256()
+    for r in results:
+        h.update(repr((r.variant, r.depth, r.kappa0, r.seed, list(r.selection.items()), r.selection_rows)).encode())
+        for a in (r.normalized, r.unnormalized, r.npmi, *r.doc_scores):
+            h.update(np.ascontiguousarray(a, dtype=np.float64).tobytes())
+    return h.hexdigest()[:16]
+
+
+def _timed(config, ev, verbose: bool):
+    """Run the evaluation; (results, splits, wall, CPU of this process, CPU of the workers)."""
+    w0, (s0, c0) = time.perf_counter(), _cpu()
+    results, splits = load_and_evaluate(config, ev, log=(lambda m: print("  " + m, flush=True)) if verbose else None)
+    wall, (s1, c1) = time.perf_counter() - w0, _cpu()
+    return results, splits, wall, s1 - s0, c1 - c0
 
 
 def main() -> None:
@@ -44,13 +73,15 @@ def main() -> None:
     p.add_argument("--max-features", type=int, default=2000)
     p.add_argument("--min-df", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workers", type=int, default=1, help="worker processes fitting the runs (-1: all CPUs)")
+    p.add_argument("--no-baseline", action="store_true", help="with --workers: skip the one-worker baseline run")
     p.add_argument("--verbose", action="store_true", help="one line per run")
     args = p.parse_args()
 
     grid = [float(v) for v in args.kappa0_grid.split(",")]
     ev = EvaluationConfig(protocol=args.protocol, depths=[3, 4], kappa0_grid=grid, repeats=args.repeats,
                           restarts=args.restarts, seed=args.seed, max_docs_per_epoch=args.max_docs_per_epoch or None,
-                          model=dict(n_sweeps=args.sweeps))
+                          model=dict(n_sweeps=args.sweeps), workers=args.workers)
     config = ReplayConfig(source=str(DATA), text_col="text", time_col="year", time_unit="year", epoch="10y",
                           min_df=args.min_df, max_df=0.5, max_features=args.max_features)
     command = (f"streamtree evaluate examples/data/sotu_paragraphs.parquet --text-col text --time-col year --time-unit year "
@@ -58,13 +89,30 @@ def main() -> None:
                f"--max-depth 3,4 --kappa0-grid {args.kappa0_grid} --repeats {args.repeats} --sweeps {args.sweeps} "
                f"--seed {args.seed}"
                + (f" --restarts {args.restarts}" if args.protocol == "paper" else "")
-               + (f" --max-docs-per-epoch {args.max_docs_per_epoch}" if args.max_docs_per_epoch else ""))
+               + (f" --max-docs-per-epoch {args.max_docs_per_epoch}" if args.max_docs_per_epoch else "")
+               + (f" --workers {args.workers}" if args.workers != 1 else ""))
     print(f"== evaluate on SOU by decade, six models, depths 3 and 4\nequivalent command:\n  {command}\n", flush=True)
-    w0, c0 = time.perf_counter(), _cpu()
-    results, splits = load_and_evaluate(config, ev, log=(lambda m: print("  " + m, flush=True)) if args.verbose else None)
-    wall, cpu = time.perf_counter() - w0, _cpu() - c0
+    n_workers = ev.n_workers()
+    baseline = None
+    if n_workers > 1 and not args.no_baseline:
+        print("baseline: one worker (runs in this process)", flush=True)
+        baseline = _timed(config, replace(ev, workers=1), args.verbose)
+        print(f"  {baseline[2]:.1f}s wall, {baseline[3] + baseline[4]:.1f}s CPU\n"
+              f"{n_workers} workers:", flush=True)
+    results, splits, wall, cpu_self, cpu_workers = _timed(config, ev, args.verbose)
+    cpu = cpu_self + cpu_workers
     print(format_results(results, splits, ev))
-    print(f"\nevaluate: {wall:.0f}s wall, {cpu:.0f}s CPU")
+    runs_cpu = sum(r.seconds for r in results)
+    print(f"\nevaluate, {n_workers} worker{'s' if n_workers > 1 else ''}: {wall:.1f}s wall, {cpu:.1f}s CPU "
+          f"({cpu_self:.1f}s this process + {cpu_workers:.1f}s worker processes; the models' runs: "
+          f"{runs_cpu:.1f}s); results digest {_digest(results)}")
+    if baseline is not None:
+        b_results, _, b_wall, b_self, b_workers = baseline
+        same = _digest(b_results) == _digest(results)
+        print(f"baseline, 1 worker: {b_wall:.1f}s wall, {b_self + b_workers:.1f}s CPU (the models' runs: "
+              f"{sum(r.seconds for r in b_results):.1f}s); results digest {_digest(b_results)}")
+        print(f"{n_workers} workers against 1: wall speed-up {b_wall / wall:.2f}x, CPU ratio "
+              f"{cpu / (b_self + b_workers):.2f}; results {'identical' if same else 'DIFFERENT'}")
 
     # the full protocol, scaled from this run: every document, default sweeps, grid, restarts, repeats
     full = EvaluationConfig(protocol=args.protocol)

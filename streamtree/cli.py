@@ -445,6 +445,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--max-docs-per-epoch", type=_positive_int, default=None,
                    help="subsample each epoch to at most this many documents (quick runs; default: all)")
     e.add_argument("--max-epochs", type=_positive_int, default=None, help="use only the first N epochs (default: all)")
+    e.add_argument("--workers", type=int, default=keep,
+                   help="processes fitting the protocol's runs side by side (-1: all CPUs); each run also uses "
+                        "--jobs threads, so up to workers x jobs threads are busy; results do not depend on it; "
+                        f"local engine only (default {d.workers})")
     e.add_argument("--quiet", action="store_true", help="no progress lines")
     return parser
 
@@ -1038,7 +1042,7 @@ def cmd_evaluate(args) -> int:
     if config.time_col is None and config.epoch_col is None:
         raise _UserError("give --time-col (or --epoch-col with --epoch column)", "evaluate", "add the column name")
     protocol = {k: getattr(args, k) for k in ("protocol", "variants", "depths", "kappa0_grid", "restarts", "repeats",
-                                              "seed", "test_fraction", "selection_fraction", "tie_se")
+                                              "seed", "test_fraction", "selection_fraction", "tie_se", "workers")
                 if hasattr(args, k)}
     ev = EvaluationConfig(**protocol, max_docs_per_epoch=args.max_docs_per_epoch, max_epochs=args.max_epochs,
                           model=model)

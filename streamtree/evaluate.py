@@ -57,15 +57,31 @@ beta_e, plus the new-node terms):
 * **coherence**: mean NPMI (:mod:`streamtree.coherence`) of the top-10 words of each scored
   epoch's 20 largest nodes (by the epoch's own documents), with probabilities from the
   document co-occurrence of the split's training documents (the corpus itself).
+
+Parallel runs
+-------------
+Every fit of a protocol (a model, depth, kappa0 and repeat or restart) is independent of the
+others given its split and seed, so ``workers`` processes can run them side by side. Each
+run keeps its seed and results are assembled in the same order whatever the worker count, so
+the tables are the same to the bit. Workers are started with ``spawn`` (forking a process
+that holds numba and BLAS thread pools is unsafe) and each receives only its run's split and
+parameters. A model's ``seconds`` are the CPU seconds of its runs (``time.process_time`` in
+the process that fits, all of its threads), the same quantity at any worker count (a fresh
+worker's first runs also load the compiled kernels); given free cores, more workers shorten
+the wall time of the evaluation, not its CPU time. A script that calls :func:`evaluate` with
+more than one worker must guard its entry point with ``if __name__ == "__main__":`` (spawned
+workers import the calling script).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import heapq
 import math
+import numbers
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -91,7 +107,11 @@ class EvaluationConfig:
     window, sweeps, engine, ...); the protocol sets ``variant``, ``max_depth``, ``kappa0`` and
     ``random_state`` of every run itself, and everything else takes the estimator's defaults.
     ``restarts`` is used by the paper protocol only; ``selection_fraction`` and ``tie_se`` by
-    the documents protocol only.
+    the documents protocol only. ``workers`` is the number of processes fitting runs side by
+    side (``-1``: all CPUs, ``-2``: all but one); each run also uses the model's ``n_jobs``
+    threads, so up to ``workers x n_jobs`` threads are busy. Results do not depend on it.
+    More than one worker needs the local engine: the Ray engine already spreads each fit over
+    its cluster.
     """
 
     protocol: str = "documents"
@@ -107,6 +127,7 @@ class EvaluationConfig:
     max_docs_per_epoch: int | None = None
     max_epochs: int | None = None
     model: dict = field(default_factory=dict)
+    workers: int = 1
 
     def __post_init__(self) -> None:
         fixed = {"variant", "max_depth", "kappa0", "random_state"} & set(self.model)
@@ -125,12 +146,27 @@ class EvaluationConfig:
             raise ValueError(f"tie_se must be >= 0, got {self.tie_se}")
         if not self.kappa0_grid or min(self.kappa0_grid) <= 0:
             raise ValueError(f"kappa0_grid must hold positive values, got {self.kappa0_grid}")
+        if not isinstance(self.workers, numbers.Integral) or isinstance(self.workers, bool) or self.workers == 0:
+            raise ValueError(f"workers must be a number of processes >= 1, or -1 for all CPUs (-2: all but one), "
+                             f"got {self.workers!r}")
+        engine = self.model_params()["engine"] if self.workers != 1 else "local"
+        if engine != "local":
+            # Each worker would start or join its own Ray runtime for runs the cluster already spreads.
+            raise ValueError(f"workers={self.workers} fits runs in parallel local processes and needs the local "
+                             f"engine, got engine={engine!r}; the Ray engine already spreads each fit over its "
+                             "cluster: use workers=1 with it (--workers 1), or the local engine with more workers")
 
     def model_params(self) -> dict:
         """All DTSSBP keyword arguments shared by the protocol's runs."""
         from streamtree.model import DTSSBP
 
         return DTSSBP(**self.model).get_params(deep=False)
+
+    def n_workers(self) -> int:
+        """The number of worker processes ``workers`` stands for on this machine."""
+        from joblib import effective_n_jobs
+
+        return max(1, int(effective_n_jobs(self.workers)))
 
 
 @dataclass
@@ -209,7 +245,7 @@ class ModelResult:
     selection: dict[tuple[float, int], float]  # (kappa0, seed) -> selection score of that run
     normalized: np.ndarray  # one figure per repeat
     unnormalized: np.ndarray
-    seconds: float
+    seconds: float  # CPU seconds of the model's runs, any worker count (0 where a DP model reuses runs)
     doc_scores: list[np.ndarray] = field(default_factory=list)  # per repeat: every scored test document
     npmi: np.ndarray = field(default_factory=lambda: np.zeros(0))  # one figure per repeat
     selection_rows: list[SelectionRow] = field(default_factory=list)
@@ -388,6 +424,127 @@ def run_model(data: SplitData, params: dict, scored: range, reference: sp.csr_ma
     return out
 
 
+# ----------------------------------------------------------------------------- runs in parallel
+class EvaluationRunError(RuntimeError):
+    """A run of the protocol failed: the message names the run, ``__cause__`` is the error
+    (from a worker process, with the worker's traceback chained to it)."""
+
+
+@dataclass
+class _Run:
+    """One fit of a protocol: what its process needs, where its result goes and its name."""
+
+    order: tuple  # its place in the one-process schedule: pending runs are dispatched in this order
+    key: tuple
+    name: str  # e.g. "dtssbp depth 3, kappa0=10, repeat 1": for progress lines and errors
+    data: SplitData
+    params: dict
+    scored: range
+    coherence: bool  # score the NPMI of the scored epochs' trees (reference: the split's training documents)
+
+    def payload(self) -> tuple:
+        """The arguments of :func:`_fit_run`: runs scoring no coherence get the epochs they fit only."""
+        data = self.data
+        if not self.coherence and self.scored.stop < len(data.epochs):
+            data = dataclasses.replace(data, epochs=data.epochs[: self.scored.stop])
+        return data, self.params, self.scored, self.coherence
+
+
+def _checked(params: dict) -> dict:
+    """``params``, validated here, so that a bad setting fails before any run starts."""
+    from streamtree.model import DTSSBP
+
+    DTSSBP(**params)._check_params()
+    return params
+
+
+def _fit_run(data: SplitData, params: dict, scored: range, coherence: bool) -> tuple[RunScores, float]:
+    """A run, in the process that fits it: its scores and CPU seconds (all of its threads)."""
+    reference = data.reference() if coherence else None
+    t0 = time.process_time()
+    scores = run_model(data, params, scored, reference)
+    return scores, time.process_time() - t0
+
+
+def _ignore_interrupts() -> None:
+    # Ctrl-C reaches the whole process group; the parent alone decides to stop, and ends its workers.
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class _RunPool:
+    """Runs :class:`_Run` objects in ``workers`` processes (in this process for one worker),
+    dispatching pending runs in their ``order`` and yielding each run as it finishes. Leaving
+    the ``with`` block on an error or an interrupt ends the workers at once."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+        self._pending: list[tuple[tuple, _Run]] = []
+        self._executor = None
+
+    def add(self, run: _Run) -> None:
+        heapq.heappush(self._pending, (run.order, run))  # orders are unique: runs are never compared
+
+    def __enter__(self) -> _RunPool:
+        if self.workers > 1:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            # spawn: forking a process that holds numba's and BLAS's thread pools is unsafe
+            self._executor = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                                 initializer=_ignore_interrupts)
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self._executor is None:
+            return
+        if exc_type is not None:  # do not wait for runs that may take many minutes
+            terminate = getattr(self._executor, "terminate_workers", None)  # Python >= 3.14
+            if terminate is not None:
+                terminate()
+            else:
+                for process in list((getattr(self._executor, "_processes", None) or {}).values()):
+                    process.terminate()
+        self._executor.shutdown(wait=True, cancel_futures=True)
+        self._executor = None
+
+    def finished(self) -> Iterator[tuple[_Run, RunScores, float]]:
+        """(run, scores, CPU seconds) of every run as it finishes, until none is pending (runs
+        added meanwhile included)."""
+        from concurrent.futures import FIRST_COMPLETED, wait
+        from concurrent.futures.process import BrokenProcessPool
+
+        running: dict = {}
+        while self._pending or running:
+            if self._executor is None:
+                _, run = heapq.heappop(self._pending)
+                try:
+                    scores, seconds = _fit_run(*run.payload())
+                except Exception as exc:
+                    raise EvaluationRunError(f"evaluation run {run.name} failed: {type(exc).__name__}: {exc}") from exc
+                yield run, scores, seconds
+                continue
+            while self._pending and len(running) < self.workers:
+                _, run = heapq.heappop(self._pending)
+                running[self._executor.submit(_fit_run, *run.payload())] = run
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in sorted(done, key=lambda f: running[f].order):
+                run = running.pop(future)
+                try:
+                    scores, seconds = future.result()
+                except BrokenProcessPool as exc:
+                    raise EvaluationRunError(
+                        f"evaluation run {run.name} failed: its worker process ended abruptly (killed, out of "
+                        "memory, or a calling script that starts workers without an `if __name__ == "
+                        "'__main__':` guard); rerun with fewer workers, or workers=1 to run in this process"
+                    ) from exc
+                except Exception as exc:
+                    raise EvaluationRunError(f"evaluation run {run.name} failed in its worker process: "
+                                             f"{type(exc).__name__}: {exc}") from exc
+                yield run, scores, seconds
+
+
 def _positive_number(value) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool) and value > 0
 
@@ -422,30 +579,40 @@ def _evaluate_documents(splits: list[SplitData], ev: EvaluationConfig,
                         log: Callable[[str], None] | None) -> list[ModelResult]:
     shared = ev.model_params()
     default_k0 = shared["kappa0"]
-    references = [d.reference() for d in splits]
     models: list[tuple[str, int]] = [(v, d) for v in ev.variants for d in ev.depths]
-    runs: dict[tuple[str, int], dict[tuple[float, int], RunScores]] = {}
-    seconds: dict[tuple[str, int], float] = {}
     canonical: dict[tuple[str, int], tuple[str, int]] = {}  # DP models are one level deep at any depth
     first_of: dict[tuple[str, int | None], tuple[str, int]] = {}
     for v, d in models:
         canonical[(v, d)] = first_of.setdefault((v, _variant_config(v, d, shared).max_depth), (v, d))
+    schedule: list[_Run] = []
     for r, data in enumerate(splits):
         seed = ev.seed + r
-        for m in models:
+        for i, m in enumerate(models):
             if canonical[m] != m:
                 continue
             v, d = m
             grid = ev.kappa0_grid if kappa0_matters(v, d) else [default_k0]
-            t0 = time.perf_counter()
-            for k0 in grid:
-                params = dict(shared, variant=v, max_depth=d, kappa0=k0, random_state=seed)
-                res = run_model(data, params, range(len(data.epochs)), references[r])
-                runs.setdefault(m, {})[(k0, r)] = res
-                if log:
-                    log(f"{v} depth {d} repeat {r}: kappa0={_k(k0)} selection {res.pooled('select').mean():.4g} "
-                        f"test {res.pooled('test').mean():.4g} per document")
-            seconds[m] = seconds.get(m, 0.0) + time.perf_counter() - t0
+            for j, k0 in enumerate(grid):
+                params = _checked(dict(shared, variant=v, max_depth=d, kappa0=k0, random_state=seed))
+                schedule.append(_Run((r, i, j), (m, k0, r), f"{v} depth {d}, kappa0={_k(k0)}, repeat {r}", data,
+                                     params, range(len(data.epochs)), True))
+    finished: dict[tuple, RunScores] = {}
+    seconds: dict[tuple[str, int], float] = dict.fromkeys(models, 0.0)
+    with _RunPool(min(ev.n_workers(), len(schedule))) as pool:
+        for run in schedule:
+            pool.add(run)
+        for n, (run, res, cpu) in enumerate(pool.finished(), 1):
+            m, k0, r = run.key
+            finished[run.key] = res
+            seconds[m] += cpu
+            if log:
+                log(f"[{n}/{len(schedule)}] {m[0]} depth {m[1]} repeat {r}: kappa0={_k(k0)} selection "
+                    f"{res.pooled('select').mean():.4g} test {res.pooled('test').mean():.4g} per document "
+                    f"({cpu:.1f}s CPU)")
+    runs: dict[tuple[str, int], dict[tuple[float, int], RunScores]] = {}
+    for run in schedule:  # in the schedule's order, whatever order the runs finished in
+        m, k0, r = run.key
+        runs.setdefault(m, {})[(k0, r)] = finished[run.key]
     results = []
     for m in models:
         v, d = m
@@ -468,45 +635,74 @@ def _evaluate_documents(splits: list[SplitData], ev: EvaluationConfig,
 
 def _evaluate_paper(data: SplitData, ev: EvaluationConfig,
                     log: Callable[[str], None] | None) -> list[ModelResult]:
-    results: list[ModelResult] = []
     first, second = range(0, data.middle), range(data.middle, len(data.epochs))
-    reference = data.reference()
-    done: dict[tuple[str, int | None], ModelResult] = {}
     shared = ev.model_params()
-    for variant in ev.variants:
-        for depth in ev.depths:
-            same = (variant, _variant_config(variant, depth, shared).max_depth)
-            if same in done:  # DP models are one level deep at any depth: no need to rerun
-                old = done[same]
-                results.append(ModelResult(variant, depth, old.kappa0, old.seed, old.selection, old.normalized,
-                                           old.unnormalized, 0.0, old.doc_scores, old.npmi))
-                continue
-            t0 = time.perf_counter()
-            base = dict(shared, variant=variant, max_depth=depth)
-            grid = ev.kappa0_grid if kappa0_matters(variant, depth) else ev.kappa0_grid[:1]
-            selection: dict[tuple[float, int], float] = {}
-            for k0 in grid:
-                for r in range(ev.restarts):
-                    seed = ev.seed + r
-                    score = run_model(data, dict(base, kappa0=k0, random_state=seed), first).epoch_mean("test")
-                    selection[(k0, seed)] = score
-                    if log:
-                        log(f"{variant} depth {depth}: kappa0={k0:g} seed={seed} first half {score:.4g}")
-            (k0, seed), _ = max(selection.items(), key=lambda kv: (kv[1], -kv[0][1]))
-            norm, unnorm, docs, npmi = [], [], [], []
-            for j in range(ev.repeats):
-                s = run_model(data, dict(base, kappa0=k0, random_state=seed + j), second, reference)
-                norm.append(s.epoch_mean("test"))
-                unnorm.append(s.epoch_mean("test_unnormalized"))
-                docs.append(s.pooled("test"))
-                npmi.append(float(s.pooled("npmi").mean()))
+    models: list[tuple[str, int]] = [(v, d) for v in ev.variants for d in ev.depths]
+    canonical: dict[tuple[str, int], tuple[str, int]] = {}  # DP models are one level deep at any depth
+    first_of: dict[tuple[str, int | None], tuple[str, int]] = {}
+    for v, d in models:
+        canonical[(v, d)] = first_of.setdefault((v, _variant_config(v, d, shared).max_depth), (v, d))
+    fitted = [m for m in models if canonical[m] == m]
+    grids = {m: ev.kappa0_grid if kappa0_matters(*m) else ev.kappa0_grid[:1] for m in fitted}
+    selection_runs: dict[tuple[str, int], list[_Run]] = {}
+    for i, m in enumerate(fitted):
+        v, d = m
+        selection_runs[m] = [
+            _Run((i, 0, j, r), (m, "select", k0, ev.seed + r), f"{v} depth {d}, kappa0={_k(k0)}, seed "
+                 f"{ev.seed + r} (first-half selection)", data,
+                 _checked(dict(shared, variant=v, max_depth=d, kappa0=k0, random_state=ev.seed + r)), first, False)
+            for j, k0 in enumerate(grids[m]) for r in range(ev.restarts)]
+    n_runs = sum(len(s) for s in selection_runs.values()) + len(fitted) * ev.repeats
+    selection: dict[tuple[str, int], dict[tuple[float, int], float]] = {}
+    best: dict[tuple[str, int], tuple[float, int]] = {}
+    scores: dict[tuple, RunScores] = {}
+    seconds: dict[tuple[str, int], float] = dict.fromkeys(fitted, 0.0)
+    with _RunPool(min(ev.n_workers(), n_runs)) as pool:
+        for runs in selection_runs.values():
+            for run in runs:
+                pool.add(run)
+        for n, (run, res, cpu) in enumerate(pool.finished(), 1):
+            m, part, k0, index = run.key  # index: the seed of a selection run, the number of a repeat
+            v, d = m
+            scores[run.key] = res
+            seconds[m] += cpu
+            if part == "select":
                 if log:
-                    log(f"{variant} depth {depth}: kappa0={k0:g} repeat {j} second half {norm[-1]:.4g} "
-                        f"(unnormalised {unnorm[-1]:.4g})")
-            res = ModelResult(variant, depth, k0, seed, selection, np.array(norm), np.array(unnorm),
-                              time.perf_counter() - t0, docs, np.array(npmi))
-            done[same] = res
-            results.append(res)
+                    log(f"[{n}/{n_runs}] {v} depth {d}: kappa0={k0:g} seed={index} first half "
+                        f"{res.epoch_mean('test'):.4g} ({cpu:.1f}s CPU)")
+                if all(s.key in scores for s in selection_runs[m]):  # the model's selection is complete
+                    # in the schedule's order, so that ties resolve as in one process
+                    selection[m] = {s.key[2:]: scores[s.key].epoch_mean("test") for s in selection_runs[m]}
+                    (k0, seed), _ = max(selection[m].items(), key=lambda kv: (kv[1], -kv[0][1]))
+                    best[m] = (k0, seed)
+                    i = fitted.index(m)
+                    for j in range(ev.repeats):
+                        pool.add(_Run((i, 1, j), (m, "repeat", k0, j), f"{v} depth {d}, kappa0={_k(k0)}, repeat {j} "
+                                      f"(seed {seed + j}, second half)", data,
+                                      dict(shared, variant=v, max_depth=d, kappa0=k0, random_state=seed + j),
+                                      second, True))
+            elif log:
+                log(f"[{n}/{n_runs}] {v} depth {d}: kappa0={k0:g} repeat {index} second half "
+                    f"{res.epoch_mean('test'):.4g} (unnormalised {res.epoch_mean('test_unnormalized'):.4g}) "
+                    f"({cpu:.1f}s CPU)")
+    results: list[ModelResult] = []
+    done: dict[tuple[str, int], ModelResult] = {}
+    for m in models:
+        v, d = m
+        c = canonical[m]
+        if c in done:  # DP models are one level deep at any depth: the same runs
+            old = done[c]
+            results.append(ModelResult(v, d, old.kappa0, old.seed, old.selection, old.normalized,
+                                       old.unnormalized, 0.0, old.doc_scores, old.npmi))
+            continue
+        k0, seed = best[m]
+        repeats = [scores[(m, "repeat", k0, j)] for j in range(ev.repeats)]
+        res = ModelResult(v, d, k0, seed, selection[m], np.array([s.epoch_mean("test") for s in repeats]),
+                          np.array([s.epoch_mean("test_unnormalized") for s in repeats]), seconds[m],
+                          [s.pooled("test") for s in repeats], np.array([float(s.pooled("npmi").mean())
+                                                                         for s in repeats]))
+        done[c] = res
+        results.append(res)
     return results
 
 
@@ -638,21 +834,22 @@ def format_results(results: list[ModelResult], data: SplitData | list[SplitData]
             lines.append(f"  {p.variant:<9} depth {p.depth}: {p.mean:+.2f}{sd} (SE {p.se_documents:.2f}), "
                          f"ahead in {p.wins}/{p.per_repeat.size}")
 
-    lines += ["", "kappa0 selection:" if ev.protocol == "documents" else "chosen kappa0 (seed), time:"]
+    lines += ["", "kappa0 selection (and the CPU time of each model's runs):" if ev.protocol == "documents"
+              else "chosen kappa0 (seed), CPU time of the model's runs:"]
     for r in results:
         note = "" if kappa0_matters(r.variant, r.depth) else " (kappa0 plays no role)"
         if ev.protocol == "paper":
-            lines.append(f"  {r.variant} depth {r.depth}: kappa0={_k(r.kappa0)} (seed {r.seed}){note}, {r.seconds:.1f}s")
+            lines.append(f"  {r.variant} depth {r.depth}: kappa0={_k(r.kappa0)} (seed {r.seed}){note}, {r.seconds:.1f}s CPU")
             continue
         if len(r.selection_rows) <= 1:
             what = "the estimator's default" if note else "the only grid value"
-            lines.append(f"  {r.variant} depth {r.depth}: kappa0={_k(r.kappa0)}, {what}{note}, {r.seconds:.1f}s")
+            lines.append(f"  {r.variant} depth {r.depth}: kappa0={_k(r.kappa0)}, {what}{note}, {r.seconds:.1f}s CPU")
             continue
         cells_sel = "; ".join(
             f"{s.kappa0:g}: {s.mean:.2f}" + (f" +- {s.sd:.2f}" if not math.isnan(s.sd) else "")
             + (" (best)" if s.diff == 0 and s.tied else f" ({s.diff:+.2f}, SE {s.se:.2f}{', tied' if s.tied else ''})")
             for s in r.selection_rows)
-        lines.append(f"  {r.variant} depth {r.depth}: chose {_k(r.kappa0)}, {r.seconds:.1f}s. {cells_sel}")
+        lines.append(f"  {r.variant} depth {r.depth}: chose {_k(r.kappa0)}, {r.seconds:.1f}s CPU. {cells_sel}")
     if ev.protocol == "documents":
         lines.append(f"  (mean selection log density per document +- sd over repeats; in brackets the paired "
                      f"difference to the best; values within {ev.tie_se:g} SE of the best are tied, and the "
@@ -661,7 +858,7 @@ def format_results(results: list[ModelResult], data: SplitData | list[SplitData]
     return "\n".join(lines)
 
 
-__all__ = ["EvaluationConfig", "ModelResult", "PROTOCOLS", "PairedDifference", "RunScores", "SelectionRow",
+__all__ = ["EvaluationConfig", "EvaluationRunError", "ModelResult", "PROTOCOLS", "PairedDifference", "RunScores", "SelectionRow",
            "SplitData", "SplitEpoch", "choose_kappa0", "evaluate", "format_results", "kappa0_matters",
            "largest_nodes_npmi", "load_and_evaluate", "load_split_epochs", "paired_differences",
            "read_evaluation_epochs", "run_model", "split_epochs"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -9,9 +11,9 @@ import pytest
 import scipy.sparse as sp
 
 from streamtree.coherence import topic_npmi
-from streamtree.evaluate import (EvaluationConfig, ModelResult, choose_kappa0, evaluate, format_results,
-                                 kappa0_matters, load_and_evaluate, load_split_epochs, paired_differences,
-                                 read_evaluation_epochs, split_epochs)
+from streamtree.evaluate import (EvaluationConfig, EvaluationRunError, ModelResult, choose_kappa0, evaluate,
+                                 format_results, kappa0_matters, load_and_evaluate, load_split_epochs,
+                                 paired_differences, read_evaluation_epochs, split_epochs)
 from streamtree.model import DTSSBP
 from streamtree.replay import ReplayConfig
 from test_replay import sou_slice
@@ -263,3 +265,88 @@ def test_evaluation_config_rejects_bad_settings():
         EvaluationConfig(test_fraction=0.5, selection_fraction=0.5)
     with pytest.raises(ValueError, match="sets kappa0"):
         EvaluationConfig(model=dict(kappa0=10.0))
+
+
+# ------------------------------------------------------------------------- runs in worker processes
+def tiny(protocol, **kw):
+    base = dict(protocol=protocol, variants=["dtssbp", "t-dp"], depths=[2, 3], kappa0_grid=[10.0, 1000.0],
+                repeats=2, restarts=2, seed=4, model=dict(n_sweeps=2))
+    base.update(kw)
+    return EvaluationConfig(**base)
+
+
+def without_cpu_times(text):
+    return re.sub(r"\d+\.\ds CPU", "_s CPU", text)
+
+
+@pytest.mark.parametrize("protocol", ["documents", "paper"])
+def test_worker_processes_give_the_same_results_to_the_bit(corpus, protocol):
+    one, splits = load_and_evaluate(cfg(corpus), tiny(protocol))
+    lines = []
+    two, _ = load_and_evaluate(cfg(corpus), tiny(protocol, workers=2), log=lines.append)
+    assert [(r.variant, r.depth) for r in two] == [(r.variant, r.depth) for r in one]
+    for a, b in zip(one, two):
+        assert (a.kappa0, a.seed) == (b.kappa0, b.seed)
+        assert list(a.selection.items()) == list(b.selection.items())  # same values, same order
+        assert a.selection_rows == b.selection_rows
+        for field in ("normalized", "unnormalized", "npmi"):
+            assert np.array_equal(getattr(a, field), getattr(b, field)), field
+        assert len(a.doc_scores) == len(b.doc_scores) == 2
+        assert all(np.array_equal(x, y) for x, y in zip(a.doc_scores, b.doc_scores))
+    # seconds: CPU time of the model's runs, measured in the workers; a DP model's second depth reuses its runs
+    assert [r.seconds > 0 for r in two] == [True, True, True, False]
+    ev = tiny(protocol)
+    assert without_cpu_times(format_results(one, splits, ev)) == without_cpu_times(format_results(two, splits, ev))
+    # progress lines arrive in the parent, one per run as it finishes, counted against all runs
+    n_runs = 2 * (2 * 2 + 1) if protocol == "documents" else 2 * (2 * 2 + 2) + (2 + 2)
+    assert [line.split("]")[0] for line in lines] == [f"[{i}/{n_runs}" for i in range(1, n_runs + 1)]
+    assert all(line.endswith("s CPU)") for line in lines)
+
+
+def test_a_failing_run_is_named_and_the_workers_end(corpus):
+    import multiprocessing
+
+    broken = dict(n_sweeps=1, engine_options={"no_such_option": 1})  # valid parameters; the engine rejects them
+    ev = tiny("documents", variants=["dtssbp"], depths=[2], kappa0_grid=[10.0], model=broken)
+    data = [load_split_epochs(cfg(corpus), ev, repeat=r) for r in range(2)]
+    with pytest.raises(EvaluationRunError, match=r"evaluation run dtssbp depth 2, kappa0=10, repeat 0 failed: "
+                                                 r"TypeError: .*no_such_option") as caught:
+        evaluate(data, ev)
+    assert isinstance(caught.value.__cause__, TypeError)
+    with pytest.raises(EvaluationRunError, match=r"evaluation run dtssbp depth 2, kappa0=10, repeat [01] failed in "
+                                                 r"its worker process: TypeError: .*no_such_option"):
+        evaluate(data, tiny("documents", variants=["dtssbp"], depths=[2], kappa0_grid=[10.0], model=broken,
+                            workers=2))
+    assert multiprocessing.active_children() == []
+
+
+def test_an_interrupt_ends_the_workers_without_waiting_for_their_runs(corpus):
+    import multiprocessing
+
+    ev = tiny("documents", variants=["dtssbp"], depths=[2], workers=2)
+    data = [load_split_epochs(cfg(corpus), ev, repeat=r) for r in range(2)]
+
+    def interrupt(line):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        evaluate(data, ev, log=interrupt)  # at the first finished run: one run going, two pending
+    assert multiprocessing.active_children() == []
+
+
+def test_workers_setting_is_checked(corpus, capsys):
+    from streamtree.cli import main
+
+    assert EvaluationConfig(workers=3).n_workers() == 3 and EvaluationConfig().workers == 1
+    for bad in (0, 2.5, True):
+        with pytest.raises(ValueError, match="workers must be a number of processes >= 1, or -1"):
+            EvaluationConfig(workers=bad)
+    EvaluationConfig(model=dict(engine="ray"))  # one process: the Ray engine spreads each fit itself
+    with pytest.raises(ValueError, match="needs the local engine, got engine='ray'"):
+        EvaluationConfig(workers=2, model=dict(engine="ray"))
+    with pytest.raises(ValueError, match="needs the local engine"):
+        EvaluationConfig(workers=-1, model=dict(engine="ray"))
+    rc = main(["evaluate", str(corpus), "--text-col", "text", "--time-col", "year", "--workers", "2",
+               "--engine", "ray"])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "use workers=1 with it (--workers 1)" in err
