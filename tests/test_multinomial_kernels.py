@@ -113,6 +113,36 @@ def test_joint_newton_is_the_term_by_term_reference_bit_for_bit(freeze):
     assert outcomes == {True, False}  # both converged and abandoned runs were compared
 
 
+def test_digamma_trigamma_many_is_the_scalar_kernel_bit_for_bit():
+    rng = np.random.default_rng(11)
+    x = np.concatenate([
+        np.logspace(-300, 300, 2001),
+        np.exp(rng.uniform(np.log(1e-3), np.log(50.0), 20_000)),  # the node update's range
+        rng.uniform(0.0, 12.0, 5_000),
+        np.arange(1.0, 13.0),  # integers: the recurrence's thresholds are hit exactly
+        np.nextafter(np.array([9.0, 10.0, 11.0]), 0.0),
+        np.array([-0.5, -0.999, -1.0]),  # still six steps
+        -1.0 - rng.uniform(0.01, 5.0, 50) - 0.5,  # more steps: the scalar kernel's (non-integers)
+    ])
+    n = x.size
+    dg, tg = np.empty(n + 5), np.empty(n + 5)
+    mm._digamma_trigamma_many_nb(x.copy(), n, dg, tg, np.empty((2, n)))
+    ref = np.array([mm._digamma_trigamma_nb(v) for v in x])
+    assert np.array_equal(dg[:n], ref[:, 0])
+    assert np.array_equal(tg[:n], ref[:, 1])
+
+
+def test_digamma_trigamma_many_matches_mpmath():
+    mpmath = pytest.importorskip("mpmath")
+    mpmath.mp.dps = 40
+    x = np.concatenate([np.logspace(-6, 4, 120), np.linspace(0.05, 12.0, 120)])
+    dg, tg = np.empty(x.size), np.empty(x.size)
+    mm._digamma_trigamma_many_nb(x.copy(), x.size, dg, tg, np.empty((2, x.size)))
+    for v, d, t in zip(x, dg, tg):
+        assert d == pytest.approx(float(mpmath.digamma(v)), rel=1e-13, abs=1e-13)
+        assert t == pytest.approx(float(mpmath.polygamma(1, v)), rel=1e-13)
+
+
 def test_child_grads_are_child_grad_values():
     rng = np.random.default_rng(3)
     V, J = 400, 5
@@ -124,7 +154,7 @@ def test_child_grads_are_child_grad_values():
     assert same.tolist() == [False, False, False, True, False]
     terms = rng.permutation(V)[:123].astype(np.int64)
     g1, g2, dg, tg = (np.empty(V) for _ in range(4))
-    mm._child_grads_nb(terms, terms.size, t, s, O, L, same, g1, g2, dg, tg)
+    mm._child_grads_nb(terms, terms.size, t, s, O, L, same, g1, g2, dg, tg, np.empty((3, V)))
     for i, w in enumerate(terms):
         assert (g1[i], g2[i]) == mm._child_grad_nb(t[w], w, s, O, L)
 
