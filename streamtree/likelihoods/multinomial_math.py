@@ -502,22 +502,29 @@ def _joint_newton_nb(b, strength, offset, log_phi, t, max_iter, tol, freeze, kee
 
 @njit(cache=True, nogil=True)
 def _pairwise_block_nb(a, lo, n):
-    """NumPy's sum of a[lo:lo + n] for n <= 128: eight running sums, combined pairwise."""
+    """NumPy's sum of a[lo:lo + n] for n <= 128: eight running sums (locals, not an array the
+    compiler would allocate per block), combined pairwise."""
     if n < 8:
         res = 0.0
         for i in range(lo, lo + n):
             res += a[i]
         return res
-    r = np.empty(8)
-    for j in range(8):
-        r[j] = a[lo + j]
+    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
+    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
     i = 8
     stop = n - n % 8
     while i < stop:
-        for j in range(8):
-            r[j] += a[lo + i + j]
+        q = lo + i
+        r0 += a[q]
+        r1 += a[q + 1]
+        r2 += a[q + 2]
+        r3 += a[q + 3]
+        r4 += a[q + 4]
+        r5 += a[q + 5]
+        r6 += a[q + 6]
+        r7 += a[q + 7]
         i += 8
-    res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
     while i < n:
         res += a[lo + i]
         i += 1
