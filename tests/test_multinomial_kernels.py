@@ -276,6 +276,31 @@ def test_block_node_update_is_the_python_loop_bit_for_bit(monkeypatch, seed, blo
         assert fallbacks  # the caller's safeguarded search was compared too
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_block_solve_reports_the_largest_change(monkeypatch, seed):
+    """``_solve_nodes_nb``'s change (the pass's convergence test) is NumPy's largest absolute
+    change of the rows it solved."""
+    from streamtree.likelihoods import multinomial as multinomial_module
+
+    solve, seen = mm._solve_nodes_nb, []
+
+    def checked(rows, theta, *args):
+        before = theta[rows].copy()
+        change, n_failed = solve(rows, theta, *args)
+        if rows.size and not n_failed:
+            seen.append(change)
+            assert change == np.max(np.abs(theta[rows] - before))
+        return change, n_failed
+
+    monkeypatch.setattr(multinomial_module, "_solve_nodes_nb", checked)
+    rng = np.random.default_rng(seed)
+    config = resolve_variant("dtssbp", window=2, max_depth=3, gamma=0.5, xi=0.001)
+    lik = Multinomial(config, 300, kappa0=500.0, kappa1=1.0, a=0.0, min_node_docs=2)
+    arrays, start, sums, prev, has_prev, anchor = random_tree_problem(rng, 9, 300, 3)
+    lik.update_theta(arrays, start, sums, np.ones(9), np.ones(9), prev, has_prev, anchor, np.ones(9, dtype=bool), 3)
+    assert seen and max(seen) > 0.0
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_linked_marginal_is_the_numpy_composition_bit_for_bit(seed):
     rng = np.random.default_rng(seed)

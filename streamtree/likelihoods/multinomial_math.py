@@ -595,6 +595,8 @@ def _solve_nodes_nb(rows, theta, log_theta, sums, offset, strength, parent, anch
     s = np.empty(max_kids)
     alpha = np.empty(V)
     b = np.empty(V)
+    b_bits = b.view(np.int64)
+    bits = np.zeros(1, dtype=np.int64)
     t = np.empty(V)
     delta = 0.0
     n_failed = 0
@@ -644,11 +646,16 @@ def _solve_nodes_nb(rows, theta, log_theta, sums, offset, strength, parent, anch
         row = theta[r]
         for w in range(V):  # the changes first, their maximum after (a loop without a running max)
             v = t[w] / total
-            b[w] = abs(v - row[w])  # b is free once the row is solved
+            d = abs(v - row[w])
+            b[w] = d if d >= 0.0 else 0.0  # b is free once the row is solved; max() skips a NaN
             row[w] = v
-        change = 0.0
+        # the largest change: non-negative doubles order as their bit patterns, and an integer
+        # maximum runs several terms per vector instruction (the same value as a running max)
+        change_bits = 0
         for w in range(V):
-            change = max(change, b[w])
+            change_bits = max(change_bits, b_bits[w])
+        bits[0] = change_bits
+        change = bits.view(np.float64)[0]
         if change > 0.0:
             version[r] += 1
         delta = max(delta, change)
