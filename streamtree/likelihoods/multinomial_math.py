@@ -381,11 +381,11 @@ def _child_grads_nb(terms, n, t, strength, offset, log_phi, same, g1, g2, dg, tg
         g1[i] = 0.0
         g2[i] = 0.0
     x = work[0]
+    every = n == t.shape[0]  # terms[i] == i: contiguous reads, no gathers
     for j in range(strength.shape[0]):
         s = strength[j]
         if s == 0.0:
             continue
-        every = n == t.shape[0]  # terms[i] == i: contiguous reads, no gathers
         if not same[j]:
             off = offset[j]
             if every:
