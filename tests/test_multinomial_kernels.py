@@ -113,6 +113,36 @@ def test_joint_newton_is_the_term_by_term_reference_bit_for_bit(freeze):
     assert outcomes == {True, False}  # both converged and abandoned runs were compared
 
 
+def test_digamma_trigamma_many_is_the_scalar_kernel_bit_for_bit():
+    rng = np.random.default_rng(11)
+    x = np.concatenate([
+        np.logspace(-300, 300, 2001),
+        np.exp(rng.uniform(np.log(1e-3), np.log(50.0), 20_000)),  # the node update's range
+        rng.uniform(0.0, 12.0, 5_000),
+        np.arange(1.0, 13.0),  # integers: the recurrence's thresholds are hit exactly
+        np.nextafter(np.array([9.0, 10.0, 11.0]), 0.0),
+        np.array([-0.5, -0.999, -0.9999999]),  # still six steps (-1 itself divides by zero)
+        -1.0 - rng.uniform(0.01, 5.0, 50) - 0.5,  # more steps: the scalar kernel's (non-integers)
+    ])
+    n = x.size
+    dg, tg = np.empty(n + 5), np.empty(n + 5)
+    mm._digamma_trigamma_many_nb(x.copy(), n, dg, tg, np.empty((2, n)))
+    ref = np.array([mm._digamma_trigamma_nb(v) for v in x])
+    assert np.array_equal(dg[:n], ref[:, 0])
+    assert np.array_equal(tg[:n], ref[:, 1])
+
+
+def test_digamma_trigamma_many_matches_mpmath():
+    mpmath = pytest.importorskip("mpmath")
+    mpmath.mp.dps = 40
+    x = np.concatenate([np.logspace(-6, 4, 120), np.linspace(0.05, 12.0, 120)])
+    dg, tg = np.empty(x.size), np.empty(x.size)
+    mm._digamma_trigamma_many_nb(x.copy(), x.size, dg, tg, np.empty((2, x.size)))
+    for v, d, t in zip(x, dg, tg):
+        assert d == pytest.approx(float(mpmath.digamma(v)), rel=1e-13, abs=1e-13)
+        assert t == pytest.approx(float(mpmath.polygamma(1, v)), rel=1e-13)
+
+
 def test_child_grads_are_child_grad_values():
     rng = np.random.default_rng(3)
     V, J = 400, 5
@@ -122,11 +152,11 @@ def test_child_grads_are_child_grad_values():
     t = rng.dirichlet(np.full(V, 0.5))
     same = mm._repeated_children_nb(s, O)
     assert same.tolist() == [False, False, False, True, False]
-    terms = rng.permutation(V)[:123].astype(np.int64)
-    g1, g2, dg, tg = (np.empty(V) for _ in range(4))
-    mm._child_grads_nb(terms, terms.size, t, s, O, L, same, g1, g2, dg, tg)
-    for i, w in enumerate(terms):
-        assert (g1[i], g2[i]) == mm._child_grad_nb(t[w], w, s, O, L)
+    for terms in (np.sort(rng.permutation(V)[:123]), np.arange(V)):  # some terms, every term
+        g1, g2, dg, tg = (np.empty(V) for _ in range(4))
+        mm._child_grads_nb(terms.astype(np.int64), terms.size, t, s, O, L, same, g1, g2, dg, tg, np.empty((3, V)))
+        for i, w in enumerate(terms):
+            assert (g1[i], g2[i]) == mm._child_grad_nb(t[w], w, s, O, L)
 
 
 @pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 127, 128, 129, 136, 1000, 2000, 8191, 8193, 20_011, 54_321])
@@ -244,6 +274,31 @@ def test_block_node_update_is_the_python_loop_bit_for_bit(monkeypatch, seed, blo
     assert not np.array_equal(fast, start)
     if not keep_last and (arrays.parent_index >= 0).any():
         assert fallbacks  # the caller's safeguarded search was compared too
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_block_solve_reports_the_largest_change(monkeypatch, seed):
+    """``_solve_nodes_nb``'s change (the pass's convergence test) is NumPy's largest absolute
+    change of the rows it solved."""
+    from streamtree.likelihoods import multinomial as multinomial_module
+
+    solve, seen = mm._solve_nodes_nb, []
+
+    def checked(rows, theta, *args):
+        before = theta[rows].copy()
+        change, n_failed = solve(rows, theta, *args)
+        if rows.size and not n_failed:
+            seen.append(change)
+            assert change == np.max(np.abs(theta[rows] - before))
+        return change, n_failed
+
+    monkeypatch.setattr(multinomial_module, "_solve_nodes_nb", checked)
+    rng = np.random.default_rng(seed)
+    config = resolve_variant("dtssbp", window=2, max_depth=3, gamma=0.5, xi=0.001)
+    lik = Multinomial(config, 300, kappa0=500.0, kappa1=1.0, a=0.0, min_node_docs=2)
+    arrays, start, sums, prev, has_prev, anchor = random_tree_problem(rng, 9, 300, 3)
+    lik.update_theta(arrays, start, sums, np.ones(9), np.ones(9), prev, has_prev, anchor, np.ones(9, dtype=bool), 3)
+    assert seen and max(seen) > 0.0
 
 
 @pytest.mark.parametrize("seed", range(4))

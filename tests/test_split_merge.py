@@ -892,3 +892,25 @@ def test_dropping_a_term_of_the_carried_lift_is_detected(monkeypatch, dropped, a
                             lambda self, par, c, d, docs, rng, theta_prev=None: sample(self, par, c, d, docs, rng))
     pval, _ = _carried_chain(case, n_draws, 11)
     assert pval < 1e-6
+
+
+def test_log_count_is_numpys_log_of_the_count():
+    import streamtree.inference.split_merge as sm
+
+    sm._log_counts = np.zeros(0)  # the table grows as larger counts come
+    counts = list(range(0, 3000)) + [4095, 4096, 70_001, 3]
+    with np.errstate(divide="ignore"):
+        for n in counts:
+            assert sm._log_count(n) == np.log(n)
+            assert type(sm._log_count(n)) is type(np.log(n))
+    assert sm._log_counts.size > 70_001
+    with np.errstate(invalid="ignore"):
+        assert np.isnan(sm._log_count(-2))
+
+
+def test_log_uniform_is_numpys_log_of_the_same_draw():
+    from streamtree.inference.split_merge import _log_uniform
+
+    a, b = np.random.default_rng(5), np.random.default_rng(5)
+    for _ in range(2000):
+        assert _log_uniform(a) == np.log(b.random())

@@ -218,17 +218,26 @@ def _dm_set_dense_nb(c, alpha, alpha_sum):
     The same arithmetic, in the same order, as ``_dm_rows_nb`` on the CSR form of ``c``. N is
     NaN when some count is negative or not finite.
     """
-    n_tokens = 0.0
-    for w in range(c.shape[0]):
+    # the non-zero counts first, found without a branch per term (a set's counts are sparse
+    # and the branches would be mispredicted), then summed in the same order
+    V = c.shape[0]
+    nonzero = np.empty(V, dtype=np.int64)
+    n = 0
+    valid = True
+    for w in range(V):
         v = c[w]
-        if v != 0.0:
-            if not (0.0 < v < np.inf):
-                return np.nan, np.nan
-            n_tokens += v
+        nonzero[n] = w
+        n += v != 0.0
+        valid &= (v == 0.0) | ((0.0 < v) & (v < np.inf))
+    if not valid:
+        return np.nan, np.nan
+    n_tokens = 0.0
+    for i in range(n):
+        n_tokens += c[nonzero[i]]
     acc = 0.0 - _log_rising_nb(alpha_sum, n_tokens)
-    for w in range(c.shape[0]):
-        if c[w] != 0.0:
-            acc += _log_rising_nb(alpha[w], c[w])
+    for i in range(n):
+        w = nonzero[i]
+        acc += _log_rising_nb(alpha[w], c[w])
     return acc, n_tokens
 
 
@@ -299,33 +308,107 @@ def _repeated_children_nb(strength, offset):
     return same
 
 
-@njit(cache=True, nogil=True)
-def _child_grads_nb(terms, n, t, strength, offset, log_phi, same, g1, g2, dg, tg):
+# The kernels below use NumPy's error model: a division by zero gives inf or NaN instead of
+# raising, so the compiler drops the zero test from every division and can run a loop's
+# divisions several at a time in vector instructions. Their arguments never divide by zero
+# (the digamma's are positive, the Newton step's slopes negative), so the values are the same.
+@njit(cache=True, nogil=True, error_model="numpy")
+def _digamma_trigamma_many_nb(x, n, dg, tg, work):
+    """dg[i], tg[i] = ``_digamma_trigamma_nb(x[i])`` for i < n, bit for bit; ``work`` is
+    (2, >= n) work space.
+
+    Any x > -1 reaches 10 after at most five double steps of the recurrence and one single
+    step, so every element takes those six steps, each only while it is below its threshold:
+    the scalar kernel's operations without its data-dependent exit, which lets the compiler
+    run several elements per vector instruction. The logarithms (a library call) have their
+    own loop. An element that would need more steps (x < -1) goes to the scalar kernel."""
+    z = work[0]
+    log_z = work[1]
+    for i in range(n):
+        xi = x[i]
+        d = 0.0
+        tr = 0.0
+        for _ in range(5):
+            if xi < 9.0:
+                u = xi
+                v = xi + 1.0
+                inv = 1.0 / (u * v)
+                d -= (u + v) * inv
+                tr += (u * u + v * v) * (inv * inv)
+                xi += 2.0
+        if xi < 10.0:
+            inv = 1.0 / xi
+            d -= inv
+            tr += inv * inv
+            xi += 1.0
+        z[i] = xi
+        dg[i] = d
+        tg[i] = tr
+    n_short = 0
+    for i in range(n):
+        zi = z[i]
+        n_short += zi < 10.0
+        log_z[i] = math.log(zi)
+    for i in range(n):
+        inv = 1.0 / z[i]
+        f = inv * inv
+        dg[i] += (
+            log_z[i]
+            - 0.5 * inv
+            - f * (1.0 / 12.0 - f * (1.0 / 120.0 - f * (1.0 / 252.0 - f * (1.0 / 240.0 - f / 132.0))))
+        )
+        tg[i] += (
+            inv
+            + 0.5 * f
+            + (f * inv)
+            * (1.0 / 6.0 - f * (1.0 / 30.0 - f * (1.0 / 42.0 - f * (1.0 / 30.0 - f * 5.0 / 66.0))))
+        )
+    if n_short:
+        for i in range(n):
+            if z[i] < 10.0:
+                dg[i], tg[i] = _digamma_trigamma_nb(x[i])
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _child_grads_nb(terms, n, t, strength, offset, log_phi, same, g1, g2, dg, tg, work):
     """g1[i], g2[i] = g_w'(t_w), g_w''(t_w) for w = terms[i], i < n: ``_child_grad_nb`` child
     by child over the terms instead of term by term over the children. Each g sums the same
     values in the same order; the digamma evaluations of one child are independent of each
-    other (the processor overlaps them) and a child repeating the previous one's arguments
-    reuses its values (``same``)."""
+    other (``_digamma_trigamma_many_nb``) and a child repeating the previous one's arguments
+    reuses its values (``same``). ``terms`` ascend (so n = len(t) means every term, read in
+    place); ``work`` is (3, >= n) work space."""
     for i in range(n):
         g1[i] = 0.0
         g2[i] = 0.0
+    x = work[0]
+    every = n == t.shape[0]  # terms[i] == i: contiguous reads, no gathers
     for j in range(strength.shape[0]):
         s = strength[j]
         if s == 0.0:
             continue
         if not same[j]:
             off = offset[j]
-            for i in range(n):
-                w = terms[i]
-                dg[i], tg[i] = _digamma_trigamma_nb(s * t[w] + off[w])
+            if every:
+                for i in range(n):
+                    x[i] = s * t[i] + off[i]
+            else:
+                for i in range(n):
+                    w = terms[i]
+                    x[i] = s * t[w] + off[w]
+            _digamma_trigamma_many_nb(x, n, dg, tg, work[1:])
         lp = log_phi[j]
         ss = s * s
-        for i in range(n):
-            g1[i] += s * (lp[terms[i]] - dg[i])
-            g2[i] -= ss * tg[i]
+        if every:
+            for i in range(n):
+                g1[i] += s * (lp[i] - dg[i])
+                g2[i] -= ss * tg[i]
+        else:
+            for i in range(n):
+                g1[i] += s * (lp[terms[i]] - dg[i])
+                g2[i] -= ss * tg[i]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def _joint_newton_nb(b, strength, offset, log_phi, t, max_iter, tol, freeze, keep_last=False):
     """Newton on the KKT system in (t, lambda) jointly, from t (summing to 1; updated in place).
 
@@ -352,17 +435,20 @@ def _joint_newton_nb(b, strength, offset, log_phi, t, max_iter, tol, freeze, kee
     g2s = np.empty(V)
     dg = np.empty(V)
     tg = np.empty(V)
+    work = np.empty((3, V))
     terms = np.arange(V)
     same = _repeated_children_nb(strength, offset)
     fresh = np.ones(V, dtype=np.bool_)  # evaluate g', g'' at this step
     moved = np.zeros(V)  # relative movement since the last evaluation
     lam = 0.0
+    t_sum = 0.0
+    for w in range(V):
+        t_sum += t[w]
+    # The loops below are split so that those without a running sum run several terms per
+    # vector instruction; the running sums keep their order (the same values as one loop).
     for it in range(max_iter):
-        t_sum = 0.0
-        for w in range(V):
-            t_sum += t[w]
         if it == 0:  # the multiplier the KKT conditions give at t: sum_w t_w h_w(t_w) / sum_w t_w
-            _child_grads_nb(terms, V, t, strength, offset, log_phi, same, g1s, g2s, dg, tg)
+            _child_grads_nb(terms, V, t, strength, offset, log_phi, same, g1s, g2s, dg, tg, work)
             for w in range(V):
                 lam += b[w] + t[w] * g1s[w]
             lam /= t_sum
@@ -373,37 +459,52 @@ def _joint_newton_nb(b, strength, offset, log_phi, t, max_iter, tol, freeze, kee
         else:
             n = 0
             for w in range(V):
-                if fresh[w]:
-                    terms[n] = w
-                    n += 1
-            _child_grads_nb(terms, n, t, strength, offset, log_phi, same, g1s, g2s, dg, tg)
+                terms[n] = w
+                n += fresh[w]
+            _child_grads_nb(terms, n, t, strength, offset, log_phi, same, g1s, g2s, dg, tg, work)
+            for w in range(V):
+                if not fresh[w]:
+                    resid[w] = 0.0  # to second order in its last step, below tol
             for i in range(n):
                 w = terms[i]
                 g1 = g1s[i]
                 resid[w] = b[w] + t[w] * (g1 - lam)
                 slope[w] = g1 - lam + t[w] * g2s[i]
+        decreasing = True
+        for w in range(V):
+            sl = slope[w]
+            decreasing &= sl < 0.0
+            g1s[w] = resid[w] / sl
+            g2s[w] = t[w] / sl
+        if not decreasing:
+            return False
         num = 1.0 - t_sum
         den = 0.0
         for w in range(V):
-            if it > 0 and not fresh[w]:
-                resid[w] = 0.0  # to second order in its last step, below tol
-            if not slope[w] < 0.0:
-                return False
-            num += resid[w] / slope[w]
-            den += t[w] / slope[w]
+            num += g1s[w]
+            den += g2s[w]
         dlam = num / den
-        worst = 0.0
+        inside = True
         for w in range(V):
-            step = (t[w] * dlam - resid[w]) / slope[w]
-            x = t[w] + step
-            if not (0.0 < x < 1.0):
-                return False
-            rel = abs(step) / t[w] if t[w] > 0.0 else np.inf
-            worst = max(worst, rel)
-            moved[w] = rel if fresh[w] or it == 0 else moved[w] + rel
+            tw = t[w]
+            step = (tw * dlam - resid[w]) / slope[w]
+            x = tw + step
+            inside &= (0.0 < x) & (x < 1.0)
+            rel = abs(step) / tw if tw > 0.0 else np.inf
+            g1s[w] = rel
+            m = rel if fresh[w] or it == 0 else moved[w] + rel
+            moved[w] = m
             new_t[w] = x
-            fresh[w] = moved[w] > freeze
-        t[:] = new_t
+            fresh[w] = m > freeze
+        if not inside:
+            return False
+        worst = 0.0
+        t_sum = 0.0
+        for w in range(V):
+            worst = max(worst, g1s[w])
+            x = new_t[w]
+            t[w] = x
+            t_sum += x
         lam += dlam
         if worst <= tol:
             return True
@@ -412,22 +513,29 @@ def _joint_newton_nb(b, strength, offset, log_phi, t, max_iter, tol, freeze, kee
 
 @njit(cache=True, nogil=True)
 def _pairwise_block_nb(a, lo, n):
-    """NumPy's sum of a[lo:lo + n] for n <= 128: eight running sums, combined pairwise."""
+    """NumPy's sum of a[lo:lo + n] for n <= 128: eight running sums (locals, not an array the
+    compiler would allocate per block), combined pairwise."""
     if n < 8:
         res = 0.0
         for i in range(lo, lo + n):
             res += a[i]
         return res
-    r = np.empty(8)
-    for j in range(8):
-        r[j] = a[lo + j]
+    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
+    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
     i = 8
     stop = n - n % 8
     while i < stop:
-        for j in range(8):
-            r[j] += a[lo + i + j]
+        q = lo + i
+        r0 += a[q]
+        r1 += a[q + 1]
+        r2 += a[q + 2]
+        r3 += a[q + 3]
+        r4 += a[q + 4]
+        r5 += a[q + 5]
+        r6 += a[q + 6]
+        r7 += a[q + 7]
         i += 8
-    res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
     while i < n:
         res += a[lo + i]
         i += 1
@@ -473,7 +581,7 @@ def _pairwise_sum_nb(a):
     return vals[0]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def _solve_nodes_nb(rows, theta, log_theta, sums, offset, strength, parent, anchor, kid_ptr, kid_idx, version,
                     solved_parent, solved_kids, max_iter, tol, freeze, failed, keep_last):
     """One depth-parity block of the multinomial node update (the rows do not neighbour each
@@ -498,6 +606,8 @@ def _solve_nodes_nb(rows, theta, log_theta, sums, offset, strength, parent, anch
     s = np.empty(max_kids)
     alpha = np.empty(V)
     b = np.empty(V)
+    b_bits = b.view(np.int64)
+    bits = np.zeros(1, dtype=np.int64)
     t = np.empty(V)
     delta = 0.0
     n_failed = 0
@@ -544,12 +654,19 @@ def _solve_nodes_nb(rows, theta, log_theta, sums, offset, strength, parent, anch
             for w in range(V):
                 t[w] = sums[r, w] + alpha[w]
         total = _pairwise_sum_nb(t)
-        change = 0.0
         row = theta[r]
-        for w in range(V):
+        for w in range(V):  # the changes first, their maximum after (a loop without a running max)
             v = t[w] / total
-            change = max(change, abs(v - row[w]))
+            d = abs(v - row[w])
+            b[w] = d if d >= 0.0 else 0.0  # b is free once the row is solved; max() skips a NaN
             row[w] = v
+        # the largest change: non-negative doubles order as their bit patterns, and an integer
+        # maximum runs several terms per vector instruction (the same value as a running max)
+        change_bits = 0
+        for w in range(V):
+            change_bits = max(change_bits, b_bits[w])
+        bits[0] = change_bits
+        change = bits.view(np.float64)[0]
         if change > 0.0:
             version[r] += 1
         delta = max(delta, change)
