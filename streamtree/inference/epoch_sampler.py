@@ -397,6 +397,7 @@ class EpochSampler:
             logger.debug("epoch %d sweep %d: %d nodes, log p(x) %.4g", epoch, sweep, len(st.tree), stats.loglik)
         if n and previous is not None:
             self._identity_rule(rows, epoch, current)
+            self._hand_over_ids(rows, epoch, current)
         self._sign_new_nodes()
         labels = self.labels_now if n else np.zeros(0, dtype=np.int64)
         prev_ids = set(previous.node_ids.tolist()) if previous is not None else set()
@@ -582,27 +583,11 @@ class EpochSampler:
         An unrecognised node gets a fresh id (born now, with a new signature) and the old id
         dies. Its place, counts and parameters carry over to the new id, so the sampler's state
         is unchanged."""
-        st, lik = self.state, self.likelihood
+        st = self.state
         for nid in st.tree.preorder()[1:]:
             if nid not in self.prev_slot or current.get(nid, 0) < IDENTITY_MIN_DOCS:
                 continue
-            s = st.nodes.slot[nid]
-            theta_now, theta_prev = st.nodes.theta[s], self.prev_theta[self.prev_slot[nid]]
-            signature = st.signatures.get(nid)
-            if signature is None:
-                signature = lik.identity_signature(theta_prev)
-            if signature is not None:
-                moved = not lik.recognises(signature, theta_now)
-            else:
-                stat = lik.drift_statistic(theta_now, theta_prev, st.tree.depth[nid])
-                moved = stat is not None and stat[0] > chi2.isf(IDENTITY_LEVEL, stat[1])
-                if moved:
-                    rows = X[np.flatnonzero(self.labels_now == nid)]
-                    conc = float(st.nodes.concentration[s])
-                    r = lik.row_log_likelihood(rows, theta_now, conc) - lik.row_log_likelihood(rows, theta_prev,
-                                                                                              conc)
-                    moved = float(np.mean(r)) > IDENTITY_SEPARATION * float(np.std(r))
-            if not moved:
+            if self._recognised(X, nid, nid):
                 continue
             new = st.tree.next_id
             st.tree.next_id += 1
@@ -616,6 +601,63 @@ class EpochSampler:
             self.moves = [(new if a == nid else a, e, new if b == nid else b) for a, e, b in self.moves]
             self.renamed[nid] = new
             logger.debug("epoch %d: node %d changed beyond recognition, now node %d", epoch, nid, new)
+
+    def _recognised(self, X, carried: int, node: int) -> bool:
+        """Whether ``node``'s parameter and documents still carry the content of the carried
+        node ``carried`` (:meth:`_identity_rule`): its family's signature of ``carried`` (at
+        the id's birth) recognises ``node``'s parameter, or, for families without one, the
+        drift from ``carried``'s previous-epoch parameter is within what the time link allows
+        or ``node``'s documents do not tell the two apart."""
+        st, lik = self.state, self.likelihood
+        s = st.nodes.slot[node]
+        theta_now, theta_prev = st.nodes.theta[s], self.prev_theta[self.prev_slot[carried]]
+        signature = st.signatures.get(carried)
+        if signature is None:
+            signature = lik.identity_signature(theta_prev)
+        if signature is not None:
+            return lik.recognises(signature, theta_now)
+        stat = lik.drift_statistic(theta_now, theta_prev, st.tree.depth[node])
+        if stat is None or stat[0] <= chi2.isf(IDENTITY_LEVEL, stat[1]):
+            return True
+        rows = X[np.flatnonzero(self.labels_now == node)]
+        conc = float(st.nodes.concentration[s])
+        r = lik.row_log_likelihood(rows, theta_now, conc) - lik.row_log_likelihood(rows, theta_prev, conc)
+        return float(np.mean(r)) <= IDENTITY_SEPARATION * float(np.std(r))
+
+    def _hand_over_ids(self, X, epoch: int, current: dict[int, int]) -> None:
+        """A carried node whose documents all went down into one new child hands that child its id.
+
+        The moves can empty a carried node ``c`` of its documents into a child ``b`` born in
+        this epoch, ``c`` staying on as an empty node above it: the lift of an empty carried
+        parent raises ``c`` a level, and its documents then go back to their old depth through
+        a new child (a pattern seen on SOU by decade and on planted leaf-only trees with long
+        documents, where every surviving node changed id in an epoch). The content then lives
+        on in ``b``, and the id should follow it. So at the end of the epoch, a carried ``c``
+        holding fewer than :data:`IDENTITY_MIN_DOCS` of the epoch's documents whose largest
+        new child ``b`` holds at least that many and is recognised as ``c``'s content
+        (:meth:`_recognised`, the identity rule's test) exchanges places with ``b``: ``c``'s
+        id, birth, signature, past counts and time link now sit where its documents are, and
+        ``b``'s new id is the empty node above it (born now; ``c`` records a parent change).
+        The tree's shape, the documents' places and the parameters are unchanged."""
+        st = self.state
+        for c in st.tree.preorder()[1:]:
+            if c not in self.prev_slot or current.get(c, 0) >= IDENTITY_MIN_DOCS:
+                continue
+            new_kids = [k for k in st.tree.children[c] if k not in self.prev_slot]
+            if not new_kids:
+                continue
+            b = max(new_kids, key=lambda k: (current.get(k, 0), -k))
+            if current.get(b, 0) < IDENTITY_MIN_DOCS or not self._recognised(X, c, b):
+                continue
+            st.tree.swap_places(c, b)
+            st.nodes.slot[c], st.nodes.slot[b] = st.nodes.slot[b], st.nodes.slot[c]
+            n_c, n_b = current.pop(c, 0), current.pop(b, 0)
+            current.update({k: v for k, v in ((c, n_b), (b, n_c)) if v})
+            at_c, at_b = self.labels_now == c, self.labels_now == b
+            self.labels_now[at_c], self.labels_now[at_b] = b, c
+            # the split that made b is undone in name: b is now an empty node inserted above c
+            self.moves = [m for m in self.moves if {m[0], m[2]} != {b, c}]
+            logger.debug("epoch %d: node %d's documents moved into its new child %d; ids exchanged", epoch, c, b)
 
     def _sign_new_nodes(self) -> None:
         """Record the identity signature of every node without one (born this epoch, or given a
