@@ -2,7 +2,12 @@
 
 Corpus: :func:`streamtree.synthetic.planted_dirichlet_tree`, a generator that is not the
 model's own: 31 hierarchical-Dirichlet topics of depth 3, documents of 30-100 tokens, one
-leaf dying and one child born at each later epoch, every node drifting slightly.
+leaf dying and one child born at each later epoch, every node drifting slightly. With
+``--generator mixture``: :func:`streamtree.synthetic.planted_topic_mixture`, a second family
+built differently (no Dirichlet links): 5 branches of 4 leaves whose word distributions mix a
+Zipf background, the branch's topic and their own, documents at the leaves only, log-normal
+lengths (median 50 tokens), drift by mixing in fresh words; its options set the branch share,
+how skewed the leaf masses are and the median length.
 
 Model: ``DTSSBP`` at its defaults except ``max_depth`` (and ``likelihood``); vMF input is the
 L2-normalised term frequencies, multinomial input the raw counts. Baseline in the same run and
@@ -19,9 +24,13 @@ Figures per epoch, with their targets:
   number of distinct model ids they map to, and how many kept ids are one-to-one (no other
   surviving true node maps to that model id), since a model that lumps everything into one
   node would keep every id trivially;
+* the share of the epoch's documents held by nodes below the 1% line (a swarm of small
+  nodes lowers ARI without changing the node count), and the mean token count of those
+  documents against the others;
 * CPU seconds of the epoch's ``partial_fit`` and of k-means.
 
 Usage: python bench/bench_planted.py [--sizes 2000x5000[,V x N ...]] [--all-sizes]
+       [--generator dirichlet|mixture] [--branch-share 0.3] [--mass-concentration 3] [--median-length 50]
        [--likelihood vmf[,multinomial]] [--max-depth 3] [--epochs 3] [--sweeps N] [--seed 0]
 """
 
@@ -38,7 +47,7 @@ from sklearn.preprocessing import normalize
 
 import streamtree  # noqa: F401  (configures numba's cache before any model import)
 from streamtree.model import DTSSBP
-from streamtree.synthetic import planted_dirichlet_tree
+from streamtree.synthetic import planted_dirichlet_tree, planted_topic_mixture
 
 ISSUE_SIZE = "2000x5000"
 OTHER_SIZES = "5000x10000,20000x20000"
@@ -56,6 +65,12 @@ def big_nodes(labels: np.ndarray, share: float = 0.01) -> int:
     """Number of distinct labels holding at least ``share`` of the rows."""
     _, n = np.unique(labels, return_counts=True)
     return int(np.sum(n >= share * labels.size))
+
+
+def in_small_nodes(labels: np.ndarray, share: float = 0.01) -> np.ndarray:
+    """Mask of the rows whose label holds fewer than ``share`` of the rows."""
+    _, inverse, n = np.unique(labels, return_inverse=True, return_counts=True)
+    return n[inverse] < share * labels.size
 
 
 def majority_map(true: np.ndarray, found: np.ndarray) -> dict[int, int]:
@@ -91,9 +106,18 @@ def _met(ok: bool) -> str:
     return "met" if ok else "NOT met"
 
 
+def make_corpus(args, n_features: int, n_documents: int):
+    """The planted corpus of ``--generator``, with the options that set its family."""
+    rng = np.random.default_rng(args.seed)
+    if args.generator == "dirichlet":
+        return planted_dirichlet_tree(rng, n_features=n_features, n_documents=n_documents, n_epochs=args.epochs)
+    return planted_topic_mixture(rng, n_features=n_features, n_documents=n_documents, n_epochs=args.epochs,
+                                 branch_share=args.branch_share, mass_concentration=args.mass_concentration,
+                                 median_length=args.median_length)
+
+
 def run_size(n_features: int, n_documents: int, args, likelihoods: list[str]) -> None:
-    corpus = planted_dirichlet_tree(np.random.default_rng(args.seed), n_features=n_features,
-                                    n_documents=n_documents, n_epochs=args.epochs)
+    corpus = make_corpus(args, n_features, n_documents)
     true_k = [np.unique(lab).size for lab in corpus.labels]
     print(f"\n== planted tree: V={n_features}, {n_documents} documents per epoch, {args.epochs} epochs, "
           f"true nodes per epoch {true_k}, births {[b.tolist() for b in corpus.born[1:]]}, "
@@ -116,7 +140,8 @@ def run_size(n_features: int, n_documents: int, args, likelihoods: list[str]) ->
         print(f"-- DTSSBP({', '.join(f'{k}={v!r}' for k, v in params.items())}), other parameters at defaults")
         header = (f"{'epoch':>5} {'nodes>=1%':>10} {'truth':>5} {'ratio':>6} {'(0.67-1.5x)':>12} "
                   f"{'ARI':>6} {'k-means':>8} {'(>= k-means)':>13} {'ids kept':>14} {'(>= 80%)':>9} "
-                  f"{'live K':>6} {'kappa0_':>8} {'CPU s':>7} {'k-means CPU s':>14}")
+                  f"{'live K':>6} {'in <1%':>7} {'tokens <1% / rest':>18} {'kappa0_':>8} {'CPU s':>7} "
+                  f"{'k-means CPU s':>14}")
         maps, met, notes = [], [], []
         for t, counts in enumerate(corpus.counts):
             X = model_input(counts, likelihood)
@@ -138,6 +163,10 @@ def run_size(n_features: int, n_documents: int, args, likelihoods: list[str]) ->
             ratio = n_big / max(n_true, 1)
             ok_ratio = RATIO_RANGE[0] <= ratio <= RATIO_RANGE[1]
             ari = adjusted_rand_score(labels, found)
+            small = in_small_nodes(found)
+            tokens = np.asarray(counts.sum(axis=1)).ravel()
+            length_txt = (f"{tokens[small].mean():.0f} / {tokens[~small].mean():.0f}"
+                          if small.any() and (~small).any() else "-")
             ok_ari = ari >= km_ari[t]
             maps.append(majority_map(labels, found))
             if t:
@@ -153,7 +182,8 @@ def run_size(n_features: int, n_documents: int, args, likelihoods: list[str]) ->
                 met += [ok_ratio, ok_ari]
             print(f"{t:>5} {n_big:>10} {n_true:>5} {ratio:>5.2f}x {_met(ok_ratio):>12} {ari:>6.3f} "
                   f"{km_ari[t]:>8.3f} {_met(ok_ari):>13} {keep_txt:>14} "
-                  f"{'-' if ok_keep is None else _met(ok_keep):>9} {tree.n_nodes:>6} {_strength(model):>8} {cpu:>7.1f} "
+                  f"{'-' if ok_keep is None else _met(ok_keep):>9} {tree.n_nodes:>6} {small.mean():>7.1%} {length_txt:>18} "
+                  f"{_strength(model):>8} {cpu:>7.1f} "
                   f"{km_cpu[t]:>14.1f}", flush=True)
         else:
             if "document_concentration" in model.state_.hyper:
@@ -170,6 +200,14 @@ def main() -> None:
     p.add_argument("--sizes", default=ISSUE_SIZE,
                    help=f"comma-separated VxN corpus sizes (vocabulary x documents per epoch; default {ISSUE_SIZE})")
     p.add_argument("--all-sizes", action="store_true", help=f"also run {OTHER_SIZES} (slow)")
+    p.add_argument("--generator", choices=["dirichlet", "mixture"], default="dirichlet",
+                   help="planted family: dirichlet (hierarchical-Dirichlet tree, documents at every node; "
+                        "the issue's) or mixture (mixed topics, documents at the leaves only, log-normal lengths)")
+    p.add_argument("--branch-share", type=float, default=0.3,
+                   help="mixture: weight of a leaf's branch topic (larger: siblings harder to tell apart)")
+    p.add_argument("--mass-concentration", type=float, default=3.0,
+                   help="mixture: Dirichlet concentration of the leaf masses (small: a few dominant leaves)")
+    p.add_argument("--median-length", type=float, default=50.0, help="mixture: median document length in tokens")
     p.add_argument("--likelihood", default="vmf",
                    help="comma-separated likelihoods to compare, e.g. vmf,multinomial (default vmf)")
     p.add_argument("--max-depth", type=int, default=3)

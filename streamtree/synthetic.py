@@ -130,6 +130,23 @@ class PlantedTreeCorpus:
     n_features: int
 
 
+def _token_counts(rng: np.random.Generator, labels: np.ndarray, lengths: np.ndarray, dist: dict,
+                  n_features: int) -> sp.csr_matrix:
+    """Documents x terms counts: document ``i`` draws ``lengths[i]`` tokens from ``dist[labels[i]]``."""
+    rows, cols = [], []
+    for nid in np.unique(labels):
+        docs = np.flatnonzero(labels == nid)
+        n_tok = lengths[docs]
+        rows.append(np.repeat(docs, n_tok))
+        cols.append(rng.choice(n_features, size=int(n_tok.sum()), p=dist[int(nid)]))
+    r = np.concatenate(rows)
+    c = np.concatenate(cols)
+    X = sp.csr_matrix((np.ones(r.size, dtype=np.int64), (r, c)), shape=(labels.size, n_features))
+    X.sum_duplicates()
+    X.sort_indices()
+    return X
+
+
 def planted_dirichlet_tree(rng: np.random.Generator, *, n_features: int = 2000, n_documents: int = 5000,
                            n_epochs: int = 3, branching: tuple[int, ...] = (3, 3, 2),
                            root_concentration: float = 0.5, child_concentration: float = 1500.0,
@@ -238,20 +255,109 @@ def planted_dirichlet_tree(rng: np.random.Generator, *, n_features: int = 2000, 
         m /= m.sum()
         labels = ids[rng.choice(ids.size, size=n_documents, p=m)]
         lengths = rng.integers(lo, hi + 1, size=n_documents)
-        rows, cols = [], []
-        for nid in ids:
-            docs = np.flatnonzero(labels == nid)
-            if docs.size == 0:
-                continue
-            n_tok = lengths[docs]
-            rows.append(np.repeat(docs, n_tok))
-            cols.append(rng.choice(n_features, size=int(n_tok.sum()), p=dist[int(nid)]))
-        r = np.concatenate(rows)
-        c = np.concatenate(cols)
-        X = sp.csr_matrix((np.ones(r.size, dtype=np.int64), (r, c)), shape=(n_documents, n_features))
-        X.sum_duplicates()
-        X.sort_indices()
-        out_counts.append(X)
+        out_counts.append(_token_counts(rng, labels, lengths, dist, n_features))
+        out_labels.append(labels)
+        out_ids.append(ids)
+        out_mass.append(m)
+        out_dists.append(np.stack([dist[int(i)] for i in ids]))
+    return PlantedTreeCorpus(counts=out_counts, labels=out_labels, node_ids=out_ids, masses=out_mass,
+                             word_dists=out_dists, parent=np.asarray(parent, dtype=np.int64),
+                             depth=np.asarray(depth, dtype=np.int64), born=born, died=died,
+                             n_features=n_features)
+
+
+def planted_topic_mixture(rng: np.random.Generator, *, n_features: int = 3000, n_documents: int = 4000,
+                          n_epochs: int = 3, n_branches: int = 5, leaves_per_branch: int = 4,
+                          background: float = 0.3, branch_share: float = 0.3, words_per_topic: int = 40,
+                          zipf_exponent: float = 1.05, drift: float = 0.1, mass_concentration: float = 3.0,
+                          median_length: float = 50.0, length_sigma: float = 0.8) -> PlantedTreeCorpus:
+    """Word counts from a two-level tree of mixed topics whose documents all sit at the leaves.
+
+    A second planted family, built differently from :func:`planted_dirichlet_tree` (and from
+    the dTSSBP): no Dirichlet links, documents only at leaves, skewed lengths. Every branch
+    (depth 1) has a sparse topic over ``1.5 * words_per_topic`` random words, every leaf
+    (depth 2) one over ``words_per_topic`` words of its own (weights ``Dirichlet(1)``), and a
+    leaf's word distribution is the mixture ``background * zipf + branch_share * branch +
+    (1 - background - branch_share) * own``, with ``zipf`` a Zipf law of exponent
+    ``zipf_exponent`` over a random ordering of the vocabulary shared by all leaves. A
+    document picks a leaf with the planted masses (``Dirichlet(mass_concentration * 1)``; small
+    values give a few dominant leaves), a length from a log-normal of median
+    ``median_length`` and log-sd ``length_sigma`` (at least 5 tokens), and its tokens i.i.d.
+    from the leaf's words.
+
+    From one epoch to the next every leaf drifts, ``(1 - drift) * previous + drift * fresh``
+    with ``fresh`` half background and half a new sparse topic; the masses are redrawn around
+    the previous ones (``Dirichlet(50 * K * previous)``); one leaf dies and one is born under a
+    random branch (mass ``1 / K``).
+
+    Returns
+    -------
+    PlantedTreeCorpus
+        Ids: 0 the root, then the branches, then the leaves; ``node_ids``, ``masses`` and
+        ``word_dists`` list the leaves only (the nodes documents come from).
+    """
+    if n_epochs < 1 or n_documents < 1 or n_features < 2:
+        raise ValueError("need n_epochs >= 1, n_documents >= 1 and n_features >= 2")
+    if n_branches < 1 or leaves_per_branch < 1:
+        raise ValueError(f"need n_branches >= 1 and leaves_per_branch >= 1, got {n_branches}, {leaves_per_branch}")
+    if not (0 <= background and 0 <= branch_share and background + branch_share < 1):
+        raise ValueError(f"background and branch_share must be >= 0 with a sum below 1, got {background}, "
+                         f"{branch_share}")
+    if not 0 <= drift <= 1:
+        raise ValueError(f"drift must be in [0, 1], got {drift}")
+    if not (1 <= words_per_topic and int(1.5 * words_per_topic) <= n_features):
+        raise ValueError(f"words_per_topic must be between 1 and n_features / 1.5, got {words_per_topic}")
+
+    def sparse_topic(k: int) -> np.ndarray:
+        v = np.zeros(n_features)
+        v[rng.choice(n_features, size=k, replace=False)] = rng.dirichlet(np.ones(k))
+        return v
+
+    zipf = 1.0 / np.arange(1, n_features + 1) ** zipf_exponent
+    zipf = (zipf / zipf.sum())[rng.permutation(n_features)]
+    own = 1.0 - background - branch_share
+    parent, depth = [-1], [0]
+    branch_topic = {}
+    for _ in range(n_branches):
+        branch_topic[len(parent)] = sparse_topic(int(1.5 * words_per_topic))
+        parent.append(0)
+        depth.append(1)
+    dist: dict[int, np.ndarray] = {}
+
+    def new_leaf(branch: int) -> int:
+        nid = len(parent)
+        parent.append(branch)
+        depth.append(2)
+        dist[nid] = background * zipf + branch_share * branch_topic[branch] + own * sparse_topic(words_per_topic)
+        return nid
+
+    alive = [new_leaf(b) for b in branch_topic for _ in range(leaves_per_branch)]
+    mass = dict(zip(alive, rng.dirichlet(np.full(len(alive), mass_concentration))))
+    out_counts, out_labels, out_ids, out_mass, out_dists, born, died = [], [], [], [], [], [], []
+    for t in range(n_epochs):
+        if t == 0:
+            born.append(np.asarray([0, *branch_topic, *alive], dtype=np.int64))
+            died.append(np.zeros(0, dtype=np.int64))
+        else:
+            for nid in alive:
+                fresh = 0.5 * zipf + 0.5 * sparse_topic(words_per_topic)
+                dist[nid] = (1.0 - drift) * dist[nid] + drift * fresh
+            m = rng.dirichlet(50.0 * len(alive) * np.array([mass[i] for i in alive]))
+            mass = dict(zip(alive, m))
+            dead = int(rng.choice(alive))
+            alive.remove(dead)
+            del mass[dead]
+            nid = new_leaf(int(rng.choice(list(branch_topic))))
+            mass[nid] = 1.0 / len(alive)
+            alive.append(nid)
+            born.append(np.array([nid], dtype=np.int64))
+            died.append(np.array([dead], dtype=np.int64))
+        ids = np.asarray(sorted(alive), dtype=np.int64)
+        m = np.array([mass[i] for i in ids])
+        m /= m.sum()
+        labels = ids[rng.choice(ids.size, size=n_documents, p=m)]
+        lengths = np.maximum(rng.lognormal(np.log(median_length), length_sigma, size=n_documents), 5).astype(np.int64)
+        out_counts.append(_token_counts(rng, labels, lengths, dist, n_features))
         out_labels.append(labels)
         out_ids.append(ids)
         out_mass.append(m)
