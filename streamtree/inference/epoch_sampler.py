@@ -16,7 +16,8 @@ Per epoch ``t`` (ALGORITHM: per-epoch driver):
    (a carried leaf's documents, a new node duplicating its parent, a carried internal node);
    slice-sample alpha0, lam, gamma (:mod:`~streamtree.inference.hyper`); re-estimate each
    node's concentration; update the node parameters by MAP, alternating even and odd depths.
-3. Apply the identity rule (:meth:`EpochSampler._identity_rule`), build the
+3. Apply the identity rule (:meth:`EpochSampler._identity_rule`), hand carried ids over to
+   the new nodes that took their documents (:meth:`EpochSampler._hand_over_ids`), build the
    :class:`~streamtree.epoch_tree.EpochTree` with its events, push the epoch's counts into the
    window and delete nodes that fell out of it.
 
@@ -334,6 +335,7 @@ class EpochSampler:
         self.prev_concentration: np.ndarray | None = None  # concentrations at the start of the epoch, by slot
         self.prev_born: dict[int, int] = {}  # birth epochs of the ids alive at the start of the epoch
         self.labels_now = np.zeros(0, dtype=np.int64)  # each document's node after the last sweep's moves
+        self.labels_first = np.zeros(0, dtype=np.int64)  # each document's node after the epoch's first z-sweep
         self.moves: list[tuple[int, str, int]] = []  # (node, event, other node) of accepted moves
         self.renamed: dict[int, int] = {}  # old id -> new id under the identity rule
         self._buffers: dict[str, np.ndarray] = {}  # work matrices reused across sweeps (see _work)
@@ -380,6 +382,8 @@ class EpochSampler:
             col_ids, current, sums, sumsq = self._materialise(arrays, cand, ph_rows, stats, epoch)
             self._cull(current)
             self.labels_now = col_ids[self.sweeper.labels()]
+            if sweep == 0:
+                self.labels_first = self.labels_now.copy()
             if cfg.merge_moves and cfg.split_attempts(n) > 0:
                 move, moves = self._split_merge(rows, col_ids, current, sums, sumsq, epoch)
                 self._lift_moves(move, moves, epoch, carried=sweep >= cfg.n_sweeps // 2)
@@ -625,29 +629,44 @@ class EpochSampler:
         return float(np.mean(r)) <= IDENTITY_SEPARATION * float(np.std(r))
 
     def _hand_over_ids(self, X, epoch: int, current: dict[int, int]) -> None:
-        """A carried node whose documents all went down into one new child hands that child its id.
+        """A carried node whose documents all went over to one new node hands it its id.
 
-        The moves can empty a carried node ``c`` of its documents into a child ``b`` born in
-        this epoch, ``c`` staying on as an empty node above it: the lift of an empty carried
-        parent raises ``c`` a level, and its documents then go back to their old depth through
-        a new child (a pattern seen on SOU by decade and on planted leaf-only trees with long
-        documents, where every surviving node changed id in an epoch). The content then lives
-        on in ``b``, and the id should follow it. So at the end of the epoch, a carried ``c``
-        holding fewer than :data:`IDENTITY_MIN_DOCS` of the epoch's documents whose largest
-        new child ``b`` holds at least that many and is recognised as ``c``'s content
-        (:meth:`_recognised`, the identity rule's test) exchanges places with ``b``: ``c``'s
-        id, birth, signature, past counts and time link now sit where its documents are, and
-        ``b``'s new id is the empty node above it (born now; ``c`` records a parent change).
-        The tree's shape, the documents' places and the parameters are unchanged."""
+        The moves can empty a carried node ``c`` of the epoch's documents into a node ``b``
+        born in this epoch, ``c`` staying on empty: most often a new child (the lift of an
+        empty carried parent raises ``c`` a level, and its documents then go back to their old
+        depth through a new child; on planted leaf-only trees with long documents every
+        surviving node changed id this way in an epoch), sometimes a new node elsewhere. The
+        content then lives on in ``b``, and the id should follow it. The evidence is the
+        documents themselves: those at ``c`` after the epoch's first sweep (when the carried
+        tree places them). At the end of the epoch, a carried ``c`` holding fewer than
+        :data:`IDENTITY_MIN_DOCS` of the epoch's documents, that held at least that many after
+        the first sweep, hands its id to the new node ``b`` holding most of those documents
+        when ``b`` holds more than half of them, more than half of ``b``'s documents that sat
+        at a carried node after the first sweep sat at ``c`` (a node born in the first sweep
+        may hold documents of its own from the start), and ``b`` is recognised as ``c``'s content (:meth:`_recognised`, the
+        identity rule's test). The two exchange places: ``c``'s id, birth, signature, past
+        counts and time link now sit where its documents are, and ``b``'s new id is the place
+        ``c`` left (born now). The tree's shape, the documents' places and the parameters are
+        unchanged; the events say what the published trees show."""
         st = self.state
+        first, now = self.labels_first, self.labels_now
+        if first.shape != now.shape:
+            return
+        carried = np.fromiter(self.prev_slot, dtype=np.int64, count=len(self.prev_slot))
         for c in st.tree.preorder()[1:]:
             if c not in self.prev_slot or current.get(c, 0) >= IDENTITY_MIN_DOCS:
                 continue
-            new_kids = [k for k in st.tree.children[c] if k not in self.prev_slot]
-            if not new_kids:
+            held = now[first == c]
+            if held.size < IDENTITY_MIN_DOCS:
                 continue
-            b = max(new_kids, key=lambda k: (current.get(k, 0), -k))
-            if current.get(b, 0) < IDENTITY_MIN_DOCS or not self._recognised(X, c, b):
+            ids, n = np.unique(held, return_counts=True)
+            b = int(ids[np.argmax(n)])
+            if (b in self.prev_slot or b not in st.tree or 2 * n.max() <= held.size
+                    or current.get(b, 0) < IDENTITY_MIN_DOCS):
+                continue
+            origin = first[now == b]
+            origin = origin[np.isin(origin, carried)]
+            if 2 * np.count_nonzero(origin == c) <= origin.size or not self._recognised(X, c, b):
                 continue
             st.tree.swap_places(c, b)
             st.nodes.slot[c], st.nodes.slot[b] = st.nodes.slot[b], st.nodes.slot[c]
@@ -655,9 +674,9 @@ class EpochSampler:
             current.update({k: v for k, v in ((c, n_b), (b, n_c)) if v})
             at_c, at_b = self.labels_now == c, self.labels_now == b
             self.labels_now[at_c], self.labels_now[at_b] = b, c
-            # the split that made b is undone in name: b is now an empty node inserted above c
+            # a split that made b from c is undone in name: c holds the documents, b is where c was
             self.moves = [m for m in self.moves if {m[0], m[2]} != {b, c}]
-            logger.debug("epoch %d: node %d's documents moved into its new child %d; ids exchanged", epoch, c, b)
+            logger.debug("epoch %d: carried node %d handed its id to new node %d, which holds its documents", epoch, c, b)
 
     def _sign_new_nodes(self) -> None:
         """Record the identity signature of every node without one (born this epoch, or given a
