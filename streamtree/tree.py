@@ -150,23 +150,6 @@ class TSSBTree:
         del self.born[old]
         self.born[new] = born
 
-    def swap_places(self, a: int, b: int) -> None:
-        """Exchange the places of nodes ``a`` and ``b`` (parents, children, depths); each id
-        keeps its birth epoch. Works for any two non-root nodes, a parent and its child too."""
-        if ROOT in (a, b):
-            raise ValueError("the root keeps its place")
-        swap = {a: b, b: a}
-        ids = set(swap)
-        for x in ids | {self.parent[a], self.parent[b]} | set(self.children[a]) | set(self.children[b]):
-            self.children[x] = [swap.get(c, c) for c in self.children[x]]
-        self.children[a], self.children[b] = self.children[b], self.children[a]
-        pa, pb = self.parent[a], self.parent[b]
-        self.parent[a], self.parent[b] = swap.get(pb, pb), swap.get(pa, pa)
-        for x in ids:
-            for c in self.children[x]:
-                self.parent[c] = x
-        self.depth[a], self.depth[b] = self.depth[b], self.depth[a]
-
     def subtree(self, node_id: int) -> list[int]:
         out, stack = [], [node_id]
         while stack:

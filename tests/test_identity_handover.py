@@ -1,86 +1,98 @@
-"""Ids follow documents: a carried node emptied into a new node hands that node its id."""
+"""Ids follow documents: a carried node emptied into a new node hands that node its published id."""
 
 from __future__ import annotations
 
 import collections
 
 import numpy as np
-import pytest
 
 import streamtree.inference.epoch_sampler as epoch_sampler
 from streamtree.model import DTSSBP
 from streamtree.synthetic import planted_topic_mixture
-from streamtree.tree import ROOT, TSSBTree
 
 
-def _check_tree(t: TSSBTree) -> None:
-    for nid, kids in t.children.items():
-        for k in kids:
-            assert t.parent[k] == nid and t.depth[k] == t.depth[nid] + 1
-    assert sorted(t.preorder()) == sorted(t.parent)
-    t.arrays()
+def _fit(seed: int, hand_over: bool, monkeypatch) -> tuple[DTSSBP, object]:
+    """Two epochs of long documents (where the moves empty carried nodes into new ones most)."""
+    with monkeypatch.context() as m:
+        if not hand_over:
+            m.setattr(epoch_sampler.EpochSampler, "_hand_over_ids", lambda self, X, epoch, current: None)
+        c = planted_topic_mixture(np.random.default_rng(seed), n_features=1500, n_documents=600, n_epochs=2,
+                                  n_branches=3, leaves_per_branch=2, median_length=300, words_per_topic=30)
+        model = DTSSBP(max_depth=3, random_state=seed, n_sweeps=20)
+        for t, X in enumerate(c.counts):
+            model.partial_fit(X, epoch=t)
+    return model, c
 
 
-def test_swap_places_of_a_parent_and_its_child():
-    t = TSSBTree(max_depth=4)
-    a = t.add_child(ROOT, born=0)
-    b = t.add_child(a, born=1)
-    c = t.add_child(b, born=0)
-    d = t.add_child(a, born=0)
-    e = t.add_child(ROOT, born=0)
-    t.swap_places(a, b)
-    assert t.children[ROOT] == [b, e] and t.children[b] == [a, d] and t.children[a] == [c]
-    assert (t.depth[b], t.depth[a], t.depth[c]) == (1, 2, 3)
-    assert (t.born[a], t.born[b]) == (0, 1)  # births go with the ids
-    _check_tree(t)
-
-
-def test_swap_places_of_unrelated_nodes_and_back():
-    t = TSSBTree(max_depth=4)
-    a = t.add_child(ROOT)
-    b = t.add_child(a)
-    c = t.add_child(ROOT)
-    d = t.add_child(c)
-    g = t.add_child(d)
-    before = (dict(t.parent), {k: list(v) for k, v in t.children.items()}, dict(t.depth))
-    t.swap_places(b, d)
-    assert t.parent[b] == c and t.parent[d] == a and t.children[b] == [g] and t.children[d] == []
-    assert t.depth[b] == 2 and t.depth[g] == 3
-    _check_tree(t)
-    t.swap_places(b, d)
-    assert (dict(t.parent), {k: list(v) for k, v in t.children.items()}, dict(t.depth)) == before
-    with pytest.raises(ValueError, match="root"):
-        t.swap_places(ROOT, a)
-
-
-def _kept(seed: int) -> tuple[int, int, DTSSBP]:
-    """Surviving true leaves whose majority model node keeps its id from epoch 0 to 1, on
-    long documents (where the moves empty carried nodes into new ones most)."""
-    c = planted_topic_mixture(np.random.default_rng(seed), n_features=1500, n_documents=600, n_epochs=2,
-                              n_branches=3, leaves_per_branch=2, median_length=300, words_per_topic=30)
-    model = DTSSBP(max_depth=3, random_state=seed, n_sweeps=20)
+def _kept(model: DTSSBP, c) -> tuple[int, int]:
+    """Surviving true leaves whose majority model node keeps its id from epoch 0 to 1."""
     maps = []
-    for t, X in enumerate(c.counts):
-        model.partial_fit(X, epoch=t)
-        z = np.asarray(model.trees_[-1].assignments)
+    for t, tree in enumerate(model.trees_):
+        z = np.asarray(tree.assignments)
         maps.append({int(k): collections.Counter(z[c.labels[t] == k]).most_common(1)[0][0]
                      for k in np.unique(c.labels[t])})
     survivors = [k for k in maps[0] if k in maps[1]]
-    return sum(maps[0][k] == maps[1][k] for k in survivors), len(survivors), model
+    return sum(maps[0][k] == maps[1][k] for k in survivors), len(survivors)
 
 
 def test_ids_follow_their_documents_into_new_nodes(monkeypatch):
-    kept, survivors, model = _kept(0)
-    assert survivors == 5 and kept == 5
-    tree = model.trees_[-1]
-    # the node holding a kept id's documents is where its past counts are, and the state is whole
-    st = model.state_
-    assert set(st.signatures) == set(st.tree.preorder())
-    for nid, n in zip(tree.node_ids, tree.counts):
-        if n >= epoch_sampler.IDENTITY_MIN_DOCS and tree.born[tree.index_of(int(nid))] == 0:
-            assert st.window.total.get(int(nid), 0) > n  # its epoch-0 documents too
+    model, c = _fit(0, True, monkeypatch)
+    assert _kept(model, c) == (5, 5)
+    # power: without the hand-over the same chain keeps hardly any id
+    plain, _ = _fit(0, False, monkeypatch)
+    assert _kept(plain, c)[0] <= 1
+
+    # only the names differ: the same trees, documents and parameters under a permutation of ids
+    a, b = model.trees_[-1], plain.trees_[-1]
+    assert model.state_.published and not plain.state_.published
+    rename = dict(zip(b.node_ids.tolist(), a.node_ids.tolist()))
+    assert sorted(rename.values()) == sorted(a.node_ids.tolist())
+    np.testing.assert_array_equal([rename.get(p, -1) for p in b.parent], a.parent)
+    np.testing.assert_array_equal([rename[z] for z in b.assignments], a.assignments)
+    for name in ("counts", "window_counts", "depth", "theta", "concentration", "mass"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+    np.testing.assert_array_equal(model.predict(c.counts[1]), [rename[z] for z in plain.predict(c.counts[1])])
+
+    # a handed-over id keeps the birth it had in the previous tree; the node left behind is
+    # published as born now; the events show no split between the two
+    t0 = model.trees_[0]
+    handed = {pid for node, pid in model.state_.published.items() if model.state_.tree.born.get(node) == 1}
+    assert handed and handed <= set(t0.node_ids.tolist())
+    for pid in handed:
+        assert a.born[a.index_of(pid)] == t0.born[t0.index_of(pid)] == 0
+    for node, pid in model.state_.published.items():
+        if model.state_.tree.born.get(node) == 0 and node in model.state_.tree.born:
+            assert model.state_.published_birth(node) == 1  # published under a new id
+    ev = a.events
+    splits = {(int(n), int(o)) for n, e, o in zip(ev.node_id, ev.event, ev.other_id) if e == "split_from"}
+    for node, pid in model.state_.published.items():
+        assert (pid, node) not in splits and (node, pid) not in splits
+
+    # the published names survive a checkpoint, and the next epoch continues them
     restored = DTSSBP.from_checkpoint(*model.get_checkpoint())
-    np.testing.assert_array_equal(restored.trees_[-1].node_ids, tree.node_ids)
-    # power: without the hand-over the same runs keep hardly any id
-    monkeypatch.setattr(epoch_sampler.EpochSampler, "_hand_over_ids", lambda self, X, epoch, current: None)
-    assert _kept(0)[0] <= 1
+    assert restored.state_.published == model.state_.published
+    assert restored.state_.published_born == model.state_.published_born
+    X2 = c.counts[1][:200]
+    model.partial_fit(X2, epoch=2)
+    restored.partial_fit(X2, epoch=2)
+    np.testing.assert_array_equal(restored.trees_[-1].node_ids, model.trees_[-1].node_ids)
+    np.testing.assert_array_equal(restored.trees_[-1].assignments, model.trees_[-1].assignments)
+    assert len(set(model.trees_[-1].node_ids.tolist())) == model.trees_[-1].node_ids.size
+
+
+def test_exchanges_of_published_ids_stay_a_permutation():
+    st = epoch_sampler.ChainState.empty(3, 2, 5)
+    for k, born in ((1, 0), (2, 0), (3, 1), (4, 2)):
+        st.tree.add_child(0, born=born)
+    st.exchange_published(1, 3)
+    assert (st.published_id(1), st.published_id(3)) == (3, 1)
+    assert (st.published_birth(1), st.published_birth(3)) == (1, 0)
+    st.exchange_published(3, 4)  # the node holding id 1 hands it on
+    assert (st.published_id(3), st.published_id(4)) == (4, 1) and st.published_birth(4) == 0
+    st.exchange_published(1, 3)
+    names = [st.published_id(i) for i in range(5)]
+    assert sorted(names) == list(range(5))
+    st.exchange_published(1, 3)
+    st.exchange_published(3, 4)
+    st.exchange_published(1, 3)
+    assert all(st.published_id(i) == i for i in range(5)) and not st.published
