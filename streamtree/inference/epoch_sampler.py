@@ -16,7 +16,8 @@ Per epoch ``t`` (ALGORITHM: per-epoch driver):
    (a carried leaf's documents, a new node duplicating its parent, a carried internal node);
    slice-sample alpha0, lam, gamma (:mod:`~streamtree.inference.hyper`); re-estimate each
    node's concentration; update the node parameters by MAP, alternating even and odd depths.
-3. Apply the identity rule (:meth:`EpochSampler._identity_rule`), build the
+3. Apply the identity rule (:meth:`EpochSampler._identity_rule`), let published ids follow
+   the documents of carried nodes (:meth:`EpochSampler._hand_over_ids`), build the
    :class:`~streamtree.epoch_tree.EpochTree` with its events, push the epoch's counts into the
    window and delete nodes that fell out of it.
 
@@ -27,6 +28,7 @@ Everything that depends on the observation family goes through a
 
 from __future__ import annotations
 
+import collections
 import logging
 from dataclasses import dataclass, field, replace
 
@@ -206,6 +208,11 @@ class ChainState:
     #: node id -> what the node is recognised by, from the epoch its id was born
     #: (:meth:`Likelihood.identity_signature`); empty for families without one
     signatures: dict[int, np.ndarray] = field(default_factory=dict)
+    #: node id -> the id its trees publish, where the two differ (ids follow documents:
+    #: :meth:`EpochSampler._hand_over_ids`); a permutation of ids ever given out
+    published: dict[int, int] = field(default_factory=dict)
+    #: published id -> the epoch it was born, for published ids that went over to another node
+    published_born: dict[int, int] = field(default_factory=dict)
 
     @classmethod
     def empty(cls, max_depth: int | None, window: int | None, n_features: int) -> "ChainState":
@@ -214,6 +221,25 @@ class ChainState:
     def own_counts(self, ids: np.ndarray, current: dict[int, int]) -> np.ndarray:
         """Past-window plus live-epoch documents at each node."""
         return self.window.counts(ids) + np.array([current.get(int(i), 0) for i in ids], dtype=np.int64)
+
+    def published_id(self, node_id: int) -> int:
+        return self.published.get(node_id, node_id)
+
+    def published_birth(self, node_id: int) -> int:
+        """The birth epoch of the id node ``node_id`` is published under."""
+        pid = self.published_id(node_id)
+        return self.published_born.get(pid, self.tree.born[node_id])
+
+    def exchange_published(self, a: int, b: int) -> None:
+        """Nodes ``a`` and ``b`` exchange the ids they are published under (each published id
+        keeps its birth epoch)."""
+        pa, pb = self.published_id(a), self.published_id(b)
+        self.published_born[pa], self.published_born[pb] = self.published_birth(a), self.published_birth(b)
+        for node, pid in ((a, pb), (b, pa)):
+            if pid == node:
+                self.published.pop(node, None)
+            else:
+                self.published[node] = pid
 
     def remove(self, ids) -> None:
         for nid in ids:
@@ -248,7 +274,9 @@ class ChainState:
         out["signature"] = (np.stack([self.signatures[i] for i in signed]) if signed
                             else np.zeros((0, 0), dtype=np.float64))
         meta = {"max_depth": self.tree.max_depth, "next_id": int(self.tree.next_id), "window": self.window.window,
-                "window_epochs": len(self.window.history), "hyper": dict(self.hyper)}
+                "window_epochs": len(self.window.history), "hyper": dict(self.hyper),
+                "published": [[int(k), int(v)] for k, v in sorted(self.published.items())],
+                "published_born": [[int(k), int(v)] for k, v in sorted(self.published_born.items())]}
         return out, meta
 
     @classmethod
@@ -274,7 +302,9 @@ class ChainState:
         window = WindowedCounts.from_state({"window": meta["window"], "history": history})
         signatures = {int(i): np.asarray(sig, dtype=np.float64)
                       for i, sig in zip(arrays.get("signature_node", ()), arrays.get("signature", ()))}
-        return cls(tree, window, nodes, {k: float(v) for k, v in meta.get("hyper", {}).items()}, signatures)
+        return cls(tree, window, nodes, {k: float(v) for k, v in meta.get("hyper", {}).items()}, signatures,
+                   {int(k): int(v) for k, v in meta.get("published", [])},
+                   {int(k): int(v) for k, v in meta.get("published_born", [])})
 
 
 def apply_link_strengths(likelihood: Likelihood, hyper: dict[str, float]) -> None:
@@ -334,6 +364,7 @@ class EpochSampler:
         self.prev_concentration: np.ndarray | None = None  # concentrations at the start of the epoch, by slot
         self.prev_born: dict[int, int] = {}  # birth epochs of the ids alive at the start of the epoch
         self.labels_now = np.zeros(0, dtype=np.int64)  # each document's node after the last sweep's moves
+        self.lineage = np.zeros(0, dtype=np.int64)  # each document's node in the previous tree (_lineage)
         self.moves: list[tuple[int, str, int]] = []  # (node, event, other node) of accepted moves
         self.renamed: dict[int, int] = {}  # old id -> new id under the identity rule
         self._buffers: dict[str, np.ndarray] = {}  # work matrices reused across sweeps (see _work)
@@ -359,6 +390,7 @@ class EpochSampler:
             self.prev_concentration = st.nodes.concentration.copy()
             self.prev_slot = dict(st.nodes.slot)
             self.prev_born = dict(st.tree.born)
+        self.lineage = self._lineage(X, previous) if previous is not None and n else np.zeros(0, dtype=np.int64)
         current: dict[int, int] = {ROOT: n} if previous is None else {}
         col_ids = np.zeros(0, dtype=np.int64)
         if n:
@@ -397,6 +429,7 @@ class EpochSampler:
             logger.debug("epoch %d sweep %d: %d nodes, log p(x) %.4g", epoch, sweep, len(st.tree), stats.loglik)
         if n and previous is not None:
             self._identity_rule(rows, epoch, current)
+            self._hand_over_ids(rows, epoch, current)
         self._sign_new_nodes()
         labels = self.labels_now if n else np.zeros(0, dtype=np.int64)
         prev_ids = set(previous.node_ids.tolist()) if previous is not None else set()
@@ -582,27 +615,11 @@ class EpochSampler:
         An unrecognised node gets a fresh id (born now, with a new signature) and the old id
         dies. Its place, counts and parameters carry over to the new id, so the sampler's state
         is unchanged."""
-        st, lik = self.state, self.likelihood
+        st = self.state
         for nid in st.tree.preorder()[1:]:
             if nid not in self.prev_slot or current.get(nid, 0) < IDENTITY_MIN_DOCS:
                 continue
-            s = st.nodes.slot[nid]
-            theta_now, theta_prev = st.nodes.theta[s], self.prev_theta[self.prev_slot[nid]]
-            signature = st.signatures.get(nid)
-            if signature is None:
-                signature = lik.identity_signature(theta_prev)
-            if signature is not None:
-                moved = not lik.recognises(signature, theta_now)
-            else:
-                stat = lik.drift_statistic(theta_now, theta_prev, st.tree.depth[nid])
-                moved = stat is not None and stat[0] > chi2.isf(IDENTITY_LEVEL, stat[1])
-                if moved:
-                    rows = X[np.flatnonzero(self.labels_now == nid)]
-                    conc = float(st.nodes.concentration[s])
-                    r = lik.row_log_likelihood(rows, theta_now, conc) - lik.row_log_likelihood(rows, theta_prev,
-                                                                                              conc)
-                    moved = float(np.mean(r)) > IDENTITY_SEPARATION * float(np.std(r))
-            if not moved:
+            if self._recognised(X, nid, nid):
                 continue
             new = st.tree.next_id
             st.tree.next_id += 1
@@ -616,6 +633,96 @@ class EpochSampler:
             self.moves = [(new if a == nid else a, e, new if b == nid else b) for a, e, b in self.moves]
             self.renamed[nid] = new
             logger.debug("epoch %d: node %d changed beyond recognition, now node %d", epoch, nid, new)
+
+    def _recognised(self, X, carried: int, node: int) -> bool:
+        """Whether ``node``'s parameter and documents still carry the content of the carried
+        node ``carried`` (:meth:`_identity_rule`): its family's signature of ``carried`` (at
+        the id's birth) recognises ``node``'s parameter, or, for families without one, the
+        drift from ``carried``'s previous-epoch parameter is within what the time link allows
+        or ``node``'s documents do not tell the two apart."""
+        st, lik = self.state, self.likelihood
+        s = st.nodes.slot[node]
+        theta_now, theta_prev = st.nodes.theta[s], self.prev_theta[self.prev_slot[carried]]
+        signature = st.signatures.get(carried)
+        if signature is None:
+            signature = lik.identity_signature(theta_prev)
+        if signature is not None:
+            return lik.recognises(signature, theta_now)
+        stat = lik.drift_statistic(theta_now, theta_prev, st.tree.depth[node])
+        if stat is None or stat[0] <= chi2.isf(IDENTITY_LEVEL, stat[1]):
+            return True
+        rows = X[np.flatnonzero(self.labels_now == node)]
+        conc = float(st.nodes.concentration[s])
+        r = lik.row_log_likelihood(rows, theta_now, conc) - lik.row_log_likelihood(rows, theta_prev, conc)
+        return float(np.mean(r)) <= IDENTITY_SEPARATION * float(np.std(r))
+
+    def _lineage(self, X, previous: EpochTree, block: int = 4096) -> np.ndarray:
+        """Each document's node in the previous epoch's tree: the node that tree's predictive
+        density gives it (:meth:`DTSSBP.predict` of the previous tree, posterior-mean masses),
+        as the id of the chain's node; -1 for nodes no longer in the chain. The evidence
+        :meth:`_hand_over_ids` reads, taken before the epoch's sweeps can create nodes."""
+        st, lik = self.state, self.likelihood
+        log_pi, log_res, arrays = predictive_masses(previous, self.settings.with_hyper(st.hyper))
+        cand, _ = lik.kernel(arrays, previous.theta, previous.concentration, log_pi, log_res, normalized=True)
+        internal = {st.published_id(i): i for i in st.tree.parent}
+        node = np.array([internal.get(int(p), -1) for p in previous.node_ids], dtype=np.int64)
+        out = np.empty(X.shape[0], dtype=np.int64)
+        for lo in range(0, X.shape[0], block):
+            w = lik.live_log_weights(X[lo:lo + block], cand, previous.theta, st.hyper)
+            out[lo:lo + block] = node[np.argmax(w, axis=1)]
+        return out
+
+    def _hand_over_ids(self, X, epoch: int, current: dict[int, int]) -> None:
+        """A carried node most of whose documents went over to one other node hands it its published id.
+
+        The moves can take the epoch's documents from a carried node ``c`` to another node
+        ``b``, ``c`` staying on with fewer or none: most often a child born in this epoch (the
+        lift of an empty carried parent raises ``c`` a level, and its documents then go back to
+        their old depth through a new child; on planted leaf-only trees with long documents
+        every surviving node changed id this way in an epoch), sometimes a new node elsewhere,
+        or a carried node that held none of the epoch's documents of its own at first. The
+        content then lives on in ``b``, and the id the trees publish should follow it, as it
+        follows the larger part of a split. The evidence is the documents themselves: those the
+        previous epoch's tree gives to ``c`` (:meth:`_lineage`). At the end of the epoch, a
+        carried ``c`` given at least :data:`IDENTITY_MIN_DOCS` documents that way hands its
+        published id to the node ``b`` holding most of them when ``b`` holds more than half of
+        them and at least :data:`IDENTITY_MIN_DOCS` in all, more than half of ``b``'s
+        documents come from ``c`` that way (so ``b`` is not another node's continuation or
+        new content), and ``b`` is recognised as ``c``'s content
+        (:meth:`_recognised`, the identity rule's test). The two exchange the ids they are
+        published under (each id keeps its birth epoch: ``c`` is then published under ``b``'s,
+        a new one if ``b`` was born now). Only the published names change
+        (:attr:`ChainState.published`): the chain, its past counts and its time links are
+        those of the nodes as they are, so the trees the sampler grows do not depend on it."""
+        st = self.state
+        lineage, now = self.lineage, self.labels_now
+        if lineage.shape != now.shape:
+            return
+        pairs: list[tuple[int, int]] = []
+        for c in st.tree.preorder()[1:]:
+            if c not in self.prev_slot:
+                continue
+            held = now[lineage == c]
+            if held.size < IDENTITY_MIN_DOCS:
+                continue
+            ids, n = np.unique(held, return_counts=True)
+            b = int(ids[np.argmax(n)])
+            if (b == c or b not in st.tree or 2 * n.max() <= held.size
+                    or current.get(b, 0) < IDENTITY_MIN_DOCS
+                    or 2 * np.count_nonzero(lineage[now == b] == c) <= current.get(b, 0)
+                    or not self._recognised(X, c, b)):
+                continue
+            pairs.append((c, b))
+        # b holds mostly c's documents, so no b is another pair's b; a node in two pairs (the
+        # heir of one, the giver of another) keeps its name: the exchanges must not chain
+        seen = collections.Counter(x for pair in pairs for x in pair)
+        for c, b in pairs:
+            if seen[c] > 1 or seen[b] > 1:
+                continue
+            st.exchange_published(c, b)
+            self.moves = [m for m in self.moves if {m[0], m[2]} != {b, c}]  # b's birth from c is c going on
+            logger.debug("epoch %d: node %d is published as %d, the id of node %d whose documents it holds",
+                         epoch, b, st.published_id(b), c)
 
     def _sign_new_nodes(self) -> None:
         """Record the identity signature of every node without one (born this epoch, or given a
@@ -853,15 +960,21 @@ class EpochSampler:
         own_win = st.own_counts(ids, current)
         params = stick_params(arrays, own_win, **self.settings.with_hyper(st.hyper).stick_kwargs())
         log_pi, _ = log_masses(arrays, mean_sticks(params))
-        parent = np.where(arrays.parent_index >= 0, ids[np.maximum(arrays.parent_index, 0)], -1)
-        died = np.array(sorted(prev_ids - set(ids.tolist())), dtype=np.int64)
+        # the trees publish each node under its published id (ids follow documents: _hand_over_ids)
+        name = st.published_id
+        pub = np.array([name(int(i)) for i in ids], dtype=np.int64)
+        parent = np.where(arrays.parent_index >= 0, pub[np.maximum(arrays.parent_index, 0)], -1)
+        died = np.array(sorted(prev_ids - set(pub.tolist())), dtype=np.int64)
         prev_tree_ids = np.array(sorted(prev_ids), dtype=np.int64)
         prev_par = (np.zeros(0, dtype=np.int64) if previous is None else
                     np.array([previous.parent[previous.index_of(int(i))] for i in prev_tree_ids], dtype=np.int64))
-        events = epoch_events(epoch, prev_tree_ids, prev_par, ids, parent, self.moves)
+        moves = [(name(int(a)), e, name(int(b))) for a, e, b in self.moves]
+        events = epoch_events(epoch, prev_tree_ids, prev_par, pub, parent, moves)
+        if st.published and labels.size:
+            labels = np.array([name(int(i)) for i in range(int(labels.max()) + 1)], dtype=np.int64)[labels]
         return EpochTree(
             epoch=epoch,
-            node_ids=ids.copy(),
+            node_ids=pub,
             parent=parent.astype(np.int64),
             depth=arrays.depth.copy(),
             mass=np.exp(log_pi),
@@ -870,7 +983,7 @@ class EpochSampler:
             window_counts=own_win,
             theta=st.nodes.theta_of(ids),
             concentration=st.nodes.concentration_of(ids),
-            born=np.array([st.tree.born[int(i)] for i in ids], dtype=np.int64),
+            born=np.array([st.published_birth(int(i)) for i in ids], dtype=np.int64),
             assignments=labels.astype(np.int64),
             died=died,
             label=label,

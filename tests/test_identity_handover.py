@@ -1,0 +1,98 @@
+"""Ids follow documents: a carried node emptied into a new node hands that node its published id."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+
+import streamtree.inference.epoch_sampler as epoch_sampler
+from streamtree.model import DTSSBP
+from streamtree.synthetic import planted_topic_mixture
+
+
+def _fit(seed: int, hand_over: bool, monkeypatch) -> tuple[DTSSBP, object]:
+    """Two epochs of long documents (where the moves empty carried nodes into new ones most)."""
+    with monkeypatch.context() as m:
+        if not hand_over:
+            m.setattr(epoch_sampler.EpochSampler, "_hand_over_ids", lambda self, X, epoch, current: None)
+        c = planted_topic_mixture(np.random.default_rng(seed), n_features=1500, n_documents=600, n_epochs=2,
+                                  n_branches=3, leaves_per_branch=2, median_length=300, words_per_topic=30)
+        model = DTSSBP(max_depth=3, random_state=seed, n_sweeps=20)
+        for t, X in enumerate(c.counts):
+            model.partial_fit(X, epoch=t)
+    return model, c
+
+
+def _kept(model: DTSSBP, c) -> tuple[int, int]:
+    """Surviving true leaves whose majority model node keeps its id from epoch 0 to 1."""
+    maps = []
+    for t, tree in enumerate(model.trees_):
+        z = np.asarray(tree.assignments)
+        maps.append({int(k): collections.Counter(z[c.labels[t] == k]).most_common(1)[0][0]
+                     for k in np.unique(c.labels[t])})
+    survivors = [k for k in maps[0] if k in maps[1]]
+    return sum(maps[0][k] == maps[1][k] for k in survivors), len(survivors)
+
+
+def test_ids_follow_their_documents_into_new_nodes(monkeypatch):
+    model, c = _fit(0, True, monkeypatch)
+    assert _kept(model, c) == (5, 5)
+    # power: without the hand-over the same chain keeps hardly any id
+    plain, _ = _fit(0, False, monkeypatch)
+    assert _kept(plain, c)[0] <= 1
+
+    # only the names differ: the same trees, documents and parameters under a permutation of ids
+    a, b = model.trees_[-1], plain.trees_[-1]
+    assert model.state_.published and not plain.state_.published
+    rename = dict(zip(b.node_ids.tolist(), a.node_ids.tolist()))
+    assert sorted(rename.values()) == sorted(a.node_ids.tolist())
+    np.testing.assert_array_equal([rename.get(p, -1) for p in b.parent], a.parent)
+    np.testing.assert_array_equal([rename[z] for z in b.assignments], a.assignments)
+    for name in ("counts", "window_counts", "depth", "theta", "concentration", "mass"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+    np.testing.assert_array_equal(model.predict(c.counts[1]), [rename[z] for z in plain.predict(c.counts[1])])
+
+    # a handed-over id keeps the birth it had in the previous tree; the node left behind is
+    # published as born now; the events show no split between the two
+    t0 = model.trees_[0]
+    handed = {pid for node, pid in model.state_.published.items() if model.state_.tree.born.get(node) == 1}
+    assert handed and handed <= set(t0.node_ids.tolist())
+    for pid in handed:
+        assert a.born[a.index_of(pid)] == t0.born[t0.index_of(pid)] == 0
+    for node, pid in model.state_.published.items():
+        if model.state_.tree.born.get(node) == 0 and node in model.state_.tree.born:
+            assert model.state_.published_birth(node) == 1  # published under a new id
+    ev = a.events
+    splits = {(int(n), int(o)) for n, e, o in zip(ev.node_id, ev.event, ev.other_id) if e == "split_from"}
+    for node, pid in model.state_.published.items():
+        assert (pid, node) not in splits and (node, pid) not in splits
+
+    # the published names survive a checkpoint, and the next epoch continues them
+    restored = DTSSBP.from_checkpoint(*model.get_checkpoint())
+    assert restored.state_.published == model.state_.published
+    assert restored.state_.published_born == model.state_.published_born
+    X2 = c.counts[1][:200]
+    model.partial_fit(X2, epoch=2)
+    restored.partial_fit(X2, epoch=2)
+    np.testing.assert_array_equal(restored.trees_[-1].node_ids, model.trees_[-1].node_ids)
+    np.testing.assert_array_equal(restored.trees_[-1].assignments, model.trees_[-1].assignments)
+    assert len(set(model.trees_[-1].node_ids.tolist())) == model.trees_[-1].node_ids.size
+
+
+def test_exchanges_of_published_ids_stay_a_permutation():
+    st = epoch_sampler.ChainState.empty(3, 2, 5)
+    for k, born in ((1, 0), (2, 0), (3, 1), (4, 2)):
+        st.tree.add_child(0, born=born)
+    st.exchange_published(1, 3)
+    assert (st.published_id(1), st.published_id(3)) == (3, 1)
+    assert (st.published_birth(1), st.published_birth(3)) == (1, 0)
+    st.exchange_published(3, 4)  # the node holding id 1 hands it on
+    assert (st.published_id(3), st.published_id(4)) == (4, 1) and st.published_birth(4) == 0
+    st.exchange_published(1, 3)
+    names = [st.published_id(i) for i in range(5)]
+    assert sorted(names) == list(range(5))
+    st.exchange_published(1, 3)
+    st.exchange_published(3, 4)
+    st.exchange_published(1, 3)
+    assert all(st.published_id(i) == i for i in range(5)) and not st.published
