@@ -147,6 +147,34 @@ def _token_counts(rng: np.random.Generator, labels: np.ndarray, lengths: np.ndar
     return X
 
 
+class _Epochs:
+    """Collects a planted corpus epoch by epoch: documents drawn from the live nodes' masses
+    and word distributions (:func:`_token_counts`)."""
+
+    def __init__(self, n_documents: int, n_features: int) -> None:
+        self.n_documents, self.n_features = n_documents, n_features
+        self.counts, self.labels, self.ids, self.masses, self.dists = [], [], [], [], []
+
+    def draw(self, rng: np.random.Generator, alive, mass: dict, dist: dict, lengths) -> None:
+        """One epoch: each document picks a live node by mass, a length from ``lengths(n)``,
+        then its tokens."""
+        ids = np.asarray(sorted(alive), dtype=np.int64)
+        m = np.array([mass[i] for i in ids])
+        m /= m.sum()
+        labels = ids[rng.choice(ids.size, size=self.n_documents, p=m)]
+        self.counts.append(_token_counts(rng, labels, lengths(self.n_documents), dist, self.n_features))
+        self.labels.append(labels)
+        self.ids.append(ids)
+        self.masses.append(m)
+        self.dists.append(np.stack([dist[int(i)] for i in ids]))
+
+    def corpus(self, parent, depth, born, died) -> PlantedTreeCorpus:
+        return PlantedTreeCorpus(counts=self.counts, labels=self.labels, node_ids=self.ids, masses=self.masses,
+                                 word_dists=self.dists, parent=np.asarray(parent, dtype=np.int64),
+                                 depth=np.asarray(depth, dtype=np.int64), born=born, died=died,
+                                 n_features=self.n_features)
+
+
 def planted_dirichlet_tree(rng: np.random.Generator, *, n_features: int = 2000, n_documents: int = 5000,
                            n_epochs: int = 3, branching: tuple[int, ...] = (3, 3, 2),
                            root_concentration: float = 0.5, child_concentration: float = 1500.0,
@@ -225,7 +253,8 @@ def planted_dirichlet_tree(rng: np.random.Generator, *, n_features: int = 2000, 
     mass = dict(zip(alive, rng.dirichlet(np.full(len(alive), mass_concentration))))
     original_leaves = set(frontier)
 
-    out_counts, out_labels, out_ids, out_mass, out_dists, born, died = [], [], [], [], [], [], []
+    out = _Epochs(n_documents, n_features)
+    born, died = [], []
     for t in range(n_epochs):
         if t == 0:
             born.append(np.asarray(alive, dtype=np.int64))
@@ -250,20 +279,8 @@ def planted_dirichlet_tree(rng: np.random.Generator, *, n_features: int = 2000, 
             alive.append(nid)
             born.append(np.array([nid], dtype=np.int64))
             died.append(np.array([dead], dtype=np.int64))
-        ids = np.asarray(sorted(alive), dtype=np.int64)
-        m = np.array([mass[i] for i in ids])
-        m /= m.sum()
-        labels = ids[rng.choice(ids.size, size=n_documents, p=m)]
-        lengths = rng.integers(lo, hi + 1, size=n_documents)
-        out_counts.append(_token_counts(rng, labels, lengths, dist, n_features))
-        out_labels.append(labels)
-        out_ids.append(ids)
-        out_mass.append(m)
-        out_dists.append(np.stack([dist[int(i)] for i in ids]))
-    return PlantedTreeCorpus(counts=out_counts, labels=out_labels, node_ids=out_ids, masses=out_mass,
-                             word_dists=out_dists, parent=np.asarray(parent, dtype=np.int64),
-                             depth=np.asarray(depth, dtype=np.int64), born=born, died=died,
-                             n_features=n_features)
+        out.draw(rng, alive, mass, dist, lambda n: rng.integers(lo, hi + 1, size=n))
+    return out.corpus(parent, depth, born, died)
 
 
 def planted_topic_mixture(rng: np.random.Generator, *, n_features: int = 3000, n_documents: int = 4000,
@@ -333,7 +350,8 @@ def planted_topic_mixture(rng: np.random.Generator, *, n_features: int = 3000, n
 
     alive = [new_leaf(b) for b in branch_topic for _ in range(leaves_per_branch)]
     mass = dict(zip(alive, rng.dirichlet(np.full(len(alive), mass_concentration))))
-    out_counts, out_labels, out_ids, out_mass, out_dists, born, died = [], [], [], [], [], [], []
+    out = _Epochs(n_documents, n_features)
+    born, died = [], []
     for t in range(n_epochs):
         if t == 0:
             born.append(np.asarray([0, *branch_topic, *alive], dtype=np.int64))
@@ -352,17 +370,6 @@ def planted_topic_mixture(rng: np.random.Generator, *, n_features: int = 3000, n
             alive.append(nid)
             born.append(np.array([nid], dtype=np.int64))
             died.append(np.array([dead], dtype=np.int64))
-        ids = np.asarray(sorted(alive), dtype=np.int64)
-        m = np.array([mass[i] for i in ids])
-        m /= m.sum()
-        labels = ids[rng.choice(ids.size, size=n_documents, p=m)]
-        lengths = np.maximum(rng.lognormal(np.log(median_length), length_sigma, size=n_documents), 5).astype(np.int64)
-        out_counts.append(_token_counts(rng, labels, lengths, dist, n_features))
-        out_labels.append(labels)
-        out_ids.append(ids)
-        out_mass.append(m)
-        out_dists.append(np.stack([dist[int(i)] for i in ids]))
-    return PlantedTreeCorpus(counts=out_counts, labels=out_labels, node_ids=out_ids, masses=out_mass,
-                             word_dists=out_dists, parent=np.asarray(parent, dtype=np.int64),
-                             depth=np.asarray(depth, dtype=np.int64), born=born, died=died,
-                             n_features=n_features)
+        out.draw(rng, alive, mass, dist,
+                 lambda n: np.maximum(rng.lognormal(np.log(median_length), length_sigma, size=n), 5).astype(np.int64))
+    return out.corpus(parent, depth, born, died)
