@@ -971,7 +971,8 @@ class EpochSampler:
         moves = [(name(int(a)), e, name(int(b))) for a, e, b in self.moves]
         events = epoch_events(epoch, prev_tree_ids, prev_par, pub, parent, moves)
         if st.published and labels.size:
-            labels = np.array([name(int(i)) for i in range(int(labels.max()) + 1)], dtype=np.int64)[labels]
+            used, where = np.unique(labels, return_inverse=True)
+            labels = np.array([name(int(i)) for i in used], dtype=np.int64)[where.ravel()]
         return EpochTree(
             epoch=epoch,
             node_ids=pub,
