@@ -22,7 +22,10 @@ class EpochTree:
     epoch : int
         Index of the epoch (0, 1, 2, ... in the order epochs were fitted).
     node_ids : ndarray of int64, shape (K,)
-        Persistent node ids; an id is never reused for another node.
+        Persistent node ids; an id is never reused for another node. Ids follow content: a
+        node whose content changed beyond recognition gets a new id (the old one dies), and an
+        id moves to the node now holding most of its documents when the moves took them
+        elsewhere (the identity rule, README "Inference, per epoch").
     parent : ndarray of int64, shape (K,)
         Parent node id, ``-1`` for the root.
     depth : ndarray of int64, shape (K,)

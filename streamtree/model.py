@@ -149,7 +149,8 @@ class DTSSBP(BaseEstimator):
     variant_config_ : VariantConfig
         The resolved variant.
     state_ : ChainState
-        Tree, window counts and node parameters carried to the next epoch.
+        Tree, window counts and node parameters carried to the next epoch, with the ids the
+        trees publish its nodes under where they differ from the chain's own.
     predictive_ : Candidates
         The predictive mixture of the last epoch in the z-kernel's form.
     n_features_in_ : int
