@@ -698,19 +698,21 @@ class EpochSampler:
         lineage, now = self.lineage, self.labels_now
         if lineage.shape != now.shape:
             return
+        # one table of (node in the previous tree, node now) document counts for every carried node
+        (src, dst), moved = np.unique(np.stack([lineage, now]), axis=1, return_counts=True)
         pairs: list[tuple[int, int]] = []
         for c in st.tree.preorder()[1:]:
             if c not in self.prev_slot:
                 continue
-            held = now[lineage == c]
-            if held.size < IDENTITY_MIN_DOCS:
+            mine = src == c
+            held = int(moved[mine].sum())
+            if held < IDENTITY_MIN_DOCS:
                 continue
-            ids, n = np.unique(held, return_counts=True)
-            b = int(ids[np.argmax(n)])
-            if (b == c or b not in st.tree or 2 * n.max() <= held.size
-                    or current.get(b, 0) < IDENTITY_MIN_DOCS
-                    or 2 * np.count_nonzero(lineage[now == b] == c) <= current.get(b, 0)
-                    or not self._recognised(X, c, b)):
+            k = int(np.argmax(moved[mine]))
+            b, n_b = int(dst[mine][k]), int(moved[mine][k])
+            # n_b is both how many of c's documents went to b and how many of b's came from c
+            if (b == c or b not in st.tree or 2 * n_b <= held or current.get(b, 0) < IDENTITY_MIN_DOCS
+                    or 2 * n_b <= current.get(b, 0) or not self._recognised(X, c, b)):
                 continue
             pairs.append((c, b))
         # b holds mostly c's documents, so no b is another pair's b; a node in two pairs (the
