@@ -608,8 +608,8 @@ class _SweepCallback:
     def __getattr__(self, name):
         return getattr(self._engine, name)
 
-    def sweep(self, cand):
-        stats = self._engine.sweep(cand)
+    def sweep(self, cand, own=None, adjust=None):
+        stats = self._engine.sweep(cand, own, adjust)
         self._done += 1
         self._callback(self._done, self._n_sweeps, int(np.asarray(cand.live_a).shape[0]))
         return stats

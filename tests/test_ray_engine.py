@@ -232,7 +232,7 @@ class CrashingEngine(RayEngine):
         self.calls = 0
         self.epoch_ends = 0
 
-    def sweep(self, cand):
+    def sweep(self, cand, own=None, adjust=None):
         import ray
 
         self.calls += 1
@@ -240,7 +240,7 @@ class CrashingEngine(RayEngine):
             self._crash_during_next_sweep(1)
         if self.calls == N_SWEEPS + 3:  # epoch 1: shard 0 killed between two sweeps
             ray.kill(self._actors[0], no_restart=False)
-        return super().sweep(cand)
+        return super().sweep(cand, own, adjust)
 
     def labels(self):
         import ray
@@ -289,7 +289,7 @@ class _CrashingBursty(RayEngine):
 
     calls = 0
 
-    def sweep(self, cand):
+    def sweep(self, cand, own=None, adjust=None):
         import ray
 
         self.calls += 1
@@ -297,7 +297,7 @@ class _CrashingBursty(RayEngine):
             self._crash_during_next_sweep(1)
         if self.calls == 6:  # shard 0 killed between two sweeps, after new values were sent
             ray.kill(self._actors[0], no_restart=False)
-        return super().sweep(cand)
+        return super().sweep(cand, own, adjust)
 
 
 @pytest.mark.ray

@@ -30,8 +30,11 @@ class Engine(ABC):
         """Distribute the rows of ``X`` over the shards; ``seeds`` has one entry per shard."""
 
     @abstractmethod
-    def sweep(self, cand: Candidates) -> SweepStats:
-        """One z-update on every shard; returns statistics merged in shard order."""
+    def sweep(self, cand: Candidates, own: np.ndarray | None = None,
+              adjust: np.ndarray | None = None) -> SweepStats:
+        """One z-update on every shard; returns statistics merged in shard order. ``own`` and
+        ``adjust`` (one entry per row, in input order) are each row's own live column and the
+        log weight added to it (see :func:`streamtree.inference.enumerated.score_rows`)."""
 
     @abstractmethod
     def labels(self) -> np.ndarray:

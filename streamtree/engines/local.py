@@ -47,14 +47,18 @@ class LocalEngine(Engine):
         if self._n_threads > 1 and self._pool is None:
             self._pool = ThreadPoolExecutor(self._n_threads, thread_name_prefix="streamtree-zsweep")
 
-    def sweep(self, cand: Candidates) -> SweepStats:
+    def sweep(self, cand: Candidates, own: np.ndarray | None = None,
+              adjust: np.ndarray | None = None) -> SweepStats:
         parts = []
+        b = shard_bounds(sum(x.shape[0] for x in self._shards), self.n_shards)
         for s in range(self.n_shards):
             # rows taken by their last node: the same draws, read with warmer caches
             # one shard: its sums go straight into the dense matrix the coordinator uses
             labels, stats = sweep_rows(self._shards[s], cand, self._rngs[s], self._sq[s], pool=self._pool,
                                        n_threads=self._n_threads, order=node_order(self._labels[s]),
-                                       dense_sums=self.n_shards == 1)
+                                       dense_sums=self.n_shards == 1,
+                                       own=None if own is None else own[b[s]:b[s + 1]],
+                                       adjust=None if adjust is None else adjust[b[s]:b[s + 1]])
             self._labels[s] = labels
             parts.append(stats)
         return SweepStats.combine(parts)

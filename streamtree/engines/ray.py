@@ -161,6 +161,7 @@ class RayEngine(Engine):
         self._states: list[dict] = []   # each shard's stream state after the last completed sweep
         self._before: list[dict] = []   # ... and before it (for replaying that sweep)
         self._last_cand = None
+        self._own: list = []  # per shard: the last sweep's (own columns, adjustments), or None
         self._gen = 0
         self._n_rows = 0
         self.last_sweep_bytes = 0  # array bytes the shards returned in the last sweep
@@ -257,6 +258,7 @@ class RayEngine(Engine):
         self._states = [np.random.PCG64(s).state for s in seeds]
         self._before = list(self._states)
         self._last_cand = None
+        self._own = []
         refs = [a.load.remote(self._shard_refs[s], self._states[s], self._gen)
                 for s, a in enumerate(self._actors)]
         for s in range(self.n_shards):
@@ -265,14 +267,19 @@ class RayEngine(Engine):
             except _actor_errors():
                 self._reload(s, self._states[s])
 
-    def sweep(self, cand: Candidates) -> SweepStats:
+    def sweep(self, cand: Candidates, own: np.ndarray | None = None,
+              adjust: np.ndarray | None = None) -> SweepStats:
         if not self._shard_refs:
             raise RuntimeError("load() must be called before sweep()")
         import ray
 
         cand_ref = ray.put(cand)
         self._before = list(self._states)
-        refs = [a.sweep.remote(cand_ref, self._gen) for a in self._actors]
+        b = self._bounds
+        # each shard gets its rows' own columns and adjustments (16 bytes a row), kept for replays
+        self._own = [None if own is None else (own[b[s]:b[s + 1]], adjust[b[s]:b[s + 1]])
+                     for s in range(self.n_shards)]
+        refs = [a.sweep.remote(cand_ref, self._gen, *self._own_args(s)) for s, a in enumerate(self._actors)]
         parts = []
         for s in range(self.n_shards):
             stats, state = self._result(s, refs[s], cand_ref)
@@ -382,8 +389,13 @@ class RayEngine(Engine):
             if attempt == self.max_restarts:
                 break
             self._reload(s, self._before[s])
-            ref = self._actors[s].sweep.remote(cand_ref, self._gen)
+            ref = self._actors[s].sweep.remote(cand_ref, self._gen, *self._own_args(s))
         raise RuntimeError(f"shard {s}: sweep failed {self.max_restarts + 1} times; giving up")
+
+    def _own_args(self, s: int) -> tuple:
+        """Shard ``s``'s own columns and adjustments of the current sweep (none: ``()``)."""
+        own = self._own[s] if s < len(self._own) else None
+        return () if own is None else own
 
     def _recover_labels(self, s: int) -> np.ndarray:
         """Rebuild the labels of an actor that lost its state after the last sweep."""
@@ -394,7 +406,7 @@ class RayEngine(Engine):
             return np.zeros(int(self._bounds[s + 1] - self._bounds[s]), dtype=np.int64)
         logger.warning("shard %d: labels lost; replaying the last sweep", s)
         self._reload(s, self._before[s])
-        ref = self._actors[s].sweep.remote(self._last_cand, self._gen)
+        ref = self._actors[s].sweep.remote(self._last_cand, self._gen, *self._own_args(s))
         _, state = self._result(s, ref, self._last_cand)
         if state != self._states[s]:
             raise RuntimeError(f"shard {s}: replayed sweep diverged from the original")

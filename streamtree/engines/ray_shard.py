@@ -66,8 +66,11 @@ class ShardWorker:
         self._sq = row_sq_norms(self._X)
         return True
 
-    def sweep(self, cand: Candidates, gen: int) -> tuple[SweepStats, dict] | None:
-        """One z-update of the shard; returns its statistics and the stream state after it."""
+    def sweep(self, cand: Candidates, gen: int, own: np.ndarray | None = None,
+              adjust: np.ndarray | None = None) -> tuple[SweepStats, dict] | None:
+        """One z-update of the shard; returns its statistics and the stream state after it
+        (``own``/``adjust``: its rows' own columns and adjustments, as for
+        :func:`~streamtree.inference.enumerated.score_rows`)."""
         if gen != self._gen:
             return None
         if self._crash_next:
@@ -75,7 +78,7 @@ class ShardWorker:
             self._rng.random(self._X.shape[0])
             os._exit(1)
         labels, stats = sweep_rows(self._X, cand, self._rng, self._sq, pool=self._pool, n_threads=self._n_threads,
-                                   order=node_order(self._labels))
+                                   order=node_order(self._labels), own=own, adjust=adjust)
         self._labels = labels
         self._n_sweeps += 1
         return stats, self._rng.bit_generator.state

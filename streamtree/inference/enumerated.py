@@ -128,13 +128,17 @@ def _hermite(table, j, t):
 
 @njit(cache=True, nogil=True)
 def _weights_and_draw(i, scores, sqnorm_i, live_a, live_b, live_c, ph_parent, ph_a, ph_b, ph_c, table,
-                      ph_score, kind, u, labels, lognorm, sample, w):
-    """Column weights of one row from its live scores, its log normaliser and (optionally) a draw."""
+                      ph_score, kind, u, labels, lognorm, sample, w, own_i, adj_i):
+    """Column weights of one row from its live scores, its log normaliser and (optionally) a draw.
+
+    ``adj_i`` is added to live column ``own_i`` (the row's own node; -1: none)."""
     K = live_a.shape[0]
     P = ph_a.shape[0]
     m = -np.inf
     for k in range(K):
         v = live_a[k] + live_b[k] * scores[k] + live_c[k] * sqnorm_i
+        if k == own_i:
+            v += adj_i
         w[k] = v
         if v > m:
             m = v
@@ -174,14 +178,14 @@ def _weights_and_draw(i, scores, sqnorm_i, live_a, live_b, live_c, ph_parent, ph
 
 @njit(cache=True, nogil=True)
 def _sample_block(scores, sqnorm, live_a, live_b, live_c, ph_parent, ph_a, ph_b, ph_c, table, ph_scores,
-                  kind, u, labels, lognorm, sample):
+                  kind, u, labels, lognorm, sample, own, adj):
     """Rows with precomputed live scores (dense input: the product ran through BLAS)."""
     n = scores.shape[0]
     w = np.empty(live_a.shape[0] + ph_a.shape[0])
     no_ph = np.zeros(0)
     for i in range(n):
         _weights_and_draw(i, scores[i], sqnorm[i], live_a, live_b, live_c, ph_parent, ph_a, ph_b, ph_c, table,
-                          ph_scores[i] if kind == 2 else no_ph, kind, u, labels, lognorm, sample, w)
+                          ph_scores[i] if kind == 2 else no_ph, kind, u, labels, lognorm, sample, w, own[i], adj[i])
 
 
 @njit(cache=True, nogil=True)
@@ -198,7 +202,7 @@ def _csr_row_scores(indptr, indices, data, i, coef_T, scores):
 
 @njit(cache=True, nogil=True)
 def _sample_csr(indptr, indices, data, order, start, stop, coef_T, sqnorm, live_a, live_b, live_c, ph_parent,
-                ph_a, ph_b, ph_c, table, dm, kind, u, labels, lognorm, sample):
+                ph_a, ph_b, ph_c, table, dm, kind, u, labels, lognorm, sample, own, adj):
     """Rows ``order[start..stop]`` of a CSR matrix: the sparse-dense product fused with the draw.
 
     Each row's scores accumulate ``x_q * coef_T[w_q]`` over its non-zeros in storage order, so
@@ -216,7 +220,7 @@ def _sample_csr(indptr, indices, data, order, start, stop, coef_T, sqnorm, live_
         if kind == 2:
             _dirichlet_row_T(indptr, indices, data, i, dm[0], dm[1], dm[2], dm[3], dm[4], ph_b, ph_score)
         _weights_and_draw(i, scores, sqnorm[i], live_a, live_b, live_c, ph_parent, ph_a, ph_b, ph_c, table,
-                          ph_score, kind, u, labels, lognorm, sample, w)
+                          ph_score, kind, u, labels, lognorm, sample, w, own[i], adj[i])
 
 
 @njit(cache=True, nogil=True)
@@ -440,7 +444,8 @@ def row_chunks(n_rows: int, n_chunks: int) -> np.ndarray:
 
 def score_rows(X, cand: Candidates, u: np.ndarray | None, sqnorm: np.ndarray | None = None,
                block_rows: int = _BLOCK_ROWS, pool: Executor | None = None, n_threads: int = 1,
-               order: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+               order: np.ndarray | None = None, own: np.ndarray | None = None,
+               adjust: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Log normaliser of each row's conditional and, if ``u`` is given, a draw per row.
 
     Parameters
@@ -464,6 +469,9 @@ def score_rows(X, cand: Candidates, u: np.ndarray | None, sqnorm: np.ndarray | N
         rows of one node, read the same coefficient rows while those are still in cache, which
         made the product of a 50,000 x 20,000 corpus at K = 276 a third faster when rows were
         taken by their previous node. Ignored for dense input.
+    own, adjust : ndarray of shape (n,), optional
+        A live column per row (int64, -1: none) and a log weight added to that column alone
+        (:meth:`Likelihood.own_node_adjustment`: the row's own node scored without the row).
 
     Returns
     -------
@@ -477,6 +485,10 @@ def score_rows(X, cand: Candidates, u: np.ndarray | None, sqnorm: np.ndarray | N
     if sqnorm is None:
         sqnorm = row_sq_norms(X) if cand.kind == LINEAR else np.zeros(n)
     sqnorm = np.ascontiguousarray(sqnorm, dtype=np.float64)
+    own = np.full(n, -1, dtype=np.int64) if own is None else np.ascontiguousarray(own, dtype=np.int64)
+    adjust = np.zeros(n) if adjust is None else np.ascontiguousarray(adjust, dtype=np.float64)
+    if own.shape != (n,) or adjust.shape != (n,):
+        raise ValueError(f"own and adjust need one entry per row ({n}), got {own.shape} and {adjust.shape}")
     labels = np.full(n, -1, dtype=np.int64)
     lognorm = np.empty(n)
     sample = u is not None
@@ -512,6 +524,7 @@ def score_rows(X, cand: Candidates, u: np.ndarray | None, sqnorm: np.ndarray | N
             # the draws run in scoring order on gathered inputs and are put back in row order
             u_o = uu[order] if sample else uu
             sq_o = sqnorm[order]
+            own_o, adj_o = own[order], adjust[order]
             labels_o = np.empty(n, dtype=np.int64)
             lognorm_o = np.empty(n)
             for b0 in range(0, n, step):
@@ -530,7 +543,7 @@ def score_rows(X, cand: Candidates, u: np.ndarray | None, sqnorm: np.ndarray | N
                 _in_row_ranges(pool, n_threads, b1 - b0, 1, lambda a, b: _sample_block(
                     scores[a:b], sq_o[b0 + a:b0 + b], *cols, no_ph_scores, cand.kind,
                     u_o[b0 + a:b0 + b] if sample else uu, labels_o[b0 + a:b0 + b], lognorm_o[b0 + a:b0 + b],
-                    sample))
+                    sample, own_o[b0 + a:b0 + b], adj_o[b0 + a:b0 + b]))
             if sample:
                 labels[order] = labels_o
             lognorm[order] = lognorm_o
@@ -538,7 +551,7 @@ def score_rows(X, cand: Candidates, u: np.ndarray | None, sqnorm: np.ndarray | N
 
         def run(start: int, stop: int) -> None:
             _sample_csr(indptr, indices, data, order, start, stop, coef_T, sqnorm, *head(table), dm, cand.kind,
-                        uu, labels, lognorm, sample)
+                        uu, labels, lognorm, sample, own, adjust)
     else:
         if reached and cand.n_placeholders and n:
             # knots widened by one each side: the blocks' BLAS products may round differently
@@ -554,7 +567,8 @@ def score_rows(X, cand: Candidates, u: np.ndarray | None, sqnorm: np.ndarray | N
                 if cand.kind == DIRICHLET:
                     ph_scores = dirichlet_placeholder_scores(X[b0:b1], cand.ph_alpha, cand.ph_b)
                 _sample_block(scores, sqnorm[b0:b1], *head(table), ph_scores, cand.kind,
-                              uu[b0:b1] if sample else uu, labels[b0:b1], lognorm[b0:b1], sample)
+                              uu[b0:b1] if sample else uu, labels[b0:b1], lognorm[b0:b1], sample, own[b0:b1],
+                              adjust[b0:b1])
 
     # Dense blocks keep fixed boundaries (multiples of block_rows) whatever the thread count:
     # a BLAS product's rounding may depend on the block's shape. CSR rows are independent.
@@ -768,14 +782,16 @@ def node_order(labels: np.ndarray) -> np.ndarray:
 
 def sweep_rows(X, cand: Candidates, rng: np.random.Generator, sqnorm: np.ndarray | None = None,
                pool: Executor | None = None, n_threads: int = 1, order: np.ndarray | None = None,
-               dense_sums: bool = False) -> tuple[np.ndarray, SweepStats]:
+               dense_sums: bool = False, own: np.ndarray | None = None,
+               adjust: np.ndarray | None = None) -> tuple[np.ndarray, SweepStats]:
     """One z-update over a block of rows with its own random stream (``pool``/``n_threads``/
     ``order``: see :func:`score_rows`; they change the speed, never the result;
-    ``dense_sums``: see :func:`sweep_statistics`)."""
+    ``dense_sums``: see :func:`sweep_statistics`; ``own``/``adjust``: see :func:`score_rows`)."""
     if sqnorm is None:
         sqnorm = row_sq_norms(X)
     u = rng.random(X.shape[0])
     keys = rng.random(X.shape[0])
-    labels, lognorm = score_rows(X, cand, u, sqnorm, pool=pool, n_threads=n_threads, order=order)
+    labels, lognorm = score_rows(X, cand, u, sqnorm, pool=pool, n_threads=n_threads, order=order, own=own,
+                                 adjust=adjust)
     return labels, sweep_statistics(X, labels, cand.n_columns, sqnorm, float(lognorm.sum()), keys,
                                     dense_sums=dense_sums, pool=pool, n_threads=n_threads)

@@ -32,8 +32,11 @@ class ZSweeper(Protocol):
     def load(self, X, seeds: list[np.random.SeedSequence]) -> None:
         """Distribute the rows of ``X`` over the shards; ``seeds`` has one entry per shard."""
 
-    def sweep(self, cand: "Candidates") -> "SweepStats":
-        """One z-update on every shard; returns statistics merged in shard order."""
+    def sweep(self, cand: "Candidates", own: np.ndarray | None = None,
+              adjust: np.ndarray | None = None) -> "SweepStats":
+        """One z-update on every shard; returns statistics merged in shard order (``own`` and
+        ``adjust``: each row's own live column and the log weight added there, in input
+        order; see :func:`~streamtree.inference.enumerated.score_rows`)."""
 
     def labels(self) -> np.ndarray:
         """Candidate column of every row (in input order) from the last sweep."""
