@@ -364,6 +364,8 @@ class EpochSampler:
         self.prev_concentration: np.ndarray | None = None  # concentrations at the start of the epoch, by slot
         self.prev_born: dict[int, int] = {}  # birth epochs of the ids alive at the start of the epoch
         self.labels_now = np.zeros(0, dtype=np.int64)  # each document's node after the last sweep's moves
+        #: each row's adjustment at its own node for the next sweep (None: the family has none)
+        self.own_adjustment: np.ndarray | None = None
         self.lineage = np.zeros(0, dtype=np.int64)  # each document's node in the previous tree (_lineage)
         self.moves: list[tuple[int, str, int]] = []  # (node, event, other node) of accepted moves
         self.renamed: dict[int, int] = {}  # old id -> new id under the identity rule
@@ -393,6 +395,7 @@ class EpochSampler:
         self.lineage = self._lineage(X, previous) if previous is not None and n else np.zeros(0, dtype=np.int64)
         current: dict[int, int] = {ROOT: n} if previous is None else {}
         col_ids = np.zeros(0, dtype=np.int64)
+        self.own_adjustment = None  # the epoch's rows have no node before its first sweep
         if n:
             self.sweeper.load(X, list(shard_seeds))
         rows = X  # the rows the sweep reads: X, or the likelihood's redrawn rows (sweep_counts)
@@ -408,7 +411,8 @@ class EpochSampler:
             work = self._work("theta_cols", arrays.ids.size, st.nodes.theta.shape[1]).reshape(-1)
             theta_cols = st.nodes.theta_columns(arrays.ids, work)
             cand, ph_rows = lik.kernel(arrays, theta_cols.T, st.nodes.concentration_of(arrays.ids), log_pi, log_res)
-            stats = self.sweeper.sweep(cand)
+            own = self._own_columns(arrays) if self.own_adjustment is not None else None
+            stats = self.sweeper.sweep(cand, own, None if own is None else self.own_adjustment)
             col_ids, current, sums, sumsq = self._materialise(arrays, cand, ph_rows, stats, epoch)
             self._cull(current)
             self.labels_now = col_ids[self.sweeper.labels()]
@@ -425,7 +429,7 @@ class EpochSampler:
             self._update_concentrations(current, sums, sumsq)
             if cfg.auto_link_strength:
                 self._update_link_strength(current, sums)
-            self._update_theta(sums, current, epoch)
+            self._update_theta(rows, sums, current, epoch)
             logger.debug("epoch %d sweep %d: %d nodes, log p(x) %.4g", epoch, sweep, len(st.tree), stats.loglik)
         if n and previous is not None:
             self._identity_rule(rows, epoch, current)
@@ -460,6 +464,14 @@ class EpochSampler:
         st.hyper.update(hyper)
         self.sweeper.set_values(new.data)
         return new
+
+    def _own_columns(self, arrays) -> np.ndarray:
+        """Each row's node (after the last sweep and the moves) as a column of this sweep's
+        kernel, -1 for a node no longer there."""
+        col = np.full(int(arrays.ids.max()) + 1, -1, dtype=np.int64)
+        col[arrays.ids] = np.arange(arrays.size)
+        ids = self.labels_now
+        return np.where(ids < col.size, col[np.minimum(ids, col.size - 1)], -1)
 
     def _start_link_strength(self, X) -> None:
         """Under ``kappa0="auto"``: the chain's estimate of ``kappa0`` (the family's starting
@@ -927,7 +939,10 @@ class EpochSampler:
             np.array([sumsq[i] for i in ids]), theta, st.nodes.concentration[slots])
         st.nodes.concentration[slots] = new
 
-    def _update_theta(self, sums: dict[int, np.ndarray], counts: dict[int, int], epoch: int) -> None:
+    def _update_theta(self, rows, sums: dict[int, np.ndarray], counts: dict[int, int], epoch: int) -> None:
+        """MAP node parameters (:meth:`Likelihood.update_theta`), then each row's adjustment at its
+        own node for the next sweep (:meth:`Likelihood.own_node_adjustment`; ``rows`` are the
+        rows this sweep read, the ones the parameters were fitted to)."""
         st = self.state
         arrays = st.tree.arrays()
         ids = arrays.ids
@@ -950,9 +965,14 @@ class EpochSampler:
         update = np.ones(K, dtype=bool)
         if self.settings.freeze_after_birth:
             update = np.array([st.tree.born[int(i)] == epoch for i in ids])
-        st.nodes.theta[slots] = self.likelihood.update_theta(
-            arrays, theta, S, n, st.nodes.concentration[slots], P, has_prev, self.root_anchor, update,
-            self.settings.n_map_iter)
+        conc = st.nodes.concentration[slots]
+        theta = self.likelihood.update_theta(arrays, theta, S, n, conc, P, has_prev, self.root_anchor, update,
+                                             self.settings.n_map_iter)
+        st.nodes.theta[slots] = theta
+        own = self._own_columns(arrays)
+        own[(own >= 0) & ~update[np.maximum(own, 0)]] = -1  # a frozen node was not fitted to its rows
+        self.own_adjustment = self.likelihood.own_node_adjustment(rows, own, arrays, theta, S, n, conc, P, has_prev,
+                                                                  self.root_anchor)
 
     def _epoch_tree(self, epoch, label, current, labels, prev_ids, previous) -> EpochTree:
         st = self.state

@@ -45,6 +45,7 @@ from streamtree.likelihoods.document_tables import (dcm_log_likelihoods, dcm_log
                                                     polya_concentration, sample_concentration)
 from streamtree.likelihoods.multinomial_math import (_BLOCK_FREEZE, _BLOCK_MAX_ITER, _BLOCK_TOL, _JOINT_MAX_ITER,
                                                      _solve_nodes_nb, log_dm_marginal_linked, log_multinomial_coef,
+                                                     own_node_adjustment_nb,
                                                      map_phi, map_phi_dense, map_phi_with_children_dense)
 
 #: Dirichlet floor per term: every node's prior holds ``eps`` pseudo-counts of every word
@@ -107,6 +108,23 @@ class Multinomial(WordTopics, Likelihood):
                           np.ones(K), np.zeros(K), ph_rows.astype(np.int64), log_residual[ph_rows].astype(np.float64),
                           alpha.sum(axis=1), np.zeros(ph_rows.size), ph_alpha=np.ascontiguousarray(alpha))
         return cand, ph_rows
+
+    def own_node_adjustment(self, X, own, arrays, theta, sums, counts, concentration, prev_theta, has_prev,
+                            root_anchor):
+        """A leaf's parameter is the pseudo-count average ``phi = (n + alpha) / (N + A)`` of its
+        documents' counts ``n`` and its links' ``alpha = s_par phi_parent + s_tim phi_prev + eps``
+        (the softmax-basis mode), so without a row's counts ``x`` it is ``(n + alpha - x) / (N + A -
+        L)``, exactly. A node with children is also pulled by their links, which are not
+        pseudo-counts, and is scored as it stands (it keeps few documents of its own)."""
+        own = np.asarray(own, dtype=np.int64)
+        X = sp.csr_matrix(X)
+        par, tim = self.link_strengths(arrays.depth)
+        totals = sums.sum(axis=1) + par + np.where(has_prev, tim, 0.0) + self.floor * theta.shape[1]
+        leaf = np.bincount(arrays.parent_index[1:], minlength=arrays.size) == 0
+        own = np.where((own >= 0) & leaf[np.maximum(own, 0)], own, -1)
+        return own_node_adjustment_nb(X.indptr.astype(np.int64), X.indices.astype(np.int64),
+                                      np.asarray(X.data, dtype=np.float64), own, np.ascontiguousarray(theta),
+                                      totals, self.floor)
 
     def document_log_constant(self, X) -> np.ndarray:
         """The multinomial coefficient log(n! / prod_w x_w!) of each row."""

@@ -853,6 +853,30 @@ def log_rising_factorial(a: ArrayLike, x: ArrayLike) -> np.ndarray:
     return out
 
 
+@njit(cache=True, nogil=True, error_model="numpy")
+def own_node_adjustment_nb(indptr, indices, data, own, theta, totals, floor):
+    """Per CSR row ``r`` with a node ``k = own[r] >= 0``: ``sum_w x_w log(m_w - x_w) - log(m_w)``
+    minus ``L log((T - L) / T)``, with ``m = theta[k] * T``, ``T = totals[k]`` and ``L`` the
+    row's token count: the change of the row's log likelihood when its counts leave the
+    pseudo-counts ``m`` (each kept at ``floor`` or more); 0 for rows without a node."""
+    n = own.shape[0]
+    out = np.zeros(n)
+    for r in range(n):
+        k = own[r]
+        if k < 0:
+            continue
+        T = totals[k]
+        acc = 0.0
+        L = 0.0
+        for q in range(indptr[r], indptr[r + 1]):
+            x = data[q]
+            m = theta[k, indices[q]] * T
+            acc += x * (math.log(max(m - x, floor)) - math.log(m))
+            L += x
+        out[r] = acc - L * math.log(max(T - L, floor) / T)
+    return out
+
+
 def log_multinomial_coef(X) -> np.ndarray:
     """``log(n! / prod_w x_w!)`` for each row of a count matrix (cost O(nnz)).
 
