@@ -164,8 +164,9 @@ def test_transform_and_predict_weigh_nodes_by_the_bursty_documents():
     topics = rng.dirichlet(np.full(25, 0.1), size=3)
     X = sp.csr_matrix(np.array([rng.multinomial(rng.integers(10, 40), rng.dirichlet(20.0 * topics[k] + 0.05))
                                 for k in range(3) for _ in range(30)], dtype=np.float64))
-    # s fixed at the generating value: sampled on 90 documents it falls (to about 3), reads the
-    # three topics as burstiness, and the tree has nothing to weigh (one or two nodes)
+    # s fixed at the generating value: sampled ("auto") on these 90 documents it falls to about
+    # 3 and reads the three topics as burstiness, leaving 1-4 nodes by the seed (with documents
+    # scored at their own node as they stand too); the weighting checked here is the same
     model = DTSSBP(likelihood="multinomial", n_sweeps=10, max_depth=2, random_state=3,
                    document_concentration=20.0).fit([X])
     s = model.state_.hyper["document_concentration"]

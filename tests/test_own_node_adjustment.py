@@ -20,20 +20,22 @@ from streamtree.tree import TSSBTree
 from streamtree.variants import resolve_variant
 
 
-def _config():
-    return resolve_variant("dtssbp", window=2, max_depth=3, gamma=0.5, xi=0.001)
+def _config(variant="dtssbp"):
+    return resolve_variant(variant, window=2, max_depth=3, gamma=0.5, xi=0.001)
 
 
-def _multinomial(V):
-    return Multinomial(_config(), V, kappa0=30.0, kappa1=1.0, a=0.0, min_node_docs=2)
+def _multinomial(V, variant="dtssbp"):
+    return Multinomial(_config(variant), V, kappa0=30.0, kappa1=1.0, a=0.0, min_node_docs=2)
 
 
-def _tree():
-    """Root, two children, a grandchild under the first: four nodes, two of them leaves."""
+def _tree(n_nodes=4):
+    """Root, two children, a grandchild under the first: four nodes, two of them leaves (or the
+    root alone)."""
     tree = TSSBTree(3)
-    a = tree.add_child(0)
-    tree.add_child(0)
-    tree.add_child(a)
+    if n_nodes > 1:
+        a = tree.add_child(0)
+        tree.add_child(0)
+        tree.add_child(a)
     return tree.arrays()
 
 
@@ -74,8 +76,9 @@ def _candidates(kind: str, rng):
                                         ("vmf", True)])
 def test_the_adjustment_goes_to_the_own_column_alone(kind, dense):
     """Each scoring path (fused CSR product, the vMF's gathered rows with a table built for
-    them, dense blocks): the log normaliser is that of the column weights with the adjustment
-    added at the row's own column, and a row without a node is scored as before."""
+    them, dense blocks), with CSR rows taken in a scoring order other than their own: the log
+    normaliser is that of the column weights with the adjustment added at the row's own
+    column, and a row without a node is scored as before."""
     rng = np.random.default_rng(3)
     X, cand = _candidates(kind, rng)
     if dense:
@@ -83,9 +86,10 @@ def test_the_adjustment_goes_to_the_own_column_alone(kind, dense):
     n = X.shape[0]
     own = rng.integers(-1, cand.n_live, size=n)
     adjust = rng.normal(scale=3.0, size=n)
+    order = rng.permutation(n)
     weights = _column_weights(X, cand)
     _, plain = score_rows(X, cand, None)
-    _, adjusted = score_rows(X, cand, None, own=own, adjust=adjust)
+    _, adjusted = score_rows(X, cand, None, own=own, adjust=adjust, order=order)
     want = weights.copy()
     rows = np.flatnonzero(own >= 0)
     want[rows, own[rows]] += adjust[rows]
@@ -112,47 +116,71 @@ def test_draws_follow_the_adjusted_weights():
         score_rows(X, cand, u, own=own[:-1], adjust=np.zeros(n))
 
 
-def _fitted_leaves(rng, V=8, carried=False):
-    """A fitted four-node tree: its MAP parameters, per-node sums of the rows it holds and the
-    arguments the update took."""
-    lik = _multinomial(V)
-    arrays = _tree()
+def _fitted_nodes(rng, V=8, carried=False, variant="dtssbp", n_nodes=4):
+    """A fitted tree: its MAP parameters, per-node sums of the rows it holds and the arguments
+    the update took."""
+    lik = _multinomial(V, variant)
+    arrays = _tree(n_nodes)
+    K = arrays.size
     X = sp.csr_matrix(rng.poisson(1.5, size=(20, V)).astype(float) + np.eye(20, V))
-    own = np.array([0, 1, 2, 3] * 5)
-    S = np.vstack([np.asarray(X[own == k].sum(axis=0)).ravel() for k in range(4)])
-    n = np.bincount(own, minlength=4).astype(float)
-    theta0 = rng.dirichlet(np.ones(V), size=4)
-    prev = rng.dirichlet(np.ones(V), size=4) if carried else np.zeros((4, V))
-    has_prev = np.array([False, True, True, True]) if carried else np.zeros(4, dtype=bool)
+    own = np.arange(20) % K
+    S = np.vstack([np.asarray(X[own == k].sum(axis=0)).ravel() for k in range(K)])
+    n = np.bincount(own, minlength=K).astype(float)
+    theta0 = rng.dirichlet(np.ones(V), size=K)
+    prev = rng.dirichlet(np.ones(V), size=K) if carried else np.zeros((K, V))
+    has_prev = (np.arange(K) > 0) if carried else np.zeros(K, dtype=bool)
     anchor = rng.dirichlet(np.ones(V))
-    args = (np.full(4, 30.0), prev, has_prev, anchor)
-    theta = lik.update_theta(arrays, theta0, S, n, *args, np.ones(4, dtype=bool), 200)
+    args = (np.full(K, 30.0), prev, has_prev, anchor)
+    theta = lik.update_theta(arrays, theta0, S, n, *args, np.ones(K, dtype=bool), 200)
     return lik, arrays, X, own, theta, S, n, args
 
 
-@pytest.mark.parametrize("carried", [False, True])
-def test_the_multinomial_adjustment_is_the_leaf_refitted_without_the_row(carried):
-    """For every row of a leaf: its log likelihood at the leaf's MAP refitted without the row
-    (the node update itself, the rest of the tree held) minus that at the MAP with it. Rows of
-    nodes with children get none."""
+def _refitted_change(lik, arrays, theta, S, n, args, k, x, y):
+    """log Mult(y | node k refitted without x) - log Mult(y | node k), the rest held."""
+    S2, n2 = S.copy(), n.copy()
+    S2[k] -= x
+    n2[k] -= 1
+    refit = lik.update_theta(arrays, theta, S2, n2, *args, np.arange(arrays.size) == k, 200)
+    return y @ np.log(refit[k]) - y @ np.log(theta[k])
+
+
+@pytest.mark.parametrize("variant,carried,n_nodes", [("dtssbp", False, 4), ("dtssbp", True, 4), ("dtssbp", False, 1),
+                                                     ("t-tssbp", True, 4), ("ddp", True, 4)])
+def test_the_multinomial_adjustment_is_the_node_refitted_without_the_row(variant, carried, n_nodes):
+    """For every row: its log likelihood at its node's MAP refitted without the row (the node
+    update itself, the rest of the tree held) minus that at the MAP with it. Under the dTSSBP
+    a node with children gets none (their links pull it too); without parent links
+    (t-tssbp, the DP baselines) every node is a pseudo-count average and is adjusted, the root
+    alone included."""
     rng = np.random.default_rng(5)
-    lik, arrays, X, own, theta, S, n, args = _fitted_leaves(rng, carried=carried)
+    lik, arrays, X, own, theta, S, n, args = _fitted_nodes(rng, carried=carried, variant=variant, n_nodes=n_nodes)
     adj = lik.own_node_adjustment(X, own, arrays, theta, S, n, *args)
-    leaf = np.bincount(arrays.parent_index[1:], minlength=4) == 0
+    has_children = np.bincount(arrays.parent_index[1:], minlength=arrays.size) > 0
+    skipped = has_children & (variant == "dtssbp")
     for r in range(X.shape[0]):
         k = own[r]
-        if not leaf[k]:
+        if skipped[k]:
             assert adj[r] == 0.0
             continue
         x = X[r].toarray().ravel()
-        S2, n2 = S.copy(), n.copy()
-        S2[k] -= x
-        n2[k] -= 1
-        only_k = np.arange(4) == k
-        refit = lik.update_theta(arrays, theta, S2, n2, *args, only_k, 200)
-        want = x @ np.log(refit[k]) - x @ np.log(theta[k])
-        assert adj[r] == pytest.approx(want, abs=1e-9), r
-    assert np.all(adj[leaf[own]] < 0)
+        assert adj[r] == pytest.approx(_refitted_change(lik, arrays, theta, S, n, args, k, x, x), abs=1e-9), r
+    assert np.all(adj[~skipped[own]] < 0)
+
+
+def test_redrawn_rows_are_scored_once_the_fitted_rows_have_left():
+    """A family that redraws its rows each sweep: the next sweep's rows ``y`` (the same
+    pattern) are scored at the node refitted without the rows ``x`` it was fitted to."""
+    rng = np.random.default_rng(6)
+    lik, arrays, X, own, theta, S, n, args = _fitted_nodes(rng)
+    Y = X.copy()
+    Y.data = np.maximum(Y.data + rng.integers(-1, 2, size=Y.nnz), 1.0)
+    adj = lik.own_node_adjustment(X, own, arrays, theta, S, n, *args, scored=Y)
+    for r in np.flatnonzero(adj != 0):
+        x, y = X[r].toarray().ravel(), Y[r].toarray().ravel()
+        assert adj[r] == pytest.approx(_refitted_change(lik, arrays, theta, S, n, args, own[r], x, y), abs=1e-9)
+    assert np.count_nonzero(adj) == 10  # the rows of the two leaves
+    with pytest.raises(ValueError, match="sparsity pattern"):
+        lik.own_node_adjustment(X, own, arrays, theta, S, n, *args, scored=Y[:, :-1])
 
 
 def _skewed_mixture_aris(seeds):

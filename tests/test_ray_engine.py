@@ -321,6 +321,23 @@ def test_bursty_documents_on_ray_match_local(ray_cluster, crash):
     assert_same_trees(model, local)
 
 
+@pytest.mark.ray
+def test_own_node_adjustments_survive_actor_crashes(ray_cluster):
+    """Multinomial documents carry their own-node adjustment into every sweep; a shard replayed
+    after a crash mid-sweep, between sweeps or before its labels are read gets the same
+    adjustments, and the trees are the local engine's."""
+    epochs = _bursty_epochs(np.random.default_rng(1))
+    params = dict(likelihood="multinomial", n_sweeps=N_SWEEPS, max_depth=2, n_shards=2, random_state=2)
+    local = DTSSBP(**params).fit(epochs)
+    engine = CrashingEngine(n_shards=2, max_restarts=3)
+    try:
+        model = DTSSBP(**params, engine=engine).fit(epochs)
+    finally:
+        engine.close()
+    assert engine.calls == 2 * N_SWEEPS and engine.epoch_ends >= 2
+    assert_same_trees(model, local)
+
+
 _DEFAULT_PATH = """
 import json, os, sys
 import numpy as np

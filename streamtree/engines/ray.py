@@ -276,6 +276,8 @@ class RayEngine(Engine):
         cand_ref = ray.put(cand)
         self._before = list(self._states)
         b = self._bounds
+        if own is not None and adjust is None:
+            adjust = np.zeros(own.shape[0])
         # each shard gets its rows' own columns and adjustments (16 bytes a row), kept for replays
         self._own = [None if own is None else (own[b[s]:b[s + 1]], adjust[b[s]:b[s + 1]])
                      for s in range(self.n_shards)]

@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import collections
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 import streamtree  # noqa: F401  (configures the numba cache directory)
 import numpy as np
@@ -366,6 +368,8 @@ class EpochSampler:
         self.labels_now = np.zeros(0, dtype=np.int64)  # each document's node after the last sweep's moves
         #: each row's adjustment at its own node for the next sweep (None: the family has none)
         self.own_adjustment: np.ndarray | None = None
+        #: for a family that redraws its rows each sweep: the adjustment, waiting for those rows
+        self._pending_adjustment: Callable[..., np.ndarray | None] | None = None
         self.lineage = np.zeros(0, dtype=np.int64)  # each document's node in the previous tree (_lineage)
         self.moves: list[tuple[int, str, int]] = []  # (node, event, other node) of accepted moves
         self.renamed: dict[int, int] = {}  # old id -> new id under the identity rule
@@ -395,13 +399,16 @@ class EpochSampler:
         self.lineage = self._lineage(X, previous) if previous is not None and n else np.zeros(0, dtype=np.int64)
         current: dict[int, int] = {ROOT: n} if previous is None else {}
         col_ids = np.zeros(0, dtype=np.int64)
-        self.own_adjustment = None  # the epoch's rows have no node before its first sweep
+        self.own_adjustment = self._pending_adjustment = None  # the epoch's rows have no node yet
         if n:
             self.sweeper.load(X, list(shard_seeds))
         rows = X  # the rows the sweep reads: X, or the likelihood's redrawn rows (sweep_counts)
         for sweep in range(self.settings.n_sweeps if n else 0):
             self.sweep = sweep
             rows = self._sweep_rows(X, sweep)
+            if self._pending_adjustment is not None:  # the redrawn rows the sweep will score
+                self.own_adjustment = self._pending_adjustment(scored=rows)
+                self._pending_adjustment = None
             cfg = self.settings.with_hyper(st.hyper)
             arrays = st.tree.arrays()
             params = stick_params(arrays, st.own_counts(arrays.ids, current), **cfg.stick_kwargs())
@@ -430,7 +437,8 @@ class EpochSampler:
             if cfg.auto_link_strength:
                 self._update_link_strength(current, sums)
             self._update_theta(rows, sums, current, epoch)
-            logger.debug("epoch %d sweep %d: %d nodes, log p(x) %.4g", epoch, sweep, len(st.tree), stats.loglik)
+            # (with own-node adjustments the sum holds them: a score of the sweep, not log p(x))
+            logger.debug("epoch %d sweep %d: %d nodes, sweep log score %.4g", epoch, sweep, len(st.tree), stats.loglik)
         if n and previous is not None:
             self._identity_rule(rows, epoch, current)
             self._hand_over_ids(rows, epoch, current)
@@ -471,7 +479,7 @@ class EpochSampler:
         col = np.full(int(arrays.ids.max()) + 1, -1, dtype=np.int64)
         col[arrays.ids] = np.arange(arrays.size)
         ids = self.labels_now
-        return np.where(ids < col.size, col[np.minimum(ids, col.size - 1)], -1)
+        return np.where((ids >= 0) & (ids < col.size), col[np.clip(ids, 0, col.size - 1)], -1)
 
     def _start_link_strength(self, X) -> None:
         """Under ``kappa0="auto"``: the chain's estimate of ``kappa0`` (the family's starting
@@ -941,8 +949,9 @@ class EpochSampler:
 
     def _update_theta(self, rows, sums: dict[int, np.ndarray], counts: dict[int, int], epoch: int) -> None:
         """MAP node parameters (:meth:`Likelihood.update_theta`), then each row's adjustment at its
-        own node for the next sweep (:meth:`Likelihood.own_node_adjustment`; ``rows`` are the
-        rows this sweep read, the ones the parameters were fitted to)."""
+        own node for the next sweep (:meth:`Likelihood.own_node_adjustment`): ``rows`` are the
+        rows this sweep read, the ones the parameters were fitted to. A family that redraws its
+        rows each sweep gets the next sweep's rows as well, once they are drawn."""
         st = self.state
         arrays = st.tree.arrays()
         ids = arrays.ids
@@ -971,8 +980,12 @@ class EpochSampler:
         st.nodes.theta[slots] = theta
         own = self._own_columns(arrays)
         own[(own >= 0) & ~update[np.maximum(own, 0)]] = -1  # a frozen node was not fitted to its rows
-        self.own_adjustment = self.likelihood.own_node_adjustment(rows, own, arrays, theta, S, n, conc, P, has_prev,
-                                                                  self.root_anchor)
+        if self.likelihood.redraws_counts:  # the work buffers are refilled before the next sweep's rows exist
+            self._pending_adjustment = partial(self.likelihood.own_node_adjustment, rows, own, arrays, theta,
+                                               S.copy(), n, conc, P.copy(), has_prev, self.root_anchor)
+        else:
+            self.own_adjustment = self.likelihood.own_node_adjustment(rows, own, arrays, theta, S, n, conc, P,
+                                                                      has_prev, self.root_anchor)
 
     def _epoch_tree(self, epoch, label, current, labels, prev_ids, previous) -> EpochTree:
         st = self.state

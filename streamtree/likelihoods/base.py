@@ -203,21 +203,24 @@ class Likelihood(ABC):
 
     def own_node_adjustment(self, X, own: np.ndarray, arrays: TreeArrays, theta: np.ndarray, sums: np.ndarray,
                             counts: np.ndarray, concentration: np.ndarray, prev_theta: np.ndarray,
-                            has_prev: np.ndarray, root_anchor: np.ndarray) -> np.ndarray | None:
+                            has_prev: np.ndarray, root_anchor: np.ndarray, scored=None) -> np.ndarray | None:
         """Per row of ``X``: the change of its log likelihood at its own node when that node's
         parameter is estimated without the row, or ``None`` (the default: rows are scored at
         their node's parameter as it stands).
 
         ``own[r]`` is row ``r``'s node as a row of the other arguments (-1: none), which are
         those of :meth:`update_theta` just after it ran: ``theta`` its result, ``sums`` and
-        ``counts`` the rows of ``X`` at each node. The z-kernel adds the value to the row's own
-        column alone (:func:`~streamtree.inference.enumerated.score_rows`), so that every node
-        is judged by a parameter fitted without the row, as its other nodes already are. A
-        parameter fitted to a node's documents, its own among them, fits a document better
-        than it would have without it (its rare words most), so scored as it stands each
-        document sticks where it is, and a cluster the sweeps have cut in two stays cut:
-        the exact split-merge moves cannot join two such halves, because the split that
-        would undo the merge must propose that very cut."""
+        ``counts`` those of the rows of ``X``. ``scored`` (default ``X``) are the rows the next
+        sweep reads, for a family that redraws them (:meth:`sweep_counts`): they keep ``X``'s
+        sparsity pattern, and the change is that of their likelihood once ``X``'s rows have
+        left the parameters. The z-kernel adds the value to the row's own column alone
+        (:func:`~streamtree.inference.enumerated.score_rows`), so that the nodes the family
+        adjusts judge the row by a parameter fitted without it, as its other nodes do. A
+        parameter fitted to a node's documents, its own among them, fits a document better than
+        it would have without it (its rare words most), so scored as it stands each document
+        sticks where it is, and a cluster the sweeps have cut in two stays cut: the exact
+        split-merge moves cannot join two such halves, because the split that would undo the
+        merge must propose that very cut."""
         return None
 
     def document_log_constant(self, X) -> np.ndarray:

@@ -110,21 +110,29 @@ class Multinomial(WordTopics, Likelihood):
         return cand, ph_rows
 
     def own_node_adjustment(self, X, own, arrays, theta, sums, counts, concentration, prev_theta, has_prev,
-                            root_anchor):
-        """A leaf's parameter is the pseudo-count average ``phi = (n + alpha) / (N + A)`` of its
-        documents' counts ``n`` and its links' ``alpha = s_par phi_parent + s_tim phi_prev + eps``
-        (the softmax-basis mode), so without a row's counts ``x`` it is ``(n + alpha - x) / (N + A -
-        L)``, exactly. A node with children is also pulled by their links, which are not
-        pseudo-counts, and is scored as it stands (it keeps few documents of its own)."""
-        own = np.asarray(own, dtype=np.int64)
+                            root_anchor, scored=None):
+        """A node without linked children has the pseudo-count average ``phi = (n + alpha) / (N +
+        A)`` of its documents' counts ``n`` and its links' ``alpha = s_par phi_parent + s_tim
+        phi_prev + eps`` as its parameter (the softmax-basis mode), so without a row's counts
+        ``x`` it is ``(n + alpha - x) / (N + A - L)``, exactly. A node whose children are linked
+        to it is also pulled by their links, which are not pseudo-counts, and keeps no
+        adjustment (under the dTSSBP it holds few documents of its own)."""
         X = sp.csr_matrix(X)
+        fitted = np.asarray(X.data, dtype=np.float64)
+        if scored is None:
+            values = fitted
+        else:
+            values = np.asarray(sp.csr_matrix(scored).data, dtype=np.float64)
+            if values.shape != fitted.shape:
+                raise ValueError("scored rows must keep the fitted rows' sparsity pattern")
         par, tim = self.link_strengths(arrays.depth)
         totals = sums.sum(axis=1) + par + np.where(has_prev, tim, 0.0) + self.floor * theta.shape[1]
-        leaf = np.bincount(arrays.parent_index[1:], minlength=arrays.size) == 0
-        own = np.where((own >= 0) & leaf[np.maximum(own, 0)], own, -1)
-        return own_node_adjustment_nb(X.indptr.astype(np.int64), X.indices.astype(np.int64),
-                                      np.asarray(X.data, dtype=np.float64), own, np.ascontiguousarray(theta),
-                                      totals, self.floor)
+        child = np.arange(1, arrays.size)
+        linked_children = np.bincount(arrays.parent_index[child][par[child] > 0], minlength=arrays.size)
+        own = np.asarray(own, dtype=np.int64)
+        own = np.where((own >= 0) & (linked_children[np.maximum(own, 0)] == 0), own, -1)
+        return own_node_adjustment_nb(X.indptr.astype(np.int64), X.indices.astype(np.int64), fitted, values, own,
+                                      np.ascontiguousarray(theta), totals, self.floor)
 
     def document_log_constant(self, X) -> np.ndarray:
         """The multinomial coefficient log(n! / prod_w x_w!) of each row."""

@@ -854,11 +854,13 @@ def log_rising_factorial(a: ArrayLike, x: ArrayLike) -> np.ndarray:
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def own_node_adjustment_nb(indptr, indices, data, own, theta, totals, floor):
-    """Per CSR row ``r`` with a node ``k = own[r] >= 0``: ``sum_w x_w log(m_w - x_w) - log(m_w)``
-    minus ``L log((T - L) / T)``, with ``m = theta[k] * T``, ``T = totals[k]`` and ``L`` the
-    row's token count: the change of the row's log likelihood when its counts leave the
-    pseudo-counts ``m`` (each kept at ``floor`` or more); 0 for rows without a node."""
+def own_node_adjustment_nb(indptr, indices, fitted, scored, own, theta, totals, floor):
+    """Per CSR row with a node ``k = own[r] >= 0``: the log likelihood of its ``scored`` values at
+    the node's pseudo-counts ``m = theta[k] * T`` (``T = totals[k]``) once its ``fitted`` values
+    ``x`` have left them, minus that at ``m``:
+    ``sum_w y_w [log(m_w - x_w) - log(m_w)] - L_y log((T - L_x) / T)``, every pseudo-count kept
+    at ``floor`` or more; 0 for rows without a node. ``fitted`` and ``scored`` are the values of
+    two matrices with the pattern ``indptr``/``indices`` (the same array for most families)."""
     n = own.shape[0]
     out = np.zeros(n)
     for r in range(n):
@@ -867,13 +869,16 @@ def own_node_adjustment_nb(indptr, indices, data, own, theta, totals, floor):
             continue
         T = totals[k]
         acc = 0.0
-        L = 0.0
+        lx = 0.0
+        ly = 0.0
         for q in range(indptr[r], indptr[r + 1]):
-            x = data[q]
+            x = fitted[q]
+            y = scored[q]
             m = theta[k, indices[q]] * T
-            acc += x * (math.log(max(m - x, floor)) - math.log(m))
-            L += x
-        out[r] = acc - L * math.log(max(T - L, floor) / T)
+            acc += y * (math.log(max(m - x, floor)) - math.log(m))
+            lx += x
+            ly += y
+        out[r] = acc - ly * math.log(max(T - lx, floor) / T)
     return out
 
 
