@@ -230,7 +230,8 @@ class ChainState:
     def published_birth(self, node_id: int) -> int:
         """The birth epoch of the id node ``node_id`` is published under."""
         pid = self.published_id(node_id)
-        return self.published_born.get(pid, self.tree.born[node_id])
+        # the tree is read only for an id without a recorded birth (a node it may no longer hold has one)
+        return self.published_born[pid] if pid in self.published_born else self.tree.born[node_id]
 
     def exchange_published(self, a: int, b: int) -> None:
         """Nodes ``a`` and ``b`` exchange the ids they are published under (each published id
