@@ -34,11 +34,12 @@ class LocalEngine(Engine):
         self._sq: list[np.ndarray] = []
         self._rngs: list[np.random.Generator] = []
         self._labels: list[np.ndarray] = []
+        self._bounds: np.ndarray | None = None  # shard row bounds of the loaded rows
 
     def load(self, X, seeds: list[np.random.SeedSequence]) -> None:
         if len(seeds) != self.n_shards:
             raise ValueError(f"{len(seeds)} seeds for {self.n_shards} shards")
-        b = shard_bounds(X.shape[0], self.n_shards)
+        b = self._bounds = shard_bounds(X.shape[0], self.n_shards)
         self._shards = [X[b[s]:b[s + 1]] for s in range(self.n_shards)]
         self._starts = [int(X.indptr[b[s]]) for s in range(self.n_shards)] if hasattr(X, "indptr") else []
         self._sq = [row_sq_norms(x) for x in self._shards]
@@ -50,7 +51,7 @@ class LocalEngine(Engine):
     def sweep(self, cand: Candidates, own: np.ndarray | None = None,
               adjust: np.ndarray | None = None) -> SweepStats:
         parts = []
-        b = shard_bounds(sum(x.shape[0] for x in self._shards), self.n_shards)
+        b = self._bounds
         for s in range(self.n_shards):
             # rows taken by their last node: the same draws, read with warmer caches
             # one shard: its sums go straight into the dense matrix the coordinator uses

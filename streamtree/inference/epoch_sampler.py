@@ -367,10 +367,11 @@ class EpochSampler:
         self.prev_concentration: np.ndarray | None = None  # concentrations at the start of the epoch, by slot
         self.prev_born: dict[int, int] = {}  # birth epochs of the ids alive at the start of the epoch
         self.labels_now = np.zeros(0, dtype=np.int64)  # each document's node after the last sweep's moves
-        #: each row's adjustment at its own node for the next sweep (None: the family has none)
-        self.own_adjustment: np.ndarray | None = None
-        #: for a family that redraws its rows each sweep: the adjustment, waiting for those rows
-        self._pending_adjustment: Callable[..., np.ndarray | None] | None = None
+        #: the next sweep's own column of each row and its adjustment there (None: the family has none)
+        self.own_scoring: tuple[np.ndarray, np.ndarray] | None = None
+        #: for a family that redraws its rows each sweep: the own columns and the adjustment,
+        #: which waits for those rows
+        self._pending_scoring: tuple[np.ndarray, Callable[..., np.ndarray | None]] | None = None
         self.lineage = np.zeros(0, dtype=np.int64)  # each document's node in the previous tree (_lineage)
         self.moves: list[tuple[int, str, int]] = []  # (node, event, other node) of accepted moves
         self.renamed: dict[int, int] = {}  # old id -> new id under the identity rule
@@ -400,16 +401,17 @@ class EpochSampler:
         self.lineage = self._lineage(X, previous) if previous is not None and n else np.zeros(0, dtype=np.int64)
         current: dict[int, int] = {ROOT: n} if previous is None else {}
         col_ids = np.zeros(0, dtype=np.int64)
-        self.own_adjustment = self._pending_adjustment = None  # the epoch's rows have no node yet
+        self.own_scoring = self._pending_scoring = None  # the epoch's rows have no node yet
         if n:
             self.sweeper.load(X, list(shard_seeds))
         rows = X  # the rows the sweep reads: X, or the likelihood's redrawn rows (sweep_counts)
         for sweep in range(self.settings.n_sweeps if n else 0):
             self.sweep = sweep
             rows = self._sweep_rows(X, sweep)
-            if self._pending_adjustment is not None:  # the redrawn rows the sweep will score
-                self.own_adjustment = self._pending_adjustment(scored=rows)
-                self._pending_adjustment = None
+            if self._pending_scoring is not None:  # the redrawn rows the sweep will score
+                own, adjustment = self._pending_scoring
+                self.own_scoring = (own, adjustment(scored=rows))
+                self._pending_scoring = None
             cfg = self.settings.with_hyper(st.hyper)
             arrays = st.tree.arrays()
             params = stick_params(arrays, st.own_counts(arrays.ids, current), **cfg.stick_kwargs())
@@ -419,8 +421,8 @@ class EpochSampler:
             work = self._work("theta_cols", arrays.ids.size, st.nodes.theta.shape[1]).reshape(-1)
             theta_cols = st.nodes.theta_columns(arrays.ids, work)
             cand, ph_rows = lik.kernel(arrays, theta_cols.T, st.nodes.concentration_of(arrays.ids), log_pi, log_res)
-            own = self._own_columns(arrays) if self.own_adjustment is not None else None
-            stats = self.sweeper.sweep(cand, own, None if own is None else self.own_adjustment)
+            # the tree has not changed since the last node update fixed each row's own column
+            stats = self.sweeper.sweep(cand, *(self.own_scoring or ()))
             col_ids, current, sums, sumsq = self._materialise(arrays, cand, ph_rows, stats, epoch)
             self._cull(current)
             self.labels_now = col_ids[self.sweeper.labels()]
@@ -475,8 +477,8 @@ class EpochSampler:
         return new
 
     def _own_columns(self, arrays) -> np.ndarray:
-        """Each row's node (after the last sweep and the moves) as a column of this sweep's
-        kernel, -1 for a node no longer there."""
+        """Each row's node (after the last sweep and the moves) as a row of ``arrays``, the
+        next sweep's kernel column, -1 for a node no longer there."""
         col = np.full(int(arrays.ids.max()) + 1, -1, dtype=np.int64)
         col[arrays.ids] = np.arange(arrays.size)
         ids = self.labels_now
@@ -981,12 +983,15 @@ class EpochSampler:
         st.nodes.theta[slots] = theta
         own = self._own_columns(arrays)
         own[(own >= 0) & ~update[np.maximum(own, 0)]] = -1  # a frozen node was not fitted to its rows
+        self.own_scoring = None
         if self.likelihood.redraws_counts:  # the work buffers are refilled before the next sweep's rows exist
-            self._pending_adjustment = partial(self.likelihood.own_node_adjustment, rows, own, arrays, theta,
-                                               S.copy(), n, conc, P.copy(), has_prev, self.root_anchor)
-        else:
-            self.own_adjustment = self.likelihood.own_node_adjustment(rows, own, arrays, theta, S, n, conc, P,
-                                                                      has_prev, self.root_anchor)
+            self._pending_scoring = (own, partial(self.likelihood.own_node_adjustment, rows, own, arrays, theta,
+                                                  S.copy(), n, conc, P.copy(), has_prev, self.root_anchor))
+            return
+        adjustment = self.likelihood.own_node_adjustment(rows, own, arrays, theta, S, n, conc, P, has_prev,
+                                                         self.root_anchor)
+        if adjustment is not None:
+            self.own_scoring = (own, adjustment)
 
     def _epoch_tree(self, epoch, label, current, labels, prev_ids, previous) -> EpochTree:
         st = self.state
