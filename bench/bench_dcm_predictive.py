@@ -2,8 +2,8 @@
 
 The documents protocol of ``streamtree evaluate`` (80/10/10 per decade, a new split and
 sampler seed per repeat) with the dTSSBP at one kappa0, run twice on each repeat's split: with
-multinomial documents (the baseline, the estimator's default) and with
-``document_concentration="auto"``. Both densities include the multinomial coefficient, so they
+multinomial documents (``document_concentration=None``, the baseline) and with
+``document_concentration="auto"`` (the estimator's default). Both densities include the multinomial coefficient, so they
 are densities of the same counts and the paired difference per repeat is the figure that
 matters. The bursty fit is also scored with the multinomial predictive on the same tree,
 which separates what the DCM predictive adds from what the bursty fit changes in the tree.
@@ -84,8 +84,8 @@ def planted(args) -> list[tuple[dict, dict]]:
             test = rng.random(counts.shape[0]) < 0.1
             epochs.append(SplitEpoch(t, str(t), counts[~test], counts[test]))
         data = SplitData(epochs, args.planted_features, 0, 0, repeat=r)
-        base = dict(likelihood="multinomial", max_depth=args.max_depth, n_sweeps=args.sweeps,
-                    random_state=args.seed + r)
+        base = dict(likelihood="multinomial", document_concentration=None, max_depth=args.max_depth,
+                    n_sweeps=args.sweeps, random_state=args.seed + r)
         reference = sp.vstack([e.X_train for e in epochs], format="csr")
         rows.append((run(data, base, reference), run(data, dict(base, document_concentration="auto"), reference)))
         report(r, data, *rows[-1])
@@ -142,7 +142,7 @@ def sou(args) -> list[tuple[dict, dict]]:
         data = split_epochs(epochs, config, ev, r)
         reference = data.reference()
         base = dict(ev.model_params(), variant="dtssbp", max_depth=args.max_depth, kappa0=args.kappa0,
-                    random_state=args.seed + r)
+                    random_state=args.seed + r, document_concentration=None)
         mult = run(data, base, reference)
         dcm = run(data, dict(base, document_concentration="auto"), reference)
         rows.append((mult, dcm))

@@ -135,7 +135,7 @@ def run_size(n_features: int, n_documents: int, args, likelihoods: list[str]) ->
             params["n_sweeps"] = args.sweeps
         if args.document_concentration is not None and likelihood == "multinomial":
             dc = args.document_concentration
-            params["document_concentration"] = dc if dc == "auto" else float(dc)
+            params["document_concentration"] = None if dc == "none" else dc if dc == "auto" else float(dc)
         model = DTSSBP(**params)
         print(f"-- DTSSBP({', '.join(f'{k}={v!r}' for k, v in params.items())}), other parameters at defaults")
         header = (f"{'epoch':>5} {'nodes>=1%':>10} {'truth':>5} {'ratio':>6} {'(0.67-1.5x)':>12} "
@@ -215,7 +215,8 @@ def main() -> None:
     p.add_argument("--sweeps", type=int, default=None, help="Gibbs sweeps per epoch (default: the model's)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--document-concentration", default=None,
-                   help="multinomial: bursty (DCM) documents, 'auto' or a number s (default: off)")
+                   help="multinomial: bursty (DCM) documents, 'auto' or a number s, or 'none' for "
+                        "independent tokens (default: the model's, auto)")
     args = p.parse_args()
     sizes = args.sizes.split(",") + (OTHER_SIZES.split(",") if args.all_sizes else [])
     likelihoods = [s.strip() for s in args.likelihood.split(",") if s.strip()]

@@ -181,7 +181,7 @@ def run_model(corpus: SouCorpus, likelihood: str, args, rows: list[sp.csr_matrix
         params["n_sweeps"] = args.sweeps
     if args.document_concentration is not None and likelihood == "multinomial":
         dc = args.document_concentration
-        params["document_concentration"] = dc if dc == "auto" else float(dc)
+        params["document_concentration"] = None if dc == "none" else dc if dc == "auto" else float(dc)
     model = DTSSBP(**params)
     hyper = []  # the chain's stick hyperparameters after each decade
     c0 = time.process_time()
@@ -218,7 +218,8 @@ def main() -> None:
     p.add_argument("--no-hlda", action="store_true", help="skip the tomotopy side")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--document-concentration", default=None,
-                   help="multinomial: bursty (DCM) documents, 'auto' or a number s (default: off)")
+                   help="multinomial: bursty (DCM) documents, 'auto' or a number s, or 'none' for "
+                        "independent tokens (default: the model's, auto)")
     args = p.parse_args()
     weightings = [w.strip() for w in args.weighting.split(",") if w.strip()]
     if not weightings or set(weightings) - {"tf", "tfidf"}:

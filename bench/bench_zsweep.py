@@ -7,8 +7,8 @@ per row, planted topics). Prints:
   enumerated sampler must at least pay), measured in the same process;
 * one enumerated z-sweep over a tree of ~100 live nodes (plus one placeholder per non-cap node)
   on one thread and on ``--threads`` threads: seconds, throughput, ratio to the floor;
-* one full epoch of ``DTSSBP(likelihood="vmf", max_depth=3)`` at its defaults otherwise (or at
-  ``--kappa0``; default 50 sweeps; ARI of its assignments against the planted topics) with ``n_jobs=1`` and
+* one full epoch of ``DTSSBP(likelihood="vmf", max_depth=3)`` at its defaults otherwise (or
+  ``--likelihood multinomial`` on the same documents as integer counts, or at ``--kappa0``; default 50 sweeps; ARI of its assignments against the planted topics) with ``n_jobs=1`` and
   ``n_jobs=--threads``, interleaved ``--repeat`` times: CPU seconds at n_jobs=1 (target < 30 s),
   wall speed-up (target >= 1.7x), whether every run gave the same tree, and peak memory;
 * with ``--parts``: one more ``n_jobs=1`` epoch with the thread CPU time of each step of the
@@ -18,6 +18,7 @@ per row, planted topics). Prints:
 
 Usage: python bench/bench_zsweep.py [--docs 50000] [--vocab 20000] [--nodes 100] [--sweeps 50]
        [--threads 2] [--repeat 2] [--skip-epoch] [--parts] [--kappa0 K]
+       [--likelihood vmf|multinomial]
 """
 
 from __future__ import annotations
@@ -101,6 +102,7 @@ STEPS = (
     ("streamtree.inference.epoch_sampler", "EpochSampler", "_update_concentrations", "concentrations", False),
     ("streamtree.inference.epoch_sampler", "EpochSampler", "_update_theta", "MAP step", False),
     ("streamtree.inference.theta_map", None, "_vmf_block", "  block passes", True),
+    ("streamtree.likelihoods.multinomial", None, "_solve_nodes_nb", "  node solves (multinomial)", True),
 )
 
 
@@ -133,7 +135,7 @@ def step_timers(cpu: dict, wall: dict):
             setattr(host, attr, fn)
 
 
-def epoch_parts(X, sweeps: int, threads: int, settings: dict) -> None:
+def epoch_parts(X, sweeps: int, threads: int, settings: dict, likelihood: str) -> None:
     """One ``n_jobs=1`` epoch with every step timed; prints the steps and Amdahl's bound."""
     import os
 
@@ -141,7 +143,7 @@ def epoch_parts(X, sweeps: int, threads: int, settings: dict) -> None:
 
     cpu: dict[str, float] = defaultdict(float)
     wall: dict[str, float] = defaultdict(float)
-    with step_timers(cpu, wall), DTSSBP(likelihood="vmf", max_depth=3, n_sweeps=sweeps,
+    with step_timers(cpu, wall), DTSSBP(likelihood=likelihood, max_depth=3, n_sweeps=sweeps,
                                         random_state=0, n_jobs=1, **settings) as model:
         total, total_wall, m = cpu_wall(lambda: model.partial_fit(X))
     print(f"steps of one epoch at n_jobs=1 ({total:.1f} s CPU, {total_wall:.1f} s wall, load average "
@@ -164,6 +166,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2, help="interleaved repeats of the epoch runs (default 2)")
     ap.add_argument("--skip-epoch", action="store_true")
     ap.add_argument("--parts", action="store_true", help="one more epoch with each step of the sweep loop timed")
+    ap.add_argument("--likelihood", choices=("vmf", "multinomial"), default="vmf",
+                    help="family of the epoch runs (default vmf, on L2-normalised rows; multinomial fits "
+                         "the same documents' integer counts); the z-sweep lines are the vMF kernel's")
     ap.add_argument("--kappa0", type=float, default=None,
                     help="pin the parent-link strength (default: the estimator's own default; rounds before "
                          "the default became 1e3 ran this bench at 1e4)")
@@ -174,6 +179,10 @@ def main() -> None:
     t = time.perf_counter()
     corpus = sparse_corpus(rng, n_docs=args.docs, p=args.vocab, nnz_per_row=30, n_topics=args.nodes)
     X = corpus.X
+    # the same documents as integer counts (the generator's stream does not depend on the flag)
+    X_fit = X if args.likelihood == "vmf" else sparse_corpus(
+        np.random.default_rng(0), n_docs=args.docs, p=args.vocab, nnz_per_row=30, n_topics=args.nodes,
+        normalise=False).X
     print(f"corpus: {X.shape[0]} docs, V={X.shape[1]}, {X.nnz / X.shape[0]:.1f} nnz/row "
           f"(built in {time.perf_counter() - t:.1f}s)")
     cand = build_candidates(rng, X, args.nodes)
@@ -200,9 +209,9 @@ def main() -> None:
         results = {1: [], args.threads: []}
         for r in range(args.repeat):  # interleave the sides so that both see the same machine load
             for jobs in ((1, args.threads) if r % 2 == 0 else (args.threads, 1)):
-                with DTSSBP(likelihood="vmf", max_depth=3, n_sweeps=args.sweeps, random_state=0, n_jobs=jobs,
-                            **settings) as model:
-                    cpu, wall, m = cpu_wall(lambda: model.partial_fit(X))
+                with DTSSBP(likelihood=args.likelihood, max_depth=3, n_sweeps=args.sweeps, random_state=0,
+                            n_jobs=jobs, **settings) as model:
+                    cpu, wall, m = cpu_wall(lambda: model.partial_fit(X_fit))
                     tree = m.trees_[-1]
                 results[jobs].append((cpu, wall, tree.n_nodes, tree.assignments.copy()))
                 print(f"   run {r}: n_jobs={jobs}: {cpu:.1f} s CPU, {wall:.1f} s wall, {tree.n_nodes} nodes", flush=True)
@@ -212,13 +221,13 @@ def main() -> None:
         ari = adjusted_rand_score(corpus.labels, one[3])
         print(f"one epoch, {args.sweeps} sweeps, n_jobs=1   : {one[0]:.1f} s CPU, {one[1]:.1f} s wall "
               f"({one[2]} live nodes at the end, ARI {ari:.3f} against the {args.nodes} planted topics; "
-              f"kappa0 {settings.get('kappa0', 'default')}; target < 30 s CPU)")
+              f"{args.likelihood}, kappa0 {settings.get('kappa0', 'default')}; target < 30 s CPU)")
         print(f"one epoch, {args.sweeps} sweeps, n_jobs={args.threads}   : {many[1]:.1f} s wall, {many[0]:.1f} s CPU; "
               f"wall speed-up {one[1] / many[1]:.2f}x (target >= 1.7x); same trees: {same}")
         print(f"per sweep at n_jobs=1        : {one[0] / args.sweeps:.3f} s CPU = "
               f"{one[0] / args.sweeps / floor:.1f}x the floor at {K} nodes")
     if args.parts:
-        epoch_parts(X, args.sweeps, args.threads, settings)
+        epoch_parts(X_fit, args.sweeps, args.threads, settings, args.likelihood)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS                     : {peak:.0f} MiB (X itself: {(X.data.nbytes + X.indices.nbytes + X.indptr.nbytes) / 2**20:.0f} MiB)")
 

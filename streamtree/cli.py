@@ -190,9 +190,11 @@ def _kappa0(text: str) -> float | str:
     return "auto" if text.lower() == "auto" else _positive_float(text)
 
 
-def _document_concentration(text: str) -> float | str:
-    """``auto`` (sampled with the model) or a positive number."""
-    return "auto" if text.lower() == "auto" else _positive_float(text)
+def _document_concentration(text: str) -> float | str | None:
+    """``auto`` (sampled with the model), ``none`` (independent tokens) or a positive number."""
+    if text.lower() in ("auto", "none"):
+        return None if text.lower() == "none" else "auto"
+    return _positive_float(text)
 
 
 def _add_vocabulary_args(p: argparse.ArgumentParser, what: str = "") -> None:
@@ -242,11 +244,11 @@ def _add_model_args(p: argparse.ArgumentParser, *, for_evaluate: bool = False) -
                             "auto (chosen from the data)")
         p.add_argument("--variant", choices=VARIANTS, help="the model or a baseline")
         p.add_argument("--seed", dest="random_state", type=int, help="random seed (fixed, so that a replay is reproducible)")
-    p.add_argument("--document-concentration", type=_document_concentration, metavar="{auto,S}",
-                   help="multinomial likelihood only: bursty documents, each drawing its own word "
+    p.add_argument("--document-concentration", type=_document_concentration, metavar="{auto,S,none}",
+                   help="multinomial likelihood: bursty documents, each drawing its own word "
                         "distribution from Dir(S phi) around its node's phi (a word used once is likely "
-                        "to come again); a number S, or auto (sampled with the model); unset: tokens are "
-                        "independent draws from phi")
+                        "to come again); auto (S sampled with the model), a number S, or none (tokens "
+                        "are independent draws from phi); other likelihoods ignore auto")
     p.add_argument("--sweeps", dest="n_sweeps", type=_positive_int, help="Gibbs sweeps per epoch")
     p.add_argument("--engine", help="where the z-updates run: local or ray")
     p.add_argument("--shards", dest="n_shards", type=_positive_int,

@@ -33,6 +33,9 @@ logger = logging.getLogger(__name__)
 
 # parameters that say where the model runs, not what it computes (they may differ on restore)
 RUN_LOCATION_PARAMS = ("engine", "n_jobs", "engine_options")
+#: parameters a checkpoint may lack (written before they existed), with the value that
+#: continues such a chain as it was fitted, whatever the default is now
+PARAMS_BEFORE_ADDED = {"document_concentration": None}
 
 
 class DTSSBP(BaseEstimator):
@@ -75,16 +78,22 @@ class DTSSBP(BaseEstimator):
         documents the pooled concentration of a finer tree is higher, which makes the tree
         finer still (SOU paragraphs: kappa0_ rises to 1.8e3-4.3e3 and the trees become swarms
         of small nodes). The Gaussian family does not use kappa0.
-    document_concentration : None, float or "auto"
-        Multinomial likelihood: how words repeat within a document. ``None`` (the default):
-        a document's tokens are independent draws from its node's word distribution ``phi``.
-        A number ``s`` or ``"auto"``: bursty documents, ``x ~ DCM(x | s phi)`` (each document
-        draws its own distribution from ``Dir(s phi)``), fitted through per-word table counts
-        drawn every sweep (:mod:`streamtree.likelihoods.document_tables`); ``"auto"``
-        slice-samples ``s`` (the value in use is ``document_concentration`` in the chain's
-        ``state_.hyper``). :meth:`score_samples`, :meth:`transform` and :meth:`predict` then
-        score documents under the DCM as well (the density exactly, new nodes included). Other
-        families have no such setting: leave it at ``None`` for them.
+    document_concentration : "auto", float or None
+        Multinomial likelihood: how words repeat within a document. ``"auto"`` (the default)
+        or a number ``s``: bursty documents, ``x ~ DCM(x | s phi)`` (each document draws its
+        own distribution from ``Dir(s phi)`` around its node's word distribution ``phi``, so a
+        word used once is likely to come again), fitted through per-word table counts drawn
+        every sweep (:mod:`streamtree.likelihoods.document_tables`); ``"auto"`` slice-samples
+        ``s`` (the value in use is ``document_concentration`` in the chain's ``state_.hyper``),
+        which grows without bound as the documents' repeats fall to what ``phi`` predicts.
+        ``None``: a document's tokens are independent draws from ``phi``. Real text is bursty,
+        and under independent draws a document's repeated words make a node of its own likelier
+        than the node its topic holds, so trees split into many small nodes (planted topics
+        with Poisson counts, 50,000 documents: 882 nodes for 100 topics under ``None``, 183
+        under ``"auto"``, at a fifth of the CPU; see BENCHMARKS.md). :meth:`score_samples`,
+        :meth:`transform` and :meth:`predict` score documents under the fitted document model
+        (the density exactly, new nodes included). Families without a document model (vMF,
+        Gaussian) ignore ``"auto"`` and take no number.
     kappa1, a : float
         Depth and time factors of the link strengths (see ``kappa0``).
     xi : float
@@ -202,7 +211,7 @@ class DTSSBP(BaseEstimator):
         gamma: float = 0.5,
         kappa0: float | str = 1e3,
         kappa1: float = 1.0,
-        document_concentration: float | str | None = None,
+        document_concentration: float | str | None = "auto",
         a: float = 0.0,
         xi: float = 0.001,
         sigma0: float = 1.0,
@@ -264,10 +273,10 @@ class DTSSBP(BaseEstimator):
             raise ValueError(f"The 'engine' parameter of DTSSBP must be one of {sorted(engine_names())} or an "
                              f"engine object. Got {self.engine!r} instead.")
         family = LIKELIHOODS[self.likelihood]
-        if self.document_concentration is not None and "document_concentration" not in family.params:
+        if self.document_concentration not in (None, "auto") and "document_concentration" not in family.params:
             users = sorted(name for name, cls in LIKELIHOODS.items() if "document_concentration" in cls.params)
             raise ValueError(f"The 'document_concentration' parameter of DTSSBP applies to the {', '.join(users)} "
-                             f"likelihood, not to {self.likelihood!r}: leave it at None or choose "
+                             f"likelihood, not to {self.likelihood!r}: leave it at 'auto' or None, or choose "
                              f"likelihood={users[0]!r}.")
         bounds = self.concentration_bounds
         if not (len(bounds) == 2 and all(isinstance(b, numbers.Real) for b in bounds) and 0 < bounds[0] <= bounds[1]):
@@ -517,7 +526,7 @@ class DTSSBP(BaseEstimator):
         if bad:
             raise ValueError(f"only {', '.join(RUN_LOCATION_PARAMS)} may be overridden on restore, "
                              f"not {', '.join(sorted(bad))}")
-        params = dict(meta["params"])
+        params = {**PARAMS_BEFORE_ADDED, **meta["params"]}
         if isinstance(params.get("concentration_bounds"), list):
             params["concentration_bounds"] = tuple(params["concentration_bounds"])
         params.update(overrides)

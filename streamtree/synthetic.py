@@ -54,11 +54,13 @@ def vmf_tree_corpus(rng: np.random.Generator, *, p: int = 2000, branching=(3, 2,
 
 
 def sparse_corpus(rng: np.random.Generator, *, n_docs: int, p: int, nnz_per_row: int = 30,
-                  n_topics: int = 100, topic_words: int = 400) -> SyntheticEpoch:
-    """A large sparse term-frequency corpus (rows L2-normalised) with planted topics.
+                  n_topics: int = 100, topic_words: int = 400, normalise: bool = True) -> SyntheticEpoch:
+    """A large sparse term-frequency corpus with planted topics.
 
     Each topic owns a random set of ``topic_words`` words; a document draws its words mostly
-    from its topic's set and the rest uniformly, with Poisson term counts.
+    from its topic's set and the rest uniformly, with Poisson term counts. Rows are
+    L2-normalised, or with ``normalise=False`` left as the integer counts (for the
+    multinomial family).
     """
     topic_sets = np.stack([rng.choice(p, size=topic_words, replace=False) for _ in range(n_topics)])
     z = rng.integers(0, n_topics, size=n_docs)
@@ -74,6 +76,8 @@ def sparse_corpus(rng: np.random.Generator, *, n_docs: int, p: int, nnz_per_row:
     indices = np.concatenate(cols)
     data = rng.poisson(1.0, size=indices.size) + 1.0
     X = sp.csr_matrix((data, indices, indptr), shape=(n_docs, p))
+    if not normalise:
+        return SyntheticEpoch(X, z)
     norms = np.sqrt(np.asarray(X.multiply(X).sum(axis=1)).ravel())
     X = sp.diags(1.0 / norms) @ X
     return SyntheticEpoch(sp.csr_matrix(X), z)

@@ -4,7 +4,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import scipy.sparse as sp
-from scipy.special import logsumexp
+from scipy.special import gammaln, logsumexp
 from sklearn.exceptions import NotFittedError
 
 from connectors.stores.snapshot import THETA_COSINE, THETA_LOG_STEP, CheckpointNotKeptError, SnapshotStore
@@ -22,12 +22,17 @@ def _vmf_model():
     return model, X
 
 
-def _multinomial_model():
+def _multinomial_model(document_concentration=None):
     rng = np.random.default_rng(2)
     topics = np.array([[0.7, 0.1, 0.1, 0.1], [0.1, 0.1, 0.1, 0.7], [0.1, 0.7, 0.1, 0.1]])
     X = sp.csr_matrix(np.array([rng.multinomial(8, topics[i % 3]) for i in range(60)], dtype=float))
-    model = DTSSBP(likelihood="multinomial", kappa0=20.0, max_depth=2, n_sweeps=6, random_state=0).fit([X])
+    model = DTSSBP(likelihood="multinomial", kappa0=20.0, max_depth=2, n_sweeps=6, random_state=0,
+                   document_concentration=document_concentration).fit([X])
     return model, X
+
+
+def _dcm_model():
+    return _multinomial_model("auto")
 
 
 def _brute_force_log_weights(model, X):
@@ -38,12 +43,17 @@ def _brute_force_log_weights(model, X):
     if model.likelihood == "vmf":
         kappa = tree.concentration
         loglik = log_normalizer(X.shape[1], kappa)[None, :] + kappa[None, :] * (Xd @ tree.theta.T)
-    else:
+    elif model.document_concentration is None:
         loglik = Xd @ np.log(tree.theta).T
+    else:  # bursty documents: DCM(x | s phi) at the chain's sampled s
+        s = model.state_.hyper["document_concentration"]
+        a = s * tree.theta[None, :, :]
+        x = Xd[:, None, :]
+        loglik = (gammaln(s) - gammaln(s + Xd.sum(axis=1)))[:, None] + (gammaln(a + x) - gammaln(a)).sum(axis=2)
     return log_pi[None, :] + loglik
 
 
-@pytest.mark.parametrize("make", [_vmf_model, _multinomial_model], ids=["vmf", "multinomial"])
+@pytest.mark.parametrize("make", [_vmf_model, _multinomial_model, _dcm_model], ids=["vmf", "multinomial", "dcm"])
 def test_transform_and_predict_match_brute_force(make):
     model, X = make()
     tree = model.trees_[-1]

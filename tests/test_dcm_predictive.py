@@ -120,7 +120,7 @@ def fitted(rng: np.random.Generator, V: int, **params) -> tuple[DTSSBP, list[sp.
 
 
 def test_large_concentration_recovers_the_multinomial_predictive():
-    model, epochs = fitted(np.random.default_rng(0), 25)
+    model, epochs = fitted(np.random.default_rng(0), 25, document_concentration=None)
     plain = model.score_samples(epochs[-1])
     plain_unnormalized = model.score_samples(epochs[-1], normalized=False)
     model.likelihood_.document_concentration = 1e10

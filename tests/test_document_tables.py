@@ -239,12 +239,13 @@ class RecordingEngine(LocalEngine):
 
 def test_table_draws_do_not_depend_on_the_shards():
     """The tables come from the coordinator's stream: a shard split changes which shard holds
-    a value, not the values (the first sweep's draw, before the shards' own streams act)."""
+    a value, not the values (the first sweep's draw at a fixed ``s``, before the shards' own
+    streams act)."""
     epochs = bursty_epochs(np.random.default_rng(1), n_epochs=1)
     sent = []
     for n_shards in (1, 3):
         engine = RecordingEngine(n_shards=n_shards)
-        DTSSBP(likelihood="multinomial", document_concentration="auto", n_sweeps=1, max_depth=2, engine=engine,
+        DTSSBP(likelihood="multinomial", document_concentration=30.0, n_sweeps=1, max_depth=2, engine=engine,
                n_shards=n_shards, random_state=4).fit(epochs)
         sent.append(engine.sent[0])
         # the shards hold exactly the values sent
@@ -256,10 +257,36 @@ def test_table_draws_do_not_depend_on_the_shards():
 def test_without_the_option_no_tables_are_drawn():
     epochs = bursty_epochs(np.random.default_rng(2))
     engine = RecordingEngine(n_shards=1)
-    a = DTSSBP(likelihood="multinomial", n_sweeps=4, max_depth=2, engine=engine, random_state=1).fit(epochs)
-    b = DTSSBP(likelihood="multinomial", n_sweeps=4, max_depth=2, random_state=1).fit(epochs)
+    a = DTSSBP(likelihood="multinomial", document_concentration=None, n_sweeps=4, max_depth=2, engine=engine,
+               random_state=1).fit(epochs)
+    b = DTSSBP(likelihood="multinomial", document_concentration=None, n_sweeps=4, max_depth=2,
+               random_state=1).fit(epochs)
     assert engine.sent == [] and "document_concentration" not in a.state_.hyper
     assert same_trees(a, b)
+
+
+def test_auto_starts_after_a_first_sweep_of_the_counts(monkeypatch):
+    """Under ``"auto"`` the chain's first sweep reads the counts (no tables, no ``s``); the
+    first tables are drawn at the next sweep with ``s`` started at the Polya maximum-likelihood
+    value about each document's node, and later epochs go on from the chain's ``s``."""
+    import streamtree.likelihoods.multinomial as multinomial
+
+    epochs = bursty_epochs(np.random.default_rng(2), n_epochs=2)
+    seen = []
+
+    def spy(X, frequencies, node_of_row=None, real=multinomial.polya_concentration):
+        seen.append((X.shape[0], node_of_row))
+        return real(X, frequencies, node_of_row)
+
+    monkeypatch.setattr(multinomial, "polya_concentration", spy)
+    engine = RecordingEngine(n_shards=1)
+    model = DTSSBP(likelihood="multinomial", n_sweeps=3, max_depth=2, engine=engine, random_state=1)
+    model.partial_fit(epochs[0])
+    assert len(engine.sent) == 2  # sweeps 1 and 2 of 3
+    assert len(seen) == 1 and seen[0][0] == epochs[0].shape[0] and seen[0][1] is not None
+    assert 0 < model.state_.hyper["document_concentration"] < np.inf
+    model.partial_fit(epochs[1])
+    assert len(engine.sent) == 5 and len(seen) == 1  # every sweep of a later epoch draws tables
 
 
 def test_checkpoint_carries_the_document_concentration():
@@ -280,4 +307,10 @@ def test_checkpoint_carries_the_document_concentration():
 def test_document_concentration_is_refused_for_families_without_it():
     X = np.abs(np.random.default_rng(0).normal(size=(6, 4)))
     with pytest.raises(ValueError, match="document_concentration.*multinomial"):
-        DTSSBP(likelihood="vmf", document_concentration="auto", n_sweeps=1).partial_fit(X)
+        DTSSBP(likelihood="vmf", document_concentration=50.0, n_sweeps=1).partial_fit(X)
+    # the default, "auto", leaves a family without a document model as it is
+    X = X / np.linalg.norm(X, axis=1, keepdims=True)
+    auto = DTSSBP(likelihood="vmf", n_sweeps=2, random_state=0).partial_fit(X)
+    plain = DTSSBP(likelihood="vmf", document_concentration=None, n_sweeps=2, random_state=0).partial_fit(X)
+    assert auto.get_params()["document_concentration"] == "auto" and "document_concentration" not in auto.state_.hyper
+    assert same_trees(auto, plain)

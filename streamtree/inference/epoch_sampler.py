@@ -465,7 +465,7 @@ class EpochSampler:
             return X
         st = self.state
         if sweep == 0:
-            theta, node_of_row = self.root_anchor[None, :], np.zeros(X.shape[0], dtype=np.int64)
+            theta, node_of_row = self.root_anchor[None, :], None
         else:
             ids, inverse = np.unique(self.labels_now, return_inverse=True)
             theta, node_of_row = st.nodes.theta, st.nodes.slots(ids)[inverse.ravel()]

@@ -240,8 +240,10 @@ class Likelihood(ABC):
         under ``document_concentration``), and the family's sampled values to keep in the
         chain's ``hyper``.
 
-        ``theta[node_of_row[r]]`` is the parameter of document ``r``'s current node; ``hyper``
-        the chain's values (the family reads its own entries, absent before the first sweep).
+        ``theta[node_of_row[r]]`` is the parameter of document ``r``'s current node, or with
+        ``node_of_row=None`` (an epoch's first sweep, before any assignment) ``theta[0]`` is
+        every document's; ``hyper`` the chain's values (the family reads its own entries,
+        absent before the first sweep).
         The returned rows keep ``X``'s shape and sparsity pattern. By default the family has no
         such variables: ``(None, {})``, the sweep reads ``X`` and draws nothing."""
         return None, {}

@@ -116,13 +116,20 @@ def sample_concentration(s: float, tables: float, lengths: np.ndarray, weights: 
     return float(np.exp(v))
 
 
-def polya_concentration(X: sp.csr_matrix, frequencies: np.ndarray) -> float:
-    """The Polya maximum-likelihood ``s`` of the documents about ``frequencies``,
-    ``argmax_s sum_d log DCM(x_d | s f)``: the chain's starting value (searched on
-    :data:`CONCENTRATION_RANGE` on a log scale)."""
+def polya_concentration(X: sp.csr_matrix, frequencies: np.ndarray, node_of_row: np.ndarray | None = None) -> float:
+    """The Polya maximum-likelihood ``s`` of the documents about their word frequencies,
+    ``argmax_s sum_d log DCM(x_d | s f_d)``: the chain's starting value (searched on
+    :data:`CONCENTRATION_RANGE` on a log scale). ``frequencies`` is one distribution for
+    every document, or with ``node_of_row`` a matrix whose row ``node_of_row[d]`` is
+    document ``d``'s."""
     X = sp.csr_matrix(X)
     n_docs = np.asarray(X.sum(axis=1)).ravel()
-    f_nz = np.asarray(frequencies, dtype=np.float64)[X.indices]
+    frequencies = np.asarray(frequencies, dtype=np.float64)
+    if node_of_row is None:
+        f_nz = frequencies[X.indices]
+    else:
+        row_of_nz = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
+        f_nz = frequencies[np.asarray(node_of_row)[row_of_nz], X.indices]
 
     def evidence(s: float) -> float:
         a = s * f_nz
