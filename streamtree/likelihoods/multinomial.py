@@ -13,11 +13,12 @@ whole prior of a node without links). A document's counts given its node are
 Dirichlet-multinomial, exactly. Node updates are MAP steps by depth parity in the softmax basis
 (see :mod:`streamtree.likelihoods.multinomial_math`), so every ``phi`` stays strictly positive.
 
-Documents are conditionally independent token draws, so the family has no per-node dispersion
+With ``document_concentration=None`` (this object's default; the estimator's is ``"auto"``),
+documents are conditionally independent token draws, so the family has no per-node dispersion
 to estimate: a node's ``concentration`` is its parent-link strength ``s_par(d)`` at its
 creation, which the concentration update leaves as it is.
 
-With ``document_concentration`` set (not the default), documents are bursty instead:
+With ``document_concentration`` set, documents are bursty instead:
 ``x | phi_e ~ DCM(x | s phi_e)`` with one corpus-level ``s``, fitted through table counts
 (:mod:`streamtree.likelihoods.document_tables`). Each sweep then draws the table counts ``T`` of
 every document given its counts, its node and ``s`` (:meth:`Multinomial.sweep_counts`), and
