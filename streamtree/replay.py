@@ -291,8 +291,19 @@ def vocabulary_note(vec: TextVectorizer) -> str:
             f"{stop}; {weights})")
 
 
+def _params_before_added(identity: dict) -> dict:
+    """A stored replay identity with the model parameters its store was written before given
+    the values it was fitted with (:data:`streamtree.model.PARAMS_BEFORE_ADDED`)."""
+    from streamtree.model import PARAMS_BEFORE_ADDED
+
+    if not isinstance(identity.get("model"), dict):
+        return identity
+    return {**identity, "model": {**PARAMS_BEFORE_ADDED, **identity["model"]}}
+
+
 def _differences(stored: dict, now: dict) -> str:
-    keys = sorted(k for k in set(stored) | set(now) if stored.get(k) != now.get(k))
+    """The settings in which two replay identities differ, named down to the model parameter
+    (``model.document_concentration: None in the store, 'auto' now``), at most four."""
 
     def shown(identity: dict, key: str):
         # an identity without a weighting has the one older stores had (drop_unset_weighting)
@@ -300,7 +311,17 @@ def _differences(stored: dict, now: dict) -> str:
             return WEIGHTING_BEFORE_TFIDF
         return identity.get(key)
 
-    return ", ".join(f"{k}: {shown(stored, k)!r} in the store, {shown(now, k)!r} now" for k in keys[:4])
+    found = []
+    for k in sorted(set(stored) | set(now)):
+        a, b = shown(stored, k), shown(now, k)
+        if a == b:
+            continue
+        if isinstance(a, dict) and isinstance(b, dict):
+            found += [f"{k}.{j}: {a.get(j)!r} in the store, {b.get(j)!r} now"
+                      for j in sorted(set(a) | set(b)) if a.get(j) != b.get(j)]
+        else:
+            found.append(f"{k}: {a!r} in the store, {b!r} now")
+    return ", ".join(found[:4])
 
 
 @dataclass
@@ -318,7 +339,7 @@ def _start(store: SnapshotStore, config: ReplayConfig, mode: str) -> _Start:
     last = manifest["epochs"][-1] if manifest["epochs"] else None
     if last is None or mode == "overwrite":
         return _Start()
-    stored = manifest.get("config", {}).get("replay") or {}
+    stored = _params_before_added(manifest.get("config", {}).get("replay") or {})
     same = stored == config.identity()
     if mode == "resume" and same:
         if manifest.get("complete"):

@@ -30,7 +30,7 @@ def sou_slice(path: Path, n: int = 240, years=(1790, 1820), seed: int = 0) -> Pa
     return path
 
 
-MODEL_KEYS = {"n_sweeps", "kappa0", "random_state", "window", "engine", "n_shards", "likelihood"}
+MODEL_KEYS = {"n_sweeps", "kappa0", "random_state", "window", "engine", "n_shards", "likelihood", "document_concentration"}
 
 
 def config(path, **kw) -> ReplayConfig:
@@ -196,6 +196,22 @@ def test_identity_weighting_matches_stores_written_before_the_tfidf_default():
     from streamtree.replay import _differences
 
     assert _differences(ident("vmf", weighting="tf"), ident("vmf")) == "weighting: 'tf' in the store, 'tfidf' now"
+
+
+def test_refused_resume_names_the_model_parameter_that_differs():
+    """A store fitted with independent tokens (the default before bursty documents) is not
+    resumed under the new default; the refusal names the parameter, not two whole dicts."""
+    from streamtree.replay import _differences
+
+    old = config("corpus.parquet", document_concentration=None).identity()
+    now = config("corpus.parquet").identity()
+    assert old != now
+    assert _differences(old, now) == "model.document_concentration: None in the store, 'auto' now"
+    # a store written before the parameter existed was fitted with independent tokens
+    from streamtree.replay import _params_before_added
+
+    before = dict(old, model={k: v for k, v in old["model"].items() if k != "document_concentration"})
+    assert _params_before_added(before) == old
 
 
 def test_identity_records_iso_weeks_so_thursday_week_stores_are_not_resumed():
