@@ -164,8 +164,6 @@ class ReplayConfig:
     def identity(self) -> dict:
         """The settings that must match for a resume: everything but where it runs, with the
         source spelled canonically (relative or absolute paths of one file are the same)."""
-        from streamtree.model import RUN_LOCATION_PARAMS
-
         d = asdict(self)
         for name in RUN_LOCATION:
             d.pop(name, None)
@@ -175,7 +173,7 @@ class ReplayConfig:
                 d.pop(name)
         drop_unset_weighting(d, self.model_params())
         record_week_origin(d, self.epoch)
-        d["model"] = {k: v for k, v in self.model_params().items() if k not in RUN_LOCATION_PARAMS}
+        d["model"] = identity_model(self.model_params())
         return json.loads(json.dumps(d))
 
 
@@ -291,9 +289,26 @@ def vocabulary_note(vec: TextVectorizer) -> str:
             f"{stop}; {weights})")
 
 
-def _params_before_added(identity: dict) -> dict:
-    """A stored replay identity with the model parameters its store was written before given
-    the values it was fitted with (:data:`streamtree.model.PARAMS_BEFORE_ADDED`)."""
+def identity_model(params: dict) -> dict:
+    """The model parameters a replay or service identity records: not where it runs
+    (:data:`streamtree.model.RUN_LOCATION_PARAMS`), and a parameter of
+    :data:`streamtree.model.PARAMS_BEFORE_ADDED` that the likelihood family does not have at
+    its value there (what stores written before it recorded), so that a default the family
+    ignores does not make an older store look different."""
+    from streamtree.likelihoods import LIKELIHOODS
+    from streamtree.model import PARAMS_BEFORE_ADDED, RUN_LOCATION_PARAMS
+
+    family = LIKELIHOODS.get(params.get("likelihood"))
+    model = {k: v for k, v in sorted(params.items()) if k not in RUN_LOCATION_PARAMS}
+    for name, before in PARAMS_BEFORE_ADDED.items():
+        if family is not None and name not in family.params:
+            model[name] = before
+    return model
+
+
+def stored_identity(identity: dict) -> dict:
+    """A stored replay or service identity with the model parameters its store was written
+    before given the values it was fitted with (:data:`streamtree.model.PARAMS_BEFORE_ADDED`)."""
     from streamtree.model import PARAMS_BEFORE_ADDED
 
     if not isinstance(identity.get("model"), dict):
@@ -301,7 +316,7 @@ def _params_before_added(identity: dict) -> dict:
     return {**identity, "model": {**PARAMS_BEFORE_ADDED, **identity["model"]}}
 
 
-def _differences(stored: dict, now: dict) -> str:
+def identity_differences(stored: dict, now: dict) -> str:
     """The settings in which two replay identities differ, named down to the model parameter
     (``model.document_concentration: None in the store, 'auto' now``), at most four."""
 
@@ -339,7 +354,7 @@ def _start(store: SnapshotStore, config: ReplayConfig, mode: str) -> _Start:
     last = manifest["epochs"][-1] if manifest["epochs"] else None
     if last is None or mode == "overwrite":
         return _Start()
-    stored = _params_before_added(manifest.get("config", {}).get("replay") or {})
+    stored = stored_identity(manifest.get("config", {}).get("replay") or {})
     same = stored == config.identity()
     if mode == "resume" and same:
         if manifest.get("complete"):
@@ -350,7 +365,7 @@ def _start(store: SnapshotStore, config: ReplayConfig, mode: str) -> _Start:
         return _Start(last)
     if mode == "resume":
         raise StoreError(f"{store.uri}: the store holds a replay with a different configuration "
-                         f"({_differences(stored, config.identity())}); cannot resume it: give "
+                         f"({identity_differences(stored, config.identity())}); cannot resume it: give "
                          "the store's settings, or use --overwrite or another --store")
     what = "the same" if same else "a different"
     hint = "--resume to finish it, " if same else ""
@@ -706,5 +721,5 @@ def load_model(store_uri: str, epoch: int | None = None, **overrides) -> DTSSBP:
     return model
 
 
-__all__ = ["MODES", "REPLAY_SEED", "drop_unset_weighting", "record_week_origin", "theta_storage", "text_model_params", "text_vectorizer", "EpochFitter", "EpochProgress", "FittedEpoch", "ReplayConfig", "ReplaySummary", "StoredTreeModel", "fit_vocabulary", "load_model",
+__all__ = ["MODES", "REPLAY_SEED", "drop_unset_weighting", "identity_differences", "identity_model", "stored_identity", "record_week_origin", "theta_storage", "text_model_params", "text_vectorizer", "EpochFitter", "EpochProgress", "FittedEpoch", "ReplayConfig", "ReplaySummary", "StoredTreeModel", "fit_vocabulary", "load_model",
            "open_epochs", "read_epochs", "replay", "stderr_progress"]

@@ -70,7 +70,8 @@ from connectors.stores.snapshot import SnapshotStore, StoreError
 from streamtree.epochs import LATE_POLICIES, Bucketer, Epoch, EpochSpec, TimeRange
 from streamtree.records import OUT_OF_RANGE, REJECT_SCHEMA, make_rejects, reject_rows
 from streamtree.model import RUN_LOCATION_PARAMS
-from streamtree.replay import EpochFitter, drop_unset_weighting, record_week_origin, text_model_params, text_vectorizer, theta_storage
+from streamtree.replay import (EpochFitter, drop_unset_weighting, identity_differences, identity_model, record_week_origin,
+                               stored_identity, text_model_params, text_vectorizer, theta_storage)
 from streamtree.text import DEFAULT_MAX_DF, DEFAULT_MAX_FEATURES, DEFAULT_MIN_DF, DEFAULT_TOP_WORDS, DEFAULT_WEIGHTING
 from streamtree.text import TextVectorizer
 from streamtree.watermark import Watermark, is_idle
@@ -151,7 +152,7 @@ class ServeConfig:
                 d.pop(name)
         drop_unset_weighting(d, self.model_params())
         record_week_origin(d, self.epoch)
-        d["model"] = {k: v for k, v in sorted(self.model_params().items()) if k not in RUN_LOCATION_PARAMS}
+        d["model"] = identity_model(self.model_params())
         return json.loads(json.dumps(d, default=str))
 
     def model_params(self) -> dict:
@@ -344,14 +345,15 @@ class Service:
         self.store.check_writable()
         epochs = self.store.epochs()
         stored = self.store.config().get("serve")
+        stored = None if stored is None else stored_identity(stored)
         identity = self.config.identity()
         if epochs and stored is None:
             raise StoreError(f"{self.config.store}: the store holds {len(epochs)} epochs that are not from "
                              "`streamtree serve` (a replay?); give the service its own --store")
         if epochs and stored != identity:
-            diff = sorted(k for k in set(stored) | set(identity) if stored.get(k) != identity.get(k))
-            raise StoreError(f"{self.config.store}: the store was served with other settings ({', '.join(diff)}); "
-                             "restart with the same settings or give another --store")
+            raise StoreError(f"{self.config.store}: the store was served with other settings "
+                             f"({identity_differences(stored, identity)}); restart with the store's settings or "
+                             "give another --store")
         given = None
         if self.config.vocabulary_from:
             given = SnapshotStore(self.config.vocabulary_from).vectorizer()

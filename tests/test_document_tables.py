@@ -268,25 +268,45 @@ def test_without_the_option_no_tables_are_drawn():
 def test_auto_starts_after_a_first_sweep_of_the_counts(monkeypatch):
     """Under ``"auto"`` the chain's first sweep reads the counts (no tables, no ``s``); the
     first tables are drawn at the next sweep with ``s`` started at the Polya maximum-likelihood
-    value about each document's node, and later epochs go on from the chain's ``s``."""
+    value about each document's node. A later epoch's first sweep draws its tables about the
+    root (its documents have no node yet) and leaves ``s`` as it is: ``s`` is sampled once per
+    later sweep, given tables drawn at the documents' nodes."""
     import streamtree.likelihoods.multinomial as multinomial
 
     epochs = bursty_epochs(np.random.default_rng(2), n_epochs=2)
-    seen = []
+    starts, updates = [], []
 
-    def spy(X, frequencies, node_of_row=None, real=multinomial.polya_concentration):
-        seen.append((X.shape[0], node_of_row))
+    def spy_start(X, frequencies, node_of_row=None, real=multinomial.polya_concentration):
+        starts.append((X.shape[0], node_of_row))
         return real(X, frequencies, node_of_row)
 
-    monkeypatch.setattr(multinomial, "polya_concentration", spy)
+    def spy_update(s, *args, real=multinomial.sample_concentration, **kw):
+        updates.append(s)
+        return real(s, *args, **kw)
+
+    monkeypatch.setattr(multinomial, "polya_concentration", spy_start)
+    monkeypatch.setattr(multinomial, "sample_concentration", spy_update)
     engine = RecordingEngine(n_shards=1)
     model = DTSSBP(likelihood="multinomial", n_sweeps=3, max_depth=2, engine=engine, random_state=1)
     model.partial_fit(epochs[0])
-    assert len(engine.sent) == 2  # sweeps 1 and 2 of 3
-    assert len(seen) == 1 and seen[0][0] == epochs[0].shape[0] and seen[0][1] is not None
-    assert 0 < model.state_.hyper["document_concentration"] < np.inf
+    assert len(engine.sent) == 2 and len(updates) == 2  # sweeps 1 and 2 of 3
+    assert len(starts) == 1 and starts[0][0] == epochs[0].shape[0] and starts[0][1] is not None
+    s = model.state_.hyper["document_concentration"]
+    assert 0 < s < np.inf
     model.partial_fit(epochs[1])
-    assert len(engine.sent) == 5 and len(seen) == 1  # every sweep of a later epoch draws tables
+    assert len(engine.sent) == 5 and len(starts) == 1  # every sweep of a later epoch draws tables
+    assert len(updates) == 4 and updates[2] == s  # its first sweep left s as the last epoch did
+
+
+def test_auto_with_one_sweep_starts_s_after_it():
+    """A one-sweep first epoch under ``"auto"`` ends with ``s`` started (from the sweep's
+    nodes), so the model scores documents and fits the next epoch."""
+    epochs = bursty_epochs(np.random.default_rng(4), n_epochs=2)
+    model = DTSSBP(likelihood="multinomial", n_sweeps=1, max_depth=2, random_state=0).partial_fit(epochs[0])
+    assert 0 < model.state_.hyper["document_concentration"] < np.inf
+    assert np.all(np.isfinite(model.score_samples(epochs[0])))
+    model.partial_fit(epochs[1])
+    assert model.predict(epochs[1]).shape == (epochs[1].shape[0],)
 
 
 def test_checkpoint_carries_the_document_concentration():

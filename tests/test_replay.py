@@ -193,7 +193,7 @@ def test_identity_weighting_matches_stores_written_before_the_tfidf_default():
     assert ident("multinomial") == ident("multinomial", weighting="tf") == ident("multinomial", weighting="tfidf")
     assert "weighting" not in ident("multinomial")
     # the refusal names the weighting an older store has, not a missing value
-    from streamtree.replay import _differences
+    from streamtree.replay import identity_differences as _differences
 
     assert _differences(ident("vmf", weighting="tf"), ident("vmf")) == "weighting: 'tf' in the store, 'tfidf' now"
 
@@ -201,17 +201,20 @@ def test_identity_weighting_matches_stores_written_before_the_tfidf_default():
 def test_refused_resume_names_the_model_parameter_that_differs():
     """A store fitted with independent tokens (the default before bursty documents) is not
     resumed under the new default; the refusal names the parameter, not two whole dicts."""
-    from streamtree.replay import _differences
+    from streamtree.replay import identity_differences as _differences
 
     old = config("corpus.parquet", document_concentration=None).identity()
     now = config("corpus.parquet").identity()
     assert old != now
     assert _differences(old, now) == "model.document_concentration: None in the store, 'auto' now"
     # a store written before the parameter existed was fitted with independent tokens
-    from streamtree.replay import _params_before_added
+    from streamtree.replay import stored_identity
 
     before = dict(old, model={k: v for k, v in old["model"].items() if k != "document_concentration"})
-    assert _params_before_added(before) == old
+    assert stored_identity(before) == old
+    # the vMF has no document model: its stores, all recorded with None, match the new default
+    assert config("corpus.parquet", likelihood="vmf", document_concentration=None).identity() == \
+        config("corpus.parquet", likelihood="vmf").identity()
 
 
 def test_identity_records_iso_weeks_so_thursday_week_stores_are_not_resumed():

@@ -203,7 +203,7 @@ def test_warmup_vocabulary_and_restart_checks(corpus, tmp_path):
     vec = store.vectorizer()
     assert vec is not None and vec.n_fit_documents_ == 75  # the first three closed days
     assert [e["label"] for e in store.epochs()][:3] == ["2026-03-01", "2026-03-02", "2026-03-03"]
-    with pytest.raises(StoreError, match="other settings"):
+    with pytest.raises(StoreError, match="other settings.*epoch: '1d' in the store, '1w' now"):
         Service(_config(land, tmp_path / "store", warmup_docs=60, min_df=1, epoch="1w")).run(
             once=True, install_signals=False)
     with pytest.raises(StoreError, match="not from `streamtree serve`"):

@@ -442,6 +442,8 @@ class EpochSampler:
             self._update_theta(rows, sums, current, epoch)
             # (with own-node adjustments the sum holds them: a score of the sweep, not log p(x))
             logger.debug("epoch %d sweep %d: %d nodes, sweep log score %.4g", epoch, sweep, len(st.tree), stats.loglik)
+        if n and not self.likelihood.counts_started(st.hyper):  # a one-sweep epoch: start them now
+            self._sweep_rows(X, self.settings.n_sweeps)
         if n and previous is not None:
             self._identity_rule(rows, epoch, current)
             self._hand_over_ids(rows, epoch, current)
@@ -459,8 +461,9 @@ class EpochSampler:
         """The rows this sweep reads (:meth:`Likelihood.sweep_counts`): ``X`` for most
         families; for one with per-document latent variables, a fresh draw of them given each
         document's node after the last sweep (in the epoch's first sweep, before any
-        assignment, given the epoch's root anchor), sent to the shards. Drawn with the
-        coordinator's stream, so the values do not depend on the engine or the shards."""
+        assignment, with ``node_of_row=None`` and the epoch's root anchor: the family decides),
+        sent to the shards. Drawn with the coordinator's stream, so the values do not depend on
+        the engine or the shards."""
         if not self.likelihood.redraws_counts:
             return X
         st = self.state

@@ -248,6 +248,12 @@ class Likelihood(ABC):
         such variables: ``(None, {})``, the sweep reads ``X`` and draws nothing."""
         return None, {}
 
+    def counts_started(self, hyper: Mapping[str, float]) -> bool:
+        """Whether the chain's ``hyper`` holds every value :meth:`sweep_counts` samples (a
+        family may start them only once documents have nodes; the sampler then calls it once
+        more after an epoch whose sweeps ended before). True for families without any."""
+        return True
+
     # ------------------------------------------------------------------ new nodes
     @abstractmethod
     def new_node_prior(self, depth: int) -> float:

@@ -155,7 +155,9 @@ class Multinomial(WordTopics, Likelihood):
         their nodes' ``phi`` after it. Started about the epoch's word frequencies instead, ``s``
         also absorbs the spread between topics, and a small ``s`` makes one node fit them all:
         60 documents from three topics over four words stayed at the root with ``s`` = 2.6,
-        where this start finds the three topics."""
+        where this start finds the three topics. For the same reason a later epoch's first
+        sweep, whose tables are drawn about the root (its documents have no node yet), does not
+        update ``s``."""
         if not self.redraws_counts:
             return None, {}
         auto = self.document_concentration == "auto"
@@ -165,13 +167,15 @@ class Multinomial(WordTopics, Likelihood):
             s = polya_concentration(X, theta, node_of_row)
         else:
             s = self.document_concentration_in_use(hyper)
-        if node_of_row is None:
-            node_of_row = np.zeros(X.shape[0], dtype=np.int64)
-        T = draw_tables(X, theta, node_of_row, s, rng)
-        if auto:
+        unassigned = node_of_row is None
+        T = draw_tables(X, theta, np.zeros(X.shape[0], dtype=np.int64) if unassigned else node_of_row, s, rng)
+        if auto and not unassigned:
             lengths, weights = length_groups(X)
             s = sample_concentration(s, float(T.data.sum()), lengths, weights, rng)
         return T, {self.DOCUMENT_HYPER: float(s)}
+
+    def counts_started(self, hyper):
+        return self.document_concentration != "auto" or self.DOCUMENT_HYPER in hyper
 
     def document_concentration_in_use(self, hyper: Mapping[str, float] | None) -> float | None:
         """The document concentration ``s`` of a fitted chain (``None``: multinomial documents):
