@@ -85,12 +85,13 @@ class DTSSBP(BaseEstimator):
         word used once is likely to come again), fitted through per-word table counts drawn
         every sweep (:mod:`streamtree.likelihoods.document_tables`); ``"auto"`` slice-samples
         ``s`` (the value in use is ``document_concentration`` in the chain's ``state_.hyper``),
-        which grows without bound as the documents' repeats fall to what ``phi`` predicts.
-        ``None``: a document's tokens are independent draws from ``phi``. Real text is bursty,
-        and under independent draws a document's repeated words make a node of its own likelier
-        than the node its topic holds, so trees split into many small nodes (planted topics
-        with Poisson counts, 50,000 documents: 882 nodes for 100 topics under ``None``, 183
-        under ``"auto"``, at a fifth of the CPU; see BENCHMARKS.md). :meth:`score_samples`,
+        which grows large, towards independent tokens, when the documents repeat their words
+        no more than ``phi`` predicts. ``None``: a document's tokens are independent draws
+        from ``phi``. Real text is bursty, and under independent draws a document's repeated
+        words make a node of its own likelier than the node its topic holds, so trees split
+        into many small nodes (planted topics with Poisson counts, 50,000 documents, 20
+        sweeps: 882 nodes for 100 topics under ``None``, 191 under ``"auto"``, at a quarter
+        of the CPU; see BENCHMARKS.md). :meth:`score_samples`,
         :meth:`transform` and :meth:`predict` score documents under the fitted document model
         (the density exactly, new nodes included). Families without a document model (vMF,
         Gaussian) ignore ``"auto"`` and take no number.
