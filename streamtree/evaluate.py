@@ -765,6 +765,18 @@ def _cell(values: np.ndarray, digits: int = 2) -> str:
     return f"{np.mean(values):.{digits}f}"
 
 
+def _document_model(params: dict) -> str:
+    """How the report names the fitted document model, for a family that has one."""
+    from streamtree.likelihoods import LIKELIHOODS
+
+    family = LIKELIHOODS.get(params["likelihood"])
+    if family is None or "document_concentration" not in family.params:
+        return ""
+    setting = params.get("document_concentration")
+    return (" (independent tokens)" if setting is None
+            else f" (bursty documents, document_concentration={setting})")
+
+
 def format_results(results: list[ModelResult], data: SplitData | list[SplitData], ev: EvaluationConfig) -> str:
     """One row per model and depth: log density per test document, coherence, paired differences."""
     splits = data if isinstance(data, list) else [data]
@@ -801,7 +813,8 @@ def format_results(results: list[ModelResult], data: SplitData | list[SplitData]
         ]
         score_title = ("log density per test document: mean over epochs of the epoch's mean (each epoch "
                        "weighs the same, as in the paper), mean +- sd over repeats")
-    head.append(f"{params['likelihood']} likelihood, {params['n_sweeps']} sweeps/epoch, window {params['window']}.")
+    head.append(f"{params['likelihood']} likelihood{_document_model(params)}, {params['n_sweeps']} sweeps/epoch, "
+                f"window {params['window']}.")
     lines = head + ["", f"Held-out {score_title}; NPMI: mean coherence of the top-{N_TOP_WORDS} words of each "
                         f"scored epoch's {N_TOP_NODES} largest nodes, from the training documents' "
                         "co-occurrence (higher is better for both):"]

@@ -98,6 +98,7 @@ def test_paper_protocol_selects_on_first_half_and_scores_second_half(corpus):
     text = format_results(results, data, ev)
     assert "protocol: paper" in text and "Held-out log density per test document" in text
     assert "not a density" in text
+    assert "multinomial likelihood (bursty documents, document_concentration=auto)" in text  # the document model
     row = next(line for line in text.splitlines() if line.startswith("dtssbp"))
     assert f"{np.mean(r.normalized):.2f} +- {np.std(r.normalized, ddof=1):.2f}" in row
     assert f"{np.mean(r.unnormalized):.2f} +- {np.std(r.unnormalized, ddof=1):.2f}" in row
