@@ -39,7 +39,7 @@ import streamtree  # noqa: F401
 from streamtree.inference.enumerated import VMF, Candidates, row_sq_norms, sweep_rows
 from streamtree.inference.sticks import log_masses, sample_sticks, stick_params
 from streamtree.likelihoods.vmf import log_normalizer
-from streamtree.synthetic import sparse_corpus
+from streamtree.synthetic import l2_rows, sparse_corpus
 from streamtree.tree import TSSBTree
 
 
@@ -177,12 +177,10 @@ def main() -> None:
 
     rng = np.random.default_rng(0)
     t = time.perf_counter()
-    corpus = sparse_corpus(rng, n_docs=args.docs, p=args.vocab, nnz_per_row=30, n_topics=args.nodes)
-    X = corpus.X
-    # the same documents as integer counts (the generator's stream does not depend on the flag)
-    X_fit = X if args.likelihood == "vmf" else sparse_corpus(
-        np.random.default_rng(0), n_docs=args.docs, p=args.vocab, nnz_per_row=30, n_topics=args.nodes,
-        normalise=False).X
+    corpus = sparse_corpus(rng, n_docs=args.docs, p=args.vocab, nnz_per_row=30, n_topics=args.nodes,
+                           normalise=False)
+    X = l2_rows(corpus.X)  # the vMF kernel's rows; the multinomial fits the integer counts
+    X_fit = X if args.likelihood == "vmf" else corpus.X
     print(f"corpus: {X.shape[0]} docs, V={X.shape[1]}, {X.nnz / X.shape[0]:.1f} nnz/row "
           f"(built in {time.perf_counter() - t:.1f}s)")
     cand = build_candidates(rng, X, args.nodes)

@@ -192,9 +192,10 @@ def _kappa0(text: str) -> float | str:
 
 def _document_concentration(text: str) -> float | str | None:
     """``auto`` (sampled with the model), ``none`` (independent tokens) or a positive number."""
-    if text.lower() in ("auto", "none"):
-        return None if text.lower() == "none" else "auto"
-    return _positive_float(text)
+    word = text.lower()
+    if word == "none":
+        return None
+    return "auto" if word == "auto" else _positive_float(text)
 
 
 def _add_vocabulary_args(p: argparse.ArgumentParser, what: str = "") -> None:

@@ -300,9 +300,8 @@ def identity_model(params: dict) -> dict:
 
     family = LIKELIHOODS.get(params.get("likelihood"))
     model = {k: v for k, v in sorted(params.items()) if k not in RUN_LOCATION_PARAMS}
-    for name, before in PARAMS_BEFORE_ADDED.items():
-        if family is not None and name not in family.params:
-            model[name] = before
+    if family is not None:
+        model.update({name: before for name, before in PARAMS_BEFORE_ADDED.items() if name not in family.params})
     return model
 
 

@@ -76,11 +76,13 @@ def sparse_corpus(rng: np.random.Generator, *, n_docs: int, p: int, nnz_per_row:
     indices = np.concatenate(cols)
     data = rng.poisson(1.0, size=indices.size) + 1.0
     X = sp.csr_matrix((data, indices, indptr), shape=(n_docs, p))
-    if not normalise:
-        return SyntheticEpoch(X, z)
+    return SyntheticEpoch(l2_rows(X) if normalise else X, z)
+
+
+def l2_rows(X: sp.csr_matrix) -> sp.csr_matrix:
+    """``X`` with every row scaled to unit L2 norm (how :func:`sparse_corpus` normalises)."""
     norms = np.sqrt(np.asarray(X.multiply(X).sum(axis=1)).ravel())
-    X = sp.diags(1.0 / norms) @ X
-    return SyntheticEpoch(sp.csr_matrix(X), z)
+    return sp.csr_matrix(sp.diags(1.0 / norms) @ X)
 
 
 def gaussian_evolving_tree(rng: np.random.Generator, *, noise: float = 0.5, docs: int = 120

@@ -161,7 +161,7 @@ class Multinomial(WordTopics, Likelihood):
         if not self.redraws_counts:
             return None, {}
         auto = self.document_concentration == "auto"
-        if auto and self.DOCUMENT_HYPER not in hyper:  # the chain's first draw starts here
+        if not self.counts_started(hyper):  # the chain's first draw starts here
             if node_of_row is None:
                 return None, {}
             s = polya_concentration(X, theta, node_of_row)
