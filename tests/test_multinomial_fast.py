@@ -72,6 +72,29 @@ def test_joint_newton_matches_safeguarded_search_and_kkt(monkeypatch, seed):
                                rtol=1e-10, atol=0)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_start_far_below_the_optimum_restarts_the_joint_steps(monkeypatch, seed):
+    """A warm start with terms decades below their optimum (a child gained words its parent had
+    all but lost) stops the joint steps at their first step; one coordinate solve and the joint
+    steps from there reach the safeguarded search's optimum."""
+    rng = np.random.default_rng(seed)
+    V, J = 2000, 1 + seed
+    c, alpha, L, s, O = node_problem(rng, V, J)
+    ref = reference_map(monkeypatch, c, alpha, L, s, O)
+    start = ref.copy()
+    start[rng.choice(V, V // 4, replace=False)] *= 1e-15
+    start /= start.sum()
+    first = start.copy()
+    assert not mm._joint_newton_nb(c + alpha, s, O, L, first, mm._JOINT_MAX_ITER, mm._JOINT_TOL, mm._JOINT_FREEZE)
+    solves = []
+    coordinate = mm._coordinate_solve_nb
+    monkeypatch.setattr(mm, "_coordinate_solve_nb", lambda *a: solves.append(1) or coordinate(*a))
+    phi = mm.map_phi_with_children(c, alpha, L, s, O, phi_init=start)
+    assert len(solves) == 1  # the restart converged: no multiplier search
+    np.testing.assert_allclose(phi, ref, rtol=1e-10, atol=0)
+    assert kkt_spread(phi, c, alpha, L, s, O) < 1e-9
+
+
 def test_joint_newton_small_vocabulary_objective(monkeypatch):
     """On a tiny vocabulary the optimum is also a maximum of the objective along every feasible
     direction, and the search agrees with it."""
