@@ -20,11 +20,11 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from scipy.stats import beta as beta_dist
-from scipy.special import betaln
+from scipy.special import betaln, expit
 from scipy.stats import chi2
 
 from streamtree.inference.merge import collapsed_log_prior
-from streamtree.inference.split_merge import MoveState, Previous, SplitMerge
+from streamtree.inference.split_merge import EPS, MoveState, Previous, SplitMerge
 from streamtree.likelihoods.base import DocumentSet
 from streamtree.likelihoods.multinomial import Multinomial
 from streamtree.likelihoods.vmf import VonMisesFisher
@@ -914,3 +914,53 @@ def test_log_uniform_is_numpys_log_of_the_same_draw():
     a, b = np.random.default_rng(5), np.random.default_rng(5)
     for _ in range(2000):
         assert _log_uniform(a) == np.log(b.random())
+
+
+def test_log_q_is_the_clipped_allocation_log_probability():
+    """The compiled allocation log-probability is the sum over documents of log P(side taken),
+    P(new side) = expit(log-odds) clipped to [EPS, 1 - EPS], as SciPy and NumPy give it."""
+    rng = np.random.default_rng(5)
+    lo = np.concatenate([rng.normal(0.0, 3.0, 500), [-800.0, -40.0, -7.0, 0.0, 7.0, 40.0, 800.0]])
+    to_new = rng.random(lo.size) < 0.5
+    p = np.clip(expit(lo), EPS, 1 - EPS)
+    expected = float(np.sum(np.where(to_new, np.log(p), np.log1p(-p))))
+    assert SplitMerge._log_q(lo, to_new) == pytest.approx(expected, rel=1e-13)
+    assert SplitMerge._log_q(lo[:0], to_new[:0]) == 0.0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_places_after_a_lift_read_from_the_live_flags_are_the_walked_ones(seed):
+    """The places of a split in a tree edited by one lift (a merge's merged state, an empty
+    node's removal) come from the live tree's per-subtree flags; they are the places the
+    generic walk of the edited tree finds, for every host and every partner."""
+    from streamtree.inference.split_merge import EditedTree
+
+    rng = np.random.default_rng(seed)
+    tree = TSSBTree(max_depth=4)
+    ids = [ROOT]
+    for _ in range(14):
+        host = int(rng.choice([i for i in ids if not tree.at_cap(i)]))
+        ids.append(tree.add_child(host))
+    past = {i: int(rng.integers(1, 4)) for i in ids if rng.random() < 0.25}
+    carried = {i for i in ids if i != ROOT and rng.random() < 0.15}
+    st = MoveState(tree, np.zeros(1, dtype=np.int64), sp.csr_matrix((1, 3)), past,
+                   {i: np.full(3, 1 / 3) for i in ids}, {i: 1.0 for i in ids}, carried)
+    variant = resolve_variant("dtssbp", window=2, max_depth=4, gamma=0.5, xi=0.001)
+    lik = Multinomial(variant, 3, kappa0=5.0, kappa1=1.0, a=-3.0, min_node_docs=2)
+    moves = SplitMerge(lik, dict(alpha0=1.0, lam=0.5, gamma=0.5, max_depth=4, root_holds_data=True))
+    prior = moves.index(st).prior
+    checked = 0
+    for x in ids[1:]:
+        if past.get(x, 0):
+            continue  # a lift moves no documents: only nodes without them
+        edit = prior.edit()
+        edit.lift(x)
+        edited = EditedTree(edit)
+        assert edited.lifted == x
+        walked = EditedTree(edit)
+        walked.lifted = None  # the generic walk
+        for P in [g for g in tree.preorder() if g != x]:
+            for a in [-1] + edited.children[P]:
+                assert moves._places_of(st, edited, P, a) == moves._places_of(st, walked, P, a)
+                checked += 1
+    assert checked > 20

@@ -155,6 +155,9 @@ class PriorEdit:
         self._I = prior._I.copy()
         self._new: dict[int, int] = {}  # rows of the nodes this edit creates, by id
         self._new_ids: list[int] = []
+        #: the edit's changes of the tree's shape, in order: ``("insert", nid, parent, position,
+        #: adopt)`` and ``("lift", x)`` (document moves leave the shape alone)
+        self.shape_changes: list[tuple] = []
 
     def _row(self, x: int) -> int | None:
         s = self.prior._slot.get(x)
@@ -231,6 +234,7 @@ class PriorEdit:
         elif self._I[s, ALIVE]:
             raise ValueError(f"node {nid} is already in the tree")
         _insert(self._F, self._I, s, self._live_row(parent), int(position), int(adopt))
+        self.shape_changes.append(("insert", nid, parent, int(position), int(adopt)))
 
     def _grow(self, rows: int) -> None:
         extra = max(rows, 2 * self._F.shape[0]) - self._F.shape[0]
@@ -247,6 +251,7 @@ class PriorEdit:
             raise ValueError(f"node {x} has no parent to lift its children into")
         if not _lift(self._F, self._I, row):
             raise ValueError(f"node {x} still holds documents: move them before lifting it")
+        self.shape_changes.append(("lift", x))
 
 
 # ---------------------------------------------------------------------- kernels

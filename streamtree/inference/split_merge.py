@@ -81,6 +81,7 @@ Nothing here depends on the observation family: all of it goes through the
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -309,6 +310,9 @@ class EditedTree:
         self.parent = _Get(edit.parent)
         self.children = _Get(edit.children)
         self.depth = _Get(edit.depth)
+        #: the node whose lift is the edit's only change of shape (its subtree one level up), else None
+        changes = edit.shape_changes
+        self.lifted: int | None = changes[0][1] if len(changes) == 1 and changes[0][0] == "lift" else None
 
     def at_cap(self, x: int) -> bool:
         return self.max_depth is not None and self.depth[x] >= self.max_depth
@@ -344,6 +348,28 @@ def _csr_row_sums(indptr, indices, data, rows, p):
             s[indices[k]] += v
             sumsq += v * v
     return s, sumsq
+
+
+def _is_ancestor(parent: dict[int, int], x: int, y: int) -> bool:
+    """Whether ``x`` is a proper ancestor of ``y`` (``parent``: a tree's parent map)."""
+    up = parent.get(y, -1)
+    while up >= 0:
+        if up == x:
+            return True
+        up = parent.get(up, -1)
+    return False
+
+
+@njit(cache=True, nogil=True)
+def _log_allocation_nb(log_odds, to_new, eps):
+    """log q of an allocation: each document's log-probability of the side it went to, with
+    P(new side) = expit(log_odds) clipped to [eps, 1 - eps]; one pass, one log per document."""
+    out = 0.0
+    for i in range(log_odds.shape[0]):
+        p = 1.0 / (1.0 + math.exp(-log_odds[i]))
+        p = min(max(p, eps), 1.0 - eps)
+        out += math.log(p) if to_new[i] else math.log1p(-p)
+    return out
 
 
 @njit(cache=True)
@@ -472,6 +498,19 @@ class SplitMerge:
             stack.extend(tree.children[g])
         return True
 
+    def _adoptable_after_lift(self, st: MoveState, tree: EditedTree, c: int) -> bool:
+        """:meth:`adoptable` (one level lower) in a tree that differs from the live one only by
+        the lift of ``tree.lifted``, from the index's per-subtree flags: a descendant of the
+        lifted node keeps its subtree one level higher, a node off the lifted node's path to the
+        root keeps its subtree as it is; an ancestor of the lifted node loses it from its
+        subtree and is walked."""
+        live, lifted = st.tree, tree.lifted
+        if _is_ancestor(live.parent, c, lifted):
+            return self.adoptable(st, tree, c)
+        idx, cap = self.index(st), tree.max_depth
+        reach = idx.reach()[c] - _is_ancestor(live.parent, lifted, c)
+        return idx.fresh()[c] and (cap is None or reach < cap)
+
     def is_new(self, st: MoveState, tree, b: int) -> bool:
         """A node born in this epoch whose children a merge may lift to its parent: a split can
         create it (adopting those children) and a merge remove it. ``tree`` is the state in
@@ -505,6 +544,8 @@ class SplitMerge:
             idx, cap = self.index(st), tree.max_depth
             fresh, reach = idx.fresh(), idx.reach()
             ok = [c != a and fresh[c] and (cap is None or reach[c] < cap) for c in kids]
+        elif getattr(tree, "lifted", None) is not None:
+            ok = [c != a and self._adoptable_after_lift(st, tree, c) for c in kids]
         else:
             ok = [c != a and self.adoptable(st, tree, c) for c in kids]  # a stays a partner of the new node
         out = []
@@ -595,8 +636,8 @@ class SplitMerge:
 
     @staticmethod
     def _log_q(log_odds: np.ndarray, to_new: np.ndarray) -> float:
-        p_new = np.clip(expit(log_odds), EPS, 1 - EPS)
-        return float(np.sum(np.where(to_new, np.log(p_new), np.log1p(-p_new))))
+        return float(_log_allocation_nb(np.ascontiguousarray(log_odds, dtype=np.float64),
+                                        np.ascontiguousarray(to_new, dtype=np.bool_), EPS))
 
     def _log_ratio(self, st: MoveState, split, a: int, b: int, place: tuple, docs: DocumentSet,
                    log_prior: float, n_places: int, log_q: float, theta_b: np.ndarray | None = None) -> float:
