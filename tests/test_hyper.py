@@ -53,3 +53,22 @@ def test_slice_step_keeps_a_known_density():
         x = slice_step(x, lambda u: 2.0 * np.log(u), 0.0, 1.0, rng)  # Beta(3, 1)
         xs.append(x)
     assert np.mean(xs) == pytest.approx(0.75, abs=0.01)
+
+
+@pytest.mark.parametrize("max_depth, root_holds_data", [(3, True), (3, False), (None, True), (2, True)])
+def test_hyper_target_is_the_collapsed_prior(max_depth, root_holds_data):
+    """The slice sampler's target, as its nu and psi factors, is the collapsed stick prior."""
+    from streamtree.inference.hyper import HyperTarget
+
+    rng = np.random.default_rng(3)
+    t = TSSBTree(max_depth)
+    ids = [0]
+    for _ in range(12):
+        ids.append(t.add_child(int(rng.choice([i for i in ids if not t.at_cap(i)]))))
+    arr = t.arrays()
+    counts = rng.integers(0, 6, arr.size).astype(float)
+    target = HyperTarget(arr, counts, max_depth=max_depth, root_holds_data=root_holds_data)
+    for alpha0, lam, gamma in [(2.0, 0.6, 0.8), (0.05, 0.01, 40.0), (90.0, 1.0, 0.02)]:
+        exact = log_hyper_likelihood(arr, counts, alpha0=alpha0, lam=lam, gamma=gamma, max_depth=max_depth,
+                                     root_holds_data=root_holds_data)
+        assert target(alpha0=alpha0, lam=lam, gamma=gamma) == pytest.approx(exact, rel=1e-12, abs=1e-12)

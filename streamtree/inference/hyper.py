@@ -18,8 +18,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+from scipy.special import betaln
 
 from streamtree.inference.merge import collapsed_log_prior
+from streamtree.inference.sticks import subtree_and_later, alpha_at_depth
 from streamtree.tree import TreeArrays
 
 #: name -> (low, high, log scale): the support of each hyperparameter's prior
@@ -36,6 +38,37 @@ def log_hyper_likelihood(arrays: TreeArrays, counts: np.ndarray, *, alpha0: floa
     return collapsed_log_prior(arrays, np.zeros_like(counts, dtype=np.float64), np.asarray(counts, np.float64),
                                alpha0=alpha0, lam=lam, gamma=gamma, max_depth=max_depth,
                                root_holds_data=root_holds_data)
+
+
+class HyperTarget:
+    """:func:`log_hyper_likelihood` for one tree and one set of counts, as its two factors: the
+    ``nu`` sticks' terms (:meth:`log_nu`, a function of ``alpha0`` and ``lam`` alone) and the
+    ``psi`` sticks' (:meth:`log_psi`, of ``gamma`` alone). The counts' sums are taken once, and
+    each slice update evaluates only the factor its parameter enters (the other is a constant
+    of that conditional)."""
+
+    def __init__(self, arrays: TreeArrays, counts: np.ndarray, *, max_depth: int | None,
+                 root_holds_data: bool) -> None:
+        own = np.asarray(counts, dtype=np.float64)
+        S, later = subtree_and_later(np.asarray(arrays.parent_index, dtype=np.int64), own)
+        depth = np.asarray(arrays.depth)
+        free = np.ones(arrays.size, dtype=bool)  # nu is sampled, not fixed (as in stick_params)
+        if max_depth is not None:
+            free &= depth < max_depth
+        if not root_holds_data:
+            free[0] = False
+        self._own, self._below, self._depth = own[free], (S - own)[free], depth[free]
+        self._subtree, self._later = S[1:], later[1:]
+
+    def log_nu(self, alpha0: float, lam: float) -> float:
+        a = alpha_at_depth(self._depth, alpha0, lam)
+        return float(np.sum(betaln(1.0 + self._own, a + self._below) - betaln(1.0, a)))
+
+    def log_psi(self, gamma: float) -> float:
+        return float(np.sum(betaln(1.0 + self._subtree, gamma + self._later) - betaln(1.0, gamma)))
+
+    def __call__(self, *, alpha0: float, lam: float, gamma: float) -> float:
+        return self.log_nu(alpha0, lam) + self.log_psi(gamma)
 
 
 def slice_step(x: float, log_density: Callable[[float], float], low: float, high: float,
@@ -60,13 +93,15 @@ def sample_hyperparameters(arrays: TreeArrays, counts: np.ndarray, hyper: dict[s
     """One slice update of each of ``names`` in turn; returns the new values (a new dict, with
     any other entries of ``hyper`` unchanged)."""
     cur = {name: hyper[name] for name in ("alpha0", "lam", "gamma")}
+    target = HyperTarget(arrays, counts, max_depth=max_depth, root_holds_data=root_holds_data)
     for name in names:
         low, high, log_scale = HYPER_PRIORS[name]
 
         def logp(u: float, name: str = name, log_scale: bool = log_scale) -> float:
             value = float(np.exp(u)) if log_scale else u
-            return log_hyper_likelihood(arrays, counts, **{**cur, name: value}, max_depth=max_depth,
-                                        root_holds_data=root_holds_data)
+            if name == "gamma":  # the factor the parameter enters (the other is constant)
+                return target.log_psi(value)
+            return target.log_nu(**{"alpha0": cur["alpha0"], "lam": cur["lam"], name: value})
 
         x = float(np.clip(cur[name], low, high))
         if log_scale:

@@ -73,7 +73,7 @@ def stick_params(
     K = arrays.size
     if own.shape != (K,):
         raise ValueError(f"own_counts has shape {own.shape}, expected ({K},)")
-    S, later = _subtree_and_later(np.asarray(arrays.parent_index, dtype=np.int64), own)
+    S, later = subtree_and_later(np.asarray(arrays.parent_index, dtype=np.int64), own)
     a_nu = 1.0 + own
     b_nu = alpha_at_depth(arrays.depth, alpha0, lam) + (S - own)
     a_psi = 1.0 + S
@@ -87,7 +87,7 @@ def stick_params(
 
 
 @njit(cache=True, nogil=True)
-def _subtree_and_later(pidx: np.ndarray, own: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def subtree_and_later(pidx: np.ndarray, own: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Subtree totals S and, per node, the totals of its later siblings (rows in pre-order)."""
     K = own.shape[0]
     S = own.copy()
