@@ -429,7 +429,7 @@ class Multinomial(WordTopics, Likelihood):
         # the children's log phi as the solver reads them: NumPy's log (the compiled log may
         # differ in the last bit), refreshed for the rows a block changed
         log_theta = np.empty_like(theta)
-        log_theta[kids] = np.log(theta[kids])
+        _log_rows(theta, kids, log_theta)
         is_kid = np.zeros(K, dtype=bool)
         is_kid[kids] = True
         version = np.zeros(K, dtype=np.int64)
@@ -468,12 +468,18 @@ class Multinomial(WordTopics, Likelihood):
                     version[k] += moved > 0.0
                     delta = max(delta, moved)
                     theta[k] = new
-                changed = rows[(version[rows] != before) & is_kid[rows]]
-                if changed.size:
-                    log_theta[changed] = np.log(theta[changed])
+                _log_rows(theta, rows[(version[rows] != before) & is_kid[rows]], log_theta)
             if delta < 1e-10:
                 break
         return theta
 
     def update_concentration(self, counts, sums, sumsq, theta, current):
         return np.array(current, dtype=np.float64, copy=True)
+
+
+def _log_rows(theta: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
+    """``out[rows] = np.log(theta[rows])`` row by row in place: NumPy's log of the same values,
+    without the gathered copy and the scatter back (at K = 191, V = 20,000 they doubled the cost
+    of the log)."""
+    for r in rows:
+        np.log(theta[r], out=out[r])
