@@ -21,7 +21,7 @@ import numpy as np
 from scipy.special import betaln
 
 from streamtree.inference.merge import collapsed_log_prior
-from streamtree.inference.sticks import subtree_and_later, alpha_at_depth
+from streamtree.inference.sticks import alpha_at_depth, subtree_and_later
 from streamtree.tree import TreeArrays
 
 #: name -> (low, high, log scale): the support of each hyperparameter's prior
