@@ -21,7 +21,7 @@ import numpy as np
 from scipy.special import betaln
 
 from streamtree.inference.merge import collapsed_log_prior
-from streamtree.inference.sticks import alpha_at_depth, subtree_and_later
+from streamtree.inference.sticks import alpha_at_depth, fixed_nu, subtree_and_later
 from streamtree.tree import TreeArrays
 
 #: name -> (low, high, log scale): the support of each hyperparameter's prior
@@ -52,11 +52,7 @@ class HyperTarget:
         own = np.asarray(counts, dtype=np.float64)
         S, later = subtree_and_later(np.asarray(arrays.parent_index, dtype=np.int64), own)
         depth = np.asarray(arrays.depth)
-        free = np.ones(arrays.size, dtype=bool)  # nu is sampled, not fixed (as in stick_params)
-        if max_depth is not None:
-            free &= depth < max_depth
-        if not root_holds_data:
-            free[0] = False
+        free = np.isnan(fixed_nu(depth, max_depth, root_holds_data))
         self._own, self._below, self._depth = own[free], (S - own)[free], depth[free]
         self._subtree, self._later = S[1:], later[1:]
 
@@ -66,9 +62,6 @@ class HyperTarget:
 
     def log_psi(self, gamma: float) -> float:
         return float(np.sum(betaln(1.0 + self._subtree, gamma + self._later) - betaln(1.0, gamma)))
-
-    def __call__(self, *, alpha0: float, lam: float, gamma: float) -> float:
-        return self.log_nu(alpha0, lam) + self.log_psi(gamma)
 
 
 def slice_step(x: float, log_density: Callable[[float], float], low: float, high: float,

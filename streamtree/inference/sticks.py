@@ -78,12 +78,19 @@ def stick_params(
     b_nu = alpha_at_depth(arrays.depth, alpha0, lam) + (S - own)
     a_psi = 1.0 + S
     b_psi = gamma + later
-    nu_fixed = np.full(K, np.nan)
+    return StickParams(a_nu, b_nu, a_psi, b_psi, fixed_nu(arrays.depth, max_depth, root_holds_data))
+
+
+def fixed_nu(depth: np.ndarray, max_depth: int | None, root_holds_data: bool) -> np.ndarray:
+    """Per node (pre-order, the root first): NaN where its ``nu`` is sampled, else its fixed
+    value, 1 at the depth cap and 0 at a root that holds no data."""
+    depth = np.asarray(depth)
+    out = np.full(depth.shape[0], np.nan)
     if max_depth is not None:
-        nu_fixed[arrays.depth >= max_depth] = 1.0
+        out[depth >= max_depth] = 1.0
     if not root_holds_data:
-        nu_fixed[0] = 0.0
-    return StickParams(a_nu, b_nu, a_psi, b_psi, nu_fixed)
+        out[0] = 0.0
+    return out
 
 
 @njit(cache=True, nogil=True)

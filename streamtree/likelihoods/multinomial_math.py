@@ -1374,7 +1374,8 @@ def map_phi_with_children_dense(c: np.ndarray, alpha: np.ndarray, L: np.ndarray,
         phi0 = np.where(active, b, 0.0)
     t_star = 1.0 / n_active
     phi0 = phi0 / phi0.sum() if phi0.sum() > 0 else np.where(active, t_star, 0.0)
-    joint = bool(np.all(b > 0.0))
+    joint = bool(np.all(b > 0.0))  # the joint steps need every b_w > 0
+    restart_pending = joint  # one restart of them, after the first coordinate solve below
     if joint:
         t = phi0.copy()
         if _joint_newton_nb(b, s, O, L, t, _JOINT_MAX_ITER, tol, freeze):
@@ -1403,17 +1404,17 @@ def map_phi_with_children_dense(c: np.ndarray, alpha: np.ndarray, L: np.ndarray,
             # in |1 - S| (below 1e-14 relative in phi), and the final normalisation absorbs it.
             t += dt * ((1.0 - total) / slope)
             break
-        if joint and total > 0.0:
+        if restart_pending and total > 0.0:
             # The joint steps fail mostly at their first step, from a start where some terms sit
             # decades below their optimum (a warm start after a child gained words its parent
             # had lost): there the linearisation of b_w + t (g_w'(t) - lambda) is not
             # decreasing. One coordinate solve puts every term at its optimum for this lambda;
             # from there, normalised, the joint steps converge in a few (to the same stopping
             # rule), where the multiplier search would take several more coordinate solves.
-            joint = False
-            restart = t / total
-            if _joint_newton_nb(b, s, O, L, restart, _JOINT_MAX_ITER, tol, freeze):
-                return restart / restart.sum()
+            restart_pending = False
+            t_restart = t / total
+            if _joint_newton_nb(b, s, O, L, t_restart, _JOINT_MAX_ITER, tol, freeze):
+                return t_restart / t_restart.sum()
         if total > 1.0:
             lam_lo = max(lam_lo, lam)
         else:
