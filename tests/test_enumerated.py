@@ -336,3 +336,21 @@ def test_dirichlet_placeholders_on_csr_rows_match_the_dirichlet_multinomial(monk
     dm = np.array([[gammaln(a_sum[j]) - gammaln(a_sum[j] + x.sum()) + np.sum(gammaln(alpha[j] + x) - gammaln(alpha[j]))
                     for j in range(ph.size)] for x in dense])
     np.testing.assert_allclose(csr, logsumexp(dm, axis=1), rtol=1e-12, atol=1e-9)
+
+
+def test_count_structure_follows_new_values_on_the_same_pattern():
+    """Redrawn counts replace a loaded matrix's values array every sweep: the lengths must be
+    those of the new values, while the terms (a function of the pattern) are kept."""
+    rng = np.random.default_rng(4)
+    X = sp.random(40, 25, density=0.2, format="csr", random_state=5)
+    X.data = rng.integers(1, 6, size=X.nnz).astype(np.float64)
+    first = enumerated._count_structure(X, 25)
+    X.data = rng.integers(1, 6, size=X.nnz).astype(np.float64)  # a new array, as set_values does
+    second = enumerated._count_structure(X, 25)
+    assert second[0] is first[0] and second[1] is first[1]
+    fresh = sp.csr_matrix((X.data.copy(), X.indices.copy(), X.indptr.copy()), shape=X.shape)
+    for got, want in zip(second, enumerated._count_structure(fresh, 25)):
+        assert np.array_equal(got, want)
+    totals = np.asarray(X.sum(axis=1)).ravel()
+    assert np.array_equal(second[2], np.unique(totals).astype(np.int64))
+    assert np.array_equal(second[0], np.unique(X.indices))

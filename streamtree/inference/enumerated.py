@@ -381,34 +381,50 @@ def dirichlet_tables(alpha: np.ndarray, alpha_sum: np.ndarray, X: sp.csr_matrix)
     return alpha_T, log_T, rising, column_of, length_of
 
 
-#: :func:`_count_structure` of the count matrices in use, by the identity of their arrays (held
-#: by weak references, so an entry never outlives its matrix or answers for another one)
-_STRUCTURES: dict[int, tuple] = {}
+#: parts of :func:`_count_structure` by the identity of the arrays they depend on (held by
+#: weak references, so an entry never outlives its arrays or answers for others): the terms
+#: depend on the pattern alone, which stays while redrawn counts replace the values every sweep
+_TERMS: dict[int, tuple] = {}
+_LENGTHS: dict[int, tuple] = {}
+
+
+def _remembered(cache: dict[int, tuple], arrays: tuple, extra, compute) -> tuple:
+    """``compute()`` for ``arrays`` (and ``extra``), kept in ``cache`` by the identity of
+    ``arrays[-1]`` while all of ``arrays`` are alive and unchanged in identity."""
+    hit = cache.get(id(arrays[-1]))
+    if hit is not None and hit[0] == extra and all(ref() is a for ref, a in zip(hit[1], arrays)):
+        return hit[2]
+    out = compute()
+    for key in [k for k, v in cache.items() if any(ref() is None for ref in v[1])]:
+        del cache[key]  # arrays that are gone
+    cache[id(arrays[-1])] = (extra, tuple(weakref.ref(a) for a in arrays), out)
+    return out
 
 
 def _count_structure(X: sp.csr_matrix, p: int) -> tuple:
     """The terms that occur in ``X`` (ascending) with each term's place among them (-1 if
     absent), and the whole document lengths up to ``_RISING_TABLE_MAX`` that occur with each
     length's place. They depend on ``X`` alone, and a sweep's shard is the same matrix every
-    sweep of an epoch, so they are computed once per matrix (its arrays are never changed in
-    place while it is loaded)."""
-    arrays = (X.indptr, X.indices, X.data)
-    hit = _STRUCTURES.get(id(X.indices))
-    if hit is not None and hit[0] == p and all(ref() is a for ref, a in zip(hit[1], arrays)):
-        return hit[2]
-    columns = np.unique(X.indices).astype(np.int64)
-    column_of = np.full(p, -1, dtype=np.int64)
-    column_of[columns] = np.arange(columns.size)
-    totals = np.asarray(X.sum(axis=1)).ravel()
-    whole = totals[(totals == np.floor(totals)) & (totals >= 0) & (totals <= _RISING_TABLE_MAX)]
-    lengths = np.unique(whole).astype(np.int64)
-    length_of = np.full(int(lengths.max()) + 1 if lengths.size else 0, -1, dtype=np.int64)
-    length_of[lengths] = np.arange(lengths.size)
-    out = (columns, column_of, lengths, length_of)
-    for key in [k for k, v in _STRUCTURES.items() if v[1][1]() is None]:
-        del _STRUCTURES[key]  # matrices that are gone
-    _STRUCTURES[id(X.indices)] = (p, tuple(weakref.ref(a) for a in arrays), out)
-    return out
+    sweep of an epoch (its arrays are never changed in place while it is loaded; redrawn
+    counts come as a new values array, which changes the lengths only), so each part is
+    computed once per array it reads."""
+
+    def terms() -> tuple:
+        columns = np.unique(X.indices).astype(np.int64)
+        column_of = np.full(p, -1, dtype=np.int64)
+        column_of[columns] = np.arange(columns.size)
+        return columns, column_of
+
+    def lengths() -> tuple:
+        totals = np.asarray(X.sum(axis=1)).ravel()
+        whole = totals[(totals == np.floor(totals)) & (totals >= 0) & (totals <= _RISING_TABLE_MAX)]
+        found = np.unique(whole).astype(np.int64)
+        length_of = np.full(int(found.max()) + 1 if found.size else 0, -1, dtype=np.int64)
+        length_of[found] = np.arange(found.size)
+        return found, length_of
+
+    return (_remembered(_TERMS, (X.indices,), p, terms)
+            + _remembered(_LENGTHS, (X.indptr, X.data), None, lengths))
 
 
 @njit(cache=True, nogil=True)
