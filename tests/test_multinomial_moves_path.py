@@ -38,6 +38,25 @@ def test_block_log_likelihood_reads_csr_rows_in_place_with_the_same_values(dtype
 
 
 @pytest.mark.parametrize("seed", range(3))
+def test_fixed_node_scores_are_the_likelihoods_own_bit_for_bit(seed):
+    """The scorer the moves keep per node (log phi taken once, each depth's link normaliser
+    kept) gives the values of block_log_likelihood, log_likelihood and log_link exactly."""
+    rng, X, lik, theta = _problem(seed)
+    child = rng.dirichlet(np.full(theta.size, 0.5))
+    child = np.maximum(child, 1e-300)
+    prev = rng.dirichlet(np.full(theta.size, 2.0))
+    fixed, below = lik.fixed_node(theta, 1.0), lik.fixed_node(child, 1.0)
+    rows = np.array([5, 1, 1, 40, 0], dtype=np.int64)
+    assert np.array_equal(fixed.rows(RowBlock(X, rows)), lik.block_log_likelihood(RowBlock(X, rows), theta, 1.0))
+    docs = DocumentSet(3.0, np.asarray(X[rows].sum(axis=0), dtype=np.float64).ravel(), 0.0)
+    assert fixed.documents(docs) == lik.log_likelihood(docs, theta, 1.0)
+    for _ in range(2):  # the second round reads the kept normalisers
+        for depth in (1, 2, 3):
+            assert fixed.log_link_below(below, depth) == lik.log_link(child, theta, depth)
+            assert fixed.log_link_below(below, depth, prev) == lik.log_link(child, theta, depth, prev)
+
+
+@pytest.mark.parametrize("seed", range(3))
 def test_set_marginal_and_new_node_map_equal_the_checked_forms(seed):
     rng, X, lik, theta = _problem(seed)
     rows = rng.choice(X.shape[0], size=9, replace=False)

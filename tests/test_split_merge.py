@@ -317,6 +317,67 @@ def test_the_move_index_follows_accepted_moves():
     assert delta == pytest.approx(full() - before, abs=1e-10)
 
 
+def test_the_move_memos_follow_accepted_moves():
+    """The scores, scorers, link densities and places the index keeps between attempts equal
+    fresh evaluations at the state's current parameters, rows and tree after every attempt, through
+    splits, merges, relocations and both kinds of lift (multinomial: its scorer keeps log phi
+    and each depth's link normaliser)."""
+    from streamtree.inference.split_merge import EditedTree
+    from streamtree.likelihoods.base import RowBlock
+
+    variant = resolve_variant("dtssbp", window=2, max_depth=3, gamma=0.5, xi=0.001)
+    lik = Multinomial(variant, 6, kappa0=8.0, kappa1=0.75, a=-1.0, min_node_docs=2)
+    rng = np.random.default_rng(12)
+    topics = rng.dirichlet(np.ones(6), size=3)
+    X = sp.csr_matrix(np.vstack([rng.multinomial(12, topics[k % 3]) for k in range(45)]).astype(float))
+    tree = TSSBTree(3)
+    kept = tree.add_child(ROOT)
+    carried = tree.add_child(kept)
+    labels = rng.choice([ROOT, kept, carried], size=45)
+    theta = {ROOT: X.sum(axis=0).A1 / X.sum(), kept: topics[0], carried: topics[1]}
+    conc = {ROOT: 8.0, kept: 8.0, carried: 8.0}
+    previous = {carried: Previous(topics[2], 8.0, 0)}
+    st = MoveState(tree, labels, X, {ROOT: 5, kept: 3, carried: 2}, theta, conc, {carried}, previous)
+    moves = SplitMerge(lik, dict(alpha0=1.0, lam=0.5, gamma=0.7, max_depth=3, root_holds_data=True))
+    kinds, checked, lifted = set(), 0, 0
+    for _ in range(600):
+        step = rng.integers(4)
+        if step == 0:
+            moved = moves.relocate(st, rng)
+        elif step == 1:
+            moved = moves.lift(st, rng, born=1)
+        elif step == 2:
+            moved = moves.lift_carried(st, rng)
+        else:
+            moved = moves.attempt(st, rng, born=1)
+        if moved is not None:
+            kinds.add(moved.kind)
+        idx = moves.index(st)
+        for n, f in idx.fixed.items():
+            assert f.theta is st.theta[n] and f.concentration == st.concentration[n]
+        for n, v in idx.own_scores.items():
+            assert np.array_equal(v, lik.block_log_likelihood(RowBlock(X, idx.of(n)), st.theta[n], st.concentration[n]))
+        for key, v in idx.links.items():
+            c, P, depth = key[1:4]
+            prev = st.previous[c].theta if len(key) == 5 else None
+            assert v == lik.log_link(st.theta[c], st.theta[P], depth, prev)
+            checked += 1
+        for key, places in idx.places.items():
+            if key[1] == -2:
+                continue
+            tree = st.tree
+            if len(key) == 3:  # kept for the live tree with node key[2] lifted
+                edit = idx.prior.edit()
+                if idx.count(key[2]):  # a merge's lift: its documents went first (where, the shape ignores)
+                    edit.move(key[2], st.tree.parent[key[2]], 0.0, float(idx.count(key[2])))
+                edit.lift(key[2])
+                tree = EditedTree(edit)
+                lifted += 1
+            assert places == moves._places_of(st, tree, key[0], key[1])
+    assert {"split", "merge", "relocate"} <= kinds
+    assert checked > 100 and lifted > 20
+
+
 @pytest.mark.parametrize("fmt", ["csr", "csr32", "csr_int", "csc", "dense"])
 def test_document_set_reads_any_input_without_changing_it(fmt):
     from streamtree.inference.split_merge import document_set

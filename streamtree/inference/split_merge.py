@@ -92,7 +92,7 @@ from numba import njit
 from scipy.special import expit
 
 from streamtree.inference.merge import CollapsedPrior, PriorEdit
-from streamtree.likelihoods.base import DocumentSet, Likelihood, RowBlock
+from streamtree.likelihoods.base import DocumentSet, FixedNode, Likelihood, RowBlock
 from streamtree.tree import ROOT, TSSBTree
 
 #: floor on every per-document allocation probability of a split proposal
@@ -192,13 +192,19 @@ class DocumentIndex:
         self._fresh: dict[int, bool] | None = None  # see fresh
         self._removable: list[int] | None = None  # see SplitMerge.removable_carried
         self._dormant: list[int] | None = None  # see SplitMerge.dormant
-        #: :meth:`SplitMerge._new_places` in the live tree by (parent, excluded child or -1),
+        #: :meth:`SplitMerge._new_places` in the live tree by (parent, excluded child or -1), in
+        #: the live tree with one node lifted by (parent, excluded child or -1, lifted node),
         #: :meth:`SplitMerge._blocks` by (parent, -2); cleared like :meth:`preorder`
-        self.places: dict[tuple[int, int], list[tuple]] = {}
+        self.places: dict[tuple, list[tuple]] = {}
         #: collapsed log marginals of a node's documents as a new child of a parent, by
         #: (likelihood, node, parent, depth) (:meth:`SplitMerge._marginal`); a node's entries go
         #: when its documents or its parameter do (:meth:`move`, :meth:`forget`)
         self.marginals: dict[tuple, float] = {}
+        #: each node's parameters as the likelihood scores at them (:meth:`Likelihood.fixed_node`),
+        #: and the scores of the node's own rows there, by node: a node's entries go when its
+        #: parameter does (:meth:`forget`), its scores also when its rows change (:meth:`move`)
+        self.fixed: dict[int, FixedNode] = {}
+        self.own_scores: dict[int, np.ndarray] = {}
 
     def preorder(self) -> list[int]:
         """The tree's nodes in pre-order (cached until a move changes the tree: :meth:`changed`)."""
@@ -261,6 +267,8 @@ class DocumentIndex:
         for memo in (self.links, self.marginals):
             for key in [k for k in memo if k[1] == node or k[2] == node]:
                 del memo[key]
+        self.fixed.pop(node, None)
+        self.own_scores.pop(node, None)
 
     def of(self, node: int) -> np.ndarray:
         return self.rows.get(node, _NO_ROWS)
@@ -292,6 +300,8 @@ class DocumentIndex:
             del self.marginals[key]
         self._docs.pop(src, None)
         self._docs.pop(dst, None)
+        self.own_scores.pop(src, None)
+        self.own_scores.pop(dst, None)
         self._occupied = None
         left = np.setdiff1d(self.rows[src], rows, assume_unique=True)
         if left.size:
@@ -527,16 +537,20 @@ class SplitMerge:
 
     def _new_places(self, st: MoveState, tree, P: int, a: int) -> list[tuple]:
         """The places ``("new", P, k, m)`` of a new child of ``P`` adopting its next ``m``
-        children, each adoptable and not ``a`` (kept in the index for the live tree: do not
-        change the list)."""
+        children, each adoptable and not ``a`` (kept in the index for the live tree and for
+        the live tree with one node lifted: do not change the list)."""
         if tree is st.tree:
-            idx = self.index(st)
             key = (P, a if tree.parent.get(a) == P else -1)  # a matters only among P's children
-            out = idx.places.get(key)
-            if out is None:
-                out = idx.places[key] = self._places_of(st, tree, P, a)
-            return out
-        return self._places_of(st, tree, P, a)
+        elif getattr(tree, "lifted", None) is not None:
+            # the live tree with one node lifted: a function of the live tree and that node
+            key = (P, a if a in tree.children[P] else -1, tree.lifted)
+        else:
+            return self._places_of(st, tree, P, a)
+        places = self.index(st).places
+        out = places.get(key)
+        if out is None:
+            out = places[key] = self._places_of(st, tree, P, a)
+        return out
 
     def _places_of(self, st: MoveState, tree, P: int, a: int) -> list[tuple]:
         kids = tree.children[P]
@@ -604,7 +618,7 @@ class SplitMerge:
         key = (self.lik, c, P, depth) if prev is None else (self.lik, c, P, depth, True)
         v = memo.get(key)
         if v is None:
-            v = memo[key] = self.lik.log_link(st.theta[c], st.theta[P], depth, prev)
+            v = memo[key] = self._fixed(st, P).log_link_below(self._fixed(st, c), depth, prev)
         return v
 
     # ------------------------------------------------------------------ target pieces
@@ -615,19 +629,37 @@ class SplitMerge:
         return st.theta[P], self.lik.new_node_concentration(st.concentration[P], depth), depth
 
     # ------------------------------------------------------------------ proposal
+    def _fixed(self, st: MoveState, node: int) -> FixedNode:
+        """The likelihood's scorer at ``node``'s current parameters (kept in the index until a
+        move changes them)."""
+        fixed = self.index(st).fixed
+        out = fixed.get(node)
+        if out is None:
+            out = fixed[node] = self.lik.fixed_node(st.theta[node], st.concentration[node])
+        return out
+
+    def _own_scores(self, st: MoveState, node: int) -> np.ndarray:
+        """Log likelihood of each of ``node``'s rows (ascending) at its parameters (kept in the
+        index until a move changes its rows or its parameter; a row's score does not depend
+        on the other rows scored with it)."""
+        idx = self.index(st)
+        out = idx.own_scores.get(node)
+        if out is None:
+            out = idx.own_scores[node] = self._fixed(st, node).rows(RowBlock(st.X, idx.of(node)))
+        return out
+
     def _allocation(self, st: MoveState, a: int, place: tuple, j: int, others: np.ndarray,
-                    rng: np.random.Generator) -> np.ndarray:
+                    rng: np.random.Generator, base: np.ndarray | None = None) -> np.ndarray:
         """Log-odds that each of ``others`` goes to the split-off node (a function of the merged
-        state and of a fresh launch)."""
+        state and of a fresh launch); ``base``, when given, holds their scores at ``a``."""
         lik = self.lik
-        theta_a, conc_a = st.theta[a], st.concentration[a]
         Xo = RowBlock(st.X, others)
-        base = lik.block_log_likelihood(Xo, theta_a, conc_a)
+        if base is None:
+            base = self._fixed(st, a).rows(Xo)
         if place[0] == "old":
-            b = place[1]
-            return lik.block_log_likelihood(Xo, st.theta[b], st.concentration[b]) - base
+            return self._fixed(st, place[1]).rows(Xo) - base
         theta_P, conc_c, depth_c = self._new_node(st, place[1])
-        seed = lik.seed_child_theta(theta_a, _dense_row(st.X, j))
+        seed = lik.seed_child_theta(st.theta[a], _dense_row(st.X, j))
         lo = lik.block_log_likelihood(Xo, seed, conc_c) - base
         launch = rng.random(others.size) < np.clip(expit(lo), EPS, 1 - EPS)
         rows_c = np.concatenate([[j], others[launch]]).astype(np.int64)
@@ -651,8 +683,8 @@ class SplitMerge:
             if place[3]:
                 at_b += self._log_adoption(st, split, b, theta_b)
         else:
-            at_b = self.lik.log_likelihood(docs, st.theta[b], st.concentration[b])
-        data = at_b - self.lik.log_likelihood(docs, st.theta[a], st.concentration[a])
+            at_b = self._fixed(st, b).documents(docs)
+        data = at_b - self._fixed(st, a).documents(docs)
         return log_prior + data + _log_count(n_places) - log_q
 
     # ------------------------------------------------------------------ selection
@@ -1090,8 +1122,9 @@ class SplitMerge:
             return None
         place = places[int(rng.integers(len(places)))]
         rows_a = idx.of(a)
-        others = rows_a[(rows_a != i) & (rows_a != j)]
-        lo = self._allocation(st, a, place, j, others, rng)
+        keep = (rows_a != i) & (rows_a != j)
+        others = rows_a[keep]
+        lo = self._allocation(st, a, place, j, others, rng, self._own_scores(st, a)[keep])
         to_new = rng.random(others.size) < np.clip(expit(lo), EPS, 1 - EPS)
         rows_b = np.concatenate([[j], others[to_new]]).astype(np.int64)
         docs = document_set(st.X, rows_b)

@@ -141,6 +141,30 @@ class RowBlock:
         return np.asarray(self.matrix @ v).ravel()
 
 
+class FixedNode:
+    """A node's parameters held fixed while the split-merge moves score row blocks and document
+    sets at them: :meth:`Likelihood.block_log_likelihood` and :meth:`Likelihood.log_likelihood`
+    at those parameters."""
+
+    __slots__ = ("likelihood", "theta", "concentration")
+
+    def __init__(self, likelihood: "Likelihood", theta: np.ndarray, concentration: float) -> None:
+        self.likelihood = likelihood
+        self.theta = theta
+        self.concentration = concentration
+
+    def rows(self, block: RowBlock) -> np.ndarray:
+        return self.likelihood.block_log_likelihood(block, self.theta, self.concentration)
+
+    def documents(self, docs: DocumentSet) -> float:
+        return self.likelihood.log_likelihood(docs, self.theta, self.concentration)
+
+    def log_link_below(self, child: "FixedNode", depth: int, theta_prev: np.ndarray | None = None) -> float:
+        """:meth:`Likelihood.log_link` of ``child``'s parameter as a depth-``depth`` child of
+        this node (under its time link to ``theta_prev`` too, when given)."""
+        return self.likelihood.log_link(child.theta, self.theta, depth, theta_prev)
+
+
 class Likelihood(ABC):
     """One observation family: kernel coefficients, collapsed marginals, node updates.
 
@@ -312,6 +336,13 @@ class Likelihood(ABC):
         likelihood is a function of ``x . v`` overrides it with :meth:`RowBlock.dot`, which
         reads the rows in place; the values must not change)."""
         return self.row_log_likelihood(block.matrix, theta, concentration)
+
+    def fixed_node(self, theta: np.ndarray, concentration: float) -> "FixedNode":
+        """One node's fixed parameters for scoring many row blocks and document sets against
+        them (:class:`FixedNode`); a family overrides it to keep what every score would
+        recompute, with the same values as :meth:`block_log_likelihood` and
+        :meth:`log_likelihood`."""
+        return FixedNode(self, theta, concentration)
 
     # ------------------------------------------------------------------ identity across epochs
     @abstractmethod

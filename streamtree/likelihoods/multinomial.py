@@ -41,7 +41,8 @@ from scipy.special import gammaln
 
 from streamtree.inference.enumerated import DIRICHLET, Candidates
 from streamtree.inference.threads import dealt_by_cost, in_row_ranges
-from streamtree.likelihoods.base import Likelihood, RowBlock, WordTopics, argmax_log_scale, finite_csr
+from streamtree.likelihoods.base import (DocumentSet, FixedNode, Likelihood, RowBlock, WordTopics, argmax_log_scale,
+                                        finite_csr)
 from streamtree.likelihoods.document_tables import (dcm_log_likelihoods, dcm_log_mixture, draw_tables, length_groups,
                                                     polya_concentration, sample_concentration)
 from streamtree.likelihoods.multinomial_math import (_BLOCK_FREEZE, _BLOCK_MAX_ITER, _BLOCK_TOL, _JOINT_MAX_ITER,
@@ -279,6 +280,9 @@ class Multinomial(WordTopics, Likelihood):
     def block_log_likelihood(self, block: RowBlock, theta, concentration):
         return block.dot(np.log(np.asarray(theta, dtype=np.float64)))
 
+    def fixed_node(self, theta, concentration):
+        return _FixedWords(self, theta, concentration)
+
     # ------------------------------------------------------------------ link strength from the data
     def initial_link_strength(self, X):
         """Empirical-Bayes strength of one level of spread: every document as its own node
@@ -475,6 +479,38 @@ class Multinomial(WordTopics, Likelihood):
 
     def update_concentration(self, counts, sums, sumsq, theta, current):
         return np.array(current, dtype=np.float64, copy=True)
+
+
+class _FixedWords(FixedNode):
+    """A node's word distribution with its log taken once: every score of the split-merge
+    moves reads ``log phi`` (NumPy's log, so the values are those of
+    :meth:`Multinomial.block_log_likelihood` and :meth:`Multinomial.log_likelihood`)."""
+
+    __slots__ = ("log_theta", "_below")
+
+    def __init__(self, likelihood, theta, concentration) -> None:
+        super().__init__(likelihood, theta, concentration)
+        self.log_theta = np.log(np.asarray(theta, dtype=np.float64))
+        #: by child depth: a child's Dirichlet parameter minus one, and its log normaliser
+        self._below: dict[int, tuple[np.ndarray, np.float64]] = {}
+
+    def rows(self, block: RowBlock) -> np.ndarray:
+        return block.dot(self.log_theta)
+
+    def documents(self, docs: DocumentSet) -> float:
+        return float(docs.s @ self.log_theta)
+
+    def log_link_below(self, child, depth, theta_prev=None):
+        if theta_prev is not None or not isinstance(child, _FixedWords):
+            return super().log_link_below(child, depth, theta_prev)
+        # Multinomial.log_link's arithmetic in its order, with the parent's part kept per depth
+        # and the child's log phi from its own scorer
+        hit = self._below.get(depth)
+        if hit is None:
+            a = self.likelihood._linked_prior(self.theta, depth, None)
+            hit = self._below[depth] = (a - 1.0, gammaln(a.sum()) - gammaln(a).sum())
+        a_minus_1, normaliser = hit
+        return float(normaliser + (a_minus_1 * child.log_theta).sum())
 
 
 def _log_rows(theta: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
