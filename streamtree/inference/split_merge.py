@@ -600,9 +600,10 @@ class SplitMerge:
         P = split.parent[b]
         link = self._link
         known = theta_b is st.theta.get(b)  # b's own parameter (a merge), not a proposed one
+        proposed = None if known else self.lik.fixed_node(theta_b, None)  # read for its links only
         for c in split.children[b]:
             d = split.depth[c]
-            at_b = link(st, c, b, d) if known else self.lik.log_link(st.theta[c], theta_b, d)
+            at_b = link(st, c, b, d) if known else proposed.log_link_below(self._fixed(st, c), d)
             out += at_b - link(st, c, P, d - 1)
             for g in split.subtree(c)[1:]:
                 dg, pg = split.depth[g], split.parent[g]
@@ -987,6 +988,7 @@ class SplitMerge:
         lik, link, out, leaves = self.lik, self._link, 0.0, []
         up = tree.parent[x]
         known = theta_x is st.theta.get(x)  # x's own parameter (a removal), not a proposed one
+        proposed = None if known else lik.fixed_node(theta_x, None)  # read for its links only
         cap = tree.max_depth
         for c in tree.children[x]:
             d = tree.depth[c]
@@ -1011,7 +1013,7 @@ class SplitMerge:
                 prev = st.previous.get(g)
                 prev = None if prev is None else prev.theta
                 if g == c:
-                    now = link(st, g, x, d, prev) if known else lik.log_link(st.theta[g], theta_x, d, prev)
+                    now = link(st, g, x, d, prev) if known else proposed.log_link_below(self._fixed(st, g), d, prev)
                     out += now - link(st, g, up, d - 1, prev)
                 else:
                     pg = tree.parent[g]

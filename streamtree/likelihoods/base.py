@@ -143,12 +143,13 @@ class RowBlock:
 
 class FixedNode:
     """A node's parameters held fixed while the split-merge moves score row blocks and document
-    sets at them: :meth:`Likelihood.block_log_likelihood` and :meth:`Likelihood.log_likelihood`
-    at those parameters."""
+    sets at them (:meth:`Likelihood.block_log_likelihood` and :meth:`Likelihood.log_likelihood`)
+    and its children's links below it (:meth:`Likelihood.log_link`). A proposed parameter read
+    for its links only may come without a concentration (``None``)."""
 
     __slots__ = ("likelihood", "theta", "concentration")
 
-    def __init__(self, likelihood: "Likelihood", theta: np.ndarray, concentration: float) -> None:
+    def __init__(self, likelihood: "Likelihood", theta: np.ndarray, concentration: float | None) -> None:
         self.likelihood = likelihood
         self.theta = theta
         self.concentration = concentration
@@ -337,7 +338,7 @@ class Likelihood(ABC):
         reads the rows in place; the values must not change)."""
         return self.row_log_likelihood(block.matrix, theta, concentration)
 
-    def fixed_node(self, theta: np.ndarray, concentration: float) -> "FixedNode":
+    def fixed_node(self, theta: np.ndarray, concentration: float | None) -> "FixedNode":
         """One node's fixed parameters for scoring many row blocks and document sets against
         them (:class:`FixedNode`); a family overrides it to keep what every score would
         recompute, with the same values as :meth:`block_log_likelihood` and
