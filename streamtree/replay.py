@@ -164,17 +164,9 @@ class ReplayConfig:
     def identity(self) -> dict:
         """The settings that must match for a resume: everything but where it runs, with the
         source spelled canonically (relative or absolute paths of one file are the same)."""
-        d = asdict(self)
-        for name in RUN_LOCATION:
-            d.pop(name, None)
+        d = {k: v for k, v in asdict(self).items() if k not in RUN_LOCATION}
         d["source"] = canonical_uri(self.source)
-        for name in ("format", "delimiter"):  # new settings: stores written before match
-            if d[name] == getattr(ReplayConfig, name):
-                d.pop(name)
-        drop_unset_weighting(d, self.model_params())
-        record_week_origin(d, self.epoch)
-        d["model"] = identity_model(self.model_params())
-        return json.loads(json.dumps(d))
+        return settings_identity(d, ReplayConfig, ("format", "delimiter"), self.model_params(), self.epoch)
 
 
 @dataclass
@@ -287,6 +279,24 @@ def vocabulary_note(vec: TextVectorizer) -> str:
     weights = "raw counts" if vec.norm is None else f"{vec.weighting} weights, L2-normalised rows"
     return (f"vocabulary: {vec.vocabulary_.shape[0]} terms ({cap}; min_df={vec.min_df}, max_df={vec.max_df}; "
             f"{stop}; {weights})")
+
+
+def settings_identity(settings: dict, config_class: type, added: tuple[str, ...], model_params: dict,
+                      epoch: str) -> dict:
+    """A replay's or service's identity (what must match for its store to be continued) from
+    its ``settings`` as a dict: the settings of ``added`` (given later than the first stores)
+    only where they differ from ``config_class``'s default, so that stores written before
+    them still match; the weighting and week origin as :func:`drop_unset_weighting` and
+    :func:`record_week_origin` record them; the model as :func:`identity_model`; all as JSON
+    reads it back."""
+    d = dict(settings)
+    for name in added:
+        if d[name] == getattr(config_class, name):
+            d.pop(name)
+    drop_unset_weighting(d, model_params)
+    record_week_origin(d, epoch)
+    d["model"] = identity_model(model_params)
+    return json.loads(json.dumps(d, default=str))
 
 
 def identity_model(params: dict) -> dict:
@@ -720,5 +730,5 @@ def load_model(store_uri: str, epoch: int | None = None, **overrides) -> DTSSBP:
     return model
 
 
-__all__ = ["MODES", "REPLAY_SEED", "drop_unset_weighting", "identity_differences", "identity_model", "stored_identity", "record_week_origin", "theta_storage", "text_model_params", "text_vectorizer", "EpochFitter", "EpochProgress", "FittedEpoch", "ReplayConfig", "ReplaySummary", "StoredTreeModel", "fit_vocabulary", "load_model",
+__all__ = ["MODES", "REPLAY_SEED", "drop_unset_weighting", "identity_differences", "identity_model", "settings_identity", "stored_identity", "record_week_origin", "theta_storage", "text_model_params", "text_vectorizer", "EpochFitter", "EpochProgress", "FittedEpoch", "ReplayConfig", "ReplaySummary", "StoredTreeModel", "fit_vocabulary", "load_model",
            "open_epochs", "read_epochs", "replay", "stderr_progress"]

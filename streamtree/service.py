@@ -70,8 +70,8 @@ from connectors.stores.snapshot import SnapshotStore, StoreError
 from streamtree.epochs import LATE_POLICIES, Bucketer, Epoch, EpochSpec, TimeRange
 from streamtree.records import OUT_OF_RANGE, REJECT_SCHEMA, make_rejects, reject_rows
 from streamtree.model import RUN_LOCATION_PARAMS
-from streamtree.replay import (EpochFitter, drop_unset_weighting, identity_differences, identity_model, record_week_origin,
-                               stored_identity, text_model_params, text_vectorizer, theta_storage)
+from streamtree.replay import (EpochFitter, identity_differences, settings_identity, stored_identity, text_model_params,
+                               text_vectorizer, theta_storage)
 from streamtree.text import DEFAULT_MAX_DF, DEFAULT_MAX_FEATURES, DEFAULT_MIN_DF, DEFAULT_TOP_WORDS, DEFAULT_WEIGHTING
 from streamtree.text import TextVectorizer
 from streamtree.watermark import Watermark, is_idle
@@ -147,13 +147,8 @@ class ServeConfig:
     def identity(self) -> dict:
         """What must match for a restart to continue a store (not where or how often it runs)."""
         d = {k: v for k, v in asdict(self).items() if k not in self._RUNTIME}
-        for name in ("time_format", "time_range", "format", "delimiter"):  # new settings: stores written before match
-            if d[name] == getattr(ServeConfig, name):
-                d.pop(name)
-        drop_unset_weighting(d, self.model_params())
-        record_week_origin(d, self.epoch)
-        d["model"] = identity_model(self.model_params())
-        return json.loads(json.dumps(d, default=str))
+        return settings_identity(d, ServeConfig, ("time_format", "time_range", "format", "delimiter"),
+                                 self.model_params(), self.epoch)
 
     def model_params(self) -> dict:
         """All keyword arguments of :class:`streamtree.model.DTSSBP` (as a replay would use)."""

@@ -193,20 +193,20 @@ def test_identity_weighting_matches_stores_written_before_the_tfidf_default():
     assert ident("multinomial") == ident("multinomial", weighting="tf") == ident("multinomial", weighting="tfidf")
     assert "weighting" not in ident("multinomial")
     # the refusal names the weighting an older store has, not a missing value
-    from streamtree.replay import identity_differences as _differences
+    from streamtree.replay import identity_differences
 
-    assert _differences(ident("vmf", weighting="tf"), ident("vmf")) == "weighting: 'tf' in the store, 'tfidf' now"
+    assert identity_differences(ident("vmf", weighting="tf"), ident("vmf")) == "weighting: 'tf' in the store, 'tfidf' now"
 
 
 def test_refused_resume_names_the_model_parameter_that_differs():
     """A store fitted with independent tokens (the default before bursty documents) is not
     resumed under the new default; the refusal names the parameter, not two whole dicts."""
-    from streamtree.replay import identity_differences as _differences
+    from streamtree.replay import identity_differences
 
     old = config("corpus.parquet", document_concentration=None).identity()
     now = config("corpus.parquet").identity()
     assert old != now
-    assert _differences(old, now) == "model.document_concentration: None in the store, 'auto' now"
+    assert identity_differences(old, now) == "model.document_concentration: None in the store, 'auto' now"
     # a store written before the parameter existed was fitted with independent tokens
     from streamtree.replay import stored_identity
 
