@@ -486,13 +486,20 @@ class _FixedWords(FixedNode):
     moves reads ``log phi`` (NumPy's log, so the values are those of
     :meth:`Multinomial.block_log_likelihood` and :meth:`Multinomial.log_likelihood`)."""
 
-    __slots__ = ("log_theta", "_below")
+    __slots__ = ("_log_theta", "_below")
 
     def __init__(self, likelihood, theta, concentration) -> None:
         super().__init__(likelihood, theta, concentration)
-        self.log_theta = np.log(np.asarray(theta, dtype=np.float64))
+        self._log_theta: np.ndarray | None = None
         #: by child depth: a child's Dirichlet parameter minus one, and its log normaliser
         self._below: dict[int, tuple[np.ndarray, np.float64]] = {}
+
+    @property
+    def log_theta(self) -> np.ndarray:
+        """``log phi``, taken on first use (a parent read for its links below never needs it)."""
+        if self._log_theta is None:
+            self._log_theta = np.log(np.asarray(self.theta, dtype=np.float64))
+        return self._log_theta
 
     def rows(self, block: RowBlock) -> np.ndarray:
         return block.dot(self.log_theta)
