@@ -339,10 +339,10 @@ class Likelihood(ABC):
         return self.row_log_likelihood(block.matrix, theta, concentration)
 
     def fixed_node(self, theta: np.ndarray, concentration: float | None) -> "FixedNode":
-        """One node's fixed parameters for scoring many row blocks and document sets against
-        them (:class:`FixedNode`); a family overrides it to keep what every score would
-        recompute, with the same values as :meth:`block_log_likelihood` and
-        :meth:`log_likelihood`."""
+        """One node's fixed parameters for scoring many row blocks, document sets and child
+        links against them (:class:`FixedNode`); a family overrides it to keep what every score
+        would recompute, with the same values as :meth:`block_log_likelihood`,
+        :meth:`log_likelihood` and :meth:`log_link`."""
         return FixedNode(self, theta, concentration)
 
     # ------------------------------------------------------------------ identity across epochs
