@@ -39,8 +39,9 @@ def test_block_log_likelihood_reads_csr_rows_in_place_with_the_same_values(dtype
 
 @pytest.mark.parametrize("seed", range(3))
 def test_fixed_node_scores_are_the_likelihoods_own_bit_for_bit(seed):
-    """The scorer the moves keep per node (log phi taken once, each depth's link normaliser
-    kept) gives the values of block_log_likelihood, log_likelihood and log_link exactly."""
+    """The scorer the moves keep per node (log phi taken once, each depth's child parameter and
+    link normaliser kept) gives the values of block_log_likelihood, log_likelihood, log_link
+    and log_marginal exactly."""
     rng, X, lik, theta = _problem(seed)
     child = rng.dirichlet(np.full(theta.size, 0.5))
     child = np.maximum(child, 1e-300)
@@ -54,6 +55,10 @@ def test_fixed_node_scores_are_the_likelihoods_own_bit_for_bit(seed):
         for depth in (1, 2, 3):
             assert fixed.log_link_below(below, depth) == lik.log_link(child, theta, depth)
             assert fixed.log_link_below(below, depth, prev) == lik.log_link(child, theta, depth, prev)
+            assert fixed.log_marginal_below(docs, 1.0, depth) == lik.log_marginal(docs, theta, 1.0, depth)
+            assert fixed.log_marginal_below(docs, 1.0, depth, prev) == lik.log_marginal(docs, theta, 1.0, depth, prev)
+    with pytest.raises(ValueError, match="non-negative"):
+        fixed.log_marginal_below(DocumentSet(1.0, -docs.s, 0.0), 1.0, 1)
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -318,11 +318,11 @@ def test_the_move_index_follows_accepted_moves():
 
 
 def test_the_move_memos_follow_accepted_moves():
-    """The scores, scorers, link densities and places the index keeps between attempts equal
-    fresh evaluations at the state's current parameters, rows and tree after every attempt, through
-    splits, merges, relocations and both kinds of lift (multinomial: its scorer keeps log phi
-    and each depth's link normaliser)."""
-    from streamtree.inference.split_merge import EditedTree
+    """The scores, scorers, link densities, marginals and places the index keeps between
+    attempts equal fresh evaluations at the state's current parameters, rows and tree after
+    every attempt, through splits, merges, relocations and both kinds of lift (multinomial: its
+    scorer keeps log phi and each depth's child parameter and link normaliser)."""
+    from streamtree.inference.split_merge import EditedTree, document_set
     from streamtree.likelihoods.base import RowBlock
 
     variant = resolve_variant("dtssbp", window=2, max_depth=3, gamma=0.5, xi=0.001)
@@ -339,7 +339,7 @@ def test_the_move_memos_follow_accepted_moves():
     previous = {carried: Previous(topics[2], 8.0, 0)}
     st = MoveState(tree, labels, X, {ROOT: 5, kept: 3, carried: 2}, theta, conc, {carried}, previous)
     moves = SplitMerge(lik, dict(alpha0=1.0, lam=0.5, gamma=0.7, max_depth=3, root_holds_data=True))
-    kinds, checked, lifted = set(), 0, 0
+    kinds, checked, lifted, marginals = set(), 0, 0, 0
     for _ in range(600):
         step = rng.integers(4)
         if step == 0:
@@ -362,6 +362,11 @@ def test_the_move_memos_follow_accepted_moves():
             prev = st.previous[c].theta if len(key) == 5 else None
             assert v == lik.log_link(st.theta[c], st.theta[P], depth, prev)
             checked += 1
+        for key, v in idx.marginals.items():  # the concentration does not enter the multinomial's
+            b, P, depth = key[1:4]
+            prev = st.previous[b].theta if len(key) == 6 and key[5] else None
+            assert v == lik.log_marginal(document_set(X, idx.of(b)), st.theta[P], 1.0, depth, prev)
+            marginals += 1
         for key, places in idx.places.items():
             if key[1] == -2:
                 continue
@@ -375,7 +380,7 @@ def test_the_move_memos_follow_accepted_moves():
                 lifted += 1
             assert places == moves._places_of(st, tree, key[0], key[1])
     assert {"split", "merge", "relocate"} <= kinds
-    assert checked > 100 and lifted > 20
+    assert checked > 100 and lifted > 20 and marginals > 100
 
 
 @pytest.mark.parametrize("fmt", ["csr", "csr32", "csr_int", "csc", "dense"])

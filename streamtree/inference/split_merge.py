@@ -680,7 +680,7 @@ class SplitMerge:
         ``log_prior`` is the collapsed prior's log ratio and ``split`` the split state's tree."""
         if place[0] == "new":
             theta_P, conc_c, depth_c = self._new_node(st, place[1])
-            at_b = self.lik.log_marginal(docs, theta_P, conc_c, depth_c)
+            at_b = self._fixed(st, place[1]).log_marginal_below(docs, conc_c, depth_c)
             if place[3]:
                 at_b += self._log_adoption(st, split, b, theta_b)
         else:
@@ -802,18 +802,18 @@ class SplitMerge:
         """The collapsed log marginal of ``b``'s documents as a new child of ``P`` (at ``P``'s
         depth), remembered until a move changes ``b``'s documents or either node's parameter
         (a sweep's relocations draw the same few new leaves again and again)."""
-        theta_P, conc, depth = self._new_node(st, P)
-        return self._remembered_marginal(st, (self.lik, b, P, depth), b, theta_P, conc, depth)
+        _, conc, depth = self._new_node(st, P)
+        return self._remembered_marginal(st, (self.lik, b, P, depth), b, P, conc, depth)
 
-    def _remembered_marginal(self, st: MoveState, key: tuple, b: int, theta_P: np.ndarray, conc: float,
+    def _remembered_marginal(self, st: MoveState, key: tuple, b: int, P: int, conc: float,
                              depth: int, prev: np.ndarray | None = None) -> float:
-        """``log_marginal`` of ``b``'s documents, kept in the index's memo under ``key``, whose
-        second and third entries are ``b`` and the parent (so that :meth:`DocumentIndex.forget`
-        and :meth:`DocumentIndex.move` drop it)."""
+        """``log_marginal`` of ``b``'s documents below node ``P``'s parameter, kept in the
+        index's memo under ``key``, whose second and third entries are ``b`` and ``P`` (so
+        that :meth:`DocumentIndex.forget` and :meth:`DocumentIndex.move` drop it)."""
         idx = self.index(st)
         v = idx.marginals.get(key)
         if v is None:
-            v = idx.marginals[key] = self.lik.log_marginal(idx.documents(b, st.X), theta_P, conc, depth, prev)
+            v = idx.marginals[key] = self._fixed(st, P).log_marginal_below(idx.documents(b, st.X), conc, depth, prev)
         return v
 
     # ------------------------------------------------------------------ empty internal nodes
@@ -998,7 +998,7 @@ class SplitMerge:
                 if known:
                     now = self._leaf_marginal(st, c, x, d, prev)
                 else:
-                    now = lik.log_marginal(self.index(st).documents(c, st.X), theta_x, st.concentration[c], d, prev)
+                    now = proposed.log_marginal_below(self.index(st).documents(c, st.X), st.concentration[c], d, prev)
                 out += now - self._leaf_marginal(st, c, up, d - 1, prev)
                 leaves.append(c)
                 continue
@@ -1024,7 +1024,7 @@ class SplitMerge:
         """The collapsed log marginal of leaf ``c``'s documents below node ``P`` at ``depth``,
         under its time link to ``prev`` too when given, at ``c``'s own concentration;
         remembered like :meth:`_marginal` (its own key: the concentration differs)."""
-        return self._remembered_marginal(st, (self.lik, c, P, depth, "leaf", prev is not None), c, st.theta[P],
+        return self._remembered_marginal(st, (self.lik, c, P, depth, "leaf", prev is not None), c, P,
                                          st.concentration[c], depth, prev)
 
     def _redraw(self, st: MoveState, leaves: list[int], rng: np.random.Generator) -> tuple[int, ...]:

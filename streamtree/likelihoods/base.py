@@ -143,9 +143,10 @@ class RowBlock:
 
 class FixedNode:
     """A node's parameters held fixed while the split-merge moves score row blocks and document
-    sets at them (:meth:`Likelihood.block_log_likelihood` and :meth:`Likelihood.log_likelihood`)
-    and its children's links below it (:meth:`Likelihood.log_link`). A proposed parameter read
-    for its links only may come without a concentration (``None``)."""
+    sets at them (:meth:`Likelihood.block_log_likelihood` and :meth:`Likelihood.log_likelihood`),
+    its children's links below it (:meth:`Likelihood.log_link`) and the collapsed marginals of
+    document sets at a new child (:meth:`Likelihood.log_marginal`). A proposed parameter read
+    for what lies below it only may come without a concentration (``None``)."""
 
     __slots__ = ("likelihood", "theta", "concentration")
 
@@ -164,6 +165,11 @@ class FixedNode:
         """:meth:`Likelihood.log_link` of ``child``'s parameter as a depth-``depth`` child of
         this node (under its time link to ``theta_prev`` too, when given)."""
         return self.likelihood.log_link(child.theta, self.theta, depth, theta_prev)
+
+    def log_marginal_below(self, docs: DocumentSet, concentration: float, depth: int,
+                           theta_prev: np.ndarray | None = None) -> float:
+        """:meth:`Likelihood.log_marginal` of ``docs`` at a depth-``depth`` child of this node."""
+        return self.likelihood.log_marginal(docs, self.theta, concentration, depth, theta_prev)
 
 
 class Likelihood(ABC):
@@ -339,10 +345,10 @@ class Likelihood(ABC):
         return self.row_log_likelihood(block.matrix, theta, concentration)
 
     def fixed_node(self, theta: np.ndarray, concentration: float | None) -> "FixedNode":
-        """One node's fixed parameters for scoring many row blocks, document sets and child
-        links against them (:class:`FixedNode`); a family overrides it to keep what every score
-        would recompute, with the same values as :meth:`block_log_likelihood`,
-        :meth:`log_likelihood` and :meth:`log_link`."""
+        """One node's fixed parameters for scoring many row blocks, document sets, child links
+        and new-child marginals against them (:class:`FixedNode`); a family overrides it to keep
+        what every score would recompute, with the same values as :meth:`block_log_likelihood`,
+        :meth:`log_likelihood`, :meth:`log_link` and :meth:`log_marginal`."""
         return FixedNode(self, theta, concentration)
 
     # ------------------------------------------------------------------ identity across epochs

@@ -46,8 +46,8 @@ from streamtree.likelihoods.base import (DocumentSet, FixedNode, Likelihood, Row
 from streamtree.likelihoods.document_tables import (dcm_log_likelihoods, dcm_log_mixture, draw_tables, length_groups,
                                                     polya_concentration, sample_concentration)
 from streamtree.likelihoods.multinomial_math import (_BLOCK_FREEZE, _BLOCK_MAX_ITER, _BLOCK_TOL, _JOINT_MAX_ITER,
-                                                     _solve_nodes_nb, log_dm_marginal_linked, log_multinomial_coef,
-                                                     own_node_adjustment_nb,
+                                                     _dm_set_dense_nb, _solve_nodes_nb, log_dm_marginal_linked,
+                                                     log_multinomial_coef, own_node_adjustment_nb,
                                                      map_phi, map_phi_dense, map_phi_with_children_dense)
 
 #: Dirichlet floor per term: every node's prior holds ``eps`` pseudo-counts of every word
@@ -491,8 +491,8 @@ class _FixedWords(FixedNode):
     def __init__(self, likelihood, theta, concentration) -> None:
         super().__init__(likelihood, theta, concentration)
         self._log_theta: np.ndarray | None = None
-        #: by child depth: a child's Dirichlet parameter minus one, and its log normaliser
-        self._below: dict[int, tuple[np.ndarray, np.float64]] = {}
+        #: by child depth: :meth:`_child_prior`
+        self._below: dict[int, tuple] = {}
 
     @property
     def log_theta(self) -> np.ndarray:
@@ -507,17 +507,34 @@ class _FixedWords(FixedNode):
     def documents(self, docs: DocumentSet) -> float:
         return float(docs.s @ self.log_theta)
 
+    def _child_prior(self, depth: int) -> tuple:
+        """A depth-``depth`` child's Dirichlet parameter below this node (no time link), its
+        sum (NumPy's), the parameter minus one and the link's log normaliser, kept per depth."""
+        hit = self._below.get(depth)
+        if hit is None:
+            a = self.likelihood._linked_prior(self.theta, depth, None)
+            a_sum = a.sum()
+            hit = self._below[depth] = (a, a_sum, a - 1.0, gammaln(a_sum) - gammaln(a).sum())
+        return hit
+
     def log_link_below(self, child, depth, theta_prev=None):
         if theta_prev is not None or not isinstance(child, _FixedWords):
             return super().log_link_below(child, depth, theta_prev)
         # Multinomial.log_link's arithmetic in its order, with the parent's part kept per depth
         # and the child's log phi from its own scorer
-        hit = self._below.get(depth)
-        if hit is None:
-            a = self.likelihood._linked_prior(self.theta, depth, None)
-            hit = self._below[depth] = (a - 1.0, gammaln(a.sum()) - gammaln(a).sum())
-        a_minus_1, normaliser = hit
+        _, _, a_minus_1, normaliser = self._child_prior(depth)
         return float(normaliser + (a_minus_1 * child.log_theta).sum())
+
+    def log_marginal_below(self, docs, concentration, depth, theta_prev=None):
+        if theta_prev is not None:
+            return super().log_marginal_below(docs, concentration, depth, theta_prev)
+        # log_dm_marginal_linked with the parameter and its sum kept (the compiled build of
+        # the parameter and its pairwise sum give NumPy's values, so these are the same)
+        a, a_sum, _, _ = self._child_prior(depth)
+        value, total = _dm_set_dense_nb(np.ascontiguousarray(docs.s, dtype=np.float64), a, a_sum)
+        if not np.isfinite(total):
+            raise ValueError("term counts must be finite and non-negative")
+        return float(value)
 
 
 def _log_rows(theta: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
