@@ -46,7 +46,7 @@ from streamtree.likelihoods.base import (DocumentSet, FixedNode, Likelihood, Row
 from streamtree.likelihoods.document_tables import (dcm_log_likelihoods, dcm_log_mixture, draw_tables, length_groups,
                                                     polya_concentration, sample_concentration)
 from streamtree.likelihoods.multinomial_math import (_BLOCK_FREEZE, _BLOCK_MAX_ITER, _BLOCK_TOL, _JOINT_MAX_ITER,
-                                                     _dm_set_dense_nb, _solve_nodes_nb, log_dm_marginal_linked,
+                                                     _dm_set_dense, _solve_nodes_nb, log_dm_marginal_linked,
                                                      log_multinomial_coef, own_node_adjustment_nb,
                                                      map_phi, map_phi_dense, map_phi_with_children_dense)
 
@@ -482,9 +482,11 @@ class Multinomial(WordTopics, Likelihood):
 
 
 class _FixedWords(FixedNode):
-    """A node's word distribution with its log taken once: every score of the split-merge
-    moves reads ``log phi`` (NumPy's log, so the values are those of
-    :meth:`Multinomial.block_log_likelihood` and :meth:`Multinomial.log_likelihood`)."""
+    """A node's word distribution with what the split-merge moves' scores recompute kept:
+    ``log phi`` (NumPy's log, so the values are those of :meth:`Multinomial.block_log_likelihood`
+    and :meth:`Multinomial.log_likelihood`) and, per child depth, the child's Dirichlet
+    parameter with its sum and link normaliser (the values of :meth:`Multinomial.log_link` and
+    :meth:`Multinomial.log_marginal`)."""
 
     __slots__ = ("_log_theta", "_below")
 
@@ -531,10 +533,7 @@ class _FixedWords(FixedNode):
         # log_dm_marginal_linked with the parameter and its sum kept (the compiled build of
         # the parameter and its pairwise sum give NumPy's values, so these are the same)
         a, a_sum, _, _ = self._child_prior(depth)
-        value, total = _dm_set_dense_nb(np.ascontiguousarray(docs.s, dtype=np.float64), a, a_sum)
-        if not np.isfinite(total):
-            raise ValueError("term counts must be finite and non-negative")
-        return float(value)
+        return float(_dm_set_dense(np.ascontiguousarray(docs.s, dtype=np.float64), a, a_sum)[0])
 
 
 def _log_rows(theta: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:

@@ -994,9 +994,12 @@ def log_dm_marginal_rows(X, alpha: ArrayLike, *, include_coef: bool = True) -> n
     return new_node_log_marginal(X, _as_alpha(alpha)[None, :], include_coef=include_coef)[:, 0]
 
 
-def _dm_set_dense(c: np.ndarray, alpha: np.ndarray) -> tuple[float, float]:
-    """(DM log marginal, token total) of one dense float64 count vector under ``Dir(alpha)``."""
-    value, total = _dm_set_dense_nb(c, alpha, float(alpha[None, :].sum(axis=1)[0]))
+def _dm_set_dense(c: np.ndarray, alpha: np.ndarray, alpha_sum: float | None = None) -> tuple[float, float]:
+    """(DM log marginal, token total) of one dense float64 count vector under ``Dir(alpha)``
+    (``alpha_sum``: its sum, NumPy's, when the caller keeps it)."""
+    if alpha_sum is None:
+        alpha_sum = float(alpha[None, :].sum(axis=1)[0])
+    value, total = _dm_set_dense_nb(c, alpha, float(alpha_sum))
     if not np.isfinite(total):
         raise ValueError("term counts must be finite and non-negative")
     return value, total
