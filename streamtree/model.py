@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 RUN_LOCATION_PARAMS = ("engine", "n_jobs", "engine_options")
 #: parameters a checkpoint may lack (written before they existed), with the value that
 #: continues such a chain as it was fitted, whatever the default is now
-PARAMS_BEFORE_ADDED = {"document_concentration": None}
+PARAMS_BEFORE_ADDED = {"document_concentration": None, "document_weights": False}
 
 
 class DTSSBP(BaseEstimator):
@@ -95,6 +95,17 @@ class DTSSBP(BaseEstimator):
         :meth:`transform` and :meth:`predict` score documents under the fitted document model
         (the density exactly, new nodes included). Families without a document model (vMF,
         Gaussian) ignore ``"auto"`` and take no number.
+    document_weights : bool
+        vMF likelihood: ``False`` (the default): rows are unit vectors, every document weighs
+        the same. ``True``: a row is a unit direction times its document's weight, the row's
+        norm, and a document of weight ``w`` has concentration ``beta w`` at a node of
+        concentration ``beta`` (``TextVectorizer(norm="l2", length_power=1)`` weighs documents
+        by their token counts; ``streamtree replay --document-weights`` does so). A document
+        drawn from one topic lies closer to it the longer it is, so with unit rows a topic's
+        short documents are likelier in nodes of their own: on planted single-topic documents
+        weights remove that swarm of small nodes, but State of the Union paragraphs, which mix
+        topics, swarm with weights as without (see BENCHMARKS.md). Other families take no
+        weights.
     kappa1, a : float
         Depth and time factors of the link strengths (see ``kappa0``).
     xi : float
@@ -180,6 +191,7 @@ class DTSSBP(BaseEstimator):
         "kappa0": [Interval(numbers.Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "kappa1": [Interval(numbers.Real, 0, None, closed="neither")],
         "document_concentration": [Interval(numbers.Real, 0, None, closed="neither"), StrOptions({"auto"}), None],
+        "document_weights": ["boolean"],
         "a": [Interval(numbers.Real, None, None, closed="neither")],
         "xi": [Interval(numbers.Real, 0, None, closed="neither")],
         "sigma0": [Interval(numbers.Real, 0, None, closed="neither")],
@@ -213,6 +225,7 @@ class DTSSBP(BaseEstimator):
         kappa0: float | str = 1e3,
         kappa1: float = 1.0,
         document_concentration: float | str | None = "auto",
+        document_weights: bool = False,
         a: float = 0.0,
         xi: float = 0.001,
         sigma0: float = 1.0,
@@ -242,6 +255,7 @@ class DTSSBP(BaseEstimator):
         self.kappa0 = kappa0
         self.kappa1 = kappa1
         self.document_concentration = document_concentration
+        self.document_weights = document_weights
         self.a = a
         self.xi = xi
         self.sigma0 = sigma0
@@ -279,6 +293,11 @@ class DTSSBP(BaseEstimator):
             raise ValueError(f"The 'document_concentration' parameter of DTSSBP applies to the {', '.join(users)} "
                              f"likelihood, not to {self.likelihood!r}: leave it at 'auto' or None, or choose "
                              f"likelihood={users[0]!r}.")
+        if self.document_weights and "document_weights" not in family.params:
+            users = sorted(name for name, cls in LIKELIHOODS.items() if "document_weights" in cls.params)
+            raise ValueError(f"The 'document_weights' parameter of DTSSBP applies to the {', '.join(users)} "
+                             f"likelihood, not to {self.likelihood!r}: leave it False, or choose "
+                             f"likelihood={users[0]!r}.")
         bounds = self.concentration_bounds
         if not (len(bounds) == 2 and all(isinstance(b, numbers.Real) for b in bounds) and 0 < bounds[0] <= bounds[1]):
             raise ValueError("The 'concentration_bounds' parameter of DTSSBP must be a pair (low, high) with "
@@ -300,7 +319,7 @@ class DTSSBP(BaseEstimator):
                                  "(one epoch) or fit (a sequence of epochs) first.")
 
     def _validate_X(self, X, family: type[Likelihood]):
-        X = family.check_input(X)
+        X = family.check_input(X, **{k: getattr(self, k) for k in family.params})
         if hasattr(self, "n_features_in_") and X.shape[1] != self.n_features_in_:
             raise ValueError(f"X has {X.shape[1]} features, but the model was fitted with {self.n_features_in_}")
         return X

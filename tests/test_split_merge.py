@@ -118,7 +118,8 @@ class Case:
         for nid in np.unique(labels):
             rows = np.flatnonzero(labels == nid)
             sub = self.X[rows]
-            docs = DocumentSet(float(rows.size), np.asarray(sub.sum(axis=0)).ravel(), float(sub.multiply(sub).sum()))
+            docs = DocumentSet(float(rows.size), np.asarray(sub.sum(axis=0)).ravel(), float(sub.multiply(sub).sum()),
+                               np.asarray(sub.multiply(sub).sum(axis=1)).ravel())
             if nid in self.fixed_parent:
                 out += self.lik.log_likelihood(docs, self.theta[nid], self.conc[nid])
             else:
@@ -137,7 +138,7 @@ class Case:
                 rows = np.flatnonzero(labels == nid)
                 sub = self.X[rows]
                 docs = DocumentSet(float(rows.size), np.asarray(sub.sum(axis=0)).ravel(),
-                                   float(sub.multiply(sub).sum()))
+                                   float(sub.multiply(sub).sum()), np.asarray(sub.multiply(sub).sum(axis=1)).ravel())
                 conc[nid] = self.lik.new_node_concentration(self.conc[par], d)
                 theta[nid] = self.lik.sample_node_theta(self.theta[par], conc[nid], d, docs, rng)
         return MoveState(tree, labels, self.X, dict(self.past), theta, conc)
@@ -184,6 +185,31 @@ def test_moves_keep_the_target_root_and_newborn_children():
     pval, accepted = _check_invariance(case, n_draws=3000, n_attempts=3, seed=1)
     assert accepted > 500  # the moves do move
     assert pval > 1e-3
+
+
+def test_moves_keep_the_target_with_weighted_vmf_documents():
+    """Rows of norm w (a document of weight w has concentration beta w): the moves' set
+    likelihoods and marginals read each row's weight, and stay exact."""
+    case = _vmf_case(1, {ROOT: -1, 1: ROOT}, {ROOT: 2, 1: 2})
+    case.X = sp.csr_matrix(sp.diags([0.3, 3.0, 1.0]) @ case.X)
+    # unequal concentrations: with one shared concentration the weights' normalisers would be
+    # the same in every state and cancel (new nodes take their parent's)
+    case.conc = {ROOT: 0.5, 1: 4.0}
+    case.logp = np.array([case.log_target(s) for s in case.states])
+    weighted = _check_invariance(case, n_draws=3000, n_attempts=3, seed=4)
+    assert weighted[1] > 250
+    assert weighted[0] > 1e-3
+    # the check has power here too: scoring every row as a unit row is detected
+    unit = case.lik.log_likelihood, case.lik.log_marginal
+    try:
+        def as_unit(docs):
+            return DocumentSet(docs.n, docs.s, docs.n, None)
+        case.lik.log_likelihood = lambda docs, *a: unit[0](as_unit(docs), *a)
+        case.lik.log_marginal = lambda docs, *a, **k: unit[1](as_unit(docs), *a, **k)
+        blind, _ = _check_invariance(case, n_draws=3000, n_attempts=3, seed=4)
+    finally:
+        del case.lik.log_likelihood, case.lik.log_marginal
+    assert blind < 1e-3
 
 
 def test_moves_keep_the_target_with_a_kept_child():

@@ -60,6 +60,11 @@ class Candidates:
       ``A = ph_b[j] = sum(alpha)`` and ``n_x`` the row's total count: log mass plus the
       Dirichlet-multinomial marginal when ``ph_a`` holds the log mass (the multinomial
       coefficient, equal for every column, is left out).
+
+    VMF rows of norm ``w`` other than 1 are documents of weight ``w`` (concentration ``beta w``
+    at a node of concentration ``beta``): :func:`score_rows` then scores them exactly in NumPy,
+    ``log C_p(beta w)`` in place of ``log C_p(beta)`` where ``normalized`` says the columns
+    hold the normalisers (:func:`_weighted_vmf_rows`).
     """
 
     kind: int
@@ -75,6 +80,7 @@ class Candidates:
     # rows being scored, only the knots that their parent scores reach
     ph_table: np.ndarray | None = None
     ph_alpha: np.ndarray | None = None  # DIRICHLET: (P, p) Dirichlet parameters
+    normalized: bool = True  # VMF: whether live_a and ph_a hold the log normalisers of beta and b
 
     def __post_init__(self) -> None:
         if self.kind == DIRICHLET and self.ph_alpha is None:
@@ -95,6 +101,13 @@ class Candidates:
     @property
     def dim(self) -> int:
         return int(self.coef_T.shape[0])
+
+
+#: how far a unit row's norm may be from 1 (the vMF's input check without document weights)
+UNIT_NORM_TOL = 1e-6
+#: rows whose squared norm is within this of 1 are unit rows (the vMF's documents of weight 1): it
+#: covers every row the unit check accepts, so unit rows never take the weighted path
+WEIGHT_TOL = 3 * UNIT_NORM_TOL
 
 
 #: below this, exp(x) is exactly 0.0 in double precision (the smallest subnormal is exp(-744.44))
@@ -499,12 +512,14 @@ def score_rows(X, cand: Candidates, u: np.ndarray | None, sqnorm: np.ndarray | N
     """
     n = X.shape[0]
     if sqnorm is None:
-        sqnorm = row_sq_norms(X) if cand.kind == LINEAR else np.zeros(n)
+        sqnorm = row_sq_norms(X) if cand.kind in (LINEAR, VMF) else np.zeros(n)
     sqnorm = np.ascontiguousarray(sqnorm, dtype=np.float64)
     own = np.full(n, -1, dtype=np.int64) if own is None else np.ascontiguousarray(own, dtype=np.int64)
     adjust = np.zeros(n) if adjust is None else np.ascontiguousarray(adjust, dtype=np.float64)
     if own.shape != (n,) or adjust.shape != (n,):
         raise ValueError(f"own and adjust need one entry per row ({n}), got {own.shape} and {adjust.shape}")
+    if cand.kind == VMF and n and np.any(np.abs(sqnorm - 1.0) > WEIGHT_TOL):  # weighted documents
+        return _weighted_vmf_rows(X, cand, u, sqnorm, own, adjust)
     labels = np.full(n, -1, dtype=np.int64)
     lognorm = np.empty(n)
     sample = u is not None
@@ -589,6 +604,57 @@ def score_rows(X, cand: Candidates, u: np.ndarray | None, sqnorm: np.ndarray | N
     # Dense blocks keep fixed boundaries (multiples of block_rows) whatever the thread count:
     # a BLAS product's rounding may depend on the block's shape. CSR rows are independent.
     _in_row_ranges(pool, n_threads, n, 1 if sp.issparse(X) else block_rows, run)
+    return labels, lognorm
+
+
+def _weighted_vmf_rows(X, cand: Candidates, u, sqnorm, own, adjust) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`score_rows` for VMF rows of norm ``w`` (a unit direction ``x`` times a weight): at
+    a live node ``log C_p(beta w) + beta theta . (w x)``, at a new child of a node of direction
+    ``mu`` ``log C_p(b w) + log C_p(c) - log C_p(||b w x + c mu||)`` (the collapsed marginal of
+    a document of concentration ``b w``), each log normaliser of ``beta w`` evaluated once per
+    distinct weight. Exact, in NumPy on one thread (the same values on any engine); unit rows
+    keep the compiled kernel."""
+    from streamtree.likelihoods.vmf import log_normalizer  # that module builds on this one
+    n = X.shape[0]
+    p = cand.dim
+    S = np.asarray(X @ np.asarray(cand.coef_T, dtype=np.float64), dtype=np.float64)
+    w = np.sqrt(sqnorm)
+    uw, inv = np.unique(w, return_inverse=True)
+    inv = inv.reshape(-1)
+
+    def change(conc: np.ndarray) -> np.ndarray:  # log C_p(conc w) - log C_p(conc) per row and column
+        conc = np.asarray(conc, dtype=np.float64)
+        table = np.asarray(log_normalizer(p, np.outer(uw, conc))) - np.asarray(log_normalizer(p, conc))[None, :]
+        return table[inv]
+
+    beta = np.asarray(cand.live_b, dtype=np.float64)
+    live = np.asarray(cand.live_a)[None, :] + beta[None, :] * S
+    if cand.normalized:
+        live += change(beta)
+    if cand.n_placeholders:
+        b = np.asarray(cand.ph_b, dtype=np.float64)
+        c = np.asarray(cand.ph_c, dtype=np.float64)
+        cos = np.clip(S[:, cand.ph_parent] / w[:, None], -1.0, 1.0)
+        bw = w[:, None] * b[None, :]
+        # ||b w x + c mu||, without cancellation at cos = -1 (as log_new_node_marginal)
+        rho = np.sqrt((bw - c[None, :]) ** 2 + 2.0 * bw * c[None, :] * (1.0 + cos))
+        ph = np.asarray(cand.ph_a)[None, :] - np.asarray(log_normalizer(p, rho))
+        if cand.normalized:
+            ph += change(b)
+        W = np.concatenate([live, ph], axis=1)
+    else:
+        W = live
+    has = own >= 0
+    W[np.flatnonzero(has), own[has]] += adjust[has]
+    m = W.max(axis=1)
+    E = np.exp(W - m[:, None])
+    tot = E.sum(axis=1)
+    lognorm = m + np.log(tot)
+    labels = np.full(n, -1, dtype=np.int64)
+    if u is not None:
+        cum = np.cumsum(E, axis=1)
+        hit = cum > (np.asarray(u) * tot)[:, None]
+        labels = np.where(hit.any(axis=1), hit.argmax(axis=1), W.shape[1] - 1).astype(np.int64)
     return labels, lognorm
 
 

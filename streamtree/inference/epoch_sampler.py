@@ -41,6 +41,7 @@ from scipy.stats import chi2
 
 from streamtree.epoch_tree import EpochTree
 from streamtree.events import epoch_events
+from streamtree.inference.enumerated import row_sq_norms
 from streamtree.inference.merge import CollapsedPrior
 from streamtree.inference.hyper import sample_hyperparameters
 from streamtree.inference.split_merge import MoveState, Previous, SplitMerge, document_set
@@ -430,7 +431,7 @@ class EpochSampler:
                 move, moves = self._split_merge(rows, col_ids, current, sums, sumsq, epoch)
                 self._lift_moves(move, moves, epoch, carried=sweep >= cfg.n_sweeps // 2)
             if cfg.merge_moves and sweep >= cfg.n_sweeps // 2:  # once the epoch's nodes have settled
-                self._merge_internal(current, sums, sumsq)
+                self._merge_internal(current, sums, sumsq, rows)
             if cfg.sample_hyperparameters:
                 arrays = st.tree.arrays()
                 st.hyper = sample_hyperparameters(arrays, st.own_counts(arrays.ids, current), st.hyper,
@@ -438,7 +439,7 @@ class EpochSampler:
                                                   rng=self.rng)
             self._update_concentrations(current, sums, sumsq)
             if cfg.auto_link_strength:
-                self._update_link_strength(current, sums)
+                self._update_link_strength(current, sums, sumsq)
             self._update_theta(rows, sums, current, epoch)
             # (with own-node adjustments the sum holds them: a score of the sweep, not log p(x))
             logger.debug("epoch %d sweep %d: %d nodes, sweep log score %.4g", epoch, sweep, len(st.tree), stats.loglik)
@@ -499,7 +500,8 @@ class EpochSampler:
                 st.hyper["kappa0"] = float(start)
         apply_link_strengths(lik, st.hyper)
 
-    def _update_link_strength(self, current: dict[int, int], sums: dict[int, np.ndarray]) -> None:
+    def _update_link_strength(self, current: dict[int, int], sums: dict[int, np.ndarray],
+                              sumsq: dict[int, float] | None = None) -> None:
         """Re-estimate ``kappa0`` from the tree, the documents and the nodes' parameters (the
         family's rule, :meth:`Likelihood.estimate_link_strength`)."""
         st, lik = self.state, self.likelihood
@@ -516,8 +518,9 @@ class EpochSampler:
         P = theta.copy()
         if has_prev.any():
             P[has_prev] = self.prev_theta[[self.prev_slot[int(i)] for i in ids[has_prev]]]
+        Q = np.array([(sumsq or {}).get(int(i), current.get(int(i), 0)) for i in ids], dtype=np.float64)
         k0 = lik.estimate_link_strength(arrays, theta, st.nodes.concentration[slots], counts, S, P, has_prev,
-                                        self.root_anchor)
+                                        self.root_anchor, sumsq=Q)
         if k0 is not None:
             st.hyper["kappa0"] = float(k0)
         apply_link_strengths(lik, st.hyper)
@@ -805,7 +808,8 @@ class EpochSampler:
                 for g in res.redrawn:  # leaves the carried lift drew afresh below their new parent
                     st.nodes.theta[st.nodes.slot[g]] = move.theta[g]
 
-    def _merge_internal(self, current: dict[int, int], sums: dict[int, np.ndarray], sumsq: dict[int, float]) -> None:
+    def _merge_internal(self, current: dict[int, int], sums: dict[int, np.ndarray], sumsq: dict[int, float],
+                        X=None) -> None:
         """Heat-bath choice, deepest first, for each internal node without past counts (empty ones
         born in this epoch excepted) between keeping it and merging it into its parent, its
         children rising, and for each leaf with past counts and current documents between
@@ -890,7 +894,10 @@ class EpochSampler:
                 continue
             data = 0.0
             if n:
-                docs = DocumentSet(float(n), sums[c], sumsq[c])
+                norms = None
+                if X is not None and lik.sets_need_row_norms:
+                    norms = row_sq_norms(X[np.flatnonzero(self.labels_now == c)])
+                docs = DocumentSet(float(n), sums[c], sumsq[c], norms)
                 sp_ = nodes.slot[par]
                 # a carried node's documents are scored under its full prior, both links: its
                 # previous parameter is part of the evidence for keeping it

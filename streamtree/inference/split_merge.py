@@ -350,14 +350,20 @@ class _Get:
 
 @njit(cache=True)
 def _csr_row_sums(indptr, indices, data, rows, p):
+    """Row sum, sum of squared norms and each row's squared norm of CSR rows ``rows``."""
     s = np.zeros(p)
     sumsq = 0.0
-    for r in rows:
+    sq = np.empty(rows.shape[0])
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        own = 0.0
         for k in range(indptr[r], indptr[r + 1]):
             v = np.float64(data[k])
             s[indices[k]] += v
             sumsq += v * v
-    return s, sumsq
+            own += v * v
+        sq[i] = own
+    return s, sumsq, sq
 
 
 def _is_ancestor(parent: dict[int, int], x: int, y: int) -> bool:
@@ -439,17 +445,19 @@ def document_set(X, rows: np.ndarray) -> DocumentSet:
     """Count, row sum and sum of squared norms of rows ``rows`` of ``X`` (CSR without slicing)."""
     rows = np.asarray(rows, dtype=np.int64)
     if sp.issparse(X) and X.format == "csr":
-        s, sumsq = _csr_row_sums(X.indptr, X.indices, X.data, rows, X.shape[1])  # any dtype: no copy
-        return DocumentSet(float(rows.size), s, float(sumsq))
+        s, sumsq, sq = _csr_row_sums(X.indptr, X.indices, X.data, rows, X.shape[1])  # any dtype: no copy
+        return DocumentSet(float(rows.size), s, float(sumsq), sq)
     sub = X[rows]
     if sp.issparse(sub):
         s = np.asarray(sub.sum(axis=0), dtype=np.float64).ravel()
+        sq = np.asarray(sub.multiply(sub).sum(axis=1), dtype=np.float64).ravel()
         sumsq = float(sub.multiply(sub).sum())
     else:
         sub = np.asarray(sub, dtype=np.float64)
         s = sub.sum(axis=0)
+        sq = np.einsum("ij,ij->i", sub, sub)
         sumsq = float(np.einsum("ij,ij->", sub, sub))
-    return DocumentSet(float(rows.size), s, sumsq)
+    return DocumentSet(float(rows.size), s, sumsq, sq)
 
 
 @njit(cache=True)

@@ -94,11 +94,14 @@ def argmax_log_scale(log_f: Callable[[float], float], low: float = LINK_STRENGTH
 
 @dataclass(frozen=True)
 class DocumentSet:
-    """Sufficient statistics of a set of documents: count, row sum, sum of squared norms."""
+    """Sufficient statistics of a set of documents: count, row sum, sum of squared norms, and
+    each row's squared norm where the set was built from its rows (a family whose rows carry
+    weights in their norms, the vMF's, needs them)."""
 
     n: float
     s: np.ndarray
     sumsq: float = 0.0
+    sq_norms: np.ndarray | None = None
 
 
 @njit(cache=True, nogil=True)
@@ -190,6 +193,9 @@ class Likelihood(ABC):
     #: (a unit vector: its largest entries to a cosine), ``"distribution"`` (strictly positive,
     #: summing to 1: its log probabilities to a step) or ``"exact"`` (anything else, e.g. means)
     param_storage: ClassVar[str] = "exact"
+    #: whether the family's set likelihoods read each row's squared norm
+    #: (:attr:`DocumentSet.sq_norms`), not only their sum: the vMF's rows carry weights
+    sets_need_row_norms: ClassVar[bool] = False
     #: estimator parameters the family reads (their values come from ``DTSSBP.get_params()``)
     params: ClassVar[tuple[str, ...]] = ()
 
@@ -208,8 +214,9 @@ class Likelihood(ABC):
     # ------------------------------------------------------------------ input
     @classmethod
     @abstractmethod
-    def check_input(cls, X) -> Any:
-        """The rows in the form the kernel needs (CSR or dense float64); ValueError if unusable."""
+    def check_input(cls, X, **settings: Any) -> Any:
+        """The rows in the form the kernel needs (CSR or dense float64); ValueError if unusable.
+        ``settings`` are the estimator's values of the family's :attr:`params`."""
 
     # ------------------------------------------------------------------ epoch anchors
     @abstractmethod
@@ -424,10 +431,12 @@ class Likelihood(ABC):
 
     def estimate_link_strength(self, arrays: TreeArrays, theta: np.ndarray, concentration: np.ndarray,
                                counts: np.ndarray, sums: np.ndarray, prev_theta: np.ndarray,
-                               has_prev: np.ndarray, root_anchor: np.ndarray) -> float | None:
+                               has_prev: np.ndarray, root_anchor: np.ndarray,
+                               sumsq: np.ndarray | None = None) -> float | None:
         """``kappa0`` re-estimated from the current tree (``kappa0="auto"``; after each sweep).
 
-        ``counts`` and ``sums`` are the nodes' documents in this epoch, aligned with ``arrays``;
+        ``counts``, ``sums`` and ``sumsq`` (sums of squared row norms) are the nodes' documents
+        in this epoch, aligned with ``arrays``;
         ``prev_theta`` and ``has_prev`` their previous-epoch parameters. ``None`` keeps the
         current value (no documents to learn from, or no such strength in the family).
         """

@@ -209,7 +209,7 @@ class Gaussian(Likelihood):
     params = ("sigma0", "sigma1", "eta", "a", "noise_var", "min_node_docs")
 
     @classmethod
-    def check_input(cls, X):
+    def check_input(cls, X, **settings):
         if hasattr(X, "toarray"):
             X = X.toarray()
         X = np.ascontiguousarray(X, dtype=np.float64)

@@ -72,7 +72,7 @@ class Multinomial(WordTopics, Likelihood):
     incremental_map = True
 
     @classmethod
-    def check_input(cls, X):
+    def check_input(cls, X, **settings):
         X = finite_csr(X)
         d = X.data
         if d.size and (d.min() < 0 or not np.array_equal(d, np.round(d))):
@@ -303,7 +303,7 @@ class Multinomial(WordTopics, Likelihood):
         return argmax_log_scale(evidence)
 
     def estimate_link_strength(self, arrays, theta, concentration, counts, sums, prev_theta, has_prev,
-                               root_anchor):
+                               root_anchor, sumsq=None):
         """Empirical Bayes: the ``kappa0`` maximising the collapsed likelihood of the parent links.
 
         Every non-root node with documents contributes the Dirichlet-multinomial marginal of

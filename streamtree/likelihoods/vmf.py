@@ -35,14 +35,15 @@ import threading
 from collections import OrderedDict
 
 import numpy as np
+import scipy.sparse as sp
 from numba import njit
 from numpy.typing import ArrayLike
 from scipy.special import gammaln, ive
 
-from streamtree.inference.enumerated import VMF, Candidates
+from streamtree.inference.enumerated import UNIT_NORM_TOL, VMF, WEIGHT_TOL, Candidates, row_sq_norms
 from streamtree.inference.theta_map import map_theta_vmf
 from streamtree.inference.threads import in_row_ranges
-from streamtree.likelihoods.base import Likelihood, RowBlock, WordTopics, finite_csr
+from streamtree.likelihoods.base import DocumentSet, Likelihood, RowBlock, WordTopics, finite_csr
 
 __all__ = [
     "VonMisesFisher",
@@ -617,17 +618,39 @@ def log_new_node_marginal(
 # ----------------------------------------------------------------------------------------------
 
 
-def group_log_marginal(n: float, s: np.ndarray, mu: np.ndarray, kappa: float, beta: float, p: int) -> float:
-    """log of the integral of prod_i C_p(beta) exp(beta theta.x_i) against vMF(theta; mu, kappa).
+def group_log_marginal(n: float, s: np.ndarray, mu: np.ndarray, kappa: float, beta: float, p: int,
+                       sq_norms: np.ndarray | None = None) -> float:
+    """log of the integral of prod_i C_p(beta w_i) exp(beta theta.x_i) against vMF(theta; mu, kappa).
 
-    ``n`` unit documents with sum ``s`` share one direction ``theta`` drawn around ``mu``:
-    ``n log C_p(beta) + log C_p(kappa) - log C_p(||beta s + kappa mu||)``.
+    ``n`` documents with sum ``s`` share one direction ``theta`` drawn around ``mu``:
+    ``sum_i log C_p(beta w_i) + log C_p(kappa) - log C_p(||beta s + kappa mu||)``, with
+    ``w_i`` the documents' weights (their norms, :func:`set_log_normalizer`; unit documents
+    when ``sq_norms`` is None).
     """
     pf = float(p)  # scalar numba kernels: these run once per node per sweep (merge moves)
     rho = _combination_norm(float(beta), np.ascontiguousarray(s, dtype=np.float64), float(kappa),
                             np.ascontiguousarray(mu, dtype=np.float64))
-    return float(n * log_normalizer_nb(pf, float(beta)) + log_normalizer_nb(pf, float(kappa))
+    return float(set_log_normalizer(p, n, float(beta), sq_norms) + log_normalizer_nb(pf, float(kappa))
                  - log_normalizer_nb(pf, rho))
+
+
+def row_weights_are_unit(sq_norms) -> bool:
+    """Whether rows of these squared norms are unit documents (weight 1)."""
+    return sq_norms is None or bool(np.all(np.abs(np.asarray(sq_norms) - 1.0) <= WEIGHT_TOL))
+
+
+def row_log_normalizers(p: int, beta: float, sq_norms: np.ndarray) -> np.ndarray:
+    """``log C_p(beta w_i)`` per row of squared norm ``w_i^2`` (one evaluation per distinct weight)."""
+    w, inv = np.unique(np.sqrt(np.asarray(sq_norms, dtype=np.float64)), return_inverse=True)
+    return np.asarray(log_normalizer(p, beta * w), dtype=np.float64).reshape(-1)[inv.reshape(-1)]
+
+
+def set_log_normalizer(p: int, n: float, beta: float, sq_norms: np.ndarray | None) -> float:
+    """``sum_i log C_p(beta w_i)`` over ``n`` documents whose squared norms are ``sq_norms``:
+    ``n log C_p(beta)`` for unit documents (``None``, or every norm 1)."""
+    if n <= 0 or row_weights_are_unit(sq_norms):
+        return float(n * log_normalizer_nb(float(p), float(beta)))
+    return float(np.sum(row_log_normalizers(p, beta, sq_norms)))
 
 
 @njit(cache=True, nogil=True)
@@ -651,9 +674,55 @@ def _combination_norm(beta, s, kappa, mu):
     return math.sqrt((a0 + a1) + (a2 + a3))
 
 
-def group_log_likelihood(n: float, s: np.ndarray, theta: np.ndarray, beta: float, p: int) -> float:
-    """sum_i log f(x_i | theta, beta) from the group's count and sum."""
-    return float(n * log_normalizer_nb(float(p), float(beta)) + beta * theta @ s)
+def group_log_likelihood(n: float, s: np.ndarray, theta: np.ndarray, beta: float, p: int,
+                         sq_norms: np.ndarray | None = None) -> float:
+    """sum_i log f(x_i | theta, beta w_i) from the group's count, sum and squared norms (None:
+    unit documents)."""
+    return float(set_log_normalizer(p, n, beta, sq_norms) + beta * theta @ s)
+
+
+@njit(cache=True, nogil=True)
+def _csr_sq_norms(indptr, data, rows):
+    """Squared norm of each CSR row ``rows[i]``."""
+    out = np.empty(rows.shape[0])
+    for i in range(rows.shape[0]):
+        acc = 0.0
+        for k in range(indptr[rows[i]], indptr[rows[i] + 1]):
+            acc += data[k] * data[k]
+        out[i] = acc
+    return out
+
+
+def _sq_norms(X, rows: np.ndarray | None = None) -> np.ndarray:
+    """Squared norm of each row (of ``rows``, or all), summed in float64 in storage order."""
+    if sp.issparse(X):
+        X = X if X.format == "csr" else sp.csr_matrix(X)
+        rows = np.arange(X.shape[0], dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
+        return _csr_sq_norms(X.indptr, np.asarray(X.data, dtype=np.float64), rows)
+    A = np.asarray(X, dtype=np.float64)
+    if rows is not None:
+        A = A[np.asarray(rows, dtype=np.int64)]
+    return np.einsum("ij,ij->i", A, A)
+
+
+def _weighted_normalizer_change(p: int, beta: np.ndarray, sq_norms: np.ndarray) -> np.ndarray:
+    """``log C_p(beta_k w_i) - log C_p(beta_k)`` per row i and concentration k."""
+    w, inv = np.unique(np.sqrt(np.asarray(sq_norms, dtype=np.float64)), return_inverse=True)
+    beta = np.asarray(beta, dtype=np.float64)
+    table = np.asarray(log_normalizer(p, np.outer(w, beta))) - np.asarray(log_normalizer(p, beta))[None, :]
+    return table[inv.reshape(-1)]
+
+
+def _set_norms(docs: DocumentSet) -> np.ndarray | None:
+    """The set's squared norms, None for unit documents (also a set built without its squared
+    norms, ``sumsq`` left at 0: sets of unit rows were built so). A set whose ``sumsq`` shows
+    weighted documents but that does not carry each row's squared norm is an error: its log
+    normaliser would be wrong."""
+    if docs.sq_norms is not None:
+        return docs.sq_norms
+    if docs.n <= 0 or docs.sumsq == 0.0 or abs(docs.sumsq - docs.n) <= WEIGHT_TOL * docs.n:
+        return None
+    raise ValueError("a set of weighted vMF documents (row norms other than 1) needs its rows' squared norms")
 
 
 # Tables by (p, intervals, b, c): a node's concentration and its children's prior strength
@@ -745,7 +814,8 @@ def _fill_knots(p, b, c, need, out, added, start, stop):
 # Concentration under a Gamma prior
 # ----------------------------------------------------------------------------------------------
 
-def pair_cosine(counts: np.ndarray, sums: np.ndarray) -> tuple[np.ndarray, float | None]:
+def pair_cosine(counts: np.ndarray, sums: np.ndarray, sumsq: np.ndarray | None = None
+                ) -> tuple[np.ndarray, float | None]:
     """Mean cosine between two distinct documents of a node: per node and pooled.
 
     For ``n`` unit documents with sum ``s``, ``||s||^2 = n + sum_{i != j} x_i.x_j``, so
@@ -754,6 +824,15 @@ def pair_cosine(counts: np.ndarray, sums: np.ndarray) -> tuple[np.ndarray, float
     per-node values clipped at 0 (0 for nodes with fewer than two documents) and the pooled
     value ``sum_e (||s_e||^2 - n_e) / (n_e - 1) / sum_e n_e`` over nodes with two documents or
     more (each node's pairs weighted by its documents), or None if there is no such node.
+
+    Weighted documents (norms ``w_i``, squared norms summing to ``sumsq``): ``||s||^2 -
+    sumsq = sum_{i != j} w_i w_j x_i.x_j``, averaged over the pairs in units of the node's
+    mean squared weight ``sumsq / n``, and read as the mean cosine of documents of weight 1.
+    That is an approximation: the exact weighted mean divides by ``(sum_i w_i)^2 - sumsq``
+    (which the node's count, sum and ``sumsq`` do not give), ``n (n - 1) mean(w)^2 / mean(w^2)``
+    of this denominator, so it reads a node a little broader than it is (about 7% in the mean
+    cosine for weights spread as token counts of 30-100 over 65). Unit documents give the
+    formula above, to the bit.
     """
     n = np.asarray(counts, dtype=np.float64)
     big = n >= 2
@@ -764,6 +843,12 @@ def pair_cosine(counts: np.ndarray, sums: np.ndarray) -> tuple[np.ndarray, float
     # K x p entries twice
     s2 = np.einsum("ij,ij->i", sums, sums)[big]
     excess = (s2 - n[big]) / (n[big] - 1.0)
+    if sumsq is not None:
+        q = np.asarray(sumsq, dtype=np.float64)[big]
+        weighted = (q != 0.0) & (np.abs(q - n[big]) > WEIGHT_TOL * n[big])  # 0: not given (unit rows)
+        if weighted.any():  # unit nodes keep the formula above, to the bit
+            mean_sq = np.where(weighted, q / n[big], 1.0)
+            excess = np.where(weighted, (s2 - q) / (n[big] - 1.0) / mean_sq, excess)
     per_node[big] = np.maximum(excess / n[big], 0.0)
     return per_node, float(np.sum(excess) / np.sum(n[big]))
 
@@ -829,8 +914,6 @@ def _concentration_mode_nb(n, t, p, shape, rate, log_low, log_high, n_iter):
 # The family object
 # ----------------------------------------------------------------------------------------------
 
-_NORM_TOL = 1e-6
-
 
 class VonMisesFisher(WordTopics, Likelihood):
     """vMF topics on L2-normalised rows: ``x | node ~ vMF(theta, beta)``.
@@ -843,19 +926,31 @@ class VonMisesFisher(WordTopics, Likelihood):
 
     name = "vmf"
     text_norm = "l2"
+    sets_need_row_norms = True  # a row's norm is its document's weight
     param_storage = "direction"
-    params = ("kappa0", "kappa1", "a", "min_node_docs", "concentration_bounds")
+    params = ("kappa0", "kappa1", "a", "min_node_docs", "concentration_bounds", "document_weights")
+    #: whether a row's norm is its document's weight (concentration ``beta w``); else rows are unit
+    document_weights: bool = False
 
     @classmethod
-    def check_input(cls, X):
+    def check_input(cls, X, document_weights: bool = False, **settings):
+        """Rows are unit vectors; with ``document_weights`` a row is a unit direction times its
+        document's weight, the row's norm (concentration ``beta w`` at a node of concentration
+        ``beta``; :class:`~streamtree.text.TextVectorizer` weighs documents by their length
+        with ``length_power``)."""
         X = finite_csr(X)
         if X.shape[0]:
             norms = np.sqrt(np.asarray(X.multiply(X).sum(axis=1)).ravel())
-            bad = np.flatnonzero(np.abs(norms - 1.0) > _NORM_TOL)
+            bad = np.flatnonzero((norms == 0) if document_weights else (np.abs(norms - 1.0) > UNIT_NORM_TOL))
             if bad.size:
                 empty = bad[norms[bad] == 0]
+                if document_weights:
+                    raise ValueError(f"document_weights=True reads each row's norm as its document's weight, "
+                                     f"which must be positive; {bad.size} rows are all zeros (first: row "
+                                     f"{bad[0]}): drop empty documents first")
                 hint = (f"{empty.size} rows are all zeros (e.g. row {empty[0]}): drop empty documents first"
-                        if empty.size else "normalise rows, e.g. sklearn.preprocessing.normalize(X)")
+                        if empty.size else "normalise rows, e.g. sklearn.preprocessing.normalize(X), or pass "
+                        "document_weights=True if the norms are the documents' weights")
                 raise ValueError(f"the vMF likelihood needs L2-normalised rows; {bad.size} rows are not "
                                  f"(first: row {bad[0]}, norm {norms[bad[0]]:.6g}); {hint}")
         return X
@@ -868,7 +963,11 @@ class VonMisesFisher(WordTopics, Likelihood):
     def initial_root(self, X) -> tuple[np.ndarray, float]:
         r = np.linalg.norm(np.asarray(X.sum(axis=0)).ravel())
         lo, hi = self.concentration_bounds
-        b = estimate_concentration(np.array([r]), np.array([float(X.shape[0])]), self.n_features, min_count=2,
+        n = float(X.shape[0])
+        sq = row_sq_norms(X)
+        if not row_weights_are_unit(sq):  # weighted documents: their mean cosine is r / sum_i w_i
+            r *= n / float(np.sum(np.sqrt(sq)))
+        b = estimate_concentration(np.array([r]), np.array([n]), self.n_features, min_count=2,
                                    fallback=np.array([lo]), kappa_min=lo, kappa_max=hi)
         return self.root_anchor(X), float(b[0])
 
@@ -883,7 +982,7 @@ class VonMisesFisher(WordTopics, Likelihood):
         if normalized:  # unnormalised: the new-node term stays on the same footing as live nodes
             ph_a = ph_a + log_normalizer(p, b)
         cand = Candidates(VMF, np.ascontiguousarray(theta.T), log_mass + logc, conc, np.zeros_like(conc),
-                          ph_rows.astype(np.int64), ph_a, b.astype(np.float64), prior)
+                          ph_rows.astype(np.int64), ph_a, b.astype(np.float64), prior, normalized=normalized)
         return cand, ph_rows
 
     def new_node_prior(self, depth: int) -> float:
@@ -924,16 +1023,16 @@ class VonMisesFisher(WordTopics, Likelihood):
     def log_marginal(self, docs, theta_parent, concentration, depth, theta_prev=None):
         if theta_prev is None:
             return group_log_marginal(docs.n, docs.s, theta_parent, self.new_node_prior(depth), concentration,
-                                      self.n_features)
+                                      self.n_features, _set_norms(docs))
         # both links: exp(par theta_parent.theta + tim theta_prev.theta) is vMF(eta / |eta|, |eta|)
         par, tim = self.link_strengths(np.array([depth]))
         eta = par[0] * np.asarray(theta_parent) + tim[0] * np.asarray(theta_prev)
         kappa = float(np.linalg.norm(eta))
         mu = eta / kappa if kappa > 0 else np.asarray(theta_parent)
-        return group_log_marginal(docs.n, docs.s, mu, kappa, concentration, self.n_features)
+        return group_log_marginal(docs.n, docs.s, mu, kappa, concentration, self.n_features, _set_norms(docs))
 
     def log_likelihood(self, docs, theta, concentration):
-        return group_log_likelihood(docs.n, docs.s, theta, concentration, self.n_features)
+        return group_log_likelihood(docs.n, docs.s, theta, concentration, self.n_features, _set_norms(docs))
 
     def drift_statistic(self, theta_now, theta_prev, depth):
         # vMF(theta_prev, k) for large k: 2 k (1 - cos) is about chi-square with p - 1 df
@@ -942,12 +1041,25 @@ class VonMisesFisher(WordTopics, Likelihood):
             return None
         return float(2.0 * tim[0] * max(0.0, 1.0 - float(theta_now @ theta_prev))), float(self.n_features - 1)
 
+    def _row_normalizers(self, sq_norms: np.ndarray, concentration: float):
+        if row_weights_are_unit(sq_norms):
+            return log_normalizer_nb(float(self.n_features), float(concentration))
+        return row_log_normalizers(self.n_features, float(concentration), sq_norms)
+
     def row_log_likelihood(self, X, theta, concentration):
-        return log_normalizer_nb(float(self.n_features), float(concentration)) + concentration * np.asarray(
-            X @ theta).ravel()
+        return self._row_normalizers(_sq_norms(X), concentration) + concentration * np.asarray(X @ theta).ravel()
 
     def block_log_likelihood(self, block: RowBlock, theta, concentration):
-        return log_normalizer_nb(float(self.n_features), float(concentration)) + concentration * block.dot(theta)
+        return self._row_normalizers(_sq_norms(block.X, block.rows), concentration) + concentration * block.dot(theta)
+
+    def live_log_weights(self, X, cand, theta, hyper=None):
+        """As the base class, with each weighted row's log normaliser ``log C_p(beta w)`` in place
+        of its node's ``log C_p(beta)``."""
+        weights = super().live_log_weights(X, cand, theta, hyper)
+        sq = _sq_norms(X)
+        if not row_weights_are_unit(sq):
+            weights += _weighted_normalizer_change(self.n_features, np.asarray(cand.live_b), sq)
+        return weights
 
     def _pooled_concentration(self, n: float, t: float) -> float:
         """The maximum-likelihood concentration shared by documents: ``A_p(beta) = t / n``."""
@@ -958,10 +1070,13 @@ class VonMisesFisher(WordTopics, Likelihood):
     def initial_link_strength(self, X):
         """The documents' pooled concentration about their mean direction (see
         :meth:`estimate_link_strength`); the first epoch's root concentration."""
-        return self._pooled_concentration(float(X.shape[0]), float(np.linalg.norm(np.asarray(X.sum(axis=0)))))
+        sq = row_sq_norms(X)
+        # weighted documents: the mean cosine to the mean direction is ||sum_i w_i x_i|| / sum_i w_i
+        n = float(X.shape[0]) if row_weights_are_unit(sq) else float(np.sum(np.sqrt(sq)))
+        return self._pooled_concentration(n, float(np.linalg.norm(np.asarray(X.sum(axis=0)))))
 
     def estimate_link_strength(self, arrays, theta, concentration, counts, sums, prev_theta, has_prev,
-                               root_anchor):
+                               root_anchor, sumsq=None):
         """A unit-information link: ``kappa0`` equals the pooled document concentration.
 
         A new node's direction carries one typical document's worth of information about
@@ -986,7 +1101,7 @@ class VonMisesFisher(WordTopics, Likelihood):
         documents of 30 to 100 words spread far more in cosine than one vMF concentration
         per node allows. At ``kappa0 = beta`` only documents far below typical do.
         """
-        _, a2 = pair_cosine(np.asarray(counts, dtype=np.float64), sums)
+        _, a2 = pair_cosine(np.asarray(counts, dtype=np.float64), sums, sumsq)
         if a2 is None:
             return None
         lo, hi = self.concentration_bounds
@@ -1024,7 +1139,7 @@ class VonMisesFisher(WordTopics, Likelihood):
         counts = np.asarray(counts, dtype=np.float64)
         if counts.size == 0:
             return np.array(current, dtype=np.float64, copy=True)
-        per_node, pooled_a2 = pair_cosine(counts, sums)
+        per_node, pooled_a2 = pair_cosine(counts, sums, sumsq)
         if pooled_a2 is None:
             return np.array(current, dtype=np.float64, copy=True)
         pooled = self._pooled_concentration(1.0, min(np.sqrt(max(pooled_a2, 0.0)), 1.0 - 1e-12))
