@@ -213,8 +213,8 @@ def _add_vocabulary_args(p: argparse.ArgumentParser, what: str = "") -> None:
 
 
 #: DTSSBP keyword arguments the model options set (each option's ``dest`` is the parameter's name)
-MODEL_OPTIONS = ("likelihood", "variant", "window", "max_depth", "kappa0", "document_concentration", "n_sweeps",
-                 "random_state", "engine", "n_shards", "n_jobs")
+MODEL_OPTIONS = ("likelihood", "variant", "window", "max_depth", "kappa0", "document_concentration",
+                 "document_weights", "n_sweeps", "random_state", "engine", "n_shards", "n_jobs")
 
 
 def _add_model_args(p: argparse.ArgumentParser, *, for_evaluate: bool = False) -> None:
@@ -250,6 +250,10 @@ def _add_model_args(p: argparse.ArgumentParser, *, for_evaluate: bool = False) -
                         "distribution from Dir(S phi) around its node's phi (a word used once is likely "
                         "to come again); auto (S sampled with the model), a number S, or none (tokens "
                         "are independent draws from phi); other likelihoods ignore auto")
+    p.add_argument("--document-weights", action="store_true",
+                   help="vmf likelihood: weigh each document by its length (rows of norm tokens / median "
+                        "tokens; concentration beta w); helps single-topic documents, not mixed ones "
+                        "(see DTSSBP's document_weights)")
     p.add_argument("--sweeps", dest="n_sweeps", type=_positive_int, help="Gibbs sweeps per epoch")
     p.add_argument("--engine", help="where the z-updates run: local or ray")
     p.add_argument("--shards", dest="n_shards", type=_positive_int,

@@ -39,7 +39,8 @@ from streamtree.model import DTSSBP
 from streamtree.records import EMPTY_AFTER_VOCABULARY, RejectLog
 from streamtree.snapshots import StaticOptions, snapshot_name, static_snapshot
 from streamtree.text import (DEFAULT_MAX_DF, DEFAULT_MAX_FEATURES, DEFAULT_MIN_DF, DEFAULT_TOP_WORDS,
-                             DEFAULT_WEIGHTING, WEIGHTING_BEFORE_TFIDF, TextVectorizer)
+                             DEFAULT_LENGTH_POWER, DEFAULT_WEIGHTING, WEIGHTED_LENGTH_POWER, WEIGHTING_BEFORE_TFIDF,
+                             TextVectorizer)
 
 logger = logging.getLogger(__name__)
 
@@ -67,12 +68,15 @@ def text_model_params(model: dict) -> dict:
 
 
 def text_vectorizer(model_params: dict, min_df, max_df, max_features, weighting=DEFAULT_WEIGHTING) -> TextVectorizer:
-    """The unfitted vectoriser whose rows suit the model's likelihood (its ``text_norm``)."""
+    """The unfitted vectoriser whose rows suit the model's likelihood (its ``text_norm``), with
+    documents weighted by length where the model reads row norms as weights
+    (``document_weights``; :data:`~streamtree.text.WEIGHTED_LENGTH_POWER`)."""
     from streamtree.likelihoods import LIKELIHOODS
 
     norm = LIKELIHOODS[model_params["likelihood"]].text_norm
+    power = WEIGHTED_LENGTH_POWER if model_params.get("document_weights") else DEFAULT_LENGTH_POWER
     return TextVectorizer(min_df=min_df, max_df=max_df, max_features=max_features, norm=norm,
-                          weighting=weighting)
+                          weighting=weighting, length_power=power)
 
 
 def record_week_origin(identity: dict, epoch: str) -> None:

@@ -57,6 +57,23 @@ DEFAULT_MAX_FEATURES = "auto"
 DEFAULT_WEIGHTING = "tfidf"
 #: the weighting of vocabularies and stores written before tf-idf became the default
 WEIGHTING_BEFORE_TFIDF = "tf"
+#: vMF rows: a document's weight (its row's norm) is ``(L / L_ref) ** length_power``, L its token
+#: count over the vocabulary and L_ref the fitting documents' median. A document of L tokens
+#: drawn from one topic has cosine about ``sqrt(q L / (q L + 1))`` to it (q the topic's squared
+#: norm), so one concentration per node fits its short and long documents together only if it
+#: scales with length. On planted single-topic documents power 1 removes the vMF's swarm of
+#: short-document nodes (three seeds: 23 of 24 per-epoch node-count, ARI and identity targets
+#: met, against 17 with unit rows); State of the Union paragraphs, which mix topics and run from
+#: 1 to 426 tokens, stay at hundreds of nodes a decade at powers 0, 1/2 and 1 alike
+#: (BENCHMARKS.md). So unit rows stay the default, and weights are an option for corpora of
+#: single-topic documents.
+DEFAULT_LENGTH_POWER = 0.0
+#: the length power of the rows made for a vMF model with ``document_weights=True`` (replay, serve):
+#: weights proportional to token counts (planted trees, three seeds: 23 of 24 per-epoch targets
+#: at power 1, 21 at power 1/2, 17 with unit rows)
+WEIGHTED_LENGTH_POWER = 1.0
+#: the length power of vocabularies and stores written before documents were weighted: unit rows
+LENGTH_POWER_BEFORE_WEIGHTS = 0.0
 #: top words stored per node by replay and serve (by weight in the node's direction)
 DEFAULT_TOP_WORDS = 10
 
@@ -119,6 +136,14 @@ class TextVectorizer(TransformerMixin, BaseEstimator):
         frequency of the fitting corpus, ``log((1 + n) / (1 + df)) + 1``, before normalising;
         ``"tf"`` normalises the counts themselves. Ignored for raw counts (the multinomial needs
         counts).
+    length_power : float, default=0.0
+        With ``norm="l2"``: each unit row is then scaled to the document's weight
+        ``(L / reference_length_) ** length_power``, ``L`` its token count over the vocabulary;
+        the vMF reads a row's norm as its document's weight (concentration ``beta w`` at a node
+        of concentration ``beta``), so longer documents are held closer to their node's
+        direction. ``0`` (the default) gives unit rows: every document weighs the same. ``1``
+        suits corpora of single-topic documents (see :data:`DEFAULT_LENGTH_POWER`). Ignored
+        for raw counts.
 
     Attributes
     ----------
@@ -130,6 +155,9 @@ class TextVectorizer(TransformerMixin, BaseEstimator):
         Documents the vocabulary was fitted on.
     max_features_ : int or None
         The cap used (``max_features`` resolved).
+    reference_length_ : float
+        Median token count (over the vocabulary) of the fitting corpus's non-empty documents:
+        the length of weight 1.
     """
 
     def __init__(
@@ -143,6 +171,7 @@ class TextVectorizer(TransformerMixin, BaseEstimator):
         strip_addresses: bool = True,
         norm: str | None = DEFAULT_NORM,
         weighting: str = DEFAULT_WEIGHTING,
+        length_power: float = DEFAULT_LENGTH_POWER,
     ) -> None:
         self.min_df = min_df
         self.max_df = max_df
@@ -153,6 +182,7 @@ class TextVectorizer(TransformerMixin, BaseEstimator):
         self.strip_addresses = strip_addresses
         self.norm = norm
         self.weighting = weighting
+        self.length_power = length_power
 
     _parameter_constraints: dict = {
         "min_df": [Interval(numbers.Integral, 1, None, closed="left"), Interval(numbers.Real, 0, 1, closed="both")],
@@ -164,6 +194,7 @@ class TextVectorizer(TransformerMixin, BaseEstimator):
         "strip_addresses": ["boolean"],
         "norm": [StrOptions({"l2"}), None],
         "weighting": [StrOptions({"tf", "tfidf"})],
+        "length_power": [Interval(numbers.Real, 0, None, closed="left")],
     }
 
     def _params(self) -> dict:
@@ -204,6 +235,7 @@ class TextVectorizer(TransformerMixin, BaseEstimator):
         self.document_frequency_ = np.asarray((counts > 0).sum(axis=0), dtype=np.int64).ravel()
         self.n_fit_documents_ = len(texts)
         self.max_features_ = cap
+        self.reference_length_ = reference_length(counts)
         self._fixed = self._counter({t: i for i, t in enumerate(self.vocabulary_)})
         return counts.tocsr()
 
@@ -237,12 +269,10 @@ class TextVectorizer(TransformerMixin, BaseEstimator):
 
     def _finish(self, counts: sp.csr_matrix) -> sp.csr_matrix:
         counts.sort_indices()
-        X = counts.astype(np.float64)
-        if self.norm == "l2" and self.weighting == "tfidf":
-            X = X @ sp.diags(self.idf_)
-        if self.norm == "l2":
-            X = normalize(X, norm="l2", axis=1, copy=False)
-        return sp.csr_matrix(X)
+        if self.norm != "l2":
+            return sp.csr_matrix(counts.astype(np.float64))
+        return weighted_rows(counts, idf=self.idf_ if self.weighting == "tfidf" else None,
+                             length_power=self.length_power, reference=self.reference_length_)
 
     def vocabulary_hash(self) -> str:
         """sha256 (hex) of the terms in column order, one per line: identifies the columns."""
@@ -257,7 +287,8 @@ class TextVectorizer(TransformerMixin, BaseEstimator):
         settings and hash ride along in the schema metadata."""
         self._check_fitted()
         meta = {"params": self._params(), "n_fit_documents": int(self.n_fit_documents_),
-                "max_features": self.max_features_, "vocabulary_hash": self.vocabulary_hash()}
+                "max_features": self.max_features_, "reference_length": float(self.reference_length_),
+                "vocabulary_hash": self.vocabulary_hash()}
         table = pa.table({
             "index": pa.array(np.arange(self.vocabulary_.shape[0]), pa.int32()),
             "term": pa.array(self.vocabulary_.tolist(), pa.string()),
@@ -276,12 +307,14 @@ class TextVectorizer(TransformerMixin, BaseEstimator):
         # vocabularies stored before addresses were removed were fitted with them: keep doing so
         params.setdefault("strip_addresses", False)
         params.setdefault("weighting", WEIGHTING_BEFORE_TFIDF)  # so were those stored before tf-idf existed
+        params.setdefault("length_power", LENGTH_POWER_BEFORE_WEIGHTS)  # and before documents had weights
         vec = cls(**params)
         order = np.argsort(np.asarray(table.column("index").to_numpy(), dtype=np.int64), kind="stable")
         vec.vocabulary_ = np.asarray(table.column("term").to_pylist(), dtype=str)[order]
         vec.document_frequency_ = np.asarray(table.column("document_frequency").to_numpy(), dtype=np.int64)[order]
         vec.n_fit_documents_ = int(meta["n_fit_documents"])
         vec.max_features_ = meta.get("max_features", params.get("max_features"))
+        vec.reference_length_ = float(meta.get("reference_length", 1.0))  # unused at length power 0
         vec._fixed = vec._counter({t: i for i, t in enumerate(vec.vocabulary_)})
         if vec.vocabulary_hash() != meta["vocabulary_hash"]:
             raise ValueError("vocabulary table does not match its recorded hash (terms reordered or edited)")
@@ -290,6 +323,33 @@ class TextVectorizer(TransformerMixin, BaseEstimator):
     def _check_fitted(self) -> None:
         if not hasattr(self, "vocabulary_"):
             raise NotFittedError("TextVectorizer is not fitted; call fit(texts) first")
+
+
+def reference_length(counts: sp.csr_matrix) -> float:
+    """Median token count of the non-empty rows of ``counts`` (1 if there are none): the
+    document length of weight 1 (see :func:`weighted_rows`)."""
+    lengths = np.asarray(counts.sum(axis=1), dtype=np.float64).ravel()
+    lengths = lengths[lengths > 0]
+    return float(np.median(lengths)) if lengths.size else 1.0
+
+
+def weighted_rows(counts, *, idf: np.ndarray | None = None, length_power: float = DEFAULT_LENGTH_POWER,
+                  reference: float | None = None) -> sp.csr_matrix:
+    """vMF rows from term counts: the counts (times ``idf`` when given) scaled to unit norm,
+    then to the document's weight ``(L / reference) ** length_power``, ``L`` its token count
+    (``reference``: :func:`reference_length` of ``counts`` when None). All-zero rows stay
+    zero. :class:`TextVectorizer` with ``norm="l2"`` makes its rows here."""
+    counts = sp.csr_matrix(counts)
+    lengths = np.asarray(counts.sum(axis=1), dtype=np.float64).ravel()
+    X = counts.astype(np.float64)  # a copy: normalised in place below
+    if idf is not None:
+        X = X @ sp.diags(idf)
+    X = normalize(X, norm="l2", axis=1, copy=False)
+    if length_power:
+        ref = reference_length(counts) if reference is None else float(reference)
+        X = sp.csr_matrix(sp.diags((lengths / ref) ** length_power) @ X)
+        X.sort_indices()
+    return sp.csr_matrix(X)
 
 
 def _without_addresses(text: str, lowercase: bool) -> str:

@@ -30,7 +30,8 @@ def sou_slice(path: Path, n: int = 240, years=(1790, 1820), seed: int = 0) -> Pa
     return path
 
 
-MODEL_KEYS = {"n_sweeps", "kappa0", "random_state", "window", "engine", "n_shards", "likelihood", "document_concentration"}
+MODEL_KEYS = {"n_sweeps", "kappa0", "random_state", "window", "engine", "n_shards", "likelihood", "document_concentration",
+              "document_weights"}
 
 
 def config(path, **kw) -> ReplayConfig:
@@ -215,6 +216,29 @@ def test_refused_resume_names_the_model_parameter_that_differs():
     # the vMF has no document model: its stores, all recorded with None, match the new default
     assert config("corpus.parquet", likelihood="vmf", document_concentration=None).identity() == \
         config("corpus.parquet", likelihood="vmf").identity()
+
+
+def test_weighted_vmf_documents_replay_with_length_weighted_rows(corpus, tmp_path):
+    """``document_weights=True``: the store's vocabulary weighs rows by token count, the model
+    reads the norms as weights; stores written before the parameter match unweighted runs."""
+    uri = str(tmp_path / "weighted")
+    summary = replay(config(corpus, likelihood="vmf", document_weights=True), uri)
+    store = SnapshotStore(uri)
+    vec = store.vectorizer()
+    assert vec.length_power == 1.0 and vec.reference_length_ > 0
+    assert summary.n_documents > 0 and len(store.epochs()) == 3
+    texts = pq.read_table(corpus, columns=["text"]).column("text").to_pylist()[:20]
+    X = vec.transform(texts)
+    norms = np.sqrt(np.asarray(X.multiply(X).sum(axis=1)).ravel())
+    lengths = np.asarray(vec._fixed.transform(texts).sum(axis=1)).ravel()
+    np.testing.assert_allclose(norms[lengths > 0], lengths[lengths > 0] / vec.reference_length_, rtol=1e-12)
+    from streamtree.replay import identity_differences, stored_identity
+
+    plain = config("corpus.parquet", likelihood="vmf").identity()
+    before = dict(plain, model={k: v for k, v in plain["model"].items() if k != "document_weights"})
+    assert stored_identity(before) == plain
+    assert identity_differences(plain, config("corpus.parquet", likelihood="vmf", document_weights=True).identity()) \
+        == "model.document_weights: False in the store, True now"
 
 
 def test_identity_records_iso_weeks_so_thursday_week_stores_are_not_resumed():

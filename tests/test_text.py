@@ -18,7 +18,9 @@ SOTU = Path(__file__).resolve().parents[1] / "examples" / "data" / "sotu_paragra
 
 
 def small(**kw):
-    return TextVectorizer(min_df=1, max_df=1.0, stop_words="english", norm="l2", **{"weighting": "tf", **kw})
+    """Unit tf rows (no tf-idf, no document weights): the tokenising tests read them."""
+    return TextVectorizer(min_df=1, max_df=1.0, stop_words="english", norm="l2",
+                          **{"weighting": "tf", "length_power": 0.0, **kw})
 
 
 def test_default_rows_are_counts_the_default_model_fits():
@@ -49,14 +51,25 @@ def test_exact_l2_normalised_term_frequencies():
 
 def test_vmf_rows_default_to_exact_tfidf():
     """``norm="l2"`` rows are tf-idf unless ``weighting="tf"``: counts times
-    log((1 + n) / (1 + df)) + 1 of the fitting corpus, then unit length; raw counts ignore it."""
+    log((1 + n) / (1 + df)) + 1 of the fitting corpus, then unit length (the default), or then
+    the document's weight, its token count over the median's to ``length_power``; raw counts
+    ignore both."""
     docs = ["Apple apple banana", "banana cherry cherry cherry", "apple 1790 $5 the", "banana"]
-    v = TextVectorizer(min_df=1, max_df=1.0, norm="l2").fit(docs)
+    assert TextVectorizer().length_power == 0.0
+    v = TextVectorizer(min_df=1, max_df=1.0, norm="l2", length_power=1).fit(docs)
     assert v.weighting == "tfidf" and v.vocabulary_.tolist() == ["apple", "banana", "cherry"]
+    assert v.reference_length_ == 2.0  # lengths 3, 4, 1, 1
     idf = np.log(5.0 / (1.0 + np.array([2, 3, 1]))) + 1.0
-    expected = np.array([[2, 1, 0], [0, 1, 3], [1, 0, 0], [0, 1, 0]], dtype=float) * idf
+    counts = np.array([[2, 1, 0], [0, 1, 3], [1, 0, 0], [0, 1, 0]], dtype=float)
+    expected = counts * idf
     expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    expected *= (counts.sum(axis=1, keepdims=True) / 2.0)
     np.testing.assert_allclose(v.transform(docs).toarray(), expected, rtol=0, atol=1e-15)
+    unit = TextVectorizer(min_df=1, max_df=1.0, norm="l2").fit(docs).transform(docs).toarray()
+    np.testing.assert_allclose(unit, expected / (counts.sum(axis=1, keepdims=True) / 2.0), rtol=0, atol=1e-15)
+    root = TextVectorizer(min_df=1, max_df=1.0, norm="l2", length_power=0.5).fit(docs).transform(docs)
+    np.testing.assert_allclose(np.sqrt(np.asarray(root.multiply(root).sum(axis=1)).ravel()),
+                               np.sqrt(counts.sum(axis=1) / 2.0), rtol=1e-15)
     counts = TextVectorizer(min_df=1, max_df=1.0).fit(docs).transform(docs).toarray()
     np.testing.assert_array_equal(counts, [[2, 1, 0], [0, 1, 3], [1, 0, 0], [0, 1, 0]])
 
@@ -115,6 +128,28 @@ def test_hash_and_persistence_round_trip(tmp_path):
         TextVectorizer.from_arrow(t.replace_schema_metadata({}))
 
 
+def test_document_weights_persist_and_older_vocabularies_keep_unit_rows(tmp_path):
+    """The length power and the reference length ride with the vocabulary, so a restored store
+    weighs documents as its model was fitted; a vocabulary written before weights existed
+    carries neither and keeps unit rows."""
+    import json
+
+    docs = ["tax war tax", "war peace", "tax peace war war tax", "peace"]
+    v = TextVectorizer(min_df=1, max_df=1.0, stop_words=None, norm="l2", length_power=1).fit(docs)
+    w = TextVectorizer.from_arrow(v.to_arrow())
+    assert w.length_power == 1.0 and w.reference_length_ == v.reference_length_ == 2.5
+    assert (w.transform(docs) != v.transform(docs)).nnz == 0
+    t = v.to_arrow()
+    meta = json.loads(t.schema.metadata[b"streamtree.vectorizer"])
+    del meta["params"]["length_power"], meta["reference_length"]
+    old = TextVectorizer.from_arrow(t.replace_schema_metadata({b"streamtree.vectorizer": json.dumps(meta).encode()}))
+    X = old.transform(docs)
+    assert old.length_power == 0.0
+    np.testing.assert_allclose(np.sqrt(np.asarray(X.multiply(X).sum(axis=1)).ravel()), 1.0, rtol=1e-15)
+    with pytest.raises(ValueError, match="length_power"):
+        TextVectorizer(norm="l2", length_power=-1).fit(docs)
+
+
 def test_validation():
     with pytest.raises(NotFittedError, match="not fitted"):
         TextVectorizer().transform(["a"])
@@ -135,6 +170,11 @@ def test_sotu_vocabulary_and_rows():
     assert X.shape == (25_488, v.vocabulary_.shape[0]) and 5_000 < X.shape[1] < 20_000
     norms = np.sqrt(np.asarray(X.multiply(X).sum(axis=1)).ravel())
     np.testing.assert_allclose(norms[~empty], 1.0, atol=1e-12)
+    lengths = np.asarray(v._fixed.transform(texts.to_pylist()).sum(axis=1)).ravel()
+    assert v.reference_length_ == np.median(lengths[lengths > 0])
+    weighted = TextVectorizer(min_df=5, max_df=0.5, norm="l2", length_power=1).fit(texts).transform(texts)
+    norms = np.sqrt(np.asarray(weighted.multiply(weighted).sum(axis=1)).ravel())
+    np.testing.assert_allclose(norms[~empty], lengths[~empty] / v.reference_length_, rtol=1e-12)
     assert 0 < empty.sum() < 100  # a few one-word salutations have no vocabulary term
     assert {"war", "congress", "tax"} <= set(v.vocabulary_)
 
