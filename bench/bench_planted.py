@@ -10,8 +10,11 @@ lengths (median 50 tokens), drift by mixing in fresh words; its options set the 
 how skewed the leaf masses are and the median length.
 
 Model: ``DTSSBP`` at its defaults except ``max_depth`` (and ``likelihood``); vMF input is the
-L2-normalised term frequencies, multinomial input the raw counts. Baseline in the same run and
-on the same input: scikit-learn's ``KMeans`` given the true number of nodes of the epoch.
+product's row form for term frequencies (:func:`streamtree.text.weighted_rows`: unit rows times
+each document's weight, its token count over the first epoch's median to the power
+``--length-power``, by default the product's), multinomial input the raw counts. Baseline in the
+same run: scikit-learn's ``KMeans`` given the true number of nodes of the epoch, on the
+L2-normalised term frequencies.
 
 Figures per epoch, with their targets:
 
@@ -32,6 +35,7 @@ Figures per epoch, with their targets:
 Usage: python bench/bench_planted.py [--sizes 2000x5000[,V x N ...]] [--all-sizes]
        [--generator dirichlet|mixture] [--branch-share 0.3] [--mass-concentration 3] [--median-length 50]
        [--likelihood vmf[,multinomial]] [--max-depth 3] [--epochs 3] [--sweeps N] [--seed 0]
+       [--length-power 1]
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from sklearn.preprocessing import normalize
 import streamtree  # noqa: F401  (configures numba's cache before any model import)
 from streamtree.model import DTSSBP
 from streamtree.synthetic import planted_dirichlet_tree, planted_topic_mixture
+from streamtree.text import DEFAULT_LENGTH_POWER, reference_length, weighted_rows
 
 ISSUE_SIZE = "2000x5000"
 OTHER_SIZES = "5000x10000,20000x20000"
@@ -55,10 +60,13 @@ RATIO_RANGE = (0.67, 1.5)
 KEEP_TARGET = 0.8
 
 
-def model_input(counts: sp.csr_matrix, likelihood: str) -> sp.csr_matrix:
-    """What each likelihood fits: unit-L2 term frequencies for vMF, token counts otherwise."""
-    X = counts.astype(np.float64)
-    return normalize(X, norm="l2", axis=1) if likelihood == "vmf" else X
+def model_input(counts: sp.csr_matrix, likelihood: str, length_power: float = DEFAULT_LENGTH_POWER,
+                reference: float | None = None) -> sp.csr_matrix:
+    """What each likelihood fits: weighted unit term frequencies for vMF (``reference``: the
+    length of weight 1), token counts otherwise."""
+    if likelihood == "vmf":
+        return weighted_rows(counts, length_power=length_power, reference=reference)
+    return counts.astype(np.float64)
 
 
 def big_nodes(labels: np.ndarray, share: float = 0.01) -> int:
@@ -124,7 +132,7 @@ def run_size(n_features: int, n_documents: int, args, likelihoods: list[str]) ->
           f"deaths {[d.tolist() for d in corpus.died[1:]]}")
     km_ari, km_cpu = [], []
     for t, counts in enumerate(corpus.counts):
-        X = model_input(counts, "vmf")
+        X = normalize(counts.astype(np.float64), norm="l2", axis=1)
         c0 = time.process_time()
         km = KMeans(n_clusters=true_k[t], random_state=args.seed).fit(X)
         km_cpu.append(time.process_time() - c0)
@@ -133,18 +141,23 @@ def run_size(n_features: int, n_documents: int, args, likelihoods: list[str]) ->
         params = {"likelihood": likelihood, "max_depth": args.max_depth, "random_state": args.seed}
         if args.sweeps is not None:
             params["n_sweeps"] = args.sweeps
+        if likelihood == "vmf" and args.length_power:
+            params["document_weights"] = True
         if args.document_concentration is not None and likelihood == "multinomial":
             dc = args.document_concentration
             params["document_concentration"] = None if dc == "none" else dc if dc == "auto" else float(dc)
         model = DTSSBP(**params)
         print(f"-- DTSSBP({', '.join(f'{k}={v!r}' for k, v in params.items())}), other parameters at defaults")
+        if likelihood == "vmf":
+            print(f"   vMF rows: unit term frequencies times (tokens / {reference_length(corpus.counts[0]):g}) "
+                  f"** {args.length_power:g}")
         header = (f"{'epoch':>5} {'nodes>=1%':>10} {'truth':>5} {'ratio':>6} {'(0.67-1.5x)':>12} "
                   f"{'ARI':>6} {'k-means':>8} {'(>= k-means)':>13} {'ids kept':>14} {'(>= 80%)':>9} "
                   f"{'live K':>6} {'in <1%':>7} {'tokens <1% / rest':>18} {'kappa0_':>8} {'CPU s':>7} "
                   f"{'k-means CPU s':>14}")
         maps, met, notes = [], [], []
         for t, counts in enumerate(corpus.counts):
-            X = model_input(counts, likelihood)
+            X = model_input(counts, likelihood, args.length_power, reference_length(corpus.counts[0]))
             c0 = time.process_time()
             try:
                 model.partial_fit(X, epoch=t)
@@ -214,6 +227,9 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--sweeps", type=int, default=None, help="Gibbs sweeps per epoch (default: the model's)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--length-power", type=float, default=DEFAULT_LENGTH_POWER,
+                   help="vMF: document weight = (tokens / first epoch's median) ** this; 0 for unit rows "
+                        f"(default: the product's, {DEFAULT_LENGTH_POWER:g})")
     p.add_argument("--document-concentration", default=None,
                    help="multinomial: bursty (DCM) documents, 'auto' or a number s, or 'none' for "
                         "independent tokens (default: the model's, auto)")

@@ -5,7 +5,9 @@ corpus; see ``bench/sou_corpus.py``). Model: ``DTSSBP`` at its defaults except `
 (and ``likelihood``, ``n_sweeps`` when given); vMF input is the L2-normalised term frequencies
 (``--weighting tfidf``: each count times the term's smoothed inverse document frequency over all
 selected paragraphs, ``log((1 + n) / (1 + df)) + 1`` as in ``TextVectorizer``, then L2-normalised;
-``--weighting tf,tfidf`` runs both), other likelihoods get the token counts.
+``--weighting tf,tfidf`` runs both), each row then scaled to its paragraph's weight as
+``TextVectorizer`` does (``--length-power``, default the product's; 0: unit rows); other
+likelihoods get the token counts.
 
 Coherence: NPMI (``streamtree.coherence``, exact limits, no smoothing) with probabilities from
 the document co-occurrence of the whole corpus on the same tokens (every non-empty paragraph
@@ -50,11 +52,11 @@ from collections import defaultdict
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.preprocessing import normalize
 from sou_corpus import SouCorpus, load_sou
 
 from streamtree.coherence import topic_npmi
 from streamtree.model import DTSSBP
+from streamtree.text import DEFAULT_LENGTH_POWER, reference_length, weighted_rows
 
 N_TOP_NODES = 20
 N_TOP_WORDS = 10
@@ -167,18 +169,26 @@ def hlda_topics_by_decade(corpus: SouCorpus, args) -> tuple[list[np.ndarray], li
     return by_tokens, by_docs, time.process_time() - c0, live, what
 
 
-def tfidf_rows(corpus: SouCorpus) -> list[sp.csr_matrix]:
-    """Per decade, the counts times the smoothed idf of all selected paragraphs, L2-normalised."""
+def vmf_rows(corpus: SouCorpus, weighting: str, length_power: float) -> list[sp.csr_matrix]:
+    """Per decade, the vMF rows as the product makes them (:func:`streamtree.text.weighted_rows`):
+    the counts (times the smoothed idf of all selected paragraphs for ``"tfidf"``), unit length,
+    times each paragraph's weight, its token count over the median of all selected paragraphs to
+    the power ``length_power``."""
     reference = corpus.all_counts()
-    df = np.asarray((reference > 0).sum(axis=0)).ravel()
-    idf = np.log((1.0 + reference.shape[0]) / (1.0 + df)) + 1.0
-    return [sp.csr_matrix(normalize(C @ sp.diags(idf), norm="l2", axis=1)) for C in corpus.counts]
+    idf = None
+    if weighting == "tfidf":
+        df = np.asarray((reference > 0).sum(axis=0)).ravel()
+        idf = np.log((1.0 + reference.shape[0]) / (1.0 + df)) + 1.0
+    ref = reference_length(reference)
+    return [weighted_rows(C, idf=idf, length_power=length_power, reference=ref) for C in corpus.counts]
 
 
 def run_model(corpus: SouCorpus, likelihood: str, args, rows: list[sp.csr_matrix] | None = None):
     params = {"likelihood": likelihood, "max_depth": args.max_depth, "random_state": args.seed}
     if args.sweeps is not None:
         params["n_sweeps"] = args.sweeps
+    if likelihood == "vmf" and rows is not None and args.length_power:
+        params["document_weights"] = True
     if args.document_concentration is not None and likelihood == "multinomial":
         dc = args.document_concentration
         params["document_concentration"] = None if dc == "none" else dc if dc == "auto" else float(dc)
@@ -208,6 +218,9 @@ def run_model(corpus: SouCorpus, likelihood: str, args, rows: list[sp.csr_matrix
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--likelihood", default="vmf", help="comma-separated, e.g. vmf,multinomial (default vmf)")
+    p.add_argument("--length-power", type=float, default=DEFAULT_LENGTH_POWER,
+                   help="vMF rows: paragraph weight = (tokens / median) ** this; 0 for unit rows "
+                        f"(default: the product's, {DEFAULT_LENGTH_POWER:g})")
     p.add_argument("--weighting", default="tf",
                    help="vMF rows: tf, tfidf or tf,tfidf (both, one run each; default tf)")
     p.add_argument("--max-depth", type=int, default=3, help="model depth cap (default 3, the demo's)")
@@ -248,14 +261,15 @@ def main() -> None:
     runs = [(lik, w) for lik in [s.strip() for s in args.likelihood.split(",") if s.strip()]
             for w in (weightings if lik == "vmf" else [None])]
     for likelihood, weighting in runs:
-        rows = tfidf_rows(corpus) if weighting == "tfidf" else None
+        rows = vmf_rows(corpus, weighting, args.length_power) if weighting else None
         model, params, cpu, hyper = run_model(corpus, likelihood, args, rows)
         if model is None:
             continue
         trees = model.trees_
         npmi, by_depth = model_npmi(trees, corpus, reference)
         print(f"-- DTSSBP({', '.join(f'{k}={v!r}' for k, v in params.items())}), other parameters at defaults"
-              + (f", rows weighted {weighting}" if weighting else "") + f": {cpu:.0f}s CPU")
+              + (f", rows weighted {weighting}, length power {args.length_power:g}" if weighting else "")
+              + f": {cpu:.0f}s CPU")
         print(f"{'decade':>7} {'docs':>6} {'nodes':>6} {'occupied':>8} {'in carried':>10} {'model NPMI':>11}"
               f" {'alpha0':>7} {'lam':>5} {'gamma':>6}"
               + (f" {'HLDA NPMI':>10} {'HLDA (by docs)':>15}" if hlda else ""))
