@@ -252,8 +252,9 @@ def _add_model_args(p: argparse.ArgumentParser, *, for_evaluate: bool = False) -
                         "are independent draws from phi); other likelihoods ignore auto")
     p.add_argument("--document-weights", action="store_true",
                    help="vmf likelihood: weigh each document by its length (rows of norm tokens / median "
-                        "tokens; concentration beta w); helps single-topic documents, not mixed ones "
-                        "(see DTSSBP's document_weights)")
+                        "tokens; concentration beta w); it removed the swarm of small nodes on planted "
+                        "single-topic documents, not on real paragraphs or commit messages (see DTSSBP's "
+                        "document_weights)")
     p.add_argument("--sweeps", dest="n_sweeps", type=_positive_int, help="Gibbs sweeps per epoch")
     p.add_argument("--engine", help="where the z-updates run: local or ray")
     p.add_argument("--shards", dest="n_shards", type=_positive_int,

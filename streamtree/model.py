@@ -103,9 +103,9 @@ class DTSSBP(BaseEstimator):
         by their token counts; ``streamtree replay --document-weights`` does so). A document
         drawn from one topic lies closer to it the longer it is, so with unit rows a topic's
         short documents are likelier in nodes of their own: on planted single-topic documents
-        weights remove that swarm of small nodes, but State of the Union paragraphs, which mix
-        topics, swarm with weights as without (see BENCHMARKS.md). Other families take no
-        weights.
+        weights remove that swarm of small nodes, but State of the Union paragraphs and Flask
+        commit messages swarm with weights as without (see BENCHMARKS.md). Other families take
+        no weights.
     kappa1, a : float
         Depth and time factors of the link strengths (see ``kappa0``).
     xi : float

@@ -63,10 +63,10 @@ WEIGHTING_BEFORE_TFIDF = "tf"
 #: norm), so one concentration per node fits its short and long documents together only if it
 #: scales with length. On planted single-topic documents power 1 removes the vMF's swarm of
 #: short-document nodes (three seeds: 23 of 24 per-epoch node-count, ARI and identity targets
-#: met, against 17 with unit rows); State of the Union paragraphs, which mix topics and run from
-#: 1 to 426 tokens, stay at hundreds of nodes a decade at powers 0, 1/2 and 1 alike
-#: (BENCHMARKS.md). So unit rows stay the default, and weights are an option for corpora of
-#: single-topic documents.
+#: met, against 17 with unit rows). Real corpora swarm with or without weights: State of the
+#: Union paragraphs, which mix topics and run from 1 to 426 tokens, at powers 0, 1/2 and 1
+#: alike, and Flask commit messages by year too (BENCHMARKS.md). So unit rows stay the default,
+#: and weights are an option.
 DEFAULT_LENGTH_POWER = 0.0
 #: the length power of the rows made for a vMF model with ``document_weights=True`` (replay, serve):
 #: weights proportional to token counts (planted trees, three seeds: 23 of 24 per-epoch targets
@@ -142,8 +142,8 @@ class TextVectorizer(TransformerMixin, BaseEstimator):
         the vMF reads a row's norm as its document's weight (concentration ``beta w`` at a node
         of concentration ``beta``), so longer documents are held closer to their node's
         direction. ``0`` (the default) gives unit rows: every document weighs the same. ``1``
-        suits corpora of single-topic documents (see :data:`DEFAULT_LENGTH_POWER`). Ignored
-        for raw counts.
+        is what ``replay --document-weights`` uses (see :data:`DEFAULT_LENGTH_POWER` for what
+        it does and does not fix). Ignored for raw counts.
 
     Attributes
     ----------
