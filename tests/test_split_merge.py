@@ -191,6 +191,7 @@ def test_moves_keep_the_target_with_weighted_vmf_documents():
     """Rows of norm w (a document of weight w has concentration beta w): the moves' set
     likelihoods and marginals read each row's weight, and stay exact."""
     case = _vmf_case(1, {ROOT: -1, 1: ROOT}, {ROOT: 2, 1: 2})
+    case.lik.document_weights = True
     case.X = sp.csr_matrix(sp.diags([0.3, 3.0, 1.0]) @ case.X)
     # unequal concentrations: with one shared concentration the weights' normalisers would be
     # the same in every state and cancel (new nodes take their parent's)

@@ -20,7 +20,7 @@ P = 7
 def _lik(kappa0: float = 5.0) -> vmf.VonMisesFisher:
     variant = resolve_variant("dtssbp", window=2, max_depth=2, gamma=0.5, xi=0.001)
     return vmf.VonMisesFisher(variant, P, kappa0=kappa0, kappa1=1.0, a=0.0, min_node_docs=2,
-                              concentration_bounds=(1e-3, 1e6))
+                              concentration_bounds=(1e-3, 1e6), document_weights=True)
 
 
 def _rows(rng, n: int, weights) -> sp.csr_matrix:
@@ -93,7 +93,12 @@ def test_kernel_scores_weighted_rows_exactly():
     b = conc[ph_parent]
     cand = Candidates(VMF, np.ascontiguousarray(theta.T), log_mass + vmf.log_normalizer(P, conc), conc, np.zeros(K),
                       ph_parent, log_res + vmf.log_normalizer(P, prior) + vmf.log_normalizer(P, b), b, prior)
-    _, lognorm = score_rows(X, cand, None)
+    u = rng.random(5)
+    own, adjust = np.array([1, -1, 0, -1, 2]), np.array([2.0, 0.0, -1.5, 0.0, 0.7])
+    labels, lognorm = score_rows(X, cand, u, own=own, adjust=adjust)
+    raw = Candidates(VMF, cand.coef_T, log_mass, conc, np.zeros(K), ph_parent, log_res + vmf.log_normalizer(P, prior),
+                     b, prior, normalized=False)
+    _, lognorm_raw = score_rows(X, raw, None)
     D = X.toarray()
     for i in range(D.shape[0]):
         w = np.linalg.norm(D[i])
@@ -101,7 +106,18 @@ def test_kernel_scores_weighted_rows_exactly():
         cols = [log_mass[k] + vmf.log_normalizer(P, conc[k] * w) + conc[k] * w * theta[k] @ x for k in range(K)]
         cols += [log_res[j] + vmf.log_new_node_marginal(theta[ph_parent[j]] @ x, P, b[j] * w, prior[j])
                  for j in range(2)]
+        cols = np.array(cols)
+        if own[i] >= 0:
+            cols[own[i]] += adjust[i]
         assert lognorm[i] == pytest.approx(np.logaddexp.reduce(cols), rel=1e-12)
+        weights = np.cumsum(np.exp(cols - cols.max()))
+        assert labels[i] == np.argmax(weights > u[i] * weights[-1])
+        # without the normalisers: exp(beta theta . (w x)) live, the marginal's other terms new
+        unnorm = [log_mass[k] + conc[k] * w * theta[k] @ x for k in range(K)]
+        unnorm += [log_res[j] + vmf.log_normalizer(P, prior[j])
+                   - vmf.log_normalizer(P, np.linalg.norm(b[j] * w * x + prior[j] * theta[ph_parent[j]]))
+                   for j in range(2)]
+        assert lognorm_raw[i] == pytest.approx(np.logaddexp.reduce(unnorm), rel=1e-12)
     # unit rows keep the compiled kernel, whose values the weighted path reproduces
     U = normalize(X)
     _, compiled = score_rows(U, cand, None)

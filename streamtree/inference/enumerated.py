@@ -607,54 +607,61 @@ def score_rows(X, cand: Candidates, u: np.ndarray | None, sqnorm: np.ndarray | N
     return labels, lognorm
 
 
-def _weighted_vmf_rows(X, cand: Candidates, u, sqnorm, own, adjust) -> tuple[np.ndarray, np.ndarray]:
+def _weighted_vmf_rows(X, cand: Candidates, u, sqnorm, own, adjust,
+                       block_rows: int = _BLOCK_ROWS) -> tuple[np.ndarray, np.ndarray]:
     """:func:`score_rows` for VMF rows of norm ``w`` (a unit direction ``x`` times a weight): at
     a live node ``log C_p(beta w) + beta theta . (w x)``, at a new child of a node of direction
     ``mu`` ``log C_p(b w) + log C_p(c) - log C_p(||b w x + c mu||)`` (the collapsed marginal of
     a document of concentration ``b w``), each log normaliser of ``beta w`` evaluated once per
-    distinct weight. Exact, in NumPy on one thread (the same values on any engine); unit rows
-    keep the compiled kernel."""
+    distinct weight. Exact, in NumPy on one thread, ``block_rows`` rows at a time (a row's
+    result does not depend on the others, so the same values on any engine); unit rows keep
+    the compiled kernel. A draw takes the first column whose running sum of weights passes
+    ``u`` times their total (the last column of positive weight if rounding leaves none)."""
     from streamtree.likelihoods.vmf import log_normalizer  # that module builds on this one
     n = X.shape[0]
     p = cand.dim
-    S = np.asarray(X @ np.asarray(cand.coef_T, dtype=np.float64), dtype=np.float64)
-    w = np.sqrt(sqnorm)
-    uw, inv = np.unique(w, return_inverse=True)
-    inv = inv.reshape(-1)
-
-    def change(conc: np.ndarray) -> np.ndarray:  # log C_p(conc w) - log C_p(conc) per row and column
-        conc = np.asarray(conc, dtype=np.float64)
-        table = np.asarray(log_normalizer(p, np.outer(uw, conc))) - np.asarray(log_normalizer(p, conc))[None, :]
-        return table[inv]
-
+    coef_T = np.asarray(cand.coef_T, dtype=np.float64)
     beta = np.asarray(cand.live_b, dtype=np.float64)
-    live = np.asarray(cand.live_a)[None, :] + beta[None, :] * S
-    if cand.normalized:
-        live += change(beta)
-    if cand.n_placeholders:
-        b = np.asarray(cand.ph_b, dtype=np.float64)
-        c = np.asarray(cand.ph_c, dtype=np.float64)
-        cos = np.clip(S[:, cand.ph_parent] / w[:, None], -1.0, 1.0)
-        bw = w[:, None] * b[None, :]
-        # ||b w x + c mu||, without cancellation at cos = -1 (as log_new_node_marginal)
-        rho = np.sqrt((bw - c[None, :]) ** 2 + 2.0 * bw * c[None, :] * (1.0 + cos))
-        ph = np.asarray(cand.ph_a)[None, :] - np.asarray(log_normalizer(p, rho))
-        if cand.normalized:
-            ph += change(b)
-        W = np.concatenate([live, ph], axis=1)
-    else:
-        W = live
-    has = own >= 0
-    W[np.flatnonzero(has), own[has]] += adjust[has]
-    m = W.max(axis=1)
-    E = np.exp(W - m[:, None])
-    tot = E.sum(axis=1)
-    lognorm = m + np.log(tot)
+    b = np.asarray(cand.ph_b, dtype=np.float64)
+    c = np.asarray(cand.ph_c, dtype=np.float64)
     labels = np.full(n, -1, dtype=np.int64)
-    if u is not None:
-        cum = np.cumsum(E, axis=1)
-        hit = cum > (np.asarray(u) * tot)[:, None]
-        labels = np.where(hit.any(axis=1), hit.argmax(axis=1), W.shape[1] - 1).astype(np.int64)
+    lognorm = np.empty(n)
+    for r0 in range(0, n, block_rows):
+        r1 = min(n, r0 + block_rows)
+        S = np.asarray(X[r0:r1] @ coef_T, dtype=np.float64)
+        w = np.sqrt(sqnorm[r0:r1])
+        uw, inv = np.unique(w, return_inverse=True)
+        inv = inv.reshape(-1)
+
+        def change(conc: np.ndarray) -> np.ndarray:  # log C_p(conc w) - log C_p(conc), per row and column
+            table = np.asarray(log_normalizer(p, np.outer(uw, conc))) - np.asarray(log_normalizer(p, conc))[None, :]
+            return table[inv]
+
+        W = np.asarray(cand.live_a)[None, :] + beta[None, :] * S
+        if cand.normalized:
+            W += change(beta)
+        if cand.n_placeholders:
+            # the parent's cosine with the row's direction (0 for an all-zero row, which has no direction)
+            cos = np.clip(np.divide(S[:, cand.ph_parent], w[:, None], out=np.zeros((r1 - r0, b.size)),
+                                    where=w[:, None] > 0), -1.0, 1.0)
+            bw = w[:, None] * b[None, :]
+            # ||b w x + c mu||, without cancellation at cos = -1 (as log_new_node_marginal)
+            rho = np.sqrt((bw - c[None, :]) ** 2 + 2.0 * bw * c[None, :] * (1.0 + cos))
+            ph = np.asarray(cand.ph_a)[None, :] - np.asarray(log_normalizer(p, rho))
+            if cand.normalized:
+                ph += change(b)
+            W = np.concatenate([W, ph], axis=1)
+        mine = own[r0:r1]
+        has = mine >= 0
+        W[np.flatnonzero(has), mine[has]] += adjust[r0:r1][has]
+        m = W.max(axis=1)
+        E = np.exp(W - m[:, None])
+        lognorm[r0:r1] = m + np.log(E.sum(axis=1))
+        if u is not None:
+            cum = np.cumsum(E, axis=1)
+            hit = cum > (np.asarray(u[r0:r1]) * cum[:, -1])[:, None]
+            last = E.shape[1] - 1 - np.argmax(E[:, ::-1] > 0.0, axis=1)
+            labels[r0:r1] = np.where(hit.any(axis=1), hit.argmax(axis=1), last)
     return labels, lognorm
 
 

@@ -194,8 +194,8 @@ class Likelihood(ABC):
     #: summing to 1: its log probabilities to a step) or ``"exact"`` (anything else, e.g. means)
     param_storage: ClassVar[str] = "exact"
     #: whether the family's set likelihoods read each row's squared norm
-    #: (:attr:`DocumentSet.sq_norms`), not only their sum: the vMF's rows carry weights
-    sets_need_row_norms: ClassVar[bool] = False
+    #: (:attr:`DocumentSet.sq_norms`), not only their sum (the vMF's with document weights)
+    sets_need_row_norms = False
     #: estimator parameters the family reads (their values come from ``DTSSBP.get_params()``)
     params: ClassVar[tuple[str, ...]] = ()
 
