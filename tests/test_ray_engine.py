@@ -322,6 +322,29 @@ def test_bursty_documents_on_ray_match_local(ray_cluster, crash):
 
 
 @pytest.mark.ray
+def test_weighted_vmf_documents_on_ray_match_local(ray_cluster, epochs):
+    """Rows whose norms are document weights (``document_weights=True``) are scored on the shards
+    by the weighted path: the trees are the local engine's."""
+    import scipy.sparse as sp
+
+    w = np.random.default_rng(5).uniform(0.3, 3.0, size=sum(X.shape[0] for X in epochs))
+    weighted, start = [], 0
+    for X in epochs:
+        weighted.append(sp.csr_matrix(sp.diags(w[start:start + X.shape[0]]) @ X))
+        start += X.shape[0]
+    params = dict(likelihood="vmf", document_weights=True, n_sweeps=N_SWEEPS, max_depth=2, kappa0=100.0, n_shards=2,
+                  random_state=0)
+    local = DTSSBP(**params).fit(weighted)
+    assert local.trees_[-1].n_nodes >= 4
+    engine = RayEngine(n_shards=2)
+    try:
+        model = DTSSBP(**params, engine=engine).fit(weighted)
+    finally:
+        engine.close()
+    assert_same_trees(model, local)
+
+
+@pytest.mark.ray
 def test_own_node_adjustments_survive_actor_crashes(ray_cluster):
     """Multinomial documents carry their own-node adjustment into every sweep; a shard replayed
     after a crash mid-sweep, between sweeps or before its labels are read gets the same
