@@ -465,6 +465,11 @@ def row_sq_norms(X) -> np.ndarray:
     return np.einsum("ij,ij->i", X, X)
 
 
+def row_weights_are_unit(sq_norms) -> bool:
+    """Whether rows of these squared norms are unit rows (vMF documents of weight 1)."""
+    return sq_norms is None or bool(np.all(np.abs(np.asarray(sq_norms) - 1.0) <= WEIGHT_TOL))
+
+
 def row_chunks(n_rows: int, n_chunks: int) -> np.ndarray:
     """Boundaries of ``n_chunks`` contiguous, near-equal row ranges (fewer if rows are few)."""
     n_chunks = max(1, min(int(n_chunks), n_rows))
@@ -518,7 +523,7 @@ def score_rows(X, cand: Candidates, u: np.ndarray | None, sqnorm: np.ndarray | N
     adjust = np.zeros(n) if adjust is None else np.ascontiguousarray(adjust, dtype=np.float64)
     if own.shape != (n,) or adjust.shape != (n,):
         raise ValueError(f"own and adjust need one entry per row ({n}), got {own.shape} and {adjust.shape}")
-    if cand.kind == VMF and n and np.any(np.abs(sqnorm - 1.0) > WEIGHT_TOL):  # weighted documents
+    if cand.kind == VMF and n and not row_weights_are_unit(sqnorm):  # weighted documents
         return _weighted_vmf_rows(X, cand, u, sqnorm, own, adjust)
     labels = np.full(n, -1, dtype=np.int64)
     lognorm = np.empty(n)
@@ -617,7 +622,7 @@ def _weighted_vmf_rows(X, cand: Candidates, u, sqnorm, own, adjust,
     result does not depend on the others, so the same values on any engine); unit rows keep
     the compiled kernel. A draw takes the first column whose running sum of weights passes
     ``u`` times their total (the last column of positive weight if rounding leaves none)."""
-    from streamtree.likelihoods.vmf import log_normalizer  # that module builds on this one
+    from streamtree.likelihoods.vmf import log_normalizer, weighted_normalizer_change  # builds on this module
     n = X.shape[0]
     p = cand.dim
     coef_T = np.asarray(cand.coef_T, dtype=np.float64)
@@ -630,16 +635,9 @@ def _weighted_vmf_rows(X, cand: Candidates, u, sqnorm, own, adjust,
         r1 = min(n, r0 + block_rows)
         S = np.asarray(X[r0:r1] @ coef_T, dtype=np.float64)
         w = np.sqrt(sqnorm[r0:r1])
-        uw, inv = np.unique(w, return_inverse=True)
-        inv = inv.reshape(-1)
-
-        def change(conc: np.ndarray) -> np.ndarray:  # log C_p(conc w) - log C_p(conc), per row and column
-            table = np.asarray(log_normalizer(p, np.outer(uw, conc))) - np.asarray(log_normalizer(p, conc))[None, :]
-            return table[inv]
-
         W = np.asarray(cand.live_a)[None, :] + beta[None, :] * S
         if cand.normalized:
-            W += change(beta)
+            W += weighted_normalizer_change(p, beta, sqnorm[r0:r1])
         if cand.n_placeholders:
             # the parent's cosine with the row's direction (0 for an all-zero row, which has no direction)
             cos = np.clip(np.divide(S[:, cand.ph_parent], w[:, None], out=np.zeros((r1 - r0, b.size)),
@@ -649,7 +647,7 @@ def _weighted_vmf_rows(X, cand: Candidates, u, sqnorm, own, adjust,
             rho = np.sqrt((bw - c[None, :]) ** 2 + 2.0 * bw * c[None, :] * (1.0 + cos))
             ph = np.asarray(cand.ph_a)[None, :] - np.asarray(log_normalizer(p, rho))
             if cand.normalized:
-                ph += change(b)
+                ph += weighted_normalizer_change(p, b, sqnorm[r0:r1])
             W = np.concatenate([W, ph], axis=1)
         mine = own[r0:r1]
         has = mine >= 0

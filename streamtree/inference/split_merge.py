@@ -450,8 +450,9 @@ def document_set(X, rows: np.ndarray) -> DocumentSet:
     sub = X[rows]
     if sp.issparse(sub):
         s = np.asarray(sub.sum(axis=0), dtype=np.float64).ravel()
-        sq = np.asarray(sub.multiply(sub).sum(axis=1), dtype=np.float64).ravel()
-        sumsq = float(sub.multiply(sub).sum())
+        squares = sub.multiply(sub)
+        sq = np.asarray(squares.sum(axis=1), dtype=np.float64).ravel()
+        sumsq = float(squares.sum())
     else:
         sub = np.asarray(sub, dtype=np.float64)
         s = sub.sum(axis=0)

@@ -40,7 +40,7 @@ from numba import njit
 from numpy.typing import ArrayLike
 from scipy.special import gammaln, ive
 
-from streamtree.inference.enumerated import UNIT_NORM_TOL, VMF, WEIGHT_TOL, Candidates, row_sq_norms
+from streamtree.inference.enumerated import UNIT_NORM_TOL, VMF, WEIGHT_TOL, Candidates, row_weights_are_unit
 from streamtree.inference.theta_map import map_theta_vmf
 from streamtree.inference.threads import in_row_ranges
 from streamtree.likelihoods.base import DocumentSet, Likelihood, RowBlock, WordTopics, finite_csr
@@ -634,15 +634,19 @@ def group_log_marginal(n: float, s: np.ndarray, mu: np.ndarray, kappa: float, be
                  - log_normalizer_nb(pf, rho))
 
 
-def row_weights_are_unit(sq_norms) -> bool:
-    """Whether rows of these squared norms are unit documents (weight 1)."""
-    return sq_norms is None or bool(np.all(np.abs(np.asarray(sq_norms) - 1.0) <= WEIGHT_TOL))
-
-
-def row_log_normalizers(p: int, beta: float, sq_norms: np.ndarray) -> np.ndarray:
-    """``log C_p(beta w_i)`` per row of squared norm ``w_i^2`` (one evaluation per distinct weight)."""
+def log_normalizer_table(p: int, conc, sq_norms: np.ndarray) -> np.ndarray:
+    """``log C_p(conc_k w_i)``, shape (rows, concentrations), for rows of squared norm ``w_i^2``:
+    one evaluation per distinct weight and concentration."""
     w, inv = np.unique(np.sqrt(np.asarray(sq_norms, dtype=np.float64)), return_inverse=True)
-    return np.asarray(log_normalizer(p, beta * w), dtype=np.float64).reshape(-1)[inv.reshape(-1)]
+    conc = np.atleast_1d(np.asarray(conc, dtype=np.float64))
+    return np.asarray(log_normalizer(p, np.outer(w, conc)), dtype=np.float64)[inv.reshape(-1)]
+
+
+def weighted_normalizer_change(p: int, conc, sq_norms: np.ndarray) -> np.ndarray:
+    """``log C_p(conc_k w_i) - log C_p(conc_k)`` per row i and concentration k: what a row of
+    weight ``w_i`` changes in a unit row's log density."""
+    conc = np.atleast_1d(np.asarray(conc, dtype=np.float64))
+    return log_normalizer_table(p, conc, sq_norms) - np.asarray(log_normalizer(p, conc))[None, :]
 
 
 def set_log_normalizer(p: int, n: float, beta: float, sq_norms: np.ndarray | None) -> float:
@@ -652,7 +656,7 @@ def set_log_normalizer(p: int, n: float, beta: float, sq_norms: np.ndarray | Non
         return float(n * log_normalizer_nb(float(p), float(beta)))
     if len(sq_norms) != n:
         raise ValueError(f"a set of {n:g} documents with {len(sq_norms)} squared norms")
-    return float(np.sum(row_log_normalizers(p, beta, sq_norms)))
+    return float(np.sum(log_normalizer_table(p, beta, sq_norms)[:, 0]))
 
 
 @njit(cache=True, nogil=True)
@@ -705,14 +709,6 @@ def _sq_norms(X, rows: np.ndarray | None = None) -> np.ndarray:
     if rows is not None:
         A = A[np.asarray(rows, dtype=np.int64)]
     return np.einsum("ij,ij->i", A, A)
-
-
-def _weighted_normalizer_change(p: int, beta: np.ndarray, sq_norms: np.ndarray) -> np.ndarray:
-    """``log C_p(beta_k w_i) - log C_p(beta_k)`` per row i and concentration k."""
-    w, inv = np.unique(np.sqrt(np.asarray(sq_norms, dtype=np.float64)), return_inverse=True)
-    beta = np.asarray(beta, dtype=np.float64)
-    table = np.asarray(log_normalizer(p, np.outer(w, beta))) - np.asarray(log_normalizer(p, beta))[None, :]
-    return table[inv.reshape(-1)]
 
 
 def _set_norms(docs: DocumentSet) -> np.ndarray | None:
@@ -972,9 +968,7 @@ class VonMisesFisher(WordTopics, Likelihood):
         r = np.linalg.norm(np.asarray(X.sum(axis=0)).ravel())
         lo, hi = self.concentration_bounds
         n = float(X.shape[0])
-        sq = row_sq_norms(X)
-        if not row_weights_are_unit(sq):  # weighted documents: their mean cosine is r / sum_i w_i
-            r *= n / float(np.sum(np.sqrt(sq)))
+        r *= n / self._total_weight(X)  # the documents' mean cosine to their mean direction is r / sum_i w_i
         b = estimate_concentration(np.array([r]), np.array([n]), self.n_features, min_count=2,
                                    fallback=np.array([lo]), kappa_min=lo, kappa_max=hi)
         return self.root_anchor(X), float(b[0])
@@ -1049,6 +1043,14 @@ class VonMisesFisher(WordTopics, Likelihood):
             return None
         return float(2.0 * tim[0] * max(0.0, 1.0 - float(theta_now @ theta_prev))), float(self.n_features - 1)
 
+    def _total_weight(self, X) -> float:
+        """The rows' total weight ``sum_i w_i``: their count for unit rows."""
+        n = float(X.shape[0])
+        if not self.document_weights:
+            return n
+        sq = _sq_norms(X)
+        return n if row_weights_are_unit(sq) else float(np.sum(np.sqrt(sq)))
+
     def _set_norms(self, docs: DocumentSet) -> np.ndarray | None:
         """The set's rows' squared norms under document weights (:func:`_set_norms`); None
         (unit documents) without them."""
@@ -1057,7 +1059,7 @@ class VonMisesFisher(WordTopics, Likelihood):
     def _row_normalizers(self, sq_norms: np.ndarray, concentration: float):
         if row_weights_are_unit(sq_norms):
             return log_normalizer_nb(float(self.n_features), float(concentration))
-        return row_log_normalizers(self.n_features, float(concentration), sq_norms)
+        return log_normalizer_table(self.n_features, float(concentration), sq_norms)[:, 0]
 
     def row_log_likelihood(self, X, theta, concentration):
         norm = (self._row_normalizers(_sq_norms(X), concentration) if self.document_weights
@@ -1076,7 +1078,7 @@ class VonMisesFisher(WordTopics, Likelihood):
         if self.document_weights and cand.normalized:
             sq = _sq_norms(X)
             if not row_weights_are_unit(sq):
-                weights += _weighted_normalizer_change(self.n_features, np.asarray(cand.live_b), sq)
+                weights += weighted_normalizer_change(self.n_features, cand.live_b, sq)
         return weights
 
     def _pooled_concentration(self, n: float, t: float) -> float:
@@ -1088,10 +1090,8 @@ class VonMisesFisher(WordTopics, Likelihood):
     def initial_link_strength(self, X):
         """The documents' pooled concentration about their mean direction (see
         :meth:`estimate_link_strength`); the first epoch's root concentration."""
-        sq = row_sq_norms(X)
-        # weighted documents: the mean cosine to the mean direction is ||sum_i w_i x_i|| / sum_i w_i
-        n = float(X.shape[0]) if row_weights_are_unit(sq) else float(np.sum(np.sqrt(sq)))
-        return self._pooled_concentration(n, float(np.linalg.norm(np.asarray(X.sum(axis=0)))))
+        # the mean cosine to the mean direction is ||sum_i w_i x_i|| / sum_i w_i
+        return self._pooled_concentration(self._total_weight(X), float(np.linalg.norm(np.asarray(X.sum(axis=0)))))
 
     def estimate_link_strength(self, arrays, theta, concentration, counts, sums, prev_theta, has_prev,
                                root_anchor, sumsq=None):
