@@ -354,3 +354,61 @@ def test_count_structure_follows_new_values_on_the_same_pattern():
     totals = np.asarray(X.sum(axis=1)).ravel()
     assert np.array_equal(second[2], np.unique(totals).astype(np.int64))
     assert np.array_equal(second[0], np.unique(X.indices))
+
+
+def _random_csr(rng, n, p, density, fmt="csr", dtype=np.float64):
+    X = sp.random(n, p, density=density, format=fmt, random_state=int(rng.integers(1 << 30)),
+                  data_rvs=lambda k: rng.standard_normal(k) * 3.0, dtype=dtype)
+    return X
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_row_sums_and_squared_norms_equal_scipy_bit_for_bit(fmt, dtype):
+    """The sweep's row sums and squared norms skip SciPy's per-call overhead but must keep its
+    values exactly (the trees depend on every bit): empty rows, float32 and non-CSR input too."""
+    rng = np.random.default_rng(11)
+    for n, density in [(1, 0.02), (7, 0.0), (40, 0.005), (300, 0.3)]:
+        X = _random_csr(rng, n, 200, density, fmt, dtype)
+        assert np.array_equal(enumerated.row_sums(X), np.asarray(X.sum(axis=1)).ravel())
+        assert np.array_equal(enumerated.row_sq_norms(X), np.asarray(X.multiply(X).sum(axis=1)).ravel())
+
+
+def test_row_squared_norms_add_duplicate_entries_before_squaring():
+    X = sp.csr_matrix((np.array([1.0, 2.0, 4.0]), np.array([3, 3, 0]), np.array([0, 2, 3])), shape=(2, 5))
+    assert not X.has_canonical_format
+    assert np.array_equal(enumerated.row_sq_norms(X), [9.0, 16.0])
+
+
+def test_take_rows_equals_scipy_row_indexing():
+    rng = np.random.default_rng(12)
+    X = _random_csr(rng, 60, 90, 0.05)
+    for rows in [np.array([], dtype=np.int64), np.array([3]), rng.integers(0, 60, 25), np.arange(60)[::-1]]:
+        got, want = enumerated.take_rows(X, rows), X[rows]
+        assert got.shape == want.shape and got.format == "csr"
+        assert np.array_equal(got.toarray(), want.toarray())
+        assert np.array_equal(got.indptr, want.indptr) and np.array_equal(got.indices, want.indices)
+    assert enumerated.as_csr(X) is X
+    assert enumerated.as_csr(X.tocsc()).format == "csr"
+
+
+def test_one_part_statistics_combine_as_the_general_path():
+    """One shard's statistics are taken as they are; adding an empty shard sends the same
+    statistics through the general merge, which must give the same seeds and sums."""
+    rng = np.random.default_rng(13)
+    X = _random_csr(rng, 50, 30, 0.2)
+    labels = rng.integers(0, 6, 50)
+    keys = rng.random(50)
+    sq = enumerated.row_sq_norms(X)
+    part = enumerated.sweep_statistics(X, labels, 8, sq, -3.5, keys, dense_sums=True)
+    empty = enumerated.sweep_statistics(X[:0], labels[:0], 8, sq[:0], 0.0, keys[:0], dense_sums=True)
+    one, two = enumerated.SweepStats.combine([part]), enumerated.SweepStats.combine([part, empty])
+    assert np.array_equal(one.counts, two.counts) and np.array_equal(one.occupied, two.occupied)
+    assert np.array_equal(one.sums, two.sums) and np.array_equal(one.sumsq, two.sumsq)
+    assert np.array_equal(one.seeds.toarray(), two.seeds.toarray())
+    assert np.array_equal(one.seed_keys, two.seed_keys) and one.loglik == two.loglik
+    # the seed of each column is its row of largest key
+    for c, col in enumerate(one.occupied):
+        rows = np.flatnonzero(labels == col)
+        best = rows[np.argmax(keys[rows])]
+        assert np.array_equal(one.seeds[c].toarray(), X[best].toarray())

@@ -429,7 +429,7 @@ def _count_structure(X: sp.csr_matrix, p: int) -> tuple:
         return columns, column_of
 
     def lengths() -> tuple:
-        totals = np.asarray(X.sum(axis=1)).ravel()
+        totals = row_sums(X)
         whole = totals[(totals == np.floor(totals)) & (totals >= 0) & (totals <= _RISING_TABLE_MAX)]
         found = np.unique(whole).astype(np.int64)
         length_of = np.full(int(found.max()) + 1 if found.size else 0, -1, dtype=np.int64)
@@ -458,11 +458,53 @@ def dirichlet_placeholder_scores(X, alpha: np.ndarray, alpha_sum: np.ndarray) ->
     return out
 
 
+def _csr_row_reduce(X: sp.csr_matrix, values: np.ndarray) -> np.ndarray:
+    """Per-row sums of ``values`` (one per stored entry of CSR ``X``), added as SciPy adds a
+    CSR matrix's rows (``np.add.reduceat`` over each row's run: the same bits), without
+    SciPy's per-call overhead, which was a tenth of a sweep over an epoch of a few documents."""
+    out = np.zeros(X.shape[0], dtype=values.dtype)
+    starts = X.indptr[:-1]
+    filled = np.flatnonzero(X.indptr[1:] > starts)
+    if filled.size:
+        out[filled] = np.add.reduceat(values[:X.indptr[-1]], starts[filled])
+    return out
+
+
+def row_sums(X) -> np.ndarray:
+    """The sum of each row of a sparse matrix (``X.sum(axis=1)`` flattened, the same values;
+    float64 CSR input takes :func:`_csr_row_reduce`)."""
+    if X.format != "csr" or X.dtype != np.float64:
+        return np.asarray(X.sum(axis=1)).ravel()
+    return _csr_row_reduce(X, X.data)
+
+
 def row_sq_norms(X) -> np.ndarray:
-    """||x_n||^2 per row for dense or CSR input."""
+    """||x_n||^2 per row for dense or CSR input (for CSR, the values of
+    ``X.multiply(X).sum(axis=1)``)."""
     if sp.issparse(X):
-        return np.asarray(X.multiply(X).sum(axis=1)).ravel()
+        if X.format != "csr" or X.dtype != np.float64 or not X.has_canonical_format:  # duplicates add first
+            return np.asarray(X.multiply(X).sum(axis=1)).ravel()
+        return _csr_row_reduce(X, X.data * X.data)
     return np.einsum("ij,ij->i", X, X)
+
+
+def as_csr(X) -> sp.csr_matrix:
+    """``X`` itself when it is a CSR matrix (not a new object around its arrays, which costs as
+    much as a tiny epoch's kernel call), else ``X`` converted."""
+    return X if sp.issparse(X) and X.format == "csr" else sp.csr_matrix(X)
+
+
+def take_rows(X: sp.csr_matrix, rows: np.ndarray) -> sp.csr_matrix:
+    """``X[rows]`` for a CSR matrix and an integer array of rows (the same matrix), at half
+    SciPy's cost on the small matrices of tiny epochs."""
+    X = as_csr(X)
+    rows = np.asarray(rows, dtype=np.int64)
+    starts = X.indptr[rows]
+    lengths = X.indptr[rows + 1] - starts
+    indptr = np.zeros(rows.shape[0] + 1, dtype=X.indptr.dtype)
+    np.cumsum(lengths, out=indptr[1:])
+    pos = np.repeat(starts - indptr[:-1], lengths) + np.arange(indptr[-1])
+    return sp.csr_matrix((X.data[pos], X.indices[pos], indptr), shape=(rows.shape[0], X.shape[1]))
 
 
 def row_weights_are_unit(sq_norms) -> bool:
@@ -473,6 +515,8 @@ def row_weights_are_unit(sq_norms) -> bool:
 def row_chunks(n_rows: int, n_chunks: int) -> np.ndarray:
     """Boundaries of ``n_chunks`` contiguous, near-equal row ranges (fewer if rows are few)."""
     n_chunks = max(1, min(int(n_chunks), n_rows))
+    if n_chunks == 1:  # one thread: the common case, without linspace's overhead
+        return np.array([0, n_rows], dtype=np.int64)
     return np.linspace(0, n_rows, n_chunks + 1).round().astype(np.int64)
 
 
@@ -763,6 +807,9 @@ class SweepStats:
         sumsq = parts[0].sumsq.copy()
         for p in parts[1:]:
             sumsq += p.sumsq
+        if len(parts) == 1:  # one part's seeds are already one per column, in column order
+            part = parts[0]
+            return SweepStats(counts, occupied, sums, sumsq, float(part.loglik), part.seeds, part.seed_keys)
         # seeds: per column, the row with the largest key over all parts (first part wins ties)
         best = np.full(occupied.shape[0], -1.0)
         src_part = np.zeros(occupied.shape[0], dtype=np.int64)
@@ -810,7 +857,7 @@ def dense_column_sums(X, labels: np.ndarray, counts: np.ndarray, occupied: np.nd
     equal bit for bit to :func:`sweep_statistics`' sparse sums made dense. With ``pool``, the
     columns are split into ``n_threads`` ranges of about equal rows, each column summed by one
     thread in row order (the same result for any thread count)."""
-    X = sp.csr_matrix(X)
+    X = as_csr(X)
     rows = np.argsort(labels, kind="stable").astype(np.int64, copy=False)  # by column, then row
     bounds = np.zeros(occupied.shape[0] + 1, dtype=np.int64)
     np.cumsum(counts[occupied], out=bounds[1:])
@@ -856,7 +903,7 @@ def sweep_statistics(X, labels: np.ndarray, n_columns: int, sqnorm: np.ndarray, 
     if keys is not None:
         order = np.lexsort((keys, labels))  # by column, then key: the last of each run wins
         last = order[np.cumsum(counts[occupied]) - 1]
-        seeds, seed_keys = X[last], keys[last]
+        seeds, seed_keys = (take_rows(X, last) if sp.issparse(X) else X[last]), keys[last]
     return SweepStats(counts, occupied, sums, sumsq, loglik, seeds, seed_keys)
 
 

@@ -152,6 +152,12 @@ def _log_count(n: int) -> float:
     return _log_counts[n]
 
 
+def _clipped_expit(log_odds: np.ndarray) -> np.ndarray:
+    """``expit(log_odds)`` kept within ``[EPS, 1 - EPS]`` (``np.clip``'s values, without its
+    per-call overhead on the few rows of a tiny epoch's moves)."""
+    return np.minimum(np.maximum(expit(log_odds), EPS), 1 - EPS)
+
+
 def _log_uniform(rng: np.random.Generator) -> float:
     """``np.log(rng.random())``: the same draw and NumPy's same log, passed as a NumPy scalar
     (cheaper for the ufunc to take than a Python float)."""
@@ -671,7 +677,7 @@ class SplitMerge:
         theta_P, conc_c, depth_c = self._new_node(st, place[1])
         seed = lik.seed_child_theta(st.theta[a], _dense_row(st.X, j))
         lo = lik.block_log_likelihood(Xo, seed, conc_c) - base
-        launch = rng.random(others.size) < np.clip(expit(lo), EPS, 1 - EPS)
+        launch = rng.random(others.size) < _clipped_expit(lo)
         rows_c = np.concatenate([[j], others[launch]]).astype(np.int64)
         theta_l = lik.new_node_theta(theta_P, conc_c, depth_c, document_set(st.X, rows_c))
         return lik.block_log_likelihood(Xo, theta_l, conc_c) - base
@@ -1136,7 +1142,7 @@ class SplitMerge:
         keep = (rows_a != i) & (rows_a != j)
         others = rows_a[keep]
         lo = self._allocation(st, a, place, j, others, rng, self._own_scores(st, a)[keep])
-        to_new = rng.random(others.size) < np.clip(expit(lo), EPS, 1 - EPS)
+        to_new = rng.random(others.size) < _clipped_expit(lo)
         rows_b = np.concatenate([[j], others[to_new]]).astype(np.int64)
         docs = document_set(st.X, rows_b)
         edit = idx.prior.edit()

@@ -36,6 +36,7 @@ import scipy.sparse as sp
 from numba import njit
 from scipy.special import gammaln
 
+from streamtree.inference.enumerated import row_sums
 from streamtree.inference.hyper import slice_step
 from streamtree.likelihoods.base import argmax_log_scale
 
@@ -96,7 +97,7 @@ def log_concentration_density(s: float, tables: float, lengths: np.ndarray, weig
 
 def length_groups(X: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray]:
     """The distinct document lengths of ``X`` and how many documents have each."""
-    lengths, weights = np.unique(np.asarray(X.sum(axis=1)).ravel(), return_counts=True)
+    lengths, weights = np.unique(row_sums(X), return_counts=True)
     return lengths, weights.astype(np.float64)
 
 

@@ -39,7 +39,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.special import gammaln
 
-from streamtree.inference.enumerated import DIRICHLET, Candidates
+from streamtree.inference.enumerated import DIRICHLET, Candidates, as_csr
 from streamtree.inference.threads import dealt_by_cost, in_row_ranges
 from streamtree.likelihoods.base import (DocumentSet, FixedNode, Likelihood, RowBlock, WordTopics, argmax_log_scale,
                                         finite_csr)
@@ -119,12 +119,12 @@ class Multinomial(WordTopics, Likelihood):
         ``x`` it is ``(n + alpha - x) / (N + A - L)``, exactly. A node whose children are linked
         to it is also pulled by their links, which are not pseudo-counts, and keeps no
         adjustment (under the dTSSBP it holds few documents of its own)."""
-        X = sp.csr_matrix(X)
+        X = as_csr(X)
         fitted = np.asarray(X.data, dtype=np.float64)
         if scored is None:
             values = fitted
         else:
-            values = np.asarray(sp.csr_matrix(scored).data, dtype=np.float64)
+            values = np.asarray(as_csr(scored).data, dtype=np.float64)
             if values.shape != fitted.shape:
                 raise ValueError("scored rows must keep the fitted rows' sparsity pattern")
         par, tim = self.link_strengths(arrays.depth)
