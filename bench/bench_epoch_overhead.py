@@ -6,6 +6,9 @@ Corpora (``--corpus``):
   paragraphs), ``TextVectorizer`` fitted on them at its defaults, empty rows dropped: the case
   where each epoch's fixed cost (50 sweeps of split-merge attempts, node updates and
   hyperparameters whatever the epoch's size) dominates.
+* ``tiny``: the same paragraphs in order, cut into epochs of ``TINY_EPOCH_DOCS`` (the first
+  ``--epochs``, default ``TINY_EPOCHS``): a stream of a few documents an epoch, such as a
+  project's commit messages by week, where a sweep's fixed cost is nearly all of it.
 * ``decades``: SOU paragraphs by decade with the demo's vocabulary (``bench/sou_corpus.py``).
 
 Each fit is ``DTSSBP(random_state=seed)`` at its defaults (``--likelihood`` to change the
@@ -16,7 +19,7 @@ times, and the script prints both CPU times, their ratio, whether every epoch's 
 documents' nodes and its node count) is the same and whether every node parameter and
 concentration is the same to the bit.
 
-Usage: python bench/bench_epoch_overhead.py [--corpus pre1900|decades] [--epochs N]
+Usage: python bench/bench_epoch_overhead.py [--corpus pre1900|tiny|decades] [--epochs N]
        [--likelihood NAME] [--before-src DIR] [--repeat 1] [--profile] [--seed 0]
 """
 
@@ -38,6 +41,8 @@ from pathlib import Path
 import numpy as np
 
 DATA = Path(__file__).resolve().parent.parent / "examples" / "data" / "sotu_paragraphs.parquet"
+TINY_EPOCH_DOCS = 6  # documents an epoch of the ``tiny`` corpus (a weekly stream's median is 4-10)
+TINY_EPOCHS = 300
 
 
 def load(corpus: str, likelihood: str | None, epochs: int | None) -> tuple[list[str], list]:
@@ -60,6 +65,9 @@ def load(corpus: str, likelihood: str | None, epochs: int | None) -> tuple[list[
     table = table.filter(pc.less(table["year"], 1900))
     years = np.asarray(table["year"].to_pylist())
     texts = table["text"].to_pylist()
+    if corpus == "tiny":  # stored in year order; epochs of TINY_EPOCH_DOCS consecutive paragraphs
+        years = np.arange(len(texts)) // TINY_EPOCH_DOCS
+        epochs = epochs or TINY_EPOCHS
     labels = sorted(set(years.tolist()))[:epochs]
     keep = np.flatnonzero(np.isin(years, labels))
     vec = TextVectorizer(norm=family.text_norm).fit([texts[i] for i in keep])
@@ -120,7 +128,7 @@ def child(args, src: str | None, tmp: str, tag: str) -> tuple[float, list, list]
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--corpus", choices=["pre1900", "decades"], default="pre1900")
+    ap.add_argument("--corpus", choices=["pre1900", "tiny", "decades"], default="pre1900")
     ap.add_argument("--epochs", type=int, default=None, help="only the first N epochs")
     ap.add_argument("--likelihood", default=None, help="model family (default: the model's)")
     ap.add_argument("--before-src", help="directory holding an earlier streamtree package to time against")

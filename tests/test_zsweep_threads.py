@@ -222,3 +222,20 @@ def test_rows_dealt_by_cost_split_evenly_over_the_fitting_threads():
         in_row_ranges(dealt.size, lambda a, z: halves.append(dealt[a:z]) or 0.0)
     assert len(halves) == 2
     assert sorted((cost[h] > 0).sum() for h in halves) == [2, 2]
+
+
+def test_fitting_caps_blas_at_one_thread_every_time_and_restores_it():
+    """The BLAS cap inside fitting (its library list kept between fits) holds on every entry,
+    and the caller's setting comes back after each."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    def blas_threads() -> set[int]:
+        return {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"}
+
+    if not blas_threads():
+        pytest.skip("no BLAS library loaded")
+    with threadpool_limits(limits=2, user_api="blas"):
+        for _ in range(3):
+            with fitting_threads(1):
+                assert blas_threads() == {1}
+            assert blas_threads() == {2}

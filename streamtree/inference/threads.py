@@ -16,6 +16,7 @@ cores that spinning took a core's time from them (a 50k-document epoch at ``n_jo
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -24,10 +25,24 @@ from contextvars import ContextVar
 import numba
 import numpy as np
 from joblib import effective_n_jobs
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 #: the executor and thread count of the enclosing :func:`fitting_threads` block
 _FITTING_POOL: ContextVar[tuple[Executor | None, int]] = ContextVar("streamtree_fitting_pool", default=(None, 1))
+
+
+#: the thread-pool libraries found at the last count of imported modules (see :func:`_blas_controller`)
+_CONTROLLER: tuple[int, ThreadpoolController] | None = None
+
+
+def _blas_controller() -> ThreadpoolController:
+    """threadpoolctl's view of the loaded thread-pool libraries, found again only after new
+    modules were imported (a library such as a BLAS arrives with an import): finding them walks
+    every loaded shared object, about 5 ms, which a stream of tiny epochs paid at every fit."""
+    global _CONTROLLER
+    if _CONTROLLER is None or _CONTROLLER[0] != len(sys.modules):
+        _CONTROLLER = (len(sys.modules), ThreadpoolController())
+    return _CONTROLLER[1]
 
 
 def n_threads(n_jobs: int | None) -> int:
@@ -46,7 +61,7 @@ def fitting_threads(n_jobs: int | None) -> Iterator[int]:
     pool = ThreadPoolExecutor(threads, thread_name_prefix="streamtree-fit") if threads > 1 else None
     token = _FITTING_POOL.set((pool, threads))
     try:
-        with threadpool_limits(limits=1, user_api="blas"):
+        with _blas_controller().limit(limits=1, user_api="blas"):
             yield threads
     finally:
         _FITTING_POOL.reset(token)
