@@ -459,21 +459,28 @@ def dirichlet_placeholder_scores(X, alpha: np.ndarray, alpha_sum: np.ndarray) ->
 
 
 def _csr_row_reduce(X: sp.csr_matrix, values: np.ndarray) -> np.ndarray:
-    """Per-row sums of ``values`` (one per stored entry of CSR ``X``), added as SciPy adds a
-    CSR matrix's rows (``np.add.reduceat`` over each row's run: the same bits), without
-    SciPy's per-call overhead, which was a tenth of a sweep over an epoch of a few documents."""
+    """Per-row sums of ``values`` (one per stored entry of CSR ``X``, exactly ``nnz`` of them),
+    added as SciPy adds a CSR matrix's rows (``np.add.reduceat`` over each row's run: the same
+    values; only a row summing to -0.0 keeps its sign, where SciPy's is +0.0), without SciPy's
+    per-call overhead, which was a tenth of a sweep over an epoch of a few documents."""
     out = np.zeros(X.shape[0], dtype=values.dtype)
     starts = X.indptr[:-1]
     filled = np.flatnonzero(X.indptr[1:] > starts)
     if filled.size:
-        out[filled] = np.add.reduceat(values[:X.indptr[-1]], starts[filled])
+        out[filled] = np.add.reduceat(values, starts[filled])
     return out
+
+
+def _reducible(X) -> bool:
+    """Whether :func:`_csr_row_reduce` gives SciPy's row sums of ``X``: float64 CSR whose data
+    array holds exactly its ``nnz`` entries (SciPy folds a longer array's tail into the last row)."""
+    return X.format == "csr" and X.dtype == np.float64 and X.data.shape[0] == X.indptr[-1]
 
 
 def row_sums(X) -> np.ndarray:
     """The sum of each row of a sparse matrix (``X.sum(axis=1)`` flattened, the same values;
     float64 CSR input takes :func:`_csr_row_reduce`)."""
-    if X.format != "csr" or X.dtype != np.float64:
+    if not _reducible(X):
         return np.asarray(X.sum(axis=1)).ravel()
     return _csr_row_reduce(X, X.data)
 
@@ -482,21 +489,21 @@ def row_sq_norms(X) -> np.ndarray:
     """||x_n||^2 per row for dense or CSR input (for CSR, the values of
     ``X.multiply(X).sum(axis=1)``)."""
     if sp.issparse(X):
-        if X.format != "csr" or X.dtype != np.float64 or not X.has_canonical_format:  # duplicates add first
+        if not (_reducible(X) and X.has_canonical_format):  # duplicates add before squaring
             return np.asarray(X.multiply(X).sum(axis=1)).ravel()
         return _csr_row_reduce(X, X.data * X.data)
     return np.einsum("ij,ij->i", X, X)
 
 
-def as_csr(X) -> sp.csr_matrix:
-    """``X`` itself when it is a CSR matrix (not a new object around its arrays, which costs as
-    much as a tiny epoch's kernel call), else ``X`` converted."""
+def as_csr(X) -> sp.csr_matrix | sp.csr_array:
+    """``X`` itself when it is a CSR matrix or array (not a new object around its arrays, which
+    costs as much as a tiny epoch's kernel call), else ``X`` converted to a CSR matrix."""
     return X if sp.issparse(X) and X.format == "csr" else sp.csr_matrix(X)
 
 
-def take_rows(X: sp.csr_matrix, rows: np.ndarray) -> sp.csr_matrix:
-    """``X[rows]`` for a CSR matrix and an integer array of rows (the same matrix), at half
-    SciPy's cost on the small matrices of tiny epochs."""
+def take_rows(X, rows: np.ndarray) -> sp.csr_matrix:
+    """``X[rows]`` as a CSR matrix, for a sparse ``X`` and non-negative row numbers (the same
+    entries in the same order), at half SciPy's cost on the small matrices of tiny epochs."""
     X = as_csr(X)
     rows = np.asarray(rows, dtype=np.int64)
     starts = X.indptr[rows]
@@ -738,8 +745,9 @@ class SweepStats:
     form. ``sumsq`` is the summed ``||x||^2`` per column. ``seeds`` holds one document per
     occupied column, drawn uniformly from the column's documents: each row gets a uniform key
     and the largest key wins, within a shard and across shards alike (``seed_keys``), which
-    keeps the draw uniform over the union and independent of sharding order. The coordinator
-    uses seeds to propose new nodes.
+    keeps the draw uniform over the union and independent of sharding order. Nothing reads
+    the seeds now: they served the node proposals that the split-merge moves replaced. They are
+    still drawn, because dropping their keys' uniforms would change every seeded run's stream.
     """
 
     def __init__(self, counts: np.ndarray, occupied: np.ndarray, row_sums, sumsq: np.ndarray, loglik: float,
