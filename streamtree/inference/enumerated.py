@@ -462,7 +462,7 @@ def _csr_row_reduce(X: sp.csr_matrix, values: np.ndarray) -> np.ndarray:
     """Per-row sums of ``values`` (one per stored entry of CSR ``X``, exactly ``nnz`` of them),
     added as SciPy adds a CSR matrix's rows (``np.add.reduceat`` over each row's run: the same
     values; only a row summing to -0.0 keeps its sign, where SciPy's is +0.0), without SciPy's
-    per-call overhead, which was a tenth of a sweep over an epoch of a few documents."""
+    per-call overhead (0.1 ms for a squared norm: a few percent of a tiny epoch's sweep)."""
     out = np.zeros(X.shape[0], dtype=values.dtype)
     starts = X.indptr[:-1]
     filled = np.flatnonzero(X.indptr[1:] > starts)

@@ -38,7 +38,7 @@ _CONTROLLER: tuple[int, ThreadpoolController] | None = None
 def _blas_controller() -> ThreadpoolController:
     """threadpoolctl's view of the loaded thread-pool libraries, found again only after new
     modules were imported (a library such as a BLAS arrives with an import): finding them walks
-    every loaded shared object, about 5 ms, which a stream of tiny epochs paid at every fit."""
+    every loaded shared object, about 1 ms, which a stream of tiny epochs paid at every fit."""
     global _CONTROLLER
     if _CONTROLLER is None or _CONTROLLER[0] != len(sys.modules):
         _CONTROLLER = (len(sys.modules), ThreadpoolController())
