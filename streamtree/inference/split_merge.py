@@ -448,7 +448,8 @@ class MoveResult:
 
 
 def document_set(X, rows: np.ndarray) -> DocumentSet:
-    """Count, row sum and sum of squared norms of rows ``rows`` of ``X`` (CSR without slicing)."""
+    """Count, row sum, sum of squared norms and each row's squared norm of rows ``rows`` of ``X``
+    (CSR without slicing)."""
     rows = np.asarray(rows, dtype=np.int64)
     if sp.issparse(X) and X.format == "csr":
         s, sumsq, sq = _csr_row_sums(X.indptr, X.indices, X.data, rows, X.shape[1])  # any dtype: no copy

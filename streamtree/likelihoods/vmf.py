@@ -40,7 +40,8 @@ from numba import njit
 from numpy.typing import ArrayLike
 from scipy.special import gammaln, ive
 
-from streamtree.inference.enumerated import UNIT_NORM_TOL, VMF, WEIGHT_TOL, Candidates, row_weights_are_unit
+from streamtree.inference.enumerated import (UNIT_NORM_TOL, VMF, WEIGHT_TOL, Candidates, row_sq_norms,
+                                             row_weights_are_unit)
 from streamtree.inference.theta_map import map_theta_vmf
 from streamtree.inference.threads import in_row_ranges
 from streamtree.likelihoods.base import DocumentSet, Likelihood, RowBlock, WordTopics, finite_csr
@@ -944,7 +945,7 @@ class VonMisesFisher(WordTopics, Likelihood):
         with ``length_power``)."""
         X = finite_csr(X)
         if X.shape[0]:
-            norms = np.sqrt(np.asarray(X.multiply(X).sum(axis=1)).ravel())
+            norms = np.sqrt(row_sq_norms(X))
             bad = np.flatnonzero((norms == 0) if document_weights else (np.abs(norms - 1.0) > UNIT_NORM_TOL))
             if bad.size:
                 empty = bad[norms[bad] == 0]
