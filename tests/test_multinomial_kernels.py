@@ -72,6 +72,93 @@ def reference_joint_newton(b, strength, offset, log_phi, t, max_iter, tol, freez
     return False
 
 
+@njit
+def reference_coordinate_solve(b, lam, strength, offset, log_phi, active, t, dt, dlam, max_iter):
+    """The per-term solve as first written: one term at a time, g' and g'' by ``_child_grad_nb``."""
+    total = 0.0
+    slope = 0.0
+    for w in range(b.shape[0]):
+        dt_w = 0.0
+        if not active[w]:
+            t[w] = 0.0
+            dt[w] = 0.0
+            continue
+        bw = b[w]
+        checked_one = False
+        if bw == 0.0:
+            checked_one = True
+            g1, g2 = mm._child_grad_nb(1.0, w, strength, offset, log_phi)
+            if g1 - lam >= 0.0:  # root beyond the simplex
+                t[w] = 1.0
+                dt[w] = 0.0
+                total += 1.0
+                continue
+            g1, g2 = mm._child_grad_nb(0.0, w, strength, offset, log_phi)
+            if g1 - lam <= 0.0:
+                t[w] = 0.0
+                dt[w] = 0.0
+                continue
+        lo, hi = 0.0, 1.0
+        x = t[w] + dt[w] * dlam
+        if not (lo < x < hi):
+            x = 0.5 * t[w] if dlam > 0.0 else 0.5 * (t[w] + 1.0)
+            if not (lo < x < hi):
+                x = 0.5
+        dr = -1.0
+        at_one = False
+        for _ in range(max_iter):
+            g1, g2 = mm._child_grad_nb(x, w, strength, offset, log_phi)
+            if bw > 0.0:
+                r = bw + x * (g1 - lam)
+                dr = g1 - lam + x * g2
+            else:
+                r = g1 - lam
+                dr = g2
+            if r > 0.0:
+                lo = x
+            else:
+                hi = x
+            if r == 0.0:
+                break
+            x_new = x - r / dr if dr < 0.0 else -1.0
+            if abs(x_new - x) <= 1e-9 * x:
+                # Newton converges quadratically: after a step this small the error of x_new
+                # is of the order of (step / x)^2 x, below rounding, so x_new is taken unchecked.
+                x = min(max(x_new, lo), hi) if x_new > 0.0 else x
+                break
+            if not (lo < x_new < hi):
+                if x_new >= hi and hi == 1.0 and not checked_one:
+                    checked_one = True
+                    g1, g2 = mm._child_grad_nb(1.0, w, strength, offset, log_phi)
+                    if bw + g1 - lam >= 0.0:  # root beyond the simplex
+                        at_one = True
+                        break
+                # Roots span many decades: bisect geometrically unless the bracket is narrow.
+                if lo == 0.0:
+                    x_new = 0.01 * hi
+                elif hi > 10.0 * lo:
+                    x_new = np.sqrt(lo * hi)
+                else:
+                    x_new = 0.5 * (lo + hi)
+            step = abs(x_new - x)
+            x = x_new
+            if step <= 1e-15 * x or hi - lo <= 1e-15 * hi:
+                break
+        if at_one:
+            t[w] = 1.0
+            dt[w] = 0.0
+            total += 1.0
+            continue
+        # d t / d lam from the implicit function theorem on r(t, lam) = 0.
+        if dr < 0.0:
+            dt_w = (x if bw > 0.0 else 1.0) / dr
+        t[w] = x
+        dt[w] = dt_w
+        total += x
+        slope += dt_w
+    return total, slope
+
+
 def problems():
     """Node problems like a sweep's: 1-6 children, some with zero strength, runs of new
     children sharing strength and offset, warm starts near and far from the optimum, a start
@@ -111,6 +198,42 @@ def test_joint_newton_is_the_term_by_term_reference_bit_for_bit(freeze):
             assert np.array_equal(t_new, t_ref)
             outcomes.add(bool(ok_ref))
     assert outcomes == {True, False}  # both converged and abandoned runs were compared
+
+
+def coordinate_cases():
+    """Per-term solves as the multiplier search calls them, and harder ones: multipliers about
+    the KKT value and far from it (roots near 0, beyond the simplex), terms with b_w = 0 and
+    inactive terms, cold and warm starts, iteration budgets that stop terms early."""
+    rng = np.random.default_rng(5)
+    for b, s, O, L, t0 in problems():
+        V = b.size
+        grad = np.empty(V)
+        mm._child_slope_nb(t0, s, O, L, grad)
+        lam0 = float(b.sum() + (t0 * grad).sum())
+        bz = b.copy()
+        pick = rng.permutation(V)[: max(1, V // 5)]
+        bz[pick[: pick.size // 2 + 1]] = 0.0  # simplex-basis terms at b_w = 0 ...
+        bz[pick[pick.size // 2 + 1:]] = -0.5  # ... and below it (inactive)
+        for bb in (b, bz):
+            active = bb >= 0.0
+            for lam in (lam0, 0.5 * lam0, 2.0 * lam0, 1e-3 * lam0, -abs(lam0)):
+                for dlam, dt0 in ((0.0, np.zeros(V)), (0.1 * abs(lam0), -t0 / max(abs(lam0), 1.0))):
+                    for max_iter in (1, 4, 100):
+                        yield bb, lam, s, O, L, active, t0, dt0, dlam, max_iter
+
+
+def test_coordinate_solve_is_the_term_by_term_reference_bit_for_bit():
+    ends = set()
+    for b, lam, s, O, L, active, t0, dt0, dlam, max_iter in coordinate_cases():
+        t_ref, dt_ref, t_new, dt_new = t0.copy(), dt0.copy(), t0.copy(), dt0.copy()
+        ref = reference_coordinate_solve(b, lam, s, O, L, active, t_ref, dt_ref, dlam, max_iter)
+        new = mm._coordinate_solve_nb(b, lam, s, O, L, active, t_new, dt_new, dlam, max_iter)
+        assert np.array_equal(np.array(new), np.array(ref))
+        assert np.array_equal(t_new, t_ref) and np.array_equal(dt_new, dt_ref)
+        ends.update({"one": bool(np.any(t_ref[active] == 1.0)), "zero": bool(np.any(t_ref[active] == 0.0)),
+                     "inside": bool(np.any((t_ref > 0.0) & (t_ref < 1.0)))}.items())
+    # terms at each end of the simplex and inside it were compared, not only the easy ones
+    assert {("one", True), ("zero", True), ("inside", True)} <= ends
 
 
 def test_digamma_trigamma_many_is_the_scalar_kernel_bit_for_bit():
