@@ -159,6 +159,98 @@ def reference_coordinate_solve(b, lam, strength, offset, log_phi, active, t, dt,
     return total, slope
 
 
+def reference_map_dense(c: np.ndarray, alpha: np.ndarray, L: np.ndarray, s: np.ndarray, O: np.ndarray, *,
+                                basis: str = "softmax", max_iter: int = 100,
+                                phi_init: np.ndarray | None = None, tol: float = mm._JOINT_TOL,
+                                freeze: float = mm._JOINT_FREEZE) -> np.ndarray:
+    """``map_phi_with_children_dense`` as written in NumPy before its search was compiled."""
+    V = alpha.shape[0]
+    b = c + alpha - (0.0 if basis == "softmax" else 1.0)
+    # Terms with b_w < 0 (simplex basis only) sit at 0; b_w = 0 terms are fixed by the children.
+    active = b >= 0.0
+    n_active = int(active.sum())
+    if n_active == 0:
+        raise ValueError(
+            "simplex-basis MAP is not unique: every term has counts + alpha < 1; use basis='softmax'"
+        )
+    # Start from phi_init, or else from the children-free solution (exact when the children are
+    # weak).
+    if phi_init is not None:
+        phi0 = np.where(active, phi_init, 0.0)
+    elif basis == "softmax":
+        phi0 = mm.map_phi(c, alpha, basis="softmax")
+    else:
+        phi0 = np.where(active, b, 0.0)
+    t_star = 1.0 / n_active
+    phi0 = phi0 / phi0.sum() if phi0.sum() > 0 else np.where(active, t_star, 0.0)
+    joint = bool(np.all(b > 0.0))  # the joint steps need every b_w > 0
+    restart_pending = joint  # one restart of them, after the first coordinate solve below
+    if joint:
+        t = phi0.copy()
+        if mm._joint_newton_nb(b, s, O, L, t, mm._JOINT_MAX_ITER, tol, freeze):
+            return t / t.sum()
+        phi0 = t / t.sum()  # where the joint steps stopped (on the simplex)
+    # The safeguarded search, from the multiplier sum_w phi_w h_w(phi_w) that the KKT conditions
+    # give at the optimum, where h_w(t) = b_w / t + g_w'(t). Its bracket is built when a Newton
+    # step fails: with lambda = min_w h_w(1/n) every active phi_w >= 1/n, with
+    # lambda = max_w h_w(1/n) every phi_w <= 1/n.
+    lam_lo, lam_hi = -np.inf, np.inf
+    bracketed = False
+    grad = np.empty(V)
+    mm._child_slope_nb(phi0, s, O, L, grad)
+    lam = float(b[active].sum() + (phi0 * grad).sum())
+    t = np.where(active, phi0, 0.0)
+    dt = np.zeros(V)
+    act = active.astype(np.bool_)
+    # Newton on 1 / S(lambda) - 1 (exactly linear without children), kept inside the bracket.
+    dlam = 0.0
+    for _ in range(200):
+        if not (lam_lo <= lam <= lam_hi):
+            lam = min(max(lam, lam_lo), lam_hi)
+        total, slope = mm._coordinate_solve_nb(b, lam, s, O, L, act, t, dt, dlam, max_iter)
+        if abs(total - 1.0) <= mm._LINEAR_FINISH and slope < 0.0:
+            # The last step to sum 1 is taken along d phi / d lambda: its error is second order
+            # in |1 - S| (below 1e-14 relative in phi), and the final normalisation absorbs it.
+            t += dt * ((1.0 - total) / slope)
+            break
+        if restart_pending and total > 0.0:
+            # The joint steps fail mostly at their first step, from a start where some terms sit
+            # decades below their optimum (a warm start after a child gained words its parent
+            # had lost): there the linearisation of b_w + t (g_w'(t) - lambda) is not
+            # decreasing. One coordinate solve puts every term at its optimum for this lambda;
+            # from there, normalised, the joint steps converge in a few (to the same stopping
+            # rule), where the multiplier search would take several more coordinate solves.
+            restart_pending = False
+            t_restart = t / total
+            if mm._joint_newton_nb(b, s, O, L, t_restart, mm._JOINT_MAX_ITER, tol, freeze):
+                return t_restart / t_restart.sum()
+        if total > 1.0:
+            lam_lo = max(lam_lo, lam)
+        else:
+            lam_hi = min(lam_hi, lam)
+        if total > 0.0 and slope < 0.0:
+            lam_new = lam + (1.0 / total - 1.0) * total * total / slope
+        else:
+            lam_new = np.nan
+        if not (lam_lo < lam_new < lam_hi):
+            if not bracketed:
+                bracketed = True
+                mm._child_slope_nb(np.array([t_star]), s, O, L, grad)
+                h_star = (b / t_star + grad)[active]
+                lam_lo = max(lam_lo, float(h_star.min()))
+                lam_hi = min(lam_hi, float(h_star.max()))
+            if not (lam_lo < lam_new < lam_hi):
+                lam_new = 0.5 * (lam_lo + lam_hi)
+        width = lam_hi - lam_lo
+        if bracketed and width <= 4.0 * np.finfo(float).eps * max(abs(lam_lo), abs(lam_hi)):
+            break
+        dlam = lam_new - lam
+        lam = lam_new
+    else:
+        raise RuntimeError("map_phi_with_children: multiplier search did not converge")
+    return t / t.sum()
+
+
 def problems():
     """Node problems like a sweep's: 1-6 children, some with zero strength, runs of new
     children sharing strength and offset, warm starts near and far from the optimum, a start
@@ -234,6 +326,27 @@ def test_coordinate_solve_is_the_term_by_term_reference_bit_for_bit():
                      "inside": bool(np.any((t_ref > 0.0) & (t_ref < 1.0)))}.items())
     # terms at each end of the simplex and inside it were compared, not only the easy ones
     assert {("one", True), ("zero", True), ("inside", True)} <= ends
+
+
+@pytest.mark.parametrize("joint_steps", [mm._JOINT_MAX_ITER, 0])
+@pytest.mark.parametrize("tol", [mm._JOINT_TOL, mm._BLOCK_TOL])
+def test_compiled_search_is_the_numpy_search_bit_for_bit(monkeypatch, tol, joint_steps):
+    """``map_phi_with_children_dense`` with its safeguarded search compiled against the NumPy
+    search it replaces: softmax problems (joint steps, their restart, and with no joint steps
+    the whole multiplier search) and simplex-basis ones (terms at b_w <= 0, no joint steps)."""
+    monkeypatch.setattr(mm, "_JOINT_MAX_ITER", joint_steps)
+    searched = 0
+    for b, s, O, L, t0 in problems():
+        alpha = 0.5 * b
+        c = b - alpha
+        for basis in ("softmax", "simplex"):
+            for phi_init in (None, t0):
+                args = (c, alpha, L, s, O)
+                kw = dict(basis=basis, phi_init=phi_init, tol=tol, freeze=tol)
+                assert np.array_equal(mm.map_phi_with_children_dense(*args, **kw), reference_map_dense(*args, **kw))
+                start = t0.copy()
+                searched += not mm._joint_newton_nb(b, s, O, L, start, mm._JOINT_MAX_ITER, tol, tol)
+    assert searched  # some starts stop the joint steps
 
 
 def test_digamma_trigamma_many_is_the_scalar_kernel_bit_for_bit():
@@ -368,20 +481,23 @@ def test_block_node_update_is_the_python_loop_bit_for_bit(monkeypatch, seed, blo
     """``Multinomial.update_theta`` (compiled blocks) against the Python loop it replaces, on
     random trees with time links, leaves without data and a root anchor: as shipped, with a
     budget of two joint Newton steps, and with one step that is not kept unless it converged,
-    where most solves fall back to the safeguarded search, which the caller runs."""
+    where most solves fall back to the safeguarded search (compiled in the block pass; the
+    reference calls ``map_phi_with_children_dense``)."""
     from streamtree.likelihoods import multinomial as multinomial_module
 
     monkeypatch.setattr(mm, "_BLOCK_MAX_ITER", block_steps)
     monkeypatch.setattr(multinomial_module, "_BLOCK_MAX_ITER", block_steps)
     solve = mm._solve_nodes_nb
-    monkeypatch.setattr(multinomial_module, "_solve_nodes_nb", lambda *args: solve(*args[:-1], keep_last))
+    monkeypatch.setattr(multinomial_module, "_solve_nodes_nb",
+                        lambda *args: solve(*args[:-2], keep_last, args[-1]))
     fallbacks = []
+    dense = mm.map_phi_with_children_dense
 
     def counted(*args, **kwargs):
         fallbacks.append(1)
-        return mm.map_phi_with_children_dense(*args, **kwargs)
+        return dense(*args, **kwargs)
 
-    monkeypatch.setattr(multinomial_module, "map_phi_with_children_dense", counted)
+    monkeypatch.setattr(mm, "map_phi_with_children_dense", counted)
     rng = np.random.default_rng(seed)
     V = int(rng.choice([50, 700]))
     K = int(rng.integers(2, 14))
@@ -396,7 +512,7 @@ def test_block_node_update_is_the_python_loop_bit_for_bit(monkeypatch, seed, blo
         assert np.array_equal(fast, ref)
     assert not np.array_equal(fast, start)
     if not keep_last and (arrays.parent_index >= 0).any():
-        assert fallbacks  # the caller's safeguarded search was compared too
+        assert fallbacks  # the compiled safeguarded search was compared too
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -419,7 +419,8 @@ class Multinomial(WordTopics, Likelihood):
         since its last solve, and from its current phi, which is close to the optimum after a
         sweep's changes. Its joint Newton stops at ``_BLOCK_TOL`` / ``_BLOCK_FREEZE``, looser
         than a standalone solve's; below ``_JOINT_MAX_ITER`` steps, ``_BLOCK_MAX_ITER`` is a step
-        budget whose last iterate is kept, and only a failed step goes to the safeguarded search.
+        budget whose last iterate is kept, and only a failed step goes to the safeguarded search,
+        compiled in the same pass (so on the fitting threads too).
         A block's rows are independent of each other, so with ``n_jobs > 1`` they are solved in
         ranges on the fitting threads (dealt by cost: rows with children are the dear ones),
         with the same values."""
@@ -457,12 +458,13 @@ class Multinomial(WordTopics, Likelihood):
                     change, n_failed[a] = _solve_nodes_nb(rows[a:z], theta, log_theta, sums, offset, par, pidx,
                                                           root_anchor, kid_ptr, kids, version, solved_parent,
                                                           solved_kids, _BLOCK_MAX_ITER, _BLOCK_TOL, _BLOCK_FREEZE,
-                                                          failed[a:z], _BLOCK_MAX_ITER < _JOINT_MAX_ITER)
+                                                          failed[a:z], _BLOCK_MAX_ITER < _JOINT_MAX_ITER,
+                                                          _JOINT_MAX_ITER)
                     return change
 
                 delta = max(delta, in_row_ranges(rows.size, solve))
                 stopped = [k for a in sorted(n_failed) for k in failed[a:a + n_failed[a]]]
-                for k in stopped:  # the joint steps stopped: the safeguarded search
+                for k in stopped:  # rows the compiled pass could not start (none in the softmax basis)
                     c = kids[kid_ptr[k]:kid_ptr[k + 1]]
                     parent_phi = theta[pidx[k]] if pidx[k] >= 0 else root_anchor
                     new = map_phi_with_children_dense(sums[k], par[k] * parent_phi + offset[k], log_theta[c],

@@ -105,6 +105,8 @@ _BLOCK_FREEZE = 1e-5
 # 1 and 2 steps cut the fit's CPU by about a quarter and a tenth on SOU but moved the chains
 # (planted trees: fewer targets or ids kept at one of two seeds; see BENCHMARKS.md)
 _BLOCK_MAX_ITER = _JOINT_MAX_ITER
+# Newton-or-bisection steps per term in the safeguarded search's per-term solves
+_COORDINATE_MAX_ITER = 100
 
 
 # ----------------------------------------------------------------------------- numba kernels
@@ -583,7 +585,7 @@ def _pairwise_sum_nb(a):
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def _solve_nodes_nb(rows, theta, log_theta, sums, offset, strength, parent, anchor, kid_ptr, kid_idx, version,
-                    solved_parent, solved_kids, max_iter, tol, freeze, failed, keep_last):
+                    solved_parent, solved_kids, max_iter, tol, freeze, failed, keep_last, joint_max_iter):
     """One depth-parity block of the multinomial node update (the rows do not neighbour each
     other), in place: for each row whose parent or children changed since its last solve,
     the MAP of its phi from its current phi (``map_phi_with_children_dense`` with
@@ -593,9 +595,13 @@ def _solve_nodes_nb(rows, theta, log_theta, sums, offset, strength, parent, anch
     ``kid_idx[kid_ptr[r]:kid_ptr[r + 1]]`` are row r's children with a positive link strength,
     ``log_theta`` their ``np.log(phi)``; ``solved_parent`` / ``solved_kids`` the parent's and
     children's ``version`` at row r's last solve (-1: never). A row the joint Newton steps
-    cannot solve is left unchanged and listed in ``failed`` for the caller's safeguarded
-    search. With ``keep_last`` a row whose ``max_iter`` steps did not converge keeps their last
-    iterate (a step budget). Returns (largest change of a phi entry, number of failed rows).
+    cannot solve goes on to the safeguarded search (``_multiplier_search_nb``) from where they
+    stopped, which is where ``map_phi_with_children_dense``'s own joint steps (at most
+    ``joint_max_iter``) stop, so the result is that function's. A row without a positive
+    ``b`` or phi sum (none in the softmax basis) is left unchanged and listed in ``failed``
+    for the caller. With ``keep_last`` a row whose ``max_iter`` steps did not converge keeps
+    their last iterate (a step budget). Returns (largest change of a phi entry, number of
+    failed rows).
     """
     V = theta.shape[1]
     max_kids = 0
@@ -609,6 +615,8 @@ def _solve_nodes_nb(rows, theta, log_theta, sums, offset, strength, parent, anch
     b_bits = b.view(np.int64)
     bits = np.zeros(1, dtype=np.int64)
     t = np.empty(V)
+    phi0 = np.empty(V)
+    every = np.ones(V, dtype=np.bool_)  # the softmax basis: every term active
     delta = 0.0
     n_failed = 0
     for r in rows:
@@ -646,17 +654,29 @@ def _solve_nodes_nb(rows, theta, log_theta, sums, offset, strength, parent, anch
                 s[j] = strength[c]
                 L[j] = log_theta[c]
                 O[j] = offset[c]
+            searched = False
             if not _joint_newton_nb(b, s[:J], O[:J], L[:J], t, max_iter, tol, freeze, keep_last):
-                failed[n_failed] = r
-                n_failed += 1
-                continue
+                solved = False
+                if not (max_iter == joint_max_iter or (keep_last and max_iter < joint_max_iter)):
+                    # these steps did not stop where joint_max_iter plain steps would: take those
+                    for w in range(V):
+                        t[w] = theta[r, w] / total
+                    solved = _joint_newton_nb(b, s[:J], O[:J], L[:J], t, joint_max_iter, tol, freeze)
+                if not solved:
+                    total = _pairwise_sum_nb(t)
+                    for w in range(V):
+                        phi0[w] = t[w] / total
+                    _multiplier_search_nb(b, s[:J], O[:J], L[:J], every, V, phi0, True, joint_max_iter, tol,
+                                          freeze, _COORDINATE_MAX_ITER, t)
+                    searched = True
         else:
+            searched = False
             for w in range(V):
                 t[w] = sums[r, w] + alpha[w]
-        total = _pairwise_sum_nb(t)
+        total = 1.0 if searched else _pairwise_sum_nb(t)  # the search's result is normalised
         row = theta[r]
         for w in range(V):  # the changes first, their maximum after (a loop without a running max)
-            v = t[w] / total
+            v = t[w] if searched else t[w] / total
             d = abs(v - row[w])
             b[w] = d if d >= 0.0 else 0.0  # b is free once the row is solved; max() skips a NaN
             row[w] = v
@@ -840,6 +860,109 @@ def _coordinate_solve_nb(b, lam, strength, offset, log_phi, active, t, dt, dlam,
         total += xw
         slope += dt_w
     return total, slope
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _multiplier_search_nb(b, strength, offset, log_phi, active, n_active, phi0, restart, joint_max_iter, tol,
+                          freeze, max_iter, out):
+    """The MAP's safeguarded search (``map_phi_with_children_dense`` after its joint Newton
+    steps), from ``phi0`` on the simplex (where those steps stopped); the solution goes to
+    ``out``. With ``restart`` (every ``b_w > 0``) the joint steps are tried once more after the
+    first per-term solve. NumPy's arithmetic and summation order throughout (``_pairwise_sum_nb``
+    for its sums), so the values are those of the search written in NumPy; compiled, it runs
+    inside a node update's block on the fitting threads.
+
+    It searches the multiplier sum_w phi_w h_w(phi_w) that the KKT conditions give at the
+    optimum, where h_w(t) = b_w / t + g_w'(t), by Newton on 1 / S(lambda) - 1 (exactly linear
+    without children) kept inside a bracket. The bracket is built when a Newton step fails:
+    with lambda = min_w h_w(1/n) every active phi_w >= 1/n, with lambda = max_w h_w(1/n) every
+    phi_w <= 1/n. Returns the number of per-term solves it took."""
+    V = b.shape[0]
+    t_star = 1.0 / n_active
+    lam_lo, lam_hi = -np.inf, np.inf
+    bracketed = False
+    grad = np.empty(V)
+    work = np.empty(V)
+    _child_slope_nb(phi0, strength, offset, log_phi, grad)
+    n = 0
+    for w in range(V):
+        if active[w]:
+            work[n] = b[w]
+            n += 1
+    b_sum = _pairwise_sum_nb(work[:n])
+    for w in range(V):
+        work[w] = phi0[w] * grad[w]
+    lam = b_sum + _pairwise_sum_nb(work)
+    t = np.empty(V)
+    for w in range(V):
+        t[w] = phi0[w] if active[w] else 0.0
+    dt = np.zeros(V)
+    dlam = 0.0
+    point = np.empty(1)
+    t_restart = np.empty(V)
+    eps = np.finfo(np.float64).eps
+    n_solves = 0
+    for _ in range(200):
+        if not (lam_lo <= lam <= lam_hi):
+            lam = min(max(lam, lam_lo), lam_hi)
+        total, slope = _coordinate_solve_nb(b, lam, strength, offset, log_phi, active, t, dt, dlam, max_iter)
+        n_solves += 1
+        if abs(total - 1.0) <= _LINEAR_FINISH and slope < 0.0:
+            # The last step to sum 1 is taken along d phi / d lambda: its error is second order
+            # in |1 - S| (below 1e-14 relative in phi), and the final normalisation absorbs it.
+            step = (1.0 - total) / slope
+            for w in range(V):
+                t[w] += dt[w] * step
+            break
+        if restart and total > 0.0:
+            # The joint steps fail mostly at their first step, from a start where some terms sit
+            # decades below their optimum (a warm start after a child gained words its parent
+            # had lost): there the linearisation of b_w + t (g_w'(t) - lambda) is not
+            # decreasing. One per-term solve puts every term at its optimum for this lambda;
+            # from there, normalised, the joint steps converge in a few (to the same stopping
+            # rule), where the multiplier search would take several more per-term solves.
+            restart = False
+            for w in range(V):
+                t_restart[w] = t[w] / total
+            if _joint_newton_nb(b, strength, offset, log_phi, t_restart, joint_max_iter, tol, freeze):
+                total = _pairwise_sum_nb(t_restart)
+                for w in range(V):
+                    out[w] = t_restart[w] / total
+                return n_solves
+        if total > 1.0:
+            lam_lo = max(lam_lo, lam)
+        else:
+            lam_hi = min(lam_hi, lam)
+        if total > 0.0 and slope < 0.0:
+            lam_new = lam + (1.0 / total - 1.0) * total * total / slope
+        else:
+            lam_new = np.nan
+        if not (lam_lo < lam_new < lam_hi):
+            if not bracketed:
+                bracketed = True
+                point[0] = t_star
+                _child_slope_nb(point, strength, offset, log_phi, grad)
+                h_lo, h_hi = np.inf, -np.inf
+                for w in range(V):
+                    if active[w]:
+                        h = b[w] / t_star + grad[w]
+                        h_lo = min(h_lo, h)
+                        h_hi = max(h_hi, h)
+                lam_lo = max(lam_lo, h_lo)
+                lam_hi = min(lam_hi, h_hi)
+            if not (lam_lo < lam_new < lam_hi):
+                lam_new = 0.5 * (lam_lo + lam_hi)
+        width = lam_hi - lam_lo
+        if bracketed and width <= 4.0 * eps * max(abs(lam_lo), abs(lam_hi)):
+            break
+        dlam = lam_new - lam
+        lam = lam_new
+        if _ == 199:  # the bracketed Newton iteration converges long before
+            raise RuntimeError("map_phi_with_children: multiplier search did not converge")
+    total = _pairwise_sum_nb(t)
+    for w in range(V):
+        out[w] = t[w] / total
+    return n_solves
 
 
 # ----------------------------------------------------------------------------- validation
@@ -1358,7 +1481,7 @@ def map_phi_with_children(
     child_offset: ArrayLike | None = None,
     *,
     basis: str = "softmax",
-    max_iter: int = 100,
+    max_iter: int = _COORDINATE_MAX_ITER,
     phi_init: ArrayLike | None = None,
 ) -> np.ndarray:
     """MAP of a node's word distribution given its data, its own prior and its children.
@@ -1421,7 +1544,7 @@ def map_phi_with_children(
 
 
 def map_phi_with_children_dense(c: np.ndarray, alpha: np.ndarray, L: np.ndarray, s: np.ndarray, O: np.ndarray, *,
-                                basis: str = "softmax", max_iter: int = 100,
+                                basis: str = "softmax", max_iter: int = _COORDINATE_MAX_ITER,
                                 phi_init: np.ndarray | None = None, tol: float = _JOINT_TOL,
                                 freeze: float = _JOINT_FREEZE) -> np.ndarray:
     """:func:`map_phi_with_children` for inputs valid by construction, without its O(J V)
@@ -1457,65 +1580,10 @@ def map_phi_with_children_dense(c: np.ndarray, alpha: np.ndarray, L: np.ndarray,
         if _joint_newton_nb(b, s, O, L, t, _JOINT_MAX_ITER, tol, freeze):
             return t / t.sum()
         phi0 = t / t.sum()  # where the joint steps stopped (on the simplex)
-    # The safeguarded search, from the multiplier sum_w phi_w h_w(phi_w) that the KKT conditions
-    # give at the optimum, where h_w(t) = b_w / t + g_w'(t). Its bracket is built when a Newton
-    # step fails: with lambda = min_w h_w(1/n) every active phi_w >= 1/n, with
-    # lambda = max_w h_w(1/n) every phi_w <= 1/n.
-    lam_lo, lam_hi = -np.inf, np.inf
-    bracketed = False
-    grad = np.empty(V)
-    _child_slope_nb(phi0, s, O, L, grad)
-    lam = float(b[active].sum() + (phi0 * grad).sum())
-    t = np.where(active, phi0, 0.0)
-    dt = np.zeros(V)
-    act = active.astype(np.bool_)
-    # Newton on 1 / S(lambda) - 1 (exactly linear without children), kept inside the bracket.
-    dlam = 0.0
-    for _ in range(200):
-        if not (lam_lo <= lam <= lam_hi):
-            lam = min(max(lam, lam_lo), lam_hi)
-        total, slope = _coordinate_solve_nb(b, lam, s, O, L, act, t, dt, dlam, max_iter)
-        if abs(total - 1.0) <= _LINEAR_FINISH and slope < 0.0:
-            # The last step to sum 1 is taken along d phi / d lambda: its error is second order
-            # in |1 - S| (below 1e-14 relative in phi), and the final normalisation absorbs it.
-            t += dt * ((1.0 - total) / slope)
-            break
-        if restart_pending and total > 0.0:
-            # The joint steps fail mostly at their first step, from a start where some terms sit
-            # decades below their optimum (a warm start after a child gained words its parent
-            # had lost): there the linearisation of b_w + t (g_w'(t) - lambda) is not
-            # decreasing. One coordinate solve puts every term at its optimum for this lambda;
-            # from there, normalised, the joint steps converge in a few (to the same stopping
-            # rule), where the multiplier search would take several more coordinate solves.
-            restart_pending = False
-            t_restart = t / total
-            if _joint_newton_nb(b, s, O, L, t_restart, _JOINT_MAX_ITER, tol, freeze):
-                return t_restart / t_restart.sum()
-        if total > 1.0:
-            lam_lo = max(lam_lo, lam)
-        else:
-            lam_hi = min(lam_hi, lam)
-        if total > 0.0 and slope < 0.0:
-            lam_new = lam + (1.0 / total - 1.0) * total * total / slope
-        else:
-            lam_new = np.nan
-        if not (lam_lo < lam_new < lam_hi):
-            if not bracketed:
-                bracketed = True
-                _child_slope_nb(np.array([t_star]), s, O, L, grad)
-                h_star = (b / t_star + grad)[active]
-                lam_lo = max(lam_lo, float(h_star.min()))
-                lam_hi = min(lam_hi, float(h_star.max()))
-            if not (lam_lo < lam_new < lam_hi):
-                lam_new = 0.5 * (lam_lo + lam_hi)
-        width = lam_hi - lam_lo
-        if bracketed and width <= 4.0 * np.finfo(float).eps * max(abs(lam_lo), abs(lam_hi)):
-            break
-        dlam = lam_new - lam
-        lam = lam_new
-    else:  # pragma: no cover - the bracketed Newton iteration converges long before
-        raise RuntimeError("map_phi_with_children: multiplier search did not converge")
-    return t / t.sum()
+    out = np.empty(V)
+    _multiplier_search_nb(b, s, O, L, active, n_active, phi0, restart_pending, _JOINT_MAX_ITER, tol, freeze,
+                          max_iter, out)
+    return out
 
 
 # ----------------------------------------------------------------------------- link strengths
