@@ -501,19 +501,6 @@ def as_csr(X) -> sp.csr_matrix | sp.csr_array:
     return X if sp.issparse(X) and X.format == "csr" else sp.csr_matrix(X)
 
 
-def take_rows(X, rows: np.ndarray) -> sp.csr_matrix:
-    """``X[rows]`` as a CSR matrix, for a sparse ``X`` and non-negative row numbers (the same
-    entries in the same order), at half SciPy's cost on the small matrices of tiny epochs."""
-    X = as_csr(X)
-    rows = np.asarray(rows, dtype=np.int64)
-    starts = X.indptr[rows]
-    lengths = X.indptr[rows + 1] - starts
-    indptr = np.zeros(rows.shape[0] + 1, dtype=X.indptr.dtype)
-    np.cumsum(lengths, out=indptr[1:])
-    pos = np.repeat(starts - indptr[:-1], lengths) + np.arange(indptr[-1])
-    return sp.csr_matrix((X.data[pos], X.indices[pos], indptr), shape=(rows.shape[0], X.shape[1]))
-
-
 def row_weights_are_unit(sq_norms) -> bool:
     """Whether rows of these squared norms are unit rows (vMF documents of weight 1)."""
     return sq_norms is None or bool(np.all(np.abs(np.asarray(sq_norms) - 1.0) <= WEIGHT_TOL))
@@ -742,23 +729,15 @@ class SweepStats:
     ``row_sums`` holds the summed document vectors only for the columns in ``occupied`` (rows
     follow ``occupied``): a CSR matrix for sparse documents, which is what a shard sends back
     (its non-zeros are at most the shard's), or a dense array; :attr:`sums` is its dense
-    form. ``sumsq`` is the summed ``||x||^2`` per column. ``seeds`` holds one document per
-    occupied column, drawn uniformly from the column's documents: each row gets a uniform key
-    and the largest key wins, within a shard and across shards alike (``seed_keys``), which
-    keeps the draw uniform over the union and independent of sharding order. Nothing reads
-    the seeds now: they served the node proposals that the split-merge moves replaced. They are
-    still drawn, because dropping their keys' uniforms would change every seeded run's stream.
+    form. ``sumsq`` is the summed ``||x||^2`` per column.
     """
 
-    def __init__(self, counts: np.ndarray, occupied: np.ndarray, row_sums, sumsq: np.ndarray, loglik: float,
-                 seeds: np.ndarray | sp.csr_matrix | None = None, seed_keys: np.ndarray | None = None) -> None:
+    def __init__(self, counts: np.ndarray, occupied: np.ndarray, row_sums, sumsq: np.ndarray, loglik: float) -> None:
         self.counts = counts
         self.occupied = occupied
         self.row_sums = row_sums
         self.sumsq = sumsq
         self.loglik = loglik
-        self.seeds = seeds
-        self.seed_keys = seed_keys
         self._dense: np.ndarray | None = None
 
     @property
@@ -780,9 +759,7 @@ class SweepStats:
     def nbytes(self) -> int:
         """Bytes of the arrays this object holds (what a shard sends back, before pickling)."""
         total = 0
-        for v in (self.counts, self.occupied, self.row_sums, self.sumsq, self.seeds, self.seed_keys):
-            if v is None:
-                continue
+        for v in (self.counts, self.occupied, self.row_sums, self.sumsq):
             if sp.issparse(v):
                 total += v.data.nbytes + v.indices.nbytes + v.indptr.nbytes
             else:
@@ -815,35 +792,7 @@ class SweepStats:
         sumsq = parts[0].sumsq.copy()
         for p in parts[1:]:
             sumsq += p.sumsq
-        if len(parts) == 1:  # one part's seeds are already one per column, in column order
-            part = parts[0]
-            return SweepStats(counts, occupied, sums, sumsq, float(part.loglik), part.seeds, part.seed_keys)
-        # seeds: per column, the row with the largest key over all parts (first part wins ties)
-        best = np.full(occupied.shape[0], -1.0)
-        src_part = np.zeros(occupied.shape[0], dtype=np.int64)
-        src_row = np.zeros(occupied.shape[0], dtype=np.int64)
-        for i, part in enumerate(parts):
-            pos = where[part.occupied]
-            better = part.seed_keys > best[pos]
-            best[pos[better]] = part.seed_keys[better]
-            src_part[pos[better]] = i
-            src_row[pos[better]] = np.flatnonzero(better)
-        # one gather per part, then back into column order
-        pieces, order = [], []
-        for i, part in enumerate(parts):
-            mine = np.flatnonzero(src_part == i)
-            if mine.size:
-                pieces.append(part.seeds[src_row[mine]])
-                order.append(mine)
-        if not pieces:
-            seeds = sp.csr_matrix((0, dim)) if sp.issparse(parts[0].seeds) else np.zeros((0, dim))
-        elif len(pieces) == 1:
-            seeds = pieces[0]
-        else:
-            inverse = np.argsort(np.concatenate(order), kind="stable")
-            seeds = (sp.vstack(pieces, format="csr") if sp.issparse(pieces[0]) else np.vstack(pieces))[inverse]
-        out = SweepStats(counts, occupied, sums, sumsq, float(sum(p.loglik for p in parts)), seeds, best)
-        return out
+        return SweepStats(counts, occupied, sums, sumsq, float(sum(p.loglik for p in parts)))
 
 
 @njit(cache=True, nogil=True)
@@ -885,21 +834,20 @@ def dense_column_sums(X, labels: np.ndarray, counts: np.ndarray, occupied: np.nd
 
 
 def sweep_statistics(X, labels: np.ndarray, n_columns: int, sqnorm: np.ndarray, loglik: float,
-                     keys: np.ndarray | None = None, dense_sums: bool = False, pool: Executor | None = None,
-                     n_threads: int = 1) -> SweepStats:
-    """Counts, per-column sums of rows and of squared norms, and seed rows for one block of rows.
+                     dense_sums: bool = False, pool: Executor | None = None, n_threads: int = 1) -> SweepStats:
+    """Counts and per-column sums of rows and of squared norms for one block of rows.
 
-    ``keys`` are the rows' uniform seed keys (default: no seeds). Sums stay sparse for sparse
-    ``X`` (what a shard sends) unless ``dense_sums``: then the CSR rows are summed straight
-    into the dense matrix the coordinator uses, the same values without the sparse product
-    and its densification (on ``pool``'s threads, as :func:`dense_column_sums`).
+    Sums stay sparse for sparse ``X`` (what a shard sends) unless ``dense_sums``: then the
+    CSR rows are summed straight into the dense matrix the coordinator uses, the same values
+    without the sparse product and its densification (on ``pool``'s threads, as
+    :func:`dense_column_sums`).
     """
     n = X.shape[0]
     counts = np.bincount(labels, minlength=n_columns).astype(np.int64)
     occupied = np.flatnonzero(counts)
     if n == 0:
         empty = sp.csr_matrix((0, X.shape[1])) if sp.issparse(X) else np.zeros((0, X.shape[1]))
-        return SweepStats(counts, occupied, empty, np.zeros(n_columns), loglik, empty, np.zeros(0))
+        return SweepStats(counts, occupied, empty, np.zeros(n_columns), loglik)
     if dense_sums and sp.issparse(X):
         sums = dense_column_sums(X, labels, counts, occupied, pool, n_threads)
     else:
@@ -907,12 +855,7 @@ def sweep_statistics(X, labels: np.ndarray, n_columns: int, sqnorm: np.ndarray, 
         sums = Z[occupied] @ X
         sums = sp.csr_matrix(sums) if sp.issparse(sums) else np.asarray(sums)
     sumsq = np.bincount(labels, weights=sqnorm, minlength=n_columns)
-    seeds = seed_keys = None
-    if keys is not None:
-        order = np.lexsort((keys, labels))  # by column, then key: the last of each run wins
-        last = order[np.cumsum(counts[occupied]) - 1]
-        seeds, seed_keys = (take_rows(X, last) if sp.issparse(X) else X[last]), keys[last]
-    return SweepStats(counts, occupied, sums, sumsq, loglik, seeds, seed_keys)
+    return SweepStats(counts, occupied, sums, sumsq, loglik)
 
 
 def node_order(labels: np.ndarray) -> np.ndarray:
@@ -932,8 +875,11 @@ def sweep_rows(X, cand: Candidates, rng: np.random.Generator, sqnorm: np.ndarray
     if sqnorm is None:
         sqnorm = row_sq_norms(X)
     u = rng.random(X.shape[0])
-    keys = rng.random(X.shape[0])
+    # one more uniform per row: it drew each column's seed document for the node proposals that
+    # the split-merge moves replaced; still drawn, unused, so that seeded runs keep their streams
+    # and so their trees
+    rng.random(X.shape[0])
     labels, lognorm = score_rows(X, cand, u, sqnorm, pool=pool, n_threads=n_threads, order=order, own=own,
                                  adjust=adjust)
-    return labels, sweep_statistics(X, labels, cand.n_columns, sqnorm, float(lognorm.sum()), keys,
+    return labels, sweep_statistics(X, labels, cand.n_columns, sqnorm, float(lognorm.sum()),
                                     dense_sums=dense_sums, pool=pool, n_threads=n_threads)
