@@ -126,20 +126,19 @@ def shard_traffic(engine, X, cand, seeds) -> list[int]:
     return out
 
 
-def traffic_formula(K: int, P: int, V: int, nnz: int, shards: int, row_nnz: float) -> dict:
+def traffic_formula(K: int, P: int, V: int, nnz: int, shards: int) -> dict:
     """Bytes per sweep (upper bounds) through the object store, as a function of the tree's K
     live and P placeholder columns, the vocabulary V, the corpus non-zeros and the shards.
 
     * broadcast (driver -> each machine holding actors): theta 8 K V, per-column vectors
       8 (4 K + 4 P) (each shard builds its own new-node tables);
     * returned (all shards -> driver): per shard counts and sums of squares 16 (K + P), occupied
-      columns and seed keys 16 min(K + P, n_s), sparse sums 12 nnz(sums_s) + 4 (occupied + 1)
-      with nnz(sums_s) <= min(occupied V, nnz(X_s)), seed rows 12 occupied row_nnz; summed:
-      <= 12 nnz + shards (K + P) (48 + 12 row_nnz).
+      columns 8 min(K + P, n_s), sparse sums 12 nnz(sums_s) + 4 (occupied + 1) with
+      nnz(sums_s) <= min(occupied V, nnz(X_s)); summed: <= 12 nnz + shards (28 (K + P) + 4).
     """
     cols = K + P
     broadcast = 8 * K * V + 8 * 4 * cols
-    returned = 12 * nnz + shards * cols * (48 + 12 * row_nnz)
+    returned = 12 * nnz + shards * (28 * cols + 4)
     dense_returned = shards * (8 * K * V + 16 * cols)  # before: dense per-node sums from every shard
     return {"broadcast": broadcast, "returned": returned, "dense_returned": dense_returned}
 
@@ -232,18 +231,17 @@ def main() -> None:
         peaks = ", ".join(f"{a['max_rss_bytes'] / MB:.0f}" for a in r.get("actors", []))
         print(f"{name:34s} {r['sweep_s']:8.3f} {ratio:8.2f}x {r['warm_s']:9.2f} {r['load_s']:7.2f} "
               f"{mb:9.1f} {peaks or '-':>14s}  {'yes' if ok else 'NO'}")
-    row_nnz = X.nnz / X.shape[0]
     K, P, V = cand.n_live, cand.n_placeholders, X.shape[1]
     for n in (1, 2):
-        f = traffic_formula(K, P, V, X.nnz, n, row_nnz)
+        f = traffic_formula(K, P, V, X.nnz, n)
         print(f"returned statistics with {n} shard(s): " + ", ".join(f"{b / MB:.2f} MB" for b in traffic[n])
               + f" (sparse per-node sums; formula bound {f['returned'] / MB:.2f} MB in all; "
               f"dense K x V sums would be {f['dense_returned'] / MB:.1f} MB)")
-    f = traffic_formula(K, P, V, X.nnz, 1, row_nnz)
+    f = traffic_formula(K, P, V, X.nnz, 1)
     print(f"broadcast per machine: measured {cand_bytes / MB:.2f} MB, formula {f['broadcast'] / MB:.2f} MB")
     for nodes in (100, 300):
         for shards in (100,):
-            g = traffic_formula(nodes, nodes // 3, V, X.nnz, shards, row_nnz)
+            g = traffic_formula(nodes, nodes // 3, V, X.nnz, shards)
             print(f"projection K={nodes} live nodes, {shards} shards on {shards} machines: returned <= "
                   f"{g['returned'] / MB:.1f} MB (dense sums: {g['dense_returned'] / MB:,.0f} MB), broadcast "
                   f"{g['broadcast'] / MB:.1f} MB per machine = {shards * g['broadcast'] / MB:,.0f} MB if every "

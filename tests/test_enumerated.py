@@ -210,6 +210,18 @@ def test_gaussian_sweep_draws_and_statistics():
     assert np.allclose(st_sp.sums, sweep_rows(X[:5000], cand, np.random.default_rng(5))[1].sums)
 
 
+def test_sweep_rows_takes_two_uniforms_per_row_from_its_stream():
+    """A sweep draws a uniform per row for its draws and one more per row that seeded runs have
+    always taken (it once drew the seed rows): the stream after a sweep must stay where it was,
+    or every seeded tree would change."""
+    cand, *_ = gaussian_case(4, 2)
+    X = np.random.default_rng(3).normal(size=(37, 4))
+    rng = np.random.default_rng(9)
+    sweep_rows(X, cand, rng)
+    fresh = np.random.default_rng(9)
+    fresh.random(2 * X.shape[0])
+    assert rng.bit_generator.state == fresh.bit_generator.state
+
 def test_mixed_rows_each_follow_their_own_conditional():
     """Distinct rows in one call: the label of row i depends only on x_i and u_i."""
     p = 3

@@ -792,7 +792,8 @@ class SweepStats:
         sumsq = parts[0].sumsq.copy()
         for p in parts[1:]:
             sumsq += p.sumsq
-        return SweepStats(counts, occupied, sums, sumsq, float(sum(p.loglik for p in parts)))
+        loglik = parts[0].loglik if len(parts) == 1 else sum(p.loglik for p in parts)
+        return SweepStats(counts, occupied, sums, sumsq, float(loglik))
 
 
 @njit(cache=True, nogil=True)

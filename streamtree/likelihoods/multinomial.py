@@ -495,8 +495,9 @@ class _FixedWords(FixedNode):
     def __init__(self, likelihood, theta, concentration) -> None:
         super().__init__(likelihood, theta, concentration)
         self._log_theta: np.ndarray | None = None
-        #: by child depth: :meth:`_child_prior` and :meth:`_child_link`
+        #: by child depth: :meth:`_child_prior`
         self._below: dict[int, tuple] = {}
+        #: by child depth: :meth:`_child_link`
         self._links: dict[int, tuple] = {}
 
     @property
