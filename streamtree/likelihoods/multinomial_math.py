@@ -600,11 +600,10 @@ def _solve_nodes_nb(rows, theta, log_theta, sums, offset, strength, parent, anch
     block's stopped iterate when its steps are theirs (``max_iter == joint_max_iter``, or a
     budget ``max_iter < joint_max_iter`` with ``keep_last``, which stops only at a failed
     step), else those steps run again from the row's start; so the result is that
-    function's. A row without a positive
-    ``b`` or phi sum (none in the softmax basis) is left unchanged and listed in ``failed``
-    for the caller. With ``keep_last`` a row whose ``max_iter`` steps did not converge keeps
-    their last iterate (a step budget). Returns (largest change of a phi entry, number of
-    failed rows).
+    function's. A row without a positive ``b`` or phi sum (none in the softmax basis) is left
+    unchanged and listed in ``failed`` for the caller. With ``keep_last`` a row whose
+    ``max_iter`` steps did not converge keeps their last iterate (a step budget). Returns
+    (largest change of a phi entry, number of failed rows).
     """
     V = theta.shape[1]
     max_kids = 0
