@@ -96,7 +96,7 @@ def sample_hyperparameters(arrays: TreeArrays, counts: np.ndarray, hyper: dict[s
                 return target.log_psi(value)
             return target.log_nu(**{"alpha0": cur["alpha0"], "lam": cur["lam"], name: value})
 
-        x = float(min(max(float(cur[name]), low), high))
+        x = min(max(float(cur[name]), low), high)
         if log_scale:
             cur[name] = float(np.exp(slice_step(np.log(x), logp, np.log(low), np.log(high), rng)))
         else:

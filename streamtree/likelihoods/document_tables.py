@@ -36,7 +36,7 @@ import scipy.sparse as sp
 from numba import njit
 from scipy.special import gammaln
 
-from streamtree.inference.enumerated import row_sums
+from streamtree.inference.enumerated import as_csr, row_sums
 from streamtree.inference.hyper import slice_step
 from streamtree.likelihoods.base import argmax_log_scale
 
@@ -123,8 +123,8 @@ def polya_concentration(X: sp.csr_matrix, frequencies: np.ndarray, node_of_row: 
     :data:`CONCENTRATION_RANGE` on a log scale). ``frequencies`` is one distribution for
     every document, or with ``node_of_row`` a matrix whose row ``node_of_row[d]`` is
     document ``d``'s."""
-    X = sp.csr_matrix(X)
-    n_docs = np.asarray(X.sum(axis=1)).ravel()
+    X = as_csr(X)
+    n_docs = row_sums(X)
     frequencies = np.asarray(frequencies, dtype=np.float64)
     if node_of_row is None:
         f_nz = frequencies[X.indices]

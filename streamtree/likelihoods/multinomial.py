@@ -39,7 +39,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.special import gammaln
 
-from streamtree.inference.enumerated import DIRICHLET, Candidates, as_csr
+from streamtree.inference.enumerated import DIRICHLET, Candidates, as_csr, row_sums
 from streamtree.inference.threads import dealt_by_cost, in_row_ranges
 from streamtree.likelihoods.base import (DocumentSet, FixedNode, Likelihood, RowBlock, WordTopics, argmax_log_scale,
                                         finite_csr)
@@ -80,7 +80,7 @@ class Multinomial(WordTopics, Likelihood):
                              "integers), as TextVectorizer() gives them; for L2-normalised rows or embeddings "
                              "use likelihood='vmf'")
         if X.shape[0]:
-            empty = np.flatnonzero(np.asarray(X.sum(axis=1)).ravel() == 0)
+            empty = np.flatnonzero(row_sums(X) == 0)
             if empty.size:
                 raise ValueError(f"{empty.size} rows have no terms (e.g. row {empty[0]}): drop empty documents "
                                  "first (TextVectorizer.empty_rows)")
@@ -288,9 +288,9 @@ class Multinomial(WordTopics, Likelihood):
         """Empirical-Bayes strength of one level of spread: every document as its own node
         below the epoch's word frequencies, ``argmax_s sum_d log DM(x_d | s f + eps)`` (the
         Polya maximum-likelihood precision of the documents about the corpus)."""
-        X = sp.csr_matrix(X)
+        X = as_csr(X)
         f = self.root_anchor(X)
-        n_docs = np.asarray(X.sum(axis=1)).ravel()
+        n_docs = row_sums(X)
         f_nz = f[X.indices]
         floor_total = self.floor * self.n_features
 
