@@ -189,6 +189,32 @@ def test_polya_start_recovers_a_planted_concentration():
     assert 0.85 * s_true < s_hat < 1.15 * s_true
 
 
+def test_polya_start_is_the_one_pass_evidence_on_any_thread_count():
+    """The evidence's per-non-zero terms may be evaluated in ranges on the fitting threads;
+    the search's answer is the one of the whole-array expression, to the bit, on one thread
+    or two, about one distribution or about each document's node."""
+    from streamtree.inference.threads import fitting_threads
+    from streamtree.likelihoods.base import argmax_log_scale
+
+    rng = np.random.default_rng(5)
+    F = rng.dirichlet(np.ones(50), size=3)
+    X = sp.csr_matrix(np.array([rng.multinomial(rng.integers(5, 40), rng.dirichlet(30.0 * F[d % 3]))
+                                for d in range(301)], dtype=float))
+    node_of_row = np.arange(301) % 3
+    n_docs = np.asarray(X.sum(axis=1)).ravel()
+    for freq, nodes in ((F[0], None), (F, node_of_row)):
+        f_nz = freq[X.indices] if nodes is None else freq[np.repeat(nodes, np.diff(X.indptr)), X.indices]
+
+        def evidence(s):
+            a = s * f_nz
+            return float(np.sum(gammaln(s) - gammaln(s + n_docs)) + np.sum(gammaln(a + X.data) - gammaln(a)))
+
+        expected = argmax_log_scale(evidence, *CONCENTRATION_RANGE)
+        for n_jobs in (1, 2):
+            with fitting_threads(n_jobs):
+                assert polya_concentration(X, freq, nodes) == expected
+
+
 # ---------------------------------------------------------------------------- the sampler
 
 
@@ -253,6 +279,30 @@ def test_table_draws_do_not_depend_on_the_shards():
     assert np.array_equal(sent[0], sent[1])
     assert not np.array_equal(sent[0], epochs[0].data)  # repeats were folded into tables
 
+
+class LoadRecordingEngine(RecordingEngine):
+    """The local engine, noting whether its one shard reads the loaded matrix's own arrays."""
+
+    def load(self, X, seeds) -> None:
+        super().load(X, seeds)
+        x = self._shards[0]
+        self.shared = np.shares_memory(x.data, X.data) and np.shares_memory(x.indices, X.indices)
+
+
+def test_one_shard_reads_the_corpus_without_a_copy_and_leaves_it_as_it_was():
+    """The default single shard is built from views of the epoch's matrix (no second copy of
+    the corpus), and the tables sent each sweep replace the shard's values rather than being
+    written into them: the caller's matrix ends the fit as it began."""
+    X = bursty_epochs(np.random.default_rng(3), n_epochs=1)[0]
+    kept = X.copy()
+    engine = LoadRecordingEngine(n_shards=1)
+    DTSSBP(likelihood="multinomial", document_concentration="auto", n_sweeps=4, max_depth=2, engine=engine,
+           random_state=0).fit([X])
+    assert engine.shared
+    assert len(engine.sent) == 3 and not np.array_equal(engine.sent[-1], X.data)  # tables were sent
+    assert np.array_equal(engine._shards[0].data, engine.sent[-1])
+    for name in ("data", "indices", "indptr"):
+        assert np.array_equal(getattr(X, name), getattr(kept, name))
 
 def test_without_the_option_no_tables_are_drawn():
     epochs = bursty_epochs(np.random.default_rng(2))

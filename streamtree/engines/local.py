@@ -40,7 +40,7 @@ class LocalEngine(Engine):
         if len(seeds) != self.n_shards:
             raise ValueError(f"{len(seeds)} seeds for {self.n_shards} shards")
         b = self._bounds = shard_bounds(X.shape[0], self.n_shards)
-        self._shards = [X[b[s]:b[s + 1]] for s in range(self.n_shards)]
+        self._shards = [_row_block(X, b[s], b[s + 1]) for s in range(self.n_shards)]
         self._starts = [int(X.indptr[b[s]]) for s in range(self.n_shards)] if hasattr(X, "indptr") else []
         self._sq = [row_sq_norms(x) for x in self._shards]
         self._rngs = [np.random.Generator(np.random.PCG64(s)) for s in seeds]
@@ -68,8 +68,9 @@ class LocalEngine(Engine):
         data = np.asarray(data, dtype=np.float64)
         for s, x in enumerate(self._shards):
             # a new values array (not written in place): the kernel's per-matrix tables are
-            # keyed by the identity of the matrix's arrays
-            x.data = data[self._starts[s]:self._starts[s] + x.nnz].copy()
+            # keyed by the identity of the matrix's arrays; a view of ``data``, which the
+            # coordinator holds as this sweep's rows, is such an array without a copy
+            x.data = data[self._starts[s]:self._starts[s] + x.nnz]
             self._sq[s] = row_sq_norms(x)
 
     def labels(self) -> np.ndarray:
@@ -86,3 +87,17 @@ class LocalEngine(Engine):
         state = dict(self.__dict__)
         state["_pool"] = None
         return state
+
+
+def _row_block(X, start: int, stop: int):
+    """Rows ``start:stop`` of ``X``. For a CSR matrix, built from views of ``X``'s values and
+    column indices (slicing copies them): SciPy keeps the views when they are most of their
+    arrays (always for one shard, the default) and copies a small block's. The engine never
+    writes into a shard's arrays (:meth:`LocalEngine.set_values` replaces them), so the
+    caller's matrix is left as it was."""
+    if not hasattr(X, "indptr"):
+        return X[start:stop]
+    a, z = int(X.indptr[start]), int(X.indptr[stop])
+    return type(X)((X.data[a:z], X.indices[a:z], X.indptr[start:stop + 1] - a),
+                   shape=(int(stop - start), X.shape[1]), copy=False)
+

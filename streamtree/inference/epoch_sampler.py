@@ -425,11 +425,13 @@ class EpochSampler:
             # the tree has not changed since the last node update fixed each row's own column
             stats = self.sweeper.sweep(cand, *(self.own_scoring or ()))
             col_ids, current, sums, sumsq = self._materialise(arrays, cand, ph_rows, stats, epoch)
+            del cand  # (p, K) coefficients and placeholder parameters: not held through the moves
             self._cull(current)
             self.labels_now = col_ids[self.sweeper.labels()]
             if cfg.merge_moves and cfg.split_attempts(n) > 0:
                 move, moves = self._split_merge(rows, col_ids, current, sums, sumsq, epoch)
                 self._lift_moves(move, moves, epoch, carried=sweep >= cfg.n_sweeps // 2)
+                del move, moves  # their per-node memos: not held through the node update
             if cfg.merge_moves and sweep >= cfg.n_sweeps // 2:  # once the epoch's nodes have settled
                 self._merge_internal(current, sums, sumsq, rows)
             if cfg.sample_hyperparameters:
@@ -932,12 +934,13 @@ class EpochSampler:
                 self.moves.append((c, "merged_into", par))
 
     def _work(self, name: str, rows: int, cols: int) -> np.ndarray:
-        """A ``(rows, cols)`` work matrix kept across sweeps (rows grow by doubling): the K x p
+        """A ``(rows, cols)`` work matrix kept across sweeps (rows grow by a quarter): the K x p
         matrices the updates read are refilled in place each sweep instead of being allocated,
         and page-faulted, afresh."""
         buf = self._buffers.get(name)
         if buf is None or buf.shape[0] < rows or buf.shape[1] != cols:
-            buf = np.empty((max(rows, 16, 2 * buf.shape[0] if buf is not None else 0), cols))
+            grown = buf.shape[0] + buf.shape[0] // 4 if buf is not None else 0
+            buf = np.empty((max(rows, 16, grown), cols))
             self._buffers[name] = buf
         return buf[:rows]
 
@@ -994,9 +997,11 @@ class EpochSampler:
         own = self._own_columns(arrays)
         own[(own >= 0) & ~update[np.maximum(own, 0)]] = -1  # a frozen node was not fitted to its rows
         self.own_scoring = None
-        if self.likelihood.redraws_counts:  # the work buffers are refilled before the next sweep's rows exist
+        if self.likelihood.redraws_counts:
+            # S and P are work buffers, held without a copy (2 K x p arrays): the next sweep's
+            # top reads them as soon as its rows are drawn, before any buffer is refilled
             self._pending_scoring = (own, partial(self.likelihood.own_node_adjustment, rows, own, arrays, theta,
-                                                  S.copy(), n, conc, P.copy(), has_prev, self.root_anchor))
+                                                  S, n, conc, P, has_prev, self.root_anchor))
             return
         adjustment = self.likelihood.own_node_adjustment(rows, own, arrays, theta, S, n, conc, P, has_prev,
                                                          self.root_anchor)

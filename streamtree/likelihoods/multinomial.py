@@ -385,7 +385,8 @@ class Multinomial(WordTopics, Likelihood):
         theta = np.array(theta, dtype=np.float64, copy=True)
         par, tim = self.link_strengths(arrays.depth)
         # each node's Dirichlet parameter apart from its parent link: time link plus floor
-        offset = (tim * has_prev)[:, None] * prev_theta + self.floor
+        offset = np.multiply((tim * has_prev)[:, None], prev_theta)
+        offset += self.floor  # in place: one K x p array, not two
         blocks = [np.flatnonzero((arrays.depth % 2 == q) & update) for q in (0, 1)]
         if self.incremental_map:
             return self._update_blocks(arrays, theta, np.ascontiguousarray(sums, dtype=np.float64), offset, par,
