@@ -577,7 +577,9 @@ def format_epoch(stored, vocabulary=None, *, top_words: int | None = None, min_d
     One line per node, indented by depth: a mark (``*`` born this epoch, ``<`` split from
     another node, ``^`` parent changed), the node id, the epoch's documents in the node's
     subtree (and at the node itself), and the top words. ``max_nodes`` keeps the nodes holding
-    the most documents (with their ancestors, so the shape stays readable); ``min_docs`` hides
+    the most documents (with their ancestors, so the shape stays readable), and never a node
+    that holds none of the epoch's documents (a node the window carries over from earlier
+    epochs) just to fill the cap; ``min_docs`` hides
     nodes with fewer documents in their subtree. Then the evolution since the previous epoch:
     splits and merges with their words, births and deaths (``previous``, the previous
     :class:`~connectors.stores.snapshot.StoredEpoch`, gives the words of nodes that died or
@@ -647,13 +649,15 @@ def format_epoch(stored, vocabulary=None, *, top_words: int | None = None, min_d
 
 
 def _shown_nodes(tree, max_nodes: int | None, min_docs: int) -> set[int]:
-    """Rows of the nodes to print: the ``max_nodes`` holding most documents and their
-    ancestors (all if None), less those whose subtree has fewer than ``min_docs``."""
+    """Rows of the nodes to print: the ``max_nodes`` holding most documents (of those holding
+    any) and their ancestors, with the root (all if None), less those whose subtree has fewer
+    than ``min_docs``."""
     rows = [k for k in range(tree.n_nodes) if tree.parent[k] == -1 or tree.subtree_counts[k] >= min_docs]
-    if max_nodes is not None and len(rows) > max_nodes:
-        biggest = sorted(rows, key=lambda k: (-int(tree.counts[k]), k))[:max_nodes]
+    if max_nodes is not None:
+        held = [k for k in rows if tree.counts[k] > 0]
+        biggest = sorted(held, key=lambda k: (-int(tree.counts[k]), k))[:max_nodes]
         row = {int(n): i for i, n in enumerate(tree.node_ids)}
-        keep: set[int] = set()
+        keep = {k for k in rows if tree.parent[k] == -1}
         for k in biggest:
             while k not in keep:
                 keep.add(k)

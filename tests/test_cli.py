@@ -361,6 +361,32 @@ def test_an_epoch_header_counts_the_nodes_holding_its_documents():
     assert "4 nodes (3 holding them);" in head_of(fading)
 
 
+def test_the_capped_view_does_not_fill_up_with_nodes_the_window_carries_empty():
+    """A weekly epoch with one occupied leaf and nodes alive only through earlier weeks'
+    documents: the default view shows the leaf with its ancestors and says how many nodes it
+    left out, rather than listing the empty ones to fill its cap; ``--all`` lists them."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from streamtree.cli import format_epoch
+    from test_store import make_tree
+
+    tree = make_tree(7, [0, 1, 2, 3, 4], [-1, 0, 0, 1, 2], [0, 1, 2, 3, 4], label="week 7")
+    tree = dataclasses.replace(tree, counts=np.array([0, 0, 0, 4, 0]), subtree_counts=np.array([4, 4, 0, 4, 0]))
+    vocab = np.array([f"w{i}" for i in range(tree.theta.shape[1])])
+    stored = SimpleNamespace(tree=tree, top_words=[], theta_exact=True)
+
+    def listed(text):
+        return [int(m) for m in re.findall(r"\[(\d+)\] \d+ docs", text)]
+
+    capped = format_epoch(stored, vocab, max_nodes=10)
+    assert listed(capped) == [0, 1, 3]  # the occupied leaf 3 and its ancestors
+    assert "(2 smaller nodes not shown; --all shows every node)" in capped
+    assert listed(format_epoch(stored, vocab, max_nodes=None)) == [0, 1, 2, 3, 4]
+
+
 def test_document_concentration_reaches_the_estimator(corpus, tmp_path):
     from streamtree.cli import _replay_config, build_parser, serve_config
     from streamtree.evaluate import EvaluationConfig
