@@ -38,6 +38,7 @@ from scipy.special import gammaln
 
 from streamtree.inference.enumerated import as_csr, row_sums
 from streamtree.inference.hyper import slice_step
+from streamtree.inference.threads import in_row_ranges
 from streamtree.likelihoods.base import argmax_log_scale
 
 #: support of the document concentration's log-uniform prior
@@ -132,9 +133,18 @@ def polya_concentration(X: sp.csr_matrix, frequencies: np.ndarray, node_of_row: 
         row_of_nz = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
         f_nz = frequencies[np.asarray(node_of_row)[row_of_nz], X.indices]
 
+    data = X.data
+    terms = np.empty(f_nz.size)  # each non-zero's log rising factorial, in one array for one sum
+
     def evidence(s: float) -> float:
-        a = s * f_nz
-        return float(np.sum(gammaln(s) - gammaln(s + n_docs)) + np.sum(gammaln(a + X.data) - gammaln(a)))
+        def part(lo: int, hi: int) -> float:
+            # element by element, so ranges on the fitting threads give the values of one pass
+            a = s * f_nz[lo:hi]
+            np.subtract(gammaln(a + data[lo:hi]), gammaln(a), out=terms[lo:hi])
+            return 0.0
+
+        in_row_ranges(terms.size, part)
+        return float(np.sum(gammaln(s) - gammaln(s + n_docs)) + np.sum(terms))
 
     return argmax_log_scale(evidence, *CONCENTRATION_RANGE)
 
