@@ -217,6 +217,21 @@ def test_rows_dealt_by_cost_split_evenly_over_the_fitting_threads():
     assert sorted((cost[h] > 0).sum() for h in halves) == [2, 2]
 
 
+def test_row_logs_on_the_fitting_threads_are_numpys():
+    """The multinomial node update takes its children's ``log phi`` in ranges of rows on the
+    fitting threads: NumPy's log of each listed row, the other rows untouched."""
+    from streamtree.likelihoods.multinomial import _log_rows
+
+    rng = np.random.default_rng(0)
+    theta = rng.dirichlet(np.full(3000, 0.3), size=9)
+    rows = np.array([0, 2, 3, 6, 8], dtype=np.int64)
+    for n_jobs in (1, 2):
+        out = np.zeros_like(theta)
+        with fitting_threads(n_jobs):
+            _log_rows(theta, rows, out)
+        assert np.array_equal(out[rows], np.log(theta[rows])) and not out[[1, 4, 5, 7]].any()
+
+
 def test_fitting_caps_blas_at_one_thread_every_time_and_restores_it():
     """The BLAS cap inside fitting (its library list kept between fits) holds on every entry,
     and the caller's setting comes back after each."""
