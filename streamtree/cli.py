@@ -578,8 +578,8 @@ def format_epoch(stored, vocabulary=None, *, top_words: int | None = None, min_d
     another node, ``^`` parent changed), the node id, the epoch's documents in the node's
     subtree (and at the node itself), and the top words. ``max_nodes`` keeps the nodes holding
     the most documents (with their ancestors, so the shape stays readable), and never a node
-    that holds none of the epoch's documents (a node the window carries over from earlier
-    epochs) just to fill the cap; ``min_docs`` hides
+    that holds none of the epoch's documents and has no event (a node the window carries over
+    from earlier epochs) just to fill the cap; ``min_docs`` hides
     nodes with fewer documents in their subtree. Then the evolution since the previous epoch:
     splits and merges with their words, births and deaths (``previous``, the previous
     :class:`~connectors.stores.snapshot.StoredEpoch`, gives the words of nodes that died or
@@ -615,7 +615,9 @@ def format_epoch(stored, vocabulary=None, *, top_words: int | None = None, min_d
     if events is not None:
         head += f", {len(split_from)} split, {len(merged)} merged, {len(moved)} changed parent"
     lines = [head]
-    shown = _shown_nodes(tree, max_nodes, min_docs)
+    marked = {k for k, nid in enumerate(tree.node_ids.tolist())
+              if nid in split_from or nid in moved or tree.born[k] == tree.epoch}
+    shown = _shown_nodes(tree, max_nodes, min_docs, marked)
     for k in range(tree.n_nodes):
         nid = int(tree.node_ids[k])
         if k not in shown:
@@ -648,13 +650,13 @@ def format_epoch(stored, vocabulary=None, *, top_words: int | None = None, min_d
     return "\n".join(lines)
 
 
-def _shown_nodes(tree, max_nodes: int | None, min_docs: int) -> set[int]:
-    """Rows of the nodes to print: the ``max_nodes`` holding most documents (of those holding
-    any) and their ancestors, with the root (all if None), less those whose subtree has fewer
-    than ``min_docs``."""
+def _shown_nodes(tree, max_nodes: int | None, min_docs: int, marked: set[int] = frozenset()) -> set[int]:
+    """Rows of the nodes to print: the ``max_nodes`` holding most documents, of those holding
+    any or ``marked`` (an event this epoch), and their ancestors, with the root (all if None),
+    less those whose subtree has fewer than ``min_docs``."""
     rows = [k for k in range(tree.n_nodes) if tree.parent[k] == -1 or tree.subtree_counts[k] >= min_docs]
     if max_nodes is not None:
-        held = [k for k in rows if tree.counts[k] > 0]
+        held = [k for k in rows if tree.counts[k] > 0 or k in marked]
         biggest = sorted(held, key=lambda k: (-int(tree.counts[k]), k))[:max_nodes]
         row = {int(n): i for i, n in enumerate(tree.node_ids)}
         keep = {k for k in rows if tree.parent[k] == -1}

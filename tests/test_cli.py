@@ -385,6 +385,10 @@ def test_the_capped_view_does_not_fill_up_with_nodes_the_window_carries_empty():
     assert listed(capped) == [0, 1, 3]  # the occupied leaf 3 and its ancestors
     assert "(2 smaller nodes not shown; --all shows every node)" in capped
     assert listed(format_epoch(stored, vocab, max_nodes=None)) == [0, 1, 2, 3, 4]
+    # an empty node with an event this epoch (here: born) is still listed
+    born_empty = SimpleNamespace(tree=dataclasses.replace(tree, born=np.array([0, 1, 7, 3, 4])), top_words=[],
+                                 theta_exact=True)
+    assert listed(format_epoch(born_empty, vocab, max_nodes=10)) == [0, 1, 2, 3]
 
 
 def test_document_concentration_reaches_the_estimator(corpus, tmp_path):
