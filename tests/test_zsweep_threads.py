@@ -219,17 +219,20 @@ def test_rows_dealt_by_cost_split_evenly_over_the_fitting_threads():
 
 def test_row_logs_on_the_fitting_threads_are_numpys():
     """The multinomial node update takes its children's ``log phi`` in ranges of rows on the
-    fitting threads: NumPy's log of each listed row, the other rows untouched."""
+    fitting threads: NumPy's log of each listed row, at the row's place in its child-major
+    array, the other places untouched."""
     from streamtree.likelihoods.multinomial import _log_rows
 
     rng = np.random.default_rng(0)
     theta = rng.dirichlet(np.full(3000, 0.3), size=9)
     rows = np.array([0, 2, 3, 6, 8], dtype=np.int64)
+    at = rng.permutation(9)
     for n_jobs in (1, 2):
         out = np.zeros_like(theta)
         with fitting_threads(n_jobs):
-            _log_rows(theta, rows, out)
-        assert np.array_equal(out[rows], np.log(theta[rows])) and not out[[1, 4, 5, 7]].any()
+            _log_rows(theta, rows, out, at)
+        assert np.array_equal(out[at[rows]], np.log(theta[rows]))
+        assert not np.delete(out, at[rows], axis=0).any()
 
 
 def test_fitting_caps_blas_at_one_thread_every_time_and_restores_it():

@@ -385,12 +385,12 @@ class Multinomial(WordTopics, Likelihood):
         theta = np.array(theta, dtype=np.float64, copy=True)
         par, tim = self.link_strengths(arrays.depth)
         # each node's Dirichlet parameter apart from its parent link: time link plus floor
-        offset = np.multiply((tim * has_prev)[:, None], prev_theta)
-        offset += self.floor  # in place: one K x p array, not two
+        prev_weight = tim * has_prev
         blocks = [np.flatnonzero((arrays.depth % 2 == q) & update) for q in (0, 1)]
         if self.incremental_map:
-            return self._update_blocks(arrays, theta, np.ascontiguousarray(sums, dtype=np.float64), offset, par,
-                                       np.asarray(root_anchor, dtype=np.float64), blocks, n_iter)
+            return self._update_blocks(arrays, theta, np.ascontiguousarray(sums, dtype=np.float64), prev_theta,
+                                       prev_weight, par, np.asarray(root_anchor, dtype=np.float64), blocks, n_iter)
+        offset = prev_weight[:, None] * prev_theta + self.floor
         pidx = arrays.parent_index
         children: list[list[int]] = [[] for _ in range(arrays.size)]
         for k in range(1, arrays.size):
@@ -413,7 +413,7 @@ class Multinomial(WordTopics, Likelihood):
                 break
         return theta
 
-    def _update_blocks(self, arrays, theta, sums, offset, par, root_anchor, blocks, n_iter):
+    def _update_blocks(self, arrays, theta, sums, prev_theta, prev_weight, par, root_anchor, blocks, n_iter):
         """The node update by depth-parity blocks, each block in one compiled pass
         (``_solve_nodes_nb``). A node's inputs within this call are its parent's and children's
         phi (its data and offset are fixed): it is solved again only when one of them changed
@@ -424,7 +424,13 @@ class Multinomial(WordTopics, Likelihood):
         compiled in the same pass (so on the fitting threads too).
         A block's rows are independent of each other, so with ``n_jobs > 1`` they are solved in
         ranges on the fitting threads (dealt by cost: rows with children are the dear ones),
-        with the same values."""
+        with the same values.
+
+        The offsets (time link plus floor, ``prev_weight[k] prev_theta[k] + floor``) and the
+        children's ``log phi`` are kept child-major: the children of each parent in one
+        contiguous block (the CSR order of ``kids``), then the other rows. The solver reads a
+        row's children in place, where it would otherwise gather copies of them (two
+        children-by-terms arrays per thread, about a node matrix at a wide root)."""
         K = arrays.size
         pidx = np.ascontiguousarray(arrays.parent_index, dtype=np.int64)
         # children with a positive link strength, by parent, in index order (CSR)
@@ -432,12 +438,18 @@ class Multinomial(WordTopics, Likelihood):
         kids = kids[np.argsort(pidx[kids], kind="stable")].astype(np.int64)
         kid_ptr = np.zeros(K + 1, dtype=np.int64)
         np.cumsum(np.bincount(pidx[kids], minlength=K), out=kid_ptr[1:])
-        # the children's log phi as the solver reads them: NumPy's log (the compiled log may
-        # differ in the last bit), refreshed for the rows a block changed
-        log_theta = np.empty_like(theta)
-        _log_rows(theta, kids, log_theta)
         is_kid = np.zeros(K, dtype=bool)
         is_kid[kids] = True
+        order = np.concatenate([kids, np.flatnonzero(~is_kid)]).astype(np.int64)
+        at = np.empty(K, dtype=np.int64)  # row k's place in the child-major order
+        at[order] = np.arange(K)
+        offset = np.take(prev_theta, order, axis=0)
+        offset *= prev_weight[order][:, None]  # prev_weight * prev_theta, element by element
+        offset += self.floor
+        # the children's log phi as the solver reads them: NumPy's log (the compiled log may
+        # differ in the last bit), refreshed for the rows a block changed
+        log_kids = np.empty((kids.size, theta.shape[1]))
+        _log_rows(theta, kids, log_kids, at)
         version = np.zeros(K, dtype=np.int64)
         solved_parent = np.full(K, -1, dtype=np.int64)
         solved_kids = np.full(kids.size, -1, dtype=np.int64)
@@ -456,7 +468,7 @@ class Multinomial(WordTopics, Likelihood):
                     # a block's rows do not neighbour each other: ranges of them are solved on the
                     # fitting threads with the same arithmetic, each listing its failures in its
                     # own stretch of ``failed``
-                    change, n_failed[a] = _solve_nodes_nb(rows[a:z], theta, log_theta, sums, offset, par, pidx,
+                    change, n_failed[a] = _solve_nodes_nb(rows[a:z], theta, log_kids, sums, offset, at, par, pidx,
                                                           root_anchor, kid_ptr, kids, version, solved_parent,
                                                           solved_kids, _BLOCK_MAX_ITER, _BLOCK_TOL, _BLOCK_FREEZE,
                                                           failed[a:z], _BLOCK_MAX_ITER < _JOINT_MAX_ITER,
@@ -466,16 +478,16 @@ class Multinomial(WordTopics, Likelihood):
                 delta = max(delta, in_row_ranges(rows.size, solve))
                 stopped = [k for a in sorted(n_failed) for k in failed[a:a + n_failed[a]]]
                 for k in stopped:  # rows the compiled pass could not start (none in the softmax basis)
-                    c = kids[kid_ptr[k]:kid_ptr[k + 1]]
+                    k0, k1 = kid_ptr[k], kid_ptr[k + 1]
                     parent_phi = theta[pidx[k]] if pidx[k] >= 0 else root_anchor
-                    new = map_phi_with_children_dense(sums[k], par[k] * parent_phi + offset[k], log_theta[c],
-                                                      par[c], offset[c], phi_init=theta[k], tol=_BLOCK_TOL,
-                                                      freeze=_BLOCK_FREEZE)
+                    new = map_phi_with_children_dense(sums[k], par[k] * parent_phi + offset[at[k]], log_kids[k0:k1],
+                                                      par[kids[k0:k1]], offset[k0:k1], phi_init=theta[k],
+                                                      tol=_BLOCK_TOL, freeze=_BLOCK_FREEZE)
                     moved = float(np.max(np.abs(new - theta[k])))
                     version[k] += moved > 0.0
                     delta = max(delta, moved)
                     theta[k] = new
-                _log_rows(theta, rows[(version[rows] != before) & is_kid[rows]], log_theta)
+                _log_rows(theta, rows[(version[rows] != before) & is_kid[rows]], log_kids, at)
             if delta < 1e-10:
                 break
         return theta
@@ -550,14 +562,14 @@ class _FixedWords(FixedNode):
         return float(_dm_set_dense(np.ascontiguousarray(docs.s, dtype=np.float64), a, a_sum)[0])
 
 
-def _log_rows(theta: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
-    """``out[rows] = np.log(theta[rows])`` row by row in place: NumPy's log of the same values,
-    without the gathered copy and the scatter back (at K = 191, V = 20,000 they doubled the cost
-    of the log), in ranges of rows on the fitting threads."""
+def _log_rows(theta: np.ndarray, rows: np.ndarray, out: np.ndarray, at: np.ndarray) -> None:
+    """``out[at[rows]] = np.log(theta[rows])`` row by row in place: NumPy's log of the same
+    values, without the gathered copy and the scatter back (at K = 191, V = 20,000 they doubled
+    the cost of the log), in ranges of rows on the fitting threads."""
 
     def run(start: int, stop: int) -> float:
         for r in rows[start:stop]:
-            np.log(theta[r], out=out[r])
+            np.log(theta[r], out=out[at[r]])
         return 0.0
 
     in_row_ranges(rows.size, run)

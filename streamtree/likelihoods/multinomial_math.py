@@ -584,7 +584,7 @@ def _pairwise_sum_nb(a):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _solve_nodes_nb(rows, theta, log_theta, sums, offset, strength, parent, anchor, kid_ptr, kid_idx, version,
+def _solve_nodes_nb(rows, theta, log_kids, sums, offset, at, strength, parent, anchor, kid_ptr, kid_idx, version,
                     solved_parent, solved_kids, max_iter, tol, freeze, failed, keep_last, joint_max_iter):
     """One depth-parity block of the multinomial node update (the rows do not neighbour each
     other), in place: for each row whose parent or children changed since its last solve,
@@ -592,8 +592,11 @@ def _solve_nodes_nb(rows, theta, log_theta, sums, offset, strength, parent, anch
     ``phi_init``, softmax basis), or without children the conjugate MAP (``map_phi_dense``),
     with the same arithmetic and NumPy's summation order, so the same values.
 
-    ``kid_idx[kid_ptr[r]:kid_ptr[r + 1]]`` are row r's children with a positive link strength,
-    ``log_theta`` their ``np.log(phi)``; ``solved_parent`` / ``solved_kids`` the parent's and
+    ``kid_idx[kid_ptr[r]:kid_ptr[r + 1]]`` are row r's children with a positive link strength.
+    The children's rows are kept child-major, so that a row's children are one contiguous
+    block read in place: ``log_kids[q]`` is ``np.log(phi)`` of child ``kid_idx[q]``, and row r's
+    offset is ``offset[at[r]]``, where the children come first in ``kid_idx`` order (child
+    ``kid_idx[q]`` at ``q``). ``solved_parent`` / ``solved_kids`` the parent's and
     children's ``version`` at row r's last solve (-1: never). A row the joint Newton steps
     cannot solve goes on to the safeguarded search (``_multiplier_search_nb``) from where
     ``map_phi_with_children_dense``'s own joint steps (at most ``joint_max_iter``) stop: the
@@ -609,8 +612,6 @@ def _solve_nodes_nb(rows, theta, log_theta, sums, offset, strength, parent, anch
     max_kids = 0
     for r in rows:
         max_kids = max(max_kids, kid_ptr[r + 1] - kid_ptr[r])
-    L = np.empty((max_kids, V))
-    O = np.empty((max_kids, V))
     s = np.empty(max_kids)
     alpha = np.empty(V)
     b = np.empty(V)
@@ -635,8 +636,9 @@ def _solve_nodes_nb(rows, theta, log_theta, sums, offset, strength, parent, anch
             solved_kids[q] = version[kid_idx[q]]
         par_phi = theta[parent[r]] if parent[r] >= 0 else anchor
         sr = strength[r]
+        own = offset[at[r]]
         for w in range(V):
-            alpha[w] = sr * par_phi[w] + offset[r, w]
+            alpha[w] = sr * par_phi[w] + own[w]
         if k1 > k0:
             positive = True
             for w in range(V):
@@ -652,23 +654,22 @@ def _solve_nodes_nb(rows, theta, log_theta, sums, offset, strength, parent, anch
                 t[w] = theta[r, w] / total
             J = k1 - k0
             for j in range(J):
-                c = kid_idx[k0 + j]
-                s[j] = strength[c]
-                L[j] = log_theta[c]
-                O[j] = offset[c]
+                s[j] = strength[kid_idx[k0 + j]]
+            L = log_kids[k0:k1]  # the children's rows in place (child-major: no copies)
+            O = offset[k0:k1]
             searched = False
-            if not _joint_newton_nb(b, s[:J], O[:J], L[:J], t, max_iter, tol, freeze, keep_last):
+            if not _joint_newton_nb(b, s[:J], O, L, t, max_iter, tol, freeze, keep_last):
                 solved = False
                 if not (max_iter == joint_max_iter or (keep_last and max_iter < joint_max_iter)):
                     # these steps did not stop where joint_max_iter plain steps would: take those
                     for w in range(V):
                         t[w] = theta[r, w] / total
-                    solved = _joint_newton_nb(b, s[:J], O[:J], L[:J], t, joint_max_iter, tol, freeze)
+                    solved = _joint_newton_nb(b, s[:J], O, L, t, joint_max_iter, tol, freeze)
                 if not solved:
                     total = _pairwise_sum_nb(t)
                     for w in range(V):
                         phi0[w] = t[w] / total
-                    _multiplier_search_nb(b, s[:J], O[:J], L[:J], every, V, phi0, True, joint_max_iter, tol,
+                    _multiplier_search_nb(b, s[:J], O, L, every, V, phi0, True, joint_max_iter, tol,
                                           freeze, _COORDINATE_MAX_ITER, t)
                     searched = True
         else:
