@@ -60,6 +60,31 @@ def test_partial_fit_returns_self_and_fit_needs_a_sequence():
     assert [t.epoch for t in refit.fit([X]).trees_] == [0]
 
 
+def test_fitting_leaves_the_callers_matrix_as_it_was():
+    """A CSR matrix with unsorted columns and a duplicate entry (the same matrix once summed
+    and sorted) is fitted like its canonical form, and the caller's arrays keep the order
+    they were given: the input check sums and sorts a copy."""
+    rng = np.random.default_rng(0)
+    dense = rng.poisson(0.6, size=(40, 12)).astype(float)
+    dense[:, 0] += 1.0  # no empty rows
+    canonical = sp.csr_matrix(dense)
+    r, c = canonical.nonzero()
+    v = canonical.data.copy()
+    v[0] -= 1.0  # the first entry stored as two that sum to it
+    r, c, v = np.append(r, r[0]), np.append(c, c[0]), np.append(v, 1.0)
+    order = np.lexsort((rng.random(v.size), r))  # by row, columns shuffled within a row
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(r, minlength=dense.shape[0]))])
+    messy = sp.csr_matrix((v[order], c[order], indptr), shape=dense.shape)
+    assert not messy.has_canonical_format and np.array_equal(messy.toarray(), dense)
+    kept = {name: getattr(messy, name).copy() for name in ("data", "indices", "indptr")}
+    a = DTSSBP(n_sweeps=2, max_depth=2, random_state=0).fit([messy])
+    for name, arr in kept.items():
+        assert np.array_equal(getattr(messy, name), arr), name
+    b = DTSSBP(n_sweeps=2, max_depth=2, random_state=0).fit([canonical])
+    assert np.array_equal(a.trees_[-1].assignments, b.trees_[-1].assignments)
+    assert np.array_equal(a.trees_[-1].theta, b.trees_[-1].theta)
+
+
 def test_gaussian_unnormalised_score_drops_the_normaliser():
     rng = np.random.default_rng(0)
     X = np.vstack([rng.normal(0, 1, (30, 2)), rng.normal(8, 1, (30, 2))])

@@ -38,8 +38,12 @@ def finite_csr(X) -> sp.csr_matrix:
         if X.ndim != 2:
             raise ValueError(f"X must be 2-D, got shape {X.shape}")
     X = sp.csr_matrix(X, dtype=np.float64)
-    X.sum_duplicates()
-    X.sort_indices()
+    if not X.has_canonical_format:
+        # summing and sorting work in place, and a float64 CSR input shares its arrays with X:
+        # on a copy, so that the caller's matrix keeps the storage it was given
+        X = X.copy()
+        X.sum_duplicates()
+        X.sort_indices()
     if not np.all(np.isfinite(X.data)):
         raise ValueError("X contains NaN or infinite values")
     return X
