@@ -513,6 +513,11 @@ def test_block_node_update_is_the_python_loop_bit_for_bit(monkeypatch, seed, blo
         ref = reference_update(lik, arrays, start, sums, prev, has_prev, anchor, update, n_iter, keep_last)
         assert np.array_equal(fast, ref)
     assert not np.array_equal(fast, start)
+    # previous parameters in single precision and Fortran order: the offsets are still doubles
+    prev32 = np.asfortranarray(prev.astype(np.float32))
+    assert np.array_equal(lik.update_theta(arrays, start, sums, np.ones(K), np.ones(K), prev32, has_prev, anchor,
+                                           update, 2),
+                          reference_update(lik, arrays, start, sums, prev32, has_prev, anchor, update, 2, keep_last))
     if not keep_last and (arrays.parent_index >= 0).any():
         assert fallbacks  # the compiled safeguarded search was compared too
 

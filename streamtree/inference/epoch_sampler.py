@@ -445,6 +445,7 @@ class EpochSampler:
             self._update_theta(rows, sums, current, epoch)
             # (with own-node adjustments the sum holds them: a score of the sweep, not log p(x))
             logger.debug("epoch %d sweep %d: %d nodes, sweep log score %.4g", epoch, sweep, len(st.tree), stats.loglik)
+        self._pending_scoring = None  # no sweep follows to read it
         if n and not self.likelihood.counts_started(st.hyper):  # a one-sweep epoch: start them now
             self._sweep_rows(X, self.settings.n_sweeps)
         if n and previous is not None:

@@ -443,7 +443,7 @@ class Multinomial(WordTopics, Likelihood):
         order = np.concatenate([kids, np.flatnonzero(~is_kid)]).astype(np.int64)
         at = np.empty(K, dtype=np.int64)  # row k's place in the child-major order
         at[order] = np.arange(K)
-        offset = np.take(prev_theta, order, axis=0)
+        offset = np.take(np.asarray(prev_theta, dtype=np.float64), order, axis=0)
         offset *= prev_weight[order][:, None]  # prev_weight * prev_theta, element by element
         offset += self.floor
         # the children's log phi as the solver reads them: NumPy's log (the compiled log may
