@@ -629,7 +629,7 @@ def format_epoch(stored, vocabulary=None, *, top_words: int | None = None, min_d
                      f"({int(tree.counts[k])} here){note}: {' '.join(words[k])}")
     n_hidden = tree.n_nodes - len(shown)
     if n_hidden:
-        why = "smaller nodes" if max_nodes is not None else f"nodes with fewer than {min_docs} documents"
+        why = "smaller or empty nodes" if max_nodes is not None else f"nodes with fewer than {min_docs} documents"
         lines.append(f"  ({n_hidden} {why} not shown; --all shows every node)")
     cap = (lambda xs: _capped(xs, max_ids)) if max_ids else (lambda xs: ", ".join(map(str, xs)))
     splits = [f"{said(int(o), before=True) if int(o) in prev_words else f'[{o}]'} -> {said(int(n))}"

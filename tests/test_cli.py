@@ -81,7 +81,7 @@ def test_show_one_epoch_min_docs_and_lineage(store, capsys):
     assert main(["show", store, "--epoch", "1810s", "--min-docs", "1000"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("epoch 2 (1810s)") and "epoch 1 (" not in out
-    assert f"({last.n_nodes - 1} smaller nodes not shown; --all shows every node)" in out
+    assert f"({last.n_nodes - 1} smaller or empty nodes not shown; --all shows every node)" in out
     assert main(["show", store, "--epoch", "1"]) == 0
     assert capsys.readouterr().out.startswith("epoch 1 (1800s)")
 
@@ -383,7 +383,7 @@ def test_the_capped_view_does_not_fill_up_with_nodes_the_window_carries_empty():
 
     capped = format_epoch(stored, vocab, max_nodes=10)
     assert listed(capped) == [0, 1, 3]  # the occupied leaf 3 and its ancestors
-    assert "(2 smaller nodes not shown; --all shows every node)" in capped
+    assert "(2 smaller or empty nodes not shown; --all shows every node)" in capped
     assert listed(format_epoch(stored, vocab, max_nodes=None)) == [0, 1, 2, 3, 4]
     # an empty node with an event this epoch (here: born) is still listed
     born_empty = SimpleNamespace(tree=dataclasses.replace(tree, born=np.array([0, 1, 7, 3, 4])), top_words=[],
