@@ -100,4 +100,3 @@ def _row_block(X, start: int, stop: int):
     a, z = int(X.indptr[start]), int(X.indptr[stop])
     return type(X)((X.data[a:z], X.indices[a:z], X.indptr[start:stop + 1] - a),
                    shape=(int(stop - start), X.shape[1]), copy=False)
-
