@@ -615,15 +615,14 @@ def format_epoch(stored, vocabulary=None, *, top_words: int | None = None, min_d
     if events is not None:
         head += f", {len(split_from)} split, {len(merged)} merged, {len(moved)} changed parent"
     lines = [head]
-    marked = {k for k, nid in enumerate(tree.node_ids.tolist())
-              if nid in split_from or nid in moved or tree.born[k] == tree.epoch}
-    shown = _shown_nodes(tree, max_nodes, min_docs, marked)
+    marks = ["<" if nid in split_from else "*" if tree.born[k] == tree.epoch else "^" if nid in moved else " "
+             for k, nid in enumerate(tree.node_ids.tolist())]
+    shown = _shown_nodes(tree, max_nodes, min_docs, {k for k, m in enumerate(marks) if m != " "})
     for k in range(tree.n_nodes):
         nid = int(tree.node_ids[k])
         if k not in shown:
             continue
-        mark = ("<" if nid in split_from else "*" if tree.born[k] == tree.epoch
-                else "^" if nid in moved else " ")
+        mark = marks[k]
         note = f" (split from {split_from[nid]})" if nid in split_from else ""
         lines.append(f"{'    ' * int(tree.depth[k])}{mark}[{nid}] {int(tree.subtree_counts[k])} docs "
                      f"({int(tree.counts[k])} here){note}: {' '.join(words[k])}")

@@ -160,9 +160,8 @@ def reference_coordinate_solve(b, lam, strength, offset, log_phi, active, t, dt,
 
 
 def reference_map_dense(c: np.ndarray, alpha: np.ndarray, L: np.ndarray, s: np.ndarray, O: np.ndarray, *,
-                                basis: str = "softmax", max_iter: int = 100,
-                                phi_init: np.ndarray | None = None, tol: float = mm._JOINT_TOL,
-                                freeze: float = mm._JOINT_FREEZE) -> np.ndarray:
+                        basis: str = "softmax", max_iter: int = 100, phi_init: np.ndarray | None = None,
+                        tol: float = mm._JOINT_TOL, freeze: float = mm._JOINT_FREEZE) -> np.ndarray:
     """``map_phi_with_children_dense`` as written in NumPy before its search was compiled."""
     V = alpha.shape[0]
     b = c + alpha - (0.0 if basis == "softmax" else 1.0)
