@@ -1057,3 +1057,104 @@ def test_places_after_a_lift_read_from_the_live_flags_are_the_walked_ones(seed):
                 assert moves._places_of(st, edited, P, a) == moves._places_of(st, walked, P, a)
                 checked += 1
     assert checked > 20
+
+
+def _two_topic_node(seed: int):
+    """A node holding 40 + 40 short documents of two topics that share most of their words
+    (a few nats apart per document: a single launch from one seed document sorts them
+    little better than chance), its parameter their pooled word frequencies."""
+    variant = resolve_variant("dtssbp", window=2, max_depth=3, gamma=0.5, xi=0.001)
+    V = 40
+    lik = Multinomial(variant, V, kappa0=100.0, kappa1=1.0, a=0.0, min_node_docs=2)
+    rng = np.random.default_rng(seed)
+    shared = rng.dirichlet(np.ones(V))
+    topics = []
+    for own in (slice(0, 4), slice(4, 8)):
+        t = shared.copy()
+        t[own] += 0.07
+        topics.append(t / t.sum())
+    X = sp.csr_matrix(np.vstack([rng.multinomial(15, topics[k // 40]) for k in range(80)]).astype(float))
+    tree = TSSBTree(3)
+    a = tree.add_child(ROOT)
+    labels = np.full(80, a)
+    pooled = X.sum(axis=0).A1 + 0.5
+    theta = {ROOT: pooled / pooled.sum(), a: pooled / pooled.sum()}
+    st = MoveState(tree, labels, X, {}, theta, {ROOT: 100.0, a: 100.0})
+    kw = dict(alpha0=1.0, lam=0.5, gamma=0.7, max_depth=3, root_holds_data=True)
+    return lik, kw, st, a
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_launch_scans_find_a_split_of_close_topics(seed):
+    """The restricted scans of a new node's launch sharpen the split proposal: over many
+    launches for anchors ``i`` (topic 0) and ``j`` (topic 1), the documents' mean proposal
+    probability of joining their own topic's side rises well above that of a single launch."""
+    lik, kw, st, a = _two_topic_node(seed)
+    place = ("new", a, 0, 0)
+    rng = np.random.default_rng(seed)
+    truth = np.arange(80) >= 40
+
+    def agreement(scans: int) -> float:
+        moves = SplitMerge(lik, kw, launch_scans=scans)
+        out = []
+        for _ in range(200):
+            i, j = int(rng.integers(40)), int(40 + rng.integers(40))
+            others = np.setdiff1d(np.arange(80), [i, j])
+            p = expit(moves._allocation(st, a, place, i, j, others, rng))
+            out.append(np.mean(np.where(truth[others], p, 1.0 - p)))
+        return float(np.mean(out))
+
+    single, scanned = agreement(0), agreement(3)
+    assert scanned > single + 0.08
+    assert scanned > 0.7
+
+
+def test_the_launch_odds_and_modes_agree_with_the_family():
+    """Every family's launch odds equal its two row scores' difference (the multinomial and
+    the vMF, unit or weighted rows, in one product; the Gaussian through the default), and a
+    new child's mode from its parent's kept scorer equals the family's, as do the launch
+    scan's odds between two new children (the multinomial's in one compiled pass) and its two
+    groups' document sets."""
+    from streamtree.inference.split_merge import document_set, launch_groups
+    from streamtree.likelihoods.base import RowBlock
+    from streamtree.likelihoods.gaussian import Gaussian
+    from sklearn.preprocessing import normalize
+
+    variant = resolve_variant("dtssbp", window=2, max_depth=3, gamma=0.5, xi=0.001)
+    rng = np.random.default_rng(4)
+    rows = np.array([5, 1, 1, 8, 0], dtype=np.int64)
+    counts = sp.csr_matrix(rng.poisson(1.0, size=(10, 12)).astype(float) + np.eye(10, 12))
+    unit = sp.csr_matrix(normalize(rng.standard_normal((10, 12))))
+    weighted = sp.csr_matrix(rng.uniform(0.3, 3.0, size=(10, 1)) * unit.toarray())
+    cases = [
+        (Multinomial(variant, 12, kappa0=50.0, kappa1=1.0, a=0.0, min_node_docs=2), counts,
+         rng.dirichlet(np.ones(12)), rng.dirichlet(np.ones(12)), 50.0),
+        (VonMisesFisher(variant, 12, kappa0=5.0, kappa1=1.0, a=0.0, min_node_docs=2,
+                        concentration_bounds=(1e-3, 1e6)), unit, _unit(rng.normal(size=12)), _unit(rng.normal(size=12)), 7.0),
+        (VonMisesFisher(variant, 12, kappa0=5.0, kappa1=1.0, a=0.0, min_node_docs=2,
+                        concentration_bounds=(1e-3, 1e6), document_weights=True), weighted,
+         _unit(rng.normal(size=12)), _unit(rng.normal(size=12)), 7.0),
+        (Gaussian(variant, 12, sigma0=2.0, sigma1=0.5, eta=0.9, a=0.5, noise_var=None, min_node_docs=2),
+         unit.toarray(), rng.normal(size=12), rng.normal(size=12), 3.0),
+    ]
+    for lik, X, t1, t2, conc in cases:
+        block = RowBlock(X, rows)
+        want = lik.block_log_likelihood(block, t1, conc) - lik.block_log_likelihood(block, t2, conc)
+        assert np.allclose(lik.block_log_odds(block, t1, t2, conc), want, rtol=1e-12, atol=1e-10)
+        # a new child's posterior mode from the parent's kept scorer is the family's, to the bit
+        docs = document_set(X, rows)
+        launch = np.array([True, False, True, True, False])
+        for depth in (1, 2):
+            parent = lik.fixed_node(t1, conc)
+            assert np.array_equal(parent.new_child_theta(docs, conc, depth), lik.new_node_theta(t1, conc, depth, docs))
+            # a launch scan's odds: two new children's modes given the two groups
+            g1, g2 = launch_groups(X, rows, launch, 3, 9)
+            want = lik.block_log_odds(block, lik.new_node_theta(t1, conc, depth, g1),
+                                      lik.new_node_theta(t1, conc, depth, g2), conc)
+            assert np.allclose(parent.split_log_odds(block, g1, g2, conc, depth), want, rtol=1e-12, atol=1e-10)
+        # the launch's two groups in one pass are the document sets of their rows
+        for got, group in zip(launch_groups(X, rows, launch, 3, 9),
+                              ([3, *rows[launch]], [9, *rows[~launch]])):
+            ref = document_set(X, np.array(group))
+            assert got.n == ref.n and np.array_equal(got.s, ref.s) and got.sumsq == ref.sumsq
+            assert np.array_equal(got.sq_norms, ref.sq_norms)

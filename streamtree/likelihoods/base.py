@@ -151,8 +151,9 @@ class RowBlock:
 class FixedNode:
     """A node's parameters held fixed while the split-merge moves score row blocks and document
     sets at them (:meth:`Likelihood.block_log_likelihood` and :meth:`Likelihood.log_likelihood`),
-    its children's links below it (:meth:`Likelihood.log_link`) and the collapsed marginals of
-    document sets at a new child (:meth:`Likelihood.log_marginal`). A proposed parameter read
+    its children's links below it (:meth:`Likelihood.log_link`), and the collapsed marginals
+    (:meth:`Likelihood.log_marginal`) and posterior modes (:meth:`Likelihood.new_node_theta`)
+    of document sets at a new child. A proposed parameter read
     for what lies below it only may come without a concentration (``None``)."""
 
     __slots__ = ("likelihood", "theta", "concentration")
@@ -177,6 +178,18 @@ class FixedNode:
                            theta_prev: np.ndarray | None = None) -> float:
         """:meth:`Likelihood.log_marginal` of ``docs`` at a depth-``depth`` child of this node."""
         return self.likelihood.log_marginal(docs, self.theta, concentration, depth, theta_prev)
+
+    def new_child_theta(self, docs: DocumentSet, concentration: float, depth: int) -> np.ndarray:
+        """:meth:`Likelihood.new_node_theta` of ``docs`` at a depth-``depth`` child of this node."""
+        return self.likelihood.new_node_theta(self.theta, concentration, depth, docs)
+
+    def split_log_odds(self, block: RowBlock, docs_1: DocumentSet, docs_2: DocumentSet, concentration: float,
+                       depth: int) -> np.ndarray:
+        """:meth:`Likelihood.block_log_odds` of ``block``'s rows between two depth-``depth``
+        children of this node at their posterior modes given ``docs_1`` and ``docs_2``
+        (:meth:`new_child_theta`): a split proposal's launch scan."""
+        return self.likelihood.block_log_odds(block, self.new_child_theta(docs_1, concentration, depth),
+                                              self.new_child_theta(docs_2, concentration, depth), concentration)
 
 
 class Likelihood(ABC):
@@ -354,6 +367,14 @@ class Likelihood(ABC):
         likelihood is a function of ``x . v`` overrides it with :meth:`RowBlock.dot`, which
         reads the rows in place; the values must not change)."""
         return self.row_log_likelihood(block.matrix, theta, concentration)
+
+    def block_log_odds(self, block: RowBlock, theta_1: np.ndarray, theta_2: np.ndarray,
+                       concentration: float) -> np.ndarray:
+        """Log-likelihood ratio of each row of a :class:`RowBlock` at ``theta_1`` against
+        ``theta_2``, one concentration for both (a family whose ratio is ``x . v`` overrides it
+        with one :meth:`RowBlock.dot`)."""
+        return (self.block_log_likelihood(block, theta_1, concentration)
+                - self.block_log_likelihood(block, theta_2, concentration))
 
     def fixed_node(self, theta: np.ndarray, concentration: float | None) -> "FixedNode":
         """One node's fixed parameters for scoring many row blocks, document sets, child links

@@ -48,7 +48,8 @@ from streamtree.likelihoods.document_tables import (dcm_log_likelihoods, dcm_log
 from streamtree.likelihoods.multinomial_math import (_BLOCK_FREEZE, _BLOCK_MAX_ITER, _BLOCK_TOL, _JOINT_MAX_ITER,
                                                      _dm_set_dense, _solve_nodes_nb, log_dm_marginal_linked,
                                                      log_multinomial_coef, own_node_adjustment_nb,
-                                                     map_phi, map_phi_dense, map_phi_with_children_dense)
+                                                     map_phi, map_phi_dense, map_phi_with_children_dense,
+                                                     split_log_odds_nb)
 
 #: Dirichlet floor per term: every node's prior holds ``eps`` pseudo-counts of every word
 DIRICHLET_FLOOR = 0.01
@@ -279,6 +280,9 @@ class Multinomial(WordTopics, Likelihood):
 
     def block_log_likelihood(self, block: RowBlock, theta, concentration):
         return block.dot(np.log(np.asarray(theta, dtype=np.float64)))
+
+    def block_log_odds(self, block: RowBlock, theta_1, theta_2, concentration):
+        return block.dot(np.log(np.asarray(theta_1, dtype=np.float64) / np.asarray(theta_2, dtype=np.float64)))
 
     def fixed_node(self, theta, concentration):
         return _FixedWords(self, theta, concentration)
@@ -560,6 +564,20 @@ class _FixedWords(FixedNode):
         # the parameter and its pairwise sum give NumPy's values, so these are the same)
         a, a_sum = self._child_prior(depth)
         return float(_dm_set_dense(np.ascontiguousarray(docs.s, dtype=np.float64), a, a_sum)[0])
+
+    def new_child_theta(self, docs, concentration, depth):
+        # Multinomial.new_node_theta with the child's Dirichlet parameter kept (the same value)
+        return map_phi_dense(np.asarray(docs.s, dtype=np.float64), self._child_prior(depth)[0])
+
+    def split_log_odds(self, block, docs_1, docs_2, concentration, depth):
+        X = block.X
+        if not (sp.issparse(X) and X.format == "csr"):
+            return super().split_log_odds(block, docs_1, docs_2, concentration, depth)
+        # one compiled pass: the two modes' log ratio and each row's product with it
+        a, a_sum = self._child_prior(depth)
+        return split_log_odds_nb(X.indptr, X.indices, X.data, block.rows, np.asarray(docs_1.s, dtype=np.float64),
+                                 np.asarray(docs_2.s, dtype=np.float64), a, a_sum)
+
 
 
 def _log_rows(theta: np.ndarray, rows: np.ndarray, out: np.ndarray, at: np.ndarray) -> None:

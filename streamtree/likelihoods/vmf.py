@@ -1072,6 +1072,10 @@ class VonMisesFisher(WordTopics, Likelihood):
                 else log_normalizer_nb(float(self.n_features), float(concentration)))
         return norm + concentration * block.dot(theta)
 
+    def block_log_odds(self, block: RowBlock, theta_1, theta_2, concentration):
+        # a row's log normaliser depends on the concentration and its weight only: it cancels
+        return concentration * block.dot(np.asarray(theta_1, dtype=np.float64) - np.asarray(theta_2, dtype=np.float64))
+
     def live_log_weights(self, X, cand, theta, hyper=None):
         """As the base class; with document weights each weighted row's log normaliser is
         ``log C_p(beta w)`` in place of its node's ``log C_p(beta)`` (normalised candidates)."""
