@@ -104,7 +104,7 @@ EPS = 1e-3
 #: restricted scans of a new node's launch (Jain and Neal's intermediate scans): each refits
 #: the two groups' posterior modes and redraws the launch from their log-odds. One launch from a
 #: single seed document is too noisy to find topics that differ by a few nats a document; three
-#: scans raised the planted trees' ARI from 0.59 to 0.74 on average (BENCHMARKS.md)
+#: scans raised the planted trees' mean ARI from 0.61 to 0.74 over five seeds (BENCHMARKS.md)
 LAUNCH_SCANS = 3
 
 
