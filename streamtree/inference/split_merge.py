@@ -102,9 +102,10 @@ from streamtree.tree import ROOT, TSSBTree
 #: floor on every per-document allocation probability of a split proposal
 EPS = 1e-3
 #: restricted scans of a new node's launch (Jain and Neal's intermediate scans): each refits
-#: the two groups' posterior modes and redraws the launch from their log-odds. One launch from a
-#: single seed document is too noisy to find topics that differ by a few nats a document; three
-#: scans raised the planted trees' mean ARI from 0.61 to 0.74 over five seeds (BENCHMARKS.md)
+#: the two groups' posterior modes and redraws the launch from their log-odds. A launch from a
+#: single seed document, fitted once, is too noisy to find topics that differ by a few nats a
+#: document; three scans raised the planted trees' mean ARI from 0.61 (one launch compared
+#: with the merged node) to 0.74 over five seeds (BENCHMARKS.md)
 LAUNCH_SCANS = 3
 
 
@@ -404,18 +405,21 @@ def _csr_group_sums(indptr, indices, data, rows, launch, first, second, p):
     return s, sumsq, sq
 
 
-def launch_groups(X, others: np.ndarray, launch: np.ndarray, first: int, second: int) -> tuple[DocumentSet, DocumentSet]:
+def launch_groups(X, others: np.ndarray, launch: np.ndarray, first: int, second: int,
+                  row_norms: bool = True) -> tuple[DocumentSet, DocumentSet]:
     """:func:`document_set` of ``first`` with the rows ``others[launch]`` and of ``second`` with
-    the other rows of ``others``, the same values (CSR in one pass)."""
+    the other rows of ``others``, the same values (CSR in one pass); each row's squared norm
+    only with ``row_norms`` (:attr:`Likelihood.sets_need_row_norms`), else ``sq_norms`` is None."""
+    launch = np.ascontiguousarray(launch, dtype=np.bool_)
     if not (sp.issparse(X) and X.format == "csr"):
         return (document_set(X, np.append(first, others[launch])), document_set(X, np.append(second, others[~launch])))
-    launch = np.ascontiguousarray(launch, dtype=np.bool_)
     s, sumsq, sq = _csr_group_sums(X.indptr, X.indices, X.data, np.asarray(others, dtype=np.int64), launch,
                                    int(first), int(second), X.shape[1])
     n_in = int(launch.sum())
     rest = sq[2:]
-    return (DocumentSet(float(n_in + 1), s[0], float(sumsq[0]), np.append(sq[0], rest[launch])),
-            DocumentSet(float(others.size - n_in + 1), s[1], float(sumsq[1]), np.append(sq[1], rest[~launch])))
+    sq_1, sq_2 = (np.append(sq[0], rest[launch]), np.append(sq[1], rest[~launch])) if row_norms else (None, None)
+    return (DocumentSet(float(n_in + 1), s[0], float(sumsq[0]), sq_1),
+            DocumentSet(float(others.size - n_in + 1), s[1], float(sumsq[1]), sq_2))
 
 
 def _is_ancestor(parent: dict[int, int], x: int, y: int) -> bool:
@@ -542,6 +546,8 @@ class SplitMerge:
     """
 
     def __init__(self, likelihood: Likelihood, stick_kwargs: dict, launch_scans: int = LAUNCH_SCANS) -> None:
+        if launch_scans < 0:
+            raise ValueError(f"launch_scans must be >= 0, got {launch_scans}")
         self.lik = likelihood
         self.kw = stick_kwargs
         self.launch_scans = launch_scans
@@ -738,7 +744,8 @@ class SplitMerge:
         lo = lik.block_log_likelihood(Xo, seed, conc_c) - base
         for _ in range(self.launch_scans + 1):
             launch = rng.random(others.size) < _clipped_expit(lo)
-            lo = parent.split_log_odds(Xo, *launch_groups(st.X, others, launch, j, i), conc_c, depth_c)
+            groups = launch_groups(st.X, others, launch, j, i, lik.sets_need_row_norms)
+            lo = parent.split_log_odds(Xo, *groups, conc_c, depth_c)
         return lo
 
     @staticmethod

@@ -579,7 +579,6 @@ class _FixedWords(FixedNode):
                                  np.asarray(docs_2.s, dtype=np.float64), a, a_sum)
 
 
-
 def _log_rows(theta: np.ndarray, rows: np.ndarray, out: np.ndarray, at: np.ndarray) -> None:
     """``out[at[rows]] = np.log(theta[rows])`` row by row in place: NumPy's log of the same
     values, without the gathered copy and the scatter back (at K = 191, V = 20,000 they doubled

@@ -1424,6 +1424,7 @@ def map_phi_dense(counts: np.ndarray, prior_alpha: np.ndarray) -> np.ndarray:
     post = counts + prior_alpha
     return post / post.sum()
 
+
 @njit(cache=True, nogil=True)
 def split_log_odds_nb(indptr, indices, data, rows, s1, s2, a, a_sum):
     """``X[rows] @ (log phi_1 - log phi_2)`` for the modes ``phi_k = (s_k + a) / sum(s_k + a)``
@@ -1452,7 +1453,6 @@ def split_log_odds_nb(indptr, indices, data, rows, s1, s2, a, a_sum):
             tokens += v
         out[i] = acc + tokens * shift
     return out
-
 
 
 def _children(child_log_phi, child_strength, child_offset, V: int):
