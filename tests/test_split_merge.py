@@ -1165,3 +1165,56 @@ def test_the_launch_odds_and_modes_agree_with_the_family():
             assert np.array_equal(got.sq_norms, ref.sq_norms)
         # a family whose sets read no row norms is spared them
         assert all(g.sq_norms is None for g in launch_groups(X, rows, launch, 3, 9, row_norms=False))
+
+
+def test_a_merge_repeats_the_launch_of_the_split_it_undoes():
+    """The launch is an auxiliary variable of the merged state, ``i`` and ``j``: after an
+    accepted split into a new node, the reverse merge's ``_allocation`` from the same random
+    state sees the same place and documents and returns the same odds, to the bit."""
+    import copy
+
+    from streamtree.inference.split_merge import _union_without
+
+    variant = resolve_variant("dtssbp", window=2, max_depth=3, gamma=0.5, xi=0.001)
+    kw = dict(alpha0=1.0, lam=0.5, gamma=0.7, max_depth=3, root_holds_data=True)
+    checked = 0
+    for seed in range(12):
+        rng = np.random.default_rng(seed)
+        lik = Multinomial(variant, 30, kappa0=20.0, kappa1=1.0, a=0.0, min_node_docs=2)
+        X = sp.csr_matrix(rng.poisson(0.5, size=(40, 30)).astype(float) + np.eye(40, 30))
+        tree = TSSBTree(3)
+        a, c = tree.add_child(ROOT), tree.add_child(ROOT)
+        d = tree.add_child(a)
+        labels = rng.choice([ROOT, a, c, d], size=40, p=[0.1, 0.6, 0.15, 0.15])
+        st = MoveState(tree, labels, X, {}, {k: rng.dirichlet(np.ones(30)) for k in (ROOT, a, c, d)},
+                       {k: 20.0 for k in (ROOT, a, c, d)})
+        moves = SplitMerge(lik, kw)
+        seen = {}
+        allocation = moves._allocation
+
+        def recorded(st_, a_, place, i, j, others, rng_, base=None):
+            seen.update(place=place, i=i, j=j, others=others.copy(), state=copy.deepcopy(rng_.bit_generator.state))
+            seen["odds"] = allocation(st_, a_, place, i, j, others, rng_, base)
+            return seen["odds"]
+
+        moves._allocation = recorded
+        draws = np.random.default_rng(100 + seed)
+        for _ in range(400):
+            seen.clear()
+            res = moves.attempt(st, draws, born=1)
+            if res is not None and res.kind == "split" and seen["place"][0] == "new":
+                break
+        else:
+            continue
+        b, a_ = res.node, res.other
+        t, idx = st.tree, moves.index(st)
+        P = t.parent[b]
+        place = ("new", P, t.children[P].index(b), len(t.children[b]))
+        others = _union_without(idx.of(a_), idx.of(b), seen["i"], seen["j"])
+        again = np.random.default_rng()
+        again.bit_generator.state = seen["state"]
+        assert place == seen["place"]
+        np.testing.assert_array_equal(others, seen["others"])
+        np.testing.assert_array_equal(allocation(st, a_, place, seen["i"], seen["j"], others, again), seen["odds"])
+        checked += 1
+    assert checked >= 8
