@@ -153,8 +153,8 @@ class FixedNode:
     sets at them (:meth:`Likelihood.block_log_likelihood` and :meth:`Likelihood.log_likelihood`),
     its children's links below it (:meth:`Likelihood.log_link`), and the collapsed marginals
     (:meth:`Likelihood.log_marginal`) and posterior modes (:meth:`Likelihood.new_node_theta`)
-    of document sets at a new child. A proposed parameter read
-    for what lies below it only may come without a concentration (``None``)."""
+    of document sets at a new child. A proposed parameter read for what lies below it only may
+    come without a concentration (``None``)."""
 
     __slots__ = ("likelihood", "theta", "concentration")
 
