@@ -349,7 +349,8 @@ def test_the_move_memos_follow_accepted_moves():
     attempts equal fresh evaluations at the state's current parameters, rows and tree after
     every attempt, through splits, merges, relocations and both kinds of lift (multinomial: its
     scorer keeps log phi and each depth's child parameter and link normaliser)."""
-    from streamtree.inference.split_merge import EditedTree, document_set
+    from streamtree.inference.split_merge import EditedTree
+    from streamtree.likelihoods.base import document_set
     from streamtree.likelihoods.base import RowBlock
 
     variant = resolve_variant("dtssbp", window=2, max_depth=3, gamma=0.5, xi=0.001)
@@ -412,7 +413,7 @@ def test_the_move_memos_follow_accepted_moves():
 
 @pytest.mark.parametrize("fmt", ["csr", "csr32", "csr_int", "csc", "dense"])
 def test_document_set_reads_any_input_without_changing_it(fmt):
-    from streamtree.inference.split_merge import document_set
+    from streamtree.likelihoods.base import document_set
 
     X = sp.random(50, 30, density=0.2, format="csr", random_state=1)
     M = {"csr": X, "csr32": X.astype(np.float32), "csr_int": (X * 10).astype(np.int64).tocsr(),
@@ -1114,9 +1115,9 @@ def test_the_launch_odds_and_modes_agree_with_the_family():
     """Every family's launch odds equal its two row scores' difference (the multinomial and
     the vMF, unit or weighted rows, in one product; the Gaussian through the default), and a
     new child's mode from its parent's kept scorer equals the family's, as do the launch
-    scan's odds between two new children (the multinomial's in one compiled pass) and its two
-    groups' document sets."""
-    from streamtree.inference.split_merge import document_set, launch_groups
+    scan's odds between two new children and its first launch's seed scores (the multinomial's
+    over the terms the rows hold) and its two groups' document sets."""
+    from streamtree.likelihoods.base import dense_row, document_set, launch_groups
     from streamtree.likelihoods.base import RowBlock
     from streamtree.likelihoods.gaussian import Gaussian
     from sklearn.preprocessing import normalize
@@ -1155,6 +1156,18 @@ def test_the_launch_odds_and_modes_agree_with_the_family():
             want = lik.block_log_odds(block, lik.new_node_theta(t1, conc, depth, g1),
                                       lik.new_node_theta(t1, conc, depth, g2), conc)
             assert np.allclose(parent.split_log_odds(block, g1, g2, conc, depth), want, rtol=1e-12, atol=1e-10)
+            # a proposal's scan object gives the same odds scan after scan (the multinomial's
+            # over the terms its rows hold)
+            scan = parent.launch_scan(X, rows, 3, 9, conc, depth)
+            for scanned in (launch, ~launch, launch):
+                h1, h2 = launch_groups(X, rows, scanned, 3, 9)
+                want = lik.block_log_odds(block, lik.new_node_theta(t1, conc, depth, h1),
+                                          lik.new_node_theta(t1, conc, depth, h2), conc)
+                assert np.allclose(scan.log_odds(scanned), want, rtol=1e-12, atol=1e-10)
+            # and the first launch's scores at the seed toward ``first`` from another node
+            seed = lik.seed_child_theta(t2, dense_row(X, 3))
+            assert np.allclose(scan.seed_scores(t2), lik.block_log_likelihood(block, seed, conc), rtol=1e-12,
+                               atol=1e-10)
         if not sp.issparse(X):
             continue  # the one-pass sums are CSR's (other inputs call document_set)
         # the launch's two groups in one pass are the document sets of their rows

@@ -44,10 +44,10 @@ from streamtree.events import epoch_events
 from streamtree.inference.enumerated import row_sq_norms
 from streamtree.inference.merge import CollapsedPrior
 from streamtree.inference.hyper import sample_hyperparameters
-from streamtree.inference.split_merge import MoveState, Previous, SplitMerge, document_set
+from streamtree.inference.split_merge import MoveState, Previous, SplitMerge
 from streamtree.inference.sticks import log_masses, mean_sticks, sample_sticks, stick_params
 from streamtree.inference.zsweep import ZSweeper
-from streamtree.likelihoods.base import DocumentSet, Likelihood
+from streamtree.likelihoods.base import DocumentSet, Likelihood, document_set
 from streamtree.tree import ROOT, TreeArrays, TSSBTree
 from streamtree.window import WindowedCounts, subtree_sums
 

@@ -63,7 +63,7 @@ small nodes as frequent as those of large ones.
   scans (Jain and Neal's intermediate scans): each gives the two groups, ``j`` with the
   launched documents and ``i`` with the others, their posterior modes as new children of the
   place's parent and redraws the launch from the per-document odds between them
-  (:meth:`FixedNode.split_log_odds`). The last groups' modes give the per-document
+  (:meth:`FixedNode.launch_scan`). The last groups' modes give the per-document
   probabilities from which the split is drawn. For a kept node, the probabilities compare the
   two nodes' parameters.
 * a merge draw, ``b`` new or kept in one of ``a``'s places once merged: propose the merge
@@ -91,12 +91,11 @@ from dataclasses import dataclass, field, replace
 
 import streamtree  # noqa: F401  (configures the numba cache directory)
 import numpy as np
-import scipy.sparse as sp
 from numba import njit
 from scipy.special import expit
 
 from streamtree.inference.merge import CollapsedPrior, PriorEdit
-from streamtree.likelihoods.base import DocumentSet, FixedNode, Likelihood, RowBlock
+from streamtree.likelihoods.base import DocumentSet, FixedNode, Likelihood, RowBlock, document_set
 from streamtree.tree import ROOT, TSSBTree
 
 #: floor on every per-document allocation probability of a split proposal
@@ -364,64 +363,6 @@ class _Get:
         return self.get(x)
 
 
-@njit(cache=True)
-def _csr_row_sums(indptr, indices, data, rows, p):
-    """Row sum, sum of squared norms and each row's squared norm of CSR rows ``rows``."""
-    s = np.zeros(p)
-    sumsq = 0.0
-    sq = np.empty(rows.shape[0])
-    for i in range(rows.shape[0]):
-        r = rows[i]
-        own = 0.0
-        for k in range(indptr[r], indptr[r + 1]):
-            v = np.float64(data[k])
-            s[indices[k]] += v
-            sumsq += v * v
-            own += v * v
-        sq[i] = own
-    return s, sumsq, sq
-
-
-@njit(cache=True)
-def _csr_group_sums(indptr, indices, data, rows, launch, first, second, p):
-    """:func:`_csr_row_sums` of two groups in one pass, with the same sums: ``first`` and then
-    the rows of ``rows`` where ``launch`` holds, ``second`` and then the others (``sq``: the
-    two anchors' squared norms, then each row's)."""
-    s = np.zeros((2, p))
-    sumsq = np.zeros(2)
-    sq = np.empty(rows.shape[0] + 2)
-    for i in range(rows.shape[0] + 2):
-        if i < 2:
-            r, g = (first, 0) if i == 0 else (second, 1)
-        else:
-            r, g = rows[i - 2], 0 if launch[i - 2] else 1
-        own = 0.0
-        for k in range(indptr[r], indptr[r + 1]):
-            v = np.float64(data[k])
-            s[g, indices[k]] += v
-            sumsq[g] += v * v
-            own += v * v
-        sq[i] = own
-    return s, sumsq, sq
-
-
-def launch_groups(X, others: np.ndarray, launch: np.ndarray, first: int, second: int,
-                  row_norms: bool = True) -> tuple[DocumentSet, DocumentSet]:
-    """:func:`document_set` of ``first`` with the rows ``others[launch]`` and of ``second`` with
-    the other rows of ``others``, the same values (CSR in one pass); each row's squared norm
-    only with ``row_norms`` (:attr:`Likelihood.sets_need_row_norms`), else ``sq_norms`` is None."""
-    launch = np.ascontiguousarray(launch, dtype=np.bool_)
-    if not (sp.issparse(X) and X.format == "csr"):
-        return (document_set(X, np.append(first, others[launch])), document_set(X, np.append(second, others[~launch])))
-    s, sumsq, sq = _csr_group_sums(X.indptr, X.indices, X.data, np.asarray(others, dtype=np.int64), launch,
-                                   int(first), int(second), X.shape[1])
-    n_in = int(launch.sum())
-    rest = sq[2:]
-    sq_1, sq_2 = (np.append(sq[0], rest[launch]), np.append(sq[1], rest[~launch])) if row_norms else (None, None)
-    return (DocumentSet(float(n_in + 1), s[0], float(sumsq[0]), sq_1),
-            DocumentSet(float(others.size - n_in + 1), s[1], float(sumsq[1]), sq_2))
-
-
 def _is_ancestor(parent: dict[int, int], x: int, y: int) -> bool:
     """Whether ``x`` is a proper ancestor of ``y`` (``parent``: a tree's parent map)."""
     up = parent.get(y, -1)
@@ -495,42 +436,6 @@ class MoveResult:
     rows: np.ndarray
     #: nodes whose parameter the move drew afresh (their new value is in the state's ``theta``)
     redrawn: tuple[int, ...] = ()
-
-
-def document_set(X, rows: np.ndarray) -> DocumentSet:
-    """Count, row sum, sum of squared norms and each row's squared norm of rows ``rows`` of ``X``
-    (CSR without slicing)."""
-    rows = np.asarray(rows, dtype=np.int64)
-    if sp.issparse(X) and X.format == "csr":
-        s, sumsq, sq = _csr_row_sums(X.indptr, X.indices, X.data, rows, X.shape[1])  # any dtype: no copy
-        return DocumentSet(float(rows.size), s, float(sumsq), sq)
-    sub = X[rows]
-    if sp.issparse(sub):
-        s = np.asarray(sub.sum(axis=0), dtype=np.float64).ravel()
-        squares = sub.multiply(sub)
-        sq = np.asarray(squares.sum(axis=1), dtype=np.float64).ravel()
-        sumsq = float(squares.sum())
-    else:
-        sub = np.asarray(sub, dtype=np.float64)
-        s = sub.sum(axis=0)
-        sq = np.einsum("ij,ij->i", sub, sub)
-        sumsq = float(np.einsum("ij,ij->", sub, sub))
-    return DocumentSet(float(rows.size), s, sumsq, sq)
-
-
-@njit(cache=True)
-def _csr_dense_row(indptr, indices, data, r, p):
-    out = np.zeros(p)
-    for k in range(indptr[r], indptr[r + 1]):
-        out[indices[k]] += np.float64(data[k])
-    return out
-
-
-def _dense_row(X, r: int) -> np.ndarray:
-    if sp.issparse(X) and X.format == "csr":
-        return _csr_dense_row(X.indptr, X.indices, X.data, r, X.shape[1])
-    x = X[r]
-    return np.asarray(x.toarray()).ravel() if sp.issparse(x) else np.asarray(x, dtype=np.float64).ravel()
 
 
 class SplitMerge:
@@ -732,7 +637,6 @@ class SplitMerge:
         with the launched documents, ``i`` with the rest) their posterior modes as new children
         of the place's parent (:meth:`Likelihood.new_node_theta`) and redraw the launch from
         the odds between the two; the last groups' modes give the returned odds."""
-        lik = self.lik
         Xo = RowBlock(st.X, others)
         if base is None:
             base = self._fixed(st, a).rows(Xo)
@@ -740,12 +644,10 @@ class SplitMerge:
             return self._fixed(st, place[1]).rows(Xo) - base
         _, conc_c, depth_c = self._new_node(st, place[1])
         parent = self._fixed(st, place[1])
-        seed = lik.seed_child_theta(st.theta[a], _dense_row(st.X, j))
-        lo = lik.block_log_likelihood(Xo, seed, conc_c) - base
+        scan = parent.launch_scan(st.X, others, j, i, conc_c, depth_c)
+        lo = scan.seed_scores(st.theta[a]) - base
         for _ in range(self.launch_scans + 1):
-            launch = rng.random(others.size) < _clipped_expit(lo)
-            groups = launch_groups(st.X, others, launch, j, i, lik.sets_need_row_norms)
-            lo = parent.split_log_odds(Xo, *groups, conc_c, depth_c)
+            lo = scan.log_odds(rng.random(others.size) < _clipped_expit(lo))
         return lo
 
     @staticmethod

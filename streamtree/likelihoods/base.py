@@ -122,6 +122,101 @@ def csr_rows_dot(indptr, indices, data, rows, theta):
     return out
 
 
+@njit(cache=True)
+def _csr_row_sums(indptr, indices, data, rows, p):
+    """Row sum, sum of squared norms and each row's squared norm of CSR rows ``rows``."""
+    s = np.zeros(p)
+    sumsq = 0.0
+    sq = np.empty(rows.shape[0])
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        own = 0.0
+        for k in range(indptr[r], indptr[r + 1]):
+            v = np.float64(data[k])
+            s[indices[k]] += v
+            sumsq += v * v
+            own += v * v
+        sq[i] = own
+    return s, sumsq, sq
+
+
+@njit(cache=True)
+def _csr_group_sums(indptr, indices, data, rows, launch, first, second, p):
+    """:func:`_csr_row_sums` of two groups in one pass, with the same sums: ``first`` and then
+    the rows of ``rows`` where ``launch`` holds, ``second`` and then the others (``sq``: the
+    two anchors' squared norms, then each row's)."""
+    s = np.zeros((2, p))
+    sumsq = np.zeros(2)
+    sq = np.empty(rows.shape[0] + 2)
+    for i in range(rows.shape[0] + 2):
+        if i < 2:
+            r, g = (first, 0) if i == 0 else (second, 1)
+        else:
+            r, g = rows[i - 2], 0 if launch[i - 2] else 1
+        own = 0.0
+        for k in range(indptr[r], indptr[r + 1]):
+            v = np.float64(data[k])
+            s[g, indices[k]] += v
+            sumsq[g] += v * v
+            own += v * v
+        sq[i] = own
+    return s, sumsq, sq
+
+
+def launch_groups(X, others: np.ndarray, launch: np.ndarray, first: int, second: int,
+                  row_norms: bool = True) -> tuple[DocumentSet, DocumentSet]:
+    """:func:`document_set` of ``first`` with the rows ``others[launch]`` and of ``second`` with
+    the other rows of ``others``, the same values (CSR in one pass); each row's squared norm
+    only with ``row_norms`` (:attr:`Likelihood.sets_need_row_norms`), else ``sq_norms`` is None."""
+    launch = np.ascontiguousarray(launch, dtype=np.bool_)
+    if not (sp.issparse(X) and X.format == "csr"):
+        return (document_set(X, np.append(first, others[launch])), document_set(X, np.append(second, others[~launch])))
+    s, sumsq, sq = _csr_group_sums(X.indptr, X.indices, X.data, np.asarray(others, dtype=np.int64), launch,
+                                   int(first), int(second), X.shape[1])
+    n_in = int(launch.sum())
+    rest = sq[2:]
+    sq_1, sq_2 = (np.append(sq[0], rest[launch]), np.append(sq[1], rest[~launch])) if row_norms else (None, None)
+    return (DocumentSet(float(n_in + 1), s[0], float(sumsq[0]), sq_1),
+            DocumentSet(float(others.size - n_in + 1), s[1], float(sumsq[1]), sq_2))
+
+
+def document_set(X, rows: np.ndarray) -> DocumentSet:
+    """Count, row sum, sum of squared norms and each row's squared norm of rows ``rows`` of ``X``
+    (CSR without slicing)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if sp.issparse(X) and X.format == "csr":
+        s, sumsq, sq = _csr_row_sums(X.indptr, X.indices, X.data, rows, X.shape[1])  # any dtype: no copy
+        return DocumentSet(float(rows.size), s, float(sumsq), sq)
+    sub = X[rows]
+    if sp.issparse(sub):
+        s = np.asarray(sub.sum(axis=0), dtype=np.float64).ravel()
+        squares = sub.multiply(sub)
+        sq = np.asarray(squares.sum(axis=1), dtype=np.float64).ravel()
+        sumsq = float(squares.sum())
+    else:
+        sub = np.asarray(sub, dtype=np.float64)
+        s = sub.sum(axis=0)
+        sq = np.einsum("ij,ij->i", sub, sub)
+        sumsq = float(np.einsum("ij,ij->", sub, sub))
+    return DocumentSet(float(rows.size), s, sumsq, sq)
+
+
+@njit(cache=True)
+def _csr_dense_row(indptr, indices, data, r, p):
+    out = np.zeros(p)
+    for k in range(indptr[r], indptr[r + 1]):
+        out[indices[k]] += np.float64(data[k])
+    return out
+
+
+def dense_row(X, r: int) -> np.ndarray:
+    """Row ``r`` of ``X`` as a dense float vector (CSR read in place)."""
+    if sp.issparse(X) and X.format == "csr":
+        return _csr_dense_row(X.indptr, X.indices, X.data, r, X.shape[1])
+    x = X[r]
+    return np.asarray(x.toarray()).ravel() if sp.issparse(x) else np.asarray(x, dtype=np.float64).ravel()
+
+
 class RowBlock:
     """Rows ``rows`` of a matrix ``X``, sliced into a matrix only when a likelihood asks for one
     (:attr:`matrix`, then kept): a family that reads CSR rows in place never pays the slice."""
@@ -190,6 +285,44 @@ class FixedNode:
         (:meth:`new_child_theta`): a split proposal's launch scan."""
         return self.likelihood.block_log_odds(block, self.new_child_theta(docs_1, concentration, depth),
                                               self.new_child_theta(docs_2, concentration, depth), concentration)
+
+    def launch_scan(self, X, others: np.ndarray, first: int, second: int, concentration: float,
+                    depth: int) -> "LaunchScan":
+        """The restricted scans of a split proposal's launch below this node (:class:`LaunchScan`)."""
+        return LaunchScan(self, X, others, first, second, concentration, depth)
+
+
+class LaunchScan:
+    """A split proposal's restricted scans of rows ``others`` of ``X`` between two new
+    depth-``depth`` children of a fixed node: one with row ``first`` and the rows a launch sends
+    to it, the other with row ``second`` and the rest. :meth:`log_odds` is
+    :meth:`FixedNode.split_log_odds` of the two groups (:func:`launch_groups`); a family may
+    prepare the rows once for all the scans of a proposal."""
+
+    def __init__(self, node: FixedNode, X, others: np.ndarray, first: int, second: int, concentration: float,
+                 depth: int) -> None:
+        self.node = node
+        self.X = X
+        self.others = np.asarray(others, dtype=np.int64)
+        self.first = first
+        self.second = second
+        self.concentration = concentration
+        self.depth = depth
+
+    def seed_scores(self, theta: np.ndarray) -> np.ndarray:
+        """Each row's log likelihood at the seed parameter of a child of a node at ``theta``
+        toward row ``first`` (:meth:`Likelihood.seed_child_theta`), at the children's
+        concentration: the first launch compares these with the rows' scores at that node."""
+        lik = self.node.likelihood
+        return lik.block_log_likelihood(RowBlock(self.X, self.others),
+                                        lik.seed_child_theta(theta, dense_row(self.X, self.first)), self.concentration)
+
+    def log_odds(self, launch: np.ndarray) -> np.ndarray:
+        """Each row's log-likelihood ratio between the two children's posterior modes given the
+        groups ``launch`` makes (``launch[k]``: row ``others[k]`` joins ``first``)."""
+        groups = launch_groups(self.X, self.others, launch, self.first, self.second,
+                               self.node.likelihood.sets_need_row_norms)
+        return self.node.split_log_odds(RowBlock(self.X, self.others), *groups, self.concentration, self.depth)
 
 
 class Likelihood(ABC):

@@ -41,15 +41,15 @@ from scipy.special import gammaln
 
 from streamtree.inference.enumerated import DIRICHLET, Candidates, as_csr, row_sums
 from streamtree.inference.threads import dealt_by_cost, in_row_ranges
-from streamtree.likelihoods.base import (DocumentSet, FixedNode, Likelihood, RowBlock, WordTopics, argmax_log_scale,
-                                        finite_csr)
+from streamtree.likelihoods.base import (DocumentSet, FixedNode, LaunchScan, Likelihood, RowBlock, WordTopics,
+                                        argmax_log_scale, finite_csr)
 from streamtree.likelihoods.document_tables import (dcm_log_likelihoods, dcm_log_mixture, draw_tables, length_groups,
                                                     polya_concentration, sample_concentration)
 from streamtree.likelihoods.multinomial_math import (_BLOCK_FREEZE, _BLOCK_MAX_ITER, _BLOCK_TOL, _JOINT_MAX_ITER,
-                                                     _dm_set_dense, _solve_nodes_nb, log_dm_marginal_linked,
+                                                     _dm_set_dense, _solve_nodes_nb, compact_rows,
+                                                     compact_rows_dot, compact_split_log_odds, log_dm_marginal_linked,
                                                      log_multinomial_coef, own_node_adjustment_nb,
-                                                     map_phi, map_phi_dense, map_phi_with_children_dense,
-                                                     split_log_odds_nb)
+                                                     map_phi, map_phi_dense, map_phi_with_children_dense)
 
 #: Dirichlet floor per term: every node's prior holds ``eps`` pseudo-counts of every word
 DIRICHLET_FLOOR = 0.01
@@ -569,14 +569,38 @@ class _FixedWords(FixedNode):
         # Multinomial.new_node_theta with the child's Dirichlet parameter kept (the same value)
         return map_phi_dense(np.asarray(docs.s, dtype=np.float64), self._child_prior(depth)[0])
 
-    def split_log_odds(self, block, docs_1, docs_2, concentration, depth):
-        X = block.X
+    def launch_scan(self, X, others, first, second, concentration, depth):
         if not (sp.issparse(X) and X.format == "csr"):
-            return super().split_log_odds(block, docs_1, docs_2, concentration, depth)
-        # one compiled pass: the two modes' log ratio and each row's product with it
-        a, a_sum = self._child_prior(depth)
-        return split_log_odds_nb(X.indptr, X.indices, X.data, block.rows, np.asarray(docs_1.s, dtype=np.float64),
-                                 np.asarray(docs_2.s, dtype=np.float64), a, a_sum)
+            return super().launch_scan(X, others, first, second, concentration, depth)
+        return _WordsLaunchScan(self, X, others, first, second, concentration, depth)
+
+
+class _WordsLaunchScan(LaunchScan):
+    """:class:`LaunchScan` of word distributions over the terms the proposal's rows hold: the
+    log ratio of two modes is needed only there, and a mode's normaliser is the child prior's
+    sum plus its group's tokens, so after one O(nnz) compaction a scan costs O(nnz) of the rows,
+    not O(V) (at V = 20,000 a node's rows hold a few hundred terms)."""
+
+    def __init__(self, node, X, others, first, second, concentration, depth) -> None:
+        super().__init__(node, X, others, first, second, concentration, depth)
+        rows = np.concatenate([[first, second], self.others]).astype(np.int64)
+        self._ptr, self._col, self._val, terms, self._total = compact_rows(X.indptr, X.indices, X.data, rows,
+                                                                           X.shape[1])
+        a, self._a_sum = node._child_prior(depth)
+        self._a = a[terms]
+        self._terms = terms
+
+    def seed_scores(self, theta):
+        # Multinomial.seed_child_theta term by term, so at the held terms it needs the node's
+        # distribution there and the first row's counts, all of which are held terms
+        first = slice(self._ptr[0], self._ptr[1])
+        x = np.bincount(self._col[first], weights=self._val[first], minlength=self._terms.size)
+        seed = self.node.likelihood.seed_child_theta(np.asarray(theta, dtype=np.float64)[self._terms], x)
+        return compact_rows_dot(self._ptr, self._col, self._val, np.log(seed), 2)
+
+    def log_odds(self, launch):
+        return compact_split_log_odds(self._ptr, self._col, self._val, self._total,
+                                      np.ascontiguousarray(launch, dtype=np.bool_), self._a, self._a_sum)
 
 
 def _log_rows(theta: np.ndarray, rows: np.ndarray, out: np.ndarray, at: np.ndarray) -> None:

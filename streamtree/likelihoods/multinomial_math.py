@@ -1425,33 +1425,86 @@ def map_phi_dense(counts: np.ndarray, prior_alpha: np.ndarray) -> np.ndarray:
     return post / post.sum()
 
 
-@njit(cache=True, nogil=True)
-def split_log_odds_nb(indptr, indices, data, rows, s1, s2, a, a_sum):
-    """``X[rows] @ (log phi_1 - log phi_2)`` for the modes ``phi_k = (s_k + a) / sum(s_k + a)``
-    of two new children with Dirichlet parameter ``a`` of sum ``a_sum`` (the values of
-    ``FixedNode.split_log_odds`` up to rounding). The log ratio is taken only at the terms the
-    rows hold, once each: at V = 20,000 most terms are in none of a node's rows."""
-    ratio = np.full(a.shape[0], np.nan)
-    t1 = a_sum
-    t2 = a_sum
-    for w in range(a.shape[0]):
-        t1 += s1[w]
-        t2 += s2[w]
-    shift = math.log(t2 / t1)
-    out = np.empty(rows.shape[0])
-    for i in range(rows.shape[0]):
+@njit(cache=True)
+def compact_rows(indptr, indices, data, rows, p):
+    """Rows ``rows`` of a CSR matrix with ``p`` columns over the terms they hold: the local CSR
+    (pointers, local columns, values), the held terms in order of first appearance, and each
+    row's total. A split proposal's scans then cost O(nnz) of its rows, not O(p)."""
+    where = np.full(p, -1, dtype=np.int64)
+    n = rows.shape[0]
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    for i in range(n):
+        ptr[i + 1] = ptr[i] + indptr[rows[i] + 1] - indptr[rows[i]]
+    col = np.empty(ptr[n], dtype=np.int64)
+    val = np.empty(ptr[n])
+    terms = np.empty(ptr[n], dtype=np.int64)
+    total = np.empty(n)
+    m = 0
+    for i in range(n):
         r = rows[i]
-        acc = 0.0
+        q = ptr[i]
         tokens = 0.0
         for k in range(indptr[r], indptr[r + 1]):
             w = indices[k]
-            q = ratio[w]
-            if q != q:
-                q = ratio[w] = math.log((s1[w] + a[w]) / (s2[w] + a[w]))
+            if where[w] < 0:
+                where[w] = m
+                terms[m] = w
+                m += 1
             v = np.float64(data[k])
-            acc += v * q
+            col[q] = where[w]
+            val[q] = v
             tokens += v
-        out[i] = acc + tokens * shift
+            q += 1
+        total[i] = tokens
+    return ptr, col, val, terms[:m], total
+
+
+@njit(cache=True)
+def compact_rows_dot(ptr, col, val, v, start):
+    """``x . v`` of each row of a :func:`compact_rows` CSR from row ``start`` on (``v`` over the
+    held terms)."""
+    n = ptr.shape[0] - 1
+    out = np.empty(n - start)
+    for i in range(start, n):
+        acc = 0.0
+        for q in range(ptr[i], ptr[i + 1]):
+            acc += val[q] * v[col[q]]
+        out[i - start] = acc
+    return out
+
+
+@njit(cache=True)
+def compact_split_log_odds(ptr, col, val, total, launch, a, a_sum):
+    """A launch scan over :func:`compact_rows` of ``[first, second, *others]``: each of the
+    others' ``x . (log phi_1 - log phi_2)`` for the modes ``phi_k = (s_k + a) / sum(s_k + a)``
+    of two new children with Dirichlet parameter ``a`` (at the held terms; sum ``a_sum`` over
+    every term), child 1 with ``first`` and the others where ``launch`` holds, child 2 with
+    ``second`` and the rest. A mode's normaliser is ``a_sum`` plus its group's tokens."""
+    m = a.shape[0]
+    n = total.shape[0]
+    s1 = np.zeros(m)
+    s2 = np.zeros(m)
+    n1 = 0.0
+    n2 = 0.0
+    for i in range(n):
+        if i == 0 or (i >= 2 and launch[i - 2]):
+            for q in range(ptr[i], ptr[i + 1]):
+                s1[col[q]] += val[q]
+            n1 += total[i]
+        else:
+            for q in range(ptr[i], ptr[i + 1]):
+                s2[col[q]] += val[q]
+            n2 += total[i]
+    ratio = np.empty(m)
+    for w in range(m):
+        ratio[w] = math.log((s1[w] + a[w]) / (s2[w] + a[w]))
+    shift = math.log((a_sum + n2) / (a_sum + n1))
+    out = np.empty(n - 2)
+    for i in range(2, n):
+        acc = 0.0
+        for q in range(ptr[i], ptr[i + 1]):
+            acc += val[q] * ratio[col[q]]
+        out[i - 2] = acc + total[i] * shift
     return out
 
 
