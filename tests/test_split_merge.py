@@ -1164,6 +1164,13 @@ def test_the_launch_odds_and_modes_agree_with_the_family():
                 want = lik.block_log_odds(block, lik.new_node_theta(t1, conc, depth, h1),
                                           lik.new_node_theta(t1, conc, depth, h2), conc)
                 assert np.allclose(scan.log_odds(scanned), want, rtol=1e-12, atol=1e-10)
+            # all the scans of a proposal in one call (the multinomial's compiled) follow the
+            # launches scan by scan, to the bit
+            lo, uniforms = rng.normal(scale=3.0, size=rows.size), rng.random((3, rows.size))
+            want = lo
+            for u in uniforms:
+                want = scan.log_odds(u < np.clip(expit(want), 1e-3, 1 - 1e-3))
+            assert np.array_equal(scan.run(lo, uniforms, 1e-3), want)
             # and the first launch's scores at the seed toward ``first`` from another node
             seed = lik.seed_child_theta(t2, dense_row(X, 3))
             assert np.allclose(scan.seed_scores(t2), lik.block_log_likelihood(block, seed, conc), rtol=1e-12,

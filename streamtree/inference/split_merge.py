@@ -92,10 +92,10 @@ from dataclasses import dataclass, field, replace
 import streamtree  # noqa: F401  (configures the numba cache directory)
 import numpy as np
 from numba import njit
-from scipy.special import expit
 
 from streamtree.inference.merge import CollapsedPrior, PriorEdit
-from streamtree.likelihoods.base import DocumentSet, FixedNode, Likelihood, RowBlock, document_set
+from streamtree.likelihoods.base import (DocumentSet, FixedNode, Likelihood, RowBlock, document_set,
+                                        launch_probabilities)
 from streamtree.tree import ROOT, TSSBTree
 
 #: floor on every per-document allocation probability of a split proposal
@@ -162,9 +162,8 @@ def _log_count(n: int) -> float:
 
 
 def _clipped_expit(log_odds: np.ndarray) -> np.ndarray:
-    """``expit(log_odds)`` kept within ``[EPS, 1 - EPS]`` (``np.clip``'s values, without its
-    per-call overhead on the few rows of a tiny epoch's moves)."""
-    return np.minimum(np.maximum(expit(log_odds), EPS), 1 - EPS)
+    """:func:`launch_probabilities` within ``[EPS, 1 - EPS]``."""
+    return launch_probabilities(log_odds, EPS)
 
 
 def _log_uniform(rng: np.random.Generator) -> float:
@@ -645,10 +644,8 @@ class SplitMerge:
         _, conc_c, depth_c = self._new_node(st, place[1])
         parent = self._fixed(st, place[1])
         scan = parent.launch_scan(st.X, others, j, i, conc_c, depth_c)
-        lo = scan.seed_scores(st.theta[a]) - base
-        for _ in range(self.launch_scans + 1):
-            lo = scan.log_odds(rng.random(others.size) < _clipped_expit(lo))
-        return lo
+        # the draws of one scan after another, in one call
+        return scan.run(scan.seed_scores(st.theta[a]) - base, rng.random((self.launch_scans + 1, others.size)), EPS)
 
     @staticmethod
     def _log_q(log_odds: np.ndarray, to_new: np.ndarray) -> float:

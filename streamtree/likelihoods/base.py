@@ -24,6 +24,7 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit
 from scipy.optimize import minimize_scalar
+from scipy.special import expit
 
 from streamtree.inference.enumerated import Candidates, row_sq_norms
 from streamtree.tree import TreeArrays
@@ -323,6 +324,20 @@ class LaunchScan:
         groups = launch_groups(self.X, self.others, launch, self.first, self.second,
                                self.node.likelihood.sets_need_row_norms)
         return self.node.split_log_odds(RowBlock(self.X, self.others), *groups, self.concentration, self.depth)
+
+    def run(self, log_odds: np.ndarray, uniforms: np.ndarray, eps: float) -> np.ndarray:
+        """The scans from a launch's log odds: for each row ``u`` of ``uniforms`` (one per scan,
+        a uniform per row of ``others``), launch where ``u < launch_probabilities(log_odds,
+        eps)`` and take that launch's :meth:`log_odds`; the last scan's log odds."""
+        for u in uniforms:
+            log_odds = self.log_odds(u < launch_probabilities(log_odds, eps))
+        return log_odds
+
+
+def launch_probabilities(log_odds: np.ndarray, eps: float) -> np.ndarray:
+    """``expit(log_odds)`` kept within ``[eps, 1 - eps]`` (``np.clip``'s values, without its
+    per-call overhead on the few rows of a tiny epoch's moves)."""
+    return np.minimum(np.maximum(expit(log_odds), eps), 1 - eps)
 
 
 class Likelihood(ABC):

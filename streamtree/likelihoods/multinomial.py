@@ -47,7 +47,8 @@ from streamtree.likelihoods.document_tables import (dcm_log_likelihoods, dcm_log
                                                     polya_concentration, sample_concentration)
 from streamtree.likelihoods.multinomial_math import (_BLOCK_FREEZE, _BLOCK_MAX_ITER, _BLOCK_TOL, _JOINT_MAX_ITER,
                                                      _dm_set_dense, _solve_nodes_nb, compact_rows,
-                                                     compact_rows_dot, compact_split_log_odds, log_dm_marginal_linked,
+                                                     compact_launch_scans, compact_rows_dot,
+                                                     compact_split_log_odds, log_dm_marginal_linked,
                                                      log_multinomial_coef, own_node_adjustment_nb,
                                                      map_phi, map_phi_dense, map_phi_with_children_dense)
 
@@ -601,6 +602,11 @@ class _WordsLaunchScan(LaunchScan):
     def log_odds(self, launch):
         return compact_split_log_odds(self._ptr, self._col, self._val, self._total,
                                       np.ascontiguousarray(launch, dtype=np.bool_), self._a, self._a_sum)
+
+    def run(self, log_odds, uniforms, eps):
+        return compact_launch_scans(self._ptr, self._col, self._val, self._total,
+                                    np.ascontiguousarray(log_odds, dtype=np.float64), uniforms, float(eps), self._a,
+                                    self._a_sum)
 
 
 def _log_rows(theta: np.ndarray, rows: np.ndarray, out: np.ndarray, at: np.ndarray) -> None:

@@ -1460,6 +1460,21 @@ def compact_rows(indptr, indices, data, rows, p):
 
 
 @njit(cache=True)
+def compact_launch_scans(ptr, col, val, total, log_odds, uniforms, eps, a, a_sum):
+    """:meth:`LaunchScan.run` over :func:`compact_rows`: for each row of ``uniforms``, the
+    launch where a uniform is below the clipped ``expit`` of the log odds (SciPy's
+    ``1 / (1 + exp(-x))``), then :func:`compact_split_log_odds` of that launch."""
+    lo = log_odds
+    launch = np.empty(lo.shape[0], dtype=np.bool_)
+    for s in range(uniforms.shape[0]):
+        for k in range(lo.shape[0]):
+            p = 1.0 / (1.0 + math.exp(-lo[k]))
+            launch[k] = uniforms[s, k] < min(max(p, eps), 1.0 - eps)
+        lo = compact_split_log_odds(ptr, col, val, total, launch, a, a_sum)
+    return lo
+
+
+@njit(cache=True)
 def compact_rows_dot(ptr, col, val, v, start):
     """``x . v`` of each row of a :func:`compact_rows` CSR from row ``start`` on (``v`` over the
     held terms)."""
