@@ -350,8 +350,7 @@ def test_the_move_memos_follow_accepted_moves():
     every attempt, through splits, merges, relocations and both kinds of lift (multinomial: its
     scorer keeps log phi and each depth's child parameter and link normaliser)."""
     from streamtree.inference.split_merge import EditedTree
-    from streamtree.likelihoods.base import document_set
-    from streamtree.likelihoods.base import RowBlock
+    from streamtree.likelihoods.base import RowBlock, document_set
 
     variant = resolve_variant("dtssbp", window=2, max_depth=3, gamma=0.5, xi=0.001)
     lik = Multinomial(variant, 6, kappa0=8.0, kappa1=0.75, a=-1.0, min_node_docs=2)
@@ -1117,15 +1116,17 @@ def test_the_launch_odds_and_modes_agree_with_the_family():
     new child's mode from its parent's kept scorer equals the family's, as do the launch
     scan's odds between two new children and its first launch's seed scores (the multinomial's
     over the terms the rows hold) and its two groups' document sets."""
-    from streamtree.likelihoods.base import dense_row, document_set, launch_groups
-    from streamtree.likelihoods.base import RowBlock
+    from streamtree.likelihoods.base import (RowBlock, clipped_expit, dense_row, document_set, launch_groups,
+                                             launch_probabilities)
     from streamtree.likelihoods.gaussian import Gaussian
     from sklearn.preprocessing import normalize
 
     variant = resolve_variant("dtssbp", window=2, max_depth=3, gamma=0.5, xi=0.001)
     rng = np.random.default_rng(4)
     rows = np.array([5, 1, 1, 8, 0], dtype=np.int64)
-    counts = sp.csr_matrix(rng.poisson(1.0, size=(10, 12)).astype(float) + np.eye(10, 12))
+    # terms 6, 7, 10 and 11 are in none of the rows scored below (a mode's normaliser still
+    # holds their prior mass)
+    counts = sp.csr_matrix(np.where(np.arange(12) < 6, rng.poisson(1.0, size=(10, 12)), 0) + np.eye(10, 12))
     unit = sp.csr_matrix(normalize(rng.standard_normal((10, 12))))
     weighted = sp.csr_matrix(rng.uniform(0.3, 3.0, size=(10, 1)) * unit.toarray())
     cases = [
@@ -1140,6 +1141,9 @@ def test_the_launch_odds_and_modes_agree_with_the_family():
         (Gaussian(variant, 12, sigma0=2.0, sigma1=0.5, eta=0.9, a=0.5, noise_var=None, min_node_docs=2),
          unit.toarray(), rng.normal(size=12), rng.normal(size=12), 3.0),
     ]
+    # the compiled clipped expit is the vectorised one's, to the bit
+    x = np.concatenate([np.linspace(-40.0, 40.0, 801), rng.normal(scale=5.0, size=1000)])
+    assert np.array_equal([clipped_expit(v, 1e-3) for v in x], launch_probabilities(x, 1e-3))
     for lik, X, t1, t2, conc in cases:
         block = RowBlock(X, rows)
         want = lik.block_log_likelihood(block, t1, conc) - lik.block_log_likelihood(block, t2, conc)
@@ -1165,8 +1169,10 @@ def test_the_launch_odds_and_modes_agree_with_the_family():
                                           lik.new_node_theta(t1, conc, depth, h2), conc)
                 assert np.allclose(scan.log_odds(scanned), want, rtol=1e-12, atol=1e-10)
             # all the scans of a proposal in one call (the multinomial's compiled) follow the
-            # launches scan by scan, to the bit
+            # launches scan by scan, to the bit; the first row's first draw launches it only
+            # through the clip at 1e-3
             lo, uniforms = rng.normal(scale=3.0, size=rows.size), rng.random((3, rows.size))
+            lo[0], uniforms[0, 0] = -20.0, 5e-4
             want = lo
             for u in uniforms:
                 want = scan.log_odds(u < np.clip(expit(want), 1e-3, 1 - 1e-3))
@@ -1185,6 +1191,41 @@ def test_the_launch_odds_and_modes_agree_with_the_family():
             assert np.array_equal(got.sq_norms, ref.sq_norms)
         # a family whose sets read no row norms is spared them
         assert all(g.sq_norms is None for g in launch_groups(X, rows, launch, 3, 9, row_norms=False))
+
+
+def test_a_proposals_launch_draws_its_scans_one_after_another():
+    """A new node's launch from a proposal equals its definition written out: the seed's odds
+    against ``a``, then per scan ``others.size`` fresh uniforms (in that order from the
+    generator) and the launch scan's odds of the launch they make."""
+    from streamtree.inference.split_merge import EPS, LAUNCH_SCANS
+    from streamtree.likelihoods.base import RowBlock, launch_probabilities
+
+    variant = resolve_variant("dtssbp", window=2, max_depth=3, gamma=0.5, xi=0.001)
+    kw = dict(alpha0=1.0, lam=0.5, gamma=0.7, max_depth=3, root_holds_data=True)
+    rng = np.random.default_rng(7)
+    lik = Multinomial(variant, 30, kappa0=20.0, kappa1=1.0, a=0.0, min_node_docs=2)
+    X = sp.csr_matrix(rng.poisson(0.5, size=(40, 30)).astype(float) + np.eye(40, 30))
+    tree = TSSBTree(3)
+    a = tree.add_child(ROOT)
+    labels = np.where(np.arange(40) < 30, a, ROOT)
+    st = MoveState(tree, labels, X, {}, {k: rng.dirichlet(np.ones(30)) for k in (ROOT, a)}, {ROOT: 20.0, a: 20.0})
+    moves = SplitMerge(lik, kw)
+    rows_a = np.flatnonzero(labels == a)
+    i, j = int(rows_a[4]), int(rows_a[11])
+    others = rows_a[(rows_a != i) & (rows_a != j)]
+    places = [p for p in moves.places(st, st.tree, lambda x: True, a) if p[0] == "new"]
+    assert len(places) >= 2  # below a and below the root
+    for place in places:
+        seed = int(rng.integers(2**31))
+        got = moves._allocation(st, a, place, i, j, others, np.random.default_rng(seed))
+        draws = np.random.default_rng(seed)
+        parent = lik.fixed_node(st.theta[place[1]], st.concentration[place[1]])
+        conc, depth = moves._new_node(st, place[1])[1:]
+        scan = parent.launch_scan(X, others, j, i, conc, depth)
+        want = scan.seed_scores(st.theta[a]) - lik.block_log_likelihood(RowBlock(X, others), st.theta[a], 20.0)
+        for _ in range(LAUNCH_SCANS + 1):
+            want = scan.log_odds(draws.random(others.size) < launch_probabilities(want, EPS))
+        assert np.array_equal(got, want)
 
 
 def test_a_merge_repeats_the_launch_of_the_split_it_undoes():

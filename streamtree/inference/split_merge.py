@@ -94,7 +94,7 @@ import numpy as np
 from numba import njit
 
 from streamtree.inference.merge import CollapsedPrior, PriorEdit
-from streamtree.likelihoods.base import (DocumentSet, FixedNode, Likelihood, RowBlock, document_set,
+from streamtree.likelihoods.base import (DocumentSet, FixedNode, Likelihood, RowBlock, clipped_expit, document_set,
                                         launch_probabilities)
 from streamtree.tree import ROOT, TSSBTree
 
@@ -159,11 +159,6 @@ def _log_count(n: int) -> float:
         with np.errstate(divide="ignore"):
             _log_counts = np.log(np.arange(max(n + 1, 2 * _log_counts.size, 1024), dtype=np.float64))
     return _log_counts[n]
-
-
-def _clipped_expit(log_odds: np.ndarray) -> np.ndarray:
-    """:func:`launch_probabilities` within ``[EPS, 1 - EPS]``."""
-    return launch_probabilities(log_odds, EPS)
 
 
 def _log_uniform(rng: np.random.Generator) -> float:
@@ -378,8 +373,7 @@ def _log_allocation_nb(log_odds, to_new, eps):
     P(new side) = expit(log_odds) clipped to [eps, 1 - eps]; one pass, one log per document."""
     out = 0.0
     for i in range(log_odds.shape[0]):
-        p = 1.0 / (1.0 + math.exp(-log_odds[i]))
-        p = min(max(p, eps), 1.0 - eps)
+        p = clipped_expit(log_odds[i], eps)
         out += math.log(p) if to_new[i] else math.log1p(-p)
     return out
 
@@ -1107,7 +1101,7 @@ class SplitMerge:
         keep = (rows_a != i) & (rows_a != j)
         others = rows_a[keep]
         lo = self._allocation(st, a, place, i, j, others, rng, self._own_scores(st, a)[keep])
-        to_new = rng.random(others.size) < _clipped_expit(lo)
+        to_new = rng.random(others.size) < launch_probabilities(lo, EPS)
         rows_b = np.concatenate([[j], others[to_new]]).astype(np.int64)
         docs = document_set(st.X, rows_b)
         edit = idx.prior.edit()

@@ -14,6 +14,7 @@ documents ``n``, the sum of their rows ``s`` and the sum of their squared norms 
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -305,6 +306,7 @@ class LaunchScan:
         self.node = node
         self.X = X
         self.others = np.asarray(others, dtype=np.int64)
+        self.block = RowBlock(X, self.others)  # one slice for every scan, where a family slices
         self.first = first
         self.second = second
         self.concentration = concentration
@@ -315,15 +317,15 @@ class LaunchScan:
         toward row ``first`` (:meth:`Likelihood.seed_child_theta`), at the children's
         concentration: the first launch compares these with the rows' scores at that node."""
         lik = self.node.likelihood
-        return lik.block_log_likelihood(RowBlock(self.X, self.others),
-                                        lik.seed_child_theta(theta, dense_row(self.X, self.first)), self.concentration)
+        return lik.block_log_likelihood(self.block, lik.seed_child_theta(theta, dense_row(self.X, self.first)),
+                                        self.concentration)
 
     def log_odds(self, launch: np.ndarray) -> np.ndarray:
         """Each row's log-likelihood ratio between the two children's posterior modes given the
         groups ``launch`` makes (``launch[k]``: row ``others[k]`` joins ``first``)."""
         groups = launch_groups(self.X, self.others, launch, self.first, self.second,
                                self.node.likelihood.sets_need_row_norms)
-        return self.node.split_log_odds(RowBlock(self.X, self.others), *groups, self.concentration, self.depth)
+        return self.node.split_log_odds(self.block, *groups, self.concentration, self.depth)
 
     def run(self, log_odds: np.ndarray, uniforms: np.ndarray, eps: float) -> np.ndarray:
         """The scans from a launch's log odds: for each row ``u`` of ``uniforms`` (one per scan,
@@ -336,8 +338,16 @@ class LaunchScan:
 
 def launch_probabilities(log_odds: np.ndarray, eps: float) -> np.ndarray:
     """``expit(log_odds)`` kept within ``[eps, 1 - eps]`` (``np.clip``'s values, without its
-    per-call overhead on the few rows of a tiny epoch's moves)."""
+    per-call overhead on the few rows of a tiny epoch's moves); :func:`clipped_expit` is its
+    value at one row in compiled code."""
     return np.minimum(np.maximum(expit(log_odds), eps), 1 - eps)
+
+
+@njit(cache=True, nogil=True)
+def clipped_expit(x: float, eps: float) -> float:
+    """:func:`launch_probabilities` of one value, to the bit (SciPy's ``expit`` is
+    ``1 / (1 + exp(-x))``)."""
+    return min(max(1.0 / (1.0 + math.exp(-x)), eps), 1.0 - eps)
 
 
 class Likelihood(ABC):

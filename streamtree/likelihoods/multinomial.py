@@ -42,13 +42,12 @@ from scipy.special import gammaln
 from streamtree.inference.enumerated import DIRICHLET, Candidates, as_csr, row_sums
 from streamtree.inference.threads import dealt_by_cost, in_row_ranges
 from streamtree.likelihoods.base import (DocumentSet, FixedNode, LaunchScan, Likelihood, RowBlock, WordTopics,
-                                        argmax_log_scale, finite_csr)
+                                        argmax_log_scale, csr_rows_dot, finite_csr)
 from streamtree.likelihoods.document_tables import (dcm_log_likelihoods, dcm_log_mixture, draw_tables, length_groups,
                                                     polya_concentration, sample_concentration)
 from streamtree.likelihoods.multinomial_math import (_BLOCK_FREEZE, _BLOCK_MAX_ITER, _BLOCK_TOL, _JOINT_MAX_ITER,
-                                                     _dm_set_dense, _solve_nodes_nb, compact_rows,
-                                                     compact_launch_scans, compact_rows_dot,
-                                                     compact_split_log_odds, log_dm_marginal_linked,
+                                                     _dm_set_dense, _solve_nodes_nb, compact_launch_scans,
+                                                     compact_rows, compact_split_log_odds, log_dm_marginal_linked,
                                                      log_multinomial_coef, own_node_adjustment_nb,
                                                      map_phi, map_phi_dense, map_phi_with_children_dense)
 
@@ -597,7 +596,7 @@ class _WordsLaunchScan(LaunchScan):
         first = slice(self._ptr[0], self._ptr[1])
         x = np.bincount(self._col[first], weights=self._val[first], minlength=self._terms.size)
         seed = self.node.likelihood.seed_child_theta(np.asarray(theta, dtype=np.float64)[self._terms], x)
-        return compact_rows_dot(self._ptr, self._col, self._val, np.log(seed), 2)
+        return csr_rows_dot(self._ptr, self._col, self._val, np.arange(2, self._total.size), np.log(seed))
 
     def log_odds(self, launch):
         return compact_split_log_odds(self._ptr, self._col, self._val, self._total,

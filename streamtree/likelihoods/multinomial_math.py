@@ -67,6 +67,8 @@ from numpy.typing import ArrayLike
 from scipy.optimize import brentq
 from scipy.special import digamma, gammaln, logsumexp
 
+from streamtree.likelihoods.base import clipped_expit
+
 __all__ = [
     "link_prior",
     "log_dm_marginal_rows",
@@ -1425,11 +1427,21 @@ def map_phi_dense(counts: np.ndarray, prior_alpha: np.ndarray) -> np.ndarray:
     return post / post.sum()
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def compact_rows(indptr, indices, data, rows, p):
-    """Rows ``rows`` of a CSR matrix with ``p`` columns over the terms they hold: the local CSR
-    (pointers, local columns, values), the held terms in order of first appearance, and each
-    row's total. A split proposal's scans then cost O(nnz) of its rows, not O(p)."""
+    """Rows ``rows`` of a CSR matrix with ``p`` columns over the terms they hold, so that a split
+    proposal's scans cost O(nnz) of its rows, not O(p) (the compaction itself fills one
+    O(p) index once).
+
+    Returns
+    -------
+    ptr, col, val : ndarray
+        The rows as a local CSR: row pointers, local column per entry, values as float64.
+    terms : ndarray of int64
+        The held terms (the local columns' terms) in order of first appearance.
+    total : ndarray
+        Each row's sum.
+    """
     where = np.full(p, -1, dtype=np.int64)
     n = rows.shape[0]
     ptr = np.zeros(n + 1, dtype=np.int64)
@@ -1459,36 +1471,21 @@ def compact_rows(indptr, indices, data, rows, p):
     return ptr, col, val, terms[:m], total
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def compact_launch_scans(ptr, col, val, total, log_odds, uniforms, eps, a, a_sum):
     """:meth:`LaunchScan.run` over :func:`compact_rows`: for each row of ``uniforms``, the
-    launch where a uniform is below the clipped ``expit`` of the log odds (SciPy's
-    ``1 / (1 + exp(-x))``), then :func:`compact_split_log_odds` of that launch."""
+    launch where a uniform is below the row's :func:`clipped_expit` of the log odds, then
+    :func:`compact_split_log_odds` of that launch."""
     lo = log_odds
     launch = np.empty(lo.shape[0], dtype=np.bool_)
     for s in range(uniforms.shape[0]):
         for k in range(lo.shape[0]):
-            p = 1.0 / (1.0 + math.exp(-lo[k]))
-            launch[k] = uniforms[s, k] < min(max(p, eps), 1.0 - eps)
+            launch[k] = uniforms[s, k] < clipped_expit(lo[k], eps)
         lo = compact_split_log_odds(ptr, col, val, total, launch, a, a_sum)
     return lo
 
 
-@njit(cache=True)
-def compact_rows_dot(ptr, col, val, v, start):
-    """``x . v`` of each row of a :func:`compact_rows` CSR from row ``start`` on (``v`` over the
-    held terms)."""
-    n = ptr.shape[0] - 1
-    out = np.empty(n - start)
-    for i in range(start, n):
-        acc = 0.0
-        for q in range(ptr[i], ptr[i + 1]):
-            acc += val[q] * v[col[q]]
-        out[i - start] = acc
-    return out
-
-
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def compact_split_log_odds(ptr, col, val, total, launch, a, a_sum):
     """A launch scan over :func:`compact_rows` of ``[first, second, *others]``: each of the
     others' ``x . (log phi_1 - log phi_2)`` for the modes ``phi_k = (s_k + a) / sum(s_k + a)``
