@@ -630,14 +630,15 @@ class SplitMerge:
         with the launched documents, ``i`` with the rest) their posterior modes as new children
         of the place's parent (:meth:`Likelihood.new_node_theta`) and redraw the launch from
         the odds between the two; the last groups' modes give the returned odds."""
-        Xo = RowBlock(st.X, others)
-        if base is None:
-            base = self._fixed(st, a).rows(Xo)
         if place[0] == "old":
+            Xo = RowBlock(st.X, others)
+            if base is None:
+                base = self._fixed(st, a).rows(Xo)
             return self._fixed(st, place[1]).rows(Xo) - base
         _, conc_c, depth_c = self._new_node(st, place[1])
-        parent = self._fixed(st, place[1])
-        scan = parent.launch_scan(st.X, others, j, i, conc_c, depth_c)
+        scan = self._fixed(st, place[1]).launch_scan(st.X, others, j, i, conc_c, depth_c)
+        if base is None:
+            base = self._fixed(st, a).rows(scan.block)  # the scans' slice, where a family slices
         # the draws of one scan after another, in one call
         return scan.run(scan.seed_scores(st.theta[a]) - base, rng.random((self.launch_scans + 1, others.size)), EPS)
 
