@@ -24,6 +24,7 @@ import scipy.sparse as sp
 from numba import njit
 
 import streamtree  # noqa: F401  (numba cache configuration)
+from streamtree.elementary import EXP_CORE_MIN, exp_core
 
 # Numeric forms of the placeholder (new-node) term; live columns are always linear.
 VMF = 0  # a tabulated function of the parent's score (the vMF collapsed new-node marginal)
@@ -110,10 +111,6 @@ UNIT_NORM_TOL = 1e-6
 WEIGHT_TOL = 3 * UNIT_NORM_TOL
 
 
-#: below this, exp(x) is exactly 0.0 in double precision (the smallest subnormal is exp(-744.44))
-EXP_UNDERFLOW = -745.2
-
-
 @njit(cache=True, nogil=True, inline="always")
 def _interval(n, t):
     """The interval of ``t`` in ``[-1, 1]`` split into ``n``, and ``t``'s place on the grid."""
@@ -139,7 +136,7 @@ def _hermite(table, j, t):
             + (3.0 * s2 - 2.0 * s3) * table[j, i + 1, 0] + (s3 - s2) * h * table[j, i + 1, 1])
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def _weights_and_draw(i, scores, sqnorm_i, live_a, live_b, live_c, ph_parent, ph_a, ph_b, ph_c, table,
                       ph_score, kind, u, labels, lognorm, sample, w, own_i, adj_i):
     """Column weights of one row from its live scores, its log normaliser and (optionally) a draw.
@@ -166,15 +163,15 @@ def _weights_and_draw(i, scores, sqnorm_i, live_a, live_b, live_c, ph_parent, ph
         w[K + j] = v
         if v > m:
             m = v
-    s = 0.0
     for k in range(K + P):
         d = w[k] - m
-        # exp underflows to exactly 0 below this: skipping it changes no bit of the result,
-        # and most columns of a peaked row sit far below its best one (a NaN still goes
-        # through exp, so it shows in the normaliser as before)
-        e = 0.0 if d <= EXP_UNDERFLOW else math.exp(d)
-        w[k] = e
-        s += e
+        # one loop of exponentials in vector instructions; a column more than 708 nats below
+        # the row's best counts 0 (its weight, below 3e-308 against the best one's 1, would not
+        # change the sum's bits). A NaN gives NaN, so it shows in the normaliser as before
+        w[k] = exp_core(max(d, EXP_CORE_MIN)) if not d < EXP_CORE_MIN else 0.0
+    s = 0.0
+    for k in range(K + P):
+        s += w[k]
     lognorm[i] = m + math.log(s)
     if sample:
         target = u[i] * s

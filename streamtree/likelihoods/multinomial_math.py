@@ -67,6 +67,7 @@ from numpy.typing import ArrayLike
 from scipy.optimize import brentq
 from scipy.special import digamma, gammaln, logsumexp
 
+from streamtree.elementary import log_many_nb, log_nb
 from streamtree.likelihoods.base import clipped_expit
 
 __all__ = [
@@ -153,7 +154,7 @@ def _digamma_nb(x: float) -> float:
     f = 1.0 / (x * x)
     return (
         r
-        + math.log(x)
+        + log_nb(x)
         - 0.5 / x
         - f * (1.0 / 12.0 - f * (1.0 / 120.0 - f * (1.0 / 252.0 - f * (1.0 / 240.0 - f / 132.0))))
     )
@@ -179,7 +180,7 @@ def _digamma_trigamma_nb(x: float):
     inv = 1.0 / x
     f = inv * inv
     d += (
-        math.log(x)
+        log_nb(x)
         - 0.5 * inv
         - f * (1.0 / 12.0 - f * (1.0 / 120.0 - f * (1.0 / 252.0 - f * (1.0 / 240.0 - f / 132.0))))
     )
@@ -324,8 +325,9 @@ def _digamma_trigamma_many_nb(x, n, dg, tg, work):
     Any x > -1 reaches 10 after at most five double steps of the recurrence and one single
     step, so every element takes those six steps, each only while it is below its threshold:
     the scalar kernel's operations without its data-dependent exit, which lets the compiler
-    run several elements per vector instruction. The logarithms (a library call) have their
-    own loop. An element that would need more steps (x < -1) goes to the scalar kernel."""
+    run several elements per vector instruction. The logarithms have their own loop
+    (:func:`~streamtree.elementary.log_many_nb`, in vector instructions too). An element that
+    would need more steps (x < -1) goes to the scalar kernel."""
     z = work[0]
     log_z = work[1]
     for i in range(n):
@@ -350,9 +352,8 @@ def _digamma_trigamma_many_nb(x, n, dg, tg, work):
         tg[i] = tr
     n_short = 0
     for i in range(n):
-        zi = z[i]
-        n_short += zi < 10.0
-        log_z[i] = math.log(zi)
+        n_short += z[i] < 10.0
+    log_many_nb(z, n, log_z)
     for i in range(n):
         inv = 1.0 / z[i]
         f = inv * inv
@@ -1485,7 +1486,7 @@ def compact_launch_scans(ptr, col, val, total, log_odds, uniforms, eps, a, a_sum
     return lo
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def compact_split_log_odds(ptr, col, val, total, launch, a, a_sum):
     """A launch scan over :func:`compact_rows` of ``[first, second, *others]``: each of the
     others' ``x . (log phi_1 - log phi_2)`` for the modes ``phi_k = (s_k + a) / sum(s_k + a)``
@@ -1508,9 +1509,10 @@ def compact_split_log_odds(ptr, col, val, total, launch, a, a_sum):
                 s2[col[q]] += val[q]
             n2 += total[i]
     ratio = np.empty(m)
-    for w in range(m):
-        ratio[w] = math.log((s1[w] + a[w]) / (s2[w] + a[w]))
-    shift = math.log((a_sum + n2) / (a_sum + n1))
+    for w in range(m):  # s1 takes the modes' ratios, then one loop of logs in vector instructions
+        s1[w] = (s1[w] + a[w]) / (s2[w] + a[w])
+    log_many_nb(s1, m, ratio)
+    shift = log_nb((a_sum + n2) / (a_sum + n1))
     out = np.empty(n - 2)
     for i in range(2, n):
         acc = 0.0
