@@ -24,7 +24,7 @@ import scipy.sparse as sp
 from numba import njit
 
 import streamtree  # noqa: F401  (numba cache configuration)
-from streamtree.elementary import EXP_CORE_MIN, exp_core
+from streamtree.elementary import EXP_CORE_MIN, exp_core, log_core, log_many_nb, log_nb
 
 # Numeric forms of the placeholder (new-node) term; live columns are always linear.
 VMF = 0  # a tabulated function of the parent's score (the vMF collapsed new-node marginal)
@@ -224,11 +224,12 @@ def _sample_csr(indptr, indices, data, order, start, stop, coef_T, sqnorm, live_
     scores = np.empty(K)
     w = np.empty(K + P)
     ph_score = np.zeros(P if kind == 2 else 0)
+    ph_work = np.empty_like(ph_score)
     for ii in range(start, stop):
         i = order[ii]
         _csr_row_scores(indptr, indices, data, i, coef_T, scores)
         if kind == 2:
-            _dirichlet_row_T(indptr, indices, data, i, dm[0], dm[1], dm[2], dm[3], dm[4], ph_b, ph_score)
+            _dirichlet_row_T(indptr, indices, data, i, dm[0], dm[1], dm[2], dm[3], dm[4], ph_b, ph_score, ph_work)
         _weights_and_draw(i, scores, sqnorm[i], live_a, live_b, live_c, ph_parent, ph_a, ph_b, ph_c, table,
                           ph_score, kind, u, labels, lognorm, sample, w, own[i], adj[i])
 
@@ -287,7 +288,7 @@ def _log_rising(a, x):
     if x <= 8.0 and x == math.floor(x):
         acc = 0.0
         for j in range(int(x)):
-            acc += math.log(a + j)
+            acc += log_nb(a + j)
         return acc
     return math.lgamma(a + x) - math.lgamma(a)
 
@@ -320,9 +321,8 @@ def _dirichlet_tables_nb(alpha, alpha_sum, columns, lengths):
     for c in range(C):
         w = columns[c]
         for j in range(P):
-            a = alpha[j, w]
-            alpha_T[c, j] = a
-            log_T[c, j] = math.log(a)
+            alpha_T[c, j] = alpha[j, w]
+    log_many_nb(alpha_T.reshape(C * P), C * P, log_T.reshape(C * P))
     rising = np.empty((lengths.shape[0], P))
     for r in range(lengths.shape[0]):
         for j in range(P):
@@ -331,13 +331,14 @@ def _dirichlet_tables_nb(alpha, alpha_sum, columns, lengths):
 
 
 @njit(cache=True, nogil=True)
-def _dirichlet_row_T(indptr, indices, data, i, alpha_T, log_T, rising, column_of, length_of, alpha_sum, out):
+def _dirichlet_row_T(indptr, indices, data, i, alpha_T, log_T, rising, column_of, length_of, alpha_sum, out, work):
     """:func:`_dirichlet_row` from column-major tables (:func:`dirichlet_tables`): a count of
     one reads ``log alpha`` from one contiguous row of ``log_T``, as the live product reads its
     coefficients, instead of one scattered ``alpha`` and one log per placeholder. Each
     placeholder's terms are added in the same order and with the same values: the same
     result. ``column_of[w]`` is term ``w``'s row in ``alpha_T`` and ``log_T``;
-    ``length_of[n]`` the row of length ``n`` in ``rising`` (-1: not tabled)."""
+    ``length_of[n]`` the row of length ``n`` in ``rising`` (-1: not tabled); ``work`` is work
+    space of ``out``'s length."""
     P = out.shape[0]
     total = 0.0
     for q in range(indptr[i], indptr[i + 1]):
@@ -361,14 +362,18 @@ def _dirichlet_row_T(indptr, indices, data, i, alpha_T, log_T, rising, column_of
             for j in range(P):
                 out[j] += la[j]
         elif x <= 8.0 and x == math.floor(x):
-            # _log_rising's sum of logs, its first term read from the table
+            # _log_rising's sum of logs, its first term read from the table, each placeholder's
+            # terms added in its order; the placeholders side by side (in vector instructions:
+            # a + m >= 1 is in the logarithm's core)
             a = alpha_T[c]
             la = log_T[c]
             for j in range(P):
-                acc = la[j]
-                for m in range(1, int(x)):
-                    acc += math.log(a[j] + m)
-                out[j] += acc
+                work[j] = la[j]
+            for m in range(1, int(x)):
+                for j in range(P):
+                    work[j] += log_core(a[j] + m)
+            for j in range(P):
+                out[j] += work[j]
         else:
             a = alpha_T[c]
             for j in range(P):
