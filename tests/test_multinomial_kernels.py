@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from numba import njit
 
 from streamtree.likelihoods import multinomial_math as mm
@@ -560,3 +561,26 @@ def test_linked_marginal_is_the_numpy_composition_bit_for_bit(seed):
             == mm.log_dm_marginal_dense(c, alpha + tim * prev))
     with pytest.raises(ValueError, match="non-negative"):
         mm.log_dm_marginal_linked(-c - 1.0, strength, parent, floor)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_dense_set_marginal_is_the_row_kernel_bit_for_bit(seed):
+    # _dm_set_dense_nb's side-by-side short products and vector logarithms against
+    # _dm_rows_nb's term-by-term _log_rising_nb: counts of 1-8, larger and fractional counts,
+    # parameters from tiny to past the product's 1e30 limit
+    rng = np.random.default_rng(seed)
+    V = int(rng.choice([7, 300, 5000]))
+    c = rng.choice([0.0, 0.0, 1.0, 2.0, 3.0, 5.0, 8.0, 9.0, 40.0, 2.5], size=V)
+    alpha = np.exp(rng.uniform(np.log(1e-12), np.log(1e3), V))
+    alpha[rng.integers(V)] = 3e30
+    a_sum = float(alpha.sum())
+    value, total = mm._dm_set_dense_nb(c, alpha, a_sum)
+    X = sp.csr_matrix(c[None, :])
+    out = np.empty((1, 1))
+    mm._dm_rows_nb(X.indptr.astype(np.int64), X.indices.astype(np.int64), X.data, alpha[None, :],
+                   np.array([a_sum]), np.zeros(1), out)
+    assert value == out[0, 0] and total == c.sum()
+    # and the value itself, against the NumPy rising factorial (Stirling's series for large
+    # parameters, where a difference of gammaln values would lose every digit)
+    expected = np.sum(mm.log_rising_factorial(alpha, c)) - mm.log_rising_factorial(a_sum, c.sum())
+    np.testing.assert_allclose(value, expected, rtol=1e-10)
