@@ -8,12 +8,18 @@ of them runs several elements per vector instruction and gives the same bits on 
 machine. The argument reductions are Cody and Waite's and the minimax coefficients those of
 Sun's fdlibm; the error stays below one unit in the last place (the tests check it against
 mpmath), where the platform library is usually correctly rounded, so the two differ in the
-last bit for a few per cent of arguments.
+last bit for up to a tenth of arguments.
 
 ``log_core`` and ``exp_core`` take their main range only (positive normal numbers; arguments
 in ``[EXP_CORE_MIN, EXP_CORE_MAX]``) and have no branch, so that a loop over them vectorises;
 ``log_nb`` and ``exp_nb`` take any double, and ``log_many_nb`` and ``exp_many_nb`` run a loop
-of the cores and then redo the few elements outside the main range through the library.
+of the cores and then redo the few elements outside the main range through the library
+(their ``out`` must not be their ``x``: the second pass reads ``x`` again).
+
+Numba's cache of a compiled function is renewed only when its own source file changes, and
+the kernels of other modules compile these functions into themselves: after editing this
+module, clear the numba cache (``NUMBA_CACHE_DIR``, by default ``~/.cache/streamtree/numba``)
+or its callers keep the old arithmetic.
 """
 
 from __future__ import annotations
@@ -72,8 +78,8 @@ def log_core(x: float) -> float:
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def exp_core(x: float) -> float:
-    """``exp(x)`` for ``EXP_CORE_MIN <= x <= EXP_CORE_MAX`` (no branch; use :func:`exp_nb`
-    outside that range)."""
+    """``exp(x)`` for ``EXP_CORE_MIN <= x <= EXP_CORE_MAX`` (no branch; outside that range the
+    value is meaningless, even negative or infinite: use :func:`exp_nb` there)."""
     kd = x * _INV_LN2 + _ROUND  # k = x / ln 2 rounded to nearest, in the low bits
     k = np.float64(kd).view(np.int64) - _ROUND_BITS
     kd -= _ROUND

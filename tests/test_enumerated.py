@@ -418,3 +418,47 @@ def test_one_part_statistics_combine_as_the_general_path():
     assert one.loglik == two.loglik == -3.5
     for c, col in enumerate(one.occupied):  # each column's sum is the sum of its rows
         assert np.allclose(one.sums[c], np.asarray(X[labels == col].sum(axis=0)).ravel(), rtol=1e-12, atol=0)
+
+@pytest.mark.parametrize("P", [1, 3, 40])
+def test_dirichlet_placeholder_tables_give_the_direct_scores_bit_for_bit(P):
+    # the tables' vector logarithms and the side-by-side sums of counts 2-8 against the
+    # term-by-term rising factorials of _dirichlet_row, for counts 1-9, fractional and large
+    rng = np.random.default_rng(P)
+    V, R = 300, 200
+    X = sp.random(R, V, density=0.05, format="csr", random_state=P)
+    X.data = rng.choice([1.0, 1.0, 2.0, 3.0, 5.0, 8.0, 9.0, 2.5, 30.0], size=X.nnz)
+    alpha = np.exp(rng.uniform(np.log(1e-3), np.log(50.0), size=(P, V)))
+    alpha_sum = alpha.sum(axis=1)
+    tables = enumerated.dirichlet_tables(alpha, alpha_sum, X)
+    indptr, indices = X.indptr.astype(np.int64), X.indices.astype(np.int64)
+    direct, tabled, work = np.empty(P), np.empty(P), np.empty(P)
+    for i in range(R):
+        enumerated._dirichlet_row(indptr, indices, X.data, i, alpha, alpha_sum, direct)
+        enumerated._dirichlet_row_T(indptr, indices, X.data, i, *tables, alpha_sum, tabled, work)
+        assert np.array_equal(direct, tabled), i
+    row = X[0].toarray()[0]  # and the value itself, against SciPy
+    expected = (np.sum(gammaln(alpha + row) - gammaln(alpha), axis=1)
+                - (gammaln(alpha_sum + row.sum()) - gammaln(alpha_sum)))
+    enumerated._dirichlet_row(indptr, indices, X.data, 0, alpha, alpha_sum, direct)
+    np.testing.assert_allclose(direct, expected, rtol=1e-10)
+
+
+@pytest.mark.parametrize("spread", [3.0, 300.0, 30000.0])
+def test_column_weights_and_draws_match_numpy_for_flat_and_peaked_rows(spread):
+    # flat rows take the kernel's all-columns exponential loop, peaked ones (most columns more
+    # than 708 nats down) its listed columns; both must give the categorical NumPy gives
+    rng = np.random.default_rng(int(spread))
+    R, K, P = 400, 150, 20
+    scores = rng.normal(size=(R, K)) * spread
+    ph_parent = rng.integers(0, K, P).astype(np.int64)
+    ph_a = rng.normal(size=P) * spread
+    cand = Candidates(LINEAR, np.eye(K), np.zeros(K), np.ones(K), np.zeros(K), ph_parent, ph_a, np.ones(P),
+                      np.zeros(P))
+    u = rng.random(R)
+    labels, lognorm = score_rows(scores, cand, u, np.ones(R))
+    logw = np.concatenate([scores, ph_a + scores[:, ph_parent]], axis=1)
+    np.testing.assert_allclose(lognorm, logsumexp(logw, axis=1), rtol=1e-13, atol=1e-13)
+    p = np.exp(logw - lognorm[:, None])
+    expected = np.array([int(np.searchsorted(np.cumsum(p[i]), u[i] * p[i].sum(), side="right"))
+                         for i in range(R)])
+    assert np.array_equal(labels, expected)

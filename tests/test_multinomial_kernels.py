@@ -565,9 +565,9 @@ def test_linked_marginal_is_the_numpy_composition_bit_for_bit(seed):
 
 @pytest.mark.parametrize("seed", range(4))
 def test_dense_set_marginal_is_the_row_kernel_bit_for_bit(seed):
-    # _dm_set_dense_nb's side-by-side short products and vector logarithms against
-    # _dm_rows_nb's term-by-term _log_rising_nb: counts of 1-8, larger and fractional counts,
-    # parameters from tiny to past the product's 1e30 limit
+    # _dm_set_dense_nb on a dense count vector against _dm_rows_nb on its CSR form: counts of
+    # 1-8 (short products), larger and fractional ones, parameters from tiny to past the short
+    # product's 1e30 limit
     rng = np.random.default_rng(seed)
     V = int(rng.choice([7, 300, 5000]))
     c = rng.choice([0.0, 0.0, 1.0, 2.0, 3.0, 5.0, 8.0, 9.0, 40.0, 2.5], size=V)

@@ -138,10 +138,11 @@ def _hermite(table, j, t):
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def _weights_and_draw(i, scores, sqnorm_i, live_a, live_b, live_c, ph_parent, ph_a, ph_b, ph_c, table,
-                      ph_score, kind, u, labels, lognorm, sample, w, own_i, adj_i):
+                      ph_score, kind, u, labels, lognorm, sample, w, at, own_i, adj_i):
     """Column weights of one row from its live scores, its log normaliser and (optionally) a draw.
 
-    ``adj_i`` is added to live column ``own_i`` (the row's own node; -1: none)."""
+    ``adj_i`` is added to live column ``own_i`` (the row's own node; -1: none); ``w`` and ``at``
+    (int64) are work space of one entry per column."""
     K = live_a.shape[0]
     P = ph_a.shape[0]
     m = -np.inf
@@ -163,15 +164,31 @@ def _weights_and_draw(i, scores, sqnorm_i, live_a, live_b, live_c, ph_parent, ph
         w[K + j] = v
         if v > m:
             m = v
+    # Only the columns within 708 nats of the row's best count. The others weigh 0: below
+    # 3e-308 against the best one's 1, their weights would not change the sum's bits, and
+    # neither does leaving zeros out of it. A NaN column counts, so the normaliser shows it.
+    n = 0
     for k in range(K + P):
         d = w[k] - m
-        # one loop of exponentials in vector instructions; a column more than 708 nats below
-        # the row's best counts 0 (its weight, below 3e-308 against the best one's 1, would not
-        # change the sum's bits). A NaN gives NaN, so it shows in the normaliser as before
-        w[k] = exp_core(max(d, EXP_CORE_MIN)) if not d < EXP_CORE_MIN else 0.0
+        w[k] = d
+        n += not d < EXP_CORE_MIN
     s = 0.0
-    for k in range(K + P):
-        s += w[k]
+    if 4 * n >= K + P:  # most columns count: every exponential in one loop of vector instructions
+        for k in range(K + P):
+            d = w[k]
+            w[k] = exp_core(max(d, EXP_CORE_MIN)) if not d < EXP_CORE_MIN else 0.0
+        for k in range(K + P):
+            s += w[k]
+    else:  # a peaked row: the few that count, listed without a branch per column (the others
+        # keep their differences, below -708, which the draw skips as it skips weights of 0)
+        q = 0
+        for k in range(K + P):
+            at[q] = k
+            q += not w[k] < EXP_CORE_MIN
+        for q in range(n):
+            w[at[q]] = exp_core(w[at[q]])
+        for q in range(n):
+            s += w[at[q]]
     lognorm[i] = m + math.log(s)
     if sample:
         target = u[i] * s
@@ -192,10 +209,12 @@ def _sample_block(scores, sqnorm, live_a, live_b, live_c, ph_parent, ph_a, ph_b,
     """Rows with precomputed live scores (dense input: the product ran through BLAS)."""
     n = scores.shape[0]
     w = np.empty(live_a.shape[0] + ph_a.shape[0])
+    at = np.empty(w.shape[0], dtype=np.int64)
     no_ph = np.zeros(0)
     for i in range(n):
         _weights_and_draw(i, scores[i], sqnorm[i], live_a, live_b, live_c, ph_parent, ph_a, ph_b, ph_c, table,
-                          ph_scores[i] if kind == 2 else no_ph, kind, u, labels, lognorm, sample, w, own[i], adj[i])
+                          ph_scores[i] if kind == 2 else no_ph, kind, u, labels, lognorm, sample, w, at, own[i],
+                          adj[i])
 
 
 @njit(cache=True, nogil=True)
@@ -223,6 +242,7 @@ def _sample_csr(indptr, indices, data, order, start, stop, coef_T, sqnorm, live_
     P = ph_a.shape[0]
     scores = np.empty(K)
     w = np.empty(K + P)
+    at = np.empty(K + P, dtype=np.int64)
     ph_score = np.zeros(P if kind == 2 else 0)
     ph_work = np.empty_like(ph_score)
     for ii in range(start, stop):
@@ -231,7 +251,7 @@ def _sample_csr(indptr, indices, data, order, start, stop, coef_T, sqnorm, live_
         if kind == 2:
             _dirichlet_row_T(indptr, indices, data, i, dm[0], dm[1], dm[2], dm[3], dm[4], ph_b, ph_score, ph_work)
         _weights_and_draw(i, scores, sqnorm[i], live_a, live_b, live_c, ph_parent, ph_a, ph_b, ph_c, table,
-                          ph_score, kind, u, labels, lognorm, sample, w, own[i], adj[i])
+                          ph_score, kind, u, labels, lognorm, sample, w, at, own[i], adj[i])
 
 
 @njit(cache=True, nogil=True)
@@ -364,7 +384,7 @@ def _dirichlet_row_T(indptr, indices, data, i, alpha_T, log_T, rising, column_of
         elif x <= 8.0 and x == math.floor(x):
             # _log_rising's sum of logs, its first term read from the table, each placeholder's
             # terms added in its order; the placeholders side by side (in vector instructions:
-            # a + m >= 1 is in the logarithm's core)
+            # a + m >= 1 is in the logarithm's core for a finite a > 0, as Dirichlet parameters are)
             a = alpha_T[c]
             la = log_T[c]
             for j in range(P):
