@@ -330,6 +330,7 @@ def _digamma_trigamma_many_nb(x, n, dg, tg, work):
     would need more steps (x < -1) goes to the scalar kernel."""
     z = work[0]
     log_z = work[1]
+    n_short = 0
     for i in range(n):
         xi = x[i]
         d = 0.0
@@ -350,9 +351,7 @@ def _digamma_trigamma_many_nb(x, n, dg, tg, work):
         z[i] = xi
         dg[i] = d
         tg[i] = tr
-    n_short = 0
-    for i in range(n):
-        n_short += z[i] < 10.0
+        n_short += xi < 10.0
     log_many_nb(z, n, log_z)
     for i in range(n):
         inv = 1.0 / z[i]
