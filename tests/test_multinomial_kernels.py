@@ -584,3 +584,50 @@ def test_dense_set_marginal_is_the_row_kernel_bit_for_bit(seed):
     # parameters, where a difference of gammaln values would lose every digit)
     expected = np.sum(mm.log_rising_factorial(alpha, c)) - mm.log_rising_factorial(a_sum, c.sum())
     np.testing.assert_allclose(value, expected, rtol=1e-10)
+
+
+@pytest.mark.parametrize("integral", [True, False])
+def test_launch_scans_equal_one_scan_after_another(integral):
+    """The launch scans, which keep a scan's odds when its launch repeats and (on integer
+    counts) move only the rows that changed sides between the groups' sums, equal each scan
+    taken afresh by :func:`compact_split_log_odds`, to the bit; with odds of every size, so
+    that launches repeat, change a few rows or change most of them."""
+    from streamtree.likelihoods.base import clipped_expit
+
+    rng = np.random.default_rng(11)
+    V = 60
+    checked = {"repeat": 0, "few": 0, "many": 0}
+    for case in range(60):
+        n = int(rng.integers(3, 40))
+        X = sp.random(n, V, density=0.2, random_state=rng, format="csr",
+                      data_rvs=lambda k: rng.integers(1, 6, size=k).astype(float))
+        if not integral:
+            X.data *= rng.uniform(0.3, 1.7, size=X.data.size)
+        rows = rng.permutation(n).astype(np.int64)
+        ptr, col, val, terms, total = mm.compact_rows(X.indptr, X.indices, X.data, rows, V)
+        assert mm._integral_rows(val) == integral
+        a = rng.gamma(0.3, size=V) + 1e-3
+        a_held, a_sum = a[terms], float(a.sum())
+        scale = [0.01, 1.0, 30.0][case % 3]  # launches nearly fixed, mixed, nearly random
+        lo = rng.normal(scale=scale, size=n - 2) + (40.0 if case % 3 == 0 else 0.0)
+        uniforms = rng.random((4, n - 2))
+        got = mm.compact_launch_scans(ptr, col, val, total, lo, uniforms, 1e-4, a_held, a_sum)
+        want, last = lo, None
+        for u in uniforms:
+            launch = np.array([x < clipped_expit(y, 1e-4) for x, y in zip(u, want)], dtype=np.bool_)
+            if last is not None:
+                flips = int((launch != last).sum())
+                checked["repeat" if flips == 0 else "few" if flips <= 2 else "many"] += 1
+            last = launch
+            want = mm.compact_split_log_odds(ptr, col, val, total, launch, a_held, a_sum)
+        assert np.array_equal(got.view(np.int64), want.view(np.int64))
+    assert min(checked.values()) > 0, checked
+
+
+def test_integral_rows_refuses_sums_beyond_float64_integers():
+    assert mm._integral_rows(np.array([2.0**52, 2.0**52 - 1.0, 0.0]))
+    assert not mm._integral_rows(np.array([2.0**52, 2.0**52, 1.0]))  # sums to 2**53 once rounded
+    assert not mm._integral_rows(np.array([-(2.0**52), 2.0**52]))  # a partial sum's size counts
+    assert not mm._integral_rows(np.array([1.0, 2.5]))
+    assert not mm._integral_rows(np.array([1.0, np.nan]))
+    assert not mm._integral_rows(np.array([np.inf]))
