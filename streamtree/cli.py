@@ -168,6 +168,16 @@ def _add_source_args(p: argparse.ArgumentParser) -> None:
     _add_vocabulary_args(p)
 
 
+def _add_duplicate_texts_arg(p: argparse.ArgumentParser) -> None:
+    """``--duplicate-texts``: one definition for replay and serve."""
+    from streamtree.records import DEFAULT_DUPLICATE_TEXTS, DUPLICATE_TEXTS
+
+    p.add_argument("--duplicate-texts", choices=DUPLICATE_TEXTS, default=DEFAULT_DUPLICATE_TEXTS,
+                   help="a row whose text repeats an earlier row's in its epoch: fit it as a document of its own "
+                        "(keep; how many is reported) or fit the first and file the others as rejects "
+                        f"(reject) (default: {DEFAULT_DUPLICATE_TEXTS})")
+
+
 def _add_format_args(p: argparse.ArgumentParser) -> None:
     """``--format`` and ``--delimiter``: one definition for replay, evaluate, assign and serve."""
     from connectors.sources.files import FORMAT_CHOICES
@@ -323,6 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("replay", help=COMMAND_HELP["replay"],
                        description="Replay a source epoch by epoch into a snapshot store.")
     _add_source_args(r)
+    _add_duplicate_texts_arg(r)
     _add_model_args(r)
     r.add_argument("--top-words", type=_positive_int, default=ReplayConfig.top_words, help="top words stored per node")
     r.add_argument("--store", required=True, help="snapshot store directory (or pyarrow.fs URI)")
@@ -511,6 +522,7 @@ def _add_serve_parser(sub) -> None:
     v.add_argument("--warmup-docs", type=_positive_int, default=1000,
                    help="fit the vocabulary once the closed epochs hold this many documents (default 1000)")
     _add_vocabulary_args(v, "warm-up vocabulary: ")
+    _add_duplicate_texts_arg(v)
     _add_model_args(v)
     v.add_argument("--address", help="Ray cluster address for --engine ray (default: RAY_ADDRESS or a local one)")
     v.add_argument("--top-words", type=_positive_int, default=ServeConfig.top_words, help="top words stored per node")
@@ -723,6 +735,7 @@ def _replay_config(args, model: dict | None = None):
         max_df=args.max_df, max_features=args.max_features, weighting=args.weighting,
         top_words=_top_words(getattr(args, "top_words", None)),
         model=_model_options(args) if model is None else model,
+        duplicate_texts=getattr(args, "duplicate_texts", ReplayConfig.duplicate_texts),
     )
 
 
@@ -778,7 +791,7 @@ def serve_config(args):
         settle=args.settle, require_success=args.require_success, vocabulary_from=args.vocabulary_from,
         warmup_docs=args.warmup_docs, min_df=args.min_df, max_df=args.max_df, max_features=args.max_features,
         weighting=args.weighting, time_format=args.time_format, time_range=args.time_range, format=args.format,
-        delimiter=args.delimiter, top_words=args.top_words, model=model)
+        delimiter=args.delimiter, top_words=args.top_words, model=model, duplicate_texts=args.duplicate_texts)
 
 
 def cmd_serve(args) -> int:

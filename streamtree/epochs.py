@@ -258,6 +258,18 @@ class Epoch:
                      pa.concat_tables([self.rejects, moved]))
 
 
+    def repeated_texts(self) -> np.ndarray:
+        """Boolean mask of the rows whose text is exactly that of an earlier row of the epoch
+        (the first of each text is not marked)."""
+        if not self.rows.num_rows:
+            return np.zeros(0, dtype=bool)
+        codes = pc.dictionary_encode(self.rows.column("text"), null_encoding="encode").combine_chunks().indices
+        codes = np.asarray(codes.to_numpy(zero_copy_only=False), dtype=np.int64)
+        repeated = np.ones(codes.size, dtype=bool)
+        repeated[np.unique(codes, return_index=True)[1]] = False
+        return repeated
+
+
 class Bucketer:
     """Group normalised rows by epoch key; see the module docstring.
 
@@ -770,11 +782,6 @@ class EpochReader:
             rejects = pa.concat_tables([r.select(REJECT_SCHEMA.names).cast(REJECT_SCHEMA) for r in rej]) \
                 if rej else empty_rejects()
             yield Epoch(index, int(key), self.spec.label(key), self._rows(key), rejects)
-
-    def texts(self) -> Iterator[pa.ChunkedArray]:
-        """The text column of each epoch in order (for fitting a vocabulary)."""
-        for ep in self.epochs():
-            yield ep.rows.column("text")
 
     def close(self) -> None:
         """Delete the spilled runs (the temporary directory this reader created)."""

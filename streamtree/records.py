@@ -53,6 +53,16 @@ EMPTY_AFTER_VOCABULARY = "empty after vocabulary filtering"
 LATE_ROW = "late row for a closed epoch"
 OUT_OF_RANGE = "out of range"  # time far outside the data's bulk, or outside --time-range
 DUPLICATE_ID = "duplicate id"  # the id of an earlier row; the first row with an id is kept
+#: the text of an earlier row of the same epoch, under ``duplicate_texts="reject"``; the first is kept
+DUPLICATE_TEXT = "duplicate text in its epoch"
+
+#: what replay and serve do with a row whose text repeats an earlier row's in its epoch:
+#: ``"keep"`` fits every copy as a document (and says how many there were), ``"reject"``
+#: fits the first and files the others as rejects (:data:`DUPLICATE_TEXT`)
+DUPLICATE_TEXTS = ("keep", "reject")
+#: kept by default: repeats may be real volume (a short "New release." from many sources), and
+#: no row is dropped unless asked
+DEFAULT_DUPLICATE_TEXTS = "keep"
 
 
 def empty_rejects() -> pa.Table:

@@ -36,7 +36,8 @@ from connectors.sources.files import canonical_uri
 from connectors.stores.snapshot import THETA_STORAGE, CheckpointNotKeptError, SnapshotStore, StoreError
 from streamtree.epochs import Epoch, EpochReader, EpochSpec, TimeRange
 from streamtree.model import DTSSBP
-from streamtree.records import EMPTY_AFTER_VOCABULARY, RejectLog
+from streamtree.records import (DEFAULT_DUPLICATE_TEXTS, DUPLICATE_TEXT, DUPLICATE_TEXTS, EMPTY_AFTER_VOCABULARY,
+                                RejectLog)
 from streamtree.snapshots import StaticOptions, snapshot_name, static_snapshot
 from streamtree.text import (DEFAULT_MAX_DF, DEFAULT_MAX_FEATURES, DEFAULT_MIN_DF, DEFAULT_TOP_WORDS,
                              DEFAULT_LENGTH_POWER, DEFAULT_WEIGHTING, WEIGHTED_LENGTH_POWER, WEIGHTING_BEFORE_TFIDF,
@@ -48,6 +49,10 @@ MODES = ("refuse", "resume", "overwrite")
 #: ReplayConfig fields that say where and how fast a replay runs, not what it computes.
 RUN_LOCATION = ("engine", "batch_size")
 
+
+#: share of an epoch's rows repeating an earlier row's text from which a service that keeps
+#: them warns (a replay says so once, in its summary)
+REPEATED_TEXTS_WARNING = 0.1
 
 #: the seed of a replay unless one is given: a replay is reproducible (and resumable) by default
 REPLAY_SEED = 0
@@ -141,6 +146,11 @@ class ReplayConfig:
     top_words: int = DEFAULT_TOP_WORDS
     batch_size: int = 8192
     model: dict = field(default_factory=dict)
+    #: rows repeating an earlier row's text in their epoch: fitted (``"keep"``) or rejected
+    duplicate_texts: str = DEFAULT_DUPLICATE_TEXTS
+
+    def __post_init__(self) -> None:
+        check_duplicate_texts(self.duplicate_texts)
 
     def model_params(self) -> dict:
         """All keyword arguments of :class:`streamtree.model.DTSSBP` for this replay."""
@@ -170,7 +180,8 @@ class ReplayConfig:
         source spelled canonically (relative or absolute paths of one file are the same)."""
         d = {k: v for k, v in asdict(self).items() if k not in RUN_LOCATION}
         d["source"] = canonical_uri(self.source)
-        return settings_identity(d, ReplayConfig, ("format", "delimiter"), self.model_params(), self.epoch)
+        return settings_identity(d, ReplayConfig, ("format", "delimiter", "duplicate_texts"), self.model_params(),
+                                 self.epoch)
 
 
 @dataclass
@@ -195,6 +206,9 @@ class ReplaySummary:
     n_records: int
     rejects: dict[str, int] = field(default_factory=dict)
     n_empty_after_filter: int = 0
+    #: rows that repeated an earlier row's text in their epoch (fitted, or rejected when asked)
+    n_repeated_texts: int = 0
+    duplicate_texts: str = DEFAULT_DUPLICATE_TEXTS
     vocabulary_size: int = 0
     seconds: float = 0.0
     fit_seconds: float = 0.0
@@ -215,6 +229,9 @@ class ReplaySummary:
             lines.append(f"  {reason}: {n}")
         if self.n_empty_after_filter and EMPTY_AFTER_VOCABULARY not in self.rejects:
             lines.append(f"empty after vocabulary filtering: {self.n_empty_after_filter}")
+        repeated = repeated_texts_note(self.n_repeated_texts, self.n_documents, self.duplicate_texts)
+        if repeated:
+            lines.append(f"repeated texts: {repeated}")
         rate = self.n_documents / self.fit_seconds if self.fit_seconds > 0 else float("nan")
         lines.append(f"time: {self.seconds:.1f}s ({self.fit_seconds:.1f}s fitting, {rate:.0f} documents/s)")
         return "\n".join(lines)
@@ -266,8 +283,7 @@ def fit_vocabulary(config: ReplayConfig, epochs) -> TextVectorizer:
     one fit (scikit-learn's vocabulary fit is not incremental): the only step of a replay
     whose memory grows with the corpus, and a resume never repeats it.
     """
-    chunks = epochs.texts() if isinstance(epochs, EpochReader) else (e.rows.column("text") for e in epochs)
-    texts = [c for col in chunks for c in col.chunks]
+    texts = vocabulary_texts(epochs.epochs() if isinstance(epochs, EpochReader) else epochs, config.duplicate_texts)
     if not texts:
         raise ValueError(f"{config.source}: no usable documents (every record was rejected)")
     vec = config.vectorizer()
@@ -283,6 +299,35 @@ def vocabulary_note(vec: TextVectorizer) -> str:
     weights = "raw counts" if vec.norm is None else f"{vec.weighting} weights, L2-normalised rows"
     return (f"vocabulary: {vec.vocabulary_.shape[0]} terms ({cap}; min_df={vec.min_df}, max_df={vec.max_df}; "
             f"{stop}; {weights})")
+
+
+def check_duplicate_texts(value: str) -> None:
+    if value not in DUPLICATE_TEXTS:
+        raise ValueError(f"duplicate_texts must be one of {DUPLICATE_TEXTS}, got {value!r}")
+
+
+def vocabulary_texts(epochs, duplicate_texts: str) -> list[pa.Array]:
+    """The text chunks a vocabulary is fitted on: every row of ``epochs`` (an iterable of
+    :class:`~streamtree.epochs.Epoch`), without the repeats of an epoch's texts when
+    ``duplicate_texts="reject"`` will not fit them."""
+    chunks = []
+    for ep in epochs:
+        rows = ep.reject(ep.repeated_texts(), DUPLICATE_TEXT).rows if duplicate_texts == "reject" else ep.rows
+        chunks.extend(rows.column("text").chunks)
+    return chunks
+
+
+def repeated_texts_note(n_repeated: int, n_documents: int, duplicate_texts: str) -> str | None:
+    """A sentence on the rows that repeated an earlier row's text in their epoch, or None."""
+    if not n_repeated:
+        return None
+    if duplicate_texts == "reject":
+        return (f"{n_repeated} rows repeated the text of an earlier row of their epoch and were filed as "
+                f"rejects ({DUPLICATE_TEXT!r}); the first of each was fitted")
+    return (f"{n_repeated} of the {n_documents} documents repeat the text of an earlier document of their "
+            "epoch and were fitted as documents of their own: copies count as independent evidence, "
+            "which splits a topic into nodes of near copies; --duplicate-texts reject fits the first of "
+            "each and files the others as rejects")
 
 
 def settings_identity(settings: dict, config_class: type, added: tuple[str, ...], model_params: dict,
@@ -484,7 +529,8 @@ def _replay(store, config, mode, progress, static, start) -> ReplaySummary:
         else:
             vec = fit_vocabulary(config, reader)
             model = config.estimator()
-            totals = {"documents": 0, "rejects": {}, "empty_after_filter": 0, "fit_seconds": 0.0, "epochs": 0}
+            totals = {"documents": 0, "rejects": {}, "empty_after_filter": 0, "repeated_texts": 0, "fit_seconds": 0.0,
+                      "epochs": 0}
             first = 0
         notes = notes + [vocabulary_note(vec)]  # on resume too: the summaries of both runs agree
         run = _Run(store, config, vec, model, reader, totals, progress, static,
@@ -499,6 +545,7 @@ def _replay(store, config, mode, progress, static, start) -> ReplaySummary:
     summary = ReplaySummary(
         n_epochs=t["epochs"], n_published=n_published, n_documents=t["documents"], n_records=src.n_read,
         rejects=dict(t["rejects"]), n_empty_after_filter=t["empty_after_filter"],
+        n_repeated_texts=t.get("repeated_texts", 0), duplicate_texts=config.duplicate_texts,
         vocabulary_size=int(vec.vocabulary_.shape[0]), seconds=time.perf_counter() - start,
         fit_seconds=t["fit_seconds"], notes=notes,
     )
@@ -536,7 +583,7 @@ class _Run:
         pending: dict | None = None  # a run of empty epochs not yet recorded
         n_published = 0
         last_index = self.reader.n_epochs - 1
-        fitter = EpochFitter(model, self.vec)
+        fitter = EpochFitter(model, self.vec, cfg.duplicate_texts)
         for ep in self.reader.epochs(start=first):
             t0 = time.perf_counter()
             empty_before = fitter.n_empty
@@ -545,6 +592,7 @@ class _Run:
                 start(ep.index, self.reader.n_epochs, ep.label, ep.n_rows)
             fitted = fitter.fit(ep, callback=getattr(self.progress, "sweep", None))
             t["empty_after_filter"] += fitter.n_empty - empty_before
+            t["repeated_texts"] = t.get("repeated_texts", 0) + fitter.last_repeated
             if fitted is None:  # the model needs documents in its first epoch: rejects carried
                 continue
             ep, X, rejects, tree = fitted.epoch, fitted.X, fitted.rejects, fitted.tree
@@ -603,20 +651,37 @@ class FittedEpoch:
 class EpochFitter:
     """Vectorise and fit epochs in order: the per-epoch step shared by replay and serve.
 
-    Rows empty after vocabulary filtering become rejects of their epoch. Until the model has
-    seen a document (it needs some in its first epoch), epochs without documents are not
-    fitted: :meth:`fit` returns None and their rejects are carried into the next epoch's.
+    Rows whose text repeats an earlier row's in the epoch are counted (:attr:`n_repeated`)
+    and, under ``duplicate_texts="reject"``, become rejects of their epoch
+    (:data:`~streamtree.records.DUPLICATE_TEXT`). Rows empty after vocabulary filtering
+    become rejects of their epoch. Until the model has seen a document (it needs some in its
+    first epoch), epochs without documents are not fitted: :meth:`fit` returns None and their
+    rejects are carried into the next epoch's.
     """
 
-    def __init__(self, model, vectorizer: TextVectorizer) -> None:
+    def __init__(self, model, vectorizer: TextVectorizer, duplicate_texts: str = DEFAULT_DUPLICATE_TEXTS) -> None:
+        check_duplicate_texts(duplicate_texts)
         self.model = model
         self.vectorizer = vectorizer
+        self.duplicate_texts = duplicate_texts
         self.carried: list[pa.Table] = []
         self.n_empty = 0
+        #: rows so far whose text repeats an earlier row's in their epoch (kept or rejected)
+        self.n_repeated = 0
+        #: the last fitted epoch's such rows
+        self.last_repeated = 0
 
     def fit(self, ep: Epoch, callback=None) -> FittedEpoch | None:
         """Fit one epoch; ``callback(sweeps_done, n_sweeps, n_live)`` follows its sweeps."""
         p = self.vectorizer.vocabulary_.shape[0]
+        repeated = ep.repeated_texts()
+        self.last_repeated = int(repeated.sum())
+        self.n_repeated += self.last_repeated
+        if self.last_repeated:
+            logger.info("epoch %s: %d of %d rows repeat the text of an earlier row of the epoch (%s)", ep.label,
+                        self.last_repeated, ep.n_rows, "rejected" if self.duplicate_texts == "reject" else "kept")
+            if self.duplicate_texts == "reject":
+                ep = ep.reject(repeated, DUPLICATE_TEXT)
         if ep.n_rows:
             X = self.vectorizer.transform(ep.rows.column("text"))
             empty = self.vectorizer.empty_rows(X)

@@ -68,10 +68,11 @@ from connectors.sources.files import file_format
 from connectors.stores.ledger import LEDGER_TABLE, ledger_table, read_ledger
 from connectors.stores.snapshot import SnapshotStore, StoreError
 from streamtree.epochs import LATE_POLICIES, Bucketer, Epoch, EpochSpec, TimeRange
-from streamtree.records import OUT_OF_RANGE, REJECT_SCHEMA, make_rejects, reject_rows
+from streamtree.records import DEFAULT_DUPLICATE_TEXTS, OUT_OF_RANGE, REJECT_SCHEMA, make_rejects, reject_rows
 from streamtree.model import RUN_LOCATION_PARAMS
-from streamtree.replay import (EpochFitter, identity_differences, settings_identity, stored_identity, text_model_params,
-                               text_vectorizer, theta_storage)
+from streamtree.replay import (REPEATED_TEXTS_WARNING, EpochFitter, check_duplicate_texts, identity_differences,
+                               repeated_texts_note, settings_identity, stored_identity, text_model_params,
+                               text_vectorizer, theta_storage, vocabulary_texts)
 from streamtree.text import DEFAULT_MAX_DF, DEFAULT_MAX_FEATURES, DEFAULT_MIN_DF, DEFAULT_TOP_WORDS, DEFAULT_WEIGHTING
 from streamtree.text import TextVectorizer
 from streamtree.watermark import Watermark, is_idle
@@ -117,12 +118,15 @@ class ServeConfig:
     top_words: int = DEFAULT_TOP_WORDS
     batch_size: int = 8192
     model: dict = field(default_factory=dict)
+    #: rows repeating an earlier row's text in their epoch: fitted (``"keep"``) or rejected
+    duplicate_texts: str = DEFAULT_DUPLICATE_TEXTS
 
     _RUNTIME = ("landing", "store", "poll_interval", "settle", "batch_size", "idle_timeout")
 
     def __post_init__(self) -> None:
         # a clear error now rather than at the first file; one spelling (tsv = csv + tab) in the identity
         self.format, self.delimiter = file_format(self.format, self.delimiter)
+        check_duplicate_texts(self.duplicate_texts)
         if self.late_policy not in LATE_POLICIES:
             raise ValueError(f"late policy must be one of {LATE_POLICIES}, got {self.late_policy!r}")
         if self.allowed_lateness < 0:
@@ -147,7 +151,7 @@ class ServeConfig:
     def identity(self) -> dict:
         """What must match for a restart to continue a store (not where or how often it runs)."""
         d = {k: v for k, v in asdict(self).items() if k not in self._RUNTIME}
-        return settings_identity(d, ServeConfig, ("time_format", "time_range", "format", "delimiter"),
+        return settings_identity(d, ServeConfig, ("time_format", "time_range", "format", "delimiter", "duplicate_texts"),
                                  self.model_params(), self.epoch)
 
     def model_params(self) -> dict:
@@ -416,7 +420,7 @@ class Service:
 
     def _set_vocabulary(self, vec: TextVectorizer) -> None:
         self.vectorizer = vec
-        self.fitter = EpochFitter(self.model, vec)
+        self.fitter = EpochFitter(self.model, vec, self.config.duplicate_texts)
         logger.info("vocabulary: %d terms", vec.vocabulary_.shape[0])
 
     # ---- taking files ------------------------------------------------------------------
@@ -507,7 +511,7 @@ class Service:
                         self.config.warmup_docs, self._queue[-1].label)
             return False
         vec = self.config.vectorizer()
-        vec.fit(pa.chunked_array([c for e in self._queue for c in e.rows.column("text").chunks], pa.string()))
+        vec.fit(pa.chunked_array(vocabulary_texts(self._queue, self.config.duplicate_texts), pa.string()))
         logger.info("vocabulary fitted on %d documents of %d warm-up epochs", n, len(self._queue))
         self.store.write_vocabulary(vec)
         self._set_vocabulary(vec)
@@ -519,6 +523,9 @@ class Service:
         t0 = time.perf_counter()
         fitted = self.fitter.fit(ep)
         self._heartbeat = time.time()
+        repeated = self.fitter.last_repeated
+        if repeated and self.config.duplicate_texts == "keep" and repeated >= REPEATED_TEXTS_WARNING * ep.n_rows:
+            logger.warning("epoch %s: %s", ep.label, repeated_texts_note(repeated, ep.n_rows, "keep"))
         self._queue.pop(0)
         if fitted is None:  # no document yet: its rejects go with the next epoch
             self._in_epoch = None

@@ -402,7 +402,16 @@ def test_document_concentration_reaches_the_estimator(corpus, tmp_path):
     args = parser.parse_args(["serve", str(tmp_path / "in"), "--store", str(tmp_path / "s"), *src,
                               "--document-concentration", "3.5"])
     assert serve_config(args).model["document_concentration"] == 3.5
+    assert serve_config(args).duplicate_texts == "keep"
+    args = parser.parse_args(["serve", str(tmp_path / "in"), "--store", str(tmp_path / "s"), *src,
+                              "--duplicate-texts", "reject"])
+    assert serve_config(args).duplicate_texts == "reject"
+    assert serve_config(args).identity()["duplicate_texts"] == "reject"
+    args = parser.parse_args(["replay", str(corpus), *src, "--store", str(tmp_path / "r"), "--duplicate-texts",
+                              "reject"])
+    assert _replay_config(args).duplicate_texts == "reject"
     args = parser.parse_args(["replay", str(corpus), *src, "--store", str(tmp_path / "r")])
+    assert _replay_config(args).duplicate_texts == "keep"
     assert "document_concentration" not in _replay_config(args).model  # unset: the estimator's default
     with pytest.raises(SystemExit):
         parser.parse_args(["replay", str(corpus), *src, "--store", "x", "--document-concentration", "-1"])

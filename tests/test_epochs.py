@@ -219,3 +219,13 @@ def test_epoch_reject_moves_rows_with_reason():
     assert ep.reject(np.zeros(4, bool), "x") is ep
     with pytest.raises(ValueError, match="mask"):
         ep.reject([True], "x")
+
+
+def test_repeated_texts_marks_every_copy_after_the_first():
+    from streamtree.epochs import Epoch
+
+    texts = pa.chunked_array([["a b", "c", "a b"], ["c", "a b ", "c", "A b"]])  # across chunks; exact text only
+    rows = pa.table({"id": [f"r{i}" for i in range(7)], "text": texts})
+    ep = Epoch(0, 0, "0", rows)
+    assert ep.repeated_texts().tolist() == [False, False, True, True, False, True, False]
+    assert Epoch(0, 0, "0", rows.slice(0, 0)).repeated_texts().tolist() == []

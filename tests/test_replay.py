@@ -12,7 +12,7 @@ import pytest
 
 from connectors.sources import SourceError
 from connectors.stores.snapshot import SnapshotStore, StoreError
-from streamtree.records import EMPTY_AFTER_VOCABULARY, EMPTY_TEXT, MISSING_TIME
+from streamtree.records import DUPLICATE_TEXT, EMPTY_AFTER_VOCABULARY, EMPTY_TEXT, MISSING_TIME
 from streamtree.replay import ReplayConfig, replay
 
 SOU = Path(__file__).resolve().parent.parent / "examples" / "data" / "sotu_paragraphs.parquet"
@@ -122,6 +122,43 @@ def test_rejects_are_counted_and_stored(tmp_path):
     # key-less rejects go with the first epoch, the others with their own
     assert got == {"empty": ("1790s", EMPTY_TEXT), "notime": ("1790s", MISSING_TIME),
                    "stop": ("1800s", EMPTY_AFTER_VOCABULARY), "rare": ("1800s", EMPTY_AFTER_VOCABULARY)}
+
+
+def test_repeated_texts_are_counted_and_fitted_or_rejected(tmp_path):
+    # "quokka" is in one distinct text only, repeated three times in its decade; the other texts
+    # repeat across decades, which is not a repeat within an epoch
+    texts = (["war army navy quokka"] * 3 + ["war army peace treaty", "taxes revenue debt"]
+             + ["war army peace treaty", "taxes revenue debt treasury", "taxes revenue debt treasury"])
+    rows = {"doc_id": [f"d{i}" for i in range(len(texts))], "text": texts, "year": [1791] * 5 + [1801] * 3}
+    pq.write_table(pa.table(rows), tmp_path / "c.parquet")
+    kw = dict(max_features=None, min_df=2, max_df=1.0)
+    kept = replay(config(tmp_path / "c.parquet", **kw), str(tmp_path / "keep"))
+    assert kept.n_repeated_texts == 3 and kept.n_documents == 8 and not kept.rejects
+    assert "repeated texts: 3 of the 8 documents repeat" in kept.format()
+    assert "quokka" in SnapshotStore(str(tmp_path / "keep")).vocabulary()
+    uri = str(tmp_path / "reject")
+    cfg = config(tmp_path / "c.parquet", duplicate_texts="reject", **kw)
+    rejected = replay(cfg, uri)
+    assert rejected.n_repeated_texts == 3 and rejected.n_documents == 5
+    assert rejected.rejects == {DUPLICATE_TEXT: 3}
+    assert "were filed as rejects" in rejected.format()
+    store = SnapshotStore(uri)
+    assert "quokka" not in store.vocabulary()  # the vocabulary counts each text once, as the fit does
+    fitted, filed = [], {}
+    for e in store.epochs():
+        st = store.read(e["epoch"])
+        fitted += list(st.doc_ids)
+        if st.rejects is not None:
+            filed.update(zip(st.rejects.column("id").to_pylist(), st.rejects.column("reason").to_pylist()))
+    assert sorted(fitted) == ["d0", "d3", "d4", "d5", "d6"]  # the first of each text in each epoch
+    assert filed == {"d1": DUPLICATE_TEXT, "d2": DUPLICATE_TEXT, "d7": DUPLICATE_TEXT}
+    # the setting is part of what a resume must match; the default is not recorded (older stores match)
+    assert "duplicate_texts" not in config(tmp_path / "c.parquet").identity()
+    assert cfg.identity()["duplicate_texts"] == "reject"
+    with pytest.raises(StoreError, match="duplicate_texts"):
+        replay(config(tmp_path / "c.parquet", **kw), uri, mode="resume")
+    with pytest.raises(ValueError, match="duplicate_texts must be one of"):
+        config(tmp_path / "c.parquet", duplicate_texts="drop")
 
 
 def interrupted_replay(corpus, uri: str) -> None:

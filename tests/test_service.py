@@ -301,3 +301,25 @@ def test_one_spelling_of_a_format_is_one_identity(tmp_path):
     ids = {repr(_config(tmp_path, tmp_path / "s", **kw).identity())
            for kw in ({"format": "tsv"}, {"format": "csv", "delimiter": "tab"}, {"format": "csv", "delimiter": "\\t"})}
     assert len(ids) == 1
+
+
+def test_repeated_texts_rejected_as_replay_does_or_kept_with_a_warning(tmp_path, caplog):
+    from streamtree.records import DUPLICATE_TEXT
+
+    src, land = tmp_path / "src", tmp_path / "land"
+    for d in (1, 2):
+        rows = day_rows(d, 25, 5)
+        write_jsonl(str(src / f"day{d}.jsonl"), rows + rows[:10])  # 10 repeats of 35 rows a day
+    model = dict(max_depth=2, n_sweeps=3)
+    replay(ReplayConfig(source=str(src), text_col="text", time_col="time", epoch="1d", model=model, min_df=1,
+                        duplicate_texts="reject"), str(tmp_path / "replay"))
+    shutil.copytree(src, land)
+    _once(_config(land, tmp_path / "store", vocabulary_from=str(tmp_path / "replay"), idle_timeout=1e-3,
+                  duplicate_texts="reject"))
+    assert store_epochs(tmp_path / "store") == store_epochs(tmp_path / "replay")
+    assert [r for _, r in store_rejects(tmp_path / "store")] == [DUPLICATE_TEXT] * 20
+    with caplog.at_level("WARNING", logger="streamtree.service"):
+        _once(_config(land, tmp_path / "kept", vocabulary_from=str(tmp_path / "replay"), idle_timeout=1e-3))
+    warned = [r.getMessage() for r in caplog.records if "repeat the text" in r.getMessage()]
+    assert len(warned) == 2 and "10 of the 35 documents" in warned[0]
+    assert store_rejects(tmp_path / "kept") == []
