@@ -169,13 +169,14 @@ def _add_source_args(p: argparse.ArgumentParser) -> None:
 
 
 def _add_duplicate_texts_arg(p: argparse.ArgumentParser) -> None:
-    """``--duplicate-texts``: one definition for replay and serve."""
+    """``--duplicate-texts``: one definition for replay, serve and evaluate."""
     from streamtree.records import DEFAULT_DUPLICATE_TEXTS, DUPLICATE_TEXTS
 
     p.add_argument("--duplicate-texts", choices=DUPLICATE_TEXTS, default=DEFAULT_DUPLICATE_TEXTS,
-                   help="a row whose text repeats an earlier row's in its epoch: fit it as a document of its own "
-                        "(keep; how many is reported) or fit the first and file the others as rejects "
-                        f"(reject) (default: {DEFAULT_DUPLICATE_TEXTS})")
+                   help="a row whose text repeats an earlier row's in its epoch: keep (fit it as a document of "
+                        "its own; how many there were is reported) or reject (use the first of each text; the "
+                        "others are filed as rejects, or left out of an evaluation) "
+                        f"(default: {DEFAULT_DUPLICATE_TEXTS})")
 
 
 def _add_format_args(p: argparse.ArgumentParser) -> None:
@@ -435,6 +436,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "epoch; kappa0 and restart chosen on the first half of the epochs, repeats scored on "
                     "the second half) and also prints its unnormalised score.")
     _add_source_args(e)
+    _add_duplicate_texts_arg(e)
     _add_model_args(e, for_evaluate=True)
     from streamtree.evaluate import PROTOCOLS, EvaluationConfig
 

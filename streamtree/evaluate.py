@@ -187,6 +187,10 @@ class SplitData:
     protocol: str = "paper"
     repeat: int = 0
     n_dropped_select: int = 0
+    #: rows that repeated an earlier row's text in their epoch (before subsampling), and whether
+    #: they were left out (``duplicate_texts="reject"``) rather than split like any other document
+    n_repeated_texts: int = 0
+    repeats_left_out: bool = False
 
     @property
     def middle(self) -> int:
@@ -298,12 +302,19 @@ def split_epochs(epochs: list, config: ReplayConfig, ev: EvaluationConfig, repea
     import pyarrow as pa
     import scipy.sparse as sp
 
+    from streamtree.records import DUPLICATE_TEXT
+
     documents = ev.protocol == "documents"
     key = [ev.seed, repeat, 7] if documents else [ev.seed, 7]
     rng = np.random.default_rng(np.random.SeedSequence(key))
     empty = pa.array([], pa.string())
     parts = []
+    n_repeated = 0
     for ep in epochs:
+        repeated = ep.repeated_texts()
+        n_repeated += int(repeated.sum())
+        if config.duplicate_texts == "reject":
+            ep = ep.reject(repeated, DUPLICATE_TEXT)
         order = rng.permutation(ep.n_rows)
         if ev.max_docs_per_epoch is not None:
             order = order[: ev.max_docs_per_epoch]
@@ -355,7 +366,8 @@ def split_epochs(epochs: list, config: ReplayConfig, ev: EvaluationConfig, repea
             dropped["test"] += Xte.shape[0]
             continue  # the model's first epoch needs documents
         out.append(SplitEpoch(ep.index, ep.label, Xtr, Xte, Xsel if documents else None))
-    data = SplitData(out, p, dropped["train"], dropped["test"], ev.protocol, repeat, dropped["select"])
+    data = SplitData(out, p, dropped["train"], dropped["test"], ev.protocol, repeat, dropped["select"], n_repeated,
+                     config.duplicate_texts == "reject")
     if documents:
         n_sel, n_test = data.n_docs("select"), data.n_docs("test")
         if n_sel < 2 or n_test < 2:
@@ -777,6 +789,15 @@ def _document_model(params: dict) -> str:
             else f" (bursty documents, document_concentration={setting})")
 
 
+def repeated_texts_line(data: SplitData) -> str:
+    """What the split did with the rows repeating an earlier row's text in their epoch."""
+    return (f"{data.n_repeated_texts} rows repeat the text of an earlier row of their epoch: "
+            + ("left out (--duplicate-texts reject)." if data.repeats_left_out else
+               "split like any other document, so a copy held out with its twin in training makes the "
+               "held-out score optimistic, most for models that fit single documents; "
+               "--duplicate-texts reject leaves them out."))
+
+
 def format_results(results: list[ModelResult], data: SplitData | list[SplitData], ev: EvaluationConfig) -> str:
     """One row per model and depth: log density per test document, coherence, paired differences."""
     splits = data if isinstance(data, list) else [data]
@@ -813,6 +834,8 @@ def format_results(results: list[ModelResult], data: SplitData | list[SplitData]
         ]
         score_title = ("log density per test document: mean over epochs of the epoch's mean (each epoch "
                        "weighs the same, as in the paper), mean +- sd over repeats")
+    if first.n_repeated_texts:
+        head.append(repeated_texts_line(first))
     head.append(f"{params['likelihood']} likelihood{_document_model(params)}, {params['n_sweeps']} sweeps/epoch, "
                 f"window {params['window']}.")
     lines = head + ["", f"Held-out {score_title}; NPMI: mean coherence of the top-{N_TOP_WORDS} words of each "

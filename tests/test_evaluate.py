@@ -13,7 +13,7 @@ import scipy.sparse as sp
 from streamtree.coherence import topic_npmi
 from streamtree.evaluate import (EvaluationConfig, EvaluationRunError, ModelResult, choose_kappa0, evaluate,
                                  format_results, kappa0_matters, load_and_evaluate, load_split_epochs,
-                                 paired_differences, read_evaluation_epochs, split_epochs)
+                                 paired_differences, read_evaluation_epochs, repeated_texts_line, split_epochs)
 from streamtree.model import DTSSBP
 from streamtree.replay import ReplayConfig
 from test_replay import sou_slice
@@ -152,6 +152,23 @@ def test_document_split_gives_the_selection_enough_documents_on_a_skewed_stream(
         # about 10% each, whatever the months' sizes (random rounding: within a few documents)
         assert abs(n_sel - 0.1 * n) <= 8 and abs(n_test - 0.1 * n) <= 8
         assert all(e.X_train.shape[0] >= 1 for e in data.epochs)  # every month keeps training documents
+
+
+def test_repeated_texts_are_counted_and_left_out_when_asked(tmp_path):
+    path, n = skewed_stream(tmp_path / "skew.parquet")
+    t = pq.read_table(path)
+    copies = t.slice(t.num_rows - 40, 40)  # 40 rows of the last month, again
+    pq.write_table(pa.concat_tables([t, copies]), path)
+    ev = EvaluationConfig()
+    kept = load_split_epochs(skewed_cfg(path), ev)
+    assert kept.n_repeated_texts == 40 and not kept.repeats_left_out
+    assert sum(kept.n_docs(p) for p in ("train", "select", "test")) == n + 40
+    assert "held-out score optimistic" in repeated_texts_line(kept)
+    config = ReplayConfig(**{**skewed_cfg(path).__dict__, "duplicate_texts": "reject"})
+    left = load_split_epochs(config, ev)
+    assert left.n_repeated_texts == 40 and left.repeats_left_out
+    assert sum(left.n_docs(p) for p in ("train", "select", "test")) == n
+    assert "left out (--duplicate-texts reject)" in repeated_texts_line(left)
 
 
 def test_document_splits_are_disjoint_and_vary_with_the_repeat(corpus):
