@@ -318,16 +318,19 @@ def vocabulary_texts(epochs, duplicate_texts: str) -> list[pa.Array]:
 
 
 def repeated_texts_note(n_repeated: int, n_documents: int, duplicate_texts: str) -> str | None:
-    """A sentence on the rows that repeated an earlier row's text in their epoch, or None."""
+    """A sentence on the rows that repeated an earlier row's text in their epoch, or None; with
+    advice when kept copies are :data:`REPEATED_TEXTS_WARNING` of the documents or more."""
     if not n_repeated:
         return None
     if duplicate_texts == "reject":
         return (f"{n_repeated} rows repeated the text of an earlier row of their epoch and were filed as "
                 f"rejects ({DUPLICATE_TEXT!r}); the first of each was fitted")
-    return (f"{n_repeated} of the {n_documents} documents repeat the text of an earlier document of their "
-            "epoch and were fitted as documents of their own: copies count as independent evidence, "
-            "which splits a topic into nodes of near copies; --duplicate-texts reject fits the first of "
-            "each and files the others as rejects")
+    said = (f"{n_repeated} of the {n_documents} documents repeat the text of an earlier document of their "
+            "epoch and were fitted as documents of their own")
+    if n_repeated < REPEATED_TEXTS_WARNING * n_documents:
+        return said
+    return (f"{said}: copies count as independent evidence, which splits a topic into nodes of near copies; "
+            "--duplicate-texts reject fits the first of each and files the others as rejects")
 
 
 def settings_identity(settings: dict, config_class: type, added: tuple[str, ...], model_params: dict,

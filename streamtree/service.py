@@ -524,7 +524,7 @@ class Service:
         fitted = self.fitter.fit(ep)
         self._heartbeat = time.time()
         repeated = self.fitter.last_repeated
-        if repeated and self.config.duplicate_texts == "keep" and repeated >= REPEATED_TEXTS_WARNING * ep.n_rows:
+        if self.config.duplicate_texts == "keep" and repeated and repeated >= REPEATED_TEXTS_WARNING * ep.n_rows:
             logger.warning("epoch %s: %s", ep.label, repeated_texts_note(repeated, ep.n_rows, "keep"))
         self._queue.pop(0)
         if fitted is None:  # no document yet: its rejects go with the next epoch

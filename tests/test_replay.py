@@ -135,6 +135,11 @@ def test_repeated_texts_are_counted_and_fitted_or_rejected(tmp_path):
     kept = replay(config(tmp_path / "c.parquet", **kw), str(tmp_path / "keep"))
     assert kept.n_repeated_texts == 3 and kept.n_documents == 8 and not kept.rejects
     assert "repeated texts: 3 of the 8 documents repeat" in kept.format()
+    assert "--duplicate-texts reject fits the first" in kept.format()  # 3 of 8: with the advice
+    from streamtree.replay import repeated_texts_note
+
+    assert repeated_texts_note(3, 100, "keep").endswith("fitted as documents of their own")  # 3%: counted only
+    assert repeated_texts_note(0, 100, "keep") is None
     assert "quokka" in SnapshotStore(str(tmp_path / "keep")).vocabulary()
     uri = str(tmp_path / "reject")
     cfg = config(tmp_path / "c.parquet", duplicate_texts="reject", **kw)
