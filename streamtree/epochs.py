@@ -257,7 +257,6 @@ class Epoch:
         return Epoch(self.index, self.key, self.label, self.rows.filter(pa.array(~mask)),
                      pa.concat_tables([self.rejects, moved]))
 
-
     def repeated_texts(self) -> np.ndarray:
         """Boolean mask of the rows whose text is exactly that of an earlier row of the epoch
         (the first of each text is not marked)."""

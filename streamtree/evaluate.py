@@ -187,8 +187,8 @@ class SplitData:
     protocol: str = "paper"
     repeat: int = 0
     n_dropped_select: int = 0
-    #: rows that repeated an earlier row's text in their epoch (before subsampling), and whether
-    #: they were left out (``duplicate_texts="reject"``) rather than split like any other document
+    #: rows that repeated an earlier row's text in their epoch (left out under
+    #: ``duplicate_texts="reject"``; else those among the rows drawn, split like any other)
     n_repeated_texts: int = 0
     repeats_left_out: bool = False
 
@@ -312,12 +312,14 @@ def split_epochs(epochs: list, config: ReplayConfig, ev: EvaluationConfig, repea
     n_repeated = 0
     for ep in epochs:
         repeated = ep.repeated_texts()
-        n_repeated += int(repeated.sum())
         if config.duplicate_texts == "reject":
             ep = ep.reject(repeated, DUPLICATE_TEXT)
+            n_repeated += int(repeated.sum())
         order = rng.permutation(ep.n_rows)
         if ev.max_docs_per_epoch is not None:
             order = order[: ev.max_docs_per_epoch]
+        if config.duplicate_texts == "keep":
+            n_repeated += int(repeated[order].sum())  # those among the rows drawn
         m = order.size
         if documents:
             n_test = _random_round(ev.test_fraction * m, rng)
@@ -790,12 +792,20 @@ def _document_model(params: dict) -> str:
 
 
 def repeated_texts_line(data: SplitData) -> str:
-    """What the split did with the rows repeating an earlier row's text in their epoch."""
-    return (f"{data.n_repeated_texts} rows repeat the text of an earlier row of their epoch: "
-            + ("left out (--duplicate-texts reject)." if data.repeats_left_out else
-               "split like any other document, so a copy held out with its twin in training makes the "
-               "held-out score optimistic, most for models that fit single documents; "
-               "--duplicate-texts reject leaves them out."))
+    """What the split did with the rows repeating an earlier row's text in their epoch; with
+    advice when they are :data:`~streamtree.replay.REPEATED_TEXTS_WARNING` of the split's
+    documents or more (as a replay's summary)."""
+    from streamtree.replay import REPEATED_TEXTS_WARNING
+
+    said = f"{data.n_repeated_texts} rows repeat the text of an earlier row of their epoch"
+    if data.repeats_left_out:
+        return f"{said}: left out (--duplicate-texts reject)."
+    n = sum(data.n_docs(p) for p in ("train", "select", "test"))
+    if data.n_repeated_texts < REPEATED_TEXTS_WARNING * n:
+        return f"{said}, split like any other document."
+    return (f"{said}: split like any other document, so a copy held out with its twin in training makes the "
+            "held-out score optimistic, most for models that fit single documents; --duplicate-texts reject "
+            "leaves them out.")
 
 
 def format_results(results: list[ModelResult], data: SplitData | list[SplitData], ev: EvaluationConfig) -> str:

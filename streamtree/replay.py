@@ -206,8 +206,9 @@ class ReplaySummary:
     n_records: int
     rejects: dict[str, int] = field(default_factory=dict)
     n_empty_after_filter: int = 0
-    #: rows that repeated an earlier row's text in their epoch (fitted, or rejected when asked)
-    n_repeated_texts: int = 0
+    #: rows that repeated an earlier row's text in their epoch (fitted, or rejected when asked);
+    #: None for a store resumed from one written before they were counted
+    n_repeated_texts: int | None = 0
     duplicate_texts: str = DEFAULT_DUPLICATE_TEXTS
     vocabulary_size: int = 0
     seconds: float = 0.0
@@ -308,12 +309,14 @@ def check_duplicate_texts(value: str) -> None:
 
 def vocabulary_texts(epochs, duplicate_texts: str) -> list[pa.Array]:
     """The text chunks a vocabulary is fitted on: every row of ``epochs`` (an iterable of
-    :class:`~streamtree.epochs.Epoch`), without the repeats of an epoch's texts when
-    ``duplicate_texts="reject"`` will not fit them."""
+    :class:`~streamtree.epochs.Epoch`), or under ``duplicate_texts="reject"`` the first row of
+    each text in each epoch (the rows that will be fitted)."""
     chunks = []
     for ep in epochs:
-        rows = ep.reject(ep.repeated_texts(), DUPLICATE_TEXT).rows if duplicate_texts == "reject" else ep.rows
-        chunks.extend(rows.column("text").chunks)
+        texts = ep.rows.column("text")
+        if duplicate_texts == "reject":
+            texts = texts.filter(pa.array(~ep.repeated_texts()))
+        chunks.extend(texts.chunks)
     return chunks
 
 
@@ -377,14 +380,18 @@ def stored_identity(identity: dict) -> dict:
     return {**identity, "model": {**PARAMS_BEFORE_ADDED, **identity["model"]}}
 
 
-def identity_differences(stored: dict, now: dict) -> str:
+def identity_differences(stored: dict, now: dict, config_class: type | None = None) -> str:
     """The settings in which two replay identities differ, named down to the model parameter
-    (``model.document_concentration: None in the store, 'auto' now``), at most four."""
+    (``model.document_concentration: None in the store, 'auto' now``), at most four; a setting
+    an identity leaves out at its default (:func:`settings_identity`'s ``added``) shown at
+    ``config_class``'s default."""
 
     def shown(identity: dict, key: str):
         # an identity without a weighting has the one older stores had (drop_unset_weighting)
         if key == "weighting" and identity.get(key) is None:
             return WEIGHTING_BEFORE_TFIDF
+        if key not in identity and config_class is not None:
+            return getattr(config_class, key, None)
         return identity.get(key)
 
     found = []
@@ -426,7 +433,7 @@ def _start(store: SnapshotStore, config: ReplayConfig, mode: str) -> _Start:
         return _Start(last)
     if mode == "resume":
         raise StoreError(f"{store.uri}: the store holds a replay with a different configuration "
-                         f"({identity_differences(stored, config.identity())}); cannot resume it: give "
+                         f"({identity_differences(stored, config.identity(), ReplayConfig)}); cannot resume it: give "
                          "the store's settings, or use --overwrite or another --store")
     what = "the same" if same else "a different"
     hint = "--resume to finish it, " if same else ""
@@ -527,6 +534,7 @@ def _replay(store, config, mode, progress, static, start) -> ReplaySummary:
             arrays, meta = store.read_checkpoint(begin.resume_from["epoch"])
             model = DTSSBP.from_checkpoint(arrays, meta, engine=config.engine)
             totals = dict(begin.resume_from["state"])
+            totals.setdefault("repeated_texts", None)  # a store written before the count: unknown
             first = begin.resume_from["epoch"] + 1
             logger.info("resuming after epoch %d (%s)", begin.resume_from["epoch"], begin.resume_from["label"])
         else:
@@ -548,7 +556,7 @@ def _replay(store, config, mode, progress, static, start) -> ReplaySummary:
     summary = ReplaySummary(
         n_epochs=t["epochs"], n_published=n_published, n_documents=t["documents"], n_records=src.n_read,
         rejects=dict(t["rejects"]), n_empty_after_filter=t["empty_after_filter"],
-        n_repeated_texts=t.get("repeated_texts", 0), duplicate_texts=config.duplicate_texts,
+        n_repeated_texts=t["repeated_texts"], duplicate_texts=config.duplicate_texts,
         vocabulary_size=int(vec.vocabulary_.shape[0]), seconds=time.perf_counter() - start,
         fit_seconds=t["fit_seconds"], notes=notes,
     )
@@ -595,7 +603,8 @@ class _Run:
                 start(ep.index, self.reader.n_epochs, ep.label, ep.n_rows)
             fitted = fitter.fit(ep, callback=getattr(self.progress, "sweep", None))
             t["empty_after_filter"] += fitter.n_empty - empty_before
-            t["repeated_texts"] = t.get("repeated_texts", 0) + fitter.last_repeated
+            if t["repeated_texts"] is not None:
+                t["repeated_texts"] += fitter.last_repeated
             if fitted is None:  # the model needs documents in its first epoch: rejects carried
                 continue
             ep, X, rejects, tree = fitted.epoch, fitted.X, fitted.rejects, fitted.tree
@@ -654,11 +663,12 @@ class FittedEpoch:
 class EpochFitter:
     """Vectorise and fit epochs in order: the per-epoch step shared by replay and serve.
 
-    Rows whose text repeats an earlier row's in the epoch are counted (:attr:`n_repeated`)
-    and, under ``duplicate_texts="reject"``, become rejects of their epoch
-    (:data:`~streamtree.records.DUPLICATE_TEXT`). Rows empty after vocabulary filtering
-    become rejects of their epoch. Until the model has seen a document (it needs some in its
-    first epoch), epochs without documents are not fitted: :meth:`fit` returns None and their
+    Rows whose text repeats an earlier row's in the epoch become, under
+    ``duplicate_texts="reject"``, rejects of their epoch
+    (:data:`~streamtree.records.DUPLICATE_TEXT`); :attr:`last_repeated` counts them, or under
+    ``"keep"`` those of them that are fitted. Rows empty after vocabulary filtering become
+    rejects of their epoch. Until the model has seen a document (it needs some in its first
+    epoch), epochs without documents are not fitted: :meth:`fit` returns None and their
     rejects are carried into the next epoch's.
     """
 
@@ -669,30 +679,31 @@ class EpochFitter:
         self.duplicate_texts = duplicate_texts
         self.carried: list[pa.Table] = []
         self.n_empty = 0
-        #: rows so far whose text repeats an earlier row's in their epoch (kept or rejected)
-        self.n_repeated = 0
-        #: the last fitted epoch's such rows
+        #: the last epoch's rows repeating an earlier row's text: rejected, or kept and fitted
         self.last_repeated = 0
 
     def fit(self, ep: Epoch, callback=None) -> FittedEpoch | None:
         """Fit one epoch; ``callback(sweeps_done, n_sweeps, n_live)`` follows its sweeps."""
         p = self.vectorizer.vocabulary_.shape[0]
         repeated = ep.repeated_texts()
-        self.last_repeated = int(repeated.sum())
-        self.n_repeated += self.last_repeated
-        if self.last_repeated:
-            logger.info("epoch %s: %d of %d rows repeat the text of an earlier row of the epoch (%s)", ep.label,
-                        self.last_repeated, ep.n_rows, "rejected" if self.duplicate_texts == "reject" else "kept")
-            if self.duplicate_texts == "reject":
-                ep = ep.reject(repeated, DUPLICATE_TEXT)
+        if self.duplicate_texts == "reject":
+            ep = ep.reject(repeated, DUPLICATE_TEXT)
+            self.last_repeated = int(repeated.sum())
         if ep.n_rows:
             X = self.vectorizer.transform(ep.rows.column("text"))
             empty = self.vectorizer.empty_rows(X)
             self.n_empty += int(empty.sum())
             ep = ep.reject(empty, EMPTY_AFTER_VOCABULARY)
             X = X[~empty]
+            if self.duplicate_texts == "keep":  # the copies that are documents (not the empty ones)
+                self.last_repeated = int((repeated & ~empty).sum())
         else:
             X = sp.csr_matrix((0, p))
+            if self.duplicate_texts == "keep":
+                self.last_repeated = 0
+        if self.last_repeated:
+            logger.debug("epoch %s: %d rows repeat the text of an earlier row of the epoch (%s)", ep.label,
+                         self.last_repeated, "rejected" if self.duplicate_texts == "reject" else "fitted")
         rejects = pa.concat_tables(self.carried + [ep.rejects]) if self.carried else ep.rejects
         if X.shape[0] == 0 and not hasattr(self.model, "trees_"):
             self.carried = [rejects]

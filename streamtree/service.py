@@ -351,7 +351,7 @@ class Service:
                              "`streamtree serve` (a replay?); give the service its own --store")
         if epochs and stored != identity:
             raise StoreError(f"{self.config.store}: the store was served with other settings "
-                             f"({identity_differences(stored, identity)}); restart with the store's settings or "
+                             f"({identity_differences(stored, identity, ServeConfig)}); restart with the store's settings or "
                              "give another --store")
         given = None
         if self.config.vocabulary_from:
@@ -505,13 +505,14 @@ class Service:
 
     def _warm_up(self) -> bool:
         """Fit the vocabulary once the queued closed epochs hold enough documents."""
-        n = sum(e.n_rows for e in self._queue)
+        texts = vocabulary_texts(self._queue, self.config.duplicate_texts)  # the rows that will be fitted
+        n = sum(len(c) for c in texts)
         if n < self.config.warmup_docs:
             logger.info("warm-up: %d of %d documents for the vocabulary (epoch %s closed)", n,
                         self.config.warmup_docs, self._queue[-1].label)
             return False
         vec = self.config.vectorizer()
-        vec.fit(pa.chunked_array(vocabulary_texts(self._queue, self.config.duplicate_texts), pa.string()))
+        vec.fit(pa.chunked_array(texts, pa.string()))
         logger.info("vocabulary fitted on %d documents of %d warm-up epochs", n, len(self._queue))
         self.store.write_vocabulary(vec)
         self._set_vocabulary(vec)
@@ -524,8 +525,9 @@ class Service:
         fitted = self.fitter.fit(ep)
         self._heartbeat = time.time()
         repeated = self.fitter.last_repeated
-        if self.config.duplicate_texts == "keep" and repeated and repeated >= REPEATED_TEXTS_WARNING * ep.n_rows:
-            logger.warning("epoch %s: %s", ep.label, repeated_texts_note(repeated, ep.n_rows, "keep"))
+        if (fitted is not None and self.config.duplicate_texts == "keep" and repeated
+                and repeated >= REPEATED_TEXTS_WARNING * fitted.n_documents):
+            logger.warning("epoch %s: %s", ep.label, repeated_texts_note(repeated, fitted.n_documents, "keep"))
         self._queue.pop(0)
         if fitted is None:  # no document yet: its rejects go with the next epoch
             self._in_epoch = None

@@ -157,16 +157,24 @@ def test_document_split_gives_the_selection_enough_documents_on_a_skewed_stream(
 def test_repeated_texts_are_counted_and_left_out_when_asked(tmp_path):
     path, n = skewed_stream(tmp_path / "skew.parquet")
     t = pq.read_table(path)
-    copies = t.slice(t.num_rows - 40, 40)  # 40 rows of the last month, again
+    copies = t.slice(t.num_rows - 60, 60)  # 60 rows of the last month, again
     pq.write_table(pa.concat_tables([t, copies]), path)
     ev = EvaluationConfig()
     kept = load_split_epochs(skewed_cfg(path), ev)
-    assert kept.n_repeated_texts == 40 and not kept.repeats_left_out
-    assert sum(kept.n_docs(p) for p in ("train", "select", "test")) == n + 40
-    assert "held-out score optimistic" in repeated_texts_line(kept)
+    assert kept.n_repeated_texts == 60 and not kept.repeats_left_out
+    assert sum(kept.n_docs(p) for p in ("train", "select", "test")) == n + 60
+    assert "held-out score optimistic" in repeated_texts_line(kept)  # 60 of 522: with the advice
+    few = load_split_epochs(skewed_cfg(path), EvaluationConfig(max_docs_per_epoch=60))
+    assert 0 < few.n_repeated_texts < 60  # those among the rows drawn
+    import dataclasses
+
+    n_few = sum(few.n_docs(p) for p in ("train", "select", "test"))
+    below = dataclasses.replace(few, n_repeated_texts=int(0.1 * n_few) - 1)
+    assert repeated_texts_line(below).endswith("split like any other document.")  # under a tenth: counted only
+    assert "optimistic" in repeated_texts_line(dataclasses.replace(few, n_repeated_texts=int(0.1 * n_few) + 1))
     config = ReplayConfig(**{**skewed_cfg(path).__dict__, "duplicate_texts": "reject"})
     left = load_split_epochs(config, ev)
-    assert left.n_repeated_texts == 40 and left.repeats_left_out
+    assert left.n_repeated_texts == 60 and left.repeats_left_out
     assert sum(left.n_docs(p) for p in ("train", "select", "test")) == n
     assert "left out (--duplicate-texts reject)" in repeated_texts_line(left)
 

@@ -127,25 +127,32 @@ def test_rejects_are_counted_and_stored(tmp_path):
 def test_repeated_texts_are_counted_and_fitted_or_rejected(tmp_path):
     # "quokka" is in one distinct text only, repeated three times in its decade; the other texts
     # repeat across decades, which is not a repeat within an epoch
+    # "the and of" is left empty by the vocabulary: its copy is no document
     texts = (["war army navy quokka"] * 3 + ["war army peace treaty", "taxes revenue debt"]
-             + ["war army peace treaty", "taxes revenue debt treasury", "taxes revenue debt treasury"])
-    rows = {"doc_id": [f"d{i}" for i in range(len(texts))], "text": texts, "year": [1791] * 5 + [1801] * 3}
+             + ["war army peace treaty", "taxes revenue debt treasury", "taxes revenue debt treasury"]
+             + ["the and of"] * 2)
+    rows = {"doc_id": [f"d{i}" for i in range(len(texts))], "text": texts,
+            "year": [1791] * 5 + [1801] * 3 + [1801] * 2}
     pq.write_table(pa.table(rows), tmp_path / "c.parquet")
     kw = dict(max_features=None, min_df=2, max_df=1.0)
     kept = replay(config(tmp_path / "c.parquet", **kw), str(tmp_path / "keep"))
-    assert kept.n_repeated_texts == 3 and kept.n_documents == 8 and not kept.rejects
+    assert kept.n_repeated_texts == 3 and kept.n_documents == 8 and kept.rejects == {EMPTY_AFTER_VOCABULARY: 2}
     assert "repeated texts: 3 of the 8 documents repeat" in kept.format()
     assert "--duplicate-texts reject fits the first" in kept.format()  # 3 of 8: with the advice
     from streamtree.replay import repeated_texts_note
 
     assert repeated_texts_note(3, 100, "keep").endswith("fitted as documents of their own")  # 3%: counted only
     assert repeated_texts_note(0, 100, "keep") is None
+    # a store resumed from one written before the count: no count rather than a partial one
+    from streamtree.replay import ReplaySummary
+
+    assert "repeated texts" not in ReplaySummary(1, 1, 8, 8, n_repeated_texts=None).format()
     assert "quokka" in SnapshotStore(str(tmp_path / "keep")).vocabulary()
     uri = str(tmp_path / "reject")
     cfg = config(tmp_path / "c.parquet", duplicate_texts="reject", **kw)
     rejected = replay(cfg, uri)
-    assert rejected.n_repeated_texts == 3 and rejected.n_documents == 5
-    assert rejected.rejects == {DUPLICATE_TEXT: 3}
+    assert rejected.n_repeated_texts == 4 and rejected.n_documents == 5
+    assert rejected.rejects == {DUPLICATE_TEXT: 4, EMPTY_AFTER_VOCABULARY: 1}
     assert "were filed as rejects" in rejected.format()
     store = SnapshotStore(uri)
     assert "quokka" not in store.vocabulary()  # the vocabulary counts each text once, as the fit does
@@ -156,11 +163,13 @@ def test_repeated_texts_are_counted_and_fitted_or_rejected(tmp_path):
         if st.rejects is not None:
             filed.update(zip(st.rejects.column("id").to_pylist(), st.rejects.column("reason").to_pylist()))
     assert sorted(fitted) == ["d0", "d3", "d4", "d5", "d6"]  # the first of each text in each epoch
-    assert filed == {"d1": DUPLICATE_TEXT, "d2": DUPLICATE_TEXT, "d7": DUPLICATE_TEXT}
+    assert filed == {"d1": DUPLICATE_TEXT, "d2": DUPLICATE_TEXT, "d7": DUPLICATE_TEXT, "d8": EMPTY_AFTER_VOCABULARY,
+                     "d9": DUPLICATE_TEXT}
     # the setting is part of what a resume must match; the default is not recorded (older stores match)
     assert "duplicate_texts" not in config(tmp_path / "c.parquet").identity()
     assert cfg.identity()["duplicate_texts"] == "reject"
-    with pytest.raises(StoreError, match="duplicate_texts"):
+    # the store's setting and the default, both named (the default is not recorded in an identity)
+    with pytest.raises(StoreError, match="duplicate_texts: 'reject' in the store, 'keep' now"):
         replay(config(tmp_path / "c.parquet", **kw), uri, mode="resume")
     with pytest.raises(ValueError, match="duplicate_texts must be one of"):
         config(tmp_path / "c.parquet", duplicate_texts="drop")

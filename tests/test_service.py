@@ -323,3 +323,16 @@ def test_repeated_texts_rejected_as_replay_does_or_kept_with_a_warning(tmp_path,
     warned = [r.getMessage() for r in caplog.records if "repeat the text" in r.getMessage()]
     assert len(warned) == 2 and "10 of the 35 documents" in warned[0]
     assert store_rejects(tmp_path / "kept") == []
+
+
+def test_warm_up_counts_the_rows_that_will_be_fitted(tmp_path):
+    """Under --duplicate-texts reject a copy is not a warm-up document: 2 days of 25 texts, each
+    day with 10 copies, reach 60 documents only when the copies count."""
+    land = tmp_path / "land"
+    for d in (1, 2, 3):
+        rows = day_rows(d, 25, 7)
+        write_jsonl(str(land / f"day{d}.jsonl"), rows + rows[:10])
+    for mode, fitted in (("keep", True), ("reject", False)):
+        _once(_config(land, tmp_path / mode, warmup_docs=60, duplicate_texts=mode, min_df=1))
+        # day 3 stays open (no idle timeout): days 1-2 are the closed warm-up epochs
+        assert (SnapshotStore(str(tmp_path / mode)).vectorizer() is not None) == fitted, mode
