@@ -56,9 +56,9 @@ DUPLICATE_ID = "duplicate id"  # the id of an earlier row; the first row with an
 #: the text of an earlier row of the same epoch, under ``duplicate_texts="reject"``; the first is kept
 DUPLICATE_TEXT = "duplicate text in its epoch"
 
-#: what replay and serve do with a row whose text repeats an earlier row's in its epoch:
-#: ``"keep"`` fits every copy as a document (and says how many there were), ``"reject"``
-#: fits the first and files the others as rejects (:data:`DUPLICATE_TEXT`)
+#: what replay, serve and evaluate do with a row whose text repeats an earlier row's in its
+#: epoch: ``"keep"`` fits every copy as a document (and says how many there were), ``"reject"``
+#: fits the first and files the others as rejects (:data:`DUPLICATE_TEXT`; evaluate leaves them out)
 DUPLICATE_TEXTS = ("keep", "reject")
 #: kept by default: repeats may be real volume (a short "New release." from many sources), and
 #: no row is dropped unless asked

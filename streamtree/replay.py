@@ -50,8 +50,8 @@ MODES = ("refuse", "resume", "overwrite")
 RUN_LOCATION = ("engine", "batch_size")
 
 
-#: share of an epoch's rows repeating an earlier row's text from which a service that keeps
-#: them warns (a replay says so once, in its summary)
+#: share of the documents repeating an earlier document's text in their epoch from which a
+#: replay's summary and an evaluation advise --duplicate-texts reject and a service warns
 REPEATED_TEXTS_WARNING = 0.1
 
 #: the seed of a replay unless one is given: a replay is reproducible (and resumable) by default

@@ -151,8 +151,8 @@ class ServeConfig:
     def identity(self) -> dict:
         """What must match for a restart to continue a store (not where or how often it runs)."""
         d = {k: v for k, v in asdict(self).items() if k not in self._RUNTIME}
-        return settings_identity(d, ServeConfig, ("time_format", "time_range", "format", "delimiter", "duplicate_texts"),
-                                 self.model_params(), self.epoch)
+        added = ("time_format", "time_range", "format", "delimiter", "duplicate_texts")
+        return settings_identity(d, ServeConfig, added, self.model_params(), self.epoch)
 
     def model_params(self) -> dict:
         """All keyword arguments of :class:`streamtree.model.DTSSBP` (as a replay would use)."""
@@ -351,8 +351,8 @@ class Service:
                              "`streamtree serve` (a replay?); give the service its own --store")
         if epochs and stored != identity:
             raise StoreError(f"{self.config.store}: the store was served with other settings "
-                             f"({identity_differences(stored, identity, ServeConfig)}); restart with the store's settings or "
-                             "give another --store")
+                             f"({identity_differences(stored, identity, ServeConfig)}); restart with the store's "
+                             "settings or give another --store")
         given = None
         if self.config.vocabulary_from:
             given = SnapshotStore(self.config.vocabulary_from).vectorizer()

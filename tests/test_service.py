@@ -318,6 +318,9 @@ def test_repeated_texts_rejected_as_replay_does_or_kept_with_a_warning(tmp_path,
                   duplicate_texts="reject"))
     assert store_epochs(tmp_path / "store") == store_epochs(tmp_path / "replay")
     assert [r for _, r in store_rejects(tmp_path / "store")] == [DUPLICATE_TEXT] * 20
+    # a restart with the other setting is refused, naming both values (the default is not recorded)
+    with pytest.raises(StoreError, match="duplicate_texts: 'reject' in the store, 'keep' now"):
+        _once(_config(land, tmp_path / "store", vocabulary_from=str(tmp_path / "replay"), idle_timeout=1e-3))
     with caplog.at_level("WARNING", logger="streamtree.service"):
         _once(_config(land, tmp_path / "kept", vocabulary_from=str(tmp_path / "replay"), idle_timeout=1e-3))
     warned = [r.getMessage() for r in caplog.records if "repeat the text" in r.getMessage()]
