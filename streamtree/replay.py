@@ -686,24 +686,23 @@ class EpochFitter:
         """Fit one epoch; ``callback(sweeps_done, n_sweeps, n_live)`` follows its sweeps."""
         p = self.vectorizer.vocabulary_.shape[0]
         repeated = ep.repeated_texts()
-        if self.duplicate_texts == "reject":
+        reject = self.duplicate_texts == "reject"
+        if reject:
             ep = ep.reject(repeated, DUPLICATE_TEXT)
-            self.last_repeated = int(repeated.sum())
+        empty = np.zeros(ep.n_rows, dtype=bool)
         if ep.n_rows:
             X = self.vectorizer.transform(ep.rows.column("text"))
             empty = self.vectorizer.empty_rows(X)
             self.n_empty += int(empty.sum())
             ep = ep.reject(empty, EMPTY_AFTER_VOCABULARY)
             X = X[~empty]
-            if self.duplicate_texts == "keep":  # the copies that are documents (not the empty ones)
-                self.last_repeated = int((repeated & ~empty).sum())
         else:
             X = sp.csr_matrix((0, p))
-            if self.duplicate_texts == "keep":
-                self.last_repeated = 0
+        # rejected copies, or the kept copies that are documents (a copy left empty is a reject)
+        self.last_repeated = int(repeated.sum() if reject else (repeated & ~empty).sum())
         if self.last_repeated:
             logger.debug("epoch %s: %d rows repeat the text of an earlier row of the epoch (%s)", ep.label,
-                         self.last_repeated, "rejected" if self.duplicate_texts == "reject" else "fitted")
+                         self.last_repeated, "rejected" if reject else "fitted")
         rejects = pa.concat_tables(self.carried + [ep.rejects]) if self.carried else ep.rejects
         if X.shape[0] == 0 and not hasattr(self.model, "trees_"):
             self.carried = [rejects]

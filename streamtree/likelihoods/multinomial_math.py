@@ -1510,6 +1510,16 @@ def _launch_group_sums(ptr, col, val, total, launch, s1, s2):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
+def _launch_log_ratios(s1, s2, a, work, ratio):
+    """``ratio = log((s1 + a) / (s2 + a))`` at every held term: the modes' ratios into
+    ``work`` (which may be ``s1`` or ``s2``), then one loop of logs in vector instructions."""
+    m = a.shape[0]
+    for w in range(m):
+        work[w] = (s1[w] + a[w]) / (s2[w] + a[w])
+    log_many_nb(work, m, ratio)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
 def _launch_row_odds(ptr, col, val, total, ratio, shift):
     """Each of the others' (rows 2 on) ``x . ratio + tokens * shift``."""
     n = total.shape[0]
@@ -1556,9 +1566,7 @@ def compact_launch_scans(ptr, col, val, total, log_odds, uniforms, eps, a, a_sum
             if not changed:
                 continue  # the same launch: the same odds
             n1, n2 = _launch_group_sums(ptr, col, val, total, launch, s1, s2)
-            for w in range(m):  # the modes' ratios, then one loop of logs in vector instructions
-                work[w] = (s1[w] + a[w]) / (s2[w] + a[w])
-            log_many_nb(work, m, ratio)
+            _launch_log_ratios(s1, s2, a, work, ratio)
         else:
             n_dirty = 0
             for k in range(rows):
@@ -1600,9 +1608,7 @@ def compact_split_log_odds(ptr, col, val, total, launch, a, a_sum):
     s2 = np.empty(m)
     n1, n2 = _launch_group_sums(ptr, col, val, total, launch, s1, s2)
     ratio = np.empty(m)
-    for w in range(m):  # s1 takes the modes' ratios, then one loop of logs in vector instructions
-        s1[w] = (s1[w] + a[w]) / (s2[w] + a[w])
-    log_many_nb(s1, m, ratio)
+    _launch_log_ratios(s1, s2, a, s1, ratio)  # s1 takes the modes' ratios
     return _launch_row_odds(ptr, col, val, total, ratio, log_nb((a_sum + n2) / (a_sum + n1)))
 
 
