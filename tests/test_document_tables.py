@@ -189,17 +189,20 @@ def test_polya_start_recovers_a_planted_concentration():
     assert 0.85 * s_true < s_hat < 1.15 * s_true
 
 
-def test_polya_start_is_the_one_pass_evidence_on_any_thread_count():
-    """The evidence's per-non-zero terms may be evaluated in ranges on the fitting threads;
-    the search's answer is the one of the whole-array expression, to the bit, on one thread
-    or two, about one distribution or about each document's node."""
+def test_polya_start_is_the_same_on_any_thread_count_and_maximises_the_evidence():
+    """The evidence's per-non-zero terms are evaluated in ranges on the fitting threads: the
+    search's answer is the same to the bit on one thread or two, about one distribution or
+    about each document's node, and it is the maximiser of the evidence written with
+    ``lgamma`` (the product form differs from it by rounding only)."""
     from streamtree.inference.threads import fitting_threads
     from streamtree.likelihoods.base import argmax_log_scale
 
     rng = np.random.default_rng(5)
     F = rng.dirichlet(np.ones(50), size=3)
-    X = sp.csr_matrix(np.array([rng.multinomial(rng.integers(5, 40), rng.dirichlet(30.0 * F[d % 3]))
-                                for d in range(301)], dtype=float))
+    counts = np.array([rng.multinomial(rng.integers(5, 40), rng.dirichlet(30.0 * F[d % 3])) for d in range(301)],
+                      dtype=float)
+    counts[0, 0] = 40.0  # a count above the product form's range
+    X = sp.csr_matrix(counts)
     node_of_row = np.arange(301) % 3
     n_docs = np.asarray(X.sum(axis=1)).ravel()
     for freq, nodes in ((F[0], None), (F, node_of_row)):
@@ -210,9 +213,29 @@ def test_polya_start_is_the_one_pass_evidence_on_any_thread_count():
             return float(np.sum(gammaln(s) - gammaln(s + n_docs)) + np.sum(gammaln(a + X.data) - gammaln(a)))
 
         expected = argmax_log_scale(evidence, *CONCENTRATION_RANGE)
+        found = []
         for n_jobs in (1, 2):
             with fitting_threads(n_jobs):
-                assert polya_concentration(X, freq, nodes) == expected
+                found.append(polya_concentration(X, freq, nodes))
+        assert found[0] == found[1]
+        assert found[0] == pytest.approx(expected, rel=1e-8)
+
+
+@pytest.mark.parametrize("a", [1e-9, 3e-4, 0.37, 2.5, 40.0, 1e4, 9.9e6])
+def test_polya_terms_are_log_rising_factorials(a):
+    """Each non-zero's term, in the product form (counts up to 16) and through the sum or
+    ``lgamma`` beyond, against mpmath's ``log Gamma(a + x) - log Gamma(a)``."""
+    import mpmath
+
+    from streamtree.likelihoods.document_tables import _polya_terms_nb
+
+    x = np.array([0, 1, 2, 3, 7, 16, 17, 40, 300], dtype=np.float64)
+    f = np.full(x.size, 0.5)
+    prod, out = np.empty(x.size), np.empty(x.size)
+    _polya_terms_nb(f, x, 2.0 * a, int(np.searchsorted(x, 16, side="right")), 0, x.size, prod, out)
+    with mpmath.workdps(40):
+        exact = [float(mpmath.loggamma(mpmath.mpf(a) + int(n)) - mpmath.loggamma(mpmath.mpf(a))) for n in x]
+    np.testing.assert_allclose(out, exact, rtol=1e-13, atol=1e-13)
 
 
 # ---------------------------------------------------------------------------- the sampler

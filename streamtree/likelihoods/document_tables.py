@@ -36,6 +36,7 @@ import scipy.sparse as sp
 from numba import njit
 from scipy.special import gammaln
 
+from streamtree.elementary import log_many_nb
 from streamtree.inference.enumerated import as_csr, row_sums
 from streamtree.inference.hyper import slice_step
 from streamtree.inference.threads import in_row_ranges
@@ -48,12 +49,13 @@ CONCENTRATION_STEPS = 2
 
 
 @njit(cache=True, nogil=True)
-def _tables_nb(indptr, indices, data, node_of_row, theta, s, u, out):
-    """Table counts of the non-zeros of a CSR count matrix, customer by customer: the ``i``-th
-    repeat (``i >= 1``) of word ``w`` opens a table with probability ``a / (a + i)``,
-    ``a = s theta[node_of_row[r], w]``; ``u`` holds one uniform per repeat, in storage order."""
-    pos = 0
-    for r in range(indptr.shape[0] - 1):
+def _tables_nb(indptr, indices, data, node_of_row, theta, s, u, out, r0, r1, pos):
+    """Table counts of the non-zeros of rows ``r0:r1`` of a CSR count matrix, customer by
+    customer: the ``i``-th repeat (``i >= 1``) of word ``w`` opens a table with probability
+    ``a / (a + i)``, ``a = s theta[node_of_row[r], w]``; ``u`` holds one uniform per repeat, in
+    storage order, and row ``r0``'s first is ``u[pos]``. Returns the position after the last
+    one read."""
+    for r in range(r0, r1):
         row = theta[node_of_row[r]]
         for k in range(indptr[r], indptr[r + 1]):
             x = int(data[k])
@@ -77,15 +79,25 @@ def draw_tables(X: sp.csr_matrix, theta: np.ndarray, node_of_row: np.ndarray, s:
 
     ``X`` holds integer counts; ``theta`` rows are strictly positive word distributions and
     ``node_of_row[r]`` the row of ``theta`` that document ``r``'s node has. Entries equal to 1
-    always give one table and use no random number; stored zeros give none."""
+    always give one table and use no random number; stored zeros give none. Rows are drawn in
+    ranges on the fitting threads, each from its own stretch of one array of uniforms: the
+    same tables on any thread count."""
     data = np.asarray(X.data, dtype=np.float64)
-    n_uniforms = int(np.sum(np.maximum(data - 1.0, 0.0)))
+    repeats = np.zeros(data.size + 1)
+    np.cumsum(np.maximum(data - 1.0, 0.0), out=repeats[1:])
+    n_uniforms = int(repeats[-1])
     u = rng.random(n_uniforms)
     out = np.empty_like(data)
-    used = _tables_nb(X.indptr.astype(np.int64, copy=False), X.indices.astype(np.int64, copy=False), data,
-                      np.ascontiguousarray(node_of_row, dtype=np.int64), np.ascontiguousarray(theta, np.float64),
-                      float(s), u, out)
-    assert used == n_uniforms
+    indptr = X.indptr.astype(np.int64, copy=False)
+    indices = X.indices.astype(np.int64, copy=False)
+    node_of_row = np.ascontiguousarray(node_of_row, dtype=np.int64)
+    theta = np.ascontiguousarray(theta, np.float64)
+
+    def run(r0: int, r1: int) -> float:
+        start, stop = int(repeats[indptr[r0]]), int(repeats[indptr[r1]])
+        return float(_tables_nb(indptr, indices, data, node_of_row, theta, float(s), u, out, r0, r1, start) != stop)
+
+    assert in_row_ranges(X.shape[0], run) == 0.0  # every range read its own uniforms, all of them
     return sp.csr_matrix((out, X.indices, X.indptr), shape=X.shape)
 
 
@@ -118,33 +130,64 @@ def sample_concentration(s: float, tables: float, lengths: np.ndarray, weights: 
     return float(np.exp(v))
 
 
+#: counts up to this many are one product in the Polya start's rising factorials (at most 16
+#: factors, each below 1e7 + 16, stay far inside the double range)
+_POLYA_PRODUCT_MAX = 16
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _polya_terms_nb(f, x, s, cut, lo, hi, prod, out):
+    """``out[k] = log (s f[k])_x[k]`` for ``lo <= k < hi``, the counts ``x`` ascending and
+    ``cut`` the first count above :data:`_POLYA_PRODUCT_MAX`: below it the log of one product
+    ``prod_{i < x} (s f + i)`` (the logs in vector instructions; sorted counts keep the loop's
+    exits predictable), from it on :func:`_log_rising`."""
+    mid = max(lo, min(hi, cut))
+    for k in range(lo, mid):
+        a = s * f[k]
+        p = 1.0
+        for i in range(int(x[k])):
+            p *= a + i
+        prod[k] = p
+    log_many_nb(prod[lo:mid], mid - lo, out[lo:mid])
+    for k in range(mid, hi):
+        out[k] = _log_rising(s * f[k], int(x[k]))
+
+
 def polya_concentration(X: sp.csr_matrix, frequencies: np.ndarray, node_of_row: np.ndarray | None = None) -> float:
     """The Polya maximum-likelihood ``s`` of the documents about their word frequencies,
     ``argmax_s sum_d log DCM(x_d | s f_d)``: the chain's starting value (searched on
     :data:`CONCENTRATION_RANGE` on a log scale). ``frequencies`` is one distribution for
     every document, or with ``node_of_row`` a matrix whose row ``node_of_row[d]`` is
-    document ``d``'s."""
+    document ``d``'s.
+
+    Each non-zero's ``log Gamma(a + x) - log Gamma(a)`` is summed as the log of the product
+    ``a (a + 1) ... (a + x - 1)`` for the small counts text has (one logarithm in vector
+    instructions, about a tenth of the cost of two ``lgamma`` calls, and free of their
+    cancellation at large ``a``), the non-zeros taken in order of their counts, in ranges on
+    the fitting threads element by element: the same answer on any thread count."""
     X = as_csr(X)
-    n_docs = row_sums(X)
+    lengths, weights = length_groups(X)
     frequencies = np.asarray(frequencies, dtype=np.float64)
     if node_of_row is None:
         f_nz = frequencies[X.indices]
     else:
         row_of_nz = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
         f_nz = frequencies[np.asarray(node_of_row)[row_of_nz], X.indices]
-
-    data = X.data
+    data = np.asarray(X.data, dtype=np.float64)
+    by_count = np.argsort(data, kind="stable")
+    data = data[by_count]
+    f_nz = np.ascontiguousarray(f_nz[by_count], dtype=np.float64)
+    cut = int(np.searchsorted(data, _POLYA_PRODUCT_MAX, side="right"))
+    prod = np.empty(f_nz.size)
     terms = np.empty(f_nz.size)  # each non-zero's log rising factorial, in one array for one sum
 
     def evidence(s: float) -> float:
         def part(lo: int, hi: int) -> float:
-            # element by element, so ranges on the fitting threads give the values of one pass
-            a = s * f_nz[lo:hi]
-            np.subtract(gammaln(a + data[lo:hi]), gammaln(a), out=terms[lo:hi])
+            _polya_terms_nb(f_nz, data, s, cut, lo, hi, prod, terms)
             return 0.0
 
         in_row_ranges(terms.size, part)
-        return float(np.sum(gammaln(s) - gammaln(s + n_docs)) + np.sum(terms))
+        return float(np.sum(weights * (gammaln(s) - gammaln(s + lengths))) + np.sum(terms))
 
     return argmax_log_scale(evidence, *CONCENTRATION_RANGE)
 

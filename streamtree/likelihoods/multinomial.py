@@ -134,8 +134,16 @@ class Multinomial(WordTopics, Likelihood):
         linked_children = np.bincount(arrays.parent_index[child][par[child] > 0], minlength=arrays.size)
         own = np.asarray(own, dtype=np.int64)
         own = np.where((own >= 0) & (linked_children[np.maximum(own, 0)] == 0), own, -1)
-        return own_node_adjustment_nb(X.indptr.astype(np.int64), X.indices.astype(np.int64), fitted, values, own,
-                                      np.ascontiguousarray(theta), totals, self.floor)
+        indptr, indices = X.indptr.astype(np.int64), X.indices.astype(np.int64)
+        theta = np.ascontiguousarray(theta)
+        out = np.empty(own.size)
+
+        def run(r0: int, r1: int) -> float:  # rows are independent: ranges on the fitting threads
+            own_node_adjustment_nb(indptr, indices, fitted, values, own, theta, totals, self.floor, r0, r1, out)
+            return 0.0
+
+        in_row_ranges(own.size, run)
+        return out
 
     def document_log_constant(self, X) -> np.ndarray:
         """The multinomial coefficient log(n! / prod_w x_w!) of each row."""
