@@ -8,6 +8,8 @@ and thread-invariant seeded fits, and fits without the option that never draw ta
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -21,6 +23,7 @@ from streamtree.likelihoods.document_tables import (CONCENTRATION_RANGE, draw_ta
                                                     sample_concentration)
 from streamtree.likelihoods.multinomial import Multinomial
 from streamtree.model import DTSSBP
+from streamtree.tree import TreeArrays
 from streamtree.variants import resolve_variant
 
 VARIANT = resolve_variant("dtssbp", window=2, max_depth=3, gamma=0.5, xi=0.001)
@@ -219,6 +222,55 @@ def test_polya_start_is_the_same_on_any_thread_count_and_maximises_the_evidence(
                 found.append(polya_concentration(X, freq, nodes))
         assert found[0] == found[1]
         assert found[0] == pytest.approx(expected, rel=1e-8)
+
+
+@contextmanager
+def row_ranges(n_threads: int):
+    """:func:`in_row_ranges` with ``n_threads`` ranges on a pool of that many threads, whatever
+    the machine's CPU count (``fitting_threads`` caps it at the CPUs this process may use)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from streamtree.inference import threads
+
+    with ThreadPoolExecutor(n_threads) as pool:
+        token = threads._FITTING_POOL.set((pool, n_threads))
+        try:
+            yield
+        finally:
+            threads._FITTING_POOL.reset(token)
+
+
+def test_table_draws_own_node_adjustments_and_polya_start_are_the_same_in_any_number_of_ranges():
+    """Each range of rows reads its own stretch of the uniforms (tables), writes its own rows
+    (own-node adjustments) or terms (the Polya start): the one-range values, to the bit, in
+    2, 3 and 7 ranges; with empty rows, rows without repeats, stored zeros and no rows."""
+    rng = np.random.default_rng(8)
+    V = 40
+    lik = Multinomial(VARIANT, V, kappa0=30.0, kappa1=1.0, a=0.0, min_node_docs=2)
+    theta = rng.dirichlet(np.ones(V), size=4)
+    counts = rng.poisson(0.6, size=(23, V)).astype(float)
+    counts[3] = 0.0  # no terms
+    counts[5] = (rng.random(V) < 0.3).astype(float)  # ones only: no uniforms
+    X = sp.csr_matrix(counts)
+    X.data[:2] = 0.0  # stored zeros
+    nodes = rng.integers(0, 4, size=23)
+    own = np.where(rng.random(23) < 0.7, nodes, -1)
+    arrays = TreeArrays(np.arange(4), np.array([-1, 0, 0, 1]), np.array([0, 1, 1, 2]), np.array([0, 0, 1, 0]))
+    sums = np.abs(rng.normal(50.0, 5.0, size=(4, V)))
+
+    def run():
+        tables = draw_tables(X, theta, nodes, 3.0, np.random.default_rng(0))
+        empty = draw_tables(X[:0], theta, nodes[:0], 3.0, np.random.default_rng(0))
+        adjust = lik.own_node_adjustment(X, own, arrays, theta, sums, sums.sum(axis=1), None, theta,
+                                         np.zeros(4, dtype=bool), theta[0])
+        return tables.data, empty.data, adjust, polya_concentration(X, theta, nodes)
+
+    one = run()
+    for n in (2, 3, 7):
+        with row_ranges(n):
+            got = run()
+        for a, b in zip(one, got):
+            assert np.array_equal(np.asarray(a).view(np.int64), np.asarray(b).view(np.int64))
 
 
 @pytest.mark.parametrize("a", [1e-9, 3e-4, 0.37, 2.5, 40.0, 1e4, 9.9e6])

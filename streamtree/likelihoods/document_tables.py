@@ -97,7 +97,9 @@ def draw_tables(X: sp.csr_matrix, theta: np.ndarray, node_of_row: np.ndarray, s:
         start, stop = int(repeats[indptr[r0]]), int(repeats[indptr[r1]])
         return float(_tables_nb(indptr, indices, data, node_of_row, theta, float(s), u, out, r0, r1, start) != stop)
 
-    assert in_row_ranges(X.shape[0], run) == 0.0  # every range read its own uniforms, all of them
+    misread = in_row_ranges(X.shape[0], run)
+    if misread:  # a range read other than its own uniforms: counts that are not integers
+        raise ValueError("table draws need integer counts")
     return sp.csr_matrix((out, X.indices, X.indptr), shape=X.shape)
 
 
@@ -160,7 +162,8 @@ def polya_concentration(X: sp.csr_matrix, frequencies: np.ndarray, node_of_row: 
     every document, or with ``node_of_row`` a matrix whose row ``node_of_row[d]`` is
     document ``d``'s.
 
-    Each non-zero's ``log Gamma(a + x) - log Gamma(a)`` is summed as the log of the product
+    ``X`` holds integer counts (the counts or table counts of multinomial documents). Each
+    non-zero's ``log Gamma(a + x) - log Gamma(a)`` is summed as the log of the product
     ``a (a + 1) ... (a + x - 1)`` for the small counts text has (one logarithm in vector
     instructions, about a tenth of the cost of two ``lgamma`` calls, and free of their
     cancellation at large ``a``), the non-zeros taken in order of their counts, in ranges on
