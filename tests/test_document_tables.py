@@ -8,8 +8,6 @@ and thread-invariant seeded fits, and fits without the option that never draw ta
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -25,6 +23,7 @@ from streamtree.likelihoods.multinomial import Multinomial
 from streamtree.model import DTSSBP
 from streamtree.tree import TreeArrays
 from streamtree.variants import resolve_variant
+from test_zsweep_threads import row_ranges  # tests/ is on the path under pytest
 
 VARIANT = resolve_variant("dtssbp", window=2, max_depth=3, gamma=0.5, xi=0.001)
 
@@ -194,10 +193,9 @@ def test_polya_start_recovers_a_planted_concentration():
 
 def test_polya_start_is_the_same_on_any_thread_count_and_maximises_the_evidence():
     """The evidence's per-non-zero terms are evaluated in ranges on the fitting threads: the
-    search's answer is the same to the bit on one thread or two, about one distribution or
+    search's answer is the same to the bit in one range or two, about one distribution or
     about each document's node, and it is the maximiser of the evidence written with
     ``lgamma`` (the product form differs from it by rounding only)."""
-    from streamtree.inference.threads import fitting_threads
     from streamtree.likelihoods.base import argmax_log_scale
 
     rng = np.random.default_rng(5)
@@ -216,28 +214,11 @@ def test_polya_start_is_the_same_on_any_thread_count_and_maximises_the_evidence(
             return float(np.sum(gammaln(s) - gammaln(s + n_docs)) + np.sum(gammaln(a + X.data) - gammaln(a)))
 
         expected = argmax_log_scale(evidence, *CONCENTRATION_RANGE)
-        found = []
-        for n_jobs in (1, 2):
-            with fitting_threads(n_jobs):
-                found.append(polya_concentration(X, freq, nodes))
+        found = [polya_concentration(X, freq, nodes)]
+        with row_ranges(2):
+            found.append(polya_concentration(X, freq, nodes))
         assert found[0] == found[1]
         assert found[0] == pytest.approx(expected, rel=1e-8)
-
-
-@contextmanager
-def row_ranges(n_threads: int):
-    """:func:`in_row_ranges` with ``n_threads`` ranges on a pool of that many threads, whatever
-    the machine's CPU count (``fitting_threads`` caps it at the CPUs this process may use)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from streamtree.inference import threads
-
-    with ThreadPoolExecutor(n_threads) as pool:
-        token = threads._FITTING_POOL.set((pool, n_threads))
-        try:
-            yield
-        finally:
-            threads._FITTING_POOL.reset(token)
 
 
 def test_table_draws_own_node_adjustments_and_polya_start_are_the_same_in_any_number_of_ranges():

@@ -3,6 +3,7 @@ statistics, and ``n_jobs`` on every likelihood family give bit-identical output.
 
 import pickle
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -11,12 +12,26 @@ import scipy.sparse as sp
 from streamtree import DTSSBP
 from streamtree.inference.enumerated import (DIRICHLET, LINEAR, VMF, Candidates, SweepStats, score_rows,
                                              sweep_rows, sweep_statistics)
+from streamtree.inference import threads
 from streamtree.inference.threads import dealt_by_cost, fitting_threads, in_row_ranges
 from streamtree.likelihoods.vmf import _TABLE_CACHE, new_node_table
 from streamtree.synthetic import gaussian_evolving_tree, sparse_corpus, vmf_tree_corpus
 
 TREE_FIELDS = ("node_ids", "parent", "depth", "mass", "counts", "theta", "concentration", "born",
                "assignments", "died")
+
+
+@contextmanager
+def row_ranges(n_threads: int):
+    """:func:`in_row_ranges` with ``n_threads`` ranges on a pool of that many threads whatever
+    the machine (:func:`fitting_threads` caps the count at the CPUs this process may use, so on
+    a one-CPU machine it would run one range)."""
+    with ThreadPoolExecutor(n_threads) as pool:
+        token = threads._FITTING_POOL.set((pool, n_threads))
+        try:
+            yield
+        finally:
+            threads._FITTING_POOL.reset(token)
 
 
 def vmf_candidates(rng, p, K=7):
@@ -208,7 +223,7 @@ def test_rows_dealt_by_cost_split_evenly_over_the_fitting_threads():
     rows = np.arange(10, dtype=np.int64)
     cost = np.array([5, 0, 0, 0, 0, 3, 0, 0, 4, 2])  # the four costly rows first in index order
     assert np.array_equal(dealt_by_cost(rows, cost), rows)
-    with fitting_threads(2):
+    with row_ranges(2):
         dealt = dealt_by_cost(rows, cost)
         assert sorted(dealt.tolist()) == rows.tolist()
         halves = []
@@ -227,9 +242,9 @@ def test_row_logs_on_the_fitting_threads_are_numpys():
     theta = rng.dirichlet(np.full(3000, 0.3), size=9)
     rows = np.array([0, 2, 3, 6, 8], dtype=np.int64)
     at = rng.permutation(9)
-    for n_jobs in (1, 2):
+    for n_ranges in (1, 2, 3):
         out = np.zeros_like(theta)
-        with fitting_threads(n_jobs):
+        with row_ranges(n_ranges):
             _log_rows(theta, rows, out, at)
         assert np.array_equal(out[at[rows]], np.log(theta[rows]))
         assert not np.delete(out, at[rows], axis=0).any()
