@@ -83,6 +83,21 @@ def test_baselines_run_through_the_same_estimator(variant):
     assert scores.shape == (10,) and np.all(np.isfinite(scores))
 
 
+@pytest.mark.parametrize("seed", [1, 3])
+def test_frozen_baseline_never_changes_a_carried_parameter(seed):
+    """o-TSSBP keeps a node's parameter from the end of its birth epoch on, through every move:
+    the carried lift, which draws its leaves' parameters afresh, changed some at these seeds."""
+    epochs = small_vmf_epochs(n_epochs=3)
+    model = DTSSBP.baseline("o-tssbp", likelihood="vmf", kappa0=1e3, n_sweeps=6, random_state=seed)
+    before = {}
+    for t, X in enumerate(epochs):
+        tree = model.partial_fit(X).trees_[-1]
+        for k, i in enumerate(tree.node_ids.tolist()):
+            if i != 0 and tree.born[k] < t and i in before:
+                assert np.array_equal(tree.theta[k], before[i]), (t, i)
+        before = {i: tree.theta[k] for k, i in enumerate(tree.node_ids.tolist()) if i != 0}
+
+
 def test_window_zero_resets_tree_and_infinite_window_keeps_counts():
     epochs = small_vmf_epochs(n_epochs=3)
     inf = DTSSBP(likelihood="vmf", window=None, kappa0=1e3, n_sweeps=5, random_state=0)

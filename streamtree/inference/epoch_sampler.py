@@ -785,7 +785,9 @@ class EpochSampler:
         node holding documents is merged into its parent, children lifted, by the split-merge
         moves themselves. Documents do not move, so counts, sums and labels are unchanged.
 
-        The carried lifts run only when ``carried`` is true: the sweep loop runs them in the
+        The carried lifts run only when ``carried`` is true and parameters are not frozen after
+        their birth epoch (the o-TSSBP baseline; the move draws its leaves' parameters afresh,
+        which that baseline forbids): the sweep loop runs them in the
         second half of the sweeps, once the epoch's new nodes have settled (as the heat-bath
         merge). Run from the first sweep, on the demo's SOU replay they removed carried nodes
         while the epoch's tree was still forming (139 removals, no return), the sampled lam fell
@@ -797,7 +799,8 @@ class EpochSampler:
         st, cfg = self.state, self.settings
         for _ in range(cfg.split_attempts(move.X.shape[0])):
             inserted = moves.lift(move, self.rng, born=epoch)
-            lifted = moves.lift_carried(move, self.rng) if carried else None
+            # the carried lift redraws leaf parameters, which the frozen-parameter baseline keeps
+            lifted = moves.lift_carried(move, self.rng) if carried and not cfg.freeze_after_birth else None
             for res in (inserted, lifted):
                 if res is None:
                     continue
