@@ -450,7 +450,8 @@ class EpochSampler:
             self._sweep_rows(X, self.settings.n_sweeps)
         if n and previous is not None:
             self._identity_rule(rows, epoch, current)
-            self._hand_over_ids(rows, epoch, current)
+            if not self.settings.freeze_after_birth:  # a frozen node's id stays with its parameter
+                self._hand_over_ids(rows, epoch, current)
         self._sign_new_nodes()
         labels = self.labels_now if n else np.zeros(0, dtype=np.int64)
         prev_ids = set(previous.node_ids.tolist()) if previous is not None else set()
@@ -725,7 +726,9 @@ class EpochSampler:
         published under (each id keeps its birth epoch: ``c`` is then published under ``b``'s,
         a new one if ``b`` was born now). Only the published names change
         (:attr:`ChainState.published`): the chain, its past counts and its time links are
-        those of the nodes as they are, so the trees the sampler grows do not depend on it."""
+        those of the nodes as they are, so the trees the sampler grows do not depend on it.
+        Not run when parameters are frozen after their birth epoch (o-TSSBP): there an id
+        names a parameter that never changes, and handed over it would name a new one."""
         st = self.state
         lineage, now = self.lineage, self.labels_now
         if lineage.shape != now.shape:
