@@ -439,7 +439,7 @@ class EpochSampler:
                 st.hyper = sample_hyperparameters(arrays, st.own_counts(arrays.ids, current), st.hyper,
                                                   max_depth=cfg.max_depth, root_holds_data=cfg.root_holds_data,
                                                   rng=self.rng)
-            self._update_concentrations(current, sums, sumsq)
+            self._update_concentrations(current, sums, sumsq, epoch)
             if cfg.auto_link_strength:
                 self._update_link_strength(current, sums, sumsq)
             self._update_theta(rows, sums, current, epoch)
@@ -952,9 +952,14 @@ class EpochSampler:
         return buf[:rows]
 
     def _update_concentrations(self, counts: dict[int, int], sums: dict[int, np.ndarray],
-                               sumsq: dict[int, float]) -> None:
+                               sumsq: dict[int, float], epoch: int) -> None:
+        """Each node's concentration from its documents (:meth:`Likelihood.update_concentration`),
+        for nodes holding at least ``min_node_docs``; when parameters are frozen after their
+        birth epoch (o-TSSBP), for nodes born in this one only (a concentration is part of a
+        node's parameters)."""
         st = self.state
-        ids = [nid for nid, n in counts.items() if n >= self.settings.min_node_docs and nid in st.tree]
+        ids = [nid for nid, n in counts.items() if n >= self.settings.min_node_docs and nid in st.tree
+               and (not self.settings.freeze_after_birth or st.tree.born[nid] == epoch)]
         if not ids:
             return
         slots = st.nodes.slots(ids)
