@@ -107,6 +107,45 @@ def test_frozen_baseline_never_changes_a_carried_parameter(family, seed):
         before = {i: (tree.theta[k], tree.concentration[k]) for k, i in enumerate(tree.node_ids.tolist())}
 
 
+def test_frozen_baseline_scores_a_carried_node_at_its_parameter(monkeypatch):
+    """The internal-node merge weighs keeping a carried leaf's documents against moving them to
+    its parent. Under o-TSSBP the leaf's parameter is fixed, so its documents are scored at it,
+    not by a marginal that integrates the parameter under its links (which the old code did
+    148 times on this stream over seeds 0-3)."""
+    import streamtree.inference.epoch_sampler as es
+
+    linked, at_node = [], []
+    merge_internal = es.EpochSampler._merge_internal
+
+    def spy(self, *args, **kwargs):
+        lik = self.likelihood
+        marginal, likelihood = lik.log_marginal, lik.log_likelihood
+
+        def log_marginal(*a, **k):
+            if k.get("theta_prev") is not None:
+                linked.append(1)
+            return marginal(*a, **k)
+
+        def log_likelihood(docs, theta, *a):
+            frozen = [i for i in self.prev_slot if np.array_equal(theta, self.state.nodes.theta[self.state.nodes.slot[i]])]
+            at_node.extend(frozen)
+            return likelihood(docs, theta, *a)
+
+        lik.log_marginal, lik.log_likelihood = log_marginal, log_likelihood
+        try:
+            return merge_internal(self, *args, **kwargs)
+        finally:
+            del lik.log_marginal, lik.log_likelihood
+
+    monkeypatch.setattr(es.EpochSampler, "_merge_internal", spy)
+    model = DTSSBP.baseline("o-tssbp", likelihood="gaussian", max_depth=3, sigma0=25.0, sigma1=0.5, eta=0.5,
+                            noise_var=0.25, n_sweeps=20, random_state=0)
+    for e in gaussian_evolving_tree(np.random.default_rng(7)):
+        model.partial_fit(e.X)
+    assert not linked
+    assert at_node  # carried nodes were weighed, at their own parameters
+
+
 def test_window_zero_resets_tree_and_infinite_window_keeps_counts():
     epochs = small_vmf_epochs(n_epochs=3)
     inf = DTSSBP(likelihood="vmf", window=None, kappa0=1e3, n_sweeps=5, random_state=0)

@@ -908,12 +908,17 @@ class EpochSampler:
                     norms = row_sq_norms(X[np.flatnonzero(self.labels_now == c)])
                 docs = DocumentSet(float(n), sums[c], sumsq[c], norms)
                 sp_ = nodes.slot[par]
-                # a carried node's documents are scored under its full prior, both links: its
-                # previous parameter is part of the evidence for keeping it
-                prev = self.prev_theta[self.prev_slot[c]] if c in self.prev_slot else None
-                data = (lik.log_likelihood(docs, nodes.theta[sp_], float(nodes.concentration[sp_]))
-                        - lik.log_marginal(docs, nodes.theta[sp_], float(nodes.concentration[sp_]), tree.depth[c],
-                                           theta_prev=prev))
+                at_parent = lik.log_likelihood(docs, nodes.theta[sp_], float(nodes.concentration[sp_]))
+                if cfg.freeze_after_birth and c in self.prev_slot:
+                    # a frozen node's parameter is fixed: its documents are scored at it
+                    sc = nodes.slot[c]
+                    data = at_parent - lik.log_likelihood(docs, nodes.theta[sc], float(nodes.concentration[sc]))
+                else:
+                    # a carried node's documents are scored under its full prior, both links:
+                    # its previous parameter is part of the evidence for keeping it
+                    prev = self.prev_theta[self.prev_slot[c]] if c in self.prev_slot else None
+                    data = at_parent - lik.log_marginal(docs, nodes.theta[sp_], float(nodes.concentration[sp_]),
+                                                        tree.depth[c], theta_prev=prev)
             # The stick prior's gain from a merge grows like (documents moved) x log(total); when
             # the data's Bayes factor is far beyond any such gain, skip the prior's difference.
             if data < -(n + 1) * 3.0 * log_total - 20.0:
