@@ -127,8 +127,8 @@ def test_frozen_baseline_scores_a_carried_node_at_its_parameter(monkeypatch):
             return marginal(*a, **k)
 
         def log_likelihood(docs, theta, *a):
-            frozen = [i for i in self.prev_slot if np.array_equal(theta, self.state.nodes.theta[self.state.nodes.slot[i]])]
-            at_node.extend(frozen)
+            nodes = self.state.nodes
+            at_node.extend(i for i in self.prev_slot if np.array_equal(theta, nodes.theta[nodes.slot[i]]))
             return likelihood(docs, theta, *a)
 
         lik.log_marginal, lik.log_likelihood = log_marginal, log_likelihood

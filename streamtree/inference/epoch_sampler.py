@@ -863,10 +863,10 @@ class EpochSampler:
         kw = cfg.with_hyper(st.hyper).stick_kwargs()
         # The window's past documents count as observed assignments, as in the hyperparameter
         # sampler's target p(z_window | tree): a lift moves a subtree's past documents one level
-        # up, which changes their probability under the tree. Conditioning on them (p(z_now | z_past)) would make those changes free: empty
-        # carried subtrees were lifted at even odds every sweep, their past documents then
-        # stopped above the depth limit, the sampled alpha0 collapsed and the whole tree
-        # flattened into new nodes.
+        # up, which changes their probability under the tree. Conditioning on them
+        # (p(z_now | z_past)) would make those changes free: empty carried subtrees were
+        # lifted at even odds every sweep, their past documents then stopped above the depth
+        # limit, the sampled alpha0 collapsed and the whole tree flattened into new nodes.
         windowed = dict(win.total)
         for i, k in current.items():
             windowed[i] = windowed.get(i, 0) + k
