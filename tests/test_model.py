@@ -127,8 +127,10 @@ def test_frozen_baseline_scores_a_carried_node_at_its_parameter(monkeypatch):
             return marginal(*a, **k)
 
         def log_likelihood(docs, theta, *a):
-            nodes = self.state.nodes
-            at_node.extend(i for i in self.prev_slot if np.array_equal(theta, nodes.theta[nodes.slot[i]]))
+            # a carried leaf scored at its own parameter (the parents scored here are internal)
+            nodes, kids = self.state.nodes, self.state.tree.children
+            at_node.extend(i for i in self.prev_slot
+                           if not kids.get(i, [0]) and np.array_equal(theta, nodes.theta[nodes.slot[i]]))
             return likelihood(docs, theta, *a)
 
         lik.log_marginal, lik.log_likelihood = log_marginal, log_likelihood
@@ -143,7 +145,7 @@ def test_frozen_baseline_scores_a_carried_node_at_its_parameter(monkeypatch):
     for e in gaussian_evolving_tree(np.random.default_rng(7)):
         model.partial_fit(e.X)
     assert not linked
-    assert at_node  # carried nodes were weighed, at their own parameters
+    assert at_node  # carried leaves were weighed, at their own parameters
 
 
 def test_window_zero_resets_tree_and_infinite_window_keeps_counts():
