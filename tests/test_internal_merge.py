@@ -94,7 +94,7 @@ def test_heat_bath_merge_follows_the_windowed_prior_odds():
         sampler = EpochSampler(st, likelihood=None, settings=_settings(), sweeper=None,
                                rng=np.random.default_rng(seed))
         sampler.prev_slot = dict(st.nodes.slot)  # carried from the previous epoch
-        sampler._merge_internal({}, {}, {})
+        sampler._merge_internal({}, {}, {}, 0)
         s = st.tree.children[0][-1]
         if c not in st.tree and b in st.tree:
             assert st.window.total == {b: 2, s: 3}
@@ -139,7 +139,7 @@ def test_internal_node_holding_past_documents_is_not_lifted():
                                rng=np.random.default_rng(seed))
         sampler.prev_slot = dict(state.nodes.slot)  # carried from the previous epoch
         sampler.born_sweep[c] = sampler.sweep  # c too young to retire: b stays internal
-        sampler._merge_internal({}, {}, {})
+        sampler._merge_internal({}, {}, {}, 0)
         assert b in state.tree and state.window.total[b] == 5
 
 
@@ -153,7 +153,7 @@ def test_empty_new_internal_node_is_left_to_the_exact_lifts():
         sampler = EpochSampler(state, likelihood=None, settings=_settings(), sweeper=None,
                                rng=np.random.default_rng(seed))
         sampler.prev_slot = {c: state.nodes.slot[c]}  # only the leaf with past documents is carried
-        sampler._merge_internal({}, {}, {})
+        sampler._merge_internal({}, {}, {}, 0)
         lifted += b not in state.tree and c in state.tree
     assert expected["b lifted"] > 0.05 and lifted == 0
 
@@ -187,7 +187,7 @@ def test_carried_leaf_is_not_merged_into_its_parent():
         state = copy.deepcopy(st)
         sampler = EpochSampler(state, likelihood=None, settings=_settings(), sweeper=None,
                                rng=np.random.default_rng(seed))
-        sampler._merge_internal({}, {}, {})
+        sampler._merge_internal({}, {}, {}, 0)
         assert c in state.tree and state.window.total[c] == 6 and state.window.total[b] == 1
 
 
@@ -220,7 +220,7 @@ def test_carried_leaf_hands_its_current_documents_to_its_parent_at_the_heat_bath
                                rng=np.random.default_rng(seed))
         sampler.labels_now = np.array([c, c])
         current, sums, sumsq = {c: 2}, {c: np.zeros(1)}, {c: 0.0}
-        sampler._merge_internal(current, sums, sumsq)
+        sampler._merge_internal(current, sums, sumsq, 0)
         assert c in state.tree and state.tree.parent[c] == b
         assert state.window.total == {b: 1, c: 6, s: 3}
         if current == {b: 2}:

@@ -83,20 +83,24 @@ def test_baselines_run_through_the_same_estimator(variant):
     assert scores.shape == (10,) and np.all(np.isfinite(scores))
 
 
-@pytest.mark.parametrize("family,seed", [("vmf", 1), ("vmf", 3), ("gaussian", 0), ("gaussian", 1)])
+@pytest.mark.parametrize("family,seed", [("vmf", 1), ("vmf", 3), ("gaussian", 0), ("gaussian", 1),
+                                         ("gaussian, fitted noise", 0)])
 def test_frozen_baseline_never_changes_a_carried_parameter(family, seed):
     """o-TSSBP publishes a node's parameter and concentration unchanged from the end of its
     birth epoch on. The carried lift, which draws its leaves' parameters afresh, changed some on
     the vMF stream at these seeds; on the drifting Gaussian stream a carried id was handed over
     to a new node fitted to the drifted documents; and carried nodes' concentrations were
-    re-estimated every sweep (the vMF root's at seed 1)."""
+    re-estimated every sweep (the vMF root's at seed 1, two Gaussian nodes' with the noise
+    variance fitted)."""
     if family == "vmf":
         epochs = small_vmf_epochs(n_epochs=3)
         model = DTSSBP.baseline("o-tssbp", likelihood="vmf", kappa0=1e3, n_sweeps=6, random_state=seed)
     else:
         epochs = [e.X for e in gaussian_evolving_tree(np.random.default_rng(7))]
+        # a fixed noise variance is every node's concentration; fitted, it is re-estimated
+        noise_var = None if "fitted" in family else 0.25
         model = DTSSBP.baseline("o-tssbp", likelihood="gaussian", max_depth=3, sigma0=25.0, sigma1=0.5, eta=0.5,
-                                noise_var=0.25, n_sweeps=20, random_state=seed)
+                                noise_var=noise_var, n_sweeps=20, random_state=seed)
     before = {}
     for t, X in enumerate(epochs):
         tree = model.partial_fit(X).trees_[-1]

@@ -433,7 +433,7 @@ class EpochSampler:
                 self._lift_moves(move, moves, epoch, carried=sweep >= cfg.n_sweeps // 2)
                 del move, moves  # their per-node memos: not held through the node update
             if cfg.merge_moves and sweep >= cfg.n_sweeps // 2:  # once the epoch's nodes have settled
-                self._merge_internal(current, sums, sumsq, rows)
+                self._merge_internal(current, sums, sumsq, epoch, rows)
             if cfg.sample_hyperparameters:
                 arrays = st.tree.arrays()
                 st.hyper = sample_hyperparameters(arrays, st.own_counts(arrays.ids, current), st.hyper,
@@ -818,7 +818,7 @@ class EpochSampler:
                     st.nodes.theta[st.nodes.slot[g]] = move.theta[g]
 
     def _merge_internal(self, current: dict[int, int], sums: dict[int, np.ndarray], sumsq: dict[int, float],
-                        X=None) -> None:
+                        epoch: int, X=None) -> None:
         """Heat-bath choice, deepest first, for each internal node without past counts (empty ones
         born in this epoch excepted) between keeping it and merging it into its parent, its
         children rising, and for each leaf with past counts and current documents between
@@ -856,7 +856,8 @@ class EpochSampler:
         target; its local difference, :class:`~streamtree.inference.merge.CollapsedPrior`),
         plus the data's Bayes factor between the node's documents at the parent (parent's
         parameters) and at their own node (parameter integrated out under the parent link,
-        with the parent's concentration, exactly as the z-kernel scores a new node).
+        with the parent's concentration, exactly as the z-kernel scores a new node; a frozen
+        node's documents are scored at its own fixed parameters, :meth:`_frozen`).
         """
         st, lik, cfg = self.state, self.likelihood, self.settings
         tree, win, nodes = st.tree, st.window, st.nodes
@@ -909,7 +910,7 @@ class EpochSampler:
                 docs = DocumentSet(float(n), sums[c], sumsq[c], norms)
                 sp_ = nodes.slot[par]
                 at_parent = lik.log_likelihood(docs, nodes.theta[sp_], float(nodes.concentration[sp_]))
-                if cfg.freeze_after_birth and c in self.prev_slot:
+                if self._frozen(c, epoch):
                     # a frozen node's parameter is fixed: its documents are scored at it
                     sc = nodes.slot[c]
                     data = at_parent - lik.log_likelihood(docs, nodes.theta[sc], float(nodes.concentration[sc]))
@@ -959,12 +960,11 @@ class EpochSampler:
     def _update_concentrations(self, counts: dict[int, int], sums: dict[int, np.ndarray],
                                sumsq: dict[int, float], epoch: int) -> None:
         """Each node's concentration from its documents (:meth:`Likelihood.update_concentration`),
-        for nodes holding at least ``min_node_docs``; when parameters are frozen after their
-        birth epoch (o-TSSBP), for nodes born in this one only (a concentration is part of a
-        node's parameters)."""
+        for nodes holding at least ``min_node_docs``. A frozen node (:meth:`_frozen`) keeps its
+        concentration, which is part of its parameters, but its documents still inform the
+        prior a family may pool over all nodes (the vMF's)."""
         st = self.state
-        ids = [nid for nid, n in counts.items() if n >= self.settings.min_node_docs and nid in st.tree
-               and (not self.settings.freeze_after_birth or st.tree.born[nid] == epoch)]
+        ids = [nid for nid, n in counts.items() if n >= self.settings.min_node_docs and nid in st.tree]
         if not ids:
             return
         slots = st.nodes.slots(ids)
@@ -978,7 +978,13 @@ class EpochSampler:
         new = self.likelihood.update_concentration(
             np.array([counts[i] for i in ids], dtype=np.float64), S,
             np.array([sumsq[i] for i in ids]), theta, st.nodes.concentration[slots])
-        st.nodes.concentration[slots] = new
+        update = np.array([not self._frozen(i, epoch) for i in ids], dtype=bool)
+        st.nodes.concentration[slots[update]] = new[update]
+
+    def _frozen(self, nid: int, epoch: int) -> bool:
+        """Whether node ``nid``'s parameters are fixed: parameters frozen after their birth epoch
+        (o-TSSBP) and ``nid`` born before ``epoch``."""
+        return self.settings.freeze_after_birth and self.state.tree.born[nid] < epoch
 
     def _update_theta(self, rows, sums: dict[int, np.ndarray], counts: dict[int, int], epoch: int) -> None:
         """MAP node parameters (:meth:`Likelihood.update_theta`), then each row's adjustment at its
@@ -1004,9 +1010,7 @@ class EpochSampler:
         P[~has_prev] = 0.0
         for k in np.flatnonzero(has_prev):
             P[k] = self.prev_theta[self.prev_slot[int(ids[k])]]
-        update = np.ones(K, dtype=bool)
-        if self.settings.freeze_after_birth:
-            update = np.array([st.tree.born[int(i)] == epoch for i in ids])
+        update = np.array([not self._frozen(int(i), epoch) for i in ids], dtype=bool)
         conc = st.nodes.concentration[slots]
         theta = self.likelihood.update_theta(arrays, theta, S, n, conc, P, has_prev, self.root_anchor, update,
                                              self.settings.n_map_iter)
