@@ -83,6 +83,13 @@ def test_baselines_run_through_the_same_estimator(variant):
     assert scores.shape == (10,) and np.all(np.isfinite(scores))
 
 
+def _frozen_gaussian(seed: int, noise_var: float | None = 0.25) -> DTSSBP:
+    """o-TSSBP on the drifting Gaussian stream of the paper's Figure 2 (its epochs:
+    ``gaussian_evolving_tree(np.random.default_rng(7))``)."""
+    return DTSSBP.baseline("o-tssbp", likelihood="gaussian", max_depth=3, sigma0=25.0, sigma1=0.5, eta=0.5,
+                           noise_var=noise_var, n_sweeps=20, random_state=seed)
+
+
 @pytest.mark.parametrize("family,seed", [("vmf", 1), ("vmf", 3), ("gaussian", 0), ("gaussian", 1),
                                          ("gaussian, fitted noise", 0)])
 def test_frozen_baseline_never_changes_a_carried_parameter(family, seed):
@@ -98,9 +105,7 @@ def test_frozen_baseline_never_changes_a_carried_parameter(family, seed):
     else:
         epochs = [e.X for e in gaussian_evolving_tree(np.random.default_rng(7))]
         # a fixed noise variance is every node's concentration; fitted, it is re-estimated
-        noise_var = None if "fitted" in family else 0.25
-        model = DTSSBP.baseline("o-tssbp", likelihood="gaussian", max_depth=3, sigma0=25.0, sigma1=0.5, eta=0.5,
-                                noise_var=noise_var, n_sweeps=20, random_state=seed)
+        model = _frozen_gaussian(seed, noise_var=None if "fitted" in family else 0.25)
     before = {}
     for t, X in enumerate(epochs):
         tree = model.partial_fit(X).trees_[-1]
@@ -144,8 +149,7 @@ def test_frozen_baseline_scores_a_carried_node_at_its_parameter(monkeypatch):
             del lik.log_marginal, lik.log_likelihood
 
     monkeypatch.setattr(es.EpochSampler, "_merge_internal", spy)
-    model = DTSSBP.baseline("o-tssbp", likelihood="gaussian", max_depth=3, sigma0=25.0, sigma1=0.5, eta=0.5,
-                            noise_var=0.25, n_sweeps=20, random_state=0)
+    model = _frozen_gaussian(0)
     for e in gaussian_evolving_tree(np.random.default_rng(7)):
         model.partial_fit(e.X)
     assert not linked
