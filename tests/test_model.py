@@ -116,6 +116,23 @@ def test_frozen_baseline_never_changes_a_carried_parameter(family, seed):
         before = {i: (tree.theta[k], tree.concentration[k]) for k, i in enumerate(tree.node_ids.tolist())}
 
 
+@pytest.mark.parametrize("first", [0, 5])
+def test_a_stream_that_starts_late_fits_its_root_in_its_first_epoch(first):
+    """The root is born in the stream's first epoch, whatever its index. It used to be born at
+    0 always, so under o-TSSBP a stream started at epoch 5 froze the root at its starting value
+    (the epoch's mean direction) in its very first epoch."""
+    epochs = small_vmf_epochs(n_epochs=2)
+    model = DTSSBP.baseline("o-tssbp", likelihood="vmf", kappa0=1e3, n_sweeps=6, random_state=0)
+    tree = model.partial_fit(epochs[0], epoch=first).trees_[-1]
+    start = model.likelihood_.initial_root(epochs[0])[0]
+    root = tree.index_of(0)
+    assert tree.born[root] == first
+    assert not np.allclose(tree.theta[root], start)  # fitted, not frozen at its start
+    later = model.partial_fit(epochs[1], epoch=first + 1).trees_[-1]
+    np.testing.assert_array_equal(later.theta[later.index_of(0)], tree.theta[root])  # frozen from then on
+    assert later.born[later.index_of(0)] == first
+
+
 def test_frozen_baseline_scores_a_carried_node_at_its_parameter(monkeypatch):
     """The internal-node merge weighs keeping a carried leaf's documents against moving them to
     its parent. Under o-TSSBP the leaf's parameter is fixed, so its documents are scored at it,

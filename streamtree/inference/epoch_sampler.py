@@ -392,6 +392,7 @@ class EpochSampler:
                 raise ValueError("the first epoch must contain documents")
             theta, conc = lik.initial_root(X)
             st.nodes.add(ROOT, theta, conc)
+            st.tree.born[ROOT] = epoch  # a stream may start at any epoch index
         if n:
             self.root_anchor = lik.root_anchor(X)
         if previous is not None:
