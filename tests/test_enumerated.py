@@ -443,6 +443,40 @@ def test_dirichlet_placeholder_tables_give_the_direct_scores_bit_for_bit(P):
     np.testing.assert_allclose(direct, expected, rtol=1e-10)
 
 
+@pytest.mark.parametrize("K, P", [(0, 5), (1, 1), (7, 3), (33, 40)])
+def test_joint_table_rows_give_the_one_by_one_sums_bit_for_bit(K, P):
+    # the four-at-a-time live product and the joint table's placeholder terms against one pass
+    # per non-zero in storage order (the order every sum must keep), for rows whose lengths
+    # leave 0-3 non-zeros after the blocks of four and for counts 0 (stored), 1, 2-9, 2.5, 30
+    rng = np.random.default_rng(K + 10 * P)
+    V, R = 120, 80
+    X = sp.random(R, V, density=0.08, format="csr", random_state=K + P)
+    X.data = rng.choice([1.0, 1.0, 1.0, 1.0, 0.0, 2.0, 3.0, 8.0, 9.0, 2.5, 30.0], size=X.nnz)
+    X.data[rng.random(X.nnz) < 0.5] = 1.0  # runs of four ones take the blocked placeholder sum
+    coef_T = rng.normal(size=(V, K)) * 10.0
+    alpha = np.exp(rng.uniform(np.log(1e-3), np.log(50.0), size=(P, V)))
+    alpha_sum = alpha.sum(axis=1)
+    alpha_T, joint_T, rising, column_of, length_of = enumerated.dirichlet_tables(alpha, alpha_sum, X, coef_T)
+    _, log_T, *_ = enumerated.dirichlet_tables(alpha, alpha_sum, X)
+    assert joint_T.shape[1] == K + P and np.array_equal(joint_T[:, K:], log_T)
+    indptr, indices, data = X.indptr.astype(np.int64), X.indices.astype(np.int64), X.data
+    scores, blocked, out, direct, work = np.empty(K), np.empty(K), np.empty(P), np.empty(P), np.empty(P)
+    for i in range(R):
+        expected = np.zeros(K)
+        for q in range(indptr[i], indptr[i + 1]):  # one non-zero at a time
+            expected = expected + data[q] * coef_T[indices[q]]
+        enumerated._joint_row_T(indptr, indices, data, i, joint_T, K, alpha_T, rising, column_of, length_of,
+                                alpha_sum, scores, out, work)
+        enumerated._csr_row_scores(indptr, indices, data, i, coef_T, blocked)
+        enumerated._dirichlet_row(indptr, indices, data, i, alpha, alpha_sum, direct)
+        assert np.array_equal(scores, expected) and np.array_equal(blocked, expected), i
+        assert np.array_equal(out, direct), i
+    # a kernel that dropped a block's fourth non-zero, or took the ones of a block with a
+    # larger count among them as ones, would fail here: the rows hold both kinds of block
+    lengths = np.diff(indptr)
+    assert np.any(lengths % 4 != 0) and np.any(lengths >= 4)
+
+
 @pytest.mark.parametrize("spread", [3.0, 300.0, 30000.0])
 def test_column_weights_and_draws_match_numpy_for_flat_and_peaked_rows(spread):
     # flat rows take the kernel's all-columns exponential loop, peaked ones (most columns more
