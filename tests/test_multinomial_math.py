@@ -411,3 +411,33 @@ def test_bad_inputs_raise_clear_errors():
     np.testing.assert_allclose(
         mm.link_prior([0.5, 0.5], 2.0, [0.2, 0.8], 10.0, 1e-3), [3.001, 9.001]
     )
+
+
+# ----------------------------------------------------------------------------- sets by their terms
+@pytest.mark.parametrize("p", [1, 13, 64, 301])
+def test_document_set_support_and_the_marginal_over_it_match_the_dense_forms(p):
+    # the support a set's builder finds (a byte per term read a word at a time) against
+    # np.flatnonzero of its dense sum, for widths that leave 0-7 terms after the last whole
+    # word, stored zeros and values that cancel; then the marginal over that support against
+    # the dense scan's, bit for bit, and the invalid counts the dense scan rejects
+    from streamtree.likelihoods.base import document_set
+
+    rng = np.random.default_rng(p)
+    X = sp.random(40, p, density=min(1.0, 4.0 / p), format="csr", random_state=p)
+    X.data = rng.choice([0.0, 1.0, 1.0, 2.0, 3.0, 7.0, 12.0, 0.5], size=X.nnz)
+    alpha = np.exp(rng.uniform(np.log(1e-3), np.log(30.0), size=p))
+    for rows in (np.arange(40), np.arange(0, 40, 7), np.array([3]), np.zeros(0, dtype=np.int64)):
+        docs = document_set(X, rows)
+        assert docs.terms.dtype == np.int64 and np.array_equal(docs.terms, np.flatnonzero(docs.s))
+        dense = mm._dm_set_dense_nb(docs.s, alpha, alpha.sum())
+        sparse = mm._dm_set_sparse_nb(docs.terms, docs.s, alpha, alpha.sum())
+        assert sparse == dense  # the same value and token total, to the bit
+        assert mm._dm_set_dense(docs.s, alpha, None, docs.terms) == mm._dm_set_dense(docs.s, alpha)
+    # a held term that cancels, a stored zero and a negative sum (which both forms reject)
+    signed = sp.csr_matrix((np.array([1.0, 0.0, 2.0, -1.0, -3.0]), np.array([0, 1, 2, 0, 3]), np.array([0, 3, 5])),
+                           shape=(2, 4))
+    docs = document_set(signed, np.arange(2))
+    assert np.array_equal(docs.terms, [2, 3]) and np.array_equal(docs.terms, np.flatnonzero(docs.s))
+    assert all(np.isnan(v) for v in mm._dm_set_sparse_nb(docs.terms, docs.s, np.ones(4), 4.0))
+    with pytest.raises(ValueError, match="non-negative"):
+        mm._dm_set_dense(docs.s, np.ones(4), None, docs.terms)

@@ -569,9 +569,10 @@ class _FixedWords(FixedNode):
         if theta_prev is not None:
             return super().log_marginal_below(docs, concentration, depth, theta_prev)
         # log_dm_marginal_linked with the parameter and its sum kept (the compiled build of
-        # the parameter and its pairwise sum give NumPy's values, so these are the same)
+        # the parameter and its pairwise sum give NumPy's values, so these are the same), over
+        # the set's terms when it knows them (the same sum of the same non-zeros)
         a, a_sum = self._child_prior(depth)
-        return float(_dm_set_dense(np.ascontiguousarray(docs.s, dtype=np.float64), a, a_sum)[0])
+        return float(_dm_set_dense(np.ascontiguousarray(docs.s, dtype=np.float64), a, a_sum, docs.terms)[0])
 
     def new_child_theta(self, docs, concentration, depth):
         # Multinomial.new_node_theta with the child's Dirichlet parameter kept (the same value)
