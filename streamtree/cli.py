@@ -23,7 +23,10 @@ from __future__ import annotations
 import argparse
 import bisect
 import logging
+import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 
 import numpy as np
@@ -42,8 +45,34 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, raised in the main thread so clean-up runs as for Ctrl-C."""
 
 
-def _on_sigterm(signum, frame):
-    raise Terminated()
+#: where the JIT compiler's Python frames live (numba's compiler, llvmlite's bindings)
+_COMPILER_DIRS = (os.path.join("numba", "core", ""), os.path.join("llvmlite", ""))
+#: how long an interrupt that found the compiler running waits before it is delivered again
+_INTERRUPT_RETRY_S = 0.05
+
+
+def _in_compiler(frame) -> bool:
+    """Whether ``frame`` (where a signal found the main thread) is inside the JIT compiler."""
+    while frame is not None:
+        if any(part in frame.f_code.co_filename for part in _COMPILER_DIRS):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _on_interrupt(signum, frame):
+    """SIGTERM and SIGINT: raise :class:`Terminated` or ``KeyboardInterrupt`` in the main thread.
+
+    Not while the JIT compiler runs there: it calls Python back from C (llvmlite's object
+    cache), which swallows the exception and leaves the compiler broken, and the process then
+    crashes (exit -11) instead of saying where the store stands. The signal is delivered again
+    a little later, until it finds the compiler done."""
+    if _in_compiler(frame):
+        retry = threading.Timer(_INTERRUPT_RETRY_S, os.kill, (os.getpid(), signum))
+        retry.daemon = True
+        retry.start()
+        return
+    raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
 
 def _interrupt_of(exc: BaseException) -> KeyboardInterrupt | None:
@@ -1122,20 +1151,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = {"replay": cmd_replay, "show": cmd_show, "snapshot": cmd_snapshot,
                "evaluate": cmd_evaluate, "report": cmd_report, "serve": cmd_serve,
                "assign": cmd_assign}[args.command]
-    import signal
-    import threading
-
+    previous = {}
     if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGTERM, _on_sigterm)
-    else:
-        previous = None
+        previous = {sig: signal.signal(sig, _on_interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         code = command(args)
         sys.stdout.flush()
         return code
     except BrokenPipeError:  # `streamtree show STORE | head`: the reader has what it wanted
-        import os
-
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # so that the exit-time flush does not fail again
         return 0
@@ -1154,8 +1177,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"streamtree {args.command}: error: {' '.join(msg.split())}\n")
         return code
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            if handler is not None:  # None: set outside Python, which cannot be restored from here
+                signal.signal(sig, handler)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 import subprocess
@@ -287,3 +288,34 @@ def test_a_sigterm_wrapped_by_compiled_code_is_still_a_sigterm(tmp_path, monkeyp
     monkeypatch.setattr(replay_module, "replay", lambda *a, **k: (_ for _ in ()).throw(SystemError("a bug")))
     with pytest.raises(SystemError, match="a bug"):
         main(["replay", str(path), "--text-col", "text", "--time-col", "when", "--store", str(tmp_path / "s2")])
+
+
+def test_an_interrupt_waits_for_the_jit_compiler(monkeypatch):
+    """A SIGTERM or Ctrl-C that finds numba compiling in the main thread is not raised there:
+    llvmlite's object cache calls Python back from C, which swallowed the exception and left the
+    compiler broken, and the replay crashed (exit -11) instead of saying where its store stood.
+    It is delivered again shortly; outside the compiler it is raised at once."""
+    import streamtree.cli as cli
+
+    retries = []
+
+    class Timer:
+        def __init__(self, delay, function, args):
+            retries.append((delay, function, args))
+
+        def start(self):
+            pass
+
+    monkeypatch.setattr(cli.threading, "Timer", Timer)
+    ns = {}
+    exec(compile("import sys\nframe = sys._getframe()",
+                 os.path.join("site-packages", "llvmlite", "binding", "executionengine.py"), "exec"), ns)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        cli._on_interrupt(sig, ns["frame"])  # no exception
+        assert retries[-1] == (cli._INTERRUPT_RETRY_S, os.kill, (os.getpid(), sig))
+    with pytest.raises(cli.Terminated):
+        cli._on_interrupt(signal.SIGTERM, sys._getframe())
+    with pytest.raises(KeyboardInterrupt) as raised:
+        cli._on_interrupt(signal.SIGINT, sys._getframe())
+    assert not isinstance(raised.value, cli.Terminated)
+    assert len(retries) == 2
