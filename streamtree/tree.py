@@ -51,7 +51,7 @@ class TSSBTree:
         self.parent: dict[int, int] = {ROOT: -1}
         self.children: dict[int, list[int]] = {ROOT: []}
         self.depth: dict[int, int] = {ROOT: 0}
-        self.born: dict[int, int] = {ROOT: 0}
+        self.born: dict[int, int] = {ROOT: 0}  # a chain sets the root's to its first epoch
         self.next_id = ROOT + 1
 
     # -- structure -------------------------------------------------------------------------

@@ -434,7 +434,9 @@ def test_dirichlet_placeholder_tables_give_the_direct_scores_bit_for_bit(P):
     direct, tabled, work = np.empty(P), np.empty(P), np.empty(P)
     for i in range(R):
         enumerated._dirichlet_row(indptr, indices, X.data, i, alpha, alpha_sum, direct)
-        enumerated._dirichlet_row_T(indptr, indices, X.data, i, *tables, alpha_sum, tabled, work)
+        alpha_T, log_T, rising, column_of, length_of = tables
+        enumerated._joint_row_T(indptr, indices, X.data, i, log_T, 0, alpha_T, rising, column_of, length_of,
+                                alpha_sum, np.empty(0), tabled, work)
         assert np.array_equal(direct, tabled), i
     row = X[0].toarray()[0]  # and the value itself, against SciPy
     expected = (np.sum(gammaln(alpha + row) - gammaln(alpha), axis=1)

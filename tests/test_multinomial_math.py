@@ -427,16 +427,19 @@ def test_document_set_support_and_the_marginal_over_it_match_the_dense_forms(p):
     X.data = rng.choice([0.0, 1.0, 1.0, 2.0, 3.0, 7.0, 12.0, 0.5], size=X.nnz)
     alpha = np.exp(rng.uniform(np.log(1e-3), np.log(30.0), size=p))
     for rows in (np.arange(40), np.arange(0, 40, 7), np.array([3]), np.zeros(0, dtype=np.int64)):
-        docs = document_set(X, rows)
+        docs = document_set(X, rows, True)
+        assert document_set(X, rows).terms is None  # only when asked for
         assert docs.terms.dtype == np.int64 and np.array_equal(docs.terms, np.flatnonzero(docs.s))
         dense = mm._dm_set_dense_nb(docs.s, alpha, alpha.sum())
         sparse = mm._dm_set_sparse_nb(docs.terms, docs.s, alpha, alpha.sum())
         assert sparse == dense  # the same value and token total, to the bit
         assert mm._dm_set_dense(docs.s, alpha, None, docs.terms) == mm._dm_set_dense(docs.s, alpha)
+        every = np.arange(p, dtype=np.int64)  # terms with zeros among them add nothing
+        assert mm._dm_set_sparse_nb(every, docs.s, alpha, alpha.sum()) == dense
     # a held term that cancels, a stored zero and a negative sum (which both forms reject)
     signed = sp.csr_matrix((np.array([1.0, 0.0, 2.0, -1.0, -3.0]), np.array([0, 1, 2, 0, 3]), np.array([0, 3, 5])),
                            shape=(2, 4))
-    docs = document_set(signed, np.arange(2))
+    docs = document_set(signed, np.arange(2), True)
     assert np.array_equal(docs.terms, [2, 3]) and np.array_equal(docs.terms, np.flatnonzero(docs.s))
     assert all(np.isnan(v) for v in mm._dm_set_sparse_nb(docs.terms, docs.s, np.ones(4), 4.0))
     with pytest.raises(ValueError, match="non-negative"):

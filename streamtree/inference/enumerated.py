@@ -268,7 +268,7 @@ def _sample_csr(indptr, indices, data, order, start, stop, coef_T, sqnorm, live_
     ph_work = np.empty_like(ph_score)
     for ii in range(start, stop):
         i = order[ii]
-        if kind == 2:  # live and placeholder terms from one table row per non-zero
+        if kind == 2 and P:  # live and placeholder terms from one table row per non-zero
             _joint_row_T(indptr, indices, data, i, dm[1], K, dm[0], dm[2], dm[3], dm[4], ph_b, scores, ph_score,
                          ph_work)
         else:
@@ -352,7 +352,7 @@ def _dirichlet_row(indptr, indices, data, i, alpha, alpha_sum, out):
 
 @njit(cache=True, nogil=True)
 def _dirichlet_tables_nb(alpha, alpha_sum, columns, lengths, coef_T):
-    """Column-major tables of :func:`_dirichlet_row_T` for Dirichlet rows ``alpha`` (P, p)
+    """Column-major tables of :func:`_joint_row_T` for Dirichlet rows ``alpha`` (P, p)
     with sums ``alpha_sum``, over the vocabulary ``columns`` and document ``lengths`` that
     occur: ``alpha_T[c, j] = alpha[j, columns[c]]``, ``log_T = log(alpha_T)`` and
     ``rising[r, j] = _log_rising(alpha_sum[j], lengths[r])``, every value computed as
@@ -381,9 +381,11 @@ def _dirichlet_tables_nb(alpha, alpha_sum, columns, lengths, coef_T):
 
 @njit(cache=True, nogil=True)
 def _dirichlet_term(x, c, row, K, alpha_T, out, work):
-    """Add one non-zero's terms ``_log_rising(alpha_jw, x)`` to ``out`` as
-    :func:`_dirichlet_row_T` adds them: ``row[K:]`` is term ``w``'s ``log alpha`` row (its
-    row ``c`` of the tables)."""
+    """Add one non-zero's terms ``_log_rising(alpha_jw, x)`` to ``out``, as :func:`_dirichlet_row`
+    adds them term by term: ``row[K:]`` is term ``w``'s ``log alpha`` row (its row ``c`` of the
+    tables). Counts of two to eight sum their logarithms with the placeholders side by side
+    (``a + m >= 1`` is in the logarithm's core for a finite ``a > 0``, as Dirichlet parameters
+    are); ``work`` is work space of ``out``'s length."""
     P = out.shape[0]
     if x == 0.0:
         return  # a stored zero: its term is 0, as _log_rising(a, 0) gives
@@ -409,11 +411,12 @@ def _dirichlet_term(x, c, row, K, alpha_T, out, work):
 @njit(cache=True, nogil=True)
 def _joint_row_T(indptr, indices, data, i, joint_T, K, alpha_T, rising, column_of, length_of, alpha_sum, scores,
                  out, work):
-    """:func:`_csr_row_scores` into ``scores`` and :func:`_dirichlet_row_T` into ``out`` for CSR
-    row ``i``, from the joint table of :func:`dirichlet_tables` (given ``coef_T``): a
-    non-zero's live coefficients and placeholder logarithms are one contiguous row, so each
-    non-zero reads one row where the two kernels read one from each of two tables of the
-    vocabulary's size. Four non-zeros at a time, as :func:`_csr_row_scores` takes them (four
+    """:func:`_csr_row_scores` into ``scores`` and :func:`_dirichlet_row` into ``out`` for CSR
+    row ``i``, from the tables of :func:`dirichlet_tables` (given ``coef_T``): a non-zero's live
+    coefficients and placeholder logarithms are one contiguous row of the joint table, so each
+    non-zero reads one row. ``column_of[w]`` is term ``w``'s row in ``alpha_T`` and
+    ``joint_T``; ``length_of[n]`` the row of length ``n`` in ``rising`` (-1: not tabled); with
+    ``K = 0`` it is the placeholders' scores alone. Four non-zeros at a time, as :func:`_csr_row_scores` takes them (four
     counts of one go to the placeholders together); every sum keeps its terms and their order,
     so the values are those of the two kernels."""
     P = out.shape[0]
@@ -468,63 +471,13 @@ def _joint_row_T(indptr, indices, data, i, joint_T, K, alpha_T, rising, column_o
         q += 1
 
 
-@njit(cache=True, nogil=True)
-def _dirichlet_row_T(indptr, indices, data, i, alpha_T, log_T, rising, column_of, length_of, alpha_sum, out, work):
-    """:func:`_dirichlet_row` from column-major tables (:func:`dirichlet_tables`): a count of
-    one reads ``log alpha`` from one contiguous row of ``log_T``, as the live product reads its
-    coefficients, instead of one scattered ``alpha`` and one log per placeholder. Each
-    placeholder's terms are added in the same order and with the same values: the same
-    result. ``column_of[w]`` is term ``w``'s row in ``alpha_T`` and ``log_T``;
-    ``length_of[n]`` the row of length ``n`` in ``rising`` (-1: not tabled); ``work`` is work
-    space of ``out``'s length."""
-    P = out.shape[0]
-    total = 0.0
-    for q in range(indptr[i], indptr[i + 1]):
-        total += data[q]
-    n = int(total) if total < length_of.shape[0] else -1
-    r = length_of[n] if n >= 0 and n == total else -1
-    if r >= 0:
-        row = rising[r]
-        for j in range(P):
-            out[j] = -row[j]
-    else:
-        for j in range(P):
-            out[j] = -_log_rising(alpha_sum[j], total)
-    for q in range(indptr[i], indptr[i + 1]):
-        x = data[q]
-        if x == 0.0:
-            continue  # a stored zero: its term is 0, as _log_rising(a, 0) gives
-        c = column_of[indices[q]]
-        if x == 1.0:
-            la = log_T[c]
-            for j in range(P):
-                out[j] += la[j]
-        elif x <= 8.0 and x == math.floor(x):
-            # _log_rising's sum of logs, its first term read from the table, each placeholder's
-            # terms added in its order; the placeholders side by side (in vector instructions:
-            # a + m >= 1 is in the logarithm's core for a finite a > 0, as Dirichlet parameters are)
-            a = alpha_T[c]
-            la = log_T[c]
-            for j in range(P):
-                work[j] = la[j]
-            for m in range(1, int(x)):
-                for j in range(P):
-                    work[j] += log_core(a[j] + m)
-            for j in range(P):
-                out[j] += work[j]
-        else:
-            a = alpha_T[c]
-            for j in range(P):
-                out[j] += _log_rising(a[j], x)
-
-
 #: longest document (in tokens) whose Dirichlet-multinomial normaliser is read from a table
 _RISING_TABLE_MAX = 1 << 14
 
 
 def dirichlet_tables(alpha: np.ndarray, alpha_sum: np.ndarray, X: sp.csr_matrix,
                      coef_T: np.ndarray | None = None) -> tuple:
-    """The tables :func:`_dirichlet_row_T` reads for the Dirichlet rows ``alpha`` (P, p) with
+    """The tables :func:`_joint_row_T` reads for the Dirichlet rows ``alpha`` (P, p) with
     sums ``alpha_sum`` and the count rows ``X``, over the terms and the document lengths that
     occur in ``X`` only: O(P x (terms + lengths)) to build, once per sweep and shard, where the
     per-row work they save is O(P x non-zeros) scattered reads and logs. Their memory is two
@@ -731,7 +684,8 @@ def score_rows(X, cand: Candidates, u: np.ndarray | None, sqnorm: np.ndarray | N
         indptr = X.indptr.astype(np.int64, copy=False)
         indices = X.indices.astype(np.int64, copy=False)
         data = np.asarray(X.data, dtype=np.float64)
-        dm = (dirichlet_tables(cand.ph_alpha, cand.ph_b, X, coef_T) if cand.kind == DIRICHLET
+        dirichlet = cand.kind == DIRICHLET and cand.n_placeholders
+        dm = (dirichlet_tables(cand.ph_alpha, cand.ph_b, X, coef_T) if dirichlet
               else (np.zeros((0, 0)), np.zeros((0, 0)), np.zeros((0, 0)), np.zeros(0, dtype=np.int64),
                     np.zeros(0, dtype=np.int64)))
         if reached and cand.n_placeholders:

@@ -282,11 +282,11 @@ class DocumentIndex:
     def of(self, node: int) -> np.ndarray:
         return self.rows.get(node, _NO_ROWS)
 
-    def documents(self, node: int, X) -> DocumentSet:
+    def documents(self, node: int, X, terms: bool) -> DocumentSet:
         """:func:`document_set` of the node's rows of ``X`` (kept until a move changes them)."""
         docs = self._docs.get(node)
         if docs is None:
-            docs = self._docs[node] = document_set(X, self.of(node))
+            docs = self._docs[node] = document_set(X, self.of(node), terms)
         return docs
 
     def count(self, node: int) -> int:
@@ -599,6 +599,10 @@ class SplitMerge:
         return st.theta[P], self.lik.new_node_concentration(st.concentration[P], depth), depth
 
     # ------------------------------------------------------------------ proposal
+    def _documents(self, st: MoveState, node: int) -> DocumentSet:
+        """The document set of ``node``'s rows (kept in the index until a move changes them)."""
+        return self.index(st).documents(node, st.X, self.lik.sets_need_terms)
+
     def _fixed(self, st: MoveState, node: int) -> FixedNode:
         """The likelihood's scorer at ``node``'s current parameters (kept in the index until a
         move changes them)."""
@@ -769,7 +773,7 @@ class SplitMerge:
         idx.prior.apply(edit)
         idx.changed()
         idx.forget(b)
-        st.theta[b] = self.lik.sample_node_theta(th2, c2, d2, idx.documents(b, st.X), rng)
+        st.theta[b] = self.lik.sample_node_theta(th2, c2, d2, self._documents(st, b), rng)
         st.concentration[b] = c2
         return MoveResult("relocate", b, P2, rows_b)
 
@@ -788,7 +792,7 @@ class SplitMerge:
         idx = self.index(st)
         v = idx.marginals.get(key)
         if v is None:
-            v = idx.marginals[key] = self._fixed(st, P).log_marginal_below(idx.documents(b, st.X), conc, depth, prev)
+            v = idx.marginals[key] = self._fixed(st, P).log_marginal_below(self._documents(st, b), conc, depth, prev)
         return v
 
     # ------------------------------------------------------------------ empty internal nodes
@@ -973,7 +977,7 @@ class SplitMerge:
                 if known:
                     now = self._leaf_marginal(st, c, x, d, prev)
                 else:
-                    now = proposed.log_marginal_below(self.index(st).documents(c, st.X), st.concentration[c], d, prev)
+                    now = proposed.log_marginal_below(self._documents(st, c), st.concentration[c], d, prev)
                 out += now - self._leaf_marginal(st, c, up, d - 1, prev)
                 leaves.append(c)
                 continue
@@ -1010,7 +1014,7 @@ class SplitMerge:
         for c in leaves:
             prev = st.previous.get(c)
             st.theta[c] = self.lik.sample_node_theta(st.theta[t.parent[c]], st.concentration[c], t.depth[c],
-                                                     idx.documents(c, st.X), rng,
+                                                     self._documents(st, c), rng,
                                                      theta_prev=None if prev is None else prev.theta)
             idx.forget(c)  # its link densities and marginals read the old parameter
         return tuple(leaves)
@@ -1104,7 +1108,7 @@ class SplitMerge:
         lo = self._allocation(st, a, place, i, j, others, rng, self._own_scores(st, a)[keep])
         to_new = rng.random(others.size) < launch_probabilities(lo, EPS)
         rows_b = np.concatenate([[j], others[to_new]]).astype(np.int64)
-        docs = document_set(st.X, rows_b)
+        docs = document_set(st.X, rows_b, self.lik.sets_need_terms)
         edit = idx.prior.edit()
         theta_b = None
         if place[0] == "new":
@@ -1169,7 +1173,7 @@ class SplitMerge:
         lo = self._allocation(st, a, place, i, j, others, rng)
         to_new = st.labels[others] == b
         n_a = idx.count(a)
-        log_a = -(self._log_ratio(st, t, a, b, place, idx.documents(b, st.X), -idx.prior.delta(edit, **self.kw),
+        log_a = -(self._log_ratio(st, t, a, b, place, self._documents(st, b), -idx.prior.delta(edit, **self.kw),
                                   len(places), self._log_q(lo, to_new), st.theta[b])
                   + self._log_select_merge(len(idx.rows), len(self.partners(st, t, b)), rows_b.size, n_a)
                   - self._log_select_split(st.labels.size, n_a + rows_b.size))

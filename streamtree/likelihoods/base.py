@@ -102,9 +102,9 @@ def argmax_log_scale(log_f: Callable[[float], float], low: float = LINK_STRENGTH
 class DocumentSet:
     """Sufficient statistics of a set of documents: count, row sum, sum of squared norms, and
     each row's squared norm where the set was built from its rows (a family whose rows carry
-    weights in their norms, the vMF's, needs them). ``terms``, where the builder knew it, is
-    the support of ``s`` (``np.flatnonzero(s)``, ascending): a family may then score the set
-    in O(its terms) rather than O(p)."""
+    weights in their norms, the vMF's, needs them). ``terms``, where the builder was asked for
+    it, is exactly the support of ``s`` (``np.flatnonzero(s)``, ascending): a family may then
+    score the set in O(its terms) rather than O(p)."""
 
     n: float
     s: np.ndarray
@@ -128,11 +128,11 @@ def csr_rows_dot(indptr, indices, data, rows, theta):
 
 
 @njit(cache=True)
-def _csr_row_sums(indptr, indices, data, rows, p):
-    """Row sum, sum of squared norms and each row's squared norm of CSR rows ``rows``, and the
-    row sum's support (``np.flatnonzero(s)``)."""
+def _csr_row_sums(indptr, indices, data, rows, p, with_terms):
+    """Row sum, sum of squared norms and each row's squared norm of CSR rows ``rows``, and with
+    ``with_terms`` the row sum's support (``np.flatnonzero(s)``; else an empty array)."""
     s = np.zeros(p)
-    held = np.zeros(-(-p // 8) * 8, dtype=np.uint8)  # the terms the rows hold, in whole words
+    held = np.zeros(-(-p // 8) * 8 if with_terms else 8, dtype=np.uint8)  # the terms held, in whole words
     sumsq = 0.0
     sq = np.empty(rows.shape[0])
     for i in range(rows.shape[0]):
@@ -142,10 +142,13 @@ def _csr_row_sums(indptr, indices, data, rows, p):
             v = np.float64(data[k])
             w = indices[k]
             s[w] += v
-            held[w] = 1
+            if with_terms:
+                held[w] = 1
             sumsq += v * v
             own += v * v
         sq[i] = own
+    if not with_terms:
+        return s, sumsq, sq, np.zeros(0, dtype=np.int64)
     return s, sumsq, sq, _support(held, s, indptr, rows)
 
 
@@ -212,13 +215,15 @@ def launch_groups(X, others: np.ndarray, launch: np.ndarray, first: int, second:
             DocumentSet(float(others.size - n_in + 1), s[1], float(sumsq[1]), sq_2))
 
 
-def document_set(X, rows: np.ndarray) -> DocumentSet:
+def document_set(X, rows: np.ndarray, terms: bool = False) -> DocumentSet:
     """Count, row sum, sum of squared norms and each row's squared norm of rows ``rows`` of ``X``
-    (CSR without slicing)."""
+    (CSR without slicing), and with ``terms`` (:attr:`Likelihood.sets_need_terms`) the row
+    sum's support where CSR rows give it cheaply."""
     rows = np.asarray(rows, dtype=np.int64)
     if sp.issparse(X) and X.format == "csr":
-        s, sumsq, sq, terms = _csr_row_sums(X.indptr, X.indices, X.data, rows, X.shape[1])  # any dtype: no copy
-        return DocumentSet(float(rows.size), s, float(sumsq), sq, terms)
+        s, sumsq, sq, support = _csr_row_sums(X.indptr, X.indices, X.data, rows, X.shape[1],
+                                              terms)  # any dtype: no copy
+        return DocumentSet(float(rows.size), s, float(sumsq), sq, support if terms else None)
     sub = X[rows]
     if sp.issparse(sub):
         s = np.asarray(sub.sum(axis=0), dtype=np.float64).ravel()
@@ -401,6 +406,9 @@ class Likelihood(ABC):
     #: whether the family's set likelihoods read each row's squared norm
     #: (:attr:`DocumentSet.sq_norms`), not only their sum (the vMF's with document weights)
     sets_need_row_norms = False
+    #: whether the family's set scores read :attr:`DocumentSet.terms` (building them costs a
+    #: little on every set, so only families that read them ask for them)
+    sets_need_terms = False
     #: estimator parameters the family reads (their values come from ``DTSSBP.get_params()``)
     params: ClassVar[tuple[str, ...]] = ()
 

@@ -61,6 +61,7 @@ class Multinomial(WordTopics, Likelihood):
     name = "multinomial"
     text_norm = None  # raw counts
     param_storage = "distribution"  # every phi row is strictly positive and sums to 1
+    sets_need_terms = True  # a new child's collapsed marginal runs over the set's terms
     params = ("kappa0", "kappa1", "a", "min_node_docs", "document_concentration")
     #: the chain's ``hyper`` entry holding the document concentration ``s`` in use
     DOCUMENT_HYPER = "document_concentration"

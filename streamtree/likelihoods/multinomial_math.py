@@ -248,13 +248,14 @@ def _dm_set_dense_nb(c, alpha, alpha_sum):
 
 @njit(cache=True, nogil=True)
 def _dm_set_sparse_nb(terms, c, alpha, alpha_sum):
-    """``_dm_set_dense_nb(c, alpha, alpha_sum)`` given the support of ``c`` (``terms``, its
-    non-zero terms ascending): the same non-zeros in the same order, so the same value, in
-    O(len(terms)) where the dense kernel scans every term."""
+    """``_dm_set_dense_nb(c, alpha, alpha_sum)`` given the terms ``terms`` (ascending) outside
+    which ``c`` is 0: the same non-zeros in the same order, so the same value, in
+    O(len(terms)) where the dense kernel scans every term (zeros among ``terms`` add nothing,
+    as there)."""
     valid = True
     for i in range(terms.shape[0]):
         v = c[terms[i]]
-        valid &= (0.0 < v) & (v < np.inf)
+        valid &= (v == 0.0) | ((0.0 < v) & (v < np.inf))
     if not valid:
         return np.nan, np.nan
     n_tokens = 0.0
@@ -263,7 +264,8 @@ def _dm_set_sparse_nb(terms, c, alpha, alpha_sum):
     acc = 0.0 - _log_rising_nb(alpha_sum, n_tokens)
     for i in range(terms.shape[0]):
         w = terms[i]
-        acc += _log_rising_nb(alpha[w], c[w])
+        if c[w] != 0.0:
+            acc += _log_rising_nb(alpha[w], c[w])
     return acc, n_tokens
 
 
