@@ -217,6 +217,19 @@ def _sample_block(scores, sqnorm, live_a, live_b, live_c, ph_parent, ph_a, ph_b,
                           adj[i])
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _add_four(scores, K, x0, x1, x2, x3, r0, r1, r2, r3):
+    """``scores[k] += x0 r0[k]``, then ``x1 r1[k]``, ``x2 r2[k]``, ``x3 r3[k]``, for the first ``K``
+    columns: four non-zeros' additions in storage order, one load and store of each score."""
+    for k in range(K):
+        s = scores[k]
+        s += x0 * r0[k]
+        s += x1 * r1[k]
+        s += x2 * r2[k]
+        s += x3 * r3[k]
+        scores[k] = s
+
+
 @njit(cache=True, nogil=True)
 def _csr_row_scores(indptr, indices, data, i, coef_T, scores):
     """``scores = x_i . coef_T`` for CSR row ``i``, over its non-zeros in storage order.
@@ -232,13 +245,7 @@ def _csr_row_scores(indptr, indices, data, i, coef_T, scores):
         x0, x1, x2, x3 = data[q], data[q + 1], data[q + 2], data[q + 3]
         r0, r1 = coef_T[indices[q]], coef_T[indices[q + 1]]
         r2, r3 = coef_T[indices[q + 2]], coef_T[indices[q + 3]]
-        for k in range(K):
-            s = scores[k]
-            s += x0 * r0[k]
-            s += x1 * r1[k]
-            s += x2 * r2[k]
-            s += x3 * r3[k]
-            scores[k] = s
+        _add_four(scores, K, x0, x1, x2, x3, r0, r1, r2, r3)
         q += 4
     while q < stop:
         x = data[q]
@@ -416,9 +423,9 @@ def _joint_row_T(indptr, indices, data, i, joint_T, K, alpha_T, rising, column_o
     coefficients and placeholder logarithms are one contiguous row of the joint table, so each
     non-zero reads one row. ``column_of[w]`` is term ``w``'s row in ``alpha_T`` and
     ``joint_T``; ``length_of[n]`` the row of length ``n`` in ``rising`` (-1: not tabled); with
-    ``K = 0`` it is the placeholders' scores alone. Four non-zeros at a time, as :func:`_csr_row_scores` takes them (four
-    counts of one go to the placeholders together); every sum keeps its terms and their order,
-    so the values are those of the two kernels."""
+    ``K = 0`` it is the placeholders' scores alone. Four non-zeros at a time, as
+    :func:`_csr_row_scores` takes them (four counts of one go to the placeholders together);
+    every sum keeps its terms and their order, so the values are those of the two kernels."""
     P = out.shape[0]
     total = 0.0
     for q in range(indptr[i], indptr[i + 1]):
@@ -439,13 +446,7 @@ def _joint_row_T(indptr, indices, data, i, joint_T, K, alpha_T, rising, column_o
         c0, c1 = column_of[indices[q]], column_of[indices[q + 1]]
         c2, c3 = column_of[indices[q + 2]], column_of[indices[q + 3]]
         r0, r1, r2, r3 = joint_T[c0], joint_T[c1], joint_T[c2], joint_T[c3]
-        for k in range(K):
-            s = scores[k]
-            s += x0 * r0[k]
-            s += x1 * r1[k]
-            s += x2 * r2[k]
-            s += x3 * r3[k]
-            scores[k] = s
+        _add_four(scores, K, x0, x1, x2, x3, r0, r1, r2, r3)
         if x0 == 1.0 and x1 == 1.0 and x2 == 1.0 and x3 == 1.0:  # the common case in sparse text
             l0, l1, l2, l3 = r0[K:], r1[K:], r2[K:], r3[K:]  # indexed from 0: the loop vectorises
             for j in range(P):
