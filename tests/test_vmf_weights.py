@@ -42,6 +42,30 @@ def test_set_normalizer_sums_each_documents_own():
     assert vmf.set_log_normalizer(P, 5.0, 3.0, None) == 5.0 * vmf.log_normalizer_nb(float(P), 3.0)
 
 
+@pytest.mark.parametrize("p", [7, 2000])
+def test_compiled_normalizers_match_the_vectorised_ones(p):
+    """``log_normalizers`` (compiled, per entry, on the fitting threads when long) agrees with
+    ``log_normalizer`` in every regime: the series at small kappa, the Debye expansion, and the
+    backward ratio walk of small orders; so do the table and the set sum built on it."""
+    from streamtree.inference.threads import fitting_threads
+
+    rng = np.random.default_rng(3)
+    kappa = np.concatenate([[0.0, 1e-6, 0.5, 3.0, 30.0, 300.0, 5e3, 1e5, 1e6],
+                            np.exp(rng.uniform(-3.0, 13.0, size=vmf._THREADED_NORMALIZERS + 7))])
+    want = vmf.log_normalizer(p, kappa)
+    assert np.allclose(vmf.log_normalizers(p, kappa), want, rtol=1e-13, atol=1e-9)
+    with fitting_threads(2):  # long enough for the threads: the same values, entry by entry
+        assert np.array_equal(vmf.log_normalizers(p, kappa.reshape(-1, 8)[:, ::-1]).ravel(),
+                              vmf.log_normalizers(p, kappa.reshape(-1, 8)[:, ::-1].ravel()))
+    sq = rng.uniform(0.01, 9.0, size=40) ** 2
+    table = vmf.log_normalizer_table(p, [2.0, 700.0], sq)
+    assert np.allclose(table, vmf.log_normalizer(p, np.sqrt(sq)[:, None] * np.array([2.0, 700.0])),
+                       rtol=1e-13, atol=1e-9)
+    assert vmf.set_log_normalizer(p, 40.0, 700.0, sq) == pytest.approx(table[:, 1].sum(), rel=1e-13)
+    with pytest.raises(ValueError, match="dimension"):
+        vmf.log_normalizers(1, kappa)
+
+
 def test_weighted_marginal_is_likelihood_times_prior_over_posterior():
     """Bayes' rule at any direction: the collapsed marginal of weighted documents equals
     likelihood x prior / posterior, the posterior being vMF with natural parameter

@@ -762,7 +762,7 @@ def _weighted_vmf_rows(X, cand: Candidates, u, sqnorm, own, adjust,
     result does not depend on the others, so the same values on any engine); unit rows keep
     the compiled kernel. A draw takes the first column whose running sum of weights passes
     ``u`` times their total (the last column of positive weight if rounding leaves none)."""
-    from streamtree.likelihoods.vmf import log_normalizer, weighted_normalizer_change  # builds on this module
+    from streamtree.likelihoods.vmf import log_normalizers, weighted_normalizer_change  # builds on this module
     n = X.shape[0]
     p = cand.dim
     coef_T = np.asarray(cand.coef_T, dtype=np.float64)
@@ -785,7 +785,7 @@ def _weighted_vmf_rows(X, cand: Candidates, u, sqnorm, own, adjust,
             bw = w[:, None] * b[None, :]
             # ||b w x + c mu||, without cancellation at cos = -1 (as log_new_node_marginal)
             rho = np.sqrt((bw - c[None, :]) ** 2 + 2.0 * bw * c[None, :] * (1.0 + cos))
-            ph = np.asarray(cand.ph_a)[None, :] - np.asarray(log_normalizer(p, rho))
+            ph = np.asarray(cand.ph_a)[None, :] - log_normalizers(p, rho)
             if cand.normalized:
                 ph += weighted_normalizer_change(p, b, sqnorm[r0:r1])
             W = np.concatenate([W, ph], axis=1)
