@@ -141,8 +141,8 @@ def run_size(n_features: int, n_documents: int, args, likelihoods: list[str]) ->
         params = {"likelihood": likelihood, "max_depth": args.max_depth, "random_state": args.seed}
         if args.sweeps is not None:
             params["n_sweeps"] = args.sweeps
-        if likelihood == "vmf" and args.length_power:
-            params["document_weights"] = True
+        if likelihood == "vmf" and not args.length_power:
+            params["document_weights"] = False  # unit rows, required as such (the default reads weights)
         if args.document_concentration is not None and likelihood == "multinomial":
             dc = args.document_concentration
             params["document_concentration"] = None if dc == "none" else dc if dc == "auto" else float(dc)

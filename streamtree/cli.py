@@ -275,7 +275,8 @@ def _add_model_args(p: argparse.ArgumentParser, *, for_evaluate: bool = False) -
 
     p = argparse.Namespace(add_argument=option)
     p.add_argument("--likelihood",
-                   help="topic family: vmf (unit tf-idf rows, see --weighting) or multinomial (word counts, "
+                   help="topic family: vmf (tf-idf directions weighted by length, see --weighting and "
+                        "--document-weights) or multinomial (word counts, "
                         "Dirichlet links)")
     p.add_argument("--window", type=_window, help="epochs in the stick window (int or inf)")
     if not for_evaluate:
@@ -290,11 +291,10 @@ def _add_model_args(p: argparse.ArgumentParser, *, for_evaluate: bool = False) -
                         "distribution from Dir(S phi) around its node's phi (a word used once is likely "
                         "to come again); auto (S sampled with the model), a number S, or none (tokens "
                         "are independent draws from phi); other likelihoods ignore auto")
-    p.add_argument("--document-weights", action="store_true",
-                   help="vmf likelihood: weigh each document by its length (rows of norm tokens / median "
-                        "tokens; concentration beta w); it removed the swarm of small nodes on planted "
-                        "single-topic documents, not on real paragraphs or commit messages (see DTSSBP's "
-                        "document_weights)")
+    p.add_argument("--document-weights", action=argparse.BooleanOptionalAction,
+                   help="vmf likelihood: weigh each document by its length (rows of norm (tokens / median "
+                        "tokens) ** 0.5, concentration beta w; auto does so too), or with "
+                        "--no-document-weights weigh every document the same (unit rows)")
     p.add_argument("--sweeps", dest="n_sweeps", type=_positive_int, help="Gibbs sweeps per epoch")
     p.add_argument("--engine", help="where the z-updates run: local or ray")
     p.add_argument("--shards", dest="n_shards", type=_positive_int,

@@ -45,8 +45,9 @@ class DTSSBP(BaseEstimator):
     ----------
     likelihood : {"multinomial", "vmf", "gaussian"}, default="multinomial"
         Word distributions over raw term counts (CSR) with Dirichlet links, the default for
-        text (``TextVectorizer()``'s rows); von Mises-Fisher topics on L2-normalised rows (CSR;
-        ``TextVectorizer(norm="l2")``, or embeddings); or isotropic Gaussian nodes on
+        text (``TextVectorizer()``'s rows); von Mises-Fisher topics on directions of CSR rows
+        whose norms are document weights (``TextVectorizer(norm="l2")``; unit rows, such as
+        normalised embeddings, weigh 1: see ``document_weights``); or isotropic Gaussian nodes on
         real-valued rows (dense). See :mod:`streamtree.likelihoods` and
         :data:`~streamtree.likelihoods.DEFAULT_LIKELIHOOD` for why counts are the default.
     variant : {"dtssbp", "o-tssbp", "t-tssbp", "ddp", "o-dp", "t-dp"}
@@ -95,17 +96,18 @@ class DTSSBP(BaseEstimator):
         :meth:`transform` and :meth:`predict` score documents under the fitted document model
         (the density exactly, new nodes included). Families without a document model (vMF,
         Gaussian) ignore ``"auto"`` and take no number.
-    document_weights : bool
-        vMF likelihood: ``False`` (the default): rows are unit vectors, every document weighs
-        the same. ``True``: a row is a unit direction times its document's weight, the row's
-        norm, and a document of weight ``w`` has concentration ``beta w`` at a node of
-        concentration ``beta`` (``TextVectorizer(norm="l2", length_power=1)`` weighs documents
-        by their token counts; ``streamtree replay --document-weights`` does so). A document
-        drawn from one topic lies closer to it the longer it is, so with unit rows a topic's
-        short documents are likelier in nodes of their own: on planted single-topic documents
-        weights remove that swarm of small nodes, but State of the Union paragraphs and Flask
-        commit messages swarm with weights as without (see BENCHMARKS.md). Other families take
-        no weights.
+    document_weights : "auto" or bool
+        vMF likelihood: a row is a unit direction times its document's weight, the row's norm,
+        and a document of weight ``w`` has concentration ``beta w`` at a node of concentration
+        ``beta``. ``"auto"`` (the default) and ``True`` read the weights; unit rows are then
+        documents of weight 1, exactly the unweighted model. :class:`~streamtree.text.TextVectorizer`
+        with ``norm="l2"`` weighs documents by ``(tokens / median tokens) ** 0.5``
+        (:data:`~streamtree.text.DEFAULT_LENGTH_POWER`). A document drawn from one topic lies
+        closer to it the longer it is, so with unit rows a topic's short documents are likelier
+        in nodes of their own; weights remove most of that swarm on planted trees and raise the
+        coherence of State of the Union nodes (BENCHMARKS.md). ``False``: every row must be a
+        unit vector (an unnormalised row is an input error, not a weight). Other families take
+        no weights and ignore ``"auto"``.
     kappa1, a : float
         Depth and time factors of the link strengths (see ``kappa0``).
     xi : float
@@ -191,7 +193,7 @@ class DTSSBP(BaseEstimator):
         "kappa0": [Interval(numbers.Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "kappa1": [Interval(numbers.Real, 0, None, closed="neither")],
         "document_concentration": [Interval(numbers.Real, 0, None, closed="neither"), StrOptions({"auto"}), None],
-        "document_weights": ["boolean"],
+        "document_weights": ["boolean", StrOptions({"auto"})],
         "a": [Interval(numbers.Real, None, None, closed="neither")],
         "xi": [Interval(numbers.Real, 0, None, closed="neither")],
         "sigma0": [Interval(numbers.Real, 0, None, closed="neither")],
@@ -225,7 +227,7 @@ class DTSSBP(BaseEstimator):
         kappa0: float | str = 1e3,
         kappa1: float = 1.0,
         document_concentration: float | str | None = "auto",
-        document_weights: bool = False,
+        document_weights: bool | str = "auto",
         a: float = 0.0,
         xi: float = 0.001,
         sigma0: float = 1.0,
@@ -293,10 +295,10 @@ class DTSSBP(BaseEstimator):
             raise ValueError(f"The 'document_concentration' parameter of DTSSBP applies to the {', '.join(users)} "
                              f"likelihood, not to {self.likelihood!r}: leave it at 'auto' or None, or choose "
                              f"likelihood={users[0]!r}.")
-        if self.document_weights and "document_weights" not in family.params:
+        if self.document_weights != "auto" and self.document_weights and "document_weights" not in family.params:
             users = sorted(name for name, cls in LIKELIHOODS.items() if "document_weights" in cls.params)
             raise ValueError(f"The 'document_weights' parameter of DTSSBP applies to the {', '.join(users)} "
-                             f"likelihood, not to {self.likelihood!r}: leave it False, or choose "
+                             f"likelihood, not to {self.likelihood!r}: leave it at 'auto' or False, or choose "
                              f"likelihood={users[0]!r}.")
         bounds = self.concentration_bounds
         if not (len(bounds) == 2 and all(isinstance(b, numbers.Real) for b in bounds) and 0 < bounds[0] <= bounds[1]):
@@ -394,7 +396,8 @@ class DTSSBP(BaseEstimator):
         Parameters
         ----------
         X : matrix, shape (n, p)
-            The epoch's training documents: CSR with L2-normalised rows (vMF), CSR raw term
+            The epoch's training documents: CSR rows whose norms are document weights (vMF,
+            unit rows with ``document_weights=False``), CSR raw term
             counts (multinomial) or a dense array (Gaussian). ``n = 0`` is an empty epoch:
             the tree is carried forward unchanged and the stick window still advances.
         epoch : int, optional

@@ -40,7 +40,7 @@ from streamtree.records import (DEFAULT_DUPLICATE_TEXTS, DUPLICATE_TEXT, DUPLICA
                                 RejectLog)
 from streamtree.snapshots import StaticOptions, snapshot_name, static_snapshot
 from streamtree.text import (DEFAULT_MAX_DF, DEFAULT_MAX_FEATURES, DEFAULT_MIN_DF, DEFAULT_TOP_WORDS,
-                             DEFAULT_LENGTH_POWER, DEFAULT_WEIGHTING, WEIGHTED_LENGTH_POWER, WEIGHTING_BEFORE_TFIDF,
+                             DEFAULT_LENGTH_POWER, DEFAULT_WEIGHTING, WEIGHTING_BEFORE_TFIDF,
                              TextVectorizer)
 
 logger = logging.getLogger(__name__)
@@ -73,14 +73,17 @@ def text_model_params(model: dict) -> dict:
 
 
 def text_vectorizer(model_params: dict, min_df, max_df, max_features, weighting=DEFAULT_WEIGHTING) -> TextVectorizer:
-    """The unfitted vectoriser whose rows suit the model's likelihood (its ``text_norm``), with
+    """The unfitted vectoriser for a model of :func:`text_model_params` whose rows suit the model's likelihood (its ``text_norm``), with
     documents weighted by length where the model reads row norms as weights
-    (``document_weights``; :data:`~streamtree.text.WEIGHTED_LENGTH_POWER`)."""
+    (``document_weights``, by default; :data:`~streamtree.text.DEFAULT_LENGTH_POWER`), unit
+    rows where it requires them."""
     from streamtree.likelihoods import LIKELIHOODS
+    from streamtree.likelihoods.vmf import reads_document_weights
 
-    norm = LIKELIHOODS[model_params["likelihood"]].text_norm
-    power = WEIGHTED_LENGTH_POWER if model_params.get("document_weights") else DEFAULT_LENGTH_POWER
-    return TextVectorizer(min_df=min_df, max_df=max_df, max_features=max_features, norm=norm,
+    family = LIKELIHOODS[model_params["likelihood"]]
+    weighted = "document_weights" in family.params and reads_document_weights(model_params["document_weights"])
+    power = DEFAULT_LENGTH_POWER if weighted else 0.0
+    return TextVectorizer(min_df=min_df, max_df=max_df, max_features=max_features, norm=family.text_norm,
                           weighting=weighting, length_power=power)
 
 
@@ -297,7 +300,8 @@ def vocabulary_note(vec: TextVectorizer) -> str:
     cap = (f"the {vec.max_features_}-term cap chosen for {vec.n_fit_documents_} documents (max_features=auto)"
            if vec.max_features == "auto" else f"max_features={vec.max_features}")
     stop = "English and reporting stop words" if vec.stop_words == "english" else "custom stop words"
-    weights = "raw counts" if vec.norm is None else f"{vec.weighting} weights, L2-normalised rows"
+    weights = ("raw counts" if vec.norm is None else f"{vec.weighting} weights, L2-normalised rows"
+               + (f" times (tokens / {vec.reference_length_:g}) ** {vec.length_power:g}" if vec.length_power else ""))
     return (f"vocabulary: {vec.vocabulary_.shape[0]} terms ({cap}; min_df={vec.min_df}, max_df={vec.max_df}; "
             f"{stop}; {weights})")
 

@@ -2,8 +2,8 @@
 
 The vocabulary is fitted once (over a whole corpus, or over a warm-up span the caller
 chooses) and then fixed, so every epoch's matrix has the same columns and theta vectors of
-different epochs are comparable. Rows are L2-normalised term frequencies (for the vMF
-likelihood) or raw term counts (``norm=None``, for the multinomial likelihood). Documents whose
+different epochs are comparable. Rows are L2-normalised term frequencies scaled to the
+document's weight (for the vMF likelihood; :data:`DEFAULT_LENGTH_POWER`) or raw term counts (``norm=None``, for the multinomial likelihood). Documents whose
 every token is outside the vocabulary have an all-zero row; :meth:`TextVectorizer.transform`
 keeps them in place and :meth:`TextVectorizer.empty_rows` finds them, so the caller can file
 them as rejects with reason ``"empty after vocabulary filtering"``.
@@ -58,20 +58,18 @@ DEFAULT_WEIGHTING = "tfidf"
 #: the weighting of vocabularies and stores written before tf-idf became the default
 WEIGHTING_BEFORE_TFIDF = "tf"
 #: vMF rows: a document's weight (its row's norm) is ``(L / L_ref) ** length_power``, L its token
-#: count over the vocabulary and L_ref the fitting documents' median. A document of L tokens
-#: drawn from one topic has cosine about ``sqrt(q L / (q L + 1))`` to it (q the topic's squared
-#: norm), so one concentration per node fits its short and long documents together only if it
-#: scales with length. On planted single-topic documents power 1 removes the vMF's swarm of
-#: short-document nodes (three seeds: 23 of 24 per-epoch node-count, ARI and identity targets
-#: met, against 17 with unit rows). Real corpora swarm with or without weights: State of the
-#: Union paragraphs, which mix topics and run from 1 to 426 tokens, at powers 0, 1/2 and 1
-#: alike, and Flask commit messages by year too (BENCHMARKS.md). So unit rows stay the default,
-#: and weights are an option.
-DEFAULT_LENGTH_POWER = 0.0
-#: the length power of the rows made for a vMF model with ``document_weights=True`` (replay, serve):
-#: weights proportional to token counts (planted trees, three seeds: 23 of 24 per-epoch targets
-#: at power 1, 21 at power 1/2, 17 with unit rows)
-WEIGHTED_LENGTH_POWER = 1.0
+#: count over the vocabulary and L_ref the fitting documents' median; the vMF reads it as the
+#: document's share of its node's concentration (``DTSSBP(document_weights="auto")``). A document
+#: of L tokens drawn from one topic has cosine about ``sqrt(q L / (q L + 1))`` to it (q the
+#: topic's squared norm), which for short documents grows like ``sqrt(L)``, and the vMF
+#: concentration that matches a small mean cosine grows in proportion to it: hence power 1/2.
+#: With unit rows one concentration per node cannot fit a topic's short and long documents
+#: together, and the short ones swarm into nodes of their own. Measured (BENCHMARKS.md): planted
+#: hierarchical-Dirichlet trees, four seeds, 29 of 32 per-epoch targets at power 1/2 against 26
+#: at power 1 and 24 with unit rows; State of the Union paragraphs (tf-idf) NPMI 0.158 against
+#: 0.150, ids living one decade 3% against 7%, at twice the fit's CPU (larger trees). The
+#: multinomial reads raw counts and ignores it.
+DEFAULT_LENGTH_POWER = 0.5
 #: the length power of vocabularies and stores written before documents were weighted: unit rows
 LENGTH_POWER_BEFORE_WEIGHTS = 0.0
 #: top words stored per node by replay and serve (by weight in the node's direction)
@@ -136,14 +134,14 @@ class TextVectorizer(TransformerMixin, BaseEstimator):
         frequency of the fitting corpus, ``log((1 + n) / (1 + df)) + 1``, before normalising;
         ``"tf"`` normalises the counts themselves. Ignored for raw counts (the multinomial needs
         counts).
-    length_power : float, default=0.0
+    length_power : float, default=0.5
         With ``norm="l2"``: each unit row is then scaled to the document's weight
         ``(L / reference_length_) ** length_power``, ``L`` its token count over the vocabulary;
         the vMF reads a row's norm as its document's weight (concentration ``beta w`` at a node
-        of concentration ``beta``), so longer documents are held closer to their node's
-        direction. ``0`` (the default) gives unit rows: every document weighs the same. ``1``
-        is what ``replay --document-weights`` uses (see :data:`DEFAULT_LENGTH_POWER` for what
-        it does and does not fix). Ignored for raw counts.
+        of concentration ``beta``; ``DTSSBP(document_weights="auto")``), so longer documents
+        are held closer to their node's direction (see :data:`DEFAULT_LENGTH_POWER` for why 1/2).
+        ``0`` gives unit rows: every document weighs the same (for ``document_weights=False``).
+        Ignored for raw counts.
 
     Attributes
     ----------

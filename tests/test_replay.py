@@ -270,26 +270,34 @@ def test_refused_resume_names_the_model_parameter_that_differs():
 
 
 def test_weighted_vmf_documents_replay_with_length_weighted_rows(corpus, tmp_path):
-    """``document_weights=True``: the store's vocabulary weighs rows by token count, the model
-    reads the norms as weights; stores written before the parameter match unweighted runs."""
+    """vMF by default (``document_weights="auto"``, as ``True``): the store's vocabulary weighs
+    rows by the square root of their token counts over the median, the model reads the norms as
+    weights; ``False`` keeps unit rows, and stores written before the parameter match those."""
+    from streamtree.text import DEFAULT_LENGTH_POWER
+
     uri = str(tmp_path / "weighted")
-    summary = replay(config(corpus, likelihood="vmf", document_weights=True), uri)
+    summary = replay(config(corpus, likelihood="vmf"), uri)
     store = SnapshotStore(uri)
     vec = store.vectorizer()
-    assert vec.length_power == 1.0 and vec.reference_length_ > 0
+    assert vec.length_power == DEFAULT_LENGTH_POWER == 0.5 and vec.reference_length_ > 0
     assert summary.n_documents > 0 and len(store.epochs()) == 3
     texts = pq.read_table(corpus, columns=["text"]).column("text").to_pylist()[:20]
     X = vec.transform(texts)
     norms = np.sqrt(np.asarray(X.multiply(X).sum(axis=1)).ravel())
     lengths = np.asarray(vec._fixed.transform(texts).sum(axis=1)).ravel()
-    np.testing.assert_allclose(norms[lengths > 0], lengths[lengths > 0] / vec.reference_length_, rtol=1e-12)
+    np.testing.assert_allclose(norms[lengths > 0], np.sqrt(lengths[lengths > 0] / vec.reference_length_),
+                               rtol=1e-12)
+    assert config(corpus, likelihood="vmf", document_weights=True).vectorizer().length_power == 0.5
+    assert config(corpus, likelihood="vmf", document_weights=False).vectorizer().length_power == 0.0
+    assert config(corpus, likelihood="multinomial").vectorizer().norm is None
     from streamtree.replay import identity_differences, stored_identity
 
-    plain = config("corpus.parquet", likelihood="vmf").identity()
-    before = dict(plain, model={k: v for k, v in plain["model"].items() if k != "document_weights"})
-    assert stored_identity(before) == plain
-    assert identity_differences(plain, config("corpus.parquet", likelihood="vmf", document_weights=True).identity()) \
-        == "model.document_weights: False in the store, True now"
+    unit = config("corpus.parquet", likelihood="vmf", document_weights=False).identity()
+    before = dict(unit, model={k: v for k, v in unit["model"].items() if k != "document_weights"})
+    assert stored_identity(before) == unit
+    # an older (unit-row) store is not resumed under the new default: the refusal says what differs
+    assert identity_differences(unit, config("corpus.parquet", likelihood="vmf").identity()) \
+        == "model.document_weights: False in the store, 'auto' now"
 
 
 def test_identity_records_iso_weeks_so_thursday_week_stores_are_not_resumed():

@@ -12,7 +12,7 @@ import pytest
 from sklearn.exceptions import NotFittedError
 import scipy.sparse as sp
 
-from streamtree.text import TextVectorizer
+from streamtree.text import DEFAULT_LENGTH_POWER, TextVectorizer
 
 SOTU = Path(__file__).resolve().parents[1] / "examples" / "data" / "sotu_paragraphs.parquet"
 
@@ -52,10 +52,10 @@ def test_exact_l2_normalised_term_frequencies():
 def test_vmf_rows_default_to_exact_tfidf():
     """``norm="l2"`` rows are tf-idf unless ``weighting="tf"``: counts times
     log((1 + n) / (1 + df)) + 1 of the fitting corpus, then unit length (the default), or then
-    the document's weight, its token count over the median's to ``length_power``; raw counts
-    ignore both."""
+    the document's weight, its token count over the median's to ``length_power`` (1/2 by
+    default, the vMF's document weights); raw counts ignore both."""
     docs = ["Apple apple banana", "banana cherry cherry cherry", "apple 1790 $5 the", "banana"]
-    assert TextVectorizer().length_power == 0.0
+    assert TextVectorizer().length_power == DEFAULT_LENGTH_POWER == 0.5
     v = TextVectorizer(min_df=1, max_df=1.0, norm="l2", length_power=1).fit(docs)
     assert v.weighting == "tfidf" and v.vocabulary_.tolist() == ["apple", "banana", "cherry"]
     assert v.reference_length_ == 2.0  # lengths 3, 4, 1, 1
@@ -65,9 +65,11 @@ def test_vmf_rows_default_to_exact_tfidf():
     expected /= np.linalg.norm(expected, axis=1, keepdims=True)
     expected *= (counts.sum(axis=1, keepdims=True) / 2.0)
     np.testing.assert_allclose(v.transform(docs).toarray(), expected, rtol=0, atol=1e-15)
-    unit = TextVectorizer(min_df=1, max_df=1.0, norm="l2").fit(docs).transform(docs).toarray()
+    unit = TextVectorizer(min_df=1, max_df=1.0, norm="l2", length_power=0).fit(docs).transform(docs).toarray()
     np.testing.assert_allclose(unit, expected / (counts.sum(axis=1, keepdims=True) / 2.0), rtol=0, atol=1e-15)
-    root = TextVectorizer(min_df=1, max_df=1.0, norm="l2", length_power=0.5).fit(docs).transform(docs)
+    root = TextVectorizer(min_df=1, max_df=1.0, norm="l2").fit(docs).transform(docs)  # the default power
+    np.testing.assert_allclose(root.toarray(), unit * np.sqrt(counts.sum(axis=1, keepdims=True) / 2.0),
+                               rtol=1e-15, atol=1e-15)
     np.testing.assert_allclose(np.sqrt(np.asarray(root.multiply(root).sum(axis=1)).ravel()),
                                np.sqrt(counts.sum(axis=1) / 2.0), rtol=1e-15)
     counts = TextVectorizer(min_df=1, max_df=1.0).fit(docs).transform(docs).toarray()
@@ -161,7 +163,7 @@ def test_validation():
 
 def test_sotu_vocabulary_and_rows():
     texts = pq.read_table(SOTU, columns=["text"]).column("text")
-    v = TextVectorizer(min_df=5, max_df=0.5, norm="l2")
+    v = TextVectorizer(min_df=5, max_df=0.5, norm="l2", length_power=0)  # unit rows
     X = v.fit_transform(texts)
     empty = v.empty_rows(X)
     Xt = v.transform(texts[:300])
@@ -175,6 +177,10 @@ def test_sotu_vocabulary_and_rows():
     weighted = TextVectorizer(min_df=5, max_df=0.5, norm="l2", length_power=1).fit(texts).transform(texts)
     norms = np.sqrt(np.asarray(weighted.multiply(weighted).sum(axis=1)).ravel())
     np.testing.assert_allclose(norms[~empty], lengths[~empty] / v.reference_length_, rtol=1e-12)
+    default = TextVectorizer(min_df=5, max_df=0.5, norm="l2").fit(texts).transform(texts[:300])
+    norms = np.sqrt(np.asarray(default.multiply(default).sum(axis=1)).ravel())
+    np.testing.assert_allclose(norms[~empty[:300]], np.sqrt(lengths[:300][~empty[:300]] / v.reference_length_),
+                               rtol=1e-12)
     assert 0 < empty.sum() < 100  # a few one-word salutations have no vocabulary term
     assert {"war", "congress", "tax"} <= set(v.vocabulary_)
 

@@ -166,18 +166,40 @@ def test_weighted_pairs_estimate_the_rms_weight_concentration():
     assert got[0] == pytest.approx(max(pairs / (4 * 3 * np.mean(w * w)), 0.0), rel=1e-12)
 
 
-def test_weighted_rows_need_the_opt_in_and_a_positive_weight():
-    """Without ``document_weights`` a row of norm other than 1 is an input error (unnormalised
-    rows by mistake), with it the norm is the document's weight, and must be positive."""
+def test_row_norms_are_weights_by_default_and_must_be_positive():
+    """By default (``document_weights="auto"``) and with ``True`` a row's norm is its document's
+    weight, which must be positive; with ``False`` a row of norm other than 1 is an input error
+    (unnormalised rows by mistake). Other families ignore ``"auto"`` and refuse ``True``."""
     X = _rows(np.random.default_rng(4), 3, [0.5, 2.0, 1.0])
-    with pytest.raises(ValueError, match="document_weights=True"):
-        vmf.VonMisesFisher.check_input(X)
-    assert vmf.VonMisesFisher.check_input(X, document_weights=True).shape == (3, P)
+    assert DTSSBP().document_weights == "auto"
+    with pytest.raises(ValueError, match="needs L2-normalised rows.*document_weights='auto'"):
+        vmf.VonMisesFisher.check_input(X, document_weights=False)
+    for setting in ("auto", True):
+        assert vmf.VonMisesFisher.check_input(X, document_weights=setting).shape == (3, P)
+        params = DTSSBP(likelihood="vmf", document_weights=setting).get_params()
+        variant = resolve_variant("dtssbp", window=2, max_depth=2, gamma=0.5, xi=0.001)
+        assert vmf.VonMisesFisher.from_params(params, variant, P).document_weights is True
     bad = sp.csr_matrix(np.vstack([X.toarray(), np.zeros(P)]))
     with pytest.raises(ValueError, match="row 3"):
-        vmf.VonMisesFisher.check_input(bad, document_weights=True)
+        vmf.VonMisesFisher.check_input(bad, document_weights="auto")
     with pytest.raises(ValueError, match="applies to the vmf likelihood"):
         DTSSBP(likelihood="multinomial", document_weights=True).partial_fit(sp.csr_matrix(np.eye(3)))
+    m = DTSSBP(likelihood="multinomial", n_sweeps=2, random_state=0).partial_fit(sp.csr_matrix(np.eye(3) * 2.0))
+    assert m.trees_[-1].assignments.shape == (3,)
+
+
+def test_weights_far_from_one_are_taken_for_unnormalised_rows_and_warned():
+    """Rows whose norms are read as weights but whose median is far from 1 (raw counts, say)
+    fit as weights, with a warning that says how to get unit rows instead."""
+    X = _rows(np.random.default_rng(6), 4, [6.0, 9.0, 5.0, 12.0])
+    with pytest.warns(UserWarning, match="median norm is 7.5.*document_weights=False"):
+        vmf.VonMisesFisher.check_input(X, document_weights="auto")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        vmf.VonMisesFisher.check_input(_rows(np.random.default_rng(6), 4, [0.5, 0.9, 1.5, 3.0]),
+                                       document_weights="auto")
 
 
 def test_weighted_fit_is_reproducible_and_the_same_on_two_threads():

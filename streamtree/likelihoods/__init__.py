@@ -17,10 +17,10 @@ TEXT_LIKELIHOODS: tuple[str, ...] = tuple(name for name, cls in LIKELIHOODS.item
 
 #: The estimator's family unless one is given, and with it the text pipeline's row form (its
 #: ``text_norm``). Word distributions over raw counts: on real short text (State of the Union
-#: paragraphs) they give trees of tens of nodes with stable ids, where unit-row vMF topics
-#: make hundreds of small nodes a decade (a document whose cosine to its node falls below
-#: about beta / 2p is likelier under a new node of its own, and paragraph cosines spread far
-#: wider than one vMF concentration allows); see BENCHMARKS.md.
+#: paragraphs) they give trees of tens of nodes with stable ids, where vMF topics (unit or
+#: length-weighted rows) make hundreds of small nodes a decade (a document whose cosine to its
+#: node falls below about beta / 2p is likelier under a new node of its own, and paragraph
+#: cosines spread far wider than one vMF concentration allows); see BENCHMARKS.md.
 DEFAULT_LIKELIHOOD = "multinomial"
 
 __all__ = ["DEFAULT_LIKELIHOOD", "LIKELIHOODS", "TEXT_LIKELIHOODS", "DocumentSet", "Likelihood"]

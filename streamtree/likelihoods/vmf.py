@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import threading
+import warnings
 from collections import OrderedDict
 
 import numpy as np
@@ -69,6 +70,9 @@ _LOG_2 = math.log(2.0)
 # Order from which the Debye expansion (with u_1..u_5) is accurate to < 1e-10 for every argument.
 _DEBYE_MIN_ORDER = 50.0
 _SERIES_TERMS = 20  # enough for the series region: term_k <= term_0 / k!
+#: rows read as document weights whose median norm is beyond this factor of 1 are warned about
+#: (:meth:`VonMisesFisher.check_input`): more likely unnormalised rows than weights
+WEIGHT_MEDIAN_RANGE = 4.0
 #: :func:`log_normalizers` hands arrays at least this long to the fitting threads (~0.1 us an entry)
 _THREADED_NORMALIZERS = 4096
 
@@ -302,6 +306,12 @@ def _d(nu: np.ndarray, x: np.ndarray) -> np.ndarray:
         out[small] = np.log(ive(n_, x_)) + x_ - n_ * np.log(x_)
     out[np.isposinf(x)] = np.inf  # I_nu grows like e^x: log C_p(inf) = -inf
     return out
+
+
+def reads_document_weights(value: bool | str) -> bool:
+    """Whether a ``document_weights`` setting reads row norms as document weights: ``"auto"``
+    (the estimator's default) and ``True`` do."""
+    return value == "auto" if isinstance(value, str) else bool(value)
 
 
 def _as_float_array(name: str, value: ArrayLike) -> np.ndarray:
@@ -951,7 +961,8 @@ def _concentration_mode_nb(n, t, p, shape, rate, log_low, log_high, n_iter):
 
 
 class VonMisesFisher(WordTopics, Likelihood):
-    """vMF topics on L2-normalised rows: ``x | node ~ vMF(theta, beta)``.
+    """vMF topics on row directions: ``x | node ~ vMF(theta, beta w)``, ``w`` the row's norm
+    read as its document's weight (``document_weights``; 1 for unit rows).
 
     Node directions are linked to their parent by ``vMF(theta_parent, kappa0 kappa1^d)`` and to
     their own previous-epoch direction by ``vMF(theta_prev, kappa0 kappa1^(d + a))``; ``beta``
@@ -966,31 +977,43 @@ class VonMisesFisher(WordTopics, Likelihood):
     #: whether a row's norm is its document's weight (concentration ``beta w``); else rows are unit
     document_weights: bool = False
 
+    def __init__(self, variant, n_features: int, **settings) -> None:
+        super().__init__(variant, n_features, **settings)
+        self.document_weights = reads_document_weights(self.document_weights)
+
     @property
     def sets_need_row_norms(self) -> bool:
-        return bool(self.document_weights)
+        return self.document_weights
 
     @classmethod
-    def check_input(cls, X, document_weights: bool = False, **settings):
+    def check_input(cls, X, document_weights: bool | str = False, **settings):
         """Rows are unit vectors; with ``document_weights`` a row is a unit direction times its
         document's weight, the row's norm (concentration ``beta w`` at a node of concentration
         ``beta``; :class:`~streamtree.text.TextVectorizer` weighs documents by their length
-        with ``length_power``)."""
+        with ``length_power``). Weights whose median is far from 1 are warned about: they are
+        more likely unnormalised rows than weights."""
         X = finite_csr(X)
+        weighted = reads_document_weights(document_weights)
         if X.shape[0]:
             norms = np.sqrt(row_sq_norms(X))
-            bad = np.flatnonzero((norms == 0) if document_weights else (np.abs(norms - 1.0) > UNIT_NORM_TOL))
+            bad = np.flatnonzero((norms == 0) if weighted else (np.abs(norms - 1.0) > UNIT_NORM_TOL))
             if bad.size:
                 empty = bad[norms[bad] == 0]
-                if document_weights:
-                    raise ValueError(f"document_weights=True reads each row's norm as its document's weight, "
-                                     f"which must be positive; {bad.size} rows are all zeros (first: row "
-                                     f"{bad[0]}): drop empty documents first")
+                if weighted:
+                    raise ValueError(f"document_weights={document_weights!r} reads each row's norm as its "
+                                     f"document's weight, which must be positive; {bad.size} rows are all zeros "
+                                     f"(first: row {bad[0]}): drop empty documents first")
                 hint = (f"{empty.size} rows are all zeros (e.g. row {empty[0]}): drop empty documents first"
                         if empty.size else "normalise rows, e.g. sklearn.preprocessing.normalize(X), or pass "
-                        "document_weights=True if the norms are the documents' weights")
+                        "document_weights='auto' if the norms are the documents' weights")
                 raise ValueError(f"the vMF likelihood needs L2-normalised rows; {bad.size} rows are not "
                                  f"(first: row {bad[0]}, norm {norms[bad[0]]:.6g}); {hint}")
+            median = float(np.median(norms))
+            if weighted and not 1.0 / WEIGHT_MEDIAN_RANGE <= median <= WEIGHT_MEDIAN_RANGE:
+                warnings.warn(f"the vMF likelihood reads each row's norm as its document's weight, and these "
+                              f"rows' median norm is {median:.4g} (TextVectorizer's weights have median 1): if "
+                              f"the norms are not weights, normalise the rows (sklearn.preprocessing.normalize) "
+                              f"or pass document_weights=False", UserWarning, stacklevel=2)
         return X
 
     def root_anchor(self, X) -> np.ndarray:
