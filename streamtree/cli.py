@@ -261,6 +261,7 @@ def _add_model_args(p: argparse.ArgumentParser, *, for_evaluate: bool = False) -
     """Model options; an option not given keeps :class:`streamtree.DTSSBP`'s default (shown in
     the help, read from the estimator so that it is written once)."""
     from streamtree.replay import REPLAY_SEED
+    from streamtree.text import DEFAULT_LENGTH_POWER
     from streamtree.variants import VARIANTS
 
     model = _model_defaults()
@@ -293,7 +294,7 @@ def _add_model_args(p: argparse.ArgumentParser, *, for_evaluate: bool = False) -
                         "are independent draws from phi); other likelihoods ignore auto")
     p.add_argument("--document-weights", action=argparse.BooleanOptionalAction,
                    help="vmf likelihood: weigh each document by its length (rows of norm (tokens / median "
-                        "tokens) ** 0.5, concentration beta w; auto does so too), or with "
+                        f"tokens) ** {DEFAULT_LENGTH_POWER:g}, concentration beta w; auto does so too), or with "
                         "--no-document-weights weigh every document the same (unit rows)")
     p.add_argument("--sweeps", dest="n_sweeps", type=_positive_int, help="Gibbs sweeps per epoch")
     p.add_argument("--engine", help="where the z-updates run: local or ray")

@@ -101,8 +101,8 @@ class DTSSBP(BaseEstimator):
         and a document of weight ``w`` has concentration ``beta w`` at a node of concentration
         ``beta``. ``"auto"`` (the default) and ``True`` read the weights; unit rows are then
         documents of weight 1, exactly the unweighted model. :class:`~streamtree.text.TextVectorizer`
-        with ``norm="l2"`` weighs documents by ``(tokens / median tokens) ** 0.5``
-        (:data:`~streamtree.text.DEFAULT_LENGTH_POWER`). A document drawn from one topic lies
+        with ``norm="l2"`` weighs documents by ``(tokens / median tokens) ** length_power``
+        (:data:`~streamtree.text.DEFAULT_LENGTH_POWER` by default). A document drawn from one topic lies
         closer to it the longer it is, so with unit rows a topic's short documents are likelier
         in nodes of their own; weights remove most of that swarm on planted trees and raise the
         coherence of State of the Union nodes (BENCHMARKS.md). ``False``: every row must be a

@@ -35,6 +35,7 @@ from connectors.sources import open_source
 from connectors.sources.files import canonical_uri
 from connectors.stores.snapshot import THETA_STORAGE, CheckpointNotKeptError, SnapshotStore, StoreError
 from streamtree.epochs import Epoch, EpochReader, EpochSpec, TimeRange
+from streamtree.likelihoods.vmf import reads_document_weights
 from streamtree.model import DTSSBP
 from streamtree.records import (DEFAULT_DUPLICATE_TEXTS, DUPLICATE_TEXT, DUPLICATE_TEXTS, EMPTY_AFTER_VOCABULARY,
                                 RejectLog)
@@ -78,13 +79,19 @@ def text_vectorizer(model_params: dict, min_df, max_df, max_features, weighting=
     (``document_weights``, by default; :data:`~streamtree.text.DEFAULT_LENGTH_POWER`), unit
     rows where it requires them."""
     from streamtree.likelihoods import LIKELIHOODS
-    from streamtree.likelihoods.vmf import reads_document_weights
 
     family = LIKELIHOODS[model_params["likelihood"]]
     weighted = "document_weights" in family.params and reads_document_weights(model_params["document_weights"])
-    power = DEFAULT_LENGTH_POWER if weighted else 0.0
+    power = DEFAULT_LENGTH_POWER if weighted else 0.0  # 0: unit rows
     return TextVectorizer(min_df=min_df, max_df=max_df, max_features=max_features, norm=family.text_norm,
                           weighting=weighting, length_power=power)
+
+
+def row_form(vec: TextVectorizer) -> str:
+    """What rows a vectoriser makes, in words (raw counts, unit rows or length-weighted rows)."""
+    if vec.norm is None:
+        return "raw counts"
+    return f"rows of norm (tokens / median) ** {vec.length_power:g}" if vec.length_power else "unit rows"
 
 
 def record_week_origin(identity: dict, epoch: str) -> None:
@@ -371,6 +378,8 @@ def identity_model(params: dict) -> dict:
     model = {k: v for k, v in sorted(params.items()) if k not in RUN_LOCATION_PARAMS}
     if family is not None:
         model.update({name: before for name, before in PARAMS_BEFORE_ADDED.items() if name not in family.params})
+        if "document_weights" in family.params:  # "auto" and True read the same weights: one identity
+            model["document_weights"] = reads_document_weights(model["document_weights"])
     return model
 
 
@@ -816,5 +825,5 @@ def load_model(store_uri: str, epoch: int | None = None, **overrides) -> DTSSBP:
     return model
 
 
-__all__ = ["MODES", "REPLAY_SEED", "drop_unset_weighting", "identity_differences", "identity_model", "settings_identity", "stored_identity", "record_week_origin", "theta_storage", "text_model_params", "text_vectorizer", "EpochFitter", "EpochProgress", "FittedEpoch", "ReplayConfig", "ReplaySummary", "StoredTreeModel", "fit_vocabulary", "load_model",
+__all__ = ["MODES", "REPLAY_SEED", "drop_unset_weighting", "row_form", "identity_differences", "identity_model", "settings_identity", "stored_identity", "record_week_origin", "theta_storage", "text_model_params", "text_vectorizer", "EpochFitter", "EpochProgress", "FittedEpoch", "ReplayConfig", "ReplaySummary", "StoredTreeModel", "fit_vocabulary", "load_model",
            "open_epochs", "read_epochs", "replay", "stderr_progress"]

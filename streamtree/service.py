@@ -71,8 +71,8 @@ from streamtree.epochs import LATE_POLICIES, Bucketer, Epoch, EpochSpec, TimeRan
 from streamtree.records import DEFAULT_DUPLICATE_TEXTS, OUT_OF_RANGE, REJECT_SCHEMA, make_rejects, reject_rows
 from streamtree.model import RUN_LOCATION_PARAMS
 from streamtree.replay import (REPEATED_TEXTS_WARNING, EpochFitter, check_duplicate_texts, identity_differences,
-                               repeated_texts_note, settings_identity, stored_identity, text_model_params,
-                               text_vectorizer, theta_storage, vocabulary_texts)
+                               repeated_texts_note, row_form, settings_identity, stored_identity,
+                               text_model_params, text_vectorizer, theta_storage, vocabulary_texts)
 from streamtree.text import DEFAULT_MAX_DF, DEFAULT_MAX_FEATURES, DEFAULT_MIN_DF, DEFAULT_TOP_WORDS, DEFAULT_WEIGHTING
 from streamtree.text import TextVectorizer
 from streamtree.watermark import Watermark, is_idle
@@ -358,6 +358,11 @@ class Service:
             given = SnapshotStore(self.config.vocabulary_from).vectorizer()
             if given is None:
                 raise StoreError(f"{self.config.vocabulary_from}: no vocabulary in this store (--vocabulary-from)")
+            want = self.config.vectorizer()
+            if (given.norm, given.length_power) != (want.norm, want.length_power):
+                raise StoreError(f"{self.config.vocabulary_from}: its vocabulary makes {row_form(given)}, but this "
+                                 f"service's model reads {row_form(want)} (--vocabulary-from); take the vocabulary "
+                                 "of a store fitted with the same --likelihood and --document-weights")
         if not epochs:  # a new run (or one that never committed: its files are ours to set aside)
             self.store.begin({"serve": identity, "streamtree": streamtree.__version__}, given)
             if given is not None:

@@ -244,7 +244,8 @@ class TextVectorizer(TransformerMixin, BaseEstimator):
         return np.log((1.0 + self.n_fit_documents_) / (1.0 + self.document_frequency_)) + 1.0
 
     def transform(self, texts: Iterable[str]) -> sp.csr_matrix:
-        """Term frequencies of ``texts`` over the fixed vocabulary (unit rows or counts, by ``norm``).
+        """Term frequencies of ``texts`` over the fixed vocabulary (counts, or with ``norm="l2"``
+        unit rows scaled to the documents' weights by ``length_power``).
 
         Returns
         -------

@@ -297,7 +297,10 @@ def test_weighted_vmf_documents_replay_with_length_weighted_rows(corpus, tmp_pat
     assert stored_identity(before) == unit
     # an older (unit-row) store is not resumed under the new default: the refusal says what differs
     assert identity_differences(unit, config("corpus.parquet", likelihood="vmf").identity()) \
-        == "model.document_weights: False in the store, 'auto' now"
+        == "model.document_weights: False in the store, True now"
+    # "auto" and True read the same weights: a store of either resumes under the other
+    assert config("corpus.parquet", likelihood="vmf").identity() == \
+        config("corpus.parquet", likelihood="vmf", document_weights=True).identity()
 
 
 def test_identity_records_iso_weeks_so_thursday_week_stores_are_not_resumed():

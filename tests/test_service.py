@@ -125,6 +125,19 @@ def corpus(tmp_path_factory):
     return base
 
 
+def test_a_borrowed_vocabulary_must_make_the_rows_the_model_reads(corpus, tmp_path):
+    """``vocabulary_from`` a store whose vocabulary makes other rows than the service's model
+    reads (raw counts for a vMF, unit rows for weighted vMF documents) is refused up front,
+    naming both, rather than failing on every epoch or fitting unweighted rows silently."""
+    land = tmp_path / "land"
+    shutil.copytree(f"{corpus}/all", land)
+    with pytest.raises(StoreError, match=r"makes raw counts, but this service's model reads rows of norm "
+                                         r"\(tokens / median\) \*\* 0.5"):
+        _once(_config(land, tmp_path / "vmf", vocabulary_from=f"{corpus}/replay", idle_timeout=1e-3,
+                      model=dict(MODEL, likelihood="vmf")))
+    assert not (tmp_path / "vmf").exists() or not any((tmp_path / "vmf").iterdir())
+
+
 def test_once_runs_equal_replay_and_each_other(corpus, tmp_path):
     land = tmp_path / "land"
     # one run over everything, closing the last epoch as idle

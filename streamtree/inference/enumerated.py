@@ -758,9 +758,10 @@ def _weighted_vmf_rows(X, cand: Candidates, u, sqnorm, own, adjust,
     a live node ``log C_p(beta w) + beta theta . (w x)``, at a new child of a node of direction
     ``mu`` ``log C_p(b w) + log C_p(c) - log C_p(||b w x + c mu||)`` (the collapsed marginal of
     a document of concentration ``b w``), each log normaliser of ``beta w`` evaluated once per
-    distinct weight. Exact, in NumPy on one thread, ``block_rows`` rows at a time (a row's
-    result does not depend on the others, so the same values on any engine); unit rows keep
-    the compiled kernel. A draw takes the first column whose running sum of weights passes
+    distinct weight and those of ``||b w x + c mu||`` once per row and column (compiled,
+    :func:`~streamtree.likelihoods.vmf.log_normalizers`). Exact, ``block_rows`` rows at a time
+    in NumPy (a row's result does not depend on the others, so the same values on any engine
+    and thread count); unit rows keep the compiled kernel. A draw takes the first column whose running sum of weights passes
     ``u`` times their total (the last column of positive weight if rounding leaves none)."""
     from streamtree.likelihoods.vmf import log_normalizers, weighted_normalizer_change  # builds on this module
     n = X.shape[0]

@@ -73,6 +73,8 @@ _SERIES_TERMS = 20  # enough for the series region: term_k <= term_0 / k!
 #: rows read as document weights whose median norm is beyond this factor of 1 are warned about
 #: (:meth:`VonMisesFisher.check_input`): more likely unnormalised rows than weights
 WEIGHT_MEDIAN_RANGE = 4.0
+#: ... when there are at least this many of them (a few short documents scored are not a sign)
+WEIGHT_WARNING_MIN_ROWS = 20
 #: :func:`log_normalizers` hands arrays at least this long to the fitting threads (~0.1 us an entry)
 _THREADED_NORMALIZERS = 4096
 
@@ -659,10 +661,14 @@ def _log_normalizers_nb(p: float, kappa: np.ndarray, out: np.ndarray, start: int
 def log_normalizers(p: int, kappa: np.ndarray) -> np.ndarray:
     """``log C_p`` of every entry of ``kappa`` (any shape, entries ``>= 0`` and finite), in
     compiled code on the fitting threads: :func:`log_normalizer` for the weighted documents'
-    many normalisers."""
+    many normalisers. It agrees with the vectorised function to the last bits (at most 1e-15
+    relative) from ``p = 100`` on, and to about 1e-10 where their algorithms differ (orders
+    below 50, where the vectorised one takes SciPy's ``ive``)."""
     pf = _check_dim(p)
     k = np.ascontiguousarray(kappa, dtype=np.float64)
     flat = k.reshape(-1)
+    if flat.size and not (flat.min() >= 0.0 and np.isfinite(flat.max())):  # NaN fails the first test
+        raise ValueError("concentrations must be finite and non-negative")
     out = np.empty(flat.size)
 
     if flat.size < _THREADED_NORMALIZERS:  # a set's few rows: handing them to threads costs more
@@ -975,7 +981,8 @@ class VonMisesFisher(WordTopics, Likelihood):
     param_storage = "direction"
     params = ("kappa0", "kappa1", "a", "min_node_docs", "concentration_bounds", "document_weights")
     #: whether a row's norm is its document's weight (concentration ``beta w``); else rows are unit
-    document_weights: bool = False
+    #: (the estimator's setting, ``"auto"`` or a bool, resolved to a bool at construction)
+    document_weights: bool | str = "auto"
 
     def __init__(self, variant, n_features: int, **settings) -> None:
         super().__init__(variant, n_features, **settings)
@@ -986,7 +993,7 @@ class VonMisesFisher(WordTopics, Likelihood):
         return self.document_weights
 
     @classmethod
-    def check_input(cls, X, document_weights: bool | str = False, **settings):
+    def check_input(cls, X, document_weights: bool | str = "auto", **settings):
         """Rows are unit vectors; with ``document_weights`` a row is a unit direction times its
         document's weight, the row's norm (concentration ``beta w`` at a node of concentration
         ``beta``; :class:`~streamtree.text.TextVectorizer` weighs documents by their length
@@ -1008,12 +1015,15 @@ class VonMisesFisher(WordTopics, Likelihood):
                         "document_weights='auto' if the norms are the documents' weights")
                 raise ValueError(f"the vMF likelihood needs L2-normalised rows; {bad.size} rows are not "
                                  f"(first: row {bad[0]}, norm {norms[bad[0]]:.6g}); {hint}")
-            median = float(np.median(norms))
-            if weighted and not 1.0 / WEIGHT_MEDIAN_RANGE <= median <= WEIGHT_MEDIAN_RANGE:
+            if weighted and X.shape[0] >= WEIGHT_WARNING_MIN_ROWS \
+                    and not 1.0 / WEIGHT_MEDIAN_RANGE <= float(np.median(norms)) <= WEIGHT_MEDIAN_RANGE:
+                # one text for every call, so that Python shows it once, not once per epoch
                 warnings.warn(f"the vMF likelihood reads each row's norm as its document's weight, and these "
-                              f"rows' median norm is {median:.4g} (TextVectorizer's weights have median 1): if "
-                              f"the norms are not weights, normalise the rows (sklearn.preprocessing.normalize) "
-                              f"or pass document_weights=False", UserWarning, stacklevel=2)
+                              f"rows' median norm is beyond {WEIGHT_MEDIAN_RANGE:g} times or below 1/"
+                              f"{WEIGHT_MEDIAN_RANGE:g} of 1 (TextVectorizer's weights have median 1 on the "
+                              "documents it was fitted on): if the norms are not weights, normalise the rows "
+                              "(sklearn.preprocessing.normalize) or pass document_weights=False", UserWarning,
+                              stacklevel=2)
         return X
 
     def root_anchor(self, X) -> np.ndarray:
