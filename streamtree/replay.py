@@ -74,10 +74,10 @@ def text_model_params(model: dict) -> dict:
 
 
 def text_vectorizer(model_params: dict, min_df, max_df, max_features, weighting=DEFAULT_WEIGHTING) -> TextVectorizer:
-    """The unfitted vectoriser for a model of :func:`text_model_params` whose rows suit the model's likelihood (its ``text_norm``), with
-    documents weighted by length where the model reads row norms as weights
-    (``document_weights``, by default; :data:`~streamtree.text.DEFAULT_LENGTH_POWER`), unit
-    rows where it requires them."""
+    """The unfitted vectoriser for a model of :func:`text_model_params` whose rows suit the
+    model's likelihood (its ``text_norm``), with documents weighted by length where the model
+    reads row norms as weights (``document_weights``, by default;
+    :data:`~streamtree.text.DEFAULT_LENGTH_POWER`), unit rows where it requires them."""
     from streamtree.likelihoods import LIKELIHOODS
 
     family = LIKELIHOODS[model_params["likelihood"]]

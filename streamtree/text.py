@@ -3,10 +3,11 @@
 The vocabulary is fitted once (over a whole corpus, or over a warm-up span the caller
 chooses) and then fixed, so every epoch's matrix has the same columns and theta vectors of
 different epochs are comparable. Rows are L2-normalised term frequencies scaled to the
-document's weight (for the vMF likelihood; :data:`DEFAULT_LENGTH_POWER`) or raw term counts (``norm=None``, for the multinomial likelihood). Documents whose
-every token is outside the vocabulary have an all-zero row; :meth:`TextVectorizer.transform`
-keeps them in place and :meth:`TextVectorizer.empty_rows` finds them, so the caller can file
-them as rejects with reason ``"empty after vocabulary filtering"``.
+document's weight (for the vMF likelihood; :data:`DEFAULT_LENGTH_POWER`) or raw term counts
+(``norm=None``, for the multinomial likelihood). Documents whose every token is outside the
+vocabulary have an all-zero row; :meth:`TextVectorizer.transform` keeps them in place and
+:meth:`TextVectorizer.empty_rows` finds them, so the caller can file them as rejects with
+reason ``"empty after vocabulary filtering"``.
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ WEIGHTING_BEFORE_TFIDF = "tf"
 #: together, and the short ones swarm into nodes of their own. Measured (BENCHMARKS.md): planted
 #: hierarchical-Dirichlet trees, four seeds, 29 of 32 per-epoch targets at power 1/2 against 26
 #: at power 1 and 24 with unit rows; State of the Union paragraphs (tf-idf) NPMI 0.158 against
-#: 0.150, ids living one decade 3% against 7%, at twice the fit's CPU (larger trees). The
+#: 0.150, ids living one decade 3% against 7%, at twice the fit's CPU (larger trees). On short
+#: mixed texts (Debian changelog entries) both swarm and the weights grow the swarm by half. The
 #: multinomial reads raw counts and ignores it.
 DEFAULT_LENGTH_POWER = 0.5
 #: the length power of vocabularies and stores written before documents were weighted: unit rows
