@@ -663,7 +663,7 @@ def score_rows(X, cand: Candidates, u: np.ndarray | None, sqnorm: np.ndarray | N
     if own.shape != (n,) or adjust.shape != (n,):
         raise ValueError(f"own and adjust need one entry per row ({n}), got {own.shape} and {adjust.shape}")
     if cand.kind == VMF and n and not row_weights_are_unit(sqnorm):  # weighted documents
-        return _weighted_vmf_rows(X, cand, u, sqnorm, own, adjust)
+        return _weighted_vmf_rows(X, cand, u, sqnorm, own, adjust, pool, n_threads)
     labels = np.full(n, -1, dtype=np.int64)
     lognorm = np.empty(n)
     sample = u is not None
@@ -752,55 +752,51 @@ def score_rows(X, cand: Candidates, u: np.ndarray | None, sqnorm: np.ndarray | N
     return labels, lognorm
 
 
-def _weighted_vmf_rows(X, cand: Candidates, u, sqnorm, own, adjust,
-                       block_rows: int = _BLOCK_ROWS) -> tuple[np.ndarray, np.ndarray]:
+def _weighted_vmf_rows(X, cand: Candidates, u, sqnorm, own, adjust, pool: Executor | None = None,
+                       n_threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """:func:`score_rows` for VMF rows of norm ``w`` (a unit direction ``x`` times a weight): at
     a live node ``log C_p(beta w) + beta theta . (w x)``, at a new child of a node of direction
     ``mu`` ``log C_p(b w) + log C_p(c) - log C_p(||b w x + c mu||)`` (the collapsed marginal of
-    a document of concentration ``b w``), each log normaliser of ``beta w`` evaluated once per
-    distinct weight and those of ``||b w x + c mu||`` once per row and column (compiled,
-    :func:`~streamtree.likelihoods.vmf.log_normalizers`). Exact, ``block_rows`` rows at a time
-    in NumPy (a row's result does not depend on the others, so the same values on any engine
-    and thread count); unit rows keep the compiled kernel. A draw takes the first column whose running sum of weights passes
-    ``u`` times their total (the last column of positive weight if rounding leaves none)."""
-    from streamtree.likelihoods.vmf import log_normalizers, weighted_normalizer_change  # builds on this module
+    a document of concentration ``b w``). The normalisers of ``beta w`` and ``b w`` are taken
+    once per distinct weight, those of ``||b w x + c mu||`` once per row and column, all in
+    compiled code (:func:`~streamtree.likelihoods.vmf.sample_weighted_rows`), on row ranges of
+    ``pool`` (a row's result does not depend on the others, so the same values on any engine
+    and thread count); unit rows keep the unit kernel. A draw takes the first column whose
+    running sum of weights passes ``u`` times their total."""
+    from streamtree.likelihoods.vmf import log_normalizers, sample_weighted_rows  # builds on this module
+
+    X = X if sp.issparse(X) and X.format == "csr" else sp.csr_matrix(X)
     n = X.shape[0]
-    p = cand.dim
-    coef_T = np.asarray(cand.coef_T, dtype=np.float64)
-    beta = np.asarray(cand.live_b, dtype=np.float64)
-    b = np.asarray(cand.ph_b, dtype=np.float64)
-    c = np.asarray(cand.ph_c, dtype=np.float64)
+    p = float(cand.dim)
+    weight = np.sqrt(sqnorm)
+    distinct, weight_at = np.unique(weight, return_inverse=True)
+    weight_at = weight_at.reshape(-1).astype(np.int64)
+    live_b = np.ascontiguousarray(cand.live_b, dtype=np.float64)
+    ph_b = np.ascontiguousarray(cand.ph_b, dtype=np.float64)
+
+    def change(conc: np.ndarray) -> np.ndarray:  # log C_p(conc w) - log C_p(conc) per distinct weight
+        if not cand.normalized or conc.size == 0:
+            return np.zeros((distinct.size, conc.size))
+        return log_normalizers(cand.dim, np.outer(distinct, conc)) - log_normalizers(cand.dim, conc)[None, :]
+
+    live_change, ph_change = change(live_b), change(ph_b)
     labels = np.full(n, -1, dtype=np.int64)
     lognorm = np.empty(n)
-    for r0 in range(0, n, block_rows):
-        r1 = min(n, r0 + block_rows)
-        S = np.asarray(X[r0:r1] @ coef_T, dtype=np.float64)
-        w = np.sqrt(sqnorm[r0:r1])
-        W = np.asarray(cand.live_a)[None, :] + beta[None, :] * S
-        if cand.normalized:
-            W += weighted_normalizer_change(p, beta, sqnorm[r0:r1])
-        if cand.n_placeholders:
-            # the parent's cosine with the row's direction (0 for an all-zero row, which has no direction)
-            cos = np.clip(np.divide(S[:, cand.ph_parent], w[:, None], out=np.zeros((r1 - r0, b.size)),
-                                    where=w[:, None] > 0), -1.0, 1.0)
-            bw = w[:, None] * b[None, :]
-            # ||b w x + c mu||, without cancellation at cos = -1 (as log_new_node_marginal)
-            rho = np.sqrt((bw - c[None, :]) ** 2 + 2.0 * bw * c[None, :] * (1.0 + cos))
-            ph = np.asarray(cand.ph_a)[None, :] - log_normalizers(p, rho)
-            if cand.normalized:
-                ph += weighted_normalizer_change(p, b, sqnorm[r0:r1])
-            W = np.concatenate([W, ph], axis=1)
-        mine = own[r0:r1]
-        has = mine >= 0
-        W[np.flatnonzero(has), mine[has]] += adjust[r0:r1][has]
-        m = W.max(axis=1)
-        E = np.exp(W - m[:, None])
-        lognorm[r0:r1] = m + np.log(E.sum(axis=1))
-        if u is not None:
-            cum = np.cumsum(E, axis=1)
-            hit = cum > (np.asarray(u[r0:r1]) * cum[:, -1])[:, None]
-            last = E.shape[1] - 1 - np.argmax(E[:, ::-1] > 0.0, axis=1)
-            labels[r0:r1] = np.where(hit.any(axis=1), hit.argmax(axis=1), last)
+    sample = u is not None
+    uu = np.ascontiguousarray(u, dtype=np.float64) if sample else np.zeros(0)
+    indptr = X.indptr.astype(np.int64, copy=False)
+    indices = X.indices.astype(np.int64, copy=False)
+    data = np.asarray(X.data, dtype=np.float64)
+    coef_T = np.ascontiguousarray(cand.coef_T, dtype=np.float64)
+    head = (np.ascontiguousarray(cand.live_a, dtype=np.float64), live_b, live_change,
+            np.ascontiguousarray(cand.ph_parent, dtype=np.int64), np.ascontiguousarray(cand.ph_a, dtype=np.float64),
+            ph_b, np.ascontiguousarray(cand.ph_c, dtype=np.float64), ph_change)
+
+    def run(start: int, stop: int) -> None:
+        sample_weighted_rows(indptr, indices, data, start, stop, coef_T, weight, weight_at, *head,
+                             p, uu, labels, lognorm, sample, own, adjust)
+
+    _in_row_ranges(pool, n_threads, n, 1, run)
     return labels, lognorm
 
 

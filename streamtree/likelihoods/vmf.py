@@ -41,8 +41,8 @@ from numba import njit
 from numpy.typing import ArrayLike
 from scipy.special import gammaln, ive
 
-from streamtree.inference.enumerated import (UNIT_NORM_TOL, VMF, WEIGHT_TOL, Candidates, row_sq_norms,
-                                             row_weights_are_unit)
+from streamtree.inference.enumerated import (UNIT_NORM_TOL, VMF, WEIGHT_TOL, Candidates, _csr_row_scores,
+                                             _weights_and_draw, row_sq_norms, row_weights_are_unit)
 from streamtree.inference.theta_map import map_theta_vmf
 from streamtree.inference.threads import in_row_ranges
 from streamtree.likelihoods.base import DocumentSet, Likelihood, RowBlock, WordTopics, finite_csr
@@ -695,7 +695,46 @@ def weighted_normalizer_change(p: int, conc, sq_norms: np.ndarray) -> np.ndarray
     """``log C_p(conc_k w_i) - log C_p(conc_k)`` per row i and concentration k: what a row of
     weight ``w_i`` changes in a unit row's log density."""
     conc = np.atleast_1d(np.asarray(conc, dtype=np.float64))
-    return log_normalizer_table(p, conc, sq_norms) - np.asarray(log_normalizer(p, conc))[None, :]
+    return log_normalizer_table(p, conc, sq_norms) - log_normalizers(p, conc)[None, :]
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def sample_weighted_rows(indptr, indices, data, start, stop, coef_T, weight, weight_at, live_a, live_b,
+                         live_change, ph_parent, ph_a, ph_b, ph_c, ph_change, p, u, labels, lognorm, sample,
+                         own, adj):
+    """The z-kernel for CSR rows ``start..stop`` of weights ``weight`` (row norms; rows are a
+    unit direction ``x`` times ``w``), the product fused with the draw as for unit rows.
+
+    Live column ``k``: ``live_a[k] + live_change[g, k] + beta_k theta_k . (w x)``, ``g`` the
+    row's weight index ``weight_at[i]`` and ``live_change`` the normalisers' change at that
+    weight (:func:`weighted_normalizer_change` per distinct weight; zeros for unnormalised
+    columns). Placeholder ``j`` below live column ``ph_parent[j]`` of direction ``mu``: the
+    collapsed marginal of a document of concentration ``b_j w``, ``ph_a[j] + ph_change[g, j] -
+    log C_p(||b_j w x + c_j mu||)``, the norm taken without cancellation at cosine -1 (as in
+    :func:`log_new_node_marginal`). Each row's result depends on that row and its uniform only."""
+    K = coef_T.shape[1]
+    P = ph_a.shape[0]
+    scores = np.empty(K)
+    a_row = np.empty(K)
+    no_c = np.zeros(K)
+    ph_score = np.empty(P)
+    w = np.empty(K + P)
+    at = np.empty(K + P, dtype=np.int64)
+    no_table = np.zeros((0, 2, 2))
+    for i in range(start, stop):
+        _csr_row_scores(indptr, indices, data, i, coef_T, scores)
+        g = weight_at[i]
+        wi = weight[i]
+        for k in range(K):
+            a_row[k] = live_a[k] + live_change[g, k]
+        for j in range(P):
+            # the parent's cosine with the row's direction (0 for an all-zero row, which has none)
+            t = min(max(scores[ph_parent[j]] / wi, -1.0), 1.0) if wi > 0.0 else 0.0
+            bw = wi * ph_b[j]
+            rho = math.sqrt((bw - ph_c[j]) ** 2 + 2.0 * bw * ph_c[j] * (1.0 + t))
+            ph_score[j] = ph_change[g, j] - log_normalizer_nb(p, rho)
+        _weights_and_draw(i, scores, 0.0, a_row, live_b, no_c, ph_parent, ph_a, ph_b, ph_c, no_table, ph_score,
+                          2, u, labels, lognorm, sample, w, at, own[i], adj[i])
 
 
 def set_log_normalizer(p: int, n: float, beta: float, sq_norms: np.ndarray | None) -> float:
