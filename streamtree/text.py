@@ -68,7 +68,7 @@ WEIGHTING_BEFORE_TFIDF = "tf"
 #: together, and the short ones swarm into nodes of their own. Measured (BENCHMARKS.md): planted
 #: hierarchical-Dirichlet trees, four seeds, 29 of 32 per-epoch targets at power 1/2 against 26
 #: at power 1 and 24 with unit rows; State of the Union paragraphs (tf-idf) NPMI 0.158 against
-#: 0.150, ids living one decade 3% against 7%, at twice the fit's CPU (larger trees). On short
+#: 0.150, ids living one decade 3% against 7%, at 1.8 times the fit's CPU (larger trees). On short
 #: mixed texts (Debian changelog entries) both swarm and the weights grow the swarm by half. The
 #: multinomial reads raw counts and ignores it.
 DEFAULT_LENGTH_POWER = 0.5
