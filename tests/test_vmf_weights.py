@@ -147,6 +147,16 @@ def test_kernel_scores_weighted_rows_exactly():
                    - vmf.log_normalizer(P, np.linalg.norm(b[j] * w * x + prior[j] * theta[ph_parent[j]]))
                    for j in range(2)]
         assert lognorm_raw[i] == pytest.approx(np.logaddexp.reduce(unnorm), rel=1e-12)
+    # rows taken in blocks (distinct weights too many for one table): the same values and draws
+    import streamtree.inference.enumerated as enumerated
+
+    saved = enumerated._WEIGHT_TABLE_ENTRIES
+    try:
+        enumerated._WEIGHT_TABLE_ENTRIES = 2 * (K + 2)  # blocks of two rows
+        blocked = score_rows(X, cand, u, own=own, adjust=adjust)
+    finally:
+        enumerated._WEIGHT_TABLE_ENTRIES = saved
+    assert np.array_equal(blocked[0], labels) and np.array_equal(blocked[1], lognorm)
     # unit rows keep the compiled kernel, whose values the weighted path reproduces
     U = normalize(X)
     _, compiled = score_rows(U, cand, None)

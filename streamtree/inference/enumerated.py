@@ -10,6 +10,12 @@ row's result depends only on the row and its uniform, the output is the same for
 count. This module also holds the per-shard statistics the coordinator needs afterwards (sparse
 per-node sums for sparse rows). Nothing here knows about shards or processes: engines call
 :func:`sweep_rows` on whatever rows they hold.
+
+Numba's cache of a compiled function is renewed only when its own source file changes, and the
+vMF's weighted kernel (:func:`streamtree.likelihoods.vmf.sample_weighted_rows`) compiles this
+module's row product and draw into itself: after editing them, clear the numba cache
+(``NUMBA_CACHE_DIR``, by default ``~/.cache/streamtree/numba``) or that kernel keeps the old
+arithmetic.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ LINEAR = 1  # linear in the parent's score and ||x||^2 (the Gaussian new-node ma
 DIRICHLET = 2  # Dirichlet-multinomial over the row's counts with a per-placeholder Dirichlet
 
 _BLOCK_ROWS = 4096
+#: the weighted vMF kernel's normaliser tables (distinct weights x columns) stay within this many entries
+_WEIGHT_TABLE_ENTRIES = 1 << 22
 # Cubic Hermite table of the collapsed new-node term over t = x . theta_parent in [-1, 1]:
 # exact values and slopes at 1025 knots give an interpolation error below 1e-9 (tested), and the
 # kernel pays a few flops per placeholder instead of a Bessel-function evaluation.
@@ -63,9 +71,9 @@ class Candidates:
       coefficient, equal for every column, is left out).
 
     VMF rows of norm ``w`` other than 1 are documents of weight ``w`` (concentration ``beta w``
-    at a node of concentration ``beta``): :func:`score_rows` then scores them exactly in NumPy,
-    ``log C_p(beta w)`` in place of ``log C_p(beta)`` where ``normalized`` says the columns
-    hold the normalisers (:func:`_weighted_vmf_rows`).
+    at a node of concentration ``beta``): :func:`score_rows` then scores them exactly (compiled,
+    :func:`_weighted_vmf_rows`), ``log C_p(beta w)`` in place of ``log C_p(beta)`` where
+    ``normalized`` says the columns hold the normalisers.
     """
 
     kind: int
@@ -767,19 +775,22 @@ def _weighted_vmf_rows(X, cand: Candidates, u, sqnorm, own, adjust, pool: Execut
 
     X = X if sp.issparse(X) and X.format == "csr" else sp.csr_matrix(X)
     n = X.shape[0]
-    p = float(cand.dim)
     weight = np.sqrt(sqnorm)
-    distinct, weight_at = np.unique(weight, return_inverse=True)
-    weight_at = weight_at.reshape(-1).astype(np.int64)
     live_b = np.ascontiguousarray(cand.live_b, dtype=np.float64)
     ph_b = np.ascontiguousarray(cand.ph_b, dtype=np.float64)
+    live_a = np.ascontiguousarray(cand.live_a, dtype=np.float64)
+    ph_parent = np.ascontiguousarray(cand.ph_parent, dtype=np.int64)
+    ph_a = np.ascontiguousarray(cand.ph_a, dtype=np.float64)
+    ph_c = np.ascontiguousarray(cand.ph_c, dtype=np.float64)
+    unit_live = log_normalizers(cand.dim, live_b) if cand.normalized else None
+    unit_ph = log_normalizers(cand.dim, ph_b) if cand.normalized else None
 
-    def change(conc: np.ndarray) -> np.ndarray:  # log C_p(conc w) - log C_p(conc) per distinct weight
-        if not cand.normalized or conc.size == 0:
+    def change(distinct: np.ndarray, conc: np.ndarray, unit: np.ndarray | None) -> np.ndarray:
+        """log C_p(conc w) - log C_p(conc) per distinct weight (zeros for unnormalised columns)."""
+        if unit is None or conc.size == 0:
             return np.zeros((distinct.size, conc.size))
-        return log_normalizers(cand.dim, np.outer(distinct, conc)) - log_normalizers(cand.dim, conc)[None, :]
+        return log_normalizers(cand.dim, np.outer(distinct, conc)) - unit[None, :]
 
-    live_change, ph_change = change(live_b), change(ph_b)
     labels = np.full(n, -1, dtype=np.int64)
     lognorm = np.empty(n)
     sample = u is not None
@@ -788,15 +799,23 @@ def _weighted_vmf_rows(X, cand: Candidates, u, sqnorm, own, adjust, pool: Execut
     indices = X.indices.astype(np.int64, copy=False)
     data = np.asarray(X.data, dtype=np.float64)
     coef_T = np.ascontiguousarray(cand.coef_T, dtype=np.float64)
-    head = (np.ascontiguousarray(cand.live_a, dtype=np.float64), live_b, live_change,
-            np.ascontiguousarray(cand.ph_parent, dtype=np.int64), np.ascontiguousarray(cand.ph_a, dtype=np.float64),
-            ph_b, np.ascontiguousarray(cand.ph_c, dtype=np.float64), ph_change)
+    weight_at = np.empty(n, dtype=np.int64)  # each row's distinct weight within its block
+    # One block with tables over the shard's distinct weights (text has a few hundred to a few
+    # thousand); blocks of rows where there are more, so that the tables stay within bounds.
+    columns = max(live_b.size + ph_b.size, 1)
+    block = n if np.unique(weight).size * columns <= _WEIGHT_TABLE_ENTRIES else max(1, _WEIGHT_TABLE_ENTRIES // columns)
+    for r0 in range(0, n, block):
+        r1 = min(n, r0 + block)
+        distinct, at = np.unique(weight[r0:r1], return_inverse=True)
+        weight_at[r0:r1] = at.reshape(-1)
+        live_change, ph_change = change(distinct, live_b, unit_live), change(distinct, ph_b, unit_ph)
 
-    def run(start: int, stop: int) -> None:
-        sample_weighted_rows(indptr, indices, data, start, stop, coef_T, weight, weight_at, *head,
-                             p, uu, labels, lognorm, sample, own, adjust)
+        def run(start: int, stop: int, r0=r0, live_change=live_change, ph_change=ph_change) -> None:
+            sample_weighted_rows(indptr, indices, data, r0 + start, r0 + stop, coef_T, weight, weight_at, live_a,
+                                 live_b, live_change, ph_parent, ph_a, ph_b, ph_c, ph_change, float(cand.dim), uu,
+                                 labels, lognorm, sample, own, adjust)
 
-    _in_row_ranges(pool, n_threads, n, 1, run)
+        _in_row_ranges(pool, n_threads, r1 - r0, 1, run)
     return labels, lognorm
 
 
