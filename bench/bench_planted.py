@@ -34,14 +34,20 @@ Figures per epoch, with their targets:
 
 Usage: python bench/bench_planted.py [--sizes 2000x5000[,V x N ...]] [--all-sizes]
        [--generator dirichlet|mixture] [--branch-share 0.3] [--mass-concentration 3] [--median-length 50]
-       [--likelihood vmf[,multinomial]] [--max-depth 3] [--epochs 3] [--sweeps N] [--seed 0]
-       [--length-power 1]
+       [--likelihood vmf[,multinomial]] [--max-depth 3] [--epochs 3] [--sweeps N]
+       [--seed 0 | --seeds 0-7] [--length-power 0.5]
+
+With ``--seeds``, each seed's table is followed by the figures over the seeds: targets met in
+all, and mean +- sd over the seeds of ARI, node ratio (all epochs and epoch 0) and ids kept.
+Two chains of equal quality differ by up to 0.1 in ARI, so a change to the model is judged over
+several seeds (8 or more), not one.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
@@ -124,7 +130,23 @@ def make_corpus(args, n_features: int, n_documents: int):
                                  median_length=args.median_length)
 
 
-def run_size(n_features: int, n_documents: int, args, likelihoods: list[str]) -> None:
+@dataclass
+class RunFigures:
+    """One likelihood's figures on one corpus: per epoch, and the targets met."""
+
+    ari: list[float] = field(default_factory=list)
+    kmeans_ari: list[float] = field(default_factory=list)
+    node_ratio: list[float] = field(default_factory=list)
+    kept_share: list[float] = field(default_factory=list)  # epochs 1.. only
+    met: int = 0
+    targets: int = 0
+    cpu: float = 0.0
+
+
+def run_size(n_features: int, n_documents: int, args, likelihoods: list[str]) -> dict[str, RunFigures]:
+    """Fit each likelihood on one planted corpus (seed ``args.seed``), print the per-epoch
+    table, and return the figures by likelihood (a likelihood the model rejects is left out)."""
+    figures: dict[str, RunFigures] = {}
     corpus = make_corpus(args, n_features, n_documents)
     true_k = [np.unique(lab).size for lab in corpus.labels]
     print(f"\n== planted tree: V={n_features}, {n_documents} documents per epoch, {args.epochs} epochs, "
@@ -156,6 +178,7 @@ def run_size(n_features: int, n_documents: int, args, likelihoods: list[str]) ->
                   f"{'live K':>6} {'in <1%':>7} {'tokens <1% / rest':>18} {'kappa0_':>8} {'CPU s':>7} "
                   f"{'k-means CPU s':>14}")
         maps, met, notes = [], [], []
+        fig = RunFigures()
         for t, counts in enumerate(corpus.counts):
             X = model_input(counts, likelihood, args.length_power, reference_length(corpus.counts[0]))
             c0 = time.process_time()
@@ -167,6 +190,7 @@ def run_size(n_features: int, n_documents: int, args, likelihoods: list[str]) ->
                     break
                 raise
             cpu = time.process_time() - c0
+            fig.cpu += cpu
             if t == 0:
                 print(header)
             tree = model.trees_[-1]
@@ -181,11 +205,15 @@ def run_size(n_features: int, n_documents: int, args, likelihoods: list[str]) ->
             length_txt = (f"{tokens[small].mean():.0f} / {tokens[~small].mean():.0f}"
                           if small.any() and (~small).any() else "-")
             ok_ari = ari >= km_ari[t]
+            fig.ari.append(ari)
+            fig.kmeans_ari.append(km_ari[t])
+            fig.node_ratio.append(ratio)
             maps.append(majority_map(labels, found))
             if t:
                 kept, surv, distinct, strict = ids_kept(maps[-2], maps[-1])
                 share = kept / max(surv, 1)
                 ok_keep = share >= KEEP_TARGET
+                fig.kept_share.append(share)
                 keep_txt = f"{kept}/{surv}={100 * share:.0f}%"
                 notes.append(f"epoch {t}: the {surv} surviving true nodes map to {distinct} model ids; "
                              f"{strict} of the {kept} kept ids are one-to-one")
@@ -205,7 +233,46 @@ def run_size(n_features: int, n_documents: int, args, likelihoods: list[str]) ->
             for note in notes:
                 print("   " + note)
             print(f"   {sum(met)} of {len(met)} per-epoch targets met")
+            fig.met, fig.targets = int(sum(met)), len(met)
+            figures[likelihood] = fig
         model.close()
+    return figures
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``"0-7"``, ``"0,2,5"`` or a mix (``"0-3,8"``) as a list of seeds."""
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, sep, hi = part.partition("-")
+        try:
+            out.extend(range(int(lo), int(hi) + 1) if sep else [int(lo)])
+        except ValueError:
+            raise SystemExit(f"--seeds: {part!r} is not a seed or a range like 0-7") from None
+    if not out:
+        raise SystemExit("--seeds: no seed given")
+    return out
+
+
+def print_over_seeds(size: str, seeds: list[int], runs: list[dict[str, RunFigures]]) -> None:
+    """Per likelihood, the figures of every seed together: targets met, and mean +- sd over the
+    seeds of each seed's mean over epochs (the spread to judge a change against)."""
+    print(f"\n== {size}, seeds {seeds}: over the seeds (mean +- sd of per-seed means over epochs)")
+    for likelihood in sorted({k for r in runs for k in r}):
+        figs = [r[likelihood] for r in runs if likelihood in r]
+
+        def stat(values: list[float]) -> str:
+            v = np.array(values)
+            return f"{v.mean():.3f} +- {v.std(ddof=1) if v.size > 1 else 0.0:.3f}"
+
+        print(f"   {likelihood}: {sum(f.met for f in figs)} of {sum(f.targets for f in figs)} targets met; "
+              f"ARI {stat([np.mean(f.ari) for f in figs])} (k-means {stat([np.mean(f.kmeans_ari) for f in figs])}); "
+              f"nodes >= 1% / truth {stat([np.mean(f.node_ratio) for f in figs])}, epoch 0 "
+              f"{stat([f.node_ratio[0] for f in figs])}; ids kept "
+              f"{stat([np.mean(f.kept_share) for f in figs if f.kept_share]) if any(f.kept_share for f in figs) else '-'}; "
+              f"CPU {stat([f.cpu for f in figs])} s a seed")
 
 
 def main() -> None:
@@ -227,6 +294,9 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--sweeps", type=int, default=None, help="Gibbs sweeps per epoch (default: the model's)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seeds", default=None,
+                   help="several seeds, e.g. 0-7 or 0,2,5: each seed's table, then the figures over "
+                        "the seeds (chains differ by up to 0.1 in ARI: judge a change over 8 or more)")
     p.add_argument("--length-power", type=float, default=DEFAULT_LENGTH_POWER,
                    help="vMF: document weight = (tokens / first epoch's median) ** this; 0 for unit rows "
                         f"(default: the product's, {DEFAULT_LENGTH_POWER:g})")
@@ -241,7 +311,12 @@ def main() -> None:
             v, n = (int(x) for x in size.lower().split("x"))
         except ValueError:
             raise SystemExit(f"--sizes: {size!r} is not VxN, e.g. 2000x5000") from None
-        run_size(v, n, args, likelihoods)
+        if args.seeds is None:
+            run_size(v, n, args, likelihoods)
+            continue
+        seeds = parse_seeds(args.seeds)
+        runs = [run_size(v, n, argparse.Namespace(**{**vars(args), "seed": seed}), likelihoods) for seed in seeds]
+        print_over_seeds(size, seeds, runs)
 
 
 if __name__ == "__main__":
