@@ -267,11 +267,11 @@ def print_over_seeds(size: str, seeds: list[int], runs: list[dict[str, RunFigure
             v = np.array(values)
             return f"{v.mean():.3f} +- {v.std(ddof=1) if v.size > 1 else 0.0:.3f}"
 
+        kept = [np.mean(f.kept_share) for f in figs if f.kept_share]  # one-epoch runs keep no ids
         print(f"   {likelihood}: {sum(f.met for f in figs)} of {sum(f.targets for f in figs)} targets met; "
               f"ARI {stat([np.mean(f.ari) for f in figs])} (k-means {stat([np.mean(f.kmeans_ari) for f in figs])}); "
               f"nodes >= 1% / truth {stat([np.mean(f.node_ratio) for f in figs])}, epoch 0 "
-              f"{stat([f.node_ratio[0] for f in figs])}; ids kept "
-              f"{stat([np.mean(f.kept_share) for f in figs if f.kept_share]) if any(f.kept_share for f in figs) else '-'}; "
+              f"{stat([f.node_ratio[0] for f in figs])}; ids kept {stat(kept) if kept else '-'}; "
               f"CPU {stat([f.cpu for f in figs])} s a seed")
 
 

@@ -771,7 +771,7 @@ def _weighted_vmf_rows(X, cand: Candidates, u, sqnorm, own, adjust, pool: Execut
     ``pool`` (a row's result does not depend on the others, so the same values on any engine
     and thread count); unit rows keep the unit kernel. A draw takes the first column whose
     running sum of weights passes ``u`` times their total."""
-    from streamtree.likelihoods.vmf import log_normalizers, sample_weighted_rows  # builds on this module
+    from streamtree.likelihoods.vmf import normalizer_change, sample_weighted_rows  # builds on this module
 
     X = X if sp.issparse(X) and X.format == "csr" else sp.csr_matrix(X)
     n = X.shape[0]
@@ -782,14 +782,12 @@ def _weighted_vmf_rows(X, cand: Candidates, u, sqnorm, own, adjust, pool: Execut
     ph_parent = np.ascontiguousarray(cand.ph_parent, dtype=np.int64)
     ph_a = np.ascontiguousarray(cand.ph_a, dtype=np.float64)
     ph_c = np.ascontiguousarray(cand.ph_c, dtype=np.float64)
-    unit_live = log_normalizers(cand.dim, live_b) if cand.normalized else None
-    unit_ph = log_normalizers(cand.dim, ph_b) if cand.normalized else None
 
-    def change(distinct: np.ndarray, conc: np.ndarray, unit: np.ndarray | None) -> np.ndarray:
-        """log C_p(conc w) - log C_p(conc) per distinct weight (zeros for unnormalised columns)."""
-        if unit is None or conc.size == 0:
+    def change(distinct: np.ndarray, conc: np.ndarray) -> np.ndarray:
+        """The normalisers' change per distinct weight (zeros for unnormalised columns)."""
+        if not cand.normalized or conc.size == 0:
             return np.zeros((distinct.size, conc.size))
-        return log_normalizers(cand.dim, np.outer(distinct, conc)) - unit[None, :]
+        return normalizer_change(cand.dim, conc, distinct)
 
     labels = np.full(n, -1, dtype=np.int64)
     lognorm = np.empty(n)
@@ -808,7 +806,7 @@ def _weighted_vmf_rows(X, cand: Candidates, u, sqnorm, own, adjust, pool: Execut
         r1 = min(n, r0 + block)
         distinct, at = np.unique(weight[r0:r1], return_inverse=True)
         weight_at[r0:r1] = at.reshape(-1)
-        live_change, ph_change = change(distinct, live_b, unit_live), change(distinct, ph_b, unit_ph)
+        live_change, ph_change = change(distinct, live_b), change(distinct, ph_b)
 
         def run(start: int, stop: int, r0=r0, live_change=live_change, ph_change=ph_change) -> None:
             sample_weighted_rows(indptr, indices, data, r0 + start, r0 + stop, coef_T, weight, weight_at, live_a,

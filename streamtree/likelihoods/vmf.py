@@ -691,11 +691,19 @@ def log_normalizer_table(p: int, conc, sq_norms: np.ndarray) -> np.ndarray:
     return log_normalizers(p, np.outer(w, conc))[inv.reshape(-1)]
 
 
-def weighted_normalizer_change(p: int, conc, sq_norms: np.ndarray) -> np.ndarray:
-    """``log C_p(conc_k w_i) - log C_p(conc_k)`` per row i and concentration k: what a row of
-    weight ``w_i`` changes in a unit row's log density."""
+def normalizer_change(p: int, conc, weights: np.ndarray) -> np.ndarray:
+    """``log C_p(conc_k w_g) - log C_p(conc_k)`` per weight g and concentration k: what a row of
+    weight ``w_g`` changes in a unit row's log density."""
     conc = np.atleast_1d(np.asarray(conc, dtype=np.float64))
-    return log_normalizer_table(p, conc, sq_norms) - log_normalizers(p, conc)[None, :]
+    scaled = np.outer(np.asarray(weights, dtype=np.float64), conc)
+    return log_normalizers(p, scaled) - log_normalizers(p, conc)[None, :]
+
+
+def weighted_normalizer_change(p: int, conc, sq_norms: np.ndarray) -> np.ndarray:
+    """:func:`normalizer_change` per row i of squared norm ``w_i^2``: one evaluation per distinct
+    weight and concentration."""
+    w, inv = np.unique(np.sqrt(np.asarray(sq_norms, dtype=np.float64)), return_inverse=True)
+    return normalizer_change(p, conc, w)[inv.reshape(-1)]
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -707,7 +715,7 @@ def sample_weighted_rows(indptr, indices, data, start, stop, coef_T, weight, wei
 
     Live column ``k``: ``live_a[k] + live_change[g, k] + beta_k theta_k . (w x)``, ``g`` the
     row's weight index ``weight_at[i]`` and ``live_change`` the normalisers' change at that
-    weight (:func:`weighted_normalizer_change` per distinct weight; zeros for unnormalised
+    weight (:func:`normalizer_change` per distinct weight; zeros for unnormalised
     columns). Placeholder ``j`` below live column ``ph_parent[j]`` of direction ``mu``: the
     collapsed marginal of a document of concentration ``b_j w``, ``ph_a[j] + ph_change[g, j] -
     log C_p(||b_j w x + c_j mu||)``, the norm taken without cancellation at cosine -1 (as in
