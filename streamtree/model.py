@@ -137,6 +137,18 @@ class DTSSBP(BaseEstimator):
         (``DOCS_PER_SPLIT_ATTEMPT``, ``MIN_SPLIT_ATTEMPTS`` and ``SPLIT_ATTEMPTS_PER_DOC`` in
         :mod:`streamtree.inference.epoch_sampler`), so the moves keep pace with the documents
         in large epochs and a tiny epoch costs little.
+    split_node : {"fixed", "integrated"}
+        How a split-merge move treats the parameter of the node it splits (or merges into).
+        ``"fixed"`` (the default) holds it at its current value: the moved documents' collapsed
+        marginal at the new node is compared with their likelihood at that parameter.
+        ``"integrated"`` integrates it out too and draws it afresh when the move is accepted,
+        where the family can (a leaf, or for the vMF a node whose children are born in this
+        epoch): both groups of documents are then scored alike. A node update's parameter is
+        a mode, which fits its documents better than a typical posterior draw by about half
+        the parameter's dimension in nats, so ``"fixed"`` holds back splits of large nodes. On
+        planted trees ``"integrated"`` finds the vMF's lumped true nodes (epoch-0 node counts
+        0.87x against 0.69x the truth) but on real short texts it doubles the vMF's swarm of
+        small nodes, and it does not help the multinomial (BENCHMARKS.md).
     min_node_docs : int
         Nodes with fewer documents keep their previous concentration (a newborn node starts
         with its parent's) instead of a noisy estimate.
@@ -204,6 +216,7 @@ class DTSSBP(BaseEstimator):
         "n_map_iter": [Interval(numbers.Integral, 1, None, closed="left")],
         "merge_moves": ["boolean"],
         "split_proposals": [Interval(numbers.Integral, 0, None, closed="left"), StrOptions({"auto"})],
+        "split_node": [StrOptions({"fixed", "integrated"})],
         "min_node_docs": [Interval(numbers.Integral, 1, None, closed="left")],
         "sample_hyperparameters": ["boolean"],
         "concentration_bounds": [tuple, list],
@@ -238,6 +251,7 @@ class DTSSBP(BaseEstimator):
         n_map_iter: int = 3,
         merge_moves: bool = True,
         split_proposals: int | str = "auto",
+        split_node: str = "fixed",
         min_node_docs: int = 2,
         sample_hyperparameters: bool = True,
         concentration_bounds: tuple[float, float] = (1e-3, 1e6),
@@ -268,6 +282,7 @@ class DTSSBP(BaseEstimator):
         self.n_map_iter = n_map_iter
         self.merge_moves = merge_moves
         self.split_proposals = split_proposals
+        self.split_node = split_node
         self.min_node_docs = min_node_docs
         self.sample_hyperparameters = sample_hyperparameters
         self.concentration_bounds = concentration_bounds
@@ -311,6 +326,7 @@ class DTSSBP(BaseEstimator):
                                freeze_after_birth=config.freeze_after_birth, n_sweeps=self.n_sweeps,
                                n_map_iter=self.n_map_iter, merge_moves=self.merge_moves,
                                split_proposals=self.split_proposals, min_node_docs=self.min_node_docs,
+                               integrate_split_node=self.split_node == "integrated",
                                sample_hyperparameters=self.sample_hyperparameters,
                                auto_link_strength=isinstance(self.kappa0, str)
                                ).with_hyper(getattr(getattr(self, "state_", None), "hyper", {}))

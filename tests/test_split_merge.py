@@ -7,9 +7,12 @@ States: the documents' nodes, where fixed nodes (with past window counts and giv
 may hold documents and every fixed node below the depth cap has an ordered list of newborn
 leaves at the depth cap (:class:`Case`; :class:`NestedCase` also lets newborn nodes have newborn
 children, as splits that adopt siblings make them). A newborn leaf's parameter is part of the
-state; its marginal target integrates it out under the parent link. Draw assignments from that
-exact marginal and the newborn parameters from their conditionals, apply split-merge attempts,
-and compare the distribution of the resulting assignments with the target by a chi-square test.
+state; its marginal target integrates it out under the parent link. With ``integrated`` (moves
+that integrate the split node's parameter out and draw it afresh, :meth:`SplitMerge.collapses`)
+every parameter but the root's is part of the state and integrated out in the target. Draw
+assignments from that exact marginal and the parameters from their conditionals, apply
+split-merge attempts, and compare the distribution of the resulting assignments with the target
+by a chi-square test.
 """
 
 from __future__ import annotations
@@ -40,9 +43,10 @@ def _unit(v):
 class Case:
     """Fixed nodes ``fixed_parent`` (id -> parent id, root first) with parameters and past counts."""
 
-    def __init__(self, lik, X, fixed_parent, theta, conc, past, max_depth, kw):
+    def __init__(self, lik, X, fixed_parent, theta, conc, past, max_depth, kw, integrated=False):
         self.lik, self.X, self.fixed_parent, self.theta, self.conc = lik, X, fixed_parent, theta, conc
         self.past, self.max_depth, self.kw = past, max_depth, kw
+        self.integrated = integrated
         self.n = X.shape[0]
         base = self._fixed_tree()
         self.hosts = [f for f in fixed_parent if not base.at_cap(f)]
@@ -120,11 +124,13 @@ class Case:
             sub = self.X[rows]
             docs = DocumentSet(float(rows.size), np.asarray(sub.sum(axis=0)).ravel(), float(sub.multiply(sub).sum()),
                                np.asarray(sub.multiply(sub).sum(axis=1)).ravel())
-            if nid in self.fixed_parent:
+            par, d = tree.parent.get(nid, -1), tree.depth[nid]
+            if nid == ROOT or (nid in self.fixed_parent and not self.integrated):
                 out += self.lik.log_likelihood(docs, self.theta[nid], self.conc[nid])
+            elif nid in self.fixed_parent:  # a fixed leaf at the cap: its parameter integrated out too
+                assert not tree.children[nid]
+                out += self.lik.log_marginal(docs, self.theta[par], self.conc[nid], d)
             else:
-                par = tree.parent[nid]
-                d = tree.depth[nid]
                 out += self.lik.log_marginal(docs, self.theta[par], self.lik.new_node_concentration(self.conc[par], d), d)
         return out
 
@@ -133,13 +139,14 @@ class Case:
         theta = dict(self.theta)
         conc = dict(self.conc)
         for nid in tree.parent:
-            if nid not in theta:  # a newborn leaf: its parameter from its conditional
+            if nid != ROOT and (self.integrated or nid not in self.fixed_parent):  # from its conditional
                 par, d = tree.parent[nid], tree.depth[nid]
                 rows = np.flatnonzero(labels == nid)
                 sub = self.X[rows]
                 docs = DocumentSet(float(rows.size), np.asarray(sub.sum(axis=0)).ravel(),
                                    float(sub.multiply(sub).sum()), np.asarray(sub.multiply(sub).sum(axis=1)).ravel())
-                conc[nid] = self.lik.new_node_concentration(self.conc[par], d)
+                if nid not in self.fixed_parent:
+                    conc[nid] = self.lik.new_node_concentration(self.conc[par], d)
                 theta[nid] = self.lik.sample_node_theta(self.theta[par], conc[nid], d, docs, rng)
         return MoveState(tree, labels, self.X, dict(self.past), theta, conc)
 
@@ -148,7 +155,7 @@ def _check_invariance(case: Case, n_draws: int, n_attempts: int, seed: int) -> t
     rng = np.random.default_rng(seed)
     p = np.exp(case.logp - case.logp.max())
     p /= p.sum()
-    moves = SplitMerge(case.lik, case.kw)
+    moves = SplitMerge(case.lik, case.kw, integrate_split_node=case.integrated)
     starts = rng.choice(len(case.states), size=n_draws, p=p)
     hist = np.zeros(len(case.states))
     accepted = 0
@@ -232,6 +239,59 @@ def test_moves_keep_the_target_multinomial_without_root_data():
     case = Case(lik, X, fixed, theta, conc, {ROOT: 0, 1: 3}, 1, kw)
     pval, accepted = _check_invariance(case, n_draws=3000, n_attempts=3, seed=3)
     assert accepted > 250
+    assert pval > 1e-3
+
+
+def _integrated(case):
+    """The same states and documents, for moves that integrate the split node's parameter out:
+    every parameter but the root's is then part of the state (the target integrates it out)."""
+    case.integrated = True
+    case.logp = np.array([case.log_target(s) for s in case.states])
+    return case
+
+
+def _weighted_vmf_case():
+    case = _vmf_case(1, {ROOT: -1, 1: ROOT}, {ROOT: 2, 1: 2})
+    case.lik.document_weights = True
+    case.X = sp.csr_matrix(sp.diags([0.3, 3.0, 1.0]) @ case.X)
+    case.conc = {ROOT: 0.5, 1: 4.0}
+    return case
+
+
+def _multinomial_flat_case():
+    variant = resolve_variant("dtssbp", window=2, max_depth=1, gamma=0.5, xi=0.001)
+    lik = Multinomial(variant, 4, kappa0=5.0, kappa1=1.0, a=-3.0, min_node_docs=2)
+    X = sp.csr_matrix(np.array([[3, 1, 0, 0], [2, 0, 1, 0], [0, 0, 2, 3]], dtype=float))
+    theta = {ROOT: np.array([0.4, 0.3, 0.2, 0.1]), 1: np.array([0.1, 0.2, 0.3, 0.4])}
+    kw = dict(alpha0=1.0, lam=0.5, gamma=0.7, max_depth=1, root_holds_data=True)
+    return Case(lik, X, {ROOT: -1, 1: ROOT}, theta, {ROOT: 5.0, 1: 5.0}, {ROOT: 2, 1: 3}, 1, kw)
+
+
+@pytest.mark.parametrize("make", [_weighted_vmf_case, _multinomial_flat_case], ids=["weighted vMF", "multinomial"])
+def test_moves_that_integrate_the_split_node_keep_the_target(make, monkeypatch):
+    """Splits of a fixed leaf and merges into it with its parameter integrated out and drawn
+    afresh (``integrate_split_node``) leave the target invariant, the leaf's parameter now part
+    of the state; scoring the moved documents' new node against nothing for the split node's
+    own documents (its term dropped) is detected."""
+    case = _integrated(make())
+    pval, accepted = _check_invariance(case, n_draws=3000, n_attempts=3, seed=5)
+    assert accepted > 250
+    assert pval > 1e-3
+    monkeypatch.setattr(SplitMerge, "_own_marginal", lambda self, *args, **kw: 0.0)
+    blind, _ = _check_invariance(case, n_draws=3000, n_attempts=3, seed=5)
+    assert blind < 1e-3
+
+
+@pytest.mark.slow  # about 45 s
+def test_moves_that_integrate_the_split_node_keep_the_windowed_nested_target():
+    """The nested multinomial states with the carried child's parameter integrated out too
+    (a leaf there, its split draws it afresh; with children it stays): splits that adopt, merges
+    that lift and relocations keep the target."""
+    case = _nested_multinomial_case()
+    case = NestedCase(case.lik, case.X, case.fixed_parent, case.theta, case.past, case.max_depth, case.kw,
+                      integrated=True)
+    pval, kinds, _ = _nested_chain(case, 4000, 9, rounds=3, lifts=False)
+    assert kinds["split"] > 500 and kinds["merge"] > 500
     assert pval > 1e-3
 
 
@@ -443,21 +503,34 @@ class NestedCase:
     theirs). Newborn nodes may have newborn children, so splits that adopt siblings and merges
     that lift children are reachable.
 
-    Target: p(z_window | tree) times the data, every newborn parameter integrated out under its
-    parent link. Two words (V = 2, multinomial): a newborn's word distribution is one number
-    ``t``, and a newborn with newborn children (leaves at the depth cap) is integrated by
-    Gauss-Legendre quadrature over ``t`` of its link, its documents' likelihood and its
-    children's collapsed marginals.
+    Target: p(z_window | tree) times the data, every newborn parameter (with ``integrated``,
+    every parameter but the root's) integrated out under its parent link. Two words (V = 2,
+    multinomial): a node's word distribution is one number ``t``, or with ``circle`` (vMF,
+    p = 2) a direction is one angle ``t``; a node with children (leaves at the depth cap) below
+    a node with a given parameter is integrated by quadrature over ``t`` of its link, its
+    documents' likelihood and its children's collapsed marginals.
     """
 
-    def __init__(self, lik, X, fixed_parent, theta, past, max_depth, kw, empty=False):
+    def __init__(self, lik, X, fixed_parent, theta, past, max_depth, kw, empty=False, circle=False,
+                 integrated=False):
         self.lik, self.X, self.fixed_parent, self.theta = lik, X, fixed_parent, theta
+        self.integrated = integrated
         self.empty = empty  # also states with newborn internal nodes holding no documents
         self.conc = {f: 1.0 for f in fixed_parent}  # unused by the multinomial
         self.past, self.max_depth, self.kw = past, max_depth, kw
         self.n = X.shape[0]
-        self.nodes_t, self.weights_t = np.polynomial.legendre.leggauss(200)
-        self.nodes_t, self.weights_t = 0.5 * (self.nodes_t + 1.0), 0.5 * self.weights_t
+        # a parameter is one number t: (t, 1 - t) for two words, or the angle of a direction on
+        # the circle (``circle``, vMF with p = 2: a uniform grid integrates periodic functions)
+        self.circle = circle
+        if circle:
+            self.nodes_t = (np.arange(720) + 0.5) * (2 * np.pi / 720) - np.pi
+            self.weights_t = np.full(720, 2 * np.pi / 720)
+            self.grid = (np.arange(4000) + 0.5) * (2 * np.pi / 4000) - np.pi
+        else:
+            self.nodes_t, self.weights_t = np.polynomial.legendre.leggauss(200)
+            self.nodes_t, self.weights_t = 0.5 * (self.nodes_t + 1.0), 0.5 * self.weights_t
+            self.grid = (np.arange(2000) + 0.5) / 2000
+        self._grid_p: dict[tuple, np.ndarray] = {}
         self.keys, self.logp, self._trees = [], [], []
         self._integrals: dict[tuple, float] = {}
         seen = set()
@@ -560,7 +633,7 @@ class NestedCase:
         """log of the link, the documents' likelihood and the children's marginals of newborn
         ``nid`` (with newborn children) at word distribution ``(t, 1 - t)``."""
         lik, par, d = self.lik, tree.parent[nid], tree.depth[nid]
-        th = np.array([t, 1.0 - t])
+        th = self.at(t)
         out = lik.log_link(th, self.theta[par], d) + lik.log_likelihood(self._docs(labels, nid), th, 1.0)
         for c in tree.children[nid]:
             assert not tree.children[c]
@@ -572,11 +645,13 @@ class NestedCase:
         now = np.array([np.sum(labels == i) for i in arr.ids], dtype=float)
         past = np.array([self.past.get(int(i), 0) for i in arr.ids], dtype=float)
         out = collapsed_log_prior(arr, np.zeros_like(past), past + now, **self.kw)
+        # the nodes whose parameters are given; the others' are integrated out below their parent
+        given = {ROOT} if self.integrated else set(self.fixed_parent)
         for nid in tree.parent:
-            if nid in self.fixed_parent:
+            if nid in given:
                 if np.any(labels == nid):
                     out += self.lik.log_likelihood(self._docs(labels, nid), self.theta[nid], 1.0)
-            elif tree.parent[nid] in self.fixed_parent:
+            elif tree.parent[nid] in given:
                 if not tree.children[nid]:
                     out += self.lik.log_marginal(self._docs(labels, nid), self.theta[tree.parent[nid]], 1.0,
                                                  tree.depth[nid])
@@ -589,10 +664,28 @@ class NestedCase:
                     out += self._integrals[key]
         return out
 
+    def _grid_draw(self, tree, labels, nid, rng):
+        """``(t, 1 - t)`` from the exact conditional of node ``nid`` (below the root, with
+        children) on a fine grid of ``t``: for a fixed node whose own documents are few or none,
+        proposing from them and accepting with its children's marginals takes too many tries."""
+        key = (nid, tuple(np.flatnonzero(labels == nid)),
+               tuple(tuple(np.flatnonzero(labels == c)) for c in tree.children[nid]))
+        p = self._grid_p.get(key)
+        if p is None:
+            f = np.array([self._log_integrand(tree, labels, nid, t) for t in self.grid])
+            p = self._grid_p[key] = np.exp(f - f.max()) / np.exp(f - f.max()).sum()
+        step = self.grid[1] - self.grid[0]
+        return self.at(self.grid[rng.choice(self.grid.size, p=p)] + (rng.random() - 0.5) * step)
+
+    def at(self, t):
+        """The parameter of number ``t``."""
+        return np.array([np.cos(t), np.sin(t)]) if self.circle else np.array([t, 1.0 - t])
+
     def move_state(self, s, rng):
-        """State ``s`` with newborn parameters drawn from their exact conditionals (a newborn with
+        """State ``s`` with its parameters drawn from their exact conditionals (a newborn with
         newborn children by rejection: proposed from its conditional given its own documents,
-        accepted with its children's marginal likelihood, a probability of their tokens)."""
+        accepted with its children's marginal likelihood, a probability of their tokens; a fixed
+        node with children on a grid)."""
         tree0, labels0 = self._trees[s]
         tree = TSSBTree(self.max_depth)
         tree.parent, tree.children = dict(tree0.parent), {k: list(v) for k, v in tree0.children.items()}
@@ -602,11 +695,15 @@ class NestedCase:
         theta = dict(self.theta)
         conc = dict(self.conc)
         for nid in tree.preorder():
-            if nid in theta:
+            if nid == ROOT or (nid in self.fixed_parent and not self.integrated):
                 continue
             par, d = tree.parent[nid], tree.depth[nid]
             docs = self._docs(labels, nid)
-            conc[nid] = lik.new_node_concentration(conc[par], d)
+            if nid not in self.fixed_parent:
+                conc[nid] = lik.new_node_concentration(conc[par], d)
+            if tree.children[nid] and (nid in self.fixed_parent or self.circle):
+                theta[nid] = self._grid_draw(tree, labels, nid, rng)
+                continue
             while True:
                 th = lik.sample_node_theta(theta[par], conc[nid], d, docs, rng)
                 kids = sum(lik.log_marginal(self._docs(labels, c), th, 1.0, d + 1) for c in tree.children[nid])
@@ -633,41 +730,70 @@ def _nested_multinomial_case():
     return _root_and_child_case(2.0, [[3, 0], [3, 0], [0, 3]], [0.5, 0.5])
 
 
-def test_moves_keep_the_windowed_target_with_carried_nodes_and_adoption():
-    """A carried child with past documents, newborn nodes beside and below it, and newborn nodes
-    with newborn children (depth cap 2): splits that adopt siblings, merges that lift
-    children, and relocations that put a new node before or after the carried child all leave
-    p(z_window | tree) x data invariant. A move that ignored where the past documents hang
-    (conditioning on them) fails this."""
-    case = _nested_multinomial_case()
-    rng = np.random.default_rng(7)
-    p = np.exp(case.logp - case.logp.max())
-    p /= p.sum()
-    moves = SplitMerge(case.lik, case.kw)
-    n_draws = 4000
-    hist = np.zeros(len(case.keys))
-    accepted = adopted = lifted = 0
-    for s in rng.choice(len(case.keys), size=n_draws, p=p):
-        st = case.move_state(s, rng)
-        for _ in range(3):
-            accepted += moves.relocate(st, rng) is not None
-            kids_before = {k: len(v) for k, v in st.tree.children.items()}
-            res = moves.attempt(st, rng, born=1)
-            if res is not None:
-                accepted += 1
-                if res.kind == "split" and st.tree.children[res.node]:
-                    adopted += 1
-                if res.kind == "merge" and kids_before.get(res.node) and res.node not in st.tree:
-                    lifted += 1  # a merge that removed a newborn and lifted its children
-        hist[case.index[case.key(st.tree, st.labels)]] += 1
-    # newborn nodes with newborn children hold ~6% of the target: adoptions and lifts are rare
-    assert accepted > 2000 and adopted >= 10 and lifted >= 3
-    expected = p * n_draws
-    keep = expected >= 5
-    obs = np.append(hist[keep], hist[~keep].sum())
-    exp_ = np.append(expected[keep], expected[~keep].sum())
-    stat = float(np.sum((obs - exp_) ** 2 / exp_))
-    assert chi2.sf(stat, df=obs.size - 1) > 1e-3
+def _nested_vmf_case():
+    """The nested states on the circle (vMF, p = 2): a split node with children has its
+    direction integrated against its children's links in closed form
+    (:meth:`VonMisesFisher.linked_log_marginal`), which the quadrature of the target checks."""
+    variant = resolve_variant("dtssbp", window=2, max_depth=2, gamma=0.5, xi=0.001)
+    lik = VonMisesFisher(variant, 2, kappa0=20.0, kappa1=1.0, a=0.0, min_node_docs=2, concentration_bounds=(1e-3, 1e6))
+    X = sp.csr_matrix(np.array([_unit([1.0, 0.1]), _unit([0.8, 0.6]), _unit([-0.3, 1.0])]))
+    theta = {ROOT: _unit([1.0, 1.0]), 1: _unit([0.2, 1.0])}
+    kw = dict(alpha0=3.0, lam=1.0, gamma=1.5, max_depth=2, root_holds_data=False)
+    return NestedCase(lik, X, {ROOT: -1, 1: ROOT}, theta, {ROOT: 2, 1: 3}, 2, kw, circle=True, integrated=True)
+
+
+@pytest.mark.slow  # about 60 s
+def test_moves_keep_the_target_when_the_split_node_has_children():
+    """vMF on the circle: splits and merges whose split node has children (the carried child
+    or a newborn with newborn children) integrate its direction against its children's links
+    in closed form and draw it afresh; with relocations they leave p(z_window | tree) x data
+    invariant, every direction but the root's integrated out (by quadrature here)."""
+    case = _nested_vmf_case()
+    calls = {"with children": 0}
+    linked = VonMisesFisher.linked_log_marginal
+
+    def counted(self, docs, *args):
+        calls["with children"] += args[-1] is not None and len(args[-1]) > 0
+        return linked(self, docs, *args)
+
+    VonMisesFisher.linked_log_marginal = counted
+    try:
+        pval, kinds, _ = _nested_chain(case, 4000, 8, rounds=3, lifts=False)
+    finally:
+        VonMisesFisher.linked_log_marginal = linked
+    assert calls["with children"] > 500 and kinds["split"] > 1000 and kinds["merge"] > 1000
+    assert pval > 1e-3
+
+
+@pytest.mark.parametrize("carried", [False, True], ids=["new node", "carried node"])
+def test_the_vmf_integral_against_children_is_the_quadrature(carried):
+    """:meth:`VonMisesFisher.linked_log_marginal` of weighted documents at a node with two
+    children (and a time link when carried) equals the log of the integral over the circle of
+    the node's links, its documents' likelihood and its children's links; draws of
+    :meth:`VonMisesFisher.sample_linked_theta` have that integrand's mean direction."""
+    variant = resolve_variant("dtssbp", window=2, max_depth=3, gamma=0.5, xi=0.001)
+    lik = VonMisesFisher(variant, 2, kappa0=3.0, kappa1=0.8, a=0.5, min_node_docs=2, concentration_bounds=(1e-3, 1e6))
+    lik.document_weights = True
+    rows = np.array([_unit([1.0, 0.2]) * 0.5, _unit([0.6, 0.8]) * 2.0, _unit([-0.2, 1.0])])
+    docs = DocumentSet(3.0, rows.sum(axis=0), float((rows ** 2).sum()), (rows ** 2).sum(axis=1))
+    parent, prev = _unit([1.0, -1.0]), (_unit([0.0, 1.0]) if carried else None)
+    children = np.array([_unit([0.3, 1.0]), _unit([-1.0, 0.4])])
+    beta, depth = 1.7, 1
+    t = (np.arange(20000) + 0.5) * (2 * np.pi / 20000)
+    grid = np.stack([np.cos(t), np.sin(t)], axis=1)
+    f = np.array([lik.log_link(th, parent, depth, prev) + lik.log_likelihood(docs, th, beta)
+                  + sum(lik.log_link(c, th, depth + 1) for c in children) for th in grid])
+    top = f.max()
+    want = float(np.log(np.sum(np.exp(f - top)) * (2 * np.pi / t.size)) + top)
+    assert lik.linked_log_marginal(docs, parent, beta, depth, prev, children) == pytest.approx(want, abs=1e-9)
+    w = np.exp(f - top)
+    mean = (w[:, None] * grid).sum(axis=0) / w.sum()
+    draws = np.array([lik.sample_linked_theta(parent, beta, depth, docs, np.random.default_rng(k), prev, children)
+                      for k in range(4000)])
+    sd = np.sqrt(((w[:, None] * (grid - mean) ** 2).sum(axis=0) / w.sum()) / 4000)
+    assert np.all(np.abs(draws.mean(axis=0) - mean) < 4 * sd)
+    # without children it is the family's marginal
+    assert lik.linked_log_marginal(docs, parent, beta, depth, prev, None) == lik.log_marginal(docs, parent, beta, depth, prev)
 
 
 def _nested_chain(case, n_draws, seed, moves=None, rounds=3, lifts_only=False, lifts=True):
@@ -680,7 +806,7 @@ def _nested_chain(case, n_draws, seed, moves=None, rounds=3, lifts_only=False, l
     rng = np.random.default_rng(seed)
     p = np.exp(case.logp - case.logp.max())
     p /= p.sum()
-    moves = moves or SplitMerge(case.lik, case.kw)
+    moves = moves or SplitMerge(case.lik, case.kw, integrate_split_node=case.integrated)
     hist = np.zeros(len(case.keys))
     kinds: dict[str, int] = {}
     steps = (moves.lift,) if lifts_only else (moves.relocate, moves.attempt) + ((moves.lift,) if lifts else ())
@@ -1228,10 +1354,12 @@ def test_a_proposals_launch_draws_its_scans_one_after_another():
         assert np.array_equal(got, want)
 
 
-def test_a_merge_repeats_the_launch_of_the_split_it_undoes():
+@pytest.mark.parametrize("integrated", [False, True], ids=["split node held", "split node integrated"])
+def test_a_merge_repeats_the_launch_of_the_split_it_undoes(integrated):
     """The launch is an auxiliary variable of the merged state, ``i`` and ``j``: after an
     accepted split into a new node, the reverse merge's ``_allocation`` from the same random
-    state sees the same place and documents and returns the same odds, to the bit."""
+    state, given the split node's parameter in the merged state, sees the same place and
+    documents and returns the same odds, to the bit."""
     import copy
 
     from streamtree.inference.split_merge import _union_without
@@ -1249,13 +1377,14 @@ def test_a_merge_repeats_the_launch_of_the_split_it_undoes():
         labels = rng.choice([ROOT, a, c, d], size=40, p=[0.1, 0.6, 0.15, 0.15])
         st = MoveState(tree, labels, X, {}, {k: rng.dirichlet(np.ones(30)) for k in (ROOT, a, c, d)},
                        {k: 20.0 for k in (ROOT, a, c, d)})
-        moves = SplitMerge(lik, kw)
+        moves = SplitMerge(lik, kw, integrate_split_node=integrated)
         seen = {}
         allocation = moves._allocation
 
-        def recorded(st_, a_, place, i, j, others, rng_, base=None):
-            seen.update(place=place, i=i, j=j, others=others.copy(), state=copy.deepcopy(rng_.bit_generator.state))
-            seen["odds"] = allocation(st_, a_, place, i, j, others, rng_, base)
+        def recorded(st_, a_, place, i, j, others, rng_, base=None, theta_a=None):
+            seen.update(place=place, i=i, j=j, others=others.copy(), state=copy.deepcopy(rng_.bit_generator.state),
+                        theta_a=np.array(st_.theta[a_] if theta_a is None else theta_a))
+            seen["odds"] = allocation(st_, a_, place, i, j, others, rng_, base, theta_a)
             return seen["odds"]
 
         moves._allocation = recorded
@@ -1276,6 +1405,8 @@ def test_a_merge_repeats_the_launch_of_the_split_it_undoes():
         again.bit_generator.state = seen["state"]
         assert place == seen["place"]
         np.testing.assert_array_equal(others, seen["others"])
-        np.testing.assert_array_equal(allocation(st, a_, place, seen["i"], seen["j"], others, again), seen["odds"])
+        # a's parameter in the merged state (the split drew a new one for the split state)
+        np.testing.assert_array_equal(allocation(st, a_, place, seen["i"], seen["j"], others, again,
+                                                 theta_a=seen["theta_a"]), seen["odds"])
         checked += 1
     assert checked >= 8

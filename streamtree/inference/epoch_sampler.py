@@ -101,6 +101,8 @@ class SamplerSettings:
     sample_hyperparameters: bool = True
     #: ``kappa0="auto"``: the likelihood re-estimates its link strength after every sweep
     auto_link_strength: bool = False
+    #: ``split_node="integrated"``: split-merge moves integrate the split node's parameter out
+    integrate_split_node: bool = False
 
     def stick_kwargs(self) -> dict:
         return dict(alpha0=self.alpha0, lam=self.lam, gamma=self.gamma, max_depth=self.max_depth,
@@ -588,7 +590,9 @@ class EpochSampler:
                          {i: st.nodes.theta[s] for i, s in zip(ids, slots)},
                          {i: float(st.nodes.concentration[s]) for i, s in zip(ids, slots)}, set(self.prev_slot),
                          previous)
-        return move, SplitMerge(self.likelihood, self.settings.with_hyper(st.hyper).stick_kwargs())
+        return move, SplitMerge(self.likelihood, self.settings.with_hyper(st.hyper).stick_kwargs(),
+                                freeze_carried=self.settings.freeze_after_birth,
+                                integrate_split_node=self.settings.integrate_split_node)
 
     def _split_merge(self, X, col_ids: np.ndarray, current: dict[int, int], sums: dict[int, np.ndarray],
                      sumsq: dict[int, float], epoch: int) -> tuple[MoveState, SplitMerge]:
@@ -609,6 +613,8 @@ class EpochSampler:
             if res is None:
                 continue
             touched.update((res.node, res.other))
+            for g in res.redrawn:  # the split node's parameter, drawn afresh with its documents
+                st.nodes.theta[st.nodes.slot[g]] = move.theta[g]
             if res.kind == "split":
                 if res.node not in st.nodes:
                     st.nodes.add(res.node, move.theta[res.node], move.concentration[res.node])

@@ -549,6 +549,30 @@ class Likelihood(ABC):
         under its time link to ``theta_prev`` when that is given (a node the window carries
         from the previous epoch; its prior is then the product of both links, normalised)."""
 
+    #: whether :meth:`linked_log_marginal` and :meth:`sample_linked_theta` integrate a node's
+    #: parameter against its children's parent links as well (links conjugate to the
+    #: parameter's posterior, as the vMF's are); without, they take childless nodes only
+    integrates_children: bool = False
+
+    def linked_log_marginal(self, docs: DocumentSet, theta_parent: np.ndarray, concentration: float, depth: int,
+                            theta_prev: np.ndarray | None = None, children: np.ndarray | None = None) -> float:
+        """:meth:`log_marginal` of a node that has children: its parameter integrated out
+        under its own links and its children's parent links, ``children`` (m, p) the
+        parameters of its children (depth ``depth + 1``, born in this epoch: no time link),
+        held fixed. Only where :attr:`integrates_children`; with no children it is
+        :meth:`log_marginal`."""
+        if children is not None and len(children):
+            raise NotImplementedError(f"{type(self).__name__} does not integrate a parameter against its children")
+        return self.log_marginal(docs, theta_parent, concentration, depth, theta_prev)
+
+    def sample_linked_theta(self, theta_parent: np.ndarray, concentration: float, depth: int, docs: DocumentSet,
+                            rng: np.random.Generator, theta_prev: np.ndarray | None = None,
+                            children: np.ndarray | None = None) -> np.ndarray:
+        """A draw from the conditional whose normaliser is :meth:`linked_log_marginal`."""
+        if children is not None and len(children):
+            raise NotImplementedError(f"{type(self).__name__} does not integrate a parameter against its children")
+        return self.sample_node_theta(theta_parent, concentration, depth, docs, rng, theta_prev)
+
     @abstractmethod
     def log_likelihood(self, docs: DocumentSet, theta: np.ndarray, concentration: float) -> float:
         """Log likelihood of a document set at one node with fixed parameters."""

@@ -1147,6 +1147,38 @@ class VonMisesFisher(WordTopics, Likelihood):
         mu = eta / kappa if kappa > 0 else np.asarray(theta_parent)
         return group_log_marginal(docs.n, docs.s, mu, kappa, concentration, self.n_features, self._set_norms(docs))
 
+    integrates_children = True
+
+    def _with_children(self, depth: int, theta_parent, theta_prev, children) -> tuple[np.ndarray, float]:
+        """The natural parameter of a node's prior times its children's parent links (each
+        ``exp(c theta_child . theta)`` in the node's parameter, ``c`` the children's link
+        strength), and the log normalisers of those links."""
+        c = self.new_node_prior(depth + 1)
+        eta = self._linked_prior(theta_parent, depth, theta_prev) + c * np.asarray(children).sum(axis=0)
+        return eta, len(children) * float(log_normalizer_nb(float(self.n_features), c))
+
+    def linked_log_marginal(self, docs, theta_parent, concentration, depth, theta_prev=None, children=None):
+        if children is None or not len(children):
+            return self.log_marginal(docs, theta_parent, concentration, depth, theta_prev)
+        # prior link normaliser C(|eta_link|) and the children's C(c) times the integral of
+        # exp((eta + beta s) . theta), which group_log_marginal gives relative to C(|eta|)
+        eta, log_children = self._with_children(depth, theta_parent, theta_prev, children)
+        kappa = float(np.linalg.norm(eta))
+        mu = eta / kappa if kappa > 0 else np.asarray(theta_parent)
+        link = float(np.linalg.norm(self._linked_prior(theta_parent, depth, theta_prev)))
+        pf = float(self.n_features)
+        return (group_log_marginal(docs.n, docs.s, mu, kappa, concentration, self.n_features, self._set_norms(docs))
+                - float(log_normalizer_nb(pf, kappa)) + float(log_normalizer_nb(pf, link)) + log_children)
+
+    def sample_linked_theta(self, theta_parent, concentration, depth, docs, rng, theta_prev=None, children=None):
+        if children is None or not len(children):
+            return self.sample_node_theta(theta_parent, concentration, depth, docs, rng, theta_prev)
+        eta = self._with_children(depth, theta_parent, theta_prev, children)[0] + concentration * docs.s
+        nrm = float(np.linalg.norm(eta))
+        if nrm == 0:
+            return sample_vmf(theta_parent, 0.0, 1, rng)[0]
+        return sample_vmf(eta / nrm, nrm, 1, rng)[0]
+
     def log_likelihood(self, docs, theta, concentration):
         return group_log_likelihood(docs.n, docs.s, theta, concentration, self.n_features, self._set_norms(docs))
 
