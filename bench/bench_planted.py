@@ -35,7 +35,7 @@ Figures per epoch, with their targets:
 Usage: python bench/bench_planted.py [--sizes 2000x5000[,V x N ...]] [--all-sizes]
        [--generator dirichlet|mixture] [--branch-share 0.3] [--mass-concentration 3] [--median-length 50]
        [--likelihood vmf[,multinomial]] [--max-depth 3] [--epochs 3] [--sweeps N]
-       [--seed 0 | --seeds 0-7] [--length-power 0.5]
+       [--seed 0 | --seeds 0-7] [--length-power 0.5] [--split-node fixed|integrated]
 
 With ``--seeds``, each seed's table is followed by the figures over the seeds: targets met in
 all, and mean +- sd over the seeds of ARI, node ratio (all epochs and epoch 0) and ids kept.
@@ -168,6 +168,8 @@ def run_size(n_features: int, n_documents: int, args, likelihoods: list[str]) ->
         if args.document_concentration is not None and likelihood == "multinomial":
             dc = args.document_concentration
             params["document_concentration"] = None if dc == "none" else dc if dc == "auto" else float(dc)
+        if args.split_node is not None:
+            params["split_node"] = args.split_node
         model = DTSSBP(**params)
         print(f"-- DTSSBP({', '.join(f'{k}={v!r}' for k, v in params.items())}), other parameters at defaults")
         if likelihood == "vmf":
@@ -300,6 +302,8 @@ def main() -> None:
     p.add_argument("--length-power", type=float, default=DEFAULT_LENGTH_POWER,
                    help="vMF: document weight = (tokens / first epoch's median) ** this; 0 for unit rows "
                         f"(default: the product's, {DEFAULT_LENGTH_POWER:g})")
+    p.add_argument("--split-node", choices=["fixed", "integrated"], default=None,
+                   help="split-merge moves: the split node's parameter held or integrated out (default: the model's)")
     p.add_argument("--document-concentration", default=None,
                    help="multinomial: bursty (DCM) documents, 'auto' or a number s, or 'none' for "
                         "independent tokens (default: the model's, auto)")

@@ -41,7 +41,7 @@ lines print the link strength in use (``kappa0_``, estimated under ``kappa0="aut
 
 Usage: python bench/bench_sou_quality.py [--likelihood vmf[,multinomial]] [--weighting tf[,tfidf]] [--max-depth 3]
        [--sweeps N] [--decades 6 | 1790s,1800s] [--hlda-iter 500] [--hlda-fit all|per-decade]
-       [--no-hlda] [--seed 0]
+       [--no-hlda] [--seed 0] [--split-node fixed|integrated]
 """
 
 from __future__ import annotations
@@ -192,6 +192,8 @@ def run_model(corpus: SouCorpus, likelihood: str, args, rows: list[sp.csr_matrix
     if args.document_concentration is not None and likelihood == "multinomial":
         dc = args.document_concentration
         params["document_concentration"] = None if dc == "none" else dc if dc == "auto" else float(dc)
+    if args.split_node is not None:
+        params["split_node"] = args.split_node
     model = DTSSBP(**params)
     hyper = []  # the chain's stick hyperparameters after each decade
     c0 = time.process_time()
@@ -230,6 +232,8 @@ def main() -> None:
     p.add_argument("--hlda-fit", choices=["all", "per-decade"], default="all")
     p.add_argument("--no-hlda", action="store_true", help="skip the tomotopy side")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--split-node", choices=["fixed", "integrated"], default=None,
+                   help="split-merge moves: the split node's parameter held or integrated out (default: the model's)")
     p.add_argument("--document-concentration", default=None,
                    help="multinomial: bursty (DCM) documents, 'auto' or a number s, or 'none' for "
                         "independent tokens (default: the model's, auto)")
