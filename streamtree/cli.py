@@ -254,7 +254,7 @@ def _add_vocabulary_args(p: argparse.ArgumentParser, what: str = "") -> None:
 
 #: DTSSBP keyword arguments the model options set (each option's ``dest`` is the parameter's name)
 MODEL_OPTIONS = ("likelihood", "variant", "window", "max_depth", "kappa0", "document_concentration",
-                 "document_weights", "n_sweeps", "random_state", "engine", "n_shards", "n_jobs")
+                 "document_weights", "split_node", "n_sweeps", "random_state", "engine", "n_shards", "n_jobs")
 
 
 def _add_model_args(p: argparse.ArgumentParser, *, for_evaluate: bool = False) -> None:
@@ -296,6 +296,9 @@ def _add_model_args(p: argparse.ArgumentParser, *, for_evaluate: bool = False) -
                    help="vmf likelihood: weigh each document by its length (rows of norm (tokens / median "
                         f"tokens) ** {DEFAULT_LENGTH_POWER:g}, concentration beta w; auto does so too), or with "
                         "--no-document-weights weigh every document the same (unit rows)")
+    p.add_argument("--split-node", choices=["fixed", "integrated"],
+                   help="split-merge moves: hold the split node's parameter, or integrate it out too "
+                        "(exact; finds lumped vMF topics, but more small nodes on short texts)")
     p.add_argument("--sweeps", dest="n_sweeps", type=_positive_int, help="Gibbs sweeps per epoch")
     p.add_argument("--engine", help="where the z-updates run: local or ray")
     p.add_argument("--shards", dest="n_shards", type=_positive_int,

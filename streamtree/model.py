@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 RUN_LOCATION_PARAMS = ("engine", "n_jobs", "engine_options")
 #: parameters a checkpoint may lack (written before they existed), with the value that
 #: continues such a chain as it was fitted, whatever the default is now
-PARAMS_BEFORE_ADDED = {"document_concentration": None, "document_weights": False}
+PARAMS_BEFORE_ADDED = {"document_concentration": None, "document_weights": False, "split_node": "fixed"}
 
 
 class DTSSBP(BaseEstimator):

@@ -377,7 +377,9 @@ def identity_model(params: dict) -> dict:
     family = LIKELIHOODS.get(params.get("likelihood"))
     model = {k: v for k, v in sorted(params.items()) if k not in RUN_LOCATION_PARAMS}
     if family is not None:
-        model.update({name: before for name, before in PARAMS_BEFORE_ADDED.items() if name not in family.params})
+        of_families = {name for cls in LIKELIHOODS.values() for name in cls.params}  # not split_node
+        model.update({name: before for name, before in PARAMS_BEFORE_ADDED.items()
+                      if name in of_families and name not in family.params})
         if "document_weights" in family.params:  # "auto" and True read the same weights: one identity
             model["document_weights"] = reads_document_weights(model["document_weights"])
     return model

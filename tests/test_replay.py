@@ -31,7 +31,7 @@ def sou_slice(path: Path, n: int = 240, years=(1790, 1820), seed: int = 0) -> Pa
 
 
 MODEL_KEYS = {"n_sweeps", "kappa0", "random_state", "window", "engine", "n_shards", "likelihood", "document_concentration",
-              "document_weights"}
+              "document_weights", "split_node"}
 
 
 def config(path, **kw) -> ReplayConfig:
@@ -267,6 +267,20 @@ def test_refused_resume_names_the_model_parameter_that_differs():
     # the vMF has no document model: its stores, all recorded with None, match the new default
     assert config("corpus.parquet", likelihood="vmf", document_concentration=None).identity() == \
         config("corpus.parquet", likelihood="vmf").identity()
+
+
+def test_identity_split_node_matches_stores_written_before_it():
+    """Stores written before ``split_node`` existed held the split node's parameter: they
+    resume under the default, not under ``"integrated"``, whatever the family."""
+    from streamtree.replay import identity_differences, stored_identity
+
+    for likelihood in ("multinomial", "vmf"):
+        now = config("corpus.parquet", likelihood=likelihood).identity()
+        assert now["model"]["split_node"] == "fixed"
+        before = dict(now, model={k: v for k, v in now["model"].items() if k != "split_node"})
+        assert stored_identity(before) == now
+        integrated = config("corpus.parquet", likelihood=likelihood, split_node="integrated").identity()
+        assert identity_differences(now, integrated) == "model.split_node: 'fixed' in the store, 'integrated' now"
 
 
 def test_weighted_vmf_documents_replay_with_length_weighted_rows(corpus, tmp_path):
