@@ -765,6 +765,44 @@ def test_moves_keep_the_target_when_the_split_node_has_children():
     assert pval > 1e-3
 
 
+def test_a_merge_into_the_parent_of_a_kept_child_reads_the_splits_terms():
+    """Merging a kept child (past counts, not carried: its link to its parent is the vMF's
+    conjugate one) into its parent, with the parent's direction integrated out: the kept child
+    stays linked to the parent in both states, so the merge's own term is minus the split's
+    that it undoes (a new child would be left out of the merged state instead)."""
+    from streamtree.likelihoods.base import document_set
+
+    variant = resolve_variant("dtssbp", window=2, max_depth=2, gamma=0.5, xi=0.001)
+    lik = VonMisesFisher(variant, 2, kappa0=20.0, kappa1=1.0, a=0.0, min_node_docs=2, concentration_bounds=(1e-3, 1e6))
+    X = sp.csr_matrix(np.array([_unit([1.0, 0.1]), _unit([0.8, 0.6]), _unit([-0.3, 1.0])]))
+    kw = dict(alpha0=3.0, lam=1.0, gamma=1.5, max_depth=2, root_holds_data=False)
+
+    def state(labels):
+        t = TSSBTree(2)
+        t.add_child(ROOT)
+        t.add_child(1)
+        theta = {ROOT: _unit([1.0, 1.0]), 1: _unit([0.2, 1.0]), 2: _unit([-0.5, 1.0])}
+        return MoveState(t, np.array(labels), X, {ROOT: 2, 1: 3, 2: 3}, theta, {ROOT: 1.0, 1: 1.0, 2: 1.0})
+
+    moves = SplitMerge(lik, kw, integrate_split_node=True)
+    merged, split = state([1, 1, 1]), state([1, 1, 2])
+    assert moves.collapses(merged, merged.tree, 1, ("old", 2)) and moves.collapses(split, split.tree, 1, ("old", 2))
+    rest = document_set(X, np.array([0, 1]))
+    own_split = moves._own_marginal(merged, 1, rest) - moves._own_marginal(merged, 1)
+    seen = {}
+    own_marginal = moves._own_marginal
+
+    def recorded(st, a, docs=None, exclude=-1):
+        seen.setdefault("calls", []).append((docs is None, own_marginal(st, a, docs, exclude)))
+        return seen["calls"][-1][1]
+
+    moves._own_marginal = recorded
+    moves._merge(split, 1, 2, 0, 2, np.random.default_rng(0))
+    at_split = next(v for current, v in seen["calls"] if current)
+    at_merged = next(v for current, v in seen["calls"] if not current)
+    assert at_split - at_merged == pytest.approx(own_split, abs=1e-12)
+
+
 @pytest.mark.parametrize("carried", [False, True], ids=["new node", "carried node"])
 def test_the_vmf_integral_against_children_is_the_quadrature(carried):
     """:meth:`VonMisesFisher.linked_log_marginal` of weighted documents at a node with two

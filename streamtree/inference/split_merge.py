@@ -46,6 +46,15 @@ O(nnz) of the moved documents plus O(p). A ``b`` that adopts no children leaves 
 out of the ratio, so its draw waits until the split is accepted (the same kernel: the draw is
 independent of the acceptance test).
 
+With ``integrate_split_node`` (``DTSSBP(split_node="integrated")``) the split node ``a``'s
+parameter is treated the same way where the family can integrate it out
+(:meth:`SplitMerge.collapses`): the ratio holds the marginal of ``a``'s documents in the split
+state minus in the merged state instead of the moved documents' likelihood at ``a``, and the
+accepted move draws ``a``'s parameter afresh from its conditional. When ``b`` becomes ``a``'s
+child, ``a``'s split-state parameter is drawn first (from its conditional without ``b``) and
+``b``'s documents are scored below that draw; the merge draws ``a``'s merged-state parameter
+before its reverse launch reads it.
+
 Proposal (one attempt). With probability 1/2 draw a document ``i`` uniformly and ``j``
 uniformly among the other documents of ``i``'s node ``a``; else draw an occupied node ``b``
 uniformly, a partner ``a`` uniformly among ``b``'s parent and siblings (empty or not), ``j``
@@ -1265,10 +1274,12 @@ class SplitMerge:
         own = theta_a = None
         if self.collapses(st, merged, a, place):
             # a's parameter in the merged state, drawn from its conditional there before the
-            # reverse launch reads it (the split this merge undoes starts from that state)
+            # reverse launch reads it (the split this merge undoes starts from that state); a new
+            # b is no neighbour of a there, a kept child b stays linked to a in both states
+            gone = b if new else -1
             docs_all = document_set(st.X, np.union1d(idx.of(a), rows_b).astype(np.int64), self.lik.sets_need_terms)
-            theta_a = self._draw_own(st, a, docs_all, rng, exclude=b)
-            own = self._own_marginal(st, a, exclude=b) - self._own_marginal(st, a, docs_all, exclude=b)
+            theta_a = self._draw_own(st, a, docs_all, rng, exclude=gone)
+            own = self._own_marginal(st, a, exclude=gone) - self._own_marginal(st, a, docs_all, exclude=gone)
         lo = self._allocation(st, a, place, i, j, others, rng, theta_a=theta_a)
         to_new = st.labels[others] == b
         n_a = idx.count(a)
