@@ -708,9 +708,9 @@ class SplitMerge:
         children, or ``a`` has children in the merged state ``merged`` and the family cannot
         integrate a parameter against them (:attr:`Likelihood.integrates_children`; a carried
         child's two links are not conjugate to its parent's parameter either). Then ``a``'s
-        parameter has the same links in both
-        states, apart from a new child ``b`` drawn below it, and the ratio compares like with
-        like: both groups' documents under integrated parameters. Holding ``a`` at its
+        parameter has the same links in both states, apart from a new child ``b`` drawn below
+        it, and the ratio compares like with like: both groups' documents under integrated
+        parameters. Holding ``a`` at its
         parameter instead compares the new node's marginal with a likelihood at a point fitted
         to the same documents; a mode beats a typical posterior draw by about half the
         parameter's dimension in nats, which held back every split of a large node."""

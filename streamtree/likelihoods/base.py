@@ -554,6 +554,12 @@ class Likelihood(ABC):
     #: parameter's posterior, as the vMF's are); without, they take childless nodes only
     integrates_children: bool = False
 
+    def _childless(self, children: np.ndarray | None) -> None:
+        """A family without :attr:`integrates_children` takes no children: the moves ask it only
+        for childless nodes (:meth:`~streamtree.inference.split_merge.SplitMerge.collapses`)."""
+        if children is not None and len(children):
+            raise NotImplementedError(f"{type(self).__name__} does not integrate a parameter against its children")
+
     def linked_log_marginal(self, docs: DocumentSet, theta_parent: np.ndarray, concentration: float, depth: int,
                             theta_prev: np.ndarray | None = None, children: np.ndarray | None = None) -> float:
         """:meth:`log_marginal` of a node that has children: its parameter integrated out
@@ -561,16 +567,14 @@ class Likelihood(ABC):
         parameters of its children (depth ``depth + 1``, born in this epoch: no time link),
         held fixed. Only where :attr:`integrates_children`; with no children it is
         :meth:`log_marginal`."""
-        if children is not None and len(children):
-            raise NotImplementedError(f"{type(self).__name__} does not integrate a parameter against its children")
+        self._childless(children)
         return self.log_marginal(docs, theta_parent, concentration, depth, theta_prev)
 
     def sample_linked_theta(self, theta_parent: np.ndarray, concentration: float, depth: int, docs: DocumentSet,
                             rng: np.random.Generator, theta_prev: np.ndarray | None = None,
                             children: np.ndarray | None = None) -> np.ndarray:
         """A draw from the conditional whose normaliser is :meth:`linked_log_marginal`."""
-        if children is not None and len(children):
-            raise NotImplementedError(f"{type(self).__name__} does not integrate a parameter against its children")
+        self._childless(children)
         return self.sample_node_theta(theta_parent, concentration, depth, docs, rng, theta_prev)
 
     @abstractmethod

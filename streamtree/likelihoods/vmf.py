@@ -1013,6 +1013,15 @@ def _concentration_mode_nb(n, t, p, shape, rate, log_low, log_high, n_iter):
 # ----------------------------------------------------------------------------------------------
 
 
+def _draw_natural(eta: np.ndarray, theta_parent: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """A draw from the density proportional to ``exp(eta . theta)`` on the sphere: vMF of mean
+    ``eta / |eta|`` and concentration ``|eta|`` (uniform when ``eta`` is zero)."""
+    nrm = float(np.linalg.norm(eta))
+    if nrm == 0:
+        return sample_vmf(theta_parent, 0.0, 1, rng)[0]
+    return sample_vmf(eta / nrm, nrm, 1, rng)[0]
+
+
 class VonMisesFisher(WordTopics, Likelihood):
     """vMF topics on row directions: ``x | node ~ vMF(theta, beta w)``, ``w`` the row's norm
     read as its document's weight (``document_weights``; 1 for unit rows).
@@ -1027,6 +1036,7 @@ class VonMisesFisher(WordTopics, Likelihood):
     text_norm = "l2"
     param_storage = "direction"
     params = ("kappa0", "kappa1", "a", "min_node_docs", "concentration_bounds", "document_weights")
+    integrates_children = True  # a child's parent link is exp(c theta_child . theta): conjugate
     #: whether a row's norm is its document's weight (concentration ``beta w``); else rows are unit
     #: (the estimator's setting, ``"auto"`` or a bool, resolved to a bool at construction)
     document_weights: bool | str = "auto"
@@ -1119,11 +1129,8 @@ class VonMisesFisher(WordTopics, Likelihood):
         return par[0] * np.asarray(theta_parent) + tim[0] * np.asarray(theta_prev)
 
     def sample_node_theta(self, theta_parent, concentration, depth, docs, rng, theta_prev=None):
-        eta = self._linked_prior(theta_parent, depth, theta_prev) + concentration * docs.s
-        nrm = float(np.linalg.norm(eta))
-        if nrm == 0:
-            return sample_vmf(theta_parent, 0.0, 1, rng)[0]
-        return sample_vmf(eta / nrm, nrm, 1, rng)[0]
+        return _draw_natural(self._linked_prior(theta_parent, depth, theta_prev) + concentration * docs.s,
+                             theta_parent, rng)
 
     def seed_child_theta(self, theta_node, x):
         v = x / max(np.linalg.norm(x), 1e-300) + theta_node
@@ -1147,37 +1154,33 @@ class VonMisesFisher(WordTopics, Likelihood):
         mu = eta / kappa if kappa > 0 else np.asarray(theta_parent)
         return group_log_marginal(docs.n, docs.s, mu, kappa, concentration, self.n_features, self._set_norms(docs))
 
-    integrates_children = True
-
-    def _with_children(self, depth: int, theta_parent, theta_prev, children) -> tuple[np.ndarray, float]:
-        """The natural parameter of a node's prior times its children's parent links (each
-        ``exp(c theta_child . theta)`` in the node's parameter, ``c`` the children's link
-        strength), and the log normalisers of those links."""
+    def _children_links(self, depth: int, children) -> tuple[np.ndarray, float]:
+        """What a node's children's parent links add to its prior: each is ``exp(c theta_child .
+        theta)`` in the node's parameter (``c`` the children's link strength), so their sum
+        ``c sum theta_child`` joins the natural parameter; and their log normalisers."""
         c = self.new_node_prior(depth + 1)
-        eta = self._linked_prior(theta_parent, depth, theta_prev) + c * np.asarray(children).sum(axis=0)
-        return eta, len(children) * float(log_normalizer_nb(float(self.n_features), c))
+        return c * np.asarray(children).sum(axis=0), len(children) * float(log_normalizer_nb(float(self.n_features), c))
 
     def linked_log_marginal(self, docs, theta_parent, concentration, depth, theta_prev=None, children=None):
         if children is None or not len(children):
             return self.log_marginal(docs, theta_parent, concentration, depth, theta_prev)
-        # prior link normaliser C(|eta_link|) and the children's C(c) times the integral of
+        # the prior link's normaliser C(|eta_link|) and the children's C(c), times the integral of
         # exp((eta + beta s) . theta), which group_log_marginal gives relative to C(|eta|)
-        eta, log_children = self._with_children(depth, theta_parent, theta_prev, children)
+        link = self._linked_prior(theta_parent, depth, theta_prev)
+        added, log_children = self._children_links(depth, children)
+        eta = link + added
         kappa = float(np.linalg.norm(eta))
         mu = eta / kappa if kappa > 0 else np.asarray(theta_parent)
-        link = float(np.linalg.norm(self._linked_prior(theta_parent, depth, theta_prev)))
         pf = float(self.n_features)
         return (group_log_marginal(docs.n, docs.s, mu, kappa, concentration, self.n_features, self._set_norms(docs))
-                - float(log_normalizer_nb(pf, kappa)) + float(log_normalizer_nb(pf, link)) + log_children)
+                - float(log_normalizer_nb(pf, kappa)) + float(log_normalizer_nb(pf, float(np.linalg.norm(link))))
+                + log_children)
 
     def sample_linked_theta(self, theta_parent, concentration, depth, docs, rng, theta_prev=None, children=None):
         if children is None or not len(children):
             return self.sample_node_theta(theta_parent, concentration, depth, docs, rng, theta_prev)
-        eta = self._with_children(depth, theta_parent, theta_prev, children)[0] + concentration * docs.s
-        nrm = float(np.linalg.norm(eta))
-        if nrm == 0:
-            return sample_vmf(theta_parent, 0.0, 1, rng)[0]
-        return sample_vmf(eta / nrm, nrm, 1, rng)[0]
+        eta = self._linked_prior(theta_parent, depth, theta_prev) + self._children_links(depth, children)[0]
+        return _draw_natural(eta + concentration * docs.s, theta_parent, rng)
 
     def log_likelihood(self, docs, theta, concentration):
         return group_log_likelihood(docs.n, docs.s, theta, concentration, self.n_features, self._set_norms(docs))
