@@ -592,7 +592,7 @@ def test_launch_scans_equal_one_scan_after_another(integral):
     counts) move only the rows that changed sides between the groups' sums, equal each scan
     taken afresh by :func:`compact_split_log_odds`, to the bit; with odds of every size, so
     that launches repeat, change a few rows or change most of them."""
-    from streamtree.likelihoods.base import clipped_expit
+    from streamtree.likelihoods.base import clipped_expit, compact_rows
 
     rng = np.random.default_rng(11)
     V = 60
@@ -604,7 +604,7 @@ def test_launch_scans_equal_one_scan_after_another(integral):
         if not integral:
             X.data *= rng.uniform(0.3, 1.7, size=X.data.size)
         rows = rng.permutation(n).astype(np.int64)
-        ptr, col, val, terms, total = mm.compact_rows(X.indptr, X.indices, X.data, rows, V)
+        ptr, col, val, terms, total = compact_rows(X.indptr, X.indices, X.data, rows, V)
         assert mm._integral_rows(val) == integral
         a = rng.gamma(0.3, size=V) + 1e-3
         a_held, a_sum = a[terms], float(a.sum())

@@ -1324,8 +1324,8 @@ def test_the_launch_odds_and_modes_agree_with_the_family():
             want = lik.block_log_odds(block, lik.new_node_theta(t1, conc, depth, g1),
                                       lik.new_node_theta(t1, conc, depth, g2), conc)
             assert np.allclose(parent.split_log_odds(block, g1, g2, conc, depth), want, rtol=1e-12, atol=1e-10)
-            # a proposal's scan object gives the same odds scan after scan (the multinomial's
-            # over the terms its rows hold)
+            # a proposal's scan object gives the same odds scan after scan (the multinomial's and
+            # the vMF's over the terms their CSR rows hold)
             scan = parent.launch_scan(X, rows, 3, 9, conc, depth)
             for scanned in (launch, ~launch, launch):
                 h1, h2 = launch_groups(X, rows, scanned, 3, 9)

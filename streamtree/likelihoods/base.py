@@ -127,6 +127,74 @@ def csr_rows_dot(indptr, indices, data, rows, theta):
     return out
 
 
+@njit(cache=True, nogil=True)
+def csr_rows_sq_norms(indptr, data, rows):
+    """Squared norm of each CSR row ``rows[i]``."""
+    out = np.empty(rows.shape[0])
+    for i in range(rows.shape[0]):
+        acc = 0.0
+        for k in range(indptr[rows[i]], indptr[rows[i] + 1]):
+            acc += data[k] * data[k]
+        out[i] = acc
+    return out
+
+
+def sq_norms_of_rows(X, rows: np.ndarray | None = None) -> np.ndarray:
+    """Squared norm of each row (of ``rows``, or all), summed in float64 in storage order."""
+    if sp.issparse(X):
+        X = X if X.format == "csr" else sp.csr_matrix(X)
+        rows = np.arange(X.shape[0], dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
+        return csr_rows_sq_norms(X.indptr, np.asarray(X.data, dtype=np.float64), rows)
+    A = np.asarray(X, dtype=np.float64)
+    if rows is not None:
+        A = A[np.asarray(rows, dtype=np.int64)]
+    return np.einsum("ij,ij->i", A, A)
+
+
+@njit(cache=True, nogil=True)
+def compact_rows(indptr, indices, data, rows, p):
+    """Rows ``rows`` of a CSR matrix with ``p`` columns over the terms they hold, so that a split
+    proposal's scans cost O(nnz) of its rows, not O(p) (the compaction itself fills one
+    O(p) index once).
+
+    Returns
+    -------
+    ptr, col, val : ndarray
+        The rows as a local CSR: row pointers, local column per entry, values as float64.
+    terms : ndarray of int64
+        The held terms (the local columns' terms) in order of first appearance.
+    total : ndarray
+        Each row's sum.
+    """
+    where = np.full(p, -1, dtype=np.int64)
+    n = rows.shape[0]
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    for i in range(n):
+        ptr[i + 1] = ptr[i] + indptr[rows[i] + 1] - indptr[rows[i]]
+    col = np.empty(ptr[n], dtype=np.int64)
+    val = np.empty(ptr[n])
+    terms = np.empty(ptr[n], dtype=np.int64)
+    total = np.empty(n)
+    m = 0
+    for i in range(n):
+        r = rows[i]
+        q = ptr[i]
+        tokens = 0.0
+        for k in range(indptr[r], indptr[r + 1]):
+            w = indices[k]
+            if where[w] < 0:
+                where[w] = m
+                terms[m] = w
+                m += 1
+            v = np.float64(data[k])
+            col[q] = where[w]
+            val[q] = v
+            tokens += v
+            q += 1
+        total[i] = tokens
+    return ptr, col, val, terms[:m], total
+
+
 @njit(cache=True)
 def _csr_row_sums(indptr, indices, data, rows, p, with_terms):
     """Row sum, sum of squared norms and each row's squared norm of CSR rows ``rows``, and with
@@ -258,12 +326,20 @@ class RowBlock:
     """Rows ``rows`` of a matrix ``X``, sliced into a matrix only when a likelihood asks for one
     (:attr:`matrix`, then kept): a family that reads CSR rows in place never pays the slice."""
 
-    __slots__ = ("X", "rows", "_matrix")
+    __slots__ = ("X", "rows", "_matrix", "_sq_norms")
 
     def __init__(self, X, rows: np.ndarray) -> None:
         self.X = X
         self.rows = np.asarray(rows, dtype=np.int64)
         self._matrix = None
+        self._sq_norms = None
+
+    def sq_norms(self) -> np.ndarray:
+        """Each row's squared norm, summed in float64 in storage order (then kept: a split
+        proposal scores one block at several parameters)."""
+        if self._sq_norms is None:
+            self._sq_norms = sq_norms_of_rows(self.X, self.rows)
+        return self._sq_norms
 
     @property
     def matrix(self):

@@ -42,12 +42,12 @@ from scipy.special import gammaln
 from streamtree.inference.enumerated import DIRICHLET, Candidates, as_csr, row_sums
 from streamtree.inference.threads import dealt_by_cost, in_row_ranges
 from streamtree.likelihoods.base import (DocumentSet, FixedNode, LaunchScan, Likelihood, RowBlock, WordTopics,
-                                        argmax_log_scale, csr_rows_dot, finite_csr)
+                                        argmax_log_scale, compact_rows, csr_rows_dot, finite_csr)
 from streamtree.likelihoods.document_tables import (dcm_log_likelihoods, dcm_log_mixture, draw_tables, length_groups,
                                                     polya_concentration, sample_concentration)
 from streamtree.likelihoods.multinomial_math import (_BLOCK_FREEZE, _BLOCK_MAX_ITER, _BLOCK_TOL, _JOINT_MAX_ITER,
                                                      _dm_set_dense, _solve_nodes_nb, compact_launch_scans,
-                                                     compact_rows, compact_split_log_odds, log_dm_marginal_linked,
+                                                     compact_split_log_odds, log_dm_marginal_linked,
                                                      log_multinomial_coef, own_node_adjustment_nb,
                                                      map_phi, map_phi_dense, map_phi_with_children_dense)
 

@@ -1454,50 +1454,6 @@ def map_phi_dense(counts: np.ndarray, prior_alpha: np.ndarray) -> np.ndarray:
     return post / post.sum()
 
 
-@njit(cache=True, nogil=True)
-def compact_rows(indptr, indices, data, rows, p):
-    """Rows ``rows`` of a CSR matrix with ``p`` columns over the terms they hold, so that a split
-    proposal's scans cost O(nnz) of its rows, not O(p) (the compaction itself fills one
-    O(p) index once).
-
-    Returns
-    -------
-    ptr, col, val : ndarray
-        The rows as a local CSR: row pointers, local column per entry, values as float64.
-    terms : ndarray of int64
-        The held terms (the local columns' terms) in order of first appearance.
-    total : ndarray
-        Each row's sum.
-    """
-    where = np.full(p, -1, dtype=np.int64)
-    n = rows.shape[0]
-    ptr = np.zeros(n + 1, dtype=np.int64)
-    for i in range(n):
-        ptr[i + 1] = ptr[i] + indptr[rows[i] + 1] - indptr[rows[i]]
-    col = np.empty(ptr[n], dtype=np.int64)
-    val = np.empty(ptr[n])
-    terms = np.empty(ptr[n], dtype=np.int64)
-    total = np.empty(n)
-    m = 0
-    for i in range(n):
-        r = rows[i]
-        q = ptr[i]
-        tokens = 0.0
-        for k in range(indptr[r], indptr[r + 1]):
-            w = indices[k]
-            if where[w] < 0:
-                where[w] = m
-                terms[m] = w
-                m += 1
-            v = np.float64(data[k])
-            col[q] = where[w]
-            val[q] = v
-            tokens += v
-            q += 1
-        total[i] = tokens
-    return ptr, col, val, terms[:m], total
-
-
 #: float64 adds integers exactly while every sum stays below this: the launch scans may then
 #: move one row's counts between the groups rather than add every group up again
 EXACT_INTEGER_SUM = 2.0**53

@@ -45,7 +45,8 @@ from streamtree.inference.enumerated import (UNIT_NORM_TOL, VMF, WEIGHT_TOL, Can
                                              _weights_and_draw, row_sq_norms, row_weights_are_unit)
 from streamtree.inference.theta_map import map_theta_vmf
 from streamtree.inference.threads import in_row_ranges
-from streamtree.likelihoods.base import DocumentSet, Likelihood, RowBlock, WordTopics, finite_csr
+from streamtree.likelihoods.base import (DocumentSet, FixedNode, LaunchScan, Likelihood, RowBlock, WordTopics,
+                                        clipped_expit, compact_rows, finite_csr, sq_norms_of_rows)
 
 __all__ = [
     "VonMisesFisher",
@@ -784,30 +785,6 @@ def group_log_likelihood(n: float, s: np.ndarray, theta: np.ndarray, beta: float
     return float(set_log_normalizer(p, n, beta, sq_norms) + beta * theta @ s)
 
 
-@njit(cache=True, nogil=True)
-def _csr_sq_norms(indptr, data, rows):
-    """Squared norm of each CSR row ``rows[i]``."""
-    out = np.empty(rows.shape[0])
-    for i in range(rows.shape[0]):
-        acc = 0.0
-        for k in range(indptr[rows[i]], indptr[rows[i] + 1]):
-            acc += data[k] * data[k]
-        out[i] = acc
-    return out
-
-
-def _sq_norms(X, rows: np.ndarray | None = None) -> np.ndarray:
-    """Squared norm of each row (of ``rows``, or all), summed in float64 in storage order."""
-    if sp.issparse(X):
-        X = X if X.format == "csr" else sp.csr_matrix(X)
-        rows = np.arange(X.shape[0], dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
-        return _csr_sq_norms(X.indptr, np.asarray(X.data, dtype=np.float64), rows)
-    A = np.asarray(X, dtype=np.float64)
-    if rows is not None:
-        A = A[np.asarray(rows, dtype=np.int64)]
-    return np.einsum("ij,ij->i", A, A)
-
-
 def _set_norms(docs: DocumentSet) -> np.ndarray | None:
     """The set's squared norms, None for unit documents (also a set built without its squared
     norms, ``sumsq`` left at 0: sets of unit rows were built so). A set whose ``sumsq`` shows
@@ -1022,6 +999,160 @@ def _draw_natural(eta: np.ndarray, theta_parent: np.ndarray, rng: np.random.Gene
     return sample_vmf(eta / nrm, nrm, 1, rng)[0]
 
 
+@njit(cache=True, nogil=True, error_model="numpy")
+def _direction_row_odds(ptr, col, val, launch, theta_at, theta_sq, x_theta, c, beta, s1, s2, out):
+    """A launch scan over :func:`~streamtree.likelihoods.base.compact_rows` of ``[first, second,
+    *others]`` into ``out``: each of the others' ``beta x . (mu_1 - mu_2)``, ``mu_k`` the mode
+    ``eta_k / |eta_k|``, ``eta_k = c theta + beta s_k``, of a new child of the node at
+    ``theta`` with the group's sum ``s_k`` (child 1: ``first`` and the others where ``launch``
+    holds; child 2: ``second`` and the rest), or ``theta`` itself where ``eta_k`` is zero.
+
+    Only the held terms are visited: ``x . mu_k = (c x . theta + beta x . s_k) / |eta_k|`` and
+    ``|eta_k|^2 = c^2 theta . theta + 2 c beta theta . s_k + beta^2 s_k . s_k``, with
+    ``theta_at`` the node's parameter at the held terms, ``theta_sq`` its squared norm over
+    every term and ``x_theta`` each row's ``x . theta``."""
+    s1[:] = 0.0
+    s2[:] = 0.0
+    for i in range(ptr.shape[0] - 1):
+        to_first = i == 0 or (i >= 2 and launch[i - 2])
+        for q in range(ptr[i], ptr[i + 1]):
+            if to_first:
+                s1[col[q]] += val[q]
+            else:
+                s2[col[q]] += val[q]
+    t1 = 0.0
+    t2 = 0.0
+    q1 = 0.0
+    q2 = 0.0
+    for w in range(s1.shape[0]):
+        t1 += theta_at[w] * s1[w]
+        t2 += theta_at[w] * s2[w]
+        q1 += s1[w] * s1[w]
+        q2 += s2[w] * s2[w]
+    base = c * c * theta_sq
+    n1 = math.sqrt(max(base + 2.0 * c * beta * t1 + beta * beta * q1, 0.0))
+    n2 = math.sqrt(max(base + 2.0 * c * beta * t2 + beta * beta * q2, 0.0))
+    for i in range(2, ptr.shape[0] - 1):
+        d1 = 0.0
+        d2 = 0.0
+        for q in range(ptr[i], ptr[i + 1]):
+            d1 += val[q] * s1[col[q]]
+            d2 += val[q] * s2[col[q]]
+        m1 = (c * x_theta[i] + beta * d1) / n1 if n1 > 0.0 else x_theta[i]
+        m2 = (c * x_theta[i] + beta * d2) / n2 if n2 > 0.0 else x_theta[i]
+        out[i - 2] = beta * (m1 - m2)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def direction_launch_scans(ptr, col, val, log_odds, uniforms, eps, theta_at, theta_sq, x_theta, c, beta):
+    """:meth:`LaunchScan.run` over :func:`~streamtree.likelihoods.base.compact_rows`: for each
+    row of ``uniforms``, the launch where a uniform is below the row's clipped expit of the log
+    odds, then :func:`_direction_row_odds` of that launch; a scan whose launch repeats the last
+    one keeps its odds."""
+    rows = log_odds.shape[0]
+    m = theta_at.shape[0]
+    s1 = np.empty(m)
+    s2 = np.empty(m)
+    launch = np.zeros(rows, dtype=np.bool_)
+    lo = log_odds
+    for s in range(uniforms.shape[0]):
+        changed = s == 0
+        for k in range(rows):
+            side = uniforms[s, k] < clipped_expit(lo[k], eps)
+            changed = changed or side != launch[k]
+            launch[k] = side
+        if changed:
+            lo = np.empty(rows)
+            _direction_row_odds(ptr, col, val, launch, theta_at, theta_sq, x_theta, c, beta, s1, s2, lo)
+    return lo
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _seed_dots(ptr, col, val, theta_at, theta_sq):
+    """Each of the others' (rows 2 on) ``x . v / |v|`` for ``v = x_0 / |x_0| + theta``
+    (:meth:`VonMisesFisher.seed_child_theta` toward row 0), over the held terms."""
+    m = theta_at.shape[0]
+    first = np.zeros(m)
+    ff = 0.0
+    tf = 0.0
+    for q in range(ptr[0], ptr[1]):
+        first[col[q]] += val[q]
+    for w in range(m):
+        ff += first[w] * first[w]
+        tf += theta_at[w] * first[w]
+    inv = 1.0 / max(math.sqrt(ff), 1e-300)
+    nv = math.sqrt(max(ff * inv * inv + 2.0 * inv * tf + theta_sq, 0.0))
+    out = np.empty(ptr.shape[0] - 3)
+    for i in range(2, ptr.shape[0] - 1):
+        xf = 0.0
+        xt = 0.0
+        for q in range(ptr[i], ptr[i + 1]):
+            xf += val[q] * first[col[q]]
+            xt += val[q] * theta_at[col[q]]
+        out[i - 2] = (inv * xf + xt) / nv
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _rows_dot(ptr, col, val, v):
+    """Each row's ``x . v`` of a local CSR (``v`` at the held terms)."""
+    out = np.empty(ptr.shape[0] - 1)
+    for i in range(ptr.shape[0] - 1):
+        acc = 0.0
+        for q in range(ptr[i], ptr[i + 1]):
+            acc += val[q] * v[col[q]]
+        out[i] = acc
+    return out
+
+
+class _FixedDirection(FixedNode):
+    """:class:`FixedNode` of a direction whose split proposals scan over the terms their rows hold."""
+
+    __slots__ = ()
+
+    def launch_scan(self, X, others, first, second, concentration, depth):
+        if not (sp.issparse(X) and X.format == "csr"):
+            return super().launch_scan(X, others, first, second, concentration, depth)
+        return _DirectionsLaunchScan(self, X, others, first, second, concentration, depth)
+
+
+class _DirectionsLaunchScan(LaunchScan):
+    """:class:`LaunchScan` of vMF directions over the terms the proposal's rows hold: a mode's
+    inner products with the rows and its norm need its group's sum only there (with the
+    node's inner products, fixed for the proposal), so after one O(nnz) compaction a scan costs
+    O(nnz) of the rows, not O(V) (the generic scan builds two dense sums and two dense modes
+    per scan: at V = 20,000 and a few hundred rows, almost all of a proposal's time)."""
+
+    def __init__(self, node, X, others, first, second, concentration, depth) -> None:
+        super().__init__(node, X, others, first, second, concentration, depth)
+        rows = np.concatenate([[first, second], self.others]).astype(np.int64)
+        self._ptr, self._col, self._val, self._terms, _ = compact_rows(X.indptr, X.indices, X.data, rows, X.shape[1])
+        theta = np.asarray(node.theta, dtype=np.float64)
+        self._theta_at = theta[self._terms]
+        self._theta_sq = float(theta @ theta)
+        self._x_theta = _rows_dot(self._ptr, self._col, self._val, self._theta_at)
+        self._c = float(node.likelihood.new_node_prior(depth))
+
+    def seed_scores(self, theta):
+        theta = np.asarray(theta, dtype=np.float64)
+        dots = _seed_dots(self._ptr, self._col, self._val, theta[self._terms], float(theta @ theta))
+        return self.node.likelihood.block_normalizers(self.block, self.concentration) + self.concentration * dots
+
+    def log_odds(self, launch):
+        m = self._terms.size
+        out = np.empty(self.others.size)
+        _direction_row_odds(self._ptr, self._col, self._val, np.ascontiguousarray(launch, dtype=np.bool_),
+                            self._theta_at, self._theta_sq, self._x_theta, self._c, float(self.concentration),
+                            np.empty(m), np.empty(m), out)
+        return out
+
+    def run(self, log_odds, uniforms, eps):
+        return direction_launch_scans(self._ptr, self._col, self._val,
+                                      np.ascontiguousarray(log_odds, dtype=np.float64), uniforms, float(eps),
+                                      self._theta_at, self._theta_sq, self._x_theta, self._c,
+                                      float(self.concentration))
+
+
 class VonMisesFisher(WordTopics, Likelihood):
     """vMF topics on row directions: ``x | node ~ vMF(theta, beta w)``, ``w`` the row's norm
     read as its document's weight (``document_weights``; 1 for unit rows).
@@ -1197,7 +1328,7 @@ class VonMisesFisher(WordTopics, Likelihood):
         n = float(X.shape[0])
         if not self.document_weights:
             return n
-        sq = _sq_norms(X)
+        sq = sq_norms_of_rows(X)
         return n if row_weights_are_unit(sq) else float(np.sum(np.sqrt(sq)))
 
     def _set_norms(self, docs: DocumentSet) -> np.ndarray | None:
@@ -1211,14 +1342,20 @@ class VonMisesFisher(WordTopics, Likelihood):
         return log_normalizer_table(self.n_features, float(concentration), sq_norms)[:, 0]
 
     def row_log_likelihood(self, X, theta, concentration):
-        norm = (self._row_normalizers(_sq_norms(X), concentration) if self.document_weights
+        norm = (self._row_normalizers(sq_norms_of_rows(X), concentration) if self.document_weights
                 else log_normalizer_nb(float(self.n_features), float(concentration)))
         return norm + concentration * np.asarray(X @ theta).ravel()
 
-    def block_log_likelihood(self, block: RowBlock, theta, concentration):
-        norm = (self._row_normalizers(_sq_norms(block.X, block.rows), concentration) if self.document_weights
+    def block_normalizers(self, block: RowBlock, concentration):
+        """Each row's log normaliser at ``concentration`` (a scalar for unit documents)."""
+        return (self._row_normalizers(block.sq_norms(), concentration) if self.document_weights
                 else log_normalizer_nb(float(self.n_features), float(concentration)))
-        return norm + concentration * block.dot(theta)
+
+    def block_log_likelihood(self, block: RowBlock, theta, concentration):
+        return self.block_normalizers(block, concentration) + concentration * block.dot(theta)
+
+    def fixed_node(self, theta, concentration):
+        return _FixedDirection(self, theta, concentration)
 
     def block_log_odds(self, block: RowBlock, theta_1, theta_2, concentration):
         # a row's log normaliser depends on the concentration and its weight only: it cancels
@@ -1229,7 +1366,7 @@ class VonMisesFisher(WordTopics, Likelihood):
         ``log C_p(beta w)`` in place of its node's ``log C_p(beta)`` (normalised candidates)."""
         weights = super().live_log_weights(X, cand, theta, hyper)
         if self.document_weights and cand.normalized:
-            sq = _sq_norms(X)
+            sq = sq_norms_of_rows(X)
             if not row_weights_are_unit(sq):
                 weights += weighted_normalizer_change(self.n_features, cand.live_b, sq)
         return weights
