@@ -1000,17 +1000,19 @@ def _draw_natural(eta: np.ndarray, theta_parent: np.ndarray, rng: np.random.Gene
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _direction_row_odds(ptr, col, val, launch, theta_at, theta_sq, x_theta, c, beta, s1, s2, out):
+def _direction_row_odds(ptr, col, val, launch, theta_at, theta_off, x_theta, c, beta, s1, s2, out):
     """A launch scan over :func:`~streamtree.likelihoods.base.compact_rows` of ``[first, second,
     *others]`` into ``out``: each of the others' ``beta x . (mu_1 - mu_2)``, ``mu_k`` the mode
     ``eta_k / |eta_k|``, ``eta_k = c theta + beta s_k``, of a new child of the node at
     ``theta`` with the group's sum ``s_k`` (child 1: ``first`` and the others where ``launch``
     holds; child 2: ``second`` and the rest), or ``theta`` itself where ``eta_k`` is zero.
 
-    Only the held terms are visited: ``x . mu_k = (c x . theta + beta x . s_k) / |eta_k|`` and
-    ``|eta_k|^2 = c^2 theta . theta + 2 c beta theta . s_k + beta^2 s_k . s_k``, with
-    ``theta_at`` the node's parameter at the held terms, ``theta_sq`` its squared norm over
-    every term and ``x_theta`` each row's ``x . theta``."""
+    Only the held terms are visited: ``x . mu_k = (c x . theta + beta x . s_k) / |eta_k|``, and
+    ``|eta_k|^2`` is ``c^2`` times ``theta_off`` (the squared norm of ``theta`` at the terms
+    not held, where ``s_k`` is zero) plus the held terms' ``(c theta_w + beta s_kw)^2``, each
+    entry formed as the dense mode forms it (so a group pointing away from ``theta`` loses no
+    more precision than there); ``theta_at`` is ``theta`` at the held terms and ``x_theta``
+    each row's ``x . theta``."""
     s1[:] = 0.0
     s2[:] = 0.0
     for i in range(ptr.shape[0] - 1):
@@ -1020,18 +1022,15 @@ def _direction_row_odds(ptr, col, val, launch, theta_at, theta_sq, x_theta, c, b
                 s1[col[q]] += val[q]
             else:
                 s2[col[q]] += val[q]
-    t1 = 0.0
-    t2 = 0.0
-    q1 = 0.0
-    q2 = 0.0
+    q1 = c * c * theta_off
+    q2 = q1
     for w in range(s1.shape[0]):
-        t1 += theta_at[w] * s1[w]
-        t2 += theta_at[w] * s2[w]
-        q1 += s1[w] * s1[w]
-        q2 += s2[w] * s2[w]
-    base = c * c * theta_sq
-    n1 = math.sqrt(max(base + 2.0 * c * beta * t1 + beta * beta * q1, 0.0))
-    n2 = math.sqrt(max(base + 2.0 * c * beta * t2 + beta * beta * q2, 0.0))
+        e1 = c * theta_at[w] + beta * s1[w]
+        e2 = c * theta_at[w] + beta * s2[w]
+        q1 += e1 * e1
+        q2 += e2 * e2
+    n1 = math.sqrt(q1)
+    n2 = math.sqrt(q2)
     for i in range(2, ptr.shape[0] - 1):
         d1 = 0.0
         d2 = 0.0
@@ -1044,7 +1043,7 @@ def _direction_row_odds(ptr, col, val, launch, theta_at, theta_sq, x_theta, c, b
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def direction_launch_scans(ptr, col, val, log_odds, uniforms, eps, theta_at, theta_sq, x_theta, c, beta):
+def direction_launch_scans(ptr, col, val, log_odds, uniforms, eps, theta_at, theta_off, x_theta, c, beta):
     """:meth:`LaunchScan.run` over :func:`~streamtree.likelihoods.base.compact_rows`: for each
     row of ``uniforms``, the launch where a uniform is below the row's clipped expit of the log
     odds, then :func:`_direction_row_odds` of that launch; a scan whose launch repeats the last
@@ -1063,34 +1062,50 @@ def direction_launch_scans(ptr, col, val, log_odds, uniforms, eps, theta_at, the
             launch[k] = side
         if changed:
             lo = np.empty(rows)
-            _direction_row_odds(ptr, col, val, launch, theta_at, theta_sq, x_theta, c, beta, s1, s2, lo)
+            _direction_row_odds(ptr, col, val, launch, theta_at, theta_off, x_theta, c, beta, s1, s2, lo)
     return lo
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _seed_dots(ptr, col, val, theta_at, theta_sq):
-    """Each of the others' (rows 2 on) ``x . v / |v|`` for ``v = x_0 / |x_0| + theta``
-    (:meth:`VonMisesFisher.seed_child_theta` toward row 0), over the held terms."""
+def _seed_dots(ptr, col, val, theta_at, theta_off):
+    """Each of the others' (rows 2 on) ``x . v / |v|`` for ``v = x_0 / max(|x_0|, 1e-300) +
+    theta`` (:meth:`VonMisesFisher.seed_child_theta` toward row 0), over the held terms:
+    ``|v|^2`` is ``theta_off`` (``theta``'s squared norm at the terms not held) plus the held
+    terms' ``v_w^2``."""
     m = theta_at.shape[0]
     first = np.zeros(m)
-    ff = 0.0
-    tf = 0.0
     for q in range(ptr[0], ptr[1]):
         first[col[q]] += val[q]
+    ff = 0.0
     for w in range(m):
         ff += first[w] * first[w]
-        tf += theta_at[w] * first[w]
     inv = 1.0 / max(math.sqrt(ff), 1e-300)
-    nv = math.sqrt(max(ff * inv * inv + 2.0 * inv * tf + theta_sq, 0.0))
+    vv = theta_off
+    for w in range(m):
+        first[w] = first[w] * inv  # the unit first row
+        v = first[w] + theta_at[w]
+        vv += v * v
+    nv = math.sqrt(vv)
     out = np.empty(ptr.shape[0] - 3)
     for i in range(2, ptr.shape[0] - 1):
-        xf = 0.0
-        xt = 0.0
+        acc = 0.0
         for q in range(ptr[i], ptr[i + 1]):
-            xf += val[q] * first[col[q]]
-            xt += val[q] * theta_at[col[q]]
-        out[i - 2] = (inv * xf + xt) / nv
+            acc += val[q] * (first[col[q]] + theta_at[col[q]])
+        out[i - 2] = acc / nv
     return out
+
+
+@njit(cache=True, nogil=True)
+def _off_terms_sq(theta, terms):
+    """``theta``'s squared norm at the terms not in ``terms`` (distinct), summed term by term."""
+    held = np.zeros(theta.shape[0], dtype=np.bool_)
+    for w in terms:
+        held[w] = True
+    acc = 0.0
+    for w in range(theta.shape[0]):
+        if not held[w]:
+            acc += theta[w] * theta[w]
+    return acc
 
 
 @njit(cache=True, nogil=True)
@@ -1129,27 +1144,27 @@ class _DirectionsLaunchScan(LaunchScan):
         self._ptr, self._col, self._val, self._terms, _ = compact_rows(X.indptr, X.indices, X.data, rows, X.shape[1])
         theta = np.asarray(node.theta, dtype=np.float64)
         self._theta_at = theta[self._terms]
-        self._theta_sq = float(theta @ theta)
+        self._theta_off = _off_terms_sq(theta, self._terms)
         self._x_theta = _rows_dot(self._ptr, self._col, self._val, self._theta_at)
         self._c = float(node.likelihood.new_node_prior(depth))
 
     def seed_scores(self, theta):
         theta = np.asarray(theta, dtype=np.float64)
-        dots = _seed_dots(self._ptr, self._col, self._val, theta[self._terms], float(theta @ theta))
+        dots = _seed_dots(self._ptr, self._col, self._val, theta[self._terms], _off_terms_sq(theta, self._terms))
         return self.node.likelihood.block_normalizers(self.block, self.concentration) + self.concentration * dots
 
     def log_odds(self, launch):
         m = self._terms.size
         out = np.empty(self.others.size)
         _direction_row_odds(self._ptr, self._col, self._val, np.ascontiguousarray(launch, dtype=np.bool_),
-                            self._theta_at, self._theta_sq, self._x_theta, self._c, float(self.concentration),
+                            self._theta_at, self._theta_off, self._x_theta, self._c, float(self.concentration),
                             np.empty(m), np.empty(m), out)
         return out
 
     def run(self, log_odds, uniforms, eps):
         return direction_launch_scans(self._ptr, self._col, self._val,
                                       np.ascontiguousarray(log_odds, dtype=np.float64), uniforms, float(eps),
-                                      self._theta_at, self._theta_sq, self._x_theta, self._c,
+                                      self._theta_at, self._theta_off, self._x_theta, self._c,
                                       float(self.concentration))
 
 
