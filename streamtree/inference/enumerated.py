@@ -610,9 +610,19 @@ def as_csr(X) -> sp.csr_matrix | sp.csr_array:
     return X if sp.issparse(X) and X.format == "csr" else sp.csr_matrix(X)
 
 
+@njit(cache=True, nogil=True)
+def _all_near_one(values, tol) -> bool:
+    for v in values:
+        if not abs(v - 1.0) <= tol:  # NaN is not near one either
+            return False
+    return True
+
+
 def row_weights_are_unit(sq_norms) -> bool:
-    """Whether rows of these squared norms are unit rows (vMF documents of weight 1)."""
-    return sq_norms is None or bool(np.all(np.abs(np.asarray(sq_norms) - 1.0) <= WEIGHT_TOL))
+    """Whether rows of these squared norms are unit rows (vMF documents of weight 1); stops at
+    the first row that is not (weighted rows are asked this for every row block they score)."""
+    return sq_norms is None or bool(_all_near_one(np.ascontiguousarray(sq_norms, dtype=np.float64).ravel(),
+                                                  WEIGHT_TOL))
 
 
 def row_chunks(n_rows: int, n_chunks: int) -> np.ndarray:
