@@ -33,6 +33,18 @@ def _unit(v):
     return v / np.linalg.norm(v)
 
 
+def test_unit_weight_check():
+    """Rows count as unit documents when every squared norm is within tolerance of 1 (none
+    given, or none at all, too); one weighted or NaN row makes them weighted."""
+    from streamtree.inference.enumerated import WEIGHT_TOL, row_weights_are_unit
+
+    assert row_weights_are_unit(None) and row_weights_are_unit(np.array([]))
+    assert row_weights_are_unit([1.0, 1.0 + WEIGHT_TOL / 2, 1.0 - WEIGHT_TOL / 2])
+    assert row_weights_are_unit(np.ones((3, 1))) and row_weights_are_unit(np.ones(4, dtype=np.int64))
+    assert not row_weights_are_unit(np.array([1.0, 1.0 + 2 * WEIGHT_TOL]))
+    assert not row_weights_are_unit(np.array([0.25, 1.0])) and not row_weights_are_unit(np.array([1.0, np.nan]))
+
+
 def test_set_normalizer_sums_each_documents_own():
     w2 = np.array([0.25, 4.0, 1.0, 4.0, 9.0])
     want = sum(vmf.log_normalizer(P, 3.0 * np.sqrt(q)) for q in w2)
