@@ -78,10 +78,7 @@ small nodes as frequent as those of large ones.
 * a merge draw, ``b`` new or kept in one of ``a``'s places once merged: propose the merge
   (deterministic). Its reverse-proposal probability repeats the launch from
   the merged state (an auxiliary variable that depends only on the merged state, ``i`` and
-  ``j``, drawn afresh as in Jain and Neal) and scores the actual split. That probability is
-  at most 1, so the acceptance uniform is drawn first and the reverse launch is run only when
-  the ratio without it could still accept: the same decision, and most merges (between
-  nodes the data keep apart) skip the launch.
+  ``j``, drawn afresh as in Jain and Neal) and scores the actual split.
 * anything else: nothing happens.
 
 Per-document probabilities are clipped to ``[EPS, 1 - EPS]`` so that every split has positive
@@ -1273,35 +1270,24 @@ class SplitMerge:
         places = self.places(st, merged, lambda x: x != b and x in idx.rows, a)
         if place not in places:
             return None  # no split of a could have made this state
-        own = docs_all = None
-        collapses = self.collapses(st, merged, a, place)
-        if collapses:
-            # a's documents' marginal in the merged state minus in the split state (a new b is
-            # no neighbour of a in the merged state; a kept child b stays linked to a in both)
+        others = _union_without(idx.of(a), rows_b, i, j)
+        own = theta_a = None
+        if self.collapses(st, merged, a, place):
+            # a's parameter in the merged state, drawn from its conditional there before the
+            # reverse launch reads it (the split this merge undoes starts from that state); a new
+            # b is no neighbour of a there, a kept child b stays linked to a in both states
             gone = b if new else -1
             docs_all = document_set(st.X, np.union1d(idx.of(a), rows_b).astype(np.int64), self.lik.sets_need_terms)
+            theta_a = self._draw_own(st, a, docs_all, rng, exclude=gone)
             own = self._own_marginal(st, a, exclude=gone) - self._own_marginal(st, a, docs_all, exclude=gone)
+        lo = self._allocation(st, a, place, i, j, others, rng, theta_a=theta_a)
+        to_new = st.labels[others] == b
         n_a = idx.count(a)
-        # log_a = -(ratio - log q(split | merged)) - selection terms, where log q <= 0 (a
-        # product of probabilities): so log_a <= -ratio - selection, and a uniform at or above
-        # that bound rejects whatever the reverse launch would give. The uniform is drawn first
-        # and the launch (the dearest part of a merge) only when the bound leaves it a chance:
-        # the same accept/reject decision, with the auxiliary draws made only where they count.
-        bound = -(self._log_ratio(st, t, a, b, place, self._documents(st, b), -idx.prior.delta(edit, **self.kw),
-                                  len(places), 0.0, st.theta[b], own)
+        log_a = -(self._log_ratio(st, t, a, b, place, self._documents(st, b), -idx.prior.delta(edit, **self.kw),
+                                  len(places), self._log_q(lo, to_new), st.theta[b], own)
                   + self._log_select_merge(len(idx.rows), len(self.partners(st, t, b)), rows_b.size, n_a)
                   - self._log_select_split(st.labels.size, n_a + rows_b.size))
-        log_u = _log_uniform(rng)
-        if log_u >= bound:
-            return None
-        theta_a = None
-        if collapses:
-            # a's parameter in the merged state, drawn from its conditional there before the
-            # reverse launch reads it (the split this merge undoes starts from that state)
-            theta_a = self._draw_own(st, a, docs_all, rng, exclude=gone)
-        others = _union_without(idx.of(a), rows_b, i, j)
-        lo = self._allocation(st, a, place, i, j, others, rng, theta_a=theta_a)
-        if log_u >= bound + self._log_q(lo, st.labels[others] == b):
+        if _log_uniform(rng) >= log_a:
             return None
         if own is not None:
             self._set_own(st, a, theta_a)
