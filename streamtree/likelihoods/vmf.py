@@ -46,7 +46,8 @@ from streamtree.inference.enumerated import (UNIT_NORM_TOL, VMF, WEIGHT_TOL, Can
 from streamtree.inference.theta_map import map_theta_vmf
 from streamtree.inference.threads import in_row_ranges
 from streamtree.likelihoods.base import (DocumentSet, FixedNode, LaunchScan, Likelihood, RowBlock, WordTopics,
-                                        clipped_expit, compact_rows, finite_csr, sq_norms_of_rows)
+                                        clipped_expit, compact_rows, csr_rows_dot, finite_csr,
+                                        sq_norms_of_rows)
 
 __all__ = [
     "VonMisesFisher",
@@ -1108,18 +1109,6 @@ def _off_terms_sq(theta, terms):
     return acc
 
 
-@njit(cache=True, nogil=True)
-def _rows_dot(ptr, col, val, v):
-    """Each row's ``x . v`` of a local CSR (``v`` at the held terms)."""
-    out = np.empty(ptr.shape[0] - 1)
-    for i in range(ptr.shape[0] - 1):
-        acc = 0.0
-        for q in range(ptr[i], ptr[i + 1]):
-            acc += val[q] * v[col[q]]
-        out[i] = acc
-    return out
-
-
 class _FixedDirection(FixedNode):
     """:class:`FixedNode` of a direction whose split proposals scan over the terms their rows hold."""
 
@@ -1145,7 +1134,8 @@ class _DirectionsLaunchScan(LaunchScan):
         theta = np.asarray(node.theta, dtype=np.float64)
         self._theta_at = theta[self._terms]
         self._theta_off = _off_terms_sq(theta, self._terms)
-        self._x_theta = _rows_dot(self._ptr, self._col, self._val, self._theta_at)
+        self._x_theta = csr_rows_dot(self._ptr, self._col, self._val, np.arange(self._ptr.size - 1),
+                                     self._theta_at)  # every row's x . theta, first and second too
         self._c = float(node.likelihood.new_node_prior(depth))
 
     def seed_scores(self, theta):
