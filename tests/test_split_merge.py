@@ -1452,10 +1452,10 @@ def test_a_merge_repeats_the_launch_of_the_split_it_undoes(integrated):
         seen = {}
         allocation = moves._allocation
 
-        def recorded(st_, a_, place, i, j, others, rng_, base=None, theta_a=None):
+        def recorded(st_, a_, place, i, j, others, rng_, base=None, theta_a=None, uniforms=None):
             seen.update(place=place, i=i, j=j, others=others.copy(), state=copy.deepcopy(rng_.bit_generator.state),
                         theta_a=np.array(st_.theta[a_] if theta_a is None else theta_a))
-            seen["odds"] = allocation(st_, a_, place, i, j, others, rng_, base, theta_a)
+            seen["odds"] = allocation(st_, a_, place, i, j, others, rng_, base, theta_a, uniforms)
             return seen["odds"]
 
         moves._allocation = recorded
@@ -1481,3 +1481,60 @@ def test_a_merge_repeats_the_launch_of_the_split_it_undoes(integrated):
                                                  theta_a=seen["theta_a"]), seen["odds"])
         checked += 1
     assert checked >= 8
+
+
+@pytest.mark.parametrize("family", ["multinomial", "vmf"])
+@pytest.mark.parametrize("integrated", [False, True], ids=["split node held", "split node integrated"])
+def test_merges_that_skip_a_hopeless_launch_leave_the_chain_unchanged(family, integrated):
+    """A merge whose ratio without its reverse launch already rejects at the drawn uniform
+    skips the launch but still draws its uniforms: chains with and without the skip stay equal
+    attempt by attempt (labels, tree, parameters and the random stream), and the skip does
+    happen (fewer launches)."""
+    import copy
+
+    variant = resolve_variant("dtssbp", window=2, max_depth=3, gamma=0.5, xi=0.001)
+    kw = dict(alpha0=1.0, lam=0.5, gamma=0.7, max_depth=3, root_holds_data=True)
+    rng = np.random.default_rng(3)
+    V, n = 30, 60
+    topics = rng.dirichlet(np.full(V, 0.3), size=3)
+    X = np.vstack([rng.multinomial(10, topics[r % 2]) for r in range(n)]).astype(float)
+    if family == "vmf":
+        lik = VonMisesFisher(variant, V, kappa0=20.0, kappa1=1.0, a=0.0, min_node_docs=2,
+                             concentration_bounds=(1e-3, 1e6))
+        X = X / np.linalg.norm(X, axis=1, keepdims=True)
+        theta0 = [_unit(t) for t in topics]
+    else:
+        lik = Multinomial(variant, V, kappa0=20.0, kappa1=1.0, a=0.0, min_node_docs=2)
+        theta0 = list(topics * 0.9 + 0.1 / V)
+    tree = TSSBTree(3)
+    kids = [tree.add_child(ROOT) for _ in range(3)]
+    labels = rng.choice(kids, size=n)  # the two topics strewn over three nodes
+    theta = {ROOT: theta0[0], **{k: t for k, t in zip(kids, theta0)}}
+    state = MoveState(tree, labels, sp.csr_matrix(X), {}, theta, {k: 20.0 for k in (ROOT, *kids)})
+    chains = []
+    for skip in (True, False):
+        moves = SplitMerge(lik, kw, integrate_split_node=integrated)
+        moves.skip_hopeless_launches = skip
+        launches = [0]
+        allocation = moves._allocation
+
+        def counted(*args, _allocation=allocation, _launches=launches, **kwargs):
+            _launches[0] += 1
+            return _allocation(*args, **kwargs)
+
+        moves._allocation = counted
+        chains.append((moves, copy.deepcopy(state), np.random.default_rng(7), launches))
+    kinds = set()
+    for _ in range(300):
+        results = [moves.attempt(st, draws, born=1) for moves, st, draws, _ in chains]
+        (_, st1, r1, _), (_, st2, r2, _) = chains
+        assert (results[0] is None) == (results[1] is None)
+        if results[0] is not None:
+            kinds.add(results[0].kind)
+        assert r1.bit_generator.state == r2.bit_generator.state
+        np.testing.assert_array_equal(st1.labels, st2.labels)
+        assert st1.tree.parent == st2.tree.parent and st1.tree.children == st2.tree.children
+        assert st1.theta.keys() == st2.theta.keys()
+        assert all(np.array_equal(st1.theta[k], st2.theta[k]) for k in st1.theta)
+    assert {"split", "merge"} <= kinds
+    assert chains[0][3][0] < chains[1][3][0]  # launches skipped

@@ -78,7 +78,9 @@ small nodes as frequent as those of large ones.
 * a merge draw, ``b`` new or kept in one of ``a``'s places once merged: propose the merge
   (deterministic). Its reverse-proposal probability repeats the launch from
   the merged state (an auxiliary variable that depends only on the merged state, ``i`` and
-  ``j``, drawn afresh as in Jain and Neal) and scores the actual split.
+  ``j``, drawn afresh as in Jain and Neal) and scores the actual split. That probability is
+  at most 1, so a merge whose ratio without it already rejects at the drawn uniform skips the
+  launch (its uniforms are still drawn, so the random stream is the same).
 * anything else: nothing happens.
 
 Per-document probabilities are clipped to ``[EPS, 1 - EPS]`` so that every split has positive
@@ -468,6 +470,9 @@ class SplitMerge:
         self.freeze_carried = freeze_carried
         self.integrate_split_node = integrate_split_node
         self._same: dict[int, bool] = {}  # _same_links by depth
+        #: merges skip the reverse launch where the ratio without it already rejects (the same
+        #: decisions and random stream; False runs every launch, which the tests compare with)
+        self.skip_hopeless_launches = True
 
     @staticmethod
     def index(st: MoveState) -> DocumentIndex:
@@ -642,7 +647,7 @@ class SplitMerge:
 
     def _allocation(self, st: MoveState, a: int, place: tuple, i: int, j: int, others: np.ndarray,
                     rng: np.random.Generator, base: np.ndarray | None = None,
-                    theta_a: np.ndarray | None = None) -> np.ndarray:
+                    theta_a: np.ndarray | None = None, uniforms: np.ndarray | None = None) -> np.ndarray:
         """Log-odds that each of ``others`` goes to the split-off node with ``j`` rather than
         stay with ``i`` (a function of the merged state, ``i``, ``j`` and a fresh launch);
         ``base``, when given, holds their scores at ``a``.
@@ -655,7 +660,8 @@ class SplitMerge:
         the odds between the two; the last groups' modes give the returned odds.
 
         ``theta_a``, when given, is ``a``'s parameter in the merged state where it differs from
-        the live one (a merge that draws it afresh: :meth:`_merge`)."""
+        the live one (a merge that draws it afresh: :meth:`_merge`). ``uniforms``, when given,
+        are the launch's draws (:meth:`_launch_uniforms`), made by the caller."""
         fixed_a = self._fixed(st, a) if theta_a is None else self.lik.fixed_node(theta_a, st.concentration[a])
         if place[0] == "old":
             Xo = RowBlock(st.X, others)
@@ -669,7 +675,14 @@ class SplitMerge:
             base = fixed_a.rows(scan.block)  # the scans' slice, where a family slices
         # the draws of one scan after another, in one call
         seed_at = st.theta[a] if theta_a is None else theta_a
-        return scan.run(scan.seed_scores(seed_at) - base, rng.random((self.launch_scans + 1, others.size)), EPS)
+        if uniforms is None:
+            uniforms = self._launch_uniforms(place, others.size, rng)
+        return scan.run(scan.seed_scores(seed_at) - base, uniforms, EPS)
+
+    def _launch_uniforms(self, place: tuple, n_others: int, rng: np.random.Generator) -> np.ndarray | None:
+        """The uniforms a launch to ``place`` over ``n_others`` documents draws: one per document
+        for the launch and for each scan (a kept node's allocation draws none)."""
+        return None if place[0] == "old" else rng.random((self.launch_scans + 1, n_others))
 
     @staticmethod
     def _log_q(log_odds: np.ndarray, to_new: np.ndarray) -> float:
@@ -1280,14 +1293,22 @@ class SplitMerge:
             docs_all = document_set(st.X, np.union1d(idx.of(a), rows_b).astype(np.int64), self.lik.sets_need_terms)
             theta_a = self._draw_own(st, a, docs_all, rng, exclude=gone)
             own = self._own_marginal(st, a, exclude=gone) - self._own_marginal(st, a, docs_all, exclude=gone)
-        lo = self._allocation(st, a, place, i, j, others, rng, theta_a=theta_a)
-        to_new = st.labels[others] == b
         n_a = idx.count(a)
-        log_a = -(self._log_ratio(st, t, a, b, place, self._documents(st, b), -idx.prior.delta(edit, **self.kw),
-                                  len(places), self._log_q(lo, to_new), st.theta[b], own)
+        # log_a = bound + log q(split | merged), and log q <= 0 (a product of probabilities), so
+        # a uniform at or above the bound rejects whatever the reverse launch gives. The launch's
+        # uniforms and then the acceptance uniform are drawn in their usual order, and the launch
+        # itself (the dearest part of a merge) runs only when the bound leaves it a chance: the
+        # same decisions from the same random stream, so seeded chains do not change.
+        bound = -(self._log_ratio(st, t, a, b, place, self._documents(st, b), -idx.prior.delta(edit, **self.kw),
+                                  len(places), 0.0, st.theta[b], own)
                   + self._log_select_merge(len(idx.rows), len(self.partners(st, t, b)), rows_b.size, n_a)
                   - self._log_select_split(st.labels.size, n_a + rows_b.size))
-        if _log_uniform(rng) >= log_a:
+        uniforms = self._launch_uniforms(place, others.size, rng)
+        log_u = _log_uniform(rng)
+        if log_u >= bound and self.skip_hopeless_launches:
+            return None
+        lo = self._allocation(st, a, place, i, j, others, rng, theta_a=theta_a, uniforms=uniforms)
+        if log_u >= bound + self._log_q(lo, st.labels[others] == b):
             return None
         if own is not None:
             self._set_own(st, a, theta_a)
