@@ -1483,14 +1483,19 @@ def test_a_merge_repeats_the_launch_of_the_split_it_undoes(integrated):
     assert checked >= 8
 
 
-@pytest.mark.parametrize("family", ["multinomial", "vmf"])
+@pytest.mark.parametrize("family", ["multinomial", "vmf", "gaussian"])
 @pytest.mark.parametrize("integrated", [False, True], ids=["split node held", "split node integrated"])
-def test_merges_that_skip_a_hopeless_launch_leave_the_chain_unchanged(family, integrated):
+def test_merges_that_skip_a_hopeless_launch_leave_the_chain_unchanged(family, integrated, monkeypatch):
     """A merge whose ratio without its reverse launch already rejects at the drawn uniform
-    skips the launch but still draws its uniforms: chains with and without the skip stay equal
-    attempt by attempt (labels, tree, parameters and the random stream), and the skip does
-    happen (fewer launches)."""
+    skips the launch but still draws its uniforms. Chains with and without the skip stay equal
+    attempt by attempt (labels, tree, parameters and the random stream), the skip does happen
+    (fewer launches), and in every merge the acceptance uniform is drawn right after the
+    launch's uniforms, where the launch always drew them: merges into new and into kept nodes
+    (past counts), the split node held and integrated."""
     import copy
+
+    from streamtree.inference import split_merge
+    from streamtree.likelihoods.gaussian import Gaussian
 
     variant = resolve_variant("dtssbp", window=2, max_depth=3, gamma=0.5, xi=0.001)
     kw = dict(alpha0=1.0, lam=0.5, gamma=0.7, max_depth=3, root_holds_data=True)
@@ -1498,11 +1503,18 @@ def test_merges_that_skip_a_hopeless_launch_leave_the_chain_unchanged(family, in
     V, n = 30, 60
     topics = rng.dirichlet(np.full(V, 0.3), size=3)
     X = np.vstack([rng.multinomial(10, topics[r % 2]) for r in range(n)]).astype(float)
+    conc = 20.0
     if family == "vmf":
         lik = VonMisesFisher(variant, V, kappa0=20.0, kappa1=1.0, a=0.0, min_node_docs=2,
                              concentration_bounds=(1e-3, 1e6))
         X = X / np.linalg.norm(X, axis=1, keepdims=True)
         theta0 = [_unit(t) for t in topics]
+    elif family == "gaussian":
+        V = 6
+        lik = Gaussian(variant, V, sigma0=2.0, sigma1=0.5, eta=0.9, a=0.5, noise_var=None, min_node_docs=2)
+        centres = rng.normal(scale=2.0, size=(3, V))
+        X = centres[np.arange(n) % 2] + rng.normal(size=(n, V))
+        theta0, conc = list(centres), 1.0
     else:
         lik = Multinomial(variant, V, kappa0=20.0, kappa1=1.0, a=0.0, min_node_docs=2)
         theta0 = list(topics * 0.9 + 0.1 / V)
@@ -1510,19 +1522,41 @@ def test_merges_that_skip_a_hopeless_launch_leave_the_chain_unchanged(family, in
     kids = [tree.add_child(ROOT) for _ in range(3)]
     labels = rng.choice(kids, size=n)  # the two topics strewn over three nodes
     theta = {ROOT: theta0[0], **{k: t for k, t in zip(kids, theta0)}}
-    state = MoveState(tree, labels, sp.csr_matrix(X), {}, theta, {k: 20.0 for k in (ROOT, *kids)})
+    past = {k: 3 for k in kids[1:]}  # kept nodes: merges into them empty them
+    state = MoveState(tree, labels, sp.csr_matrix(X) if family != "gaussian" else X, past, theta,
+                      {k: conc for k in (ROOT, *kids)})
+
+    events: list[tuple] = []  # (rng, kind, state) in call order, both chains
+    log_uniform = split_merge._log_uniform
+
+    def recorded_uniform(draws):
+        events.append((draws, "acceptance", copy.deepcopy(draws.bit_generator.state)))
+        return log_uniform(draws)
+
+    monkeypatch.setattr(split_merge, "_log_uniform", recorded_uniform)
     chains = []
     for skip in (True, False):
         moves = SplitMerge(lik, kw, integrate_split_node=integrated)
         moves.skip_hopeless_launches = skip
         launches = [0]
-        allocation = moves._allocation
+        allocation, launch_uniforms, merge = moves._allocation, moves._launch_uniforms, moves._merge
 
         def counted(*args, _allocation=allocation, _launches=launches, **kwargs):
             _launches[0] += 1
             return _allocation(*args, **kwargs)
 
-        moves._allocation = counted
+        def drawn(place, n_others, draws, _launch_uniforms=launch_uniforms):
+            out = _launch_uniforms(place, n_others, draws)
+            events.append((draws, "launch " + place[0], copy.deepcopy(draws.bit_generator.state)))
+            return out
+
+        def merged(*args, _merge=merge):
+            events.append((args[-1], "merge", None))
+            out = _merge(*args)
+            events.append((args[-1], "merge done", None))
+            return out
+
+        moves._allocation, moves._launch_uniforms, moves._merge = counted, drawn, merged
         chains.append((moves, copy.deepcopy(state), np.random.default_rng(7), launches))
     kinds = set()
     for _ in range(300):
@@ -1538,3 +1572,16 @@ def test_merges_that_skip_a_hopeless_launch_leave_the_chain_unchanged(family, in
         assert all(np.array_equal(st1.theta[k], st2.theta[k]) for k in st1.theta)
     assert {"split", "merge"} <= kinds
     assert chains[0][3][0] < chains[1][3][0]  # launches skipped
+    # in each merge that drew its launch's uniforms, the acceptance uniform came straight after them
+    places = set()
+    for draws in (r1, r2):
+        mine = [e for e in events if e[0] is draws]
+        starts = [k for k, e in enumerate(mine) if e[1] == "merge"]
+        for k in starts:
+            inside = mine[k + 1:next(m for m in range(k + 1, len(mine)) if mine[m][1] == "merge done")]
+            if not inside:
+                continue  # a merge the proposal rules out before any draw
+            assert [e[1].split()[0] for e in inside] == ["launch", "acceptance"]
+            assert inside[1][2] == inside[0][2]  # nothing drawn between them
+            places.add(inside[0][1])
+    assert places == {"launch new", "launch old"}

@@ -1294,21 +1294,23 @@ class SplitMerge:
             theta_a = self._draw_own(st, a, docs_all, rng, exclude=gone)
             own = self._own_marginal(st, a, exclude=gone) - self._own_marginal(st, a, docs_all, exclude=gone)
         n_a = idx.count(a)
-        # log_a = bound + log q(split | merged), and log q <= 0 (a product of probabilities), so
-        # a uniform at or above the bound rejects whatever the reverse launch gives. The launch's
-        # uniforms and then the acceptance uniform are drawn in their usual order, and the launch
-        # itself (the dearest part of a merge) runs only when the bound leaves it a chance: the
-        # same decisions from the same random stream, so seeded chains do not change.
-        bound = -(self._log_ratio(st, t, a, b, place, self._documents(st, b), -idx.prior.delta(edit, **self.kw),
-                                  len(places), 0.0, st.theta[b], own)
-                  + self._log_select_merge(len(idx.rows), len(self.partners(st, t, b)), rows_b.size, n_a)
-                  - self._log_select_split(st.labels.size, n_a + rows_b.size))
+        # log_a = -((ratio - log q) + select_merge - select_split), with ratio the log ratio
+        # without the reverse launch's log q <= 0 (a product of probabilities): so log_a is at most
+        # the bound below (rounding is monotone, so also in floating point), and a uniform at or
+        # above it rejects whatever the launch gives. The launch's uniforms and then the
+        # acceptance uniform are drawn in their usual order, the launch itself (the dearest part of
+        # a merge) runs only when the bound leaves it a chance, and log_a is summed in the order it
+        # always was: the same decisions from the same random stream, bit for bit.
+        ratio = self._log_ratio(st, t, a, b, place, self._documents(st, b), -idx.prior.delta(edit, **self.kw),
+                                len(places), 0.0, st.theta[b], own)
+        select_merge = self._log_select_merge(len(idx.rows), len(self.partners(st, t, b)), rows_b.size, n_a)
+        select_split = self._log_select_split(st.labels.size, n_a + rows_b.size)
         uniforms = self._launch_uniforms(place, others.size, rng)
         log_u = _log_uniform(rng)
-        if log_u >= bound and self.skip_hopeless_launches:
+        if log_u >= -(ratio + select_merge - select_split) and self.skip_hopeless_launches:
             return None
         lo = self._allocation(st, a, place, i, j, others, rng, theta_a=theta_a, uniforms=uniforms)
-        if log_u >= bound + self._log_q(lo, st.labels[others] == b):
+        if log_u >= -(ratio - self._log_q(lo, st.labels[others] == b) + select_merge - select_split):
             return None
         if own is not None:
             self._set_own(st, a, theta_a)
