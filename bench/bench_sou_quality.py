@@ -16,15 +16,23 @@ of the selected decades).
 * Model, per decade: the 20 nodes holding the most of the decade's documents (their own
   documents), each described by its 10 largest theta entries.
 * Peer, tomotopy ``HLDAModel(depth=4)`` with its default hyperparameters, one worker, on the
-  same documents as lists of the same vocabulary terms. Protocol (default ``--hlda-fit all``):
-  one HLDA is trained on all selected decades at once (it has no notion of time, and this
-  gives it every document); for each decade, its 20 topics holding the most of that decade's
-  tokens, each described by its 10 most probable words. The same per-decade NPMI is also
-  printed with topics ranked by the decade's documents whose path passes through them.
-  ``--hlda-fit per-decade`` instead trains one HLDA per decade on that decade alone (the same
-  documents the model's per-decade tree sees, without the model's link to the past).
+  same documents as lists of the same vocabulary terms, fitted two ways (``--hlda-fit``,
+  default both): ``all``, one HLDA trained on all selected decades at once (it has no notion
+  of time, and this gives it every document, later decades' included); ``per-decade``, one
+  HLDA per decade on that decade alone (the documents the model's tree of that decade sees,
+  without the model's link to the past). For each decade, its 20 topics holding the most of
+  that decade's tokens, each described by its 10 most probable words; for the ``all`` fit the
+  same NPMI is also printed with topics ranked by the decade's documents whose path passes
+  through them.
+* Model pooled (``--no-pooled`` skips it): the same ``DTSSBP`` fitted once on all selected
+  decades as a single epoch, HLDA's ``all`` protocol; per decade, the 20 nodes holding the most
+  of that decade's documents.
 
-Target: the model's mean over decades >= HLDA's, from the same run.
+Target: the model's mean over decades >= HLDA's, from the same run. Three comparisons are
+printed: the model's per-decade trees against HLDA trained on all decades (the comparison the
+target was first measured with; the two sides see different documents, and the NPMI reference,
+all paragraphs, rewards topics fitted to all of them), and the two like for like: per-decade
+trees against one HLDA per decade, and the pooled fit against HLDA on all decades.
 
 Per decade, the model's nodes, those of them holding the decade's documents ("occupied"; the
 others are alive only through the window's past documents) and the chain's stick
@@ -40,8 +48,8 @@ cap ``concentration_bounds[1]`` (and how many of those hold at most 2 documents)
 lines print the link strength in use (``kappa0_``, estimated under ``kappa0="auto"``).
 
 Usage: python bench/bench_sou_quality.py [--likelihood vmf[,multinomial]] [--weighting tf[,tfidf]] [--max-depth 3]
-       [--sweeps N] [--decades 6 | 1790s,1800s] [--hlda-iter 500] [--hlda-fit all|per-decade]
-       [--no-hlda] [--seed 0] [--split-node fixed|integrated]
+       [--sweeps N] [--decades 6 | 1790s,1800s] [--hlda-iter 500] [--hlda-fit all,per-decade]
+       [--no-hlda] [--no-pooled] [--seed 0] [--split-node fixed|integrated]
 """
 
 from __future__ import annotations
@@ -62,18 +70,45 @@ N_TOP_NODES = 20
 N_TOP_WORDS = 10
 
 
+def largest_npmi(theta: np.ndarray, sizes: np.ndarray, reference) -> tuple[np.ndarray, np.ndarray]:
+    """NPMI of the top words of the (at most) 20 nodes with the largest ``sizes``, and their rows."""
+    order = np.argsort(-sizes, kind="stable")
+    order = order[sizes[order] > 0][:N_TOP_NODES]
+    top = np.argsort(-theta[order], axis=1, kind="stable")[:, :N_TOP_WORDS]
+    return topic_npmi(top, reference), order
+
+
 def model_npmi(trees, corpus: SouCorpus, reference) -> tuple[list[float], dict[int, list[float]]]:
     """Mean NPMI of the 20 largest nodes per decade, and every scored node's NPMI by depth."""
     per_decade, by_depth = [], defaultdict(list)
     for tree in trees:
-        order = np.argsort(-tree.counts, kind="stable")
-        order = order[tree.counts[order] > 0][:N_TOP_NODES]
-        top = np.argsort(-tree.theta[order], axis=1, kind="stable")[:, :N_TOP_WORDS]
-        scores = topic_npmi(top, reference)
+        scores, order = largest_npmi(tree.theta, tree.counts, reference)
         per_decade.append(float(scores.mean()))
         for d, s in zip(tree.depth[order].tolist(), scores.tolist()):
             by_depth[d].append(s)
     return per_decade, by_depth
+
+
+def pooled_npmi(corpus: SouCorpus, likelihood: str, args, rows: list[sp.csr_matrix] | None,
+                reference) -> tuple[list[float], float, int]:
+    """HLDA's ``all`` protocol for the model: one tree fitted on all decades as a single epoch;
+    per decade, the mean NPMI of the 20 nodes holding the most of that decade's documents.
+    Also the fit's CPU seconds and its occupied nodes."""
+    model = DTSSBP(**model_params(likelihood, args, rows))
+    X = sp.vstack((rows or corpus.X) if likelihood == "vmf" else corpus.counts, format="csr")
+    c0 = time.process_time()
+    model.partial_fit(X, epoch=0, label="all decades")
+    cpu = time.process_time() - c0
+    model.close()
+    tree = model.trees_[-1]
+    by_id = np.argsort(tree.node_ids)
+    position = by_id[np.searchsorted(tree.node_ids, tree.assignments, sorter=by_id)]
+    bounds = np.cumsum([0] + [c.shape[0] for c in corpus.counts])
+    per_decade = []
+    for t in range(len(corpus.labels)):
+        sizes = np.bincount(position[bounds[t]:bounds[t + 1]], minlength=tree.n_nodes)
+        per_decade.append(float(largest_npmi(tree.theta, sizes, reference)[0].mean()))
+    return per_decade, cpu, tree.n_occupied
 
 
 def identity_figures(trees, model) -> dict:
@@ -115,9 +150,11 @@ def carried_share(tree) -> float:
     return float(tree.counts[tree.born < tree.epoch].sum()) / n if n else 0.0
 
 
-def hlda_topics_by_decade(corpus: SouCorpus, args) -> tuple[list[np.ndarray], list[np.ndarray], float, int, str]:
+def hlda_topics_by_decade(corpus: SouCorpus, args, fit_mode: str
+                          ) -> tuple[list[np.ndarray], list[np.ndarray], float, int, str]:
     """Top-word indices of HLDA's 20 largest topics per decade, ranked by the decade's tokens
-    and by its documents; CPU seconds; topics alive; the protocol's description."""
+    and by its documents; CPU seconds; topics alive; the protocol's description. ``fit_mode``:
+    ``"all"`` (one HLDA on all decades) or ``"per-decade"``."""
     import tomotopy as tp
 
     column = {w: i for i, w in enumerate(corpus.vocabulary.tolist())}
@@ -149,7 +186,7 @@ def hlda_topics_by_decade(corpus: SouCorpus, args) -> tuple[list[np.ndarray], li
 
     by_tokens, by_docs = [], []
     c0 = time.process_time()
-    if args.hlda_fit == "all":
+    if fit_mode == "all":
         mdl, owner = fit(list(range(len(corpus.labels))))
         live = mdl.live_k
         for t in range(len(corpus.labels)):
@@ -183,7 +220,8 @@ def vmf_rows(corpus: SouCorpus, weighting: str, length_power: float) -> list[sp.
     return [weighted_rows(C, idf=idf, length_power=length_power, reference=ref) for C in corpus.counts]
 
 
-def run_model(corpus: SouCorpus, likelihood: str, args, rows: list[sp.csr_matrix] | None = None):
+def model_params(likelihood: str, args, rows: list[sp.csr_matrix] | None) -> dict:
+    """The ``DTSSBP`` parameters this run sets; the rest stay at the model's defaults."""
     params = {"likelihood": likelihood, "max_depth": args.max_depth, "random_state": args.seed}
     if args.sweeps is not None:
         params["n_sweeps"] = args.sweeps
@@ -194,6 +232,11 @@ def run_model(corpus: SouCorpus, likelihood: str, args, rows: list[sp.csr_matrix
         params["document_concentration"] = None if dc == "none" else dc if dc == "auto" else float(dc)
     if args.split_node is not None:
         params["split_node"] = args.split_node
+    return params
+
+
+def run_model(corpus: SouCorpus, likelihood: str, args, rows: list[sp.csr_matrix] | None = None):
+    params = model_params(likelihood, args, rows)
     model = DTSSBP(**params)
     hyper = []  # the chain's stick hyperparameters after each decade
     c0 = time.process_time()
@@ -229,8 +272,12 @@ def main() -> None:
     p.add_argument("--sweeps", type=int, default=None, help="Gibbs sweeps per decade (default: the model's)")
     p.add_argument("--decades", default=None, help="subset: first N decades, or labels like 1790s,1800s")
     p.add_argument("--hlda-iter", type=int, default=500, help="HLDA training iterations (default 500)")
-    p.add_argument("--hlda-fit", choices=["all", "per-decade"], default="all")
+    p.add_argument("--hlda-fit", default="all,per-decade",
+                   help="HLDA protocols, comma-separated: all (one HLDA on all decades), per-decade "
+                        "(one per decade); default both")
     p.add_argument("--no-hlda", action="store_true", help="skip the tomotopy side")
+    p.add_argument("--no-pooled", action="store_true",
+                   help="skip the model's pooled fit (all decades as one epoch, HLDA's 'all' protocol)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--split-node", choices=["fixed", "integrated"], default=None,
                    help="split-merge moves: the split node's parameter held or integrated out (default: the model's)")
@@ -241,6 +288,9 @@ def main() -> None:
     weightings = [w.strip() for w in args.weighting.split(",") if w.strip()]
     if not weightings or set(weightings) - {"tf", "tfidf"}:
         p.error(f"--weighting: expected tf, tfidf or tf,tfidf, got {args.weighting!r}")
+    fit_modes = [m.strip() for m in args.hlda_fit.split(",") if m.strip()]
+    if not fit_modes or set(fit_modes) - {"all", "per-decade"}:
+        p.error(f"--hlda-fit: expected all, per-decade or all,per-decade, got {args.hlda_fit!r}")
 
     corpus = load_sou(decades=args.decades)
     reference = corpus.all_counts()
@@ -249,18 +299,19 @@ def main() -> None:
           f"of the {N_TOP_NODES} largest nodes/topics per decade, from the co-occurrence of all "
           f"{reference.shape[0]} paragraphs")
 
-    hlda = None
+    hlda = {}  # fit mode -> (per-decade NPMI by tokens, by documents)
     if not args.no_hlda:
         try:
             import tomotopy  # noqa: F401
         except ImportError:
             print("-- tomotopy not installed: HLDA side skipped (pip install -e '.[bench]')")
         else:
-            by_tokens, by_docs, hcpu, live, what = hlda_topics_by_decade(corpus, args)
-            hlda = ([float(topic_npmi(t, reference).mean()) for t in by_tokens],
-                    [float(topic_npmi(t, reference).mean()) for t in by_docs])
-            print(f"-- tomotopy HLDAModel(depth=4), {what}, {args.hlda_iter} iterations, 1 worker: "
-                  f"{hcpu:.0f}s CPU, {live} live topics")
+            for mode in fit_modes:
+                by_tokens, by_docs, hcpu, live, what = hlda_topics_by_decade(corpus, args, mode)
+                hlda[mode] = ([float(topic_npmi(t, reference).mean()) for t in by_tokens],
+                              [float(topic_npmi(t, reference).mean()) for t in by_docs])
+                print(f"-- tomotopy HLDAModel(depth=4), {what}, {args.hlda_iter} iterations, 1 worker: "
+                      f"{hcpu:.0f}s CPU, {live} live topics")
 
     runs = [(lik, w) for lik in [s.strip() for s in args.likelihood.split(",") if s.strip()]
             for w in (weightings if lik == "vmf" else [None])]
@@ -274,26 +325,42 @@ def main() -> None:
         print(f"-- DTSSBP({', '.join(f'{k}={v!r}' for k, v in params.items())}), other parameters at defaults"
               + (f", rows weighted {weighting}, length power {args.length_power:g}" if weighting else "")
               + f": {cpu:.0f}s CPU")
+        pooled = None
+        if not args.no_pooled:
+            pooled, pcpu, p_occupied = pooled_npmi(corpus, likelihood, args, rows, reference)
+            print(f"-- the same model pooled: all decades as one epoch, {pcpu:.0f}s CPU, {p_occupied} occupied nodes")
+        # columns: per-decade trees, then the pooled fit, then HLDA's fits
+        extra = ([("pooled", pooled)] if pooled else []) \
+            + ([("HLDA all", hlda["all"][0]), ("HLDA all, by docs", hlda["all"][1])] if "all" in hlda else []) \
+            + ([("HLDA per decade", hlda["per-decade"][0])] if "per-decade" in hlda else [])
         print(f"{'decade':>7} {'docs':>6} {'nodes':>6} {'occupied':>8} {'in carried':>10} {'model NPMI':>11}"
-              f" {'alpha0':>7} {'lam':>5} {'gamma':>6}"
-              + (f" {'HLDA NPMI':>10} {'HLDA (by docs)':>15}" if hlda else ""))
+              f" {'alpha0':>7} {'lam':>5} {'gamma':>6}" + "".join(f" {name:>{max(len(name), 7)}}" for name, values in extra))
         for t, label in enumerate(corpus.labels):
             h = hyper[t]
             line = (f"{label:>7} {corpus.X[t].shape[0]:>6} {trees[t].n_nodes:>6} {trees[t].n_occupied:>8} "
                     f"{carried_share(trees[t]):>10.0%} {npmi[t]:>11.3f} {h.get('alpha0', np.nan):>7.2f} "
                     f"{h.get('lam', np.nan):>5.2f} {h.get('gamma', np.nan):>6.3f}")
-            if hlda:
-                line += f" {hlda[0][t]:>10.3f} {hlda[1][t]:>15.3f}"
+            line += "".join(f" {values[t]:>{max(len(name), 7)}.3f}" for name, values in extra)
             print(line)
         mean = float(np.mean(npmi))
-        line = f"{'mean':>7} {'':>6} {'':>6} {'':>8} {'':>10} {mean:>11.3f} {'':>7} {'':>5} {'':>6}"
-        if hlda:
-            h_tok, h_doc = float(np.mean(hlda[0])), float(np.mean(hlda[1]))
-            line += f" {h_tok:>10.3f} {h_doc:>15.3f}"
-            line += f"   target (model >= HLDA by tokens): {'met' if mean >= h_tok else 'NOT met'}"
-            if h_tok > 0:
-                line += f", ratio {mean / h_tok:.2f}"
-        print(line)
+        print(f"{'mean':>7} {'':>6} {'':>6} {'':>8} {'':>10} {mean:>11.3f} {'':>7} {'':>5} {'':>6}"
+              + "".join(f" {float(np.mean(values)):>{max(len(name), 7)}.3f}" for name, values in extra))
+        comparisons = []
+        if "all" in hlda:
+            comparisons.append(("per-decade trees vs one HLDA on all decades (first measured; unlike: HLDA sees "
+                                "every decade)", npmi, hlda["all"][0]))
+        if "per-decade" in hlda:
+            comparisons.append(("like for like, per decade: per-decade trees vs one HLDA per decade",
+                                npmi, hlda["per-decade"][0]))
+        if "all" in hlda and pooled:
+            comparisons.append(("like for like, pooled: one tree on all decades vs one HLDA on all decades",
+                                pooled, hlda["all"][0]))
+        for what, ours, theirs in comparisons:
+            a, b = float(np.mean(ours)), float(np.mean(theirs))
+            wins = int(np.sum(np.asarray(ours) >= np.asarray(theirs)))
+            print(f"   target (model >= HLDA by tokens), {what}: {a:.3f} vs {b:.3f}, "
+                  f"{'met' if a >= b else 'NOT met'}" + (f", ratio {a / b:.2f}" if b > 0 else "")
+                  + f"; model ahead in {wins} of {len(ours)} decades")
         print("   model NPMI by depth (nodes scored above): "
               + ", ".join(f"depth {d}: {np.mean(v):.3f} ({len(v)} nodes)" for d, v in sorted(by_depth.items())))
         f = identity_figures(trees, model)
