@@ -431,7 +431,9 @@ class DTSSBP(BaseEstimator):
         first = not hasattr(self, "state_")
         if first:
             self._check_params()
-        X = self._validate_X(X, LIKELIHOODS[self.likelihood] if first else type(self.likelihood_))
+        family = LIKELIHOODS[self.likelihood] if first else type(self.likelihood_)
+        X = self._validate_X(X, family)
+        family.check_fit_rows(X)
         if first:
             self._start(X.shape[1])
         last = self._last_tree

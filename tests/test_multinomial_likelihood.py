@@ -118,3 +118,26 @@ def test_planted_hierarchical_dirichlet_tree_is_recovered():
     t1 = model.trees_[-1]
     assert t1.born[t1.index_of(majors[1]["12"])] == 1
     assert majors[0]["21"] not in set(t1.assignments.tolist())
+
+
+def _documents_of(n_docs: int, tokens: int, seed: int = 0) -> sp.csr_matrix:
+    rng = np.random.default_rng(seed)
+    return sp.csr_matrix(np.stack([rng.multinomial(tokens, np.full(50, 1 / 50)) for _ in range(n_docs)]).astype(float))
+
+
+def test_fitting_very_short_documents_warns_with_what_to_do():
+    from streamtree.likelihoods.multinomial import SHORT_DOCUMENT_TOKENS, SHORT_WARNING_MIN_ROWS
+
+    short = _documents_of(SHORT_WARNING_MIN_ROWS, SHORT_DOCUMENT_TOKENS - 1)
+    with pytest.warns(UserWarning, match=f"median of fewer than {SHORT_DOCUMENT_TOKENS} tokens.*group short texts"):
+        DTSSBP(n_sweeps=1, random_state=0).partial_fit(short)
+    model = DTSSBP(n_sweeps=1, random_state=0).partial_fit(_documents_of(40, SHORT_DOCUMENT_TOKENS))
+    with pytest.warns(UserWarning, match="fewer than"):  # a later epoch is checked too
+        model.partial_fit(short)
+
+
+@pytest.mark.parametrize("n_docs, tokens", [(40, 6), (40, 30), (19, 2)])
+def test_documents_long_enough_or_too_few_to_judge_do_not_warn(n_docs, tokens, recwarn):
+    model = DTSSBP(n_sweeps=1, random_state=0).partial_fit(_documents_of(n_docs, tokens))
+    model.predict(_documents_of(40, 2, seed=1))  # scoring short documents is not fitting them
+    assert not [w for w in recwarn.list if "tokens" in str(w.message)]

@@ -507,6 +507,11 @@ class Likelihood(ABC):
         """The rows in the form the kernel needs (CSR or dense float64); ValueError if unusable.
         ``settings`` are the estimator's values of the family's :attr:`params`."""
 
+    @classmethod
+    def check_fit_rows(cls, X) -> None:
+        """Warn about an epoch's rows (as :meth:`check_input` returns them) in which a fit is
+        unlikely to find any structure, saying what to do; nothing by default."""
+
     # ------------------------------------------------------------------ epoch anchors
     @abstractmethod
     def root_anchor(self, X) -> np.ndarray:
