@@ -27,6 +27,7 @@ import os
 import signal
 import sys
 import threading
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -1146,6 +1147,12 @@ def _user_message(exc: BaseException) -> tuple[str, int] | None:
     return None
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning as the command line's other messages read (``warning: ...`` on stderr), not as
+    Python's source location and line."""
+    (file or sys.stderr).write(f"warning: {message}\n")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser() if _names_command(argv) else _summary_parser()  # --version stays fast
@@ -1158,6 +1165,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous = {}
     if threading.current_thread() is threading.main_thread():
         previous = {sig: signal.signal(sig, _on_interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
+    shown_before = warnings.showwarning
+    warnings.showwarning = _show_warning
     try:
         code = command(args)
         sys.stdout.flush()
@@ -1181,6 +1190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"streamtree {args.command}: error: {' '.join(msg.split())}\n")
         return code
     finally:
+        warnings.showwarning = shown_before
         for sig, handler in previous.items():
             if handler is not None:  # None: set outside Python, which cannot be restored from here
                 signal.signal(sig, handler)

@@ -420,3 +420,14 @@ def test_document_concentration_reaches_the_estimator(corpus, tmp_path):
     assert main(["replay", str(corpus), *src, "--epoch", "10y", "--quiet", "--store", uri, *FAST,
                  "--document-concentration", "2.5"]) == 0
     assert SnapshotStore(uri).config()["replay"]["model"]["document_concentration"] == 2.5
+
+
+def test_a_library_warning_reads_as_a_warning_line_with_what_to_do(tmp_path, capsys):
+    words = ["war", "army", "navy", "peace", "trade", "bank", "tax", "farm", "ship", "port"]
+    rows = {"text": [" ".join(words[(i + k) % 10] for k in range(3)) for i in range(40)], "year": [1801] * 40}
+    pq.write_table(pa.table(rows), tmp_path / "c.parquet")
+    assert main(["replay", str(tmp_path / "c.parquet"), "--text-col", "text", "--time-col", "year", "--quiet",
+                 "--store", str(tmp_path / "s"), "--sweeps", "2", "--max-df", "1.0"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: these documents hold a median of fewer than 6 tokens" in err and "group short texts" in err
+    assert "UserWarning" not in err and ".py:" not in err  # not Python's source location

@@ -99,10 +99,10 @@ class Multinomial(WordTopics, Likelihood):
     def check_fit_rows(cls, X) -> None:
         if X.shape[0] >= SHORT_WARNING_MIN_ROWS and float(np.median(row_sums(X))) < SHORT_DOCUMENT_TOKENS:
             # one text for every epoch, so that Python shows it once, not once per epoch
-            warnings.warn(f"these documents hold a median of fewer than {SHORT_DOCUMENT_TOKENS} tokens: on so "
-                          "little evidence a document no split from the root pays its prior, and the fit "
-                          "rarely finds more than one topic; group short texts into longer documents (e.g. by "
-                          "thread, author or hour) before fitting", UserWarning, stacklevel=3)
+            warnings.warn(f"these documents hold a median of fewer than {SHORT_DOCUMENT_TOKENS} tokens, and on so "
+                          "little evidence a document the fit rarely finds more than one topic; group short "
+                          "texts into longer documents (e.g. by thread, author or hour) before fitting",
+                          UserWarning, stacklevel=3)
 
     # ------------------------------------------------------------------ helpers
     def _prior(self, strength: float, phi_parent: np.ndarray) -> np.ndarray:
