@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import numbers
 import time
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -396,7 +397,7 @@ class DTSSBP(BaseEstimator):
             raise ValueError("fit needs at least one epoch")
         self._reset()
         for t, Xt in enumerate(batches):
-            self.partial_fit(Xt, epoch=t)
+            self._fit_epoch(Xt, t, None, None)
         return self
 
     def _reset(self) -> None:
@@ -428,12 +429,16 @@ class DTSSBP(BaseEstimator):
         -------
         self
         """
+        return self._fit_epoch(X, epoch, label, callback)
+
+    def _fit_epoch(self, X, epoch: int | None, label: str | None, callback) -> "DTSSBP":
+        """:meth:`partial_fit`'s work, also :meth:`fit`'s for each epoch (called straight from
+        either, so that a warning points at the user's call)."""
         first = not hasattr(self, "state_")
         if first:
             self._check_params()
         family = LIKELIHOODS[self.likelihood] if first else type(self.likelihood_)
         X = self._validate_X(X, family)
-        family.check_fit_rows(X)
         if first:
             self._start(X.shape[1])
         last = self._last_tree
@@ -441,6 +446,9 @@ class DTSSBP(BaseEstimator):
             epoch = last.epoch + 1 if last is not None else 0
         if last is not None and epoch <= last.epoch:
             raise ValueError(f"epoch {epoch} is not after the last fitted epoch {last.epoch}")
+        concern = family.fit_rows_concern(X)
+        if concern is not None:
+            warnings.warn(concern, UserWarning, stacklevel=3)
         start = time.perf_counter()
         engine = self._engine_for_run()
         children = self._seeds.spawn(1)[0].spawn(1 + engine.n_shards)

@@ -120,24 +120,46 @@ def test_planted_hierarchical_dirichlet_tree_is_recovered():
     assert majors[0]["21"] not in set(t1.assignments.tolist())
 
 
-def _documents_of(n_docs: int, tokens: int, seed: int = 0) -> sp.csr_matrix:
+def _documents_of(n_docs: int, tokens, seed: int = 0) -> sp.csr_matrix:
+    """``n_docs`` documents over 50 terms, of ``tokens`` tokens each (a number, or one per document)."""
     rng = np.random.default_rng(seed)
-    return sp.csr_matrix(np.stack([rng.multinomial(tokens, np.full(50, 1 / 50)) for _ in range(n_docs)]).astype(float))
+    lengths = np.broadcast_to(tokens, (n_docs,))
+    return sp.csr_matrix(np.stack([rng.multinomial(int(n), np.full(50, 1 / 50)) for n in lengths]).astype(float))
 
 
-def test_fitting_very_short_documents_warns_with_what_to_do():
+def test_fitting_very_short_documents_warns_with_what_to_do_at_the_callers_line():
     from streamtree.likelihoods.multinomial import SHORT_DOCUMENT_TOKENS, SHORT_WARNING_MIN_ROWS
 
     short = _documents_of(SHORT_WARNING_MIN_ROWS, SHORT_DOCUMENT_TOKENS - 1)
-    with pytest.warns(UserWarning, match=f"median of fewer than {SHORT_DOCUMENT_TOKENS} tokens.*group short texts"):
+    with pytest.warns(UserWarning, match=f"median of fewer than {SHORT_DOCUMENT_TOKENS} tokens.*group short texts") \
+            as caught:
         DTSSBP(n_sweeps=1, random_state=0).partial_fit(short)
+    assert caught[0].filename == __file__  # the user's call, not the library's
     model = DTSSBP(n_sweeps=1, random_state=0).partial_fit(_documents_of(40, SHORT_DOCUMENT_TOKENS))
     with pytest.warns(UserWarning, match="fewer than"):  # a later epoch is checked too
         model.partial_fit(short)
+    with pytest.warns(UserWarning, match="fewer than") as caught:  # and every epoch of fit()
+        DTSSBP(n_sweeps=1, random_state=0).fit([_documents_of(40, 8), short])
+    assert caught[0].filename == __file__
+    # the median, not the mean: a few long documents do not hide many short ones
+    skewed = _documents_of(41, [2] * 21 + [60] * 20)
+    with pytest.warns(UserWarning, match="fewer than"):
+        DTSSBP(n_sweeps=1, random_state=0).partial_fit(skewed)
 
 
-@pytest.mark.parametrize("n_docs, tokens", [(40, 6), (40, 30), (19, 2)])
+@pytest.mark.parametrize("n_docs, tokens", [(40, 6), (40, 30), (19, 2), (41, [60] * 21 + [2] * 20)])
 def test_documents_long_enough_or_too_few_to_judge_do_not_warn(n_docs, tokens, recwarn):
     model = DTSSBP(n_sweeps=1, random_state=0).partial_fit(_documents_of(n_docs, tokens))
     model.predict(_documents_of(40, 2, seed=1))  # scoring short documents is not fitting them
+    assert not [w for w in recwarn.list if "tokens" in str(w.message)]
+
+
+def test_a_rejected_epoch_and_other_families_do_not_warn(recwarn):
+    from sklearn.preprocessing import normalize
+
+    short = _documents_of(40, 3)
+    model = DTSSBP(n_sweeps=1, random_state=0).partial_fit(_documents_of(40, 8), epoch=5)
+    with pytest.raises(ValueError, match="not after"):
+        model.partial_fit(short, epoch=5)
+    DTSSBP(likelihood="vmf", n_sweeps=1, random_state=0).partial_fit(normalize(short))
     assert not [w for w in recwarn.list if "tokens" in str(w.message)]

@@ -508,9 +508,11 @@ class Likelihood(ABC):
         ``settings`` are the estimator's values of the family's :attr:`params`."""
 
     @classmethod
-    def check_fit_rows(cls, X) -> None:
-        """Warn about an epoch's rows (as :meth:`check_input` returns them) in which a fit is
-        unlikely to find any structure, saying what to do; nothing by default."""
+    def fit_rows_concern(cls, X) -> str | None:
+        """What to tell the user about an epoch's rows (as :meth:`check_input` returns them) in
+        which a fit is unlikely to find any structure, saying what to do (the estimator warns
+        with it); ``None`` by default."""
+        return None
 
     # ------------------------------------------------------------------ epoch anchors
     @abstractmethod

@@ -33,7 +33,6 @@ densities compare.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 
 import numpy as np
@@ -53,13 +52,14 @@ from streamtree.likelihoods.multinomial_math import (_BLOCK_FREEZE, _BLOCK_MAX_I
                                                      map_phi, map_phi_dense, map_phi_with_children_dense)
 
 #: Dirichlet floor per term: every node's prior holds ``eps`` pseudo-counts of every word
+DIRICHLET_FLOOR = 0.01
 #: an epoch whose documents hold a median of fewer tokens than this is warned about at fitting
-#: (:meth:`Multinomial.check_fit_rows`): on topics that share few words the default fit found none
-#: of ten at 3-5 tokens a document, and all of them from 6 (``bench/bench_short_documents.py``)
+#: (:meth:`Multinomial.fit_rows_concern`): on ten flat topics that share few words the default
+#: fit found none of them at 3-5 tokens a document, and all of them from 6
+#: (``bench/bench_short_documents.py``; topics closer together need longer documents)
 SHORT_DOCUMENT_TOKENS = 6
 #: ... when it has at least this many documents (a few short ones say nothing about the corpus)
 SHORT_WARNING_MIN_ROWS = 20
-DIRICHLET_FLOOR = 0.01
 
 
 class Multinomial(WordTopics, Likelihood):
@@ -96,13 +96,13 @@ class Multinomial(WordTopics, Likelihood):
         return X
 
     @classmethod
-    def check_fit_rows(cls, X) -> None:
-        if X.shape[0] >= SHORT_WARNING_MIN_ROWS and float(np.median(row_sums(X))) < SHORT_DOCUMENT_TOKENS:
-            # one text for every epoch, so that Python shows it once, not once per epoch
-            warnings.warn(f"these documents hold a median of fewer than {SHORT_DOCUMENT_TOKENS} tokens, and on so "
-                          "little evidence a document the fit rarely finds more than one topic; group short "
-                          "texts into longer documents (e.g. by thread, author or hour) before fitting",
-                          UserWarning, stacklevel=3)
+    def fit_rows_concern(cls, X) -> str | None:
+        if X.shape[0] < SHORT_WARNING_MIN_ROWS or float(np.median(row_sums(X))) >= SHORT_DOCUMENT_TOKENS:
+            return None
+        # one text for every epoch, so that Python shows it once, not once per epoch
+        return (f"these documents hold a median of fewer than {SHORT_DOCUMENT_TOKENS} tokens, and on so little "
+                "evidence a document the fit rarely finds more than one topic; group short texts into longer "
+                "documents (e.g. by thread, author or hour) before fitting")
 
     # ------------------------------------------------------------------ helpers
     def _prior(self, strength: float, phi_parent: np.ndarray) -> np.ndarray:
