@@ -9,12 +9,15 @@ for each mean length ``L`` in ``--lengths``. No hierarchy and no time: one epoch
 Model: ``DTSSBP`` at its defaults apart from ``max_depth=3`` (``--likelihood``; the vMF reads the
 L2-normalised counts). Baselines, in the same run and on the same documents, both given the true
 number of topics: scikit-learn's ``KMeans`` on the L2-normalised counts, and a mixture of
-unigrams fitted by EM (the best of three random starts by log likelihood), which is what a flat
-single-membership model can reach when it is told the number of topics.
+unigrams fitted by EM (the best of three random starts by log likelihood; a reference, not a
+ceiling: one local optimum, which the model sometimes beats).
 
-Per length and seed: nodes holding >= 1% of the documents against the truth (target
+Per length and seed: whether the fit warned that the documents are too short
+(``DTSSBP``'s short-documents warning), nodes holding >= 1% of the documents against the truth (target
 0.67-1.5x, as the planted benchmark's), occupied nodes, ARI against the topics (target: at or
-above k-means), and CPU seconds of each side.
+above the better baseline; on short documents k-means falls to about 0, so the planted
+benchmark's bar, k-means alone, would pass a model that recovers nothing), and CPU seconds of
+each side.
 
 Usage: python bench/bench_short_documents.py [--lengths 3,4,5,6,8,12] [--seeds 0-1]
        [--likelihood multinomial[,vmf]] [--topics 10] [--documents 3000] [--vocabulary 3000]
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import time
+import warnings
 
 import numpy as np
 import scipy.sparse as sp
@@ -95,7 +99,7 @@ def main() -> None:
     print(f"== short documents: {k} flat topics, Dirichlet({args.topic_concentration:g}) over "
           f"{args.vocabulary} terms, {args.documents} documents; DTSSBP at defaults, max_depth=3")
     print(f"{'model':>12} {'length':>6} {'seed':>4} {'nodes>=1%':>9} {'ratio':>6} {'(0.67-1.5x)':>11} "
-          f"{'occupied':>8} {'ARI':>6} {'k-means':>7} {'(>= k-means)':>12} {'EM mixture':>10} {'CPU s':>6} "
+          f"{'occupied':>8} {'ARI':>6} {'k-means':>7} {'EM mixture':>10} {'(>= both)':>9} {'warned':>6} {'CPU s':>6} "
           f"{'k-means CPU':>11} {'EM CPU':>6}")
     met = {lik: 0 for lik in likelihoods}
     total = 0
@@ -114,18 +118,21 @@ def main() -> None:
             for lik in likelihoods:
                 model = DTSSBP(likelihood=lik, max_depth=3, random_state=seed)
                 c0 = time.process_time()
-                model.partial_fit(C if lik == "multinomial" else rows)
+                with warnings.catch_warnings(record=True) as caught:  # shown as a column instead
+                    warnings.simplefilter("always")
+                    model.partial_fit(C if lik == "multinomial" else rows)
                 cpu = time.process_time() - c0
+                warned = any("tokens" in str(w.message) for w in caught)
                 model.close()
                 tree = model.trees_[-1]
                 big = int(np.sum(tree.counts >= 0.01 * args.documents))
                 ratio = big / k
                 ari = adjusted_rand_score(topic, tree.assignments)
-                size_ok, ari_ok = 0.67 <= ratio <= 1.5, ari >= km_ari
+                size_ok, ari_ok = 0.67 <= ratio <= 1.5, ari >= max(km_ari, em_ari)
                 met[lik] += size_ok + ari_ok
                 print(f"{lik:>12} {length:>6g} {seed:>4} {big:>9} {ratio:>5.2f}x {'met' if size_ok else 'NOT met':>11} "
-                      f"{tree.n_occupied:>8} {ari:>6.3f} {km_ari:>7.3f} {'met' if ari_ok else 'NOT met':>12} "
-                      f"{em_ari:>10.3f} {cpu:>6.1f} {km_cpu:>11.1f} {em_cpu:>6.1f}", flush=True)
+                      f"{tree.n_occupied:>8} {ari:>6.3f} {km_ari:>7.3f} {em_ari:>10.3f} {'met' if ari_ok else 'NOT met':>9} "
+                      f"{'yes' if warned else 'no':>6} {cpu:>6.1f} {km_cpu:>11.1f} {em_cpu:>6.1f}", flush=True)
     for lik in likelihoods:
         print(f"   {lik}: {met[lik]} of {total} targets met")
 
