@@ -439,16 +439,16 @@ class DTSSBP(BaseEstimator):
             self._check_params()
         family = LIKELIHOODS[self.likelihood] if first else type(self.likelihood_)
         X = self._validate_X(X, family)
-        if first:
-            self._start(X.shape[1])
-        last = self._last_tree
+        last = None if first else self._last_tree
         if epoch is None:
             epoch = last.epoch + 1 if last is not None else 0
         if last is not None and epoch <= last.epoch:
             raise ValueError(f"epoch {epoch} is not after the last fitted epoch {last.epoch}")
         concern = family.fit_rows_concern(X)
-        if concern is not None:
+        if concern is not None:  # before any state: a warning turned into an error leaves none behind
             warnings.warn(concern, UserWarning, stacklevel=3)
+        if first:
+            self._start(X.shape[1])
         start = time.perf_counter()
         engine = self._engine_for_run()
         children = self._seeds.spawn(1)[0].spawn(1 + engine.n_shards)

@@ -163,3 +163,16 @@ def test_a_rejected_epoch_and_other_families_do_not_warn(recwarn):
         model.partial_fit(short, epoch=5)
     DTSSBP(likelihood="vmf", n_sweeps=1, random_state=0).partial_fit(normalize(short))
     assert not [w for w in recwarn.list if "tokens" in str(w.message)]
+
+
+def test_a_short_documents_warning_raised_as_an_error_leaves_the_estimator_unfitted():
+    import warnings
+
+    model = DTSSBP(n_sweeps=1, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(UserWarning, match="fewer than"):
+            model.partial_fit(_documents_of(40, 3))
+    assert not hasattr(model, "state_") and not hasattr(model, "trees_")
+    wider = sp.hstack([_documents_of(40, 8), _documents_of(40, 8, seed=1)], format="csr")  # 100 terms
+    assert model.partial_fit(wider).n_features_in_ == 100
