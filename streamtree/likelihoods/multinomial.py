@@ -56,7 +56,8 @@ DIRICHLET_FLOOR = 0.01
 #: an epoch whose documents hold a median of fewer tokens than this is warned about at fitting
 #: (:meth:`Multinomial.fit_rows_concern`): on ten flat topics that share few words the default
 #: fit found none of them at 3-5 tokens a document, and all of them from 6
-#: (``bench/bench_short_documents.py``; topics closer together likely need longer documents)
+#: (``bench/bench_short_documents.py``; topics that share more words need longer documents, so
+#: this is a floor: broader topics failed up to about 12 tokens)
 SHORT_DOCUMENT_TOKENS = 6
 #: ... when it has at least this many documents (a few short ones say nothing about the corpus)
 SHORT_WARNING_MIN_ROWS = 20
