@@ -39,6 +39,7 @@ from sklearn.metrics import adjusted_rand_score
 from sklearn.preprocessing import normalize
 
 import streamtree  # noqa: F401  (configures numba's cache before any model import)
+from bench_planted import parse_seeds
 from streamtree.model import DTSSBP
 
 EM_STARTS = 3
@@ -74,13 +75,6 @@ def unigram_mixture(C: sp.csr_matrix, k: int, seed: int) -> np.ndarray:
         if ll > best_ll:
             best, best_ll = resp.argmax(axis=1), ll
     return best
-
-
-def parse_seeds(text: str) -> list[int]:
-    if "-" in text:
-        a, b = text.split("-")
-        return list(range(int(a), int(b) + 1))
-    return [int(s) for s in text.split(",") if s.strip()]
 
 
 def main() -> None:

@@ -101,7 +101,7 @@ def fresh_npmi(corpus: SouCorpus, likelihood: str, args, rows: list[sp.csr_matri
     for t in range(len(corpus.labels)):
         model = DTSSBP(**model_params(likelihood, args, rows))
         c0 = time.process_time()
-        model.partial_fit((rows or corpus.X)[t] if likelihood == "vmf" else corpus.counts[t], epoch=0)
+        model.partial_fit(model_rows(corpus, likelihood, rows)[t], epoch=0)
         cpu += time.process_time() - c0
         model.close()
         tree = model.trees_[-1]
@@ -115,7 +115,7 @@ def pooled_npmi(corpus: SouCorpus, likelihood: str, args, rows: list[sp.csr_matr
     per decade, the mean NPMI of the 20 nodes holding the most of that decade's documents.
     Also the fit's CPU seconds and its occupied nodes."""
     model = DTSSBP(**model_params(likelihood, args, rows))
-    X = sp.vstack((rows or corpus.X) if likelihood == "vmf" else corpus.counts, format="csr")
+    X = sp.vstack(model_rows(corpus, likelihood, rows), format="csr")
     c0 = time.process_time()
     model.partial_fit(X, epoch=0, label="all decades")
     cpu = time.process_time() - c0
@@ -240,6 +240,11 @@ def vmf_rows(corpus: SouCorpus, weighting: str, length_power: float) -> list[sp.
     return [weighted_rows(C, idf=idf, length_power=length_power, reference=ref) for C in corpus.counts]
 
 
+def model_rows(corpus: SouCorpus, likelihood: str, rows: list[sp.csr_matrix] | None) -> list[sp.csr_matrix]:
+    """Per decade, what the model reads: the vMF rows (``rows``, or the corpus's unit rows) or the counts."""
+    return (rows or corpus.X) if likelihood == "vmf" else corpus.counts
+
+
 def model_params(likelihood: str, args, rows: list[sp.csr_matrix] | None) -> dict:
     """The ``DTSSBP`` parameters this run sets; the rest stay at the model's defaults."""
     params = {"likelihood": likelihood, "max_depth": args.max_depth, "random_state": args.seed}
@@ -261,7 +266,7 @@ def run_model(corpus: SouCorpus, likelihood: str, args, rows: list[sp.csr_matrix
     hyper = []  # the chain's stick hyperparameters after each decade
     c0 = time.process_time()
     for t, label in enumerate(corpus.labels):
-        X = (rows or corpus.X)[t] if likelihood == "vmf" else corpus.counts[t]
+        X = model_rows(corpus, likelihood, rows)[t]
         try:
             model.partial_fit(X, epoch=t, label=label)
         except ValueError as exc:
