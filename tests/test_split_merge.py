@@ -18,6 +18,7 @@ by a chi-square test.
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -151,18 +152,19 @@ class Case:
         return MoveState(tree, labels, self.X, dict(self.past), theta, conc)
 
 
-def _check_invariance(case: Case, n_draws: int, n_attempts: int, seed: int) -> tuple[float, int]:
+def _check_invariance(case: Case, n_draws: int, n_attempts: int, seed: int,
+                      proposal: str = "launch", subset_min_docs: int = 1) -> tuple[float, int]:
     rng = np.random.default_rng(seed)
     p = np.exp(case.logp - case.logp.max())
     p /= p.sum()
-    moves = SplitMerge(case.lik, case.kw, integrate_split_node=case.integrated)
+    moves = SplitMerge(case.lik, case.kw, integrate_split_node=case.integrated, subset_min_docs=subset_min_docs)
     starts = rng.choice(len(case.states), size=n_draws, p=p)
     hist = np.zeros(len(case.states))
     accepted = 0
     for s in starts:
         st = case.move_state(case.states[s], rng)
         for _ in range(n_attempts):
-            accepted += moves.attempt(st, rng, born=1) is not None
+            accepted += moves.attempt(st, rng, born=1, proposal=proposal) is not None
         hist[case.index[case.canonical(st.tree, st.labels)]] += 1
     expected = p * n_draws
     keep = expected >= 5
@@ -301,6 +303,75 @@ def test_a_chi_square_check_detects_a_wrong_acceptance(monkeypatch):
     monkeypatch.setattr(SplitMerge, "_log_q", staticmethod(lambda lo, to_new: 0.0))
     pval, _ = _check_invariance(case, n_draws=3000, n_attempts=3, seed=1)
     assert pval < 1e-3
+
+
+def _root_and_newborn_case():
+    return _vmf_case(1, {ROOT: -1}, {ROOT: 3})
+
+
+def _kept_child_case():
+    return _vmf_case(1, {ROOT: -1, 1: ROOT}, {ROOT: 2, 1: 2})
+
+
+@pytest.mark.parametrize("make, floor", [(_root_and_newborn_case, 1), (_root_and_newborn_case, 2),
+                                         (_kept_child_case, 1), (_multinomial_flat_case, 1),
+                                         (lambda: _integrated(_multinomial_flat_case()), 1)],
+                         ids=["root and newborns", "root and newborns, two documents or more", "kept child",
+                              "multinomial", "multinomial, split node integrated"])
+def test_subset_proposals_keep_the_target(make, floor):
+    """Splits that send a uniform subset of the split node's documents (a uniform size from the
+    floor up, then a uniform subset of it), and the merges that pay that subset's probability
+    as their reverse split, leave the target invariant: splitting off a child or a sibling,
+    refilling a kept node, with the split node's parameter held or integrated out."""
+    case = make()
+    pval, accepted = _check_invariance(case, n_draws=3000, n_attempts=3, seed=6, proposal="subset",
+                                       subset_min_docs=floor)
+    assert accepted > 250
+    assert pval > 1e-3
+
+
+def test_the_subset_proposal_moves_no_fewer_documents_than_its_floor():
+    from streamtree.inference.split_merge import SUBSET_MIN_DOCS
+
+    assert SplitMerge(_root_and_newborn_case().lik, {}).subset_min_docs == SUBSET_MIN_DOCS
+    case = _root_and_newborn_case()  # four documents at the root
+    rng = np.random.default_rng(0)
+    moves = SplitMerge(case.lik, case.kw, subset_min_docs=3)
+    sizes = set()
+    for _ in range(400):
+        st = case.move_state(case.states[0], rng)  # every document at the root
+        res = moves.attempt(st, rng, born=1, proposal="subset")
+        if res is not None and res.kind == "split":
+            sizes.add(res.rows.size)
+    assert sizes and min(sizes) >= 3
+    with pytest.raises(ValueError, match="subset_min_docs"):
+        SplitMerge(case.lik, case.kw, subset_min_docs=0)
+
+
+def test_a_subset_proposal_without_its_size_factor_is_detected(monkeypatch):
+    """The check has power for the subset proposal: dropping the probability of its size (the
+    ``log(n + 1)`` term) from both directions' reverse-proposal probability is detected."""
+    from streamtree.inference import split_merge
+
+    exact = split_merge.subset_log_q
+    monkeypatch.setattr(split_merge, "subset_log_q", lambda n, k, low=0: exact(n, k, low) + math.log(n - low + 1))
+    pval, _ = _check_invariance(_root_and_newborn_case(), n_draws=3000, n_attempts=3, seed=6, proposal="subset")
+    assert pval < 1e-3
+
+
+def test_subset_log_q_sums_to_one_over_the_subsets():
+    from streamtree.inference.split_merge import subset_log_q
+
+    for n in range(6):
+        total = sum(math.comb(n, k) * math.exp(subset_log_q(n, k)) for k in range(n + 1))
+        assert total == pytest.approx(1.0, rel=1e-12)
+
+
+def test_an_unknown_proposal_is_refused():
+    case = _root_and_newborn_case()
+    st = case.move_state(case.states[0], np.random.default_rng(0))
+    with pytest.raises(ValueError, match="proposal must be one of"):
+        SplitMerge(case.lik, case.kw).attempt(st, np.random.default_rng(0), proposal="seeded")
 
 
 def test_relocation_keeps_the_target():
@@ -1550,10 +1621,10 @@ def test_merges_that_skip_a_hopeless_launch_leave_the_chain_unchanged(family, in
             events.append((draws, "launch " + place[0], copy.deepcopy(draws.bit_generator.state)))
             return out
 
-        def merged(*args, _merge=merge):
-            events.append((args[-1], "merge", None))
-            out = _merge(*args)
-            events.append((args[-1], "merge done", None))
+        def merged(st, a, b, i, j, draws, *args, _merge=merge):
+            events.append((draws, "merge", None))
+            out = _merge(st, a, b, i, j, draws, *args)
+            events.append((draws, "merge done", None))
             return out
 
         moves._allocation, moves._launch_uniforms, moves._merge = counted, drawn, merged
@@ -1585,3 +1656,24 @@ def test_merges_that_skip_a_hopeless_launch_leave_the_chain_unchanged(family, in
             assert inside[1][2] == inside[0][2]  # nothing drawn between them
             places.add(inside[0][1])
     assert places == {"launch new", "launch old"}
+
+
+class _SubsetAttempts(SplitMerge):
+    """Split-merge attempts with the subset proposal (the chains' helpers call ``attempt``)."""
+
+    def attempt(self, st, rng, *, born=0, proposal="subset"):
+        return super().attempt(st, rng, born=born, proposal=proposal)
+
+
+@pytest.mark.slow  # about 25 s
+def test_subset_proposals_keep_the_windowed_nested_target(alike_case):
+    """Subset splits and their merges in the nested windowed states (depth cap 2: split nodes
+    with children, new nodes that adopt their newborn siblings, merges that lift them), with
+    relocations: the final states follow the target, and the adopting splits balance the
+    lifting merges (:func:`_adoption_flux_z`)."""
+    moves = _SubsetAttempts(alike_case.lik, alike_case.kw, subset_min_docs=1)
+    pval, kinds, _ = _nested_chain(alike_case, 16000, 11, moves=moves, rounds=8, lifts=False)
+    assert kinds["split"] > 1000 and kinds["merge"] > 1000
+    assert kinds["adopt split"] >= 5 and kinds["lift merge"] >= 5
+    assert pval > 1e-3
+    assert abs(_adoption_flux_z(kinds)) < 3.0

@@ -83,6 +83,17 @@ small nodes as frequent as those of large ones.
   launch (its uniforms are still drawn, so the random stream is the same).
 * anything else: nothing happens.
 
+The *subset* proposal (``attempt(..., proposal="subset")``) is a second kernel with the same
+draws, places and target; only the allocation of ``a``'s other documents differs: a size ``k``
+uniform on ``l..m`` (``m`` other documents; ``l + 1 =`` :data:`SUBSET_MIN_DOCS` move with
+``j``; no split where ``m < l``, no merge of a node of fewer), then a uniform subset of that
+size, probability ``1 / ((m - l + 1) C(m, k))`` (:func:`subset_log_q`). Its splits are blind and nearly always
+rejected. Its merges are what it is for: where two nodes hold one cluster, every document goes
+either way at even odds under the launch, which gives the reverse split about ``2^-n``, while
+the collapsed prior of a given partition of ``n`` documents into ``k`` and ``n - k`` is about
+``1 / C(n, k)`` below the merged state's. The subset's reverse probability is of that size, so
+such a merge is accepted on its likelihood ratio.
+
 Per-document probabilities are clipped to ``[EPS, 1 - EPS]`` so that every split has positive
 proposal probability. An attempt costs O(nnz) of the documents of ``a`` and ``b`` plus a few
 O(p) marginals and one O(depth x branching) prior difference
@@ -117,6 +128,13 @@ EPS = 1e-3
 #: document; three scans raised the planted trees' mean ARI from 0.61 (one launch compared
 #: with the merged node) to 0.74 over five seeds (BENCHMARKS.md)
 LAUNCH_SCANS = 3
+#: how a split allocates the split node's other documents (:meth:`SplitMerge.attempt`)
+PROPOSALS = ("launch", "subset")
+#: the fewest documents a subset split moves (and a subset merge joins). Smaller groups are the
+#: z-sweep's, which moves documents one at a time, and the launch's, whose reverse split of a
+#: duplicate costs about ``n log 2``, under 7 nats below 10 documents. In epochs of 60
+#: documents a floor of 1 merged away more small nodes (BENCHMARKS.md, "Subset split proposals")
+SUBSET_MIN_DOCS = 10
 
 
 @dataclass
@@ -170,6 +188,14 @@ def _log_count(n: int) -> float:
         with np.errstate(divide="ignore"):
             _log_counts = np.log(np.arange(max(n + 1, 2 * _log_counts.size, 1024), dtype=np.float64))
     return _log_counts[n]
+
+
+def subset_log_q(n_others: int, k: int, low: int = 0) -> float:
+    """log probability that the subset proposal sends exactly a given ``k`` of ``n_others``
+    documents to the split-off node: a size uniform on ``low..n_others``, then a uniform subset
+    of that size, ``-log(n_others - low + 1) - log C(n_others, k)``."""
+    return -(math.log(n_others - low + 1) + math.lgamma(n_others + 1) - math.lgamma(k + 1)
+             - math.lgamma(n_others - k + 1))
 
 
 def _log_uniform(rng: np.random.Generator) -> float:
@@ -458,10 +484,13 @@ class SplitMerge:
     integrate_split_node : bool
         Splits and merges integrate the split node's own parameter out where they can
         (:meth:`collapses`); otherwise they hold it at its current value.
+    subset_min_docs : int
+        The fewest documents the subset proposal moves (:data:`SUBSET_MIN_DOCS`).
     """
 
     def __init__(self, likelihood: Likelihood, stick_kwargs: dict, launch_scans: int = LAUNCH_SCANS,
-                 freeze_carried: bool = False, integrate_split_node: bool = False) -> None:
+                 freeze_carried: bool = False, integrate_split_node: bool = False,
+                 subset_min_docs: int = SUBSET_MIN_DOCS) -> None:
         if launch_scans < 0:
             raise ValueError(f"launch_scans must be >= 0, got {launch_scans}")
         self.lik = likelihood
@@ -473,6 +502,9 @@ class SplitMerge:
         #: merges skip the reverse launch where the ratio without it already rejects (the same
         #: decisions and random stream; False runs every launch, which the tests compare with)
         self.skip_hopeless_launches = True
+        if subset_min_docs < 1:
+            raise ValueError(f"subset_min_docs must be >= 1, got {subset_min_docs}")
+        self.subset_min_docs = subset_min_docs
 
     @staticmethod
     def index(st: MoveState) -> DocumentIndex:
@@ -786,8 +818,16 @@ class SplitMerge:
         return -_log_count(n_occupied) - _log_count(n_partners) - _log_count(n_b) - _log_count(n_b + n_a - 1)
 
     # ------------------------------------------------------------------ one attempt
-    def attempt(self, st: MoveState, rng: np.random.Generator, *, born: int = 0) -> MoveResult | None:
-        """One attempt (see the module docstring); the accepted move, if any, is applied to ``st``."""
+    def attempt(self, st: MoveState, rng: np.random.Generator, *, born: int = 0,
+                proposal: str = "launch") -> MoveResult | None:
+        """One attempt (see the module docstring); the accepted move, if any, is applied to ``st``.
+
+        ``proposal`` is how a split allocates the split node's other documents, and so the
+        reverse-split probability a merge pays: ``"launch"`` (the launch and its restricted
+        scans) or ``"subset"`` (a uniform size, then a uniform subset of that size;
+        :func:`subset_log_q`). Each is an exact kernel on its own."""
+        if proposal not in PROPOSALS:
+            raise ValueError(f"proposal must be one of {PROPOSALS}, got {proposal!r}")
         n = st.labels.size
         if n < 2:
             return None
@@ -801,7 +841,7 @@ class SplitMerge:
             # j uniform among rows_a without i (ascending, i at position p): the k-th of them
             k = int(rng.integers(rows_a.size - 1))
             j = int(rows_a[k + (k >= int(np.searchsorted(rows_a, i)))])
-            return self._split(st, a, i, j, rng, born)
+            return self._split(st, a, i, j, rng, born, proposal)
         occupied = idx.occupied()  # a merge: a node, a partner, a document of each group
         b = int(occupied[rng.integers(occupied.size)])
         if b == ROOT:
@@ -817,7 +857,7 @@ class SplitMerge:
         i = int(_kth_of_union(rows_a, rows_b, j, rng.integers(n_pool)))
         if st.labels[i] == b:
             return None  # a split keeps i at a: this draw cannot reverse one
-        return self._merge(st, a, b, i, j, rng)
+        return self._merge(st, a, b, i, j, rng, proposal)
 
     # ------------------------------------------------------------------ relocation
     def relocate(self, st: MoveState, rng: np.random.Generator) -> MoveResult | None:
@@ -1196,7 +1236,7 @@ class SplitMerge:
         return replace(res, redrawn=self._redraw(st, leaves, rng))
 
     def _split(self, st: MoveState, a: int, i: int, j: int, rng: np.random.Generator,
-               born: int) -> MoveResult | None:
+               born: int, proposal: str = "launch") -> MoveResult | None:
         idx = self.index(st)
         places = self.places(st, st.tree, lambda x: x in idx.rows, a)
         if not places:
@@ -1205,8 +1245,17 @@ class SplitMerge:
         rows_a = idx.of(a)
         keep = (rows_a != i) & (rows_a != j)
         others = rows_a[keep]
-        lo = self._allocation(st, a, place, i, j, others, rng, self._own_scores(st, a)[keep])
-        to_new = rng.random(others.size) < launch_probabilities(lo, EPS)
+        if proposal == "subset":
+            low = self.subset_min_docs - 1  # j moves too
+            if others.size < low:
+                return None
+            to_new = np.zeros(others.size, dtype=np.bool_)
+            to_new[rng.permutation(others.size)[:int(rng.integers(low, others.size + 1))]] = True
+            log_q = subset_log_q(others.size, int(np.count_nonzero(to_new)), low)
+        else:
+            lo = self._allocation(st, a, place, i, j, others, rng, self._own_scores(st, a)[keep])
+            to_new = rng.random(others.size) < launch_probabilities(lo, EPS)
+            log_q = self._log_q(lo, to_new)
         rows_b = np.concatenate([[j], others[to_new]]).astype(np.int64)
         docs = document_set(st.X, rows_b, self.lik.sets_need_terms)
         own = host = theta_a = docs_rest = None
@@ -1240,7 +1289,7 @@ class SplitMerge:
         n_partners = (len(t.children[place[1]]) - place[3] + 1 if place[0] == "new"
                       else len(t.children[t.parent[b]]))
         log_a = (self._log_ratio(st, split, a, b, place, docs, idx.prior.delta(edit, **self.kw), len(places),
-                                 self._log_q(lo, to_new), theta_b, own, host)
+                                 log_q, theta_b, own, host)
                  + self._log_select_merge(len(idx.rows) + 1, n_partners, rows_b.size, n_a - rows_b.size)
                  - self._log_select_split(st.labels.size, n_a))
         if _log_uniform(rng) >= log_a:
@@ -1263,7 +1312,8 @@ class SplitMerge:
         idx.move(a, b, rows_b)
         return MoveResult("split", b, a, rows_b, redrawn=(a,) if own is not None else ())
 
-    def _merge(self, st: MoveState, a: int, b: int, i: int, j: int, rng: np.random.Generator) -> MoveResult | None:
+    def _merge(self, st: MoveState, a: int, b: int, i: int, j: int, rng: np.random.Generator,
+               proposal: str = "launch") -> MoveResult | None:
         t = st.tree
         new = self.is_new(st, t, b)
         if not (new or self.kept(st, b)) or (a == ROOT and not self.kw["root_holds_data"]):
@@ -1305,13 +1355,20 @@ class SplitMerge:
                                 len(places), 0.0, st.theta[b], own)
         select_merge = self._log_select_merge(len(idx.rows), len(self.partners(st, t, b)), rows_b.size, n_a)
         select_split = self._log_select_split(st.labels.size, n_a + rows_b.size)
-        uniforms = self._launch_uniforms(place, others.size, rng)
-        log_u = _log_uniform(rng)
-        if log_u >= -(ratio + select_merge - select_split) and self.skip_hopeless_launches:
-            return None
-        lo = self._allocation(st, a, place, i, j, others, rng, theta_a=theta_a, uniforms=uniforms)
-        if log_u >= -(ratio - self._log_q(lo, st.labels[others] == b) + select_merge - select_split):
-            return None
+        if proposal == "subset":  # the reverse split's probability needs no draws
+            if rows_b.size < self.subset_min_docs:
+                return None  # no subset split makes a node this small
+            log_q = subset_log_q(others.size, rows_b.size - 1, self.subset_min_docs - 1)
+            if _log_uniform(rng) >= -(ratio - log_q + select_merge - select_split):
+                return None
+        else:
+            uniforms = self._launch_uniforms(place, others.size, rng)
+            log_u = _log_uniform(rng)
+            if log_u >= -(ratio + select_merge - select_split) and self.skip_hopeless_launches:
+                return None
+            lo = self._allocation(st, a, place, i, j, others, rng, theta_a=theta_a, uniforms=uniforms)
+            if log_u >= -(ratio - self._log_q(lo, st.labels[others] == b) + select_merge - select_split):
+                return None
         if own is not None:
             self._set_own(st, a, theta_a)
         st.labels[rows_b] = a
