@@ -8,9 +8,9 @@ documents: it was lifted at even odds every sweep, its past documents then stopp
 depth limit, the sampled alpha0 collapsed and the streamed tree dissolved into new nodes.
 Past documents never move: an internal node holding them is not lifted, and a carried leaf is
 not merged (only its current documents may move to its parent), since its past documents would
-move with no likelihood to weigh against the prior's gain (the window retires such a node). An
-empty internal node born in this epoch is no candidate either: the exact lifts of the
-split-merge moves remove it.
+move with no likelihood to weigh against the prior's gain (the window retires such a node).
+Nodes born in this epoch are no candidates: the exact moves (split-merge with the subset
+proposal, lifts) merge and remove them.
 """
 
 import copy
@@ -115,16 +115,22 @@ def test_heat_bath_merge_follows_the_windowed_prior_odds():
         assert abs(seen[outcome] - n_trials * p) < 4.5 * sd, (outcome, seen, expected)
 
 
-def test_internal_node_holding_past_documents_is_not_lifted():
-    # root -> a -> b (5 past documents) -> c (2 past): lifting b would move its past documents
-    # to a unscored by any likelihood while c rises; the windowed prior alone favours it here
+def _line(past_b: int, past_c: int) -> tuple[ChainState, tuple[int, int, int]]:
+    """root -> a -> b -> c with ``past_b`` and ``past_c`` past documents at b and c."""
     st = ChainState.empty(max_depth=3, window=2, n_features=1)
     a = st.tree.add_child(0)
     b = st.tree.add_child(a)
     c = st.tree.add_child(b)
     for nid in (0, a, b, c):
         st.nodes.add(nid, np.zeros(1), 1.0)
-    st.window.commit({b: 5, c: 2})
+    st.window.commit({k: v for k, v in ((b, past_b), (c, past_c)) if v})
+    return st, (a, b, c)
+
+
+def test_internal_node_holding_past_documents_is_not_lifted():
+    # root -> a -> b (5 past documents) -> c (2 past): lifting b would move its past documents
+    # to a unscored by any likelihood while c rises; the windowed prior alone favours it here
+    st, (a, b, c) = _line(5, 2)
     st.hyper = dict(HYPER, alpha0=0.5)
     lifted = copy.deepcopy(st.tree)
     lifted.merge_into_parent(b)
@@ -138,7 +144,6 @@ def test_internal_node_holding_past_documents_is_not_lifted():
         sampler = EpochSampler(state, likelihood=None, settings=_settings(), sweeper=None,
                                rng=np.random.default_rng(seed))
         sampler.prev_slot = dict(state.nodes.slot)  # carried from the previous epoch
-        sampler.born_sweep[c] = sampler.sweep  # c too young to retire: b stays internal
         sampler._merge_internal({}, {}, {}, 0)
         assert b in state.tree and state.window.total[b] == 5
 
@@ -156,6 +161,27 @@ def test_empty_new_internal_node_is_left_to_the_exact_lifts():
         sampler._merge_internal({}, {}, {}, 0)
         lifted += b not in state.tree and c in state.tree
     assert expected["b lifted"] > 0.05 and lifted == 0
+
+
+def test_new_internal_node_with_documents_is_left_to_the_exact_moves():
+    # root -> a -> b -> c, all born in this epoch, b holding 2 current documents that its
+    # parent explains far better (+20 nats): carried, b would be merged nearly always; new, it
+    # is no candidate (the subset proposal's merges join such a node exactly)
+    st, (a, b, c) = _line(0, 0)
+    st.hyper = dict(HYPER)
+    merged = {True: 0, False: 0}
+    for carried in (True, False):
+        for seed in range(50):
+            state = copy.deepcopy(st)
+            sampler = EpochSampler(state, likelihood=_FixedBayesFactor(20.0, 0.0), settings=_settings(),
+                                   sweeper=None, rng=np.random.default_rng(seed))
+            if carried:
+                sampler.prev_slot = dict(state.nodes.slot)
+                sampler.prev_theta = state.nodes.theta.copy()
+            sampler.labels_now = np.array([b, b])
+            sampler._merge_internal({b: 2}, {b: np.zeros(1)}, {b: 0.0}, 0)
+            merged[carried] += b not in state.tree
+    assert merged[True] >= 45 and merged[False] == 0
 
 
 def _carried_leaf_chain():
@@ -187,6 +213,7 @@ def test_carried_leaf_is_not_merged_into_its_parent():
         state = copy.deepcopy(st)
         sampler = EpochSampler(state, likelihood=None, settings=_settings(), sweeper=None,
                                rng=np.random.default_rng(seed))
+        sampler.prev_slot = dict(state.nodes.slot)  # carried from the previous epoch
         sampler._merge_internal({}, {}, {}, 0)
         assert c in state.tree and state.window.total[c] == 6 and state.window.total[b] == 1
 
@@ -218,6 +245,8 @@ def test_carried_leaf_hands_its_current_documents_to_its_parent_at_the_heat_bath
         state = copy.deepcopy(st)
         sampler = EpochSampler(state, likelihood=_FixedBayesFactor(data, 0.0), settings=_settings(), sweeper=None,
                                rng=np.random.default_rng(seed))
+        sampler.prev_slot = dict(state.nodes.slot)  # carried from the previous epoch
+        sampler.prev_theta = state.nodes.theta.copy()
         sampler.labels_now = np.array([c, c])
         current, sums, sumsq = {c: 2}, {c: np.zeros(1)}, {c: 0.0}
         sampler._merge_internal(current, sums, sumsq, 0)

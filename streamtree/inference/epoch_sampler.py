@@ -44,7 +44,7 @@ from streamtree.events import epoch_events
 from streamtree.inference.enumerated import row_sq_norms
 from streamtree.inference.merge import CollapsedPrior
 from streamtree.inference.hyper import sample_hyperparameters
-from streamtree.inference.split_merge import MoveState, Previous, SplitMerge
+from streamtree.inference.split_merge import MoveResult, MoveState, Previous, SplitMerge
 from streamtree.inference.sticks import log_masses, mean_sticks, sample_sticks, stick_params
 from streamtree.inference.zsweep import ZSweeper
 from streamtree.likelihoods.base import DocumentSet, Likelihood, document_set
@@ -53,7 +53,6 @@ from streamtree.window import WindowedCounts, subtree_sums
 
 logger = logging.getLogger(__name__)
 
-MERGE_GRACE = 2  # sweeps a new node lives before the internal-node merge may remove it
 #: documents per split-merge attempt and sweep under ``split_proposals="auto"``
 DOCS_PER_SPLIT_ATTEMPT = 100
 #: fewest split-merge attempts per sweep under ``split_proposals="auto"``: fewer mix worse on
@@ -65,6 +64,14 @@ MIN_SPLIT_ATTEMPTS = 50
 #: caps ``MIN_SPLIT_ATTEMPTS`` in epochs of fewer than 50 documents (see
 #: :meth:`SamplerSettings.split_attempts`)
 SPLIT_ATTEMPTS_PER_DOC = 1
+#: the split proposals of each round of split-merge attempts (:meth:`SplitMerge.attempt`) in the
+#: first half of an epoch's sweeps, and once its nodes have settled (from the middle sweep). The
+#: launch finds splits. The subset proposal's merges pay about ``log C(n, k) + log n`` nats for
+#: their reverse split where the launch's pay about ``n log 2``, so a node that duplicates its
+#: parent or a sibling merges; from the first sweep they also merge the epoch's young nodes
+#: before those gather their documents (BENCHMARKS.md, "Subset split proposals")
+SPLIT_PROPOSALS = ("launch",)
+SETTLED_SPLIT_PROPOSALS = ("launch", "subset")
 
 #: tail probability of the time link beyond which a carried node counts as a new node
 IDENTITY_LEVEL = 0.05
@@ -363,7 +370,6 @@ class EpochSampler:
         self.sweeper = sweeper
         self.rng = rng
         self.sweep = 0
-        self.born_sweep: dict[int, int] = {}
         self.root_anchor: np.ndarray | None = None
         self.prev_theta: np.ndarray | None = None  # parameters at the start of the epoch, by slot
         self.prev_slot: dict[int, int] = {}
@@ -549,7 +555,6 @@ class EpochSampler:
                 continue
             parent = int(arrays.ids[prow])
             nid = st.tree.add_child(parent, born=epoch)
-            self.born_sweep[nid] = self.sweep
             col_ids[col] = nid
             docs = DocumentSet(float(stats.counts[col]), stats.sums[row_of[col]], float(stats.sumsq[col]))
             s = st.nodes.slot[parent]
@@ -596,34 +601,25 @@ class EpochSampler:
 
     def _split_merge(self, X, col_ids: np.ndarray, current: dict[int, int], sums: dict[int, np.ndarray],
                      sumsq: dict[int, float], epoch: int) -> tuple[MoveState, SplitMerge]:
-        """``split_attempts`` exact split-merge attempts, each with a relocation attempt of a new
-        node (:mod:`streamtree.inference.split_merge`), on the documents' current nodes; counts,
-        sums and labels follow the accepted moves. Returns the moves' state and moves, their
-        index following the accepted moves, for :meth:`_lift_moves`."""
+        """``split_attempts`` rounds of exact moves (:mod:`streamtree.inference.split_merge`) on
+        the documents' current nodes: a relocation attempt of a new node, then a split-merge
+        attempt with each of :data:`SPLIT_PROPOSALS` (from the middle sweep on,
+        :data:`SETTLED_SPLIT_PROPOSALS`). Counts, sums and labels follow the
+        accepted moves. Returns the moves' state and moves, their index following the accepted
+        moves, for :meth:`_lift_moves`."""
         st, cfg = self.state, self.settings
         move, moves = self._moves(X)
         touched: set[int] = set()
-        for _ in range(cfg.split_attempts(X.shape[0])):
+        n_attempts = cfg.split_attempts(X.shape[0])
+        proposals = SETTLED_SPLIT_PROPOSALS if self.sweep >= cfg.n_sweeps // 2 else SPLIT_PROPOSALS
+        for _ in range(n_attempts):
             moved = moves.relocate(move, self.rng)
             if moved is not None:
                 s = st.nodes.slot[moved.node]
                 st.nodes.theta[s] = move.theta[moved.node]
                 st.nodes.concentration[s] = move.concentration[moved.node]
-            res = moves.attempt(move, self.rng, born=epoch)
-            if res is None:
-                continue
-            touched.update((res.node, res.other))
-            for g in res.redrawn:  # the split node's parameter, drawn afresh with its documents
-                st.nodes.theta[st.nodes.slot[g]] = move.theta[g]
-            if res.kind == "split":
-                if res.node not in st.nodes:
-                    st.nodes.add(res.node, move.theta[res.node], move.concentration[res.node])
-                    self.born_sweep[res.node] = self.sweep
-                self.moves.append((res.node, "split_from", res.other))
-            else:
-                if res.node not in st.tree:
-                    st.nodes.remove(res.node)
-                self.moves.append((res.node, "merged_into", res.other))
+            for proposal in proposals:
+                self._take_move(moves.attempt(move, self.rng, born=epoch, proposal=proposal), move, touched)
         for nid in touched:
             rows = moves.index(move).of(nid)
             current.pop(nid, None), sums.pop(nid, None), sumsq.pop(nid, None)
@@ -633,6 +629,23 @@ class EpochSampler:
                 sums[nid] = docs.s
                 sumsq[nid] = docs.sumsq
         return move, moves
+
+    def _take_move(self, res: MoveResult | None, move: MoveState, touched: set[int]) -> None:
+        """Bring an accepted split-merge move's nodes and parameters into the chain's state."""
+        if res is None:
+            return
+        st = self.state
+        touched.update((res.node, res.other))
+        for g in res.redrawn:  # the split node's parameter, drawn afresh with its documents
+            st.nodes.theta[st.nodes.slot[g]] = move.theta[g]
+        if res.kind == "split":
+            if res.node not in st.nodes:
+                st.nodes.add(res.node, move.theta[res.node], move.concentration[res.node])
+            self.moves.append((res.node, "split_from", res.other))
+        else:
+            if res.node not in st.tree:
+                st.nodes.remove(res.node)
+            self.moves.append((res.node, "merged_into", res.other))
 
     def _identity_rule(self, X, epoch: int, current: dict[int, int]) -> None:
         """Publish a carried node whose content changed beyond recognition as a new node.
@@ -816,8 +829,6 @@ class EpochSampler:
                     continue
                 if res.kind in ("insert", "restore"):
                     st.nodes.add(res.node, move.theta[res.node], move.concentration[res.node])
-                    if res.kind == "insert":
-                        self.born_sweep[res.node] = self.sweep
                 else:
                     st.nodes.remove(res.node)
                     self.moves.append((res.node, "merged_into", res.other))
@@ -826,25 +837,19 @@ class EpochSampler:
 
     def _merge_internal(self, current: dict[int, int], sums: dict[int, np.ndarray], sumsq: dict[int, float],
                         epoch: int, X=None) -> None:
-        """Heat-bath choice, deepest first, for each internal node without past counts (empty ones
-        born in this epoch excepted) between keeping it and merging it into its parent, its
-        children rising, and for each leaf with past counts and current documents between
-        keeping those documents and moving them to the parent: a search heuristic, NOT an exact
-        move (the children's links are not rescored, there is no reverse move). Past documents
-        never move: a carried leaf keeps them, and the window retires it once they leave it. It
-        is kept for what the exact moves cannot do yet:
+        """Heat-bath choice, deepest first, for each carried internal node without past counts
+        between keeping it and merging it into its parent, its children rising, and for each
+        carried leaf with past counts and current documents between keeping those documents
+        and moving them to the parent: a search heuristic, NOT an exact move (the children's
+        links are not rescored, there is no reverse move). Past documents never move: a carried
+        leaf keeps them, and the window retires it once they leave it. It is kept for what the
+        exact moves cannot do yet:
 
         * empty a carried leaf whose documents its parent explains as well. The exact
           counterpart (a split-merge merge of a kept node) is rarely accepted, and without this
           step the node lives on beside its parent and shares its documents (the paper's
           Figure 2 tree: a dying leaf held 34-42 of its parent's documents in the last epoch,
           over three seeds);
-        * merge a node that duplicates its parent (same documents' cluster) into it. The
-          split-merge merge into the parent can propose it, but its reverse split must
-          propose the very subset of documents, and with two parameters alike every document
-          goes either way at even odds: a merge of ``n`` documents pays about ``n log 2``
-          nats and is not accepted (Figure 2 tree: the true root's documents sat in a child of
-          the root, or split between the two);
         * remove a carried internal node without past counts, lifting its children. The exact
           carried lift (:meth:`~streamtree.inference.split_merge.SplitMerge.lift_carried`, run
           in :meth:`_lift_moves`) removes such a node only when it holds no current documents
@@ -855,8 +860,13 @@ class EpochSampler:
           ``1 / (1 + exp(-delta))`` every sweep with no move back, a one-way drift
           (BENCHMARKS.md, "The carried lift's leaf children drawn afresh").
 
-        An empty internal node born in this epoch is left to the exact lifts
-        (:meth:`_lift_moves`).
+        Nodes born in this epoch are left to the exact moves. This step used to merge those too
+        (a node that duplicated its parent, which the launch's merge cannot join); where the
+        evidence between topics is marginal it then flattened the epoch's tree into a swarm of
+        small nodes every sweep (flat topics sharing most words, 30 tokens: 2,825 nodes for
+        3,000 documents at 100 sweeps). The subset proposal's merges
+        (:data:`SETTLED_SPLIT_PROPOSALS`) now join duplicates exactly (BENCHMARKS.md, "Subset
+        split proposals").
 
         See :mod:`streamtree.inference.merge`: the change of the collapsed stick prior of the
         window's documents, past and current, p(z_window | tree) (the hyperparameter sampler's
@@ -883,12 +893,12 @@ class EpochSampler:
         for c in reversed(tree.preorder()):
             if c == ROOT or c not in tree:
                 continue
+            if c not in self.prev_slot:
+                continue  # born in this epoch: the exact moves only (see the docstring)
             past_c = win.total.get(c, 0)
             internal = bool(tree.children[c])
-            if internal and c not in self.prev_slot and not current.get(c, 0):
-                continue  # born in this epoch and empty: the exact lifts (_lift_moves) remove it
             if internal == (past_c > 0):
-                # New leaves are left to the exact moves. An internal node holding past documents
+                # An internal node holding past documents
                 # is not lifted: its past documents would move to the parent unscored by any
                 # likelihood (they are gone), and the prior's gain from gathering them there
                 # while its children rise compounds (SOU, multinomial: +286 nats for one
@@ -904,8 +914,6 @@ class EpochSampler:
                 # each; the sampled alpha0 fell after them, and 5 of 58 years ended as the
                 # root alone).
                 continue
-            if self.sweep - self.born_sweep.get(c, -MERGE_GRACE) < MERGE_GRACE:
-                continue  # too young: a new node needs a few sweeps to gather its documents
             par = tree.parent[c]
             if par == ROOT and not cfg.root_holds_data:
                 continue
