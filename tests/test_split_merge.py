@@ -17,6 +17,7 @@ by a chi-square test.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 
@@ -362,9 +363,80 @@ def test_a_subset_proposal_without_its_size_factor_is_detected(monkeypatch):
 def test_subset_log_q_sums_to_one_over_the_subsets():
     from streamtree.inference.split_merge import subset_log_q
 
-    for n in range(6):
-        total = sum(math.comb(n, k) * math.exp(subset_log_q(n, k)) for k in range(n + 1))
-        assert total == pytest.approx(1.0, rel=1e-12)
+    for n in range(8):
+        for low in range(n + 1):
+            total = sum(math.comb(n, k) * math.exp(subset_log_q(n, k, low)) for k in range(low, n + 1))
+            assert total == pytest.approx(1.0, rel=1e-12)
+    for bad in ((5, 2, 3), (5, 6, 0), (2, 2, 3)):  # k below the floor, k above n, floor above n
+        with pytest.raises(ValueError, match="subset_log_q"):
+            subset_log_q(*bad)
+
+
+def _forty_documents(rng):
+    """A depth-2 state of 40 documents strewn over the root and its kept child 1."""
+    case = _vmf_case(2, {ROOT: -1, 1: ROOT}, {ROOT: 2, 1: 2})
+    X = sp.csr_matrix(np.array([_unit(rng.normal(size=3)) for _ in range(40)]))
+    tree = TSSBTree(2)
+    tree.add_child(ROOT)
+    st = MoveState(tree, rng.choice([ROOT, 1], size=40), X, {ROOT: 2, 1: 2}, dict(case.theta), dict(case.conc))
+    return case, st
+
+
+@pytest.mark.parametrize("integrated", [False, True], ids=["split node held", "split node integrated"])
+def test_a_subset_split_and_its_merge_ask_for_the_same_allocation(integrated, monkeypatch):
+    """Forced through, every subset split's reverse merge scores the same allocation (the same
+    other documents, the same number moved beside j, the same floor): at floors from 1 to
+    beyond the node's size, splits to new and to kept nodes."""
+    from streamtree.inference import split_merge
+
+    asked = []
+    exact = split_merge.subset_log_q
+    monkeypatch.setattr(split_merge, "subset_log_q", lambda m, k, low=0: asked.append((m, k, low)) or exact(m, k, low))
+    rng = np.random.default_rng(1)
+    checked, refused = 0, 0
+    for floor in (1, 2, 5, 10, 14, 30):
+        for _ in range(40):
+            case, st = _forty_documents(rng)
+            moves = SplitMerge(case.lik, case.kw, subset_min_docs=floor, integrate_split_node=integrated)
+            a = int(rng.choice([ROOT, 1]))
+            rows = moves.index(st).of(a)
+            if rows.size < 2:
+                continue
+            i, j = (int(r) for r in rng.choice(rows, size=2, replace=False))
+            asked.clear()
+            monkeypatch.setattr(split_merge, "_log_uniform", lambda draws: -np.inf)  # accept
+            res = moves._split(st, a, i, j, rng, 1, "subset")
+            if res is None:
+                refused += rows.size - 2 < floor - 1  # too few documents to move the floor
+                continue
+            assert res.rows.size >= floor
+            forward = asked[-1]
+            asked.clear()
+            monkeypatch.setattr(split_merge, "_log_uniform", lambda draws: np.inf)  # reject
+            assert moves._merge(st, res.other, res.node, i, j, rng, "subset") is None
+            assert asked and asked[-1] == forward
+            checked += 1
+    assert checked >= 100 and refused > 0
+
+
+def test_a_subset_merge_never_joins_a_node_below_the_floor(monkeypatch):
+    from streamtree.inference import split_merge
+
+    monkeypatch.setattr(split_merge, "_log_uniform", lambda draws: -np.inf)  # accept whatever is proposed
+    rng = np.random.default_rng(2)
+    for _ in range(30):
+        case, st = _forty_documents(rng)
+        n_b = int(np.count_nonzero(st.labels == 1))
+        a_rows = np.flatnonzero(st.labels == ROOT)
+        b_rows = np.flatnonzero(st.labels == 1)
+        if a_rows.size < 1 or b_rows.size < 1:
+            continue
+        i, j = int(a_rows[0]), int(b_rows[0])
+        fresh = copy.deepcopy(st)
+        below = SplitMerge(case.lik, case.kw, subset_min_docs=n_b + 1)
+        assert below._merge(st, ROOT, 1, i, j, rng, "subset") is None
+        at = SplitMerge(case.lik, case.kw, subset_min_docs=n_b)
+        assert at._merge(fresh, ROOT, 1, i, j, rng, "subset") is not None
 
 
 def test_an_unknown_proposal_is_refused():
