@@ -12,8 +12,8 @@ Per epoch ``t`` (ALGORITHM: per-epoch driver):
    turn placeholders that received documents into new nodes; delete nodes whose windowed
    counts are all zero; run the exact split-merge moves and relocations
    (:mod:`~streamtree.inference.split_merge`), the insertions and lifts of empty internal
-   nodes (new ones, and carried ones, which may also come back), and the heat-bath merge
-   (a carried leaf's documents, a new node duplicating its parent, a carried internal node);
+   nodes (new ones, and carried ones, which may also come back), and the heat-bath merge of
+   carried nodes (a carried leaf's documents, a carried internal node);
    slice-sample alpha0, lam, gamma (:mod:`~streamtree.inference.hyper`); re-estimate each
    node's concentration; update the node parameters by MAP, alternating even and odd depths.
 3. Apply the identity rule (:meth:`EpochSampler._identity_rule`), let published ids follow

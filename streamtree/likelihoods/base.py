@@ -552,9 +552,10 @@ class Likelihood(ABC):
         adjusts judge the row by a parameter fitted without it, as its other nodes do. A
         parameter fitted to a node's documents, its own among them, fits a document better than
         it would have without it (its rare words most), so scored as it stands each document
-        sticks where it is, and a cluster the sweeps have cut in two stays cut: the exact
-        split-merge moves cannot join two such halves, because the split that would undo the
-        merge must propose that very cut."""
+        sticks where it is, and a cluster the sweeps have cut in two stays cut: the launch's
+        merge rarely joins two such halves, because the split that would undo it must propose
+        that very cut (the subset proposal's merges can, for halves of at least
+        ``SUBSET_MIN_DOCS`` documents)."""
         return None
 
     def document_log_constant(self, X) -> np.ndarray:
