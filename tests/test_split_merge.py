@@ -372,18 +372,21 @@ def test_subset_log_q_sums_to_one_over_the_subsets():
             subset_log_q(*bad)
 
 
-def _forty_documents(rng):
-    """A depth-2 state of 40 documents strewn over the root and its kept child 1."""
-    case = _vmf_case(2, {ROOT: -1, 1: ROOT}, {ROOT: 2, 1: 2})
+@pytest.fixture(scope="module")
+def depth_two_case():
+    return _vmf_case(2, {ROOT: -1, 1: ROOT}, {ROOT: 2, 1: 2})
+
+
+def _forty_documents(case, rng):
+    """A depth-2 state of 40 documents strewn over the root and its kept child 1 of ``case``."""
     X = sp.csr_matrix(np.array([_unit(rng.normal(size=3)) for _ in range(40)]))
     tree = TSSBTree(2)
     tree.add_child(ROOT)
-    st = MoveState(tree, rng.choice([ROOT, 1], size=40), X, {ROOT: 2, 1: 2}, dict(case.theta), dict(case.conc))
-    return case, st
+    return MoveState(tree, rng.choice([ROOT, 1], size=40), X, {ROOT: 2, 1: 2}, dict(case.theta), dict(case.conc))
 
 
 @pytest.mark.parametrize("integrated", [False, True], ids=["split node held", "split node integrated"])
-def test_a_subset_split_and_its_merge_ask_for_the_same_allocation(integrated, monkeypatch):
+def test_a_subset_split_and_its_merge_ask_for_the_same_allocation(integrated, depth_two_case, monkeypatch):
     """Forced through, every subset split's reverse merge scores the same allocation (the same
     other documents, the same number moved beside j, the same floor): at floors from 1 to
     beyond the node's size, splits to new and to kept nodes."""
@@ -396,7 +399,7 @@ def test_a_subset_split_and_its_merge_ask_for_the_same_allocation(integrated, mo
     checked, refused = 0, 0
     for floor in (1, 2, 5, 10, 14, 30):
         for _ in range(40):
-            case, st = _forty_documents(rng)
+            case, st = depth_two_case, _forty_documents(depth_two_case, rng)
             moves = SplitMerge(case.lik, case.kw, subset_min_docs=floor, integrate_split_node=integrated)
             a = int(rng.choice([ROOT, 1]))
             rows = moves.index(st).of(a)
@@ -419,13 +422,13 @@ def test_a_subset_split_and_its_merge_ask_for_the_same_allocation(integrated, mo
     assert checked >= 100 and refused > 0
 
 
-def test_a_subset_merge_never_joins_a_node_below_the_floor(monkeypatch):
+def test_a_subset_merge_never_joins_a_node_below_the_floor(depth_two_case, monkeypatch):
     from streamtree.inference import split_merge
 
     monkeypatch.setattr(split_merge, "_log_uniform", lambda draws: -np.inf)  # accept whatever is proposed
     rng = np.random.default_rng(2)
     for _ in range(30):
-        case, st = _forty_documents(rng)
+        case, st = depth_two_case, _forty_documents(depth_two_case, rng)
         n_b = int(np.count_nonzero(st.labels == 1))
         a_rows = np.flatnonzero(st.labels == ROOT)
         b_rows = np.flatnonzero(st.labels == 1)
