@@ -2,8 +2,8 @@
 
 Shared by the exact split-merge moves and lifts (:mod:`streamtree.inference.split_merge`), the
 hyperparameter sampler (:mod:`streamtree.inference.hyper`) and the heat-bath merge that the
-epoch sampler keeps as a search heuristic for what the exact moves cannot do yet (retiring a
-carried leaf, merging a node that duplicates its parent, removing a carried internal node; see
+epoch sampler keeps, for carried nodes only, as a search heuristic for what the exact moves
+cannot do yet (retiring a carried leaf's documents, removing a carried internal node; see
 ``EpochSampler._merge_internal``).
 
 A move's prior ratio is on the hot path of those moves (tens of thousands per epoch), so the
