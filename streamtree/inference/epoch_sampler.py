@@ -115,6 +115,12 @@ class SamplerSettings:
         return dict(alpha0=self.alpha0, lam=self.lam, gamma=self.gamma, max_depth=self.max_depth,
                     root_holds_data=self.root_holds_data)
 
+    def settled(self, sweep: int) -> bool:
+        """Whether an epoch's nodes have settled by ``sweep`` (from the middle sweep on): the
+        moves that clean up rather than build (the subset proposal, the carried lift, the
+        heat-bath merge) run from then."""
+        return sweep >= self.n_sweeps // 2
+
     def split_attempts(self, n_docs: int) -> int:
         """Split-merge attempts per sweep for an epoch of ``n_docs`` documents: the number given,
         or for ``"auto"`` one per ``DOCS_PER_SPLIT_ATTEMPT`` documents (at least
@@ -439,9 +445,9 @@ class EpochSampler:
             self.labels_now = col_ids[self.sweeper.labels()]
             if cfg.merge_moves and cfg.split_attempts(n) > 0:
                 move, moves = self._split_merge(rows, col_ids, current, sums, sumsq, epoch)
-                self._lift_moves(move, moves, epoch, carried=sweep >= cfg.n_sweeps // 2)
+                self._lift_moves(move, moves, epoch, carried=cfg.settled(sweep))
                 del move, moves  # their per-node memos: not held through the node update
-            if cfg.merge_moves and sweep >= cfg.n_sweeps // 2:  # once the epoch's nodes have settled
+            if cfg.merge_moves and cfg.settled(sweep):
                 self._merge_internal(current, sums, sumsq, epoch, rows)
             if cfg.sample_hyperparameters:
                 arrays = st.tree.arrays()
@@ -610,9 +616,8 @@ class EpochSampler:
         st, cfg = self.state, self.settings
         move, moves = self._moves(X)
         touched: set[int] = set()
-        n_attempts = cfg.split_attempts(X.shape[0])
-        proposals = SETTLED_SPLIT_PROPOSALS if self.sweep >= cfg.n_sweeps // 2 else SPLIT_PROPOSALS
-        for _ in range(n_attempts):
+        proposals = SETTLED_SPLIT_PROPOSALS if cfg.settled(self.sweep) else SPLIT_PROPOSALS
+        for _ in range(cfg.split_attempts(X.shape[0])):
             moved = moves.relocate(move, self.rng)
             if moved is not None:
                 s = st.nodes.slot[moved.node]
@@ -876,6 +881,8 @@ class EpochSampler:
         with the parent's concentration, exactly as the z-kernel scores a new node; a frozen
         node's documents are scored at its own fixed parameters, :meth:`_frozen`).
         """
+        if not self.prev_slot:
+            return  # nothing carried (the stream's first epoch)
         st, lik, cfg = self.state, self.likelihood, self.settings
         tree, win, nodes = st.tree, st.window, st.nodes
         kw = cfg.with_hyper(st.hyper).stick_kwargs()
@@ -932,7 +939,7 @@ class EpochSampler:
                 else:
                     # a carried node's documents are scored under its full prior, both links:
                     # its previous parameter is part of the evidence for keeping it
-                    prev = self.prev_theta[self.prev_slot[c]] if c in self.prev_slot else None
+                    prev = self.prev_theta[self.prev_slot[c]]
                     data = at_parent - lik.log_marginal(docs, nodes.theta[sp_], float(nodes.concentration[sp_]),
                                                         tree.depth[c], theta_prev=prev)
             # The stick prior's gain from a merge grows like (documents moved) x log(total); when
