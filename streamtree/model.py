@@ -149,7 +149,9 @@ class DTSSBP(BaseEstimator):
         the parameter's dimension in nats, so ``"fixed"`` holds back splits of large nodes. On
         planted trees ``"integrated"`` finds the vMF's lumped true nodes (epoch-0 node counts
         0.87x against 0.69x the truth) but on real short texts it doubles the vMF's swarm of
-        small nodes, and it does not help the multinomial (BENCHMARKS.md).
+        small nodes, and it does not help the multinomial (BENCHMARKS.md). Under
+        ``"integrated"`` the root of a family that links it to the epoch's mean (vMF,
+        multinomial) is integrated out against that link as well.
     min_node_docs : int
         Nodes with fewer documents keep their previous concentration (a newborn node starts
         with its parent's) instead of a noisy estimate.

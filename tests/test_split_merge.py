@@ -9,7 +9,8 @@ leaves at the depth cap (:class:`Case`; :class:`NestedCase` also lets newborn no
 children, as splits that adopt siblings make them). A newborn leaf's parameter is part of the
 state; its marginal target integrates it out under the parent link. With ``integrated`` (moves
 that integrate the split node's parameter out and draw it afresh, :meth:`SplitMerge.collapses`)
-every parameter but the root's is part of the state and integrated out in the target. Draw
+every parameter but the root's is part of the state and integrated out in the target
+(:class:`RootAnchorCase`: the root's too, against its anchor). Draw
 assignments from that exact marginal and the parameters from their conditionals, apply
 split-merge attempts, and compare the distribution of the resulting assignments with the target
 by a chi-square test.
@@ -167,13 +168,20 @@ def _check_invariance(case: Case, n_draws: int, n_attempts: int, seed: int,
         for _ in range(n_attempts):
             accepted += moves.attempt(st, rng, born=1, proposal=proposal) is not None
         hist[case.index[case.canonical(st.tree, st.labels)]] += 1
-    expected = p * n_draws
-    keep = expected >= 5
-    obs = np.append(hist[keep], hist[~keep].sum())
-    exp_ = np.append(expected[keep], expected[~keep].sum())
+    obs, exp_ = _pooled_cells(hist, p * n_draws)
     stat = float(np.sum((obs - exp_) ** 2 / exp_))
     pval = float(chi2.sf(stat, df=obs.size - 1))
     return pval, accepted
+
+
+def _pooled_cells(hist: np.ndarray, expected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Observed and expected counts for a chi-square test: states expected at least 5 times
+    each, the others pooled into one cell (when there are any)."""
+    keep = expected >= 5
+    obs, exp_ = hist[keep], expected[keep]
+    if not keep.all():
+        obs, exp_ = np.append(obs, hist[~keep].sum()), np.append(exp_, expected[~keep].sum())
+    return obs, exp_
 
 
 def _vmf_case(max_depth, fixed_parent, past, root_holds_data=True):
@@ -1009,10 +1017,7 @@ def _nested_chain(case, n_draws, seed, moves=None, rounds=3, lifts_only=False, l
                     kind = "adopt split"
                 kinds[kind] = kinds.get(kind, 0) + 1
         hist[case.index[case.key(st.tree, st.labels)]] += 1
-    expected = p * n_draws
-    keep = expected >= 5
-    obs = np.append(hist[keep], hist[~keep].sum())
-    exp_ = np.append(expected[keep], expected[~keep].sum())
+    obs, exp_ = _pooled_cells(hist, p * n_draws)
     stat = float(np.sum((obs - exp_) ** 2 / exp_))
     return float(chi2.sf(stat, df=obs.size - 1)), kinds, hist
 
@@ -1752,3 +1757,148 @@ def test_subset_proposals_keep_the_windowed_nested_target(alike_case):
     assert kinds["adopt split"] >= 5 and kinds["lift merge"] >= 5
     assert pval > 1e-3
     assert abs(_adoption_flux_z(kinds)) < 3.0
+
+
+class RootAnchorCase(NestedCase):
+    """The root alone fixed, holding documents, with its parameter part of the state: linked to
+    an anchor (its parent-link target at depth 0, :attr:`MoveState.anchor`) and integrated out
+    in the target by quadrature over ``t``, with its newborn leaves' marginals below it (depth
+    cap 1). Moves that integrate the split node's parameter integrate the root's out against
+    the anchor where the family can (:meth:`SplitMerge.collapses`: the multinomial while the
+    root has no children, the vMF always) and hold it elsewhere, so the chain's root parameter
+    is drawn from its exact conditional on a grid."""
+
+    def __init__(self, lik, X, anchor, kw, circle=False):
+        self.anchor = np.asarray(anchor, dtype=float)
+        super().__init__(lik, X, {ROOT: -1}, {}, {}, 1, kw, circle=circle)
+
+    def _log_root(self, tree, labels, t):
+        """log of the root's anchor link, its documents' likelihood and its leaves' marginals at ``t``."""
+        lik, th = self.lik, self.at(t)
+        out = lik.log_link(th, self.anchor, 0)
+        if np.any(labels == ROOT):
+            out += lik.log_likelihood(self._docs(labels, ROOT), th, 1.0)
+        for c in tree.children[ROOT]:
+            out += lik.log_marginal(self._docs(labels, c), th, 1.0, 1)
+        return out
+
+    def log_target(self, tree, labels):
+        arr = tree.arrays()
+        now = np.array([np.sum(labels == i) for i in arr.ids], dtype=float)
+        out = collapsed_log_prior(arr, np.zeros_like(now), now, **self.kw)
+        f = np.array([self._log_root(tree, labels, t) for t in self.nodes_t])
+        return out + float(np.log(np.sum(self.weights_t * np.exp(f - f.max()))) + f.max())
+
+    def move_state(self, s, rng):
+        tree0, labels0 = self._trees[s]
+        tree = TSSBTree(self.max_depth)
+        tree.parent, tree.children = dict(tree0.parent), {k: list(v) for k, v in tree0.children.items()}
+        tree.depth, tree.born, tree.next_id = dict(tree0.depth), dict(tree0.born), tree0.next_id
+        labels = labels0.copy()
+        key = (tuple(labels.tolist()), tuple(tuple(np.flatnonzero(labels == c)) for c in tree.children[ROOT]))
+        p = self._grid_p.get(key)
+        if p is None:
+            f = np.array([self._log_root(tree, labels, t) for t in self.grid])
+            p = self._grid_p[key] = np.exp(f - f.max()) / np.exp(f - f.max()).sum()
+        step = self.grid[1] - self.grid[0]
+        theta = {ROOT: self.at(self.grid[rng.choice(self.grid.size, p=p)] + (rng.random() - 0.5) * step)}
+        conc = {ROOT: 1.0}
+        for c in tree.children[ROOT]:
+            conc[c] = self.lik.new_node_concentration(1.0, 1)
+            theta[c] = self.lik.sample_node_theta(theta[ROOT], conc[c], 1, self._docs(labels, c), rng)
+        return MoveState(tree, labels, self.X, {}, theta, conc, anchor=self.anchor)
+
+
+def _root_anchor_case(family: str) -> RootAnchorCase:
+    """Three documents of two terms (or on the circle) whose anchor is far from where they sit,
+    so that the root's parameter given its documents differs from its prior."""
+    variant = resolve_variant("dtssbp", window=2, max_depth=1, gamma=0.5, xi=0.001)
+    kw = dict(alpha0=2.0, lam=1.0, gamma=1.0, max_depth=1, root_holds_data=True)
+    if family == "multinomial":
+        lik = Multinomial(variant, 2, kappa0=3.0, kappa1=1.0, a=0.0, min_node_docs=2)
+        X = sp.csr_matrix(np.array([[3, 0], [2, 1], [0, 3]], dtype=float))
+        return RootAnchorCase(lik, X, [0.3, 0.7], kw)
+    lik = VonMisesFisher(variant, 2, kappa0=4.0, kappa1=1.0, a=0.0, min_node_docs=2, concentration_bounds=(1e-3, 1e6))
+    X = sp.csr_matrix(np.array([_unit([1.0, 0.1]), _unit([0.8, 0.6]), _unit([-0.3, 1.0])]))
+    return RootAnchorCase(lik, X, _unit([-1.0, -0.2]), kw, circle=True)
+
+
+def _root_redraws(monkeypatch) -> dict:
+    """Count the accepted moves that drew the root's parameter afresh."""
+    seen = {"root": 0}
+    set_own = SplitMerge._set_own
+
+    def counted(self, st, a, theta):
+        seen["root"] += a == ROOT
+        return set_own(self, st, a, theta)
+
+    monkeypatch.setattr(SplitMerge, "_set_own", counted)
+    return seen
+
+
+@pytest.mark.parametrize("family", ["multinomial", pytest.param("vmf", marks=pytest.mark.slow)])  # vmf: 55 s
+def test_moves_that_integrate_the_root_against_its_anchor_keep_the_target(family, monkeypatch):
+    """Splits of the root and merges into it with the root's parameter integrated out against
+    its anchor and drawn afresh (held where the family cannot integrate it against the
+    root's children; ``integrate_split_node``), beside relocations: p(z | tree) x data with
+    the root's parameter integrated out stays invariant."""
+    case = _root_anchor_case(family)
+    seen = _root_redraws(monkeypatch)
+    pval, kinds, _ = _nested_chain(case, 4000, 11, moves=SplitMerge(case.lik, case.kw, integrate_split_node=True),
+                                 rounds=3, lifts=False)
+    assert seen["root"] > 300 and kinds["split"] > 300 and kinds["merge"] > 300
+    assert pval > 1e-3
+
+
+@pytest.mark.slow  # about 30 s
+def test_integrating_the_root_against_a_wrong_anchor_is_detected(monkeypatch):
+    """The check has power: moves that integrate the root against another anchor than the
+    target's (its mirror image) leave the wrong states."""
+    case = _root_anchor_case("multinomial")
+    move_state = case.move_state
+
+    def mirrored(s, rng):
+        st = move_state(s, rng)
+        st.anchor = st.anchor[::-1].copy()
+        return st
+
+    monkeypatch.setattr(case, "move_state", mirrored)
+    pval, _, _ = _nested_chain(case, 4000, 11, moves=SplitMerge(case.lik, case.kw, integrate_split_node=True),
+                                 rounds=3, lifts=False)
+    assert pval < 1e-3
+
+
+def test_the_root_is_integrated_only_with_an_anchor_and_integrated_moves():
+    """The root's parameter is integrated out by moves that integrate the split node's, when
+    the state gives its anchor, unless it is frozen; otherwise it is held."""
+    case = _root_anchor_case("multinomial")
+    st = case.move_state(case.keys.index(next(k for k in case.keys if all(n == ("f", ROOT) for n in k[0]))),
+                         np.random.default_rng(0))
+    place = ("new", ROOT, 0, 0)
+    integrated = SplitMerge(case.lik, case.kw, integrate_split_node=True)
+    assert integrated.collapses(st, st.tree, ROOT, place)
+    assert not SplitMerge(case.lik, case.kw).collapses(st, st.tree, ROOT, place)
+    assert not SplitMerge(case.lik, case.kw, integrate_split_node=True, freeze_carried=True).collapses(
+        replace_carried(st, {ROOT}), st.tree, ROOT, place)
+    st.anchor = None
+    assert not integrated.collapses(st, st.tree, ROOT, place)
+
+
+def test_the_epoch_gives_the_moves_the_root_anchor_of_families_that_link_to_it():
+    """:meth:`Likelihood.root_parent`: the anchor for the vMF and the multinomial under a variant
+    with parent links, none for the Gaussian (whose root has no anchor link) or without them."""
+    from streamtree.likelihoods.gaussian import Gaussian
+
+    anchor = np.array([0.25, 0.75])
+    linked = resolve_variant("dtssbp", window=2, max_depth=2, gamma=0.5, xi=0.001)
+    unlinked = resolve_variant("t-tssbp", window=2, max_depth=2, gamma=0.5, xi=0.001)
+    words = dict(kappa0=3.0, kappa1=1.0, a=0.0, min_node_docs=2)
+    assert Multinomial(linked, 2, **words).root_parent(anchor) is anchor
+    assert VonMisesFisher(linked, 2, **words, concentration_bounds=(1e-3, 1e6)).root_parent(anchor) is anchor
+    assert Multinomial(unlinked, 2, **words).root_parent(anchor) is None
+    gauss = Gaussian(linked, 2, sigma0=2.0, sigma1=0.5, eta=0.9, a=0.5, noise_var=None, min_node_docs=2)
+    assert gauss.root_parent(anchor) is None
+
+
+def replace_carried(st: MoveState, carried: set[int]) -> MoveState:
+    return MoveState(st.tree, st.labels, st.X, st.past, st.theta, st.concentration, carried, st.previous, st.anchor)

@@ -600,7 +600,7 @@ class EpochSampler:
         move = MoveState(st.tree, self.labels_now, X, st.window.total,
                          {i: st.nodes.theta[s] for i, s in zip(ids, slots)},
                          {i: float(st.nodes.concentration[s]) for i, s in zip(ids, slots)}, set(self.prev_slot),
-                         previous)
+                         previous, self.likelihood.root_parent(self.root_anchor))
         return move, SplitMerge(self.likelihood, self.settings.with_hyper(st.hyper).stick_kwargs(),
                                 freeze_carried=self.settings.freeze_after_birth,
                                 integrate_split_node=self.settings.integrate_split_node)

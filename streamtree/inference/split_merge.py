@@ -55,6 +55,11 @@ child, ``a``'s split-state parameter is drawn first (from its conditional withou
 ``b``'s documents are scored below that draw; the merge draws ``a``'s merged-state parameter
 before its reverse launch reads it.
 
+The root is treated so too when the state gives its parent-link target
+(:attr:`MoveState.anchor`, the epoch's root anchor where the family links the root to it):
+its parameter is then part of the state, linked to the anchor at depth 0 as any node is to its
+parent. Without an anchor it is held.
+
 Proposal (one attempt). With probability 1/2 draw a document ``i`` uniformly and ``j``
 uniformly among the other documents of ``i``'s node ``a``; else draw an occupied node ``b``
 uniformly, a partner ``a`` uniformly among ``b``'s parent and siblings (empty or not), ``j``
@@ -120,6 +125,10 @@ from streamtree.likelihoods.base import (DocumentSet, FixedNode, Likelihood, Row
                                         launch_probabilities)
 from streamtree.tree import ROOT, TSSBTree
 
+#: the root's parent in a tree (:attr:`TSSBTree.parent`), which the moves read as the root's
+#: parent-link target :attr:`MoveState.anchor`
+ANCHOR = -1
+
 #: floor on every per-document allocation probability of a split proposal
 EPS = 1e-3
 #: restricted scans of a new node's launch (Jain and Neal's intermediate scans): each refits
@@ -159,6 +168,10 @@ class MoveState:
     #: what each carried node, alive now or not, had at the end of the previous epoch (its time
     #: link's target; a carried node that left the tree may come back with it)
     previous: "dict[int, Previous]" = field(default_factory=dict)
+    #: the root's parent-link target (:meth:`Likelihood.root_parent` of the epoch's root
+    #: anchor), or ``None``: given, moves that integrate the split node's parameter out
+    #: integrate the root's against it too (:meth:`SplitMerge.collapses`)
+    anchor: np.ndarray | None = None
     index: "DocumentIndex | None" = field(default=None, init=False, repr=False)
 
 
@@ -668,7 +681,10 @@ class SplitMerge:
         fixed = self.index(st).fixed
         out = fixed.get(node)
         if out is None:
-            out = fixed[node] = self.lik.fixed_node(st.theta[node], st.concentration[node])
+            if node == ANCHOR:
+                out = fixed[node] = self.lik.fixed_node(st.anchor, None)
+            else:
+                out = fixed[node] = self.lik.fixed_node(st.theta[node], st.concentration[node])
         return out
 
     def _own_scores(self, st: MoveState, node: int) -> np.ndarray:
@@ -752,18 +768,25 @@ class SplitMerge:
         """Whether a split of ``a`` to ``place`` (or the merge that undoes it) integrates
         ``a``'s own parameter out as well as the new node's.
 
-        With ``integrate_split_node`` it does unless ``a`` is the root, its parameter is
-        frozen (``freeze_carried`` and ``a`` carried), the new node adopts some of ``a``'s
-        children, or ``a`` has children in the merged state ``merged`` and the family cannot
-        integrate a parameter against them (:attr:`Likelihood.integrates_children`; a carried
-        child's two links are not conjugate to its parent's parameter either). Then ``a``'s
+        With ``integrate_split_node`` it does unless ``a`` is the root and the state gives no
+        parent-link target for it (:attr:`MoveState.anchor`), its parameter is frozen
+        (``freeze_carried`` and ``a`` carried), the new node adopts some of ``a``'s children,
+        or ``a`` has children in the merged state ``merged`` and the family cannot integrate a
+        parameter against them (:attr:`Likelihood.integrates_children`; a carried child's two
+        links are not conjugate to its parent's parameter either). Then ``a``'s
         parameter has the same links in both states, apart from a new child ``b`` drawn below
         it, and the ratio compares like with like: both groups' documents under integrated
         parameters. Holding ``a`` at its
         parameter instead compares the new node's marginal with a likelihood at a point fitted
         to the same documents; a mode beats a typical posterior draw by about half the
-        parameter's dimension in nats, which held back every split of a large node."""
-        if not self.integrate_split_node or a == ROOT or (self.freeze_carried and a in st.carried):
+        parameter's dimension in nats, which held back every split of a large node.
+
+        The root matters most: it starts an epoch's chain holding every document, and held at
+        their blend it credits a split with nothing for the documents it keeps. Integrating
+        only the root, with other nodes held, was measured as a default and not adopted
+        (BENCHMARKS.md, "The root integrated against its anchor")."""
+        if not self.integrate_split_node or (a == ROOT and st.anchor is None) or (
+                self.freeze_carried and a in st.carried):
             return False
         if place[0] == "new" and place[1] == a and place[3]:
             return False
@@ -771,8 +794,9 @@ class SplitMerge:
         return not kids or (self.lik.integrates_children and not any(c in st.carried for c in kids))
 
     def _own_links(self, st: MoveState, a: int, exclude: int) -> tuple[int, int, np.ndarray | None, np.ndarray | None]:
-        """``a``'s parent, depth, previous-epoch parameter (carried) and children's parameters
-        (``exclude`` left out), as :meth:`_own_marginal` and :meth:`_draw_own` read them."""
+        """``a``'s parent (:data:`ANCHOR` for the root), depth, previous-epoch parameter
+        (carried) and children's parameters (``exclude`` left out), as :meth:`_own_marginal` and
+        :meth:`_draw_own` read them."""
         t = st.tree
         kids = [c for c in t.children[a] if c != exclude]
         children = np.stack([st.theta[c] for c in kids]) if kids else None
@@ -787,7 +811,8 @@ class SplitMerge:
         P, depth, prev, children = self._own_links(st, a, exclude)
         if children is not None:
             docs = self._documents(st, a) if docs is None else docs
-            return self.lik.linked_log_marginal(docs, st.theta[P], st.concentration[a], depth, prev, children)
+            return self.lik.linked_log_marginal(docs, self._fixed(st, P).theta, st.concentration[a], depth, prev,
+                                                children)
         if docs is not None:
             return self._fixed(st, P).log_marginal_below(docs, st.concentration[a], depth, prev)
         key = (self.lik, a, P, depth, "own", prev is not None)
@@ -797,7 +822,8 @@ class SplitMerge:
                   exclude: int = -1) -> np.ndarray:
         """A draw of ``a``'s parameter from its conditional given ``docs`` and its links."""
         P, depth, prev, children = self._own_links(st, a, exclude)
-        return self.lik.sample_linked_theta(st.theta[P], st.concentration[a], depth, docs, rng, prev, children)
+        return self.lik.sample_linked_theta(self._fixed(st, P).theta, st.concentration[a], depth, docs, rng, prev,
+                                            children)
 
     def _set_own(self, st: MoveState, a: int, theta: np.ndarray) -> None:
         st.theta[a] = theta

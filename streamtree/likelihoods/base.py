@@ -633,6 +633,17 @@ class Likelihood(ABC):
         under its time link to ``theta_prev`` when that is given (a node the window carries
         from the previous epoch; its prior is then the product of both links, normalised)."""
 
+    #: whether the family links the root's parameter to the epoch's :meth:`root_anchor` as a
+    #: depth-0 node is linked to its parent (the link :meth:`log_marginal` integrates against
+    #: at depth 0), under a variant with parent links (:meth:`root_parent`)
+    anchors_root: bool = False
+
+    def root_parent(self, anchor: np.ndarray) -> np.ndarray | None:
+        """The root's parent-link target in an epoch whose root anchor is ``anchor``, or ``None``
+        where the root has no such link: the split-merge moves integrate the root's parameter
+        out against it (:meth:`~streamtree.inference.split_merge.SplitMerge.collapses`)."""
+        return anchor if self.anchors_root and self.variant.parent_link else None
+
     #: whether :meth:`linked_log_marginal` and :meth:`sample_linked_theta` integrate a node's
     #: parameter against its children's parent links as well (links conjugate to the
     #: parameter's posterior, as the vMF's are); without, they take childless nodes only

@@ -70,6 +70,7 @@ class Multinomial(WordTopics, Likelihood):
     text_norm = None  # raw counts
     param_storage = "distribution"  # every phi row is strictly positive and sums to 1
     sets_need_terms = True  # a new child's collapsed marginal runs over the set's terms
+    anchors_root = True  # the node update links the root to the epoch's word frequencies at depth 0
     params = ("kappa0", "kappa1", "a", "min_node_docs", "document_concentration")
     #: the chain's ``hyper`` entry holding the document concentration ``s`` in use
     DOCUMENT_HYPER = "document_concentration"

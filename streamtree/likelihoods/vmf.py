@@ -1173,6 +1173,7 @@ class VonMisesFisher(WordTopics, Likelihood):
     param_storage = "direction"
     params = ("kappa0", "kappa1", "a", "min_node_docs", "concentration_bounds", "document_weights")
     integrates_children = True  # a child's parent link is exp(c theta_child . theta): conjugate
+    anchors_root = True  # the MAP step links the root to the epoch's mean direction at depth 0
     #: whether a row's norm is its document's weight (concentration ``beta w``); else rows are unit
     #: (the estimator's setting, ``"auto"`` or a bool, resolved to a bool at construction)
     document_weights: bool | str = "auto"
