@@ -7,7 +7,7 @@ topic puts most of its mass on about a hundred terms, so topics barely share wor
 for each mean length ``L`` in ``--lengths``. No hierarchy and no time: one epoch.
 
 Model: ``DTSSBP`` at its defaults apart from ``max_depth=3`` (``--likelihood``; the vMF reads the
-L2-normalised counts). Baselines, in the same run and on the same documents, both given the true
+L2-normalised counts; ``--split-node integrated`` for the split-merge moves' other mode). Baselines, in the same run and on the same documents, both given the true
 number of topics: scikit-learn's ``KMeans`` on the L2-normalised counts, and a mixture of
 unigrams fitted by EM (the best of three random starts by log likelihood; a reference, not a
 ceiling: one local optimum, which the model sometimes beats).
@@ -22,7 +22,7 @@ each side.
 
 Usage: python bench/bench_short_documents.py [--lengths 3,4,5,6,8,12] [--seeds 0-1]
        [--likelihood multinomial[,vmf]] [--topics 10] [--documents 3000] [--vocabulary 3000]
-       [--topic-concentration 0.05]
+       [--topic-concentration 0.05] [--split-node fixed|integrated]
 """
 
 from __future__ import annotations
@@ -86,13 +86,17 @@ def main() -> None:
     p.add_argument("--documents", type=int, default=3000)
     p.add_argument("--vocabulary", type=int, default=3000)
     p.add_argument("--topic-concentration", type=float, default=0.05)
+    p.add_argument("--split-node", choices=("fixed", "integrated"), default=None,
+                   help="DTSSBP's split_node (default: the estimator's)")
     args = p.parse_args()
+    settings = {} if args.split_node is None else {"split_node": args.split_node}
     lengths = [float(s) for s in args.lengths.split(",") if s.strip()]
     seeds = parse_seeds(args.seeds)
     likelihoods = [s.strip() for s in args.likelihood.split(",") if s.strip()]
     k = args.topics
     print(f"== short documents: {k} flat topics, Dirichlet({args.topic_concentration:g}) over "
-          f"{args.vocabulary} terms, {args.documents} documents; DTSSBP at defaults, max_depth=3")
+          f"{args.vocabulary} terms, {args.documents} documents; DTSSBP at defaults, max_depth=3"
+          + "".join(f", {k}={v}" for k, v in settings.items()))
     print(f"{'model':>12} {'length':>6} {'seed':>4} {'nodes>=1%':>9} {'ratio':>6} {'(0.67-1.5x)':>11} "
           f"{'occupied':>8} {'in <1%':>6} {'ARI':>6} {'k-means':>7} {'EM mixture':>10} {'(>= both)':>9} {'warned':>6} {'CPU s':>6} "
           f"{'k-means CPU':>11} {'EM CPU':>6}")
@@ -111,7 +115,7 @@ def main() -> None:
             em_cpu = time.process_time() - c0
             total += 2
             for lik in likelihoods:
-                model = DTSSBP(likelihood=lik, max_depth=3, random_state=seed)
+                model = DTSSBP(likelihood=lik, max_depth=3, random_state=seed, **settings)
                 c0 = time.process_time()
                 with warnings.catch_warnings(record=True) as caught:  # shown as a column instead
                     warnings.simplefilter("always")

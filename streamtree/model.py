@@ -151,7 +151,8 @@ class DTSSBP(BaseEstimator):
         0.87x against 0.69x the truth) but on real short texts it doubles the vMF's swarm of
         small nodes, and it does not help the multinomial (BENCHMARKS.md). Under
         ``"integrated"`` the root of a family that links it to the epoch's mean (vMF,
-        multinomial) is integrated out against that link as well.
+        multinomial) is integrated out against that link as well, where it can be: while
+        the root has no children (multinomial) or no carried ones (vMF).
     min_node_docs : int
         Nodes with fewer documents keep their previous concentration (a newborn node starts
         with its parent's) instead of a noisy estimate.

@@ -1902,3 +1902,45 @@ def test_the_epoch_gives_the_moves_the_root_anchor_of_families_that_link_to_it()
 
 def replace_carried(st: MoveState, carried: set[int]) -> MoveState:
     return MoveState(st.tree, st.labels, st.X, st.past, st.theta, st.concentration, carried, st.previous, st.anchor)
+
+
+@pytest.mark.parametrize("carried", [False, True], ids=["new root", "carried root"])
+@pytest.mark.parametrize("family", ["multinomial", "vmf"])
+def test_the_roots_marginal_is_the_quadrature_of_its_anchor_link(family, carried):
+    """The root's term in moves that integrate it (:meth:`SplitMerge._own_marginal`) is the log
+    of the integral of its link to the anchor at depth 0 (and its time link when carried, at
+    depth-0 strengths that differ from a child's: ``kappa1`` and ``a`` not neutral), its
+    documents' likelihood and, for the vMF, its children's links."""
+    variant = resolve_variant("dtssbp", window=2, max_depth=2, gamma=0.5, xi=0.001)
+    tree = TSSBTree(2)
+    theta, conc = {}, {ROOT: 1.7}
+    if family == "multinomial":
+        lik = Multinomial(variant, 2, kappa0=3.0, kappa1=0.4, a=0.5, min_node_docs=2)
+        X = sp.csr_matrix(np.array([[3, 0], [2, 1], [0, 3]], dtype=float))
+        at = lambda t: np.array([t, 1.0 - t])  # noqa: E731
+        t, w = np.polynomial.legendre.leggauss(400)
+        t, w = 0.5 * (t + 1.0), 0.5 * w
+        anchor, prev = np.array([0.3, 0.7]), np.array([0.6, 0.4])
+        theta[ROOT] = np.array([0.5, 0.5])
+    else:
+        lik = VonMisesFisher(variant, 2, kappa0=4.0, kappa1=0.4, a=0.5, min_node_docs=2,
+                             concentration_bounds=(1e-3, 1e6))
+        X = sp.csr_matrix(np.array([_unit([1.0, 0.1]), _unit([0.8, 0.6]), _unit([-0.3, 1.0])]))
+        at = lambda t: np.array([np.cos(t), np.sin(t)])  # noqa: E731
+        t = (np.arange(20000) + 0.5) * (2 * np.pi / 20000)
+        w = np.full(t.size, 2 * np.pi / t.size)
+        anchor, prev = _unit([-1.0, -0.2]), _unit([0.3, 1.0])
+        theta[ROOT] = _unit([1.0, 1.0])
+        theta[tree.add_child(ROOT)], conc[1] = _unit([0.2, 1.0]), 1.0
+    labels = np.zeros(3, dtype=np.int64)
+    previous = {ROOT: Previous(prev, 1.0, 0)} if carried else {}
+    st = MoveState(tree, labels, X, {}, theta, conc, {ROOT} if carried else set(), previous, anchor)
+    moves = SplitMerge(lik, dict(alpha0=1.0, lam=0.5, gamma=0.7, max_depth=2, root_holds_data=True),
+                       integrate_split_node=True)
+    docs = DocumentSet(3.0, np.asarray(X.sum(axis=0)).ravel(), float(X.multiply(X).sum()))
+    f = np.array([lik.log_link(at(x), anchor, 0, prev if carried else None)
+                  + lik.log_likelihood(docs, at(x), conc[ROOT])
+                  + sum(lik.log_link(theta[c], at(x), 1) for c in tree.children[ROOT]) for x in t])
+    want = float(np.log(np.sum(w * np.exp(f - f.max()))) + f.max())
+    assert moves._own_marginal(st, ROOT, docs) == pytest.approx(want, abs=1e-8)
+    assert moves._own_marginal(st, ROOT) == pytest.approx(want, abs=1e-8)  # its current documents

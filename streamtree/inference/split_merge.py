@@ -170,7 +170,8 @@ class MoveState:
     previous: "dict[int, Previous]" = field(default_factory=dict)
     #: the root's parent-link target (:meth:`Likelihood.root_parent` of the epoch's root
     #: anchor), or ``None``: given, moves that integrate the split node's parameter out
-    #: integrate the root's against it too (:meth:`SplitMerge.collapses`)
+    #: integrate the root's against it too where they can (:meth:`SplitMerge.collapses`).
+    #: Constant once the moves have indexed the state (their memos read it)
     anchor: np.ndarray | None = None
     index: "DocumentIndex | None" = field(default=None, init=False, repr=False)
 
@@ -781,8 +782,8 @@ class SplitMerge:
         to the same documents; a mode beats a typical posterior draw by about half the
         parameter's dimension in nats, which held back every split of a large node.
 
-        The root matters most: it starts an epoch's chain holding every document, and held at
-        their blend it credits a split with nothing for the documents it keeps. Integrating
+        The root matters most: it starts the first epoch's chain holding every document, and
+        held at their blend it credits a split with nothing for the documents it keeps. Integrating
         only the root, with other nodes held, was measured as a default and not adopted
         (BENCHMARKS.md, "The root integrated against its anchor")."""
         if not self.integrate_split_node or (a == ROOT and st.anchor is None) or (
