@@ -7,10 +7,11 @@ topic puts most of its mass on about a hundred terms, so topics barely share wor
 for each mean length ``L`` in ``--lengths``. No hierarchy and no time: one epoch.
 
 Model: ``DTSSBP`` at its defaults apart from ``max_depth=3`` (``--likelihood``; the vMF reads the
-L2-normalised counts; ``--split-node integrated`` for the split-merge moves' other mode). Baselines, in the same run and on the same documents, both given the true
-number of topics: scikit-learn's ``KMeans`` on the L2-normalised counts, and a mixture of
-unigrams fitted by EM (the best of three random starts by log likelihood; a reference, not a
-ceiling: one local optimum, which the model sometimes beats).
+L2-normalised counts; ``--split-node integrated`` for the split-merge moves' other mode).
+Baselines, in the same run and on the same documents, both given the true number of topics:
+scikit-learn's ``KMeans`` on the L2-normalised counts, and a mixture of unigrams fitted by EM
+(the best of three random starts by log likelihood; a reference, not a ceiling: one local
+optimum, which the model sometimes beats).
 
 Per length and seed: whether the fit warned that the documents are too short
 (``DTSSBP``'s short-documents warning), nodes holding >= 1% of the documents against the truth (target
@@ -96,7 +97,7 @@ def main() -> None:
     k = args.topics
     print(f"== short documents: {k} flat topics, Dirichlet({args.topic_concentration:g}) over "
           f"{args.vocabulary} terms, {args.documents} documents; DTSSBP at defaults, max_depth=3"
-          + "".join(f", {k}={v}" for k, v in settings.items()))
+          + "".join(f", {name}={value}" for name, value in settings.items()))
     print(f"{'model':>12} {'length':>6} {'seed':>4} {'nodes>=1%':>9} {'ratio':>6} {'(0.67-1.5x)':>11} "
           f"{'occupied':>8} {'in <1%':>6} {'ARI':>6} {'k-means':>7} {'EM mixture':>10} {'(>= both)':>9} {'warned':>6} {'CPU s':>6} "
           f"{'k-means CPU':>11} {'EM CPU':>6}")

@@ -19,6 +19,7 @@ by a chi-square test.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import math
 
@@ -824,12 +825,25 @@ class NestedCase:
         proposing from them and accepting with its children's marginals takes too many tries."""
         key = (nid, tuple(np.flatnonzero(labels == nid)),
                tuple(tuple(np.flatnonzero(labels == c)) for c in tree.children[nid]))
+        return self._grid_sample(key, lambda t: self._log_integrand(tree, labels, nid, t), rng)
+
+    def _grid_sample(self, key, log_f, rng):
+        """The parameter of a ``t`` drawn from the density ``exp(log_f(t))`` on the fine grid
+        (jittered within its cell), the grid's probabilities kept under ``key``."""
         p = self._grid_p.get(key)
         if p is None:
-            f = np.array([self._log_integrand(tree, labels, nid, t) for t in self.grid])
+            f = np.array([log_f(t) for t in self.grid])
             p = self._grid_p[key] = np.exp(f - f.max()) / np.exp(f - f.max()).sum()
         step = self.grid[1] - self.grid[0]
         return self.at(self.grid[rng.choice(self.grid.size, p=p)] + (rng.random() - 0.5) * step)
+
+    def _state_copy(self, s):
+        """A fresh copy of state ``s``'s tree and labels, for moves to change."""
+        tree0, labels0 = self._trees[s]
+        tree = TSSBTree(self.max_depth)
+        tree.parent, tree.children = dict(tree0.parent), {k: list(v) for k, v in tree0.children.items()}
+        tree.depth, tree.born, tree.next_id = dict(tree0.depth), dict(tree0.born), tree0.next_id
+        return tree, labels0.copy()
 
     def at(self, t):
         """The parameter of number ``t``."""
@@ -840,11 +854,7 @@ class NestedCase:
         newborn children by rejection: proposed from its conditional given its own documents,
         accepted with its children's marginal likelihood, a probability of their tokens; a fixed
         node with children on a grid)."""
-        tree0, labels0 = self._trees[s]
-        tree = TSSBTree(self.max_depth)
-        tree.parent, tree.children = dict(tree0.parent), {k: list(v) for k, v in tree0.children.items()}
-        tree.depth, tree.born, tree.next_id = dict(tree0.depth), dict(tree0.born), tree0.next_id
-        labels = labels0.copy()
+        tree, labels = self._state_copy(s)
         lik = self.lik
         theta = dict(self.theta)
         conc = dict(self.conc)
@@ -1790,18 +1800,9 @@ class RootAnchorCase(NestedCase):
         return out + float(np.log(np.sum(self.weights_t * np.exp(f - f.max()))) + f.max())
 
     def move_state(self, s, rng):
-        tree0, labels0 = self._trees[s]
-        tree = TSSBTree(self.max_depth)
-        tree.parent, tree.children = dict(tree0.parent), {k: list(v) for k, v in tree0.children.items()}
-        tree.depth, tree.born, tree.next_id = dict(tree0.depth), dict(tree0.born), tree0.next_id
-        labels = labels0.copy()
+        tree, labels = self._state_copy(s)
         key = (tuple(labels.tolist()), tuple(tuple(np.flatnonzero(labels == c)) for c in tree.children[ROOT]))
-        p = self._grid_p.get(key)
-        if p is None:
-            f = np.array([self._log_root(tree, labels, t) for t in self.grid])
-            p = self._grid_p[key] = np.exp(f - f.max()) / np.exp(f - f.max()).sum()
-        step = self.grid[1] - self.grid[0]
-        theta = {ROOT: self.at(self.grid[rng.choice(self.grid.size, p=p)] + (rng.random() - 0.5) * step)}
+        theta = {ROOT: self._grid_sample(key, lambda t: self._log_root(tree, labels, t), rng)}
         conc = {ROOT: 1.0}
         for c in tree.children[ROOT]:
             conc[c] = self.lik.new_node_concentration(1.0, 1)
@@ -1879,7 +1880,7 @@ def test_the_root_is_integrated_only_with_an_anchor_and_integrated_moves():
     assert integrated.collapses(st, st.tree, ROOT, place)
     assert not SplitMerge(case.lik, case.kw).collapses(st, st.tree, ROOT, place)
     assert not SplitMerge(case.lik, case.kw, integrate_split_node=True, freeze_carried=True).collapses(
-        replace_carried(st, {ROOT}), st.tree, ROOT, place)
+        dataclasses.replace(st, carried={ROOT}), st.tree, ROOT, place)
     st.anchor = None
     assert not integrated.collapses(st, st.tree, ROOT, place)
 
@@ -1898,10 +1899,6 @@ def test_the_epoch_gives_the_moves_the_root_anchor_of_families_that_link_to_it()
     assert Multinomial(unlinked, 2, **words).root_parent(anchor) is None
     gauss = Gaussian(linked, 2, sigma0=2.0, sigma1=0.5, eta=0.9, a=0.5, noise_var=None, min_node_docs=2)
     assert gauss.root_parent(anchor) is None
-
-
-def replace_carried(st: MoveState, carried: set[int]) -> MoveState:
-    return MoveState(st.tree, st.labels, st.X, st.past, st.theta, st.concentration, carried, st.previous, st.anchor)
 
 
 @pytest.mark.parametrize("carried", [False, True], ids=["new root", "carried root"])

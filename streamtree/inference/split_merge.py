@@ -682,10 +682,8 @@ class SplitMerge:
         fixed = self.index(st).fixed
         out = fixed.get(node)
         if out is None:
-            if node == ANCHOR:
-                out = fixed[node] = self.lik.fixed_node(st.anchor, None)
-            else:
-                out = fixed[node] = self.lik.fixed_node(st.theta[node], st.concentration[node])
+            theta, conc = (st.anchor, None) if node == ANCHOR else (st.theta[node], st.concentration[node])
+            out = fixed[node] = self.lik.fixed_node(theta, conc)
         return out
 
     def _own_scores(self, st: MoveState, node: int) -> np.ndarray:
@@ -783,8 +781,8 @@ class SplitMerge:
         parameter's dimension in nats, which held back every split of a large node.
 
         The root matters most: it starts the first epoch's chain holding every document, and
-        held at their blend it credits a split with nothing for the documents it keeps. Integrating
-        only the root, with other nodes held, was measured as a default and not adopted
+        held at their blend it credits a split with nothing for the documents it keeps.
+        Integrating only the root, with other nodes held, was measured as a default and not adopted
         (BENCHMARKS.md, "The root integrated against its anchor")."""
         if not self.integrate_split_node or (a == ROOT and st.anchor is None) or (
                 self.freeze_carried and a in st.carried):
