@@ -370,7 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_source_args(r)
     _add_duplicate_texts_arg(r)
     _add_model_args(r)
-    r.add_argument("--top-words", type=_positive_int, default=ReplayConfig.top_words, help="top words stored per node")
+    r.add_argument("--top-words", type=_positive_int, default=ReplayConfig.top_words, help="label words stored per node")
     r.add_argument("--store", required=True, help="snapshot store directory (or pyarrow.fs URI)")
     g = r.add_mutually_exclusive_group()
     g.add_argument("--resume", action="store_true",
@@ -561,7 +561,7 @@ def _add_serve_parser(sub) -> None:
     _add_duplicate_texts_arg(v)
     _add_model_args(v)
     v.add_argument("--address", help="Ray cluster address for --engine ray (default: RAY_ADDRESS or a local one)")
-    v.add_argument("--top-words", type=_positive_int, default=ServeConfig.top_words, help="top words stored per node")
+    v.add_argument("--top-words", type=_positive_int, default=ServeConfig.top_words, help="label words stored per node")
     v.add_argument("--once", action="store_true",
                    help="take the files that are ready, publish every epoch the watermark closed, exit")
     v.add_argument("--metrics-addr", default="127.0.0.1:9750",
@@ -601,7 +601,7 @@ def resolve_epoch(entries: list[dict], text: str) -> dict:
 
 
 LEGEND = ("* born this epoch, < born by splitting from another node, ^ parent changed; counts are the "
-          "epoch's documents in the node's subtree (and at the node itself)")
+          "epoch's documents in the node's subtree (and at the node itself), words their most frequent terms")
 
 
 def _top_words(top_words: int | None) -> int:
@@ -612,10 +612,14 @@ def _top_words(top_words: int | None) -> int:
 
 
 def _node_words(stored, vocabulary, top_words: int) -> list[list[str]]:
+    """Per node, the words the store published (label words: the terms of the documents in
+    its subtree, ``EpochTree.label_words``), or for a store that published none the largest
+    entries of an exactly stored theta."""
     tree = stored.tree
-    if vocabulary is not None and tree.theta.shape[1] == len(vocabulary) and stored.theta_exact:
-        return tree.top_words(vocabulary, top_words)
-    return [w[:top_words] for w in stored.top_words]
+    if any(stored.top_words) or vocabulary is None or tree.theta.shape[1] != len(vocabulary) \
+            or not stored.theta_exact:
+        return [w[:top_words] for w in stored.top_words]
+    return tree.top_words(vocabulary, top_words)
 
 
 def format_epoch(stored, vocabulary=None, *, top_words: int | None = None, min_docs: int = 0, events=None,
@@ -750,8 +754,7 @@ def format_lineage(store, node_id: int, *, top_words: int | None = None) -> str:
     for ep in rec.epochs:
         stored = store.read(ep)
         k = stored.tree.index_of(node_id)
-        words = (stored.tree.top_words(vocab, top_words)[k] if vocab is not None and stored.theta_exact
-                 else stored.top_words[k][:top_words])
+        words = _node_words(stored, vocab, top_words)[k]
         lines.append(f"  epoch {ep} ({labels.get(ep)}): parent {rec.parents[ep]}, "
                      f"{int(stored.tree.subtree_counts[k])} docs ({int(stored.tree.counts[k])} here): "
                      f"{' '.join(words)}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import scipy.sparse as sp
 
 from streamtree.events import Events
 
@@ -107,6 +108,61 @@ class EpochTree:
         n = min(n, self.theta.shape[1])
         top = np.argsort(-self.theta, axis=1, kind="stable")[:, :n]
         return [list(vocabulary[row]) for row in top]
+
+    def subtree_sums(self, X) -> sp.csr_matrix:
+        """Per node, the sum of the rows of ``X`` (this epoch's input, one row per document)
+        assigned to the node or below it: a sparse (K, p) matrix."""
+        X = sp.csr_matrix(X)
+        if X.shape[0] != self.assignments.shape[0]:
+            raise ValueError(f"X has {X.shape[0]} rows but the tree assigns {self.assignments.shape[0]} documents")
+        row = {int(n): k for k, n in enumerate(self.node_ids)}
+        parent_row = np.array([row.get(int(p), -1) for p in self.parent], dtype=np.int64)
+        # each document counts at its node and at every ancestor (pre-order: parents come first)
+        node_rows, doc_rows = [], []
+        at = np.array([row[int(n)] for n in self.assignments], dtype=np.int64)
+        docs = np.arange(at.size)
+        while at.size:
+            node_rows.append(at)
+            doc_rows.append(docs)
+            keep = parent_row[at] >= 0
+            at, docs = parent_row[at][keep], docs[keep]
+        rows = np.concatenate(node_rows) if node_rows else np.zeros(0, dtype=np.int64)
+        cols = np.concatenate(doc_rows) if doc_rows else np.zeros(0, dtype=np.int64)
+        member = sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(self.n_nodes, X.shape[0]))
+        out = sp.csr_matrix(member @ X)
+        out.sort_indices()
+        return out
+
+    def label_words(self, vocabulary: np.ndarray, X, n: int = 10) -> list[list[str]]:
+        """Per node, the ``n`` terms with the largest sums over this epoch's documents in its
+        subtree (:meth:`subtree_sums`, ties in vocabulary order), or its ``theta``'s
+        (:meth:`top_words`) when its subtree holds none of them; fewer than ``n`` when its
+        documents hold fewer terms.
+
+        These label a node for readers. A word distribution with children is flattened by
+        their Dirichlet links: in ``V`` terms with a link strength below ``V``, its mode sits
+        close to uniform, and with its children also linked to their previous-epoch selves it
+        leans to the terms they lack, so its largest entries are rare terms that say nothing of
+        the documents below it (BENCHMARKS.md, "Node labels"). The documents below a node say
+        what its branch is about, for every family."""
+        vocabulary = np.asarray(vocabulary)
+        if vocabulary.shape[0] != self.theta.shape[1]:
+            raise ValueError(
+                f"vocabulary has {vocabulary.shape[0]} entries but theta has {self.theta.shape[1]} columns"
+            )
+        sums = self.subtree_sums(X)
+        by_theta = self.top_words(vocabulary, n)
+        out = []
+        for k in range(self.n_nodes):
+            lo, hi = sums.indptr[k], sums.indptr[k + 1]
+            vals = sums.data[lo:hi]
+            if not np.any(vals > 0):
+                out.append(by_theta[k])
+                continue
+            order = np.argsort(-vals, kind="stable")  # indices ascending: ties in vocabulary order
+            order = order[vals[order] > 0][:n]
+            out.append(list(vocabulary[sums.indices[lo:hi][order]]))
+        return out
 
     def format(self, vocabulary: np.ndarray | None = None, top_words: int = 8, min_count: int = 0) -> str:
         """An indented text rendering in the style of the dTSSBP paper's figures.

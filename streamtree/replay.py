@@ -638,9 +638,8 @@ class _Run:
             else:
                 if not self.begun:
                     self._begin()
-                self.store.publish(tree, ep.rows.column("id").to_pylist(), n_top_words=cfg.top_words,
-                                   rejects=rejects, key=ep.key, label=ep.label, events=tree.events,
-                                   checkpoint=model.get_checkpoint(), state=t, empty_before=pending)
+                fitted.publish(self.store, n_top_words=cfg.top_words, checkpoint=model.get_checkpoint(), state=t,
+                               empty_before=pending)
                 pending = None
                 n_published += 1
                 if self.static is not None:
@@ -662,17 +661,20 @@ class FittedEpoch:
     tree: object  # EpochTree
     X: sp.csr_matrix
     rejects: pa.Table  # this epoch's rejects, with those carried from leading empty epochs
+    vocabulary: np.ndarray  # the terms of X's columns
 
     @property
     def n_documents(self) -> int:
         return int(self.X.shape[0])
 
     def publish(self, store: SnapshotStore, *, n_top_words: int, **commit) -> None:
-        """Publish to ``store``; ``commit`` goes to ``SnapshotStore.publish`` (``state``,
-        ``checkpoint``, ``tables``: what is committed with the epoch)."""
+        """Publish to ``store`` with each node's label words (``EpochTree.label_words``: the
+        terms of the documents in its subtree); ``commit`` goes to ``SnapshotStore.publish``
+        (``state``, ``checkpoint``, ``tables``: what is committed with the epoch)."""
         ep = self.epoch
-        store.publish(self.tree, ep.rows.column("id").to_pylist(), n_top_words=n_top_words, rejects=self.rejects,
-                      key=ep.key, label=ep.label, events=self.tree.events, **commit)
+        words = self.tree.label_words(self.vocabulary, self.X, n_top_words)
+        store.publish(self.tree, ep.rows.column("id").to_pylist(), top_words=words, n_top_words=n_top_words,
+                      rejects=self.rejects, key=ep.key, label=ep.label, events=self.tree.events, **commit)
 
 
 class EpochFitter:
@@ -724,7 +726,7 @@ class EpochFitter:
             return None
         self.carried = []
         self.model.partial_fit(X, epoch=ep.index, label=ep.label, callback=callback)
-        return FittedEpoch(ep, self.model.trees_[-1], X, rejects)
+        return FittedEpoch(ep, self.model.trees_[-1], X, rejects, self.vectorizer.vocabulary_)
 
 
 def _write_static(store: SnapshotStore, opts: StaticOptions, ep: Epoch, tree, X, seed: int) -> None:

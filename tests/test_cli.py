@@ -59,8 +59,7 @@ def test_replay_and_show_through_the_console(corpus, tmp_path):
         stored = store.read(e["epoch"])
         tree = stored.tree
         assert f"epoch {e['epoch']} ({e['label']}): {tree.assignments.shape[0]} documents" in r.stdout
-        # top words as published (ranked on the full directions: float32 truncation can tie them)
-        words = tree.top_words(vocab, 5) if stored.theta_exact else [w[:5] for w in stored.top_words]
+        words = [w[:5] for w in stored.top_words]  # the label words as published
         # the model's events reach the store: nodes that split from another carry that mark
         ev = store.events(e["epoch"]).to_pylist()
         split_from = {x["node_id"]: x["other_id"] for x in ev if x["event"] == "split_from"}
@@ -73,6 +72,28 @@ def test_replay_and_show_through_the_console(corpus, tmp_path):
             line = (f"{'    ' * int(tree.depth[k])}{mark}[{nid}] "
                     f"{int(tree.subtree_counts[k])} docs ({int(tree.counts[k])} here){note}: {' '.join(words[k])}")
             assert line in r.stdout.splitlines()
+
+
+def test_published_words_are_the_terms_of_the_documents_below_each_node(corpus, store):
+    """Each node's published words are its label words (``EpochTree.label_words``) over the
+    epoch's documents as the store's vectoriser reads them; nodes without documents below
+    them this epoch keep theta's (not recomputed here: the store keeps theta compactly)."""
+    import numpy as np
+
+    texts = dict(zip(*pq.read_table(corpus, columns=["doc_id", "text"]).to_pydict().values()))
+    st = SnapshotStore(store)
+    vec, vocab = st.vectorizer(), st.vocabulary()
+    n_internal = 0
+    for e in st.epochs():
+        stored = st.read(e["epoch"])
+        X = vec.transform([texts[d] for d in stored.doc_ids])
+        want = stored.tree.label_words(vocab, X, n=len(stored.top_words[0]))
+        held = np.flatnonzero(stored.tree.subtree_counts > 0)
+        assert held.size
+        for k in held:
+            assert stored.top_words[k] == want[k], (e["epoch"], int(stored.tree.node_ids[k]))
+        n_internal += int(np.sum(stored.tree.subtree_counts[held] > stored.tree.counts[held]))
+    assert n_internal  # the check reached nodes whose documents sit below them
 
 
 def test_show_one_epoch_min_docs_and_lineage(store, capsys):

@@ -1,0 +1,77 @@
+"""Node labels: the terms of the documents in a node's subtree (``EpochTree.label_words``)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from streamtree.likelihoods.multinomial_math import map_phi_with_children_dense
+from test_store import make_tree
+
+VOCAB = np.array(["a", "b", "c", "d", "e", "f"])
+
+
+def small_tree():
+    """root 0 -> 1 -> 3, root 0 -> 2, and 4 below 2 holding nothing; documents at 1, 3, 3, 2."""
+    tree = make_tree(0, [0, 1, 3, 2, 4], [-1, 0, 1, 0, 2], [0, 0, 0, 0, 0], p=VOCAB.size)
+    X = sp.csr_matrix(np.array([
+        [2, 0, 0, 0, 0, 0],  # at 1
+        [0, 3, 1, 0, 0, 0],  # at 3
+        [0, 1, 1, 0, 0, 0],  # at 3
+        [0, 0, 0, 0, 5, 0],  # at 2
+    ], dtype=np.float64))
+    return dataclasses.replace(tree, assignments=np.array([1, 3, 3, 2])), X
+
+
+def test_subtree_sums_add_each_document_at_its_node_and_every_ancestor():
+    tree, X = small_tree()
+    got = tree.subtree_sums(X).toarray()
+    want = {0: [2, 4, 2, 0, 5, 0], 1: [2, 4, 2, 0, 0, 0], 3: [0, 4, 2, 0, 0, 0], 2: [0, 0, 0, 0, 5, 0],
+            4: [0, 0, 0, 0, 0, 0]}
+    for node, row in want.items():
+        np.testing.assert_array_equal(got[tree.index_of(node)], row, err_msg=f"node {node}")
+
+
+def test_labels_rank_the_subtree_terms_and_fall_back_to_theta_where_the_subtree_is_empty():
+    tree, X = small_tree()
+    words = dict(zip(tree.node_ids.tolist(), tree.label_words(VOCAB, X, n=3)))
+    assert words[0] == ["e", "b", "a"]  # 5, 4, then a and c tie at 2: vocabulary order
+    assert words[1] == ["b", "a", "c"]
+    assert words[3] == ["b", "c"]  # fewer terms than asked: no filler
+    assert words[2] == ["e"]
+    assert words[4] == tree.top_words(VOCAB, 3)[tree.index_of(4)]  # nothing below it this epoch
+
+
+def test_labels_refuse_a_matrix_of_other_documents_or_terms():
+    tree, X = small_tree()
+    with pytest.raises(ValueError, match="4 documents"):
+        tree.label_words(VOCAB, X[:3], n=3)
+    with pytest.raises(ValueError, match="vocabulary has 5 entries"):
+        tree.label_words(VOCAB[:5], X, n=3)
+
+
+def test_a_word_distribution_with_a_time_linked_child_is_no_label_of_it():
+    """Why labels come from documents: the multinomial node update's mode of a parent whose one
+    child (a Zipf distribution fitted to 3,000 tokens) is also linked to its previous-epoch self,
+    at a link strength below the vocabulary size, is within 0.01 nats of the uniform entropy
+    and shares none of the child's ten largest terms; the child's documents, summed, give them
+    all."""
+    rng = np.random.default_rng(0)
+    V, strength, floor = 1000, 300.0, 0.01
+    base = 1.0 / np.arange(1, V + 1)
+    counts = rng.multinomial(3000, base / base.sum()).astype(np.float64)
+    child = (counts + 0.5) / (counts + 0.5).sum()
+    parent = map_phi_with_children_dense(np.zeros(V), np.full(V, strength / V + floor), np.log(child)[None, :].copy(),
+                                         np.array([strength]), (strength * child + floor)[None, :].copy())
+    assert -(parent * np.log(parent)).sum() > np.log(V) - 0.01
+    top_child = set(np.argsort(-child, kind="stable")[:10].tolist())
+    assert not top_child & set(np.argsort(-parent, kind="stable")[:10].tolist())
+
+    vocab = np.array([f"w{i}" for i in range(V)])
+    tree = make_tree(1, [0, 1], [-1, 0], [0, 0], p=V)
+    tree = dataclasses.replace(tree, theta=np.vstack([parent, child]), assignments=np.array([1]))
+    words = tree.label_words(vocab, sp.csr_matrix(counts[None, :]), n=10)
+    assert words[0] == words[1] == list(vocab[np.argsort(-counts, kind="stable")[:10]])
