@@ -601,7 +601,7 @@ def resolve_epoch(entries: list[dict], text: str) -> dict:
 
 
 LEGEND = ("* born this epoch, < born by splitting from another node, ^ parent changed; counts are the "
-          "epoch's documents in the node's subtree (and at the node itself), words their most frequent terms")
+          "epoch's documents in the node's subtree (and at the node itself), words the terms weighing most in them")
 
 
 def _top_words(top_words: int | None) -> int:

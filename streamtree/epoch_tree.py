@@ -109,15 +109,18 @@ class EpochTree:
         top = np.argsort(-self.theta, axis=1, kind="stable")[:, :n]
         return [list(vocabulary[row]) for row in top]
 
-    def subtree_sums(self, X) -> sp.csr_matrix:
+    def subtree_row_sums(self, X) -> sp.csr_matrix:
         """Per node, the sum of the rows of ``X`` (this epoch's input, one row per document)
         assigned to the node or below it: a sparse (K, p) matrix."""
         X = sp.csr_matrix(X)
         if X.shape[0] != self.assignments.shape[0]:
             raise ValueError(f"X has {X.shape[0]} rows but the tree assigns {self.assignments.shape[0]} documents")
         row = {int(n): k for k, n in enumerate(self.node_ids)}
+        unknown = sorted({int(n) for n in self.assignments} - set(row))
+        if unknown:
+            raise ValueError(f"documents are assigned to node ids {unknown[:5]} that the tree does not hold")
         parent_row = np.array([row.get(int(p), -1) for p in self.parent], dtype=np.int64)
-        # each document counts at its node and at every ancestor (pre-order: parents come first)
+        # each document counts at its node, then at each ancestor in turn
         node_rows, doc_rows = [], []
         at = np.array([row[int(n)] for n in self.assignments], dtype=np.int64)
         docs = np.arange(at.size)
@@ -133,45 +136,72 @@ class EpochTree:
         out.sort_indices()
         return out
 
+    def _leaf_theta(self, k: int) -> np.ndarray:
+        """The parameters of the leaves at or below node ``k``, averaged with their window
+        counts as weights (equal weights when those are all 0)."""
+        kids: dict[int, list[int]] = {}
+        row = {int(n): i for i, n in enumerate(self.node_ids)}
+        for i, p in enumerate(self.parent):
+            kids.setdefault(row.get(int(p), -1), []).append(i)
+        leaves, stack = [], [k]
+        while stack:
+            i = stack.pop()
+            if kids.get(i):
+                stack.extend(kids[i])
+            else:
+                leaves.append(i)
+        leaves = np.sort(np.asarray(leaves))
+        w = np.asarray(self.window_counts, dtype=np.float64)[leaves]
+        w = w if w.sum() > 0 else np.ones(leaves.size)
+        return w @ np.asarray(self.theta, dtype=np.float64)[leaves] / w.sum()
+
     def label_words(self, vocabulary: np.ndarray, X, n: int = 10) -> list[list[str]]:
-        """Per node, the ``n`` terms with the largest sums over this epoch's documents in its
-        subtree (:meth:`subtree_sums`, ties in vocabulary order), or its ``theta``'s
-        (:meth:`top_words`) when its subtree holds none of them; fewer than ``n`` when its
-        documents hold fewer terms.
+        """Per node, the ``n`` terms that weigh most in this epoch's documents in its subtree:
+        the largest column sums of their rows of ``X`` (:meth:`subtree_row_sums`; term counts
+        for word distributions), ties broken by the node's ``theta`` and then by vocabulary
+        order; fewer than ``n`` when those documents hold fewer terms. A node whose subtree
+        holds none of the epoch's documents (one the stick window keeps) has the largest
+        entries of its ``theta`` if it is a leaf, else of the mean ``theta`` of the leaves below
+        it, weighted by their window counts.
 
         These label a node for readers. A word distribution with children is flattened by
-        their Dirichlet links: in ``V`` terms with a link strength below ``V``, its mode sits
-        close to uniform, and with its children also linked to their previous-epoch selves it
+        their Dirichlet links: with a link strength below the vocabulary size its mode sits
+        near uniform, and with its children also linked to their previous-epoch selves it
         leans to the terms they lack, so its largest entries are rare terms that say nothing of
         the documents below it (BENCHMARKS.md, "Node labels"). The documents below a node say
         what its branch is about, for every family."""
         vocabulary = np.asarray(vocabulary)
-        if vocabulary.shape[0] != self.theta.shape[1]:
-            raise ValueError(
-                f"vocabulary has {vocabulary.shape[0]} entries but theta has {self.theta.shape[1]} columns"
-            )
-        sums = self.subtree_sums(X)
-        by_theta = self.top_words(vocabulary, n)
+        theta = np.asarray(self.theta)
+        if vocabulary.shape[0] != theta.shape[1]:
+            raise ValueError(f"vocabulary has {vocabulary.shape[0]} entries but theta has {theta.shape[1]} columns")
+        sums = self.subtree_row_sums(X)
+        has_kids = np.isin(self.node_ids, self.parent)
         out = []
         for k in range(self.n_nodes):
             lo, hi = sums.indptr[k], sums.indptr[k + 1]
-            vals = sums.data[lo:hi]
-            if not np.any(vals > 0):
-                out.append(by_theta[k])
+            vals, terms = sums.data[lo:hi], sums.indices[lo:hi]
+            held = vals > 0
+            if not held.any():
+                fallback = self._leaf_theta(k) if has_kids[k] else theta[k]
+                out.append(list(vocabulary[np.argsort(-fallback, kind="stable")[:n]]))
                 continue
-            order = np.argsort(-vals, kind="stable")  # indices ascending: ties in vocabulary order
-            order = order[vals[order] > 0][:n]
-            out.append(list(vocabulary[sums.indices[lo:hi][order]]))
+            vals, terms = vals[held], terms[held]
+            order = np.lexsort((terms, -theta[k, terms], -vals))[:n]  # last key first
+            out.append(list(vocabulary[terms[order]]))
         return out
 
-    def format(self, vocabulary: np.ndarray | None = None, top_words: int = 8, min_count: int = 0) -> str:
+    def format(self, vocabulary: np.ndarray | None = None, top_words: int = 8, min_count: int = 0,
+               X=None) -> str:
         """An indented text rendering in the style of the dTSSBP paper's figures.
 
         Each line: indentation by depth, node id, documents in the subtree, documents at the
-        node, mass, and (with a vocabulary) the top words by theta. ``*`` marks nodes born in
-        this epoch.
+        node, mass, and (with a vocabulary) words: each node's :meth:`label_words` given the
+        epoch's input ``X``, else its theta's largest entries. ``*`` marks nodes born in this
+        epoch.
         """
-        words = self.top_words(vocabulary, top_words) if vocabulary is not None else None
+        words = None
+        if vocabulary is not None:
+            words = self.top_words(vocabulary, top_words) if X is None else self.label_words(vocabulary, X, top_words)
         lines = [f"epoch {self.epoch}" + (f" ({self.label})" if self.label else "")
                  + f": {self.n_nodes} nodes, {int(self.assignments.shape[0])} documents"]
         for k in range(self.n_nodes):

@@ -661,7 +661,7 @@ class FittedEpoch:
     tree: object  # EpochTree
     X: sp.csr_matrix
     rejects: pa.Table  # this epoch's rejects, with those carried from leading empty epochs
-    vocabulary: np.ndarray  # the terms of X's columns
+    vocabulary: np.ndarray | None = None  # the terms of X's columns (None: the store labels by theta)
 
     @property
     def n_documents(self) -> int:
@@ -672,7 +672,7 @@ class FittedEpoch:
         terms of the documents in its subtree); ``commit`` goes to ``SnapshotStore.publish``
         (``state``, ``checkpoint``, ``tables``: what is committed with the epoch)."""
         ep = self.epoch
-        words = self.tree.label_words(self.vocabulary, self.X, n_top_words)
+        words = None if self.vocabulary is None else self.tree.label_words(self.vocabulary, self.X, n_top_words)
         store.publish(self.tree, ep.rows.column("id").to_pylist(), top_words=words, n_top_words=n_top_words,
                       rejects=self.rejects, key=ep.key, label=ep.label, events=self.tree.events, **commit)
 

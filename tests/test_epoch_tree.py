@@ -26,9 +26,9 @@ def small_tree():
     return dataclasses.replace(tree, assignments=np.array([1, 3, 3, 2])), X
 
 
-def test_subtree_sums_add_each_document_at_its_node_and_every_ancestor():
+def test_subtree_row_sums_add_each_document_at_its_node_and_every_ancestor():
     tree, X = small_tree()
-    got = tree.subtree_sums(X).toarray()
+    got = tree.subtree_row_sums(X).toarray()
     want = {0: [2, 4, 2, 0, 5, 0], 1: [2, 4, 2, 0, 0, 0], 3: [0, 4, 2, 0, 0, 0], 2: [0, 0, 0, 0, 5, 0],
             4: [0, 0, 0, 0, 0, 0]}
     for node, row in want.items():
@@ -37,12 +37,33 @@ def test_subtree_sums_add_each_document_at_its_node_and_every_ancestor():
 
 def test_labels_rank_the_subtree_terms_and_fall_back_to_theta_where_the_subtree_is_empty():
     tree, X = small_tree()
+    theta = np.zeros_like(tree.theta)
+    theta[:, 2] = 0.3  # c above a at every node: a and c tie at the root and at 1
+    theta[:, :2] = 0.1
+    theta[tree.index_of(4), 3] = 0.9  # 4's own largest entry
+    tree = dataclasses.replace(tree, theta=theta)
     words = dict(zip(tree.node_ids.tolist(), tree.label_words(VOCAB, X, n=3)))
-    assert words[0] == ["e", "b", "a"]  # 5, 4, then a and c tie at 2: vocabulary order
-    assert words[1] == ["b", "a", "c"]
+    assert words[0] == ["e", "b", "c"]  # 5, 4, then c before a (2 each): by theta
+    assert words[1] == ["b", "c", "a"]
     assert words[3] == ["b", "c"]  # fewer terms than asked: no filler
     assert words[2] == ["e"]
-    assert words[4] == tree.top_words(VOCAB, 3)[tree.index_of(4)]  # nothing below it this epoch
+    assert words[4] == ["d", "c", "a"]  # nothing below it this epoch: its theta (ties in vocabulary order)
+
+
+def test_an_internal_node_with_no_documents_below_it_reads_its_leaves():
+    """The window keeps a branch whose documents are all in earlier epochs: the internal node
+    is labelled by its leaves' parameters (weighted by their window counts), not by its own
+    flattened one."""
+    tree = make_tree(1, [0, 1, 2, 3, 4], [-1, 0, 1, 1, 0], [0, 0, 0, 0, 0], p=VOCAB.size)
+    theta = np.full((5, VOCAB.size), 0.1)
+    theta[tree.index_of(1), 5] = 0.9  # the internal node's own largest entry, f
+    theta[tree.index_of(2), 0] = 0.9  # its leaves: a (window count 3) and b (window count 1)
+    theta[tree.index_of(3), 1] = 0.9
+    tree = dataclasses.replace(tree, theta=theta, assignments=np.array([4]),
+                               window_counts=np.array([9, 4, 3, 1, 2]))
+    words = dict(zip(tree.node_ids.tolist(), tree.label_words(VOCAB, sp.csr_matrix(np.eye(1, 6, 4)), n=2)))
+    assert words[1] == ["a", "b"]
+    assert words[0] == words[4] == ["e"]
 
 
 def test_labels_refuse_a_matrix_of_other_documents_or_terms():
@@ -51,6 +72,8 @@ def test_labels_refuse_a_matrix_of_other_documents_or_terms():
         tree.label_words(VOCAB, X[:3], n=3)
     with pytest.raises(ValueError, match="vocabulary has 5 entries"):
         tree.label_words(VOCAB[:5], X, n=3)
+    with pytest.raises(ValueError, match=r"node ids \[9\]"):
+        dataclasses.replace(tree, assignments=np.array([1, 3, 9, 2])).label_words(VOCAB, X, n=3)
 
 
 def test_a_word_distribution_with_a_time_linked_child_is_no_label_of_it():

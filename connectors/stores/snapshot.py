@@ -64,7 +64,7 @@ stores every nonzero exactly, as float64 (dense rows when more than two thirds a
 The commit record (``theta.exact``, ``theta.error``, ``theta.cosine``, ``theta.top_n``) and
 :attr:`StoredEpoch.theta_exact` / :attr:`StoredEpoch.theta_error` say what was kept, the
 error being the largest relative L2 distance of a node's stored row from its full one.
-Top words are computed from the full rows before truncation and stored exactly.
+Words taken from theta are computed from the full rows before truncation and stored exactly.
 
 Word distributions (rows that are strictly positive and sum to 1, e.g. multinomial topics)
 are stored by their logarithms instead (``theta_log_step``; replay and serve use

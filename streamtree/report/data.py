@@ -91,7 +91,7 @@ class StoreContent:
     Per epoch (in publish order): ``epoch``, ``label``, ``n_documents``, ``n_rejects``.
     Per node and epoch (``node_*``, ordered by epoch then the tree's depth-first order):
     the row's epoch, id, parent, depth, documents at the node (``count``) and in its subtree,
-    mass, epoch of birth and top words. Events as in :mod:`streamtree.events`.
+    mass, epoch of birth and words (as published). Events as in :mod:`streamtree.events`.
     """
 
     uri: str

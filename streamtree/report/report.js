@@ -320,7 +320,7 @@
       tableRows.push([E.label[EV.e[i]], "", "", "", "", "", "", evs]);
     }
     fillTable($("lineage-table"), ["epoch", "parent", "docs (subtree)", "docs (node)", "share", "mass",
-      "top words", "events"], tableRows);
+      "words", "events"], tableRows);
     if (!quiet) $("lineage-section").scrollIntoView({ behavior: "smooth", block: "start" });
   }
   function setupLineage() {
