@@ -11,9 +11,10 @@ ways to label a node that holds documents in its subtree:
 
 Per kind of node (internal: with children; leaf), over all epochs: how far theta's entropy sits
 below the uniform one (``log V - H``, nats; 0 is uniform), how many of the ten words the two
-labels share, and the share of the subtree's tokens that the ten words cover (label words
-maximise it by construction: the figure says how little theta words cover). Also the CPU
-seconds of the label words against those of the fits.
+labels share (at most the label's length: nodes over a few short documents have fewer than
+ten), and the share of the subtree's weight (tokens, for word distributions) that the words
+cover (label words maximise it by construction: the figure says how little theta words cover).
+Also the CPU seconds of the label words against those of the fits (vectorising included).
 
 Usage: python bench/bench_labels.py [--data PATH --text-col text --time-col year --epoch 10y]
        [--likelihood multinomial|vmf] [--max-features auto]
@@ -70,7 +71,7 @@ def main() -> None:
         label = tree.label_words(vocab, X, N_WORDS)
         label_cpu += time.process_time() - t0
         by_theta = tree.top_words(vocab, N_WORDS)
-        sums = tree.subtree_row_sums(X).toarray() if X.shape[1] * tree.n_nodes <= 5e7 else None
+        sums = tree.subtree_row_sums(X)
         index = {w: i for i, w in enumerate(vocab)}
         theta = np.asarray(tree.theta)
         # entropy below the uniform one, for word distributions (directions are not distributions)
@@ -80,11 +81,11 @@ def main() -> None:
         has_kids = np.isin(tree.node_ids, tree.parent)
         for k in np.flatnonzero(tree.subtree_counts > 0):
             shared = len(set(label[k]) & set(by_theta[k]))
-            cover = (np.nan, np.nan)
-            if sums is not None and sums[k].sum() > 0:
-                total = sums[k].sum()
-                cover = (sums[k][[index[w] for w in by_theta[k]]].sum() / total,
-                         sums[k][[index[w] for w in label[k]]].sum() / total)
+            row = dict(zip(sums.indices[sums.indptr[k]:sums.indptr[k + 1]].tolist(),
+                           sums.data[sums.indptr[k]:sums.indptr[k + 1]].tolist()))
+            total = sum(row.values())
+            cover = (sum(row.get(index[w], 0.0) for w in by_theta[k]) / total,
+                     sum(row.get(index[w], 0.0) for w in label[k]) / total)
             rows["internal" if has_kids[k] else "leaf"].append((gap[k], shared, *cover))
     print(f"{'nodes':>9} {'n':>5}  {'log V - H(theta)':>17}  {'words shared':>12}  "
           f"{'tokens covered: theta words':>28}  {'label words':>11}")

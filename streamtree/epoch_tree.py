@@ -109,16 +109,16 @@ class EpochTree:
         top = np.argsort(-self.theta, axis=1, kind="stable")[:, :n]
         return [list(vocabulary[row]) for row in top]
 
-    def subtree_row_sums(self, X) -> sp.csr_matrix:
-        """Per node, the sum of the rows of ``X`` (this epoch's input, one row per document)
-        assigned to the node or below it: a sparse (K, p) matrix."""
-        X = sp.csr_matrix(X)
-        if X.shape[0] != self.assignments.shape[0]:
-            raise ValueError(f"X has {X.shape[0]} rows but the tree assigns {self.assignments.shape[0]} documents")
+    def _member_matrix(self, n_documents: int) -> sp.csr_matrix:
+        """(K, n_documents) 0/1: entry (k, i) is 1 when document ``i`` sits at node ``k`` or
+        below it."""
+        if n_documents != self.assignments.shape[0]:
+            raise ValueError(f"X has {n_documents} rows but the tree assigns {self.assignments.shape[0]} documents")
         row = {int(n): k for k, n in enumerate(self.node_ids)}
         unknown = sorted({int(n) for n in self.assignments} - set(row))
         if unknown:
-            raise ValueError(f"documents are assigned to node ids {unknown[:5]} that the tree does not hold")
+            raise ValueError(f"epoch {self.epoch}: documents are assigned to {len(unknown)} node ids the tree does "
+                             f"not hold, e.g. {unknown[:5]}")
         parent_row = np.array([row.get(int(p), -1) for p in self.parent], dtype=np.int64)
         # each document counts at its node, then at each ancestor in turn
         node_rows, doc_rows = [], []
@@ -131,62 +131,89 @@ class EpochTree:
             at, docs = parent_row[at][keep], docs[keep]
         rows = np.concatenate(node_rows) if node_rows else np.zeros(0, dtype=np.int64)
         cols = np.concatenate(doc_rows) if doc_rows else np.zeros(0, dtype=np.int64)
-        member = sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(self.n_nodes, X.shape[0]))
-        out = sp.csr_matrix(member @ X)
+        return sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(self.n_nodes, n_documents))
+
+    def subtree_row_sums(self, X) -> sp.csr_matrix:
+        """Per node, the sum of the rows of ``X`` (this epoch's input, one row per document)
+        assigned to the node or below it: a sparse (K, p) matrix."""
+        X = sp.csr_matrix(X)
+        out = sp.csr_matrix(self._member_matrix(X.shape[0]) @ X)
         out.sort_indices()
         return out
 
-    def _leaf_theta(self, k: int) -> np.ndarray:
-        """The parameters of the leaves at or below node ``k``, averaged with their window
-        counts as weights (equal weights when those are all 0)."""
-        kids: dict[int, list[int]] = {}
+    def _leaf_thetas(self) -> list[np.ndarray | None]:
+        """Per node with children, the parameters of the leaves below it averaged with their
+        window counts as weights (equal weights when those are all 0); None for a leaf."""
         row = {int(n): i for i, n in enumerate(self.node_ids)}
+        kids: dict[int, list[int]] = {}
         for i, p in enumerate(self.parent):
             kids.setdefault(row.get(int(p), -1), []).append(i)
-        leaves, stack = [], [k]
-        while stack:
-            i = stack.pop()
-            if kids.get(i):
-                stack.extend(kids[i])
-            else:
-                leaves.append(i)
-        leaves = np.sort(np.asarray(leaves))
-        w = np.asarray(self.window_counts, dtype=np.float64)[leaves]
-        w = w if w.sum() > 0 else np.ones(leaves.size)
-        return w @ np.asarray(self.theta, dtype=np.float64)[leaves] / w.sum()
+        theta = np.asarray(self.theta, dtype=np.float64)
+        weight = np.asarray(self.window_counts, dtype=np.float64)
+        out: list[np.ndarray | None] = []
+        for k in range(self.n_nodes):
+            if not kids.get(k):
+                out.append(None)
+                continue
+            leaves, stack = [], [k]
+            while stack:
+                i = stack.pop()
+                if kids.get(i):
+                    stack.extend(kids[i])
+                else:
+                    leaves.append(i)
+            leaves = np.sort(np.asarray(leaves))
+            w = weight[leaves] if weight[leaves].sum() > 0 else np.ones(leaves.size)
+            out.append(w @ theta[leaves] / w.sum())
+        return out
 
     def label_words(self, vocabulary: np.ndarray, X, n: int = 10) -> list[list[str]]:
         """Per node, the ``n`` terms that weigh most in this epoch's documents in its subtree:
         the largest column sums of their rows of ``X`` (:meth:`subtree_row_sums`; term counts
-        for word distributions), ties broken by the node's ``theta`` and then by vocabulary
-        order; fewer than ``n`` when those documents hold fewer terms. A node whose subtree
-        holds none of the epoch's documents (one the stick window keeps) has the largest
-        entries of its ``theta`` if it is a leaf, else of the mean ``theta`` of the leaves below
-        it, weighted by their window counts.
+        for word distributions), ties broken by the number of those documents holding the
+        term and then by vocabulary order, so that the label is a function of the documents
+        alone (a node and its only child over the same documents read alike); fewer than
+        ``n`` when those documents hold fewer terms. A node whose subtree holds none of the
+        epoch's documents (one the stick window keeps) has the largest entries of its
+        ``theta`` if it is a leaf, else of the mean ``theta`` of the leaves below it, weighted
+        by their window counts.
 
         These label a node for readers. A word distribution with children is flattened by
         their Dirichlet links: with a link strength below the vocabulary size its mode sits
-        near uniform, and with its children also linked to their previous-epoch selves it
-        leans to the terms they lack, so its largest entries are rare terms that say nothing of
-        the documents below it (BENCHMARKS.md, "Node labels"). The documents below a node say
-        what its branch is about, for every family."""
+        near uniform, and where its children also link to their previous-epoch selves its
+        small tilt can turn to the terms they lack, so its largest entries are rare terms that
+        say nothing of the documents below it (BENCHMARKS.md, "Node labels"). The documents
+        below a node say what its branch is about, for every family."""
         vocabulary = np.asarray(vocabulary)
         theta = np.asarray(self.theta)
         if vocabulary.shape[0] != theta.shape[1]:
             raise ValueError(f"vocabulary has {vocabulary.shape[0]} entries but theta has {theta.shape[1]} columns")
-        sums = self.subtree_row_sums(X)
-        has_kids = np.isin(self.node_ids, self.parent)
+        X = sp.csr_matrix(X, copy=True)
+        X.eliminate_zeros()
+        member = self._member_matrix(X.shape[0])
+        sums = sp.csr_matrix(member @ X)
+        held = X.copy()
+        held.data = (held.data > 0).astype(np.float64)
+        docs = sp.csr_matrix(member @ held)  # documents holding each term, per subtree
+        sums.sort_indices()
+        docs.sort_indices()
+        leaf_thetas = None
         out = []
         for k in range(self.n_nodes):
             lo, hi = sums.indptr[k], sums.indptr[k + 1]
             vals, terms = sums.data[lo:hi], sums.indices[lo:hi]
-            held = vals > 0
-            if not held.any():
-                fallback = self._leaf_theta(k) if has_kids[k] else theta[k]
+            keep = vals > 0
+            if not keep.any():
+                if leaf_thetas is None:
+                    leaf_thetas = self._leaf_thetas()
+                fallback = theta[k] if leaf_thetas[k] is None else leaf_thetas[k]
                 out.append(list(vocabulary[np.argsort(-fallback, kind="stable")[:n]]))
                 continue
-            vals, terms = vals[held], terms[held]
-            order = np.lexsort((terms, -theta[k, terms], -vals))[:n]  # last key first
+            vals, terms = vals[keep], terms[keep]
+            d_lo, d_hi = docs.indptr[k], docs.indptr[k + 1]
+            d_terms, d_vals = docs.indices[d_lo:d_hi], docs.data[d_lo:d_hi]
+            n_docs = d_vals[np.searchsorted(d_terms, terms)]  # every summed term is held by a document
+            order = np.lexsort((terms, -n_docs, -vals))[:n]  # the last key sorts first
             out.append(list(vocabulary[terms[order]]))
         return out
 

@@ -669,7 +669,8 @@ class FittedEpoch:
 
     def publish(self, store: SnapshotStore, *, n_top_words: int, **commit) -> None:
         """Publish to ``store`` with each node's label words (``EpochTree.label_words``: the
-        terms of the documents in its subtree); ``commit`` goes to ``SnapshotStore.publish``
+        terms of the documents in its subtree; without a :attr:`vocabulary`, the store's
+        default, theta's largest entries); ``commit`` goes to ``SnapshotStore.publish``
         (``state``, ``checkpoint``, ``tables``: what is committed with the epoch)."""
         ep = self.epoch
         words = None if self.vocabulary is None else self.tree.label_words(self.vocabulary, self.X, n_top_words)

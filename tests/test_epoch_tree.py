@@ -37,17 +37,28 @@ def test_subtree_row_sums_add_each_document_at_its_node_and_every_ancestor():
 
 def test_labels_rank_the_subtree_terms_and_fall_back_to_theta_where_the_subtree_is_empty():
     tree, X = small_tree()
-    theta = np.zeros_like(tree.theta)
-    theta[:, 2] = 0.3  # c above a at every node: a and c tie at the root and at 1
-    theta[:, :2] = 0.1
+    theta = np.full_like(tree.theta, 0.1)
+    theta[:, 0] = 0.5  # a above c in every theta: the ties below ignore it
     theta[tree.index_of(4), 3] = 0.9  # 4's own largest entry
     tree = dataclasses.replace(tree, theta=theta)
     words = dict(zip(tree.node_ids.tolist(), tree.label_words(VOCAB, X, n=3)))
-    assert words[0] == ["e", "b", "c"]  # 5, 4, then c before a (2 each): by theta
+    assert words[0] == ["e", "b", "c"]  # 5, 4, then c (2 in two documents) before a (2 in one)
     assert words[1] == ["b", "c", "a"]
     assert words[3] == ["b", "c"]  # fewer terms than asked: no filler
     assert words[2] == ["e"]
-    assert words[4] == ["d", "c", "a"]  # nothing below it this epoch: its theta (ties in vocabulary order)
+    assert words[4] == ["d", "a", "b"]  # nothing below it this epoch: its theta (ties in vocabulary order)
+
+
+def test_a_node_and_its_only_child_over_the_same_documents_read_alike():
+    """Labels are a function of the documents: an internal node whose one child holds all its
+    documents reads like the child, whatever the two parameters say (the parent's is flat)."""
+    rng = np.random.default_rng(1)
+    tree = make_tree(2, [0, 1, 2], [-1, 0, 1], [0, 0, 0], p=VOCAB.size)
+    theta = rng.dirichlet(np.ones(VOCAB.size), size=3)
+    X = sp.csr_matrix(rng.integers(0, 2, size=(4, VOCAB.size)).astype(np.float64))  # many tied counts
+    tree = dataclasses.replace(tree, theta=theta, assignments=np.array([2, 2, 2, 2]))
+    words = tree.label_words(VOCAB, X, n=4)
+    assert words[0] == words[1] == words[2]
 
 
 def test_an_internal_node_with_no_documents_below_it_reads_its_leaves():
@@ -72,7 +83,7 @@ def test_labels_refuse_a_matrix_of_other_documents_or_terms():
         tree.label_words(VOCAB, X[:3], n=3)
     with pytest.raises(ValueError, match="vocabulary has 5 entries"):
         tree.label_words(VOCAB[:5], X, n=3)
-    with pytest.raises(ValueError, match=r"node ids \[9\]"):
+    with pytest.raises(ValueError, match=r"1 node ids the tree does not hold, e.g. \[9\]"):
         dataclasses.replace(tree, assignments=np.array([1, 3, 9, 2])).label_words(VOCAB, X, n=3)
 
 
