@@ -171,9 +171,10 @@ class EpochTree:
         """Per node, the ``n`` terms that weigh most in this epoch's documents in its subtree:
         the largest column sums of their rows of ``X`` (:meth:`subtree_row_sums`; term counts
         for word distributions), ties broken by the number of those documents holding the
-        term and then by vocabulary order, so that the label is a function of the documents
-        alone (a node and its only child over the same documents read alike); fewer than
-        ``n`` when those documents hold fewer terms. A node whose subtree holds none of the
+        term, then by the number of the epoch's documents holding it (a one-document node
+        lists its common terms first, as a larger node does), then by vocabulary order, so that
+        the label is a function of the documents alone (a node and its only child over the
+        same documents read alike); fewer than ``n`` when those documents hold fewer terms. A node whose subtree holds none of the
         epoch's documents (one the stick window keeps) has the largest entries of its
         ``theta`` if it is a leaf, else of the mean ``theta`` of the leaves below it, weighted
         by their window counts.
@@ -195,6 +196,7 @@ class EpochTree:
         held = X.copy()
         held.data = (held.data > 0).astype(np.float64)
         docs = sp.csr_matrix(member @ held)  # documents holding each term, per subtree
+        in_epoch = np.asarray(held.sum(axis=0)).ravel()  # and in the whole epoch
         sums.sort_indices()
         docs.sort_indices()
         leaf_thetas = None
@@ -213,7 +215,7 @@ class EpochTree:
             d_lo, d_hi = docs.indptr[k], docs.indptr[k + 1]
             d_terms, d_vals = docs.indices[d_lo:d_hi], docs.data[d_lo:d_hi]
             n_docs = d_vals[np.searchsorted(d_terms, terms)]  # every summed term is held by a document
-            order = np.lexsort((terms, -n_docs, -vals))[:n]  # the last key sorts first
+            order = np.lexsort((terms, -in_epoch[terms], -n_docs, -vals))[:n]  # the last key sorts first
             out.append(list(vocabulary[terms[order]]))
         return out
 

@@ -44,7 +44,7 @@ def test_labels_rank_the_subtree_terms_and_fall_back_to_theta_where_the_subtree_
     words = dict(zip(tree.node_ids.tolist(), tree.label_words(VOCAB, X, n=3)))
     assert words[0] == ["e", "b", "c"]  # 5, 4, then c (2 in two documents) before a (2 in one)
     assert words[1] == ["b", "c", "a"]
-    assert words[3] == ["b", "c"]  # fewer terms than asked: no filler
+    assert words[3] == ["b", "c"]  # fewer terms than asked: no filler (b: 4 in two documents, c: 2)
     assert words[2] == ["e"]
     assert words[4] == ["d", "a", "b"]  # nothing below it this epoch: its theta (ties in vocabulary order)
 
@@ -109,3 +109,16 @@ def test_a_word_distribution_with_a_time_linked_child_is_no_label_of_it():
     tree = dataclasses.replace(tree, theta=np.vstack([parent, child]), assignments=np.array([1]))
     words = tree.label_words(vocab, sp.csr_matrix(counts[None, :]), n=10)
     assert words[0] == words[1] == list(vocab[np.argsort(-counts, kind="stable")[:10]])
+
+
+def test_a_one_document_node_lists_the_epochs_common_terms_first():
+    """Every count of a one-document node ties: the terms more of the epoch's documents hold
+    come first, then vocabulary order."""
+    tree = make_tree(0, [0, 1, 2], [-1, 0, 0], [0, 0, 0], p=VOCAB.size)
+    X = sp.csr_matrix(np.array([
+        [1, 0, 1, 1, 0, 0],  # the one document at 1: a, c, d once each
+        [0, 0, 1, 1, 1, 0],  # at 2
+        [0, 0, 0, 1, 0, 1],  # at 2
+    ], dtype=np.float64))
+    tree = dataclasses.replace(tree, assignments=np.array([1, 2, 2]))
+    assert tree.label_words(VOCAB, X, n=3)[tree.index_of(1)] == ["d", "c", "a"]  # held by 3, 2, 1 documents
