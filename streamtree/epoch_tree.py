@@ -170,12 +170,12 @@ class EpochTree:
     def label_words(self, vocabulary: np.ndarray, X, n: int = 10) -> list[list[str]]:
         """Per node, the ``n`` terms that weigh most in this epoch's documents in its subtree:
         the largest column sums of their rows of ``X`` (:meth:`subtree_row_sums`; term counts
-        for word distributions), ties broken by the number of those documents holding the
-        term, then by the number of the epoch's documents holding it (a one-document node
-        lists its common terms first, as a larger node does), then by vocabulary order, so that
-        the label is a function of the documents alone (a node and its only child over the
-        same documents read alike); fewer than ``n`` when those documents hold fewer terms. A node whose subtree holds none of the
-        epoch's documents (one the stick window keeps) has the largest entries of its
+        for word distributions); fewer than ``n`` when those documents hold fewer terms.
+        Ties go to the term more of those documents hold, then more of the epoch's documents
+        (a one-document node lists its common terms first, as a larger node does), then the
+        first in vocabulary order: the label is a function of the documents alone, so a node
+        and its only child over the same documents read alike. A node whose subtree holds none
+        of the epoch's documents (one the stick window keeps) has the largest entries of its
         ``theta`` if it is a leaf, else of the mean ``theta`` of the leaves below it, weighted
         by their window counts.
 
