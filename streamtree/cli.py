@@ -601,7 +601,8 @@ def resolve_epoch(entries: list[dict], text: str) -> dict:
 
 
 LEGEND = ("* born this epoch, < born by splitting from another node, ^ parent changed; counts are the "
-          "epoch's documents in the node's subtree (and at the node itself), words the terms weighing most in them")
+          "epoch's documents in the node's subtree (and at the node itself); word distributions are labelled by "
+          "the most frequent terms of those documents")
 
 
 def _top_words(top_words: int | None) -> int:

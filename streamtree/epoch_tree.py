@@ -183,8 +183,9 @@ class EpochTree:
         their Dirichlet links: with a link strength below the vocabulary size its mode sits
         near uniform, and where its children also link to their previous-epoch selves its
         small tilt can turn to the terms they lack, so its largest entries are rare terms that
-        say nothing of the documents below it (BENCHMARKS.md, "Node labels"). The documents
-        below a node say what its branch is about, for every family."""
+        say nothing of the documents below it (BENCHMARKS.md, "Node labels"). Replay and serve
+        publish these for families whose links flatten their nodes
+        (``Likelihood.labels_from_documents``)."""
         vocabulary = np.asarray(vocabulary)
         theta = np.asarray(self.theta)
         if vocabulary.shape[0] != theta.shape[1]:

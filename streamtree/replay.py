@@ -661,7 +661,9 @@ class FittedEpoch:
     tree: object  # EpochTree
     X: sp.csr_matrix
     rejects: pa.Table  # this epoch's rejects, with those carried from leading empty epochs
-    vocabulary: np.ndarray | None = None  # the terms of X's columns (None: the store labels by theta)
+    #: the terms of X's columns, to label nodes by their documents (None: the store labels them
+    #: by theta, for families that do not label by documents)
+    vocabulary: np.ndarray | None = None
 
     @property
     def n_documents(self) -> int:
@@ -727,7 +729,8 @@ class EpochFitter:
             return None
         self.carried = []
         self.model.partial_fit(X, epoch=ep.index, label=ep.label, callback=callback)
-        return FittedEpoch(ep, self.model.trees_[-1], X, rejects, self.vectorizer.vocabulary_)
+        by_documents = type(self.model.likelihood_).labels_from_documents
+        return FittedEpoch(ep, self.model.trees_[-1], X, rejects, self.vectorizer.vocabulary_ if by_documents else None)
 
 
 def _write_static(store: SnapshotStore, opts: StaticOptions, ep: Epoch, tree, X, seed: int) -> None:

@@ -304,6 +304,12 @@ def test_weighted_vmf_documents_replay_with_length_weighted_rows(corpus, tmp_pat
     assert config(corpus, likelihood="vmf", document_weights=True).vectorizer().length_power == 0.5
     assert config(corpus, likelihood="vmf", document_weights=False).vectorizer().length_power == 0.0
     assert config(corpus, likelihood="multinomial").vectorizer().norm is None
+    # the vMF's directions are not flattened by its links: its nodes keep theta's largest entries
+    # as their words (word distributions are labelled by their documents: tests/test_cli.py)
+    from streamtree.replay import load_model
+
+    last = store.epochs()[-1]["epoch"]
+    assert store.read(last).top_words == load_model(uri).trees_[-1].top_words(store.vocabulary(), 10)
     from streamtree.replay import identity_differences, stored_identity
 
     unit = config("corpus.parquet", likelihood="vmf", document_weights=False).identity()

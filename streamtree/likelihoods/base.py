@@ -479,6 +479,10 @@ class Likelihood(ABC):
     #: (a unit vector: its largest entries to a cosine), ``"distribution"`` (strictly positive,
     #: summing to 1: its log probabilities to a step) or ``"exact"`` (anything else, e.g. means)
     param_storage: ClassVar[str] = "exact"
+    #: whether readers are shown a node's words from the documents below it
+    #: (``EpochTree.label_words``) rather than from its parameter's largest entries: for
+    #: families whose links flatten the parameters of nodes with children
+    labels_from_documents: ClassVar[bool] = False
     #: whether the family's set likelihoods read each row's squared norm
     #: (:attr:`DocumentSet.sq_norms`), not only their sum (the vMF's with document weights)
     sets_need_row_norms = False

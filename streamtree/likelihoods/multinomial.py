@@ -71,6 +71,9 @@ class Multinomial(WordTopics, Likelihood):
     param_storage = "distribution"  # every phi row is strictly positive and sums to 1
     sets_need_terms = True  # a new child's collapsed marginal runs over the set's terms
     anchors_root = True  # the node update links the root to the epoch's word frequencies at depth 0
+    # a node with children sits near uniform under its children's Dirichlet links, and leans to
+    # the terms they lack where they also link their previous selves (BENCHMARKS.md, "Node labels")
+    labels_from_documents = True
     params = ("kappa0", "kappa1", "a", "min_node_docs", "document_concentration")
     #: the chain's ``hyper`` entry holding the document concentration ``s`` in use
     DOCUMENT_HYPER = "document_concentration"
