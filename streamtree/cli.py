@@ -601,8 +601,8 @@ def resolve_epoch(entries: list[dict], text: str) -> dict:
 
 
 LEGEND = ("* born this epoch, < born by splitting from another node, ^ parent changed; counts are the "
-          "epoch's documents in the node's subtree (and at the node itself); word distributions are labelled by "
-          "the most frequent terms of those documents")
+          "epoch's documents in the node's subtree (and at the node itself); words: of word distributions, the "
+          "most frequent terms of those documents; of vMF directions, their largest entries")
 
 
 def _top_words(top_words: int | None) -> int:
@@ -613,9 +613,9 @@ def _top_words(top_words: int | None) -> int:
 
 
 def _node_words(stored, vocabulary, top_words: int) -> list[list[str]]:
-    """Per node, the words the store published (label words: the terms of the documents in
-    its subtree, ``EpochTree.label_words``), or for a store that published none the largest
-    entries of an exactly stored theta."""
+    """Per node, the words the store published (for word distributions the terms of the
+    documents in its subtree, ``EpochTree.label_words``; else theta's largest entries), or for
+    a store that published none the largest entries of an exactly stored theta."""
     tree = stored.tree
     if any(stored.top_words) or vocabulary is None or tree.theta.shape[1] != len(vocabulary) \
             or not stored.theta_exact:

@@ -226,8 +226,8 @@ class EpochTree:
 
         Each line: indentation by depth, node id, documents in the subtree, documents at the
         node, mass, and (with a vocabulary) words: each node's :meth:`label_words` given the
-        epoch's input ``X``, else its theta's largest entries. ``*`` marks nodes born in this
-        epoch.
+        epoch's input ``X`` (as a store shows word distributions), else its theta's largest
+        entries (as a store shows vMF directions). ``*`` marks nodes born in this epoch.
         """
         words = None
         if vocabulary is not None:

@@ -74,7 +74,7 @@ WEIGHTING_BEFORE_TFIDF = "tf"
 DEFAULT_LENGTH_POWER = 0.5
 #: the length power of vocabularies and stores written before documents were weighted: unit rows
 LENGTH_POWER_BEFORE_WEIGHTS = 0.0
-#: words stored per node by replay and serve (``EpochTree.label_words``)
+#: words stored per node by replay and serve (``EpochTree.label_words`` for word distributions)
 DEFAULT_TOP_WORDS = 10
 
 #: Words of news and speech reporting that carry no topic ("mr", "said", "told") and topped
