@@ -304,12 +304,6 @@ def test_weighted_vmf_documents_replay_with_length_weighted_rows(corpus, tmp_pat
     assert config(corpus, likelihood="vmf", document_weights=True).vectorizer().length_power == 0.5
     assert config(corpus, likelihood="vmf", document_weights=False).vectorizer().length_power == 0.0
     assert config(corpus, likelihood="multinomial").vectorizer().norm is None
-    # the vMF's directions are not flattened by its links: its nodes keep theta's largest entries
-    # as their words (word distributions are labelled by their documents: tests/test_cli.py)
-    from streamtree.replay import load_model
-
-    last = store.epochs()[-1]["epoch"]
-    assert store.read(last).top_words == load_model(uri).trees_[-1].top_words(store.vocabulary(), 10)
     from streamtree.replay import identity_differences, stored_identity
 
     unit = config("corpus.parquet", likelihood="vmf", document_weights=False).identity()
@@ -321,6 +315,27 @@ def test_weighted_vmf_documents_replay_with_length_weighted_rows(corpus, tmp_pat
     # "auto" and True read the same weights: a store of either resumes under the other
     assert config("corpus.parquet", likelihood="vmf").identity() == \
         config("corpus.parquet", likelihood="vmf", document_weights=True).identity()
+
+
+def test_nodes_are_worded_by_their_documents_for_word_distributions_and_by_theta_for_directions(corpus, tmp_path):
+    """Replay publishes a multinomial node's words from the documents below it
+    (``EpochTree.label_words``: its flattened parameter says nothing of them) and a vMF node's
+    from its direction's largest entries, taken from the full parameter before the store
+    truncates it."""
+    from streamtree.replay import EpochFitter, fit_vocabulary, load_model, read_epochs
+
+    for likelihood, by_documents in (("multinomial", True), ("vmf", False)):
+        cfg = config(corpus, likelihood=likelihood)
+        uri = str(tmp_path / likelihood)
+        replay(cfg, uri)
+        store = SnapshotStore(uri)
+        last = store.epochs()[-1]["epoch"]
+        tree = load_model(uri).trees_[-1]  # the last epoch's tree at full precision
+        by_theta = tree.top_words(store.vocabulary(), 10)
+        assert (store.read(last).top_words == by_theta) is not by_documents, likelihood
+        epochs, _ = read_epochs(cfg)
+        fitted = EpochFitter(cfg.estimator(), fit_vocabulary(cfg, epochs)).fit(epochs[0])
+        assert (fitted.vocabulary is not None) is by_documents, likelihood
 
 
 def test_identity_records_iso_weeks_so_thursday_week_stores_are_not_resumed():
