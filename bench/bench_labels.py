@@ -13,10 +13,11 @@ ways to label a node that holds documents in its subtree:
 Per kind of node (internal: with children; leaf), over all epochs: how far theta's entropy sits
 below the uniform one (``log V - H``, nats; 0 is uniform), how many of the ten words the two
 labels share (at most the label's length: nodes over a few short documents have fewer than
-ten), and the share of the subtree's weight (tokens, for word distributions) that the words
-cover (label words maximise it by construction: the figure says how little theta words cover), and the mean NPMI
-of each label's words (co-occurrence in all the fitted documents; labels of ten words). Also the
-CPU seconds of the label words against those of the fits (vectorising included).
+ten), the share of the subtree's weight (tokens, for word distributions) that the words cover
+(label words maximise it by construction: the figure says how little theta words cover), and
+the mean NPMI of each label's words (co-occurrence in all the fitted documents; labels of ten
+words). Also the CPU seconds of the label words against those of the fits (vectorising
+included).
 
 Usage: python bench/bench_labels.py [--data PATH --text-col text --time-col year --epoch 10y]
        [--likelihood multinomial|vmf] [--max-features auto]
@@ -60,6 +61,7 @@ def main() -> None:
     estimator = config.estimator()
     fitter = EpochFitter(estimator, vec, config.duplicate_texts)
     vocab = np.asarray(vec.vocabulary_)
+    index = {w: i for i, w in enumerate(vocab)}
     print(f"== {Path(args.data).name}: {len(epochs)} epochs of {args.epoch}, V = {vocab.size}, "
           f"{type(estimator).__name__}(likelihood={estimator.likelihood!r}) at replay's defaults")
     rows = {"internal": [], "leaf": []}
@@ -79,7 +81,6 @@ def main() -> None:
         label_cpu += time.process_time() - t0
         by_theta = tree.top_words(vocab, N_WORDS)
         sums = tree.subtree_row_sums(X)
-        index = {w: i for i, w in enumerate(vocab)}
         theta = np.asarray(tree.theta)
         # entropy below the uniform one, for word distributions (directions are not distributions)
         simplex = np.all(theta >= 0) and np.allclose(theta.sum(axis=1), 1.0)

@@ -617,10 +617,9 @@ def _node_words(stored, vocabulary, top_words: int) -> list[list[str]]:
     documents in its subtree, ``EpochTree.label_words``; else theta's largest entries), or for
     a store that published none the largest entries of an exactly stored theta."""
     tree = stored.tree
-    if any(stored.top_words) or vocabulary is None or tree.theta.shape[1] != len(vocabulary) \
-            or not stored.theta_exact:
-        return [w[:top_words] for w in stored.top_words]
-    return tree.top_words(vocabulary, top_words)
+    from_theta = (not any(stored.top_words) and vocabulary is not None and stored.theta_exact
+                  and tree.theta.shape[1] == len(vocabulary))
+    return tree.top_words(vocabulary, top_words) if from_theta else [w[:top_words] for w in stored.top_words]
 
 
 def format_epoch(stored, vocabulary=None, *, top_words: int | None = None, min_docs: int = 0, events=None,

@@ -109,62 +109,60 @@ class EpochTree:
         top = np.argsort(-self.theta, axis=1, kind="stable")[:, :n]
         return [list(vocabulary[row]) for row in top]
 
-    def _member_matrix(self, n_documents: int) -> sp.csr_matrix:
-        """(K, n_documents) 0/1: entry (k, i) is 1 when document ``i`` sits at node ``k`` or
-        below it."""
+    def _rows(self, node_ids, what: str) -> np.ndarray:
+        """The rows of ``node_ids`` in the per-node arrays (a ValueError naming any the tree
+        does not hold, and ``what`` refers to them)."""
+        row = {int(n): k for k, n in enumerate(self.node_ids)}
+        unknown = sorted({int(n) for n in node_ids} - set(row))
+        if unknown:
+            raise ValueError(f"epoch {self.epoch}: {what} {len(unknown)} node ids the tree does not hold, "
+                             f"e.g. {unknown[:5]}")
+        return np.array([row[int(n)] for n in node_ids], dtype=np.int64)
+
+    def _below(self, at: np.ndarray, weights: np.ndarray | None = None) -> sp.csr_matrix:
+        """(K, len(at)): entry (k, i) is ``weights[i]`` (default 1) when item ``i``, at row
+        ``at[i]``, sits at node ``k`` or below it."""
+        n_items = at.size
+        parent_row = np.full(self.n_nodes, -1, dtype=np.int64)
+        has_parent = self.parent >= 0
+        parent_row[has_parent] = self._rows(self.parent[has_parent], "nodes have as parents")
+        node_rows, item_cols = [], []
+        items = np.arange(n_items)
+        while at.size:  # each item at its own node, then at each ancestor in turn
+            node_rows.append(at)
+            item_cols.append(items)
+            keep = parent_row[at] >= 0
+            at, items = parent_row[at][keep], items[keep]
+        rows = np.concatenate(node_rows) if node_rows else np.zeros(0, dtype=np.int64)
+        cols = np.concatenate(item_cols) if item_cols else np.zeros(0, dtype=np.int64)
+        values = np.ones(cols.size) if weights is None else np.asarray(weights, dtype=np.float64)[cols]
+        return sp.csr_matrix((values, (rows, cols)), shape=(self.n_nodes, n_items))
+
+    def _documents_below(self, n_documents: int) -> sp.csr_matrix:
+        """(K, n_documents) 0/1: whether document ``i`` sits at node ``k`` or below it."""
         if n_documents != self.assignments.shape[0]:
             raise ValueError(f"X has {n_documents} rows but the tree assigns {self.assignments.shape[0]} documents")
-        row = {int(n): k for k, n in enumerate(self.node_ids)}
-        unknown = sorted({int(n) for n in self.assignments} - set(row))
-        if unknown:
-            raise ValueError(f"epoch {self.epoch}: documents are assigned to {len(unknown)} node ids the tree does "
-                             f"not hold, e.g. {unknown[:5]}")
-        parent_row = np.array([row.get(int(p), -1) for p in self.parent], dtype=np.int64)
-        # each document counts at its node, then at each ancestor in turn
-        node_rows, doc_rows = [], []
-        at = np.array([row[int(n)] for n in self.assignments], dtype=np.int64)
-        docs = np.arange(at.size)
-        while at.size:
-            node_rows.append(at)
-            doc_rows.append(docs)
-            keep = parent_row[at] >= 0
-            at, docs = parent_row[at][keep], docs[keep]
-        rows = np.concatenate(node_rows) if node_rows else np.zeros(0, dtype=np.int64)
-        cols = np.concatenate(doc_rows) if doc_rows else np.zeros(0, dtype=np.int64)
-        return sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(self.n_nodes, n_documents))
+        return self._below(self._rows(self.assignments, "documents are assigned to"))
 
     def subtree_row_sums(self, X) -> sp.csr_matrix:
         """Per node, the sum of the rows of ``X`` (this epoch's input, one row per document)
         assigned to the node or below it: a sparse (K, p) matrix."""
         X = sp.csr_matrix(X)
-        out = sp.csr_matrix(self._member_matrix(X.shape[0]) @ X)
+        out = sp.csr_matrix(self._documents_below(X.shape[0]) @ X)
         out.sort_indices()
         return out
 
-    def _leaf_thetas(self) -> list[np.ndarray | None]:
-        """Per node with children, the parameters of the leaves below it averaged with their
-        window counts as weights (equal weights when those are all 0); None for a leaf."""
-        row = {int(n): i for i, n in enumerate(self.node_ids)}
-        kids: dict[int, list[int]] = {}
-        for i, p in enumerate(self.parent):
-            kids.setdefault(row.get(int(p), -1), []).append(i)
-        theta = np.asarray(self.theta, dtype=np.float64)
-        weight = np.asarray(self.window_counts, dtype=np.float64)
-        out: list[np.ndarray | None] = []
-        for k in range(self.n_nodes):
-            if not kids.get(k):
-                out.append(None)
-                continue
-            leaves, stack = [], [k]
-            while stack:
-                i = stack.pop()
-                if kids.get(i):
-                    stack.extend(kids[i])
-                else:
-                    leaves.append(i)
-            leaves = np.sort(np.asarray(leaves))
-            w = weight[leaves] if weight[leaves].sum() > 0 else np.ones(leaves.size)
-            out.append(w @ theta[leaves] / w.sum())
+    def _leaf_thetas(self) -> np.ndarray:
+        """Per node, the parameters of the leaves at or below it averaged with their window
+        counts as weights (equal weights where those are all 0)."""
+        leaves = np.flatnonzero(~np.isin(self.node_ids, self.parent))
+        theta = np.asarray(self.theta, dtype=np.float64)[leaves]
+        equal = self._below(leaves)  # every node has a leaf at or below it
+        out = (equal @ theta) / np.asarray(equal.sum(axis=1)).ravel()[:, None]
+        weighted = self._below(leaves, np.asarray(self.window_counts, dtype=np.float64)[leaves])
+        total = np.asarray(weighted.sum(axis=1)).ravel()
+        counted = total > 0
+        out[counted] = (weighted @ theta)[counted] / total[counted, None]
         return out
 
     def label_words(self, vocabulary: np.ndarray, X, n: int = 10) -> list[list[str]]:
@@ -192,7 +190,7 @@ class EpochTree:
             raise ValueError(f"vocabulary has {vocabulary.shape[0]} entries but theta has {theta.shape[1]} columns")
         X = sp.csr_matrix(X, copy=True)
         X.eliminate_zeros()
-        member = self._member_matrix(X.shape[0])
+        member = self._documents_below(X.shape[0])
         sums = sp.csr_matrix(member @ X)
         held = X.copy()
         held.data = (held.data > 0).astype(np.float64)
@@ -200,6 +198,7 @@ class EpochTree:
         in_epoch = np.asarray(held.sum(axis=0)).ravel()  # and in the whole epoch
         sums.sort_indices()
         docs.sort_indices()
+        has_kids = np.isin(self.node_ids, self.parent)
         leaf_thetas = None
         out = []
         for k in range(self.n_nodes):
@@ -209,7 +208,7 @@ class EpochTree:
             if not keep.any():
                 if leaf_thetas is None:
                     leaf_thetas = self._leaf_thetas()
-                fallback = theta[k] if leaf_thetas[k] is None else leaf_thetas[k]
+                fallback = leaf_thetas[k] if has_kids[k] else theta[k]
                 out.append(list(vocabulary[np.argsort(-fallback, kind="stable")[:n]]))
                 continue
             vals, terms = vals[keep], terms[keep]
