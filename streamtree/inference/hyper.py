@@ -8,7 +8,8 @@ hyperparameter has the one-dimensional conditional
                                      x prod_edges B(1 + S_e.i, gamma + later) / B(1, gamma + ...)
 
 Priors (:data:`HYPER_PRIORS`): ``alpha0`` and ``gamma`` log-uniform on ``[1e-2, 1e2]`` (scale
-free over four decades), ``lam`` uniform on ``(0, 1]``. Each update is one univariate slice
+free over four decades), ``lam`` uniform on ``[1e-3, 1]`` (kept off 0, where the depth
+scale ``alpha0 lam^d`` of a deep tree underflows). Each update is one univariate slice
 sampling step (Neal, 2003) on the bounded support (log scale for ``alpha0`` and ``gamma``),
 with shrinkage from the whole support, so it needs no step size and is exact.
 """
