@@ -76,6 +76,22 @@ def test_new_node_is_the_sum_over_table_counts(x, s):
     assert got == pytest.approx(enumerated_new_node(x, alpha, s), abs=1e-10)
 
 
+def test_stored_zeros_leave_the_mixture_as_it_is():
+    """A CSR row may store zero counts (the family accepts them); each is a factor of one at a
+    new node as at a live one, so the density equals that of the row without them."""
+    rng = np.random.default_rng(4)
+    theta = rng.dirichlet(np.ones(6), size=2)
+    alpha = np.array([[0.7, 1.3, 0.02, 2.0, 5.0, 0.4]])
+    clean = row([3, 0, 1, 0, 2, 0])
+    stored = sp.csr_matrix((np.array([3.0, 0.0, 1.0, 0.0, 2.0, 0.0]), np.arange(6), np.array([0, 6])), shape=(1, 6))
+    assert stored.nnz == 6
+    for live, ph in ((np.log([0.5, 0.3]), np.log([0.2])), (np.zeros(0), np.zeros(1))):
+        th = theta[:live.size]
+        want = dcm_log_mixture(clean, th, live, alpha, ph, 5.0)
+        assert np.isfinite(want).all()
+        assert np.array_equal(dcm_log_mixture(stored, th, live, alpha, ph, 5.0), want)
+
+
 def test_new_node_is_the_expected_dcm_over_phi():
     """Monte Carlo over phi ~ Dir(alpha), within four standard errors."""
     rng = np.random.default_rng(5)

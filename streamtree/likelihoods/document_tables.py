@@ -268,6 +268,8 @@ def _log_dcm_expected_row(idx, cnt, alpha, log_s, n, log_stirling, poly, word, l
     deg = 0
     for k in range(idx.shape[0]):
         x = int(cnt[k])
+        if x == 0:
+            continue  # a stored zero: a factor of one (no tables), not a word with none
         a = alpha[idx[k]]
         if x == 1:
             const += log_s + np.log(a)
