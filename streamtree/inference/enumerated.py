@@ -42,7 +42,11 @@ _BLOCK_ROWS = 4096
 _WEIGHT_TABLE_ENTRIES = 1 << 22
 # Cubic Hermite table of the collapsed new-node term over t = x . theta_parent in [-1, 1]:
 # exact values and slopes at 1025 knots give an interpolation error below 1e-9 (tested), and the
-# kernel pays a few flops per placeholder instead of a Bessel-function evaluation.
+# kernel pays a few flops per placeholder instead of a Bessel-function evaluation. Not so next to
+# t = -1 when b and c are close and well above p: the term then goes as sqrt(1 + t), which a cubic
+# cannot follow, and the first interval can be nats off (from t = -0.5 on it stays within 1e-7).
+# Rows of term weights are non-negative, so for text t >= 0; a row nearly opposite its node's
+# parent is the only case that reads those knots.
 TABLE_INTERVALS = 1024
 _SCORE_BLOCK_ENTRIES = 1 << 21  # stored scores per block of rows (16 MiB) when the table is built per sweep
 

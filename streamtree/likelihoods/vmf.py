@@ -867,7 +867,8 @@ def _table_knot(p, b, c, n, i, row):
     r2 = d2 + 2.0 * bc * (1.0 + t)
     rho = math.sqrt(r2) if r2 > 0.0 else 0.0
     row[i, 0] = -log_normalizer_nb(p, rho)
-    row[i, 1] = mean_resultant_length_nb(p, rho) * bc / rho if rho > 0.0 else 0.0
+    # g'(t) = A_p(rho) b c / rho, whose limit at rho = 0 (b = c, t = -1) is b c / p (A_p(rho) ~ rho / p)
+    row[i, 1] = mean_resultant_length_nb(p, rho) * bc / rho if rho > 0.0 else bc / p
 
 
 @njit(cache=True, nogil=True)
