@@ -92,6 +92,31 @@ def test_stored_zeros_leave_the_mixture_as_it_is():
         assert np.array_equal(dcm_log_mixture(stored, th, live, alpha, ph, 5.0), want)
 
 
+@pytest.mark.parametrize("scale,s", [(0.5, 0.7), (30.0, 4.0), (1000.0, 50.0), (1000.0, 2000.0), (1e4, 5.0)])
+def test_long_documents_drop_only_coefficients_that_cannot_matter(scale, s):
+    """The new-node term of long documents (hundreds of tokens, words repeated up to 60 times)
+    with the partial products' negligible coefficients dropped: at the default cut it equals
+    the full product to rounding, and at a loose cut it stays within the error the cut
+    promises (each drop at most exp(log_eps) of the result)."""
+    rng = np.random.default_rng(int(scale) + int(s))
+    V = 400
+    alpha = scale * rng.dirichlet(np.full(V, 0.3), size=2) + 1e-3
+    counts = np.array([rng.multinomial(n, rng.dirichlet(np.full(V, 0.05))) for n in (300, 800, 1500)], dtype=float)
+    counts[0, :3] = [60, 1, 0]
+    X = sp.csr_matrix(counts)
+    none = np.zeros((0, V))
+    args = (X, none, np.zeros(0), alpha, np.log([0.5, 0.5]), s)
+    full = dcm_log_mixture(*args, log_eps=-np.inf)
+    assert np.isfinite(full).all()
+    assert np.allclose(dcm_log_mixture(*args), full, rtol=1e-14, atol=0)
+    for log_eps in (-4.0, -12.0):
+        loose = dcm_log_mixture(*args, log_eps=log_eps)
+        n = counts.sum(axis=1)
+        words = (counts >= 2).sum(axis=1)
+        bound = np.log1p(-np.minimum(n * words * np.exp(log_eps), 0.5))  # log of the share kept, at worst
+        assert np.all(loose <= full + 1e-9) and np.all(loose - full >= bound - 1e-9)
+
+
 def test_new_node_is_the_expected_dcm_over_phi():
     """Monte Carlo over phi ~ Dir(alpha), within four standard errors."""
     rng = np.random.default_rng(5)

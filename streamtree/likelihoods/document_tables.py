@@ -46,6 +46,9 @@ from streamtree.likelihoods.base import argmax_log_scale
 CONCENTRATION_RANGE = (1e-2, 1e7)
 #: slice steps on ``log s`` per sweep
 CONCENTRATION_STEPS = 2
+#: a new node's bursty predictive drops the table-count coefficients that cannot reach this
+#: share (log) of the result (:func:`dcm_log_mixture`): relative error far below rounding
+DCM_LOG_EPS = -60.0
 
 
 @njit(cache=True, nogil=True)
@@ -248,23 +251,52 @@ def _log_dcm_row(idx, cnt, s_phi, n, s):
 
 
 @njit(cache=True, nogil=True)
-def _log_dcm_expected_row(idx, cnt, alpha, log_s, n, log_stirling, poly, word, log_rising_A):
+def _log_dcm_expected_row(idx, cnt, alpha, log_s, n, log_stirling, poly, word, log_rising_A, log_eps):
     """``log E_{phi ~ Dir(alpha)} DCM(x | s phi)`` of one row without the multinomial
     coefficient and without ``Gamma(s) / Gamma(s + n)``, through the table counts ``t``:
     ``sum_t prod_w S(x_w, t_w) s^t_w (alpha_w)_t_w / (A)_T``. The words couple only through
     ``T = sum_w t_w``, so the sum over ``t`` is the product of one polynomial in ``z`` per word,
     ``sum_t S(x_w, t) s^t (alpha_w)_t z^t``, whose ``z^T`` coefficients are then divided by
-    ``(A)_T``; all in log space. ``poly`` and ``word`` are scratch of length ``n + 1``."""
+    ``(A)_T``; all in log space. ``poly`` and ``word`` are scratch of length ``n + 1``.
+
+    After each word the partial product keeps only the coefficients that can still matter:
+    coefficient ``j``'s share of the result is ``P_j g_j`` with ``g_j`` the rest of the sum for
+    ``j`` tables so far, and from ``j`` to ``j + 1`` tables ``g`` falls by a weighted mean of
+    ``1 / (A + T)`` over the final counts ``T = u + j + d`` it can reach (``u`` words seen once,
+    ``d`` between the repeated words still to come and their tokens). So against any kept
+    coefficient ``P_m``, one ``k`` tables above it weighs at most
+    ``P_(m+k) / P_m (A + u + m + words to come)^-k`` of ``P_m g_m``, one ``k`` below at most
+    ``P_(m-k) / P_m (A + u + m + tokens to come)^k``; those under ``exp(log_eps)`` are
+    dropped. The anchor ``m`` maximises ``P_m`` tilted by a rate between the two, near the
+    coefficients that weigh most in the result. Each drop loses at most
+    that share of the result, so with ``log_eps = -60`` the relative error stays below
+    ``n`` times the number of words times ``1e-26``; ``-inf`` keeps every coefficient. On a
+    long document the product is then a band around the likely table counts, not all of
+    them: the cost falls from the document's length times its repeated tokens towards the
+    band's width times them."""
     A = 0.0
     for w in range(alpha.shape[0]):
         A += alpha[w]
     log_rising_A[0] = 0.0
     for t in range(1, n + 1):
         log_rising_A[t] = log_rising_A[t - 1] + np.log(A + t - 1)
+    # the table counts still to come: every word seen once gives one table, and the repeated
+    # words not yet multiplied in give between one and their count each
+    singles = 0
+    rest_words = 0
+    rest_tokens = 0
+    for k in range(idx.shape[0]):
+        x = int(cnt[k])
+        if x == 1:
+            singles += 1
+        elif x > 1:
+            rest_words += 1
+            rest_tokens += x
     # words seen once give one table: a factor s alpha_w z each, kept as a constant and a shift
     const = 0.0
     shift = 0
     poly[0] = 0.0
+    plo = 0  # the partial product's kept coefficients: poly[plo .. deg]
     deg = 0
     for k in range(idx.shape[0]):
         x = int(cnt[k])
@@ -279,11 +311,11 @@ def _log_dcm_expected_row(idx, cnt, alpha, log_s, n, log_stirling, poly, word, l
         for t in range(1, x + 1):
             lr += np.log(a + t - 1)
             word[t] = log_stirling[x, t] + t * log_s + lr
-        # (poly * word)[j] for j = 1 .. deg + x, written from the top down so that poly can
-        # be overwritten in place (entry j reads poly[j - t] with t >= 1 only)
-        for j in range(deg + x, 0, -1):
+        # (poly * word)[j] for j = plo + 1 .. deg + x, written from the top down so that poly
+        # can be overwritten in place (entry j reads poly[j - t] with t >= 1 only)
+        for j in range(deg + x, plo, -1):
             lo = max(1, j - deg)
-            hi = min(x, j)
+            hi = min(x, j - plo)
             m = -np.inf
             for t in range(lo, hi + 1):
                 v = poly[j - t] + word[t]
@@ -296,21 +328,40 @@ def _log_dcm_expected_row(idx, cnt, alpha, log_s, n, log_stirling, poly, word, l
                 poly[j] = m + np.log(acc)
             else:
                 poly[j] = -np.inf
-        poly[0] = -np.inf  # every repeated word has at least one table
+        plo += 1  # every repeated word has at least one table
         deg += x
+        rest_words -= 1
+        rest_tokens -= x
+        # the anchor: the largest coefficient tilted by a middle rate of g's fall per table
+        tilt = np.log(A + singles + 0.5 * (plo + deg + rest_words + rest_tokens))
+        top = plo
+        for j in range(plo + 1, deg + 1):
+            if poly[j] - (j - top) * tilt > poly[top]:
+                top = j
+        if poly[top] == -np.inf:
+            continue
+        # g falls per table by 1 / (A + T) at the final count T = singles + j + (tables to come),
+        # so above the anchor by at least log(A + singles + top + rest_words) nats, and below it
+        # rises by at most log(A + singles + top + rest_tokens) nats
+        log_down = np.log(A + singles + top + rest_words)
+        log_up = np.log(A + singles + top + rest_tokens)
+        while deg > top and poly[deg] - poly[top] - (deg - top) * log_down < log_eps:
+            deg -= 1
+        while plo < top and poly[plo] - poly[top] + (top - plo) * log_up < log_eps:
+            plo += 1
     m = -np.inf
-    for j in range(deg + 1):
+    for j in range(plo, deg + 1):
         v = poly[j] - log_rising_A[shift + j]
         if v > m:
             m = v
     acc = 0.0
-    for j in range(deg + 1):
+    for j in range(plo, deg + 1):
         acc += np.exp(poly[j] - log_rising_A[shift + j] - m)
     return const + m + np.log(acc)
 
 
 @njit(cache=True, nogil=True)
-def _dcm_mixture_nb(indptr, indices, data, theta, live_log_mass, alpha, ph_log_mass, s, log_stirling, out):
+def _dcm_mixture_nb(indptr, indices, data, theta, live_log_mass, alpha, ph_log_mass, s, log_stirling, log_eps, out):
     """Per row ``log [sum_k w_k DCM(x | s theta_k) + sum_p u_p E_{Dir(alpha_p)} DCM(x | s phi)]``
     without the multinomial coefficient (``w``, ``u`` as log weights; ``-inf`` skips a column)."""
     K = theta.shape[0]
@@ -337,7 +388,7 @@ def _dcm_mixture_nb(indptr, indices, data, theta, live_log_mass, alpha, ph_log_m
                 terms[K + p] = -np.inf
             else:
                 terms[K + p] = ph_log_mass[p] + base + _log_dcm_expected_row(
-                    idx, cnt, alpha[p], log_s, n, log_stirling, poly, word, log_rising_A)
+                    idx, cnt, alpha[p], log_s, n, log_stirling, poly, word, log_rising_A, log_eps)
         m = -np.inf
         for c in range(K + P):
             if terms[c] > m:
@@ -372,7 +423,7 @@ def dcm_log_likelihoods(X: sp.csr_matrix, theta: np.ndarray, s: float) -> np.nda
 
 
 def dcm_log_mixture(X: sp.csr_matrix, theta: np.ndarray, live_log_mass: np.ndarray, alpha: np.ndarray,
-                    ph_log_mass: np.ndarray, s: float) -> np.ndarray:
+                    ph_log_mass: np.ndarray, s: float, log_eps: float = DCM_LOG_EPS) -> np.ndarray:
     """Log density of each row of the integer counts ``X`` under a mixture of bursty documents,
     without the multinomial coefficient ``n! / prod_w x_w!`` (as the multinomial's z-kernel):
 
@@ -382,7 +433,9 @@ def dcm_log_mixture(X: sp.csr_matrix, theta: np.ndarray, live_log_mass: np.ndarr
     ``DCM(x | s phi) = Gamma(s) / Gamma(s + n) prod_w Gamma(s phi_w + x_w) / Gamma(s phi_w)``
     in closed form; the expectation over ``phi`` (a new node) is exact, a sum over the
     documents' table counts computed as a product of per-word polynomials (cost of order
-    ``n`` times the row's repeated tokens per row and new node)."""
+    ``n`` times the row's repeated tokens per row and new node at most, less where the
+    product's coefficients that cannot reach ``exp(log_eps)`` of the result are dropped;
+    ``-inf`` keeps them all)."""
     X = sp.csr_matrix(X)
     data = np.asarray(X.data, dtype=np.float64)
     max_count = int(data.max()) if data.size else 0
@@ -391,5 +444,6 @@ def dcm_log_mixture(X: sp.csr_matrix, theta: np.ndarray, live_log_mass: np.ndarr
     _dcm_mixture_nb(X.indptr.astype(np.int64, copy=False), X.indices.astype(np.int64, copy=False), data,
                     np.ascontiguousarray(np.atleast_2d(theta), np.float64),
                     np.ascontiguousarray(live_log_mass, np.float64), alpha,
-                    np.ascontiguousarray(ph_log_mass, np.float64), float(s), log_stirling_table(max_count), out)
+                    np.ascontiguousarray(ph_log_mass, np.float64), float(s), log_stirling_table(max_count),
+                    float(log_eps), out)
     return out
