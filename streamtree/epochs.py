@@ -36,9 +36,11 @@ watermark); rows that later arrive for a closed epoch become rejects with reason
 ``"late row for a closed epoch"`` (or, with ``add(rows, late="next-epoch")``, join the
 first epoch not yet closed).
 
-Rejects from the source are filed under their epoch when their time (or epoch) is known;
-rejects without one (missing or unparsable time) are attached to the next epoch yielded
-(in a replay, the first), or stay in :meth:`Bucketer.leftover_rejects` if none follows.
+Rejects from the source are filed under their epoch when their time (or epoch) is known and
+falls within the epochs that rows span; rejects without one (missing or unparsable time), and
+those before the first epoch with rows, are attached to the next epoch yielded (in a replay,
+the first), or stay in :meth:`Bucketer.leftover_rejects` if none follows. A replay files
+rejects after the last epoch with rows under that epoch. Rejects alone never open an epoch.
 """
 
 from __future__ import annotations
@@ -336,11 +338,16 @@ class Bucketer:
         for key, part in _split(table, keys):
             self._rows.setdefault(key, []).append(part)
 
-    def add_rejects(self, rejects: pa.Table) -> None:
-        """File source rejects under their epoch (by ``time``/``epoch``) or the next one yielded."""
+    def add_rejects(self, rejects: pa.Table, place: bool = True) -> None:
+        """File source rejects under their epoch (by ``time``/``epoch``) or the next one yielded;
+        with ``place=False`` all of them go with the next one yielded (rows outside the time
+        range: their own epochs are the ones the range keeps out)."""
         if rejects.num_rows == 0:
             return
         rejects = rejects.select(REJECT_SCHEMA.names).cast(REJECT_SCHEMA)
+        if not place:
+            self._unplaced.append(rejects)
+            return
         col = "epoch" if self.spec.kind == "column" else "time"
         known = np.asarray(rejects.column(col).is_valid().to_numpy(zero_copy_only=False), dtype=bool)
         if (~known).any():
@@ -368,6 +375,14 @@ class Bucketer:
         is yielded (empty if no row came) and later rows for it count as late.
         """
         key = int(key)
+        if self._closed_through is None:
+            # the first epoch is the first with rows: earlier rejects open no epochs (one row
+            # dated centuries back would otherwise yield every empty epoch since), they go with it
+            first = min((k for k in self._rows if k <= key), default=None)
+            if first is None:
+                return
+            for k in sorted(k for k in self._rejects if k < first):
+                self._unplaced.extend(self._rejects.pop(k))
         pending = sorted(k for k in set(self._rows) | set(self._rejects) if k <= key)
         if not self.spec.fills_gaps:
             order: Iterable[int] = pending
@@ -386,9 +401,14 @@ class Bucketer:
         Key-less rejects go with the first epoch yielded; if there is none they stay in
         :meth:`leftover_rejects`.
         """
-        keys = set(self._rows) | set(self._rejects)
-        if keys:
-            yield from self.pop_through(max(keys))
+        if not self._rows:  # rejects alone open no epoch: they stay in leftover_rejects
+            for k in sorted(self._rejects):
+                self._unplaced.extend(self._rejects.pop(k))
+            return
+        last = max(self._rows)
+        for k in sorted(k for k in self._rejects if k > last):  # no epochs after the last with rows
+            self._rejects.setdefault(last, []).extend(self._rejects.pop(k))
+        yield from self.pop_through(last)
 
     def leftover_rejects(self) -> pa.Table:
         """Rejects not yet attached to any epoch (no epoch yielded since they arrived)."""
@@ -452,7 +472,8 @@ def bucket(batches: Iterable[pa.RecordBatch], spec: EpochSpec | str) -> Iterator
     """Replay: read all ``batches``, then yield epochs in key order (gaps as empty epochs).
 
     When ``batches`` is a source with a ``rejects`` log, its rejects are filed under their
-    epochs as well.
+    epochs as well. If every row was rejected there is no epoch to file them under: a
+    ``ValueError`` says how many there were and why.
     """
     bucketer = Bucketer(spec)
     for batch in batches:
@@ -461,6 +482,10 @@ def bucket(batches: Iterable[pa.RecordBatch], spec: EpochSpec | str) -> Iterator
     if log is not None:
         bucketer.add_rejects(log.drain())
     yield from bucketer.drain()
+    left = bucketer.leftover_rejects()
+    if left.num_rows:
+        reasons = sorted(set(left.column("reason").to_pylist()))
+        raise ValueError(f"no rows to make epochs of: all {left.num_rows} were rejected ({'; '.join(reasons)})")
 
 
 def _keyed(parts: dict[int, list[pa.Table]], schema: pa.Schema | None) -> pa.Table:
@@ -726,13 +751,17 @@ class EpochReader:
 
         self._out_of_range = sorted(k for k in self._hist if not inside(k))
         n_out = sum(self._hist[k] for k in self._out_of_range)
+        # the epochs span the rows kept; a reject outside that span opens no epoch (one blank row
+        # dated centuries away would otherwise publish every empty epoch in between): it goes
+        # with the first epoch, as rejects without a time do
+        kept = sorted(k for k in self._hist if inside(k))
         for key, part in _split(placed, reject_keys):
-            (self._reject_keys.setdefault(key, []) if inside(key) else self._unplaced).append(part)
-        occupied = sorted({k for k in self._hist if inside(k)} | set(self._reject_keys))
-        if self.spec.fills_gaps and occupied:
-            self.keys = list(range(occupied[0], occupied[-1] + 1))
+            spanned = bool(kept) and kept[0] <= key <= kept[-1] and inside(key)
+            (self._reject_keys.setdefault(key, []) if spanned else self._unplaced).append(part)
+        if self.spec.fills_gaps and kept:
+            self.keys = list(range(kept[0], kept[-1] + 1))
         else:
-            self.keys = occupied
+            self.keys = sorted(set(kept) | set(self._reject_keys))
         if lo is not None or hi is not None:
             span = f"{self.spec.label(lo) if lo is not None else '...'} to {self.spec.label(hi) if hi is not None else '...'}"
             how = "auto: the bulk of the rows and its span on either side" if self.time_range.text == "auto" \

@@ -475,7 +475,8 @@ class Service:
             keys = self.spec.keys(rows)
             out = ((keys < lo) if lo is not None else False) | ((keys > hi) if hi is not None else False)
             if np.any(out):
-                self.bucketer.add_rejects(reject_rows(rows.filter(pa.array(out)), OUT_OF_RANGE))
+                # with the next epoch closed, not under their own: the range keeps those out
+                self.bucketer.add_rejects(reject_rows(rows.filter(pa.array(out)), OUT_OF_RANGE), place=False)
                 rows = rows.filter(pa.array(~out))
         if rows.num_rows:
             for k in np.unique(self.spec.keys(rows)).tolist():

@@ -180,6 +180,18 @@ def test_duplicate_ids_keep_the_first(tmp_path):
     assert rejected == [("d2", DUPLICATE_ID)]  # (dict: both duplicates carry the same id)
 
 
+def test_a_reject_dated_far_away_opens_no_epochs(tmp_path):
+    """One blank row dated 2999 among rows of 1990-2019 (10-year epochs): three epochs are
+    published, not 101, and the row is reported with the first."""
+    times = [1990 + i % 30 for i in range(120)] + [2999]
+    path = corpus(tmp_path / "c.parquet", times, extra={"text": [WORDS[i % len(WORDS)] for i in range(120)] + [" "]})
+    summary = run(path, tmp_path / "s")
+    assert summary.n_epochs == 3 and summary.rejects == {"empty text": 1}
+    store = SnapshotStore(str(tmp_path / "s"))
+    assert [e["label"] for e in store.epochs()] == ["1990s", "2000s", "2010s"]
+    assert list(stored_rejects(tmp_path / "s").values()) == ["empty text"]
+
+
 def test_reader_spills_and_reads_the_same_epochs(tmp_path):
     times = list(np.random.default_rng(0).integers(1790, 1850, size=3000))
     path = corpus(tmp_path / "c.parquet", times)

@@ -172,6 +172,49 @@ def test_rejects_are_filed_under_their_epoch():
     assert all(e.rejects.schema == REJECT_SCHEMA for e in eps)
 
 
+def _rejects_at(years, first=0):
+    n = len(years)
+    return make_rejects(source=["f"] * n, position=list(range(first, first + n)),
+                        id=[f"f:{first + i}" for i in range(n)], reason=["empty text"] * n,
+                        time=pa.array([datetime(y, 6, 1, tzinfo=UTC) for y in years], pa.timestamp("us", tz="UTC")))
+
+
+def test_rejects_alone_open_no_epochs():
+    """A reject dated far from every row opens no epoch (one blank row dated centuries away
+    would otherwise bring every empty epoch in between): those before the first epoch with rows
+    go with it, those after the last with the last, and nothing is lost."""
+    year = lambda y: datetime(y, 6, 1, tzinfo=UTC)  # noqa: E731
+    b = Bucketer("10y")
+    b.add(rows([year(1991), year(2015)]))
+    b.add_rejects(_rejects_at([1053, 2005, 2999]))
+    eps = list(b)
+    assert [e.label for e in eps] == ["1990s", "2000s", "2010s"]
+    assert [e.rejects.column("position").to_pylist() for e in eps] == [[0], [1], [2]]
+    # streaming: nothing to yield before the first row; then the rows' first epoch comes first
+    b = Bucketer("1y")
+    b.add_rejects(_rejects_at([53]))
+    assert list(b.pop_through(10**6)) == [] and b.closed_through is None
+    b.add(rows([year(2024), year(2026)]))
+    b.add_rejects(_rejects_at([1999], first=1), place=False)  # e.g. outside a time range
+    eps = list(b.pop_through(b.max_key - 1))
+    assert [e.label for e in eps] == ["2024", "2025"]
+    assert sorted(eps[0].rejects.column("position").to_pylist()) == [0, 1] and eps[1].rejects.num_rows == 0
+    # rejects alone: no epochs, and they stay to be reported
+    b = Bucketer("10y")
+    b.add_rejects(_rejects_at([1999, 2999]))
+    assert list(b) == [] and b.leftover_rejects().num_rows == 2
+
+    class Log:
+        def drain(self):
+            return _rejects_at([1999])
+
+    class Source(list):  # a source whose every row was rejected
+        rejects = Log()
+
+    with pytest.raises(ValueError, match=r"all 1 were rejected \(empty text\)"):
+        list(bucket(Source(), "10y"))
+
+
 def test_streaming_watermark_and_late_rows():
     b = Bucketer("1d")
     day = lambda d, h=12: datetime(2026, 3, d, h, tzinfo=UTC)  # noqa: E731
