@@ -321,6 +321,24 @@ def test_malformed_and_type_changing_jsonl_name_the_file(tmp_path):
         open_source(str(mixed), "text", "t").read_all()
 
 
+def test_a_bad_time_after_the_first_jsonl_block_is_one_reject(tmp_path, monkeypatch):
+    """pyarrow types a JSON field from the first block; a later time it cannot convert used to
+    fail the whole file. It is one rejected row, and times in other forms still read."""
+    import connectors.sources.files as files
+
+    monkeypatch.setattr(files, "_BLOCK_BYTES", 1024)  # so that the file spans several blocks
+    times = ["2020-01-01T23:30:00Z"] * 60 + ["n/a", "2020-01-02T10:00:00.5Z", "2020-01-03T08:00:00+02:00"]
+    path = tmp_path / "late.jsonl"
+    path.write_text("".join(json.dumps({"text": f"row {i}", "t": t}) + "\n" for i, t in enumerate(times)))
+    src = open_source(str(path), "text", "t")
+    good = src.read_all()
+    assert good.num_rows == 62 and src.n_read == 63
+    assert src.rejects.table().column("position").to_pylist() == [60]
+    assert src.rejects.table().column("reason").to_pylist() == ["unparsable time 'n/a'"]
+    assert good.column("time").to_pylist()[-2:] == [datetime(2020, 1, 2, 10, 0, 0, 500000, tzinfo=timezone.utc),
+                                                    datetime(2020, 1, 3, 6, 0, tzinfo=timezone.utc)]
+
+
 def test_directory_file_missing_a_column_is_named(tmp_path):
     d = tmp_path / "dd"
     d.mkdir()

@@ -16,13 +16,15 @@ Format notes: CSV files need a header row; the text column is read as bytes and 
 UTF-8 by us (so a bad row is rejected, not the file). JSON Lines are parsed by pyarrow, which
 infers one type per field: a field must keep one JSON type throughout a file (a time that
 is sometimes a number and sometimes a string is an error naming the file), and a single
-record may not exceed the 4 MiB parse block. A malformed line is an error naming the file.
+record may not exceed the 4 MiB parse block. Times written as strings are read as strings
+and parsed row by row, so a bad one is a rejected row, wherever it is in the file. A malformed line is an error naming the file.
 In a directory, all files must share one format, and a file lacking a mapped column is an
 error naming that file.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Iterator
@@ -210,6 +212,23 @@ class Source:
     def _open_text(self, path: str):
         return self.fs.open_input_stream(path, compression="detect")
 
+    def _json_reader(self, path: str, f, stack: contextlib.ExitStack):
+        """A JSON Lines reader of ``path`` (open as ``f``). pyarrow types each field from the
+        first block; when it types the time field as a time, one later value it cannot convert
+        (``"n/a"``, or a form it did not see in the first block) would fail the whole file, so
+        the file is read again with that field as text, which the time parser reads row by row
+        (a bad time is then one rejected row, as in CSV)."""
+        read = pajson.ReadOptions(block_size=_BLOCK_BYTES)
+        reader = pajson.open_json(f, read_options=read)
+        schema = reader.schema
+        typed = [c for c in (self.time_col,) if c is not None and c in schema.names
+                 and pa.types.is_temporal(schema.field(c).type)]
+        if not typed:
+            return reader
+        again = stack.enter_context(self._open_text(path))
+        return pajson.open_json(again, read_options=read, parse_options=pajson.ParseOptions(
+            explicit_schema=pa.schema([(c, pa.string()) for c in typed]), unexpected_field_behavior="infer"))
+
     def _csv_read(self) -> pacsv.ReadOptions:
         return pacsv.ReadOptions(block_size=_BLOCK_BYTES)
 
@@ -247,27 +266,28 @@ class Source:
                         yield fragment.path, batch
             return
         for path in self.files:
-            with self._wrap(path):
-                with (self._open_text(path) if fmt in ("csv", "jsonl") else self.fs.open_input_stream(path)) as f:
-                    if fmt == "ipc-stream":
-                        reader = pa.ipc.open_stream(f)
-                    elif fmt == "csv":
-                        mapped = {c: pa.string() for c in cols}
-                        mapped[self.text_col] = pa.binary()  # validated by us: invalid UTF-8 -> reject
-                        reader = pacsv.open_csv(
-                            f, read_options=self._csv_read(), parse_options=self._csv_parse(path),
-                            convert_options=pacsv.ConvertOptions(
-                                include_columns=cols, column_types=mapped,
-                                null_values=[""], strings_can_be_null=True,
-                            ),
-                        )
-                    else:
-                        reader = pajson.open_json(f, read_options=pajson.ReadOptions(block_size=_BLOCK_BYTES))
-                    check_columns(path, reader.schema.names, self._mapped())
-                    for batch in reader:
-                        batch = batch.select(cols)
-                        for off in range(0, batch.num_rows, self.batch_size):
-                            yield path, batch.slice(off, self.batch_size)
+            with self._wrap(path), contextlib.ExitStack() as stack:
+                f = stack.enter_context(self._open_text(path) if fmt in ("csv", "jsonl")
+                                        else self.fs.open_input_stream(path))
+                if fmt == "ipc-stream":
+                    reader = pa.ipc.open_stream(f)
+                elif fmt == "csv":
+                    mapped = {c: pa.string() for c in cols}
+                    mapped[self.text_col] = pa.binary()  # validated by us: invalid UTF-8 -> reject
+                    reader = pacsv.open_csv(
+                        f, read_options=self._csv_read(), parse_options=self._csv_parse(path),
+                        convert_options=pacsv.ConvertOptions(
+                            include_columns=cols, column_types=mapped,
+                            null_values=[""], strings_can_be_null=True,
+                        ),
+                    )
+                else:
+                    reader = self._json_reader(path, f, stack)
+                check_columns(path, reader.schema.names, self._mapped())
+                for batch in reader:
+                    batch = batch.select(cols)
+                    for off in range(0, batch.num_rows, self.batch_size):
+                        yield path, batch.slice(off, self.batch_size)
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         positions: dict[str, int] = {}
