@@ -195,12 +195,13 @@ class EpochSpec:
             return f"{y:04d}-{m + 1:02d}"
         start_us = self.origin_us + key * self.width
         day = _US["d"]
-        start = _EPOCH0 + timedelta(microseconds=start_us)
-        if self.width % day == 0 and start_us % day == 0:
-            return start.strftime("%Y-%m-%d")
-        if self.width % _US["m"] == 0 and start_us % _US["m"] == 0:
-            return start.strftime("%Y-%m-%dT%H:%M")
-        return start.strftime("%Y-%m-%dT%H:%M:%S")
+        unit, form = (("D", "%Y-%m-%d") if self.width % day == 0 and start_us % day == 0
+                      else ("m", "%Y-%m-%dT%H:%M") if self.width % _US["m"] == 0 and start_us % _US["m"] == 0
+                      else ("s", "%Y-%m-%dT%H:%M:%S"))
+        try:
+            return (_EPOCH0 + timedelta(microseconds=start_us)).strftime(form)
+        except OverflowError:  # before year 1 or after 9999: ISO 8601's extended years, as NumPy writes them
+            return str(np.datetime_as_string(np.datetime64(start_us, "us"), unit=unit))
 
     @property
     def fills_gaps(self) -> bool:

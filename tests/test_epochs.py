@@ -129,6 +129,21 @@ def test_fixed_labels():
     assert secs.label(secs.keys(rows([datetime(2026, 3, 14, 10, 0, 45, tzinfo=UTC)]))[0]) == "2026-03-14T10:00:30"
 
 
+def test_fixed_width_labels_before_year_one_and_after_9999():
+    """Python's dates stop at years 1 and 9999; labels beyond them are ISO 8601 extended years
+    (year 0 is 1 BC), and the keys round-trip through the rows' times."""
+    week, hour = EpochSpec.parse("1w"), EpochSpec.parse("1h")
+    us = np.array([-80_000_000_000_000_000, 300_000_000_000_000_000], dtype=np.int64)  # 566 BC, AD 11476
+    t = pa.table({"time": pa.array(us, pa.timestamp("us", tz="UTC"))})
+    for x, u in zip(week.keys(t), us):
+        start = np.datetime64(week.label(x), "D")  # the label parses back (NumPy reads extended years)
+        day = int(start.astype(np.int64))
+        assert day * 86_400_000_000 <= u < (day + 7) * 86_400_000_000 and (day + 3) % 7 == 0  # a Monday
+    assert [week.label(x)[:6] for x in week.keys(t)] == ["-566-1", "11476-"]
+    assert hour.label(hour.keys(t)[0]) == "-566-11-26T01:00"
+    assert week.label(0) == "1969-12-29"  # within Python's range: as before
+
+
 def test_out_of_order_rows_and_empty_epochs():
     years = [1825, 1791, 1799, 1822, 1790, 1828, 1795]
     t = rows([datetime(y, 6, 1, tzinfo=UTC) for y in years])
