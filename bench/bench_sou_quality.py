@@ -22,8 +22,9 @@ of the selected decades).
   HLDA per decade on that decade alone (the documents the model's tree of that decade sees,
   without the model's link to the past). For each decade, its 20 topics holding the most of
   that decade's tokens, each described by its 10 most probable words; for the ``all`` fit the
-  same NPMI is also printed with topics ranked by the decade's documents whose path passes
-  through them.
+  same NPMI is also printed with topics ranked by how many of the decade's documents have a
+  token assigned to them (a document's path can pass through a topic that holds none of its
+  tokens; such documents are not counted).
 * Model pooled (``--no-pooled`` skips it): the same ``DTSSBP`` fitted once on all selected
   decades as a single epoch, HLDA's ``all`` protocol; per decade, the 20 nodes holding the most
   of that decade's documents.

@@ -36,6 +36,7 @@ import scipy.sparse as sp
 def _binary_csc(X) -> sp.csc_matrix:
     if sp.issparse(X):
         B = sp.csc_matrix(X, copy=True)
+        B.sum_duplicates()  # a (document, term) entry stored twice is one document holding the term
         B.eliminate_zeros()
         B.data = np.ones_like(B.data, dtype=np.float64)
         return B
@@ -90,6 +91,7 @@ def npmi_matrix(X, words, *, eps: float = 0.0) -> np.ndarray:
                                  "their smoothed NPMI is undefined (use eps=0 to score such pairs -1)")
             p = joint + eps
             out = np.log(p / outer) / -np.log(p)
+            out[p >= 1.0] = 1.0  # the smoothed joint reaches 1: the exact form's limit, not a flipped sign
         else:
             out = np.log(joint / outer) / -np.log(joint)
             out[joint == 0] = -1.0

@@ -96,6 +96,20 @@ def test_explicit_zeros_do_not_count_as_presence():
     assert table[1, 1] == -1.0
 
 
+def test_a_pair_in_every_document_scores_one_with_smoothing_too():
+    X = np.array([[1, 1, 0], [1, 1, 1], [1, 1, 0], [1, 1, 1], [1, 1, 0]])
+    for eps in (0.0, 1e-12, 0.5):
+        assert npmi_matrix(X, [0, 1], eps=eps)[0, 1] == 1.0
+
+
+def test_an_entry_stored_twice_is_one_document():
+    # CSR arrays as given: document 0 stores term 0 twice (a COO matrix would sum them first)
+    dup = sp.csr_matrix((np.ones(6), np.array([0, 0, 1, 1, 0, 1]), np.array([0, 2, 4, 6])), shape=(3, 2))
+    assert not dup.has_canonical_format
+    once = sp.csr_matrix(np.array([[1, 0], [0, 1], [1, 1]]))
+    assert np.array_equal(npmi_matrix(dup, [0, 1]), npmi_matrix(once, [0, 1]))
+
+
 def test_bounds_and_input_errors():
     rng = np.random.default_rng(0)
     X = sp.random(200, 30, density=0.2, random_state=1, format="csr")
