@@ -15,7 +15,11 @@ epoch but the last; the last epoch's documents are then scored once through ``sc
 whose call of ``dcm_log_mixture`` is recorded and timed again with either setting (best of
 ``--repeats``). Prints CPU seconds, their ratio and the largest difference of the densities.
 
-Usage: python bench/bench_dcm_cost.py [--repeats 3] [--max-features 2000]
+``--synthetic`` adds 60 documents of 300-1,500 tokens drawn from sparse word distributions over
+V = 2,000, scored at four new nodes
+whose Dirichlet parameters have totals from 1 to 1e4, at document concentrations from 5 to 2,000.
+
+Usage: python bench/bench_dcm_cost.py [--repeats 3] [--max-features 2000] [--synthetic]
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
+import scipy.sparse as sp
 
 import streamtree  # noqa: F401  (configures numba's cache before any model import)
 import streamtree.likelihoods.multinomial as multinomial
@@ -77,10 +82,27 @@ def best_cpu(args: tuple, log_eps: float, repeats: int) -> tuple[float, np.ndarr
     return best, out
 
 
+def synthetic(repeats: int) -> None:
+    """Long synthetic documents at new nodes of several Dirichlet totals and concentrations."""
+    rng = np.random.default_rng(0)
+    V = 2000
+    X = sp.csr_matrix(np.array([rng.multinomial(n, rng.dirichlet(np.full(V, 0.05)))
+                                for n in rng.integers(300, 1500, size=60)], dtype=np.float64))
+    for total, s in [(1.0, 50.0), (100.0, 5.0), (1000.0, 50.0), (1000.0, 500.0), (1e4, 2000.0)]:
+        alpha = total * rng.dirichlet(np.full(V, 0.3), size=4) + 1e-3
+        call = (X, np.zeros((0, V)), np.zeros(0), alpha, np.full(4, np.log(0.25)), s)
+        full_cpu, full = best_cpu(call, -np.inf, repeats)
+        cut_cpu, cut = best_cpu(call, DCM_LOG_EPS, repeats)
+        name = f"synthetic, total {total:g}, s {s:g}"
+        print(f"{name:30s} {X.shape[0]:11d} {'300-1500':>22s} {4:9d} {full_cpu:8.3f} {cut_cpu:9.3f} "
+              f"{full_cpu / cut_cpu:5.1f}x {np.max(np.abs(cut - full)):10.2e}", flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--max-features", type=int, default=2000)
+    p.add_argument("--synthetic", action="store_true", help="also long synthetic documents")
     args = p.parse_args()
     print(f"cut: log_eps = {DCM_LOG_EPS:g} (default) against -inf (the full product); best of {args.repeats}")
     print(f"{'corpus':30s} {'scored docs':>11s} {'tokens (median / max)':>22s} {'new nodes':>9s} "
@@ -104,6 +126,8 @@ def main() -> None:
         print(f"{name:30s} {call[0].shape[0]:11d} {f'{np.median(tokens):.0f} / {tokens.max():.0f}':>22s} "
               f"{call[3].shape[0]:9d} {full_cpu:8.3f} {cut_cpu:9.3f} {full_cpu / cut_cpu:5.1f}x "
               f"{np.max(np.abs(cut - full)):10.2e}", flush=True)
+    if args.synthetic:
+        synthetic(args.repeats)
 
 
 if __name__ == "__main__":

@@ -92,29 +92,40 @@ def test_stored_zeros_leave_the_mixture_as_it_is():
         assert np.array_equal(dcm_log_mixture(stored, th, live, alpha, ph, 5.0), want)
 
 
-@pytest.mark.parametrize("scale,s", [(0.5, 0.7), (30.0, 4.0), (1000.0, 50.0), (1000.0, 2000.0), (1e4, 5.0)])
+def _long_rows(V: int, rng) -> sp.csr_matrix:
+    """Long documents of three shapes: topical counts (300-1,500 tokens, words repeated up to
+    60 times), one heavy word among many words seen once, and a few heavy words alone."""
+    topical = [rng.multinomial(n, rng.dirichlet(np.full(V, 0.05))) for n in (300, 800, 1500)]
+    singles = np.zeros(V)
+    singles[:189] = 1
+    singles[200] = 113
+    few = np.zeros(V)
+    few[[10, 20]] = 119
+    rows = np.array(topical + [singles, few], dtype=float)
+    rows[0, :3] = [60, 1, 0]
+    return sp.csr_matrix(rows)
+
+
+@pytest.mark.parametrize("scale,s", [(0.185, 110.0), (0.207, 11.1), (0.5, 0.7), (30.0, 4.0), (1000.0, 50.0),
+                                     (1000.0, 2000.0), (1e4, 5.0)])
 def test_long_documents_drop_only_coefficients_that_cannot_matter(scale, s):
-    """The new-node term of long documents (hundreds of tokens, words repeated up to 60 times)
-    with the partial products' negligible coefficients dropped: at the default cut it equals
-    the full product to rounding, and at a loose cut it stays within the error the cut
-    promises (each drop at most exp(log_eps) of the result)."""
-    rng = np.random.default_rng(int(scale) + int(s))
+    """The new-node term of long documents with the partial products' negligible coefficients
+    dropped: at the default cut it equals the full product (to 1e-12 nats), and at a cut of -20
+    it loses at most what the cut promises, n x repeated words x exp(-20) of the density.
+    Prior totals below one with many singletons or a few heavy words are where a wrong rate
+    (one without the singletons, or one measured from the top of the band) loses most."""
+    rng = np.random.default_rng(int(scale * 1000) + int(s))
     V = 400
-    alpha = scale * rng.dirichlet(np.full(V, 0.3), size=2) + 1e-3
-    counts = np.array([rng.multinomial(n, rng.dirichlet(np.full(V, 0.05))) for n in (300, 800, 1500)], dtype=float)
-    counts[0, :3] = [60, 1, 0]
-    X = sp.csr_matrix(counts)
-    none = np.zeros((0, V))
-    args = (X, none, np.zeros(0), alpha, np.log([0.5, 0.5]), s)
+    alpha = scale * np.vstack([np.full(V, 1.0 / V), rng.dirichlet(np.full(V, 0.3))]) + 1e-9
+    X = _long_rows(V, rng)
+    counts = X.toarray()
+    args = (X, np.zeros((0, V)), np.zeros(0), alpha, np.log([0.5, 0.5]), s)
     full = dcm_log_mixture(*args, log_eps=-np.inf)
     assert np.isfinite(full).all()
-    assert np.allclose(dcm_log_mixture(*args), full, rtol=1e-14, atol=0)
-    for log_eps in (-4.0, -12.0):
-        loose = dcm_log_mixture(*args, log_eps=log_eps)
-        n = counts.sum(axis=1)
-        words = (counts >= 2).sum(axis=1)
-        bound = np.log1p(-np.minimum(n * words * np.exp(log_eps), 0.5))  # log of the share kept, at worst
-        assert np.all(loose <= full + 1e-9) and np.all(loose - full >= bound - 1e-9)
+    assert np.max(np.abs(dcm_log_mixture(*args) - full)) < 1e-12
+    promised = counts.sum(axis=1) * (counts >= 2).sum(axis=1) * np.exp(-20.0)
+    loss = -np.expm1(dcm_log_mixture(*args, log_eps=-20.0) - full)  # the share of the density dropped
+    assert np.all(loss >= -1e-12) and np.all(loss <= promised + 1e-12)
 
 
 def test_new_node_is_the_expected_dcm_over_phi():

@@ -279,7 +279,7 @@ def _log_dcm_expected_row(idx, cnt, alpha, log_s, n, log_stirling, poly, word, l
         A += alpha[w]
     log_rising_A[0] = 0.0
     for t in range(1, n + 1):
-        log_rising_A[t] = log_rising_A[t - 1] + np.log(A + t - 1)
+        log_rising_A[t] = log_rising_A[t - 1] + np.log(A + (t - 1))
     # the table counts still to come: every word seen once gives one table, and the repeated
     # words not yet multiplied in give between one and their count each
     singles = 0
@@ -309,7 +309,7 @@ def _log_dcm_expected_row(idx, cnt, alpha, log_s, n, log_stirling, poly, word, l
             continue
         lr = 0.0
         for t in range(1, x + 1):
-            lr += np.log(a + t - 1)
+            lr += np.log(a + (t - 1))  # (a + t) - 1 would lose a tiny alpha
             word[t] = log_stirling[x, t] + t * log_s + lr
         # (poly * word)[j] for j = plo + 1 .. deg + x, written from the top down so that poly
         # can be overwritten in place (entry j reads poly[j - t] with t >= 1 only)
