@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import threading
 import time
@@ -338,6 +339,20 @@ class Service:
         self._quiet: dict | None = None  # a run of quiet epochs fitted since the last commit
 
     # ---- start -------------------------------------------------------------------------
+    def _check_apart(self) -> None:
+        """The store and the landing directory must not hold one another: the service would
+        read its own store's files as landed data (documents fitted twice, every manifest a
+        reject), or the store's clean-up would touch landed files."""
+        a, b = self.landing, self.store
+        if a.fs.type_name != b.fs.type_name:
+            return
+        real = os.path.realpath if a.fs.type_name == "local" else (lambda p: p)
+        land, store = real(a.root).rstrip("/"), real(b.root).rstrip("/")
+        if store == land or store.startswith(land + "/") or land.startswith(store + "/"):
+            where = "is" if store == land else "is inside" if store.startswith(land + "/") else "holds"
+            raise StoreError(f"{self.config.store}: the store {where} the landing directory {self.config.landing}; "
+                             "put the store outside it (the service would read its own files as landed data)")
+
     def _open_store(self) -> None:
         """Check the store against the config; start a new run or restore the last commit."""
         self.landing.check()
@@ -662,6 +677,7 @@ class Service:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 old[sig] = signal.signal(sig, self._on_signal)
         try:
+            self._check_apart()  # before the lease, which creates the store directory
             self._start_http()
             with self.store.writer("serve"):
                 try:

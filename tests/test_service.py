@@ -275,6 +275,19 @@ def test_config_checks(tmp_path):
     assert ident == _config(tmp_path, tmp_path / "other", poll_interval=9).identity()
 
 
+def test_the_store_and_the_landing_directory_stay_apart(tmp_path):
+    """A store inside the landing directory would have its own files read as landed data; the
+    service refuses to start, and writes nothing, whichever holds the other."""
+    land = tmp_path / "land"
+    write_jsonl(str(land / "day1.jsonl"), day_rows(1, 10, 3))
+    (tmp_path / "link").symlink_to(land)
+    for store, where in ((land / "out", "is inside the"), (land, "is the"), (tmp_path / "link" / "out", "is inside the"),
+                         (tmp_path, "holds the")):
+        with pytest.raises(StoreError, match=f"the store {where} landing directory"):
+            _once(_config(land, store))
+    assert sorted(p.name for p in land.iterdir()) == ["day1.jsonl"]
+
+
 def test_gap_in_the_stream_is_recorded_like_replay(tmp_path):
     """Days 1, 2 and 5: the quiet days 3 and 4 are recorded with day 5, as a replay does."""
     src, land = tmp_path / "src", tmp_path / "land"
