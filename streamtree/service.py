@@ -417,6 +417,8 @@ class Service:
         self._epoch_ready_ns = {int(k): int(v) for k, v in state["epoch_ready_ns"].items()}
         self._totals = state["totals"]
         for ev in read_ledger(self.store).to_pylist():
+            if ev["kind"] == "changed":
+                self._changed_warned.add(ev["name"])
             if ev["kind"] == "file":
                 self._taken[ev["name"]] = (ev["size"], ev["mtime_ns"])
                 if ev["status"] == "ingested":
@@ -658,12 +660,21 @@ class Service:
         return len(files)
 
     def _warn_changed(self) -> None:
+        """A file taken before has changed (rewritten, or re-landed under its name): each file is
+        read once, so the change is not read; it is logged and recorded in the ledger (kind
+        ``"changed"``), once per name, so the store shows what was not read."""
         for name, state in self._taken.items():
             now_state = self.landing.state_of(name)
             if now_state is not None and now_state != state and name not in self._changed_warned:
                 self._changed_warned.add(name)
-                logger.warning("landing: %s changed after it was ingested; the change is ignored (land new data "
+                logger.warning("landing: %s changed after it was taken; the change is not read (land new data "
                                "as a new file)", name)
+                self._events.append({"seq": self._seq, "kind": "changed", "name": name, "size": int(now_state[0]),
+                                     "mtime_ns": int(now_state[1]), "ready_ns": None, "sha256": None,
+                                     "status": "not read", "n_read": None, "close_through": None,
+                                     "detail": f"changed after it was taken (size {state[0]}, mtime_ns {state[1]}); "
+                                               "land new data as a new file"})
+                self._seq += 1
 
     def request_stop(self, reason: str = "stop requested") -> None:
         if not self._stop.is_set():

@@ -190,6 +190,27 @@ def test_late_duplicate_and_unreadable_files(corpus, tmp_path):
     assert 'streamtree_files_total{status="duplicate"} 1.0' in text
 
 
+def test_a_file_changed_after_it_was_taken_is_recorded_not_read(corpus, tmp_path):
+    """Each landed file is read once; new data landed under a name already taken is not read,
+    and the ledger says so (once, across restarts), so nothing goes unrecorded."""
+    land = tmp_path / "land"
+    os.makedirs(land)
+    for d in (1, 2):
+        shutil.copy(f"{corpus}/all/day{d}.jsonl", land / f"day{d}.jsonl")
+    cfg = _config(land, tmp_path / "store", vocabulary_from=f"{corpus}/replay")
+    _once(cfg)
+    write_jsonl(str(land / "day1.jsonl"), day_rows(1, 7, 0))  # re-landed under a taken name
+    write_jsonl(str(land / "day3.jsonl"), day_rows(3, 25, 0))
+    _once(cfg)
+    write_jsonl(str(land / "day4.jsonl"), day_rows(4, 25, 0))
+    _once(cfg)  # a restart: the change is not recorded again
+    events = read_ledger(SnapshotStore(str(tmp_path / "store"))).to_pylist()
+    changed = [e for e in events if e["kind"] == "changed"]
+    assert [(e["name"], e["status"]) for e in changed] == [("day1.jsonl", "not read")]
+    assert changed[0]["size"] == (land / "day1.jsonl").stat().st_size and "land new data as a new file" in changed[0]["detail"]
+    assert [e["name"] for e in events if e["kind"] == "file"].count("day1.jsonl") == 1
+
+
 def test_late_policy_next_epoch(corpus, tmp_path):
     land = tmp_path / "land"
     os.makedirs(land)

@@ -1,8 +1,8 @@
 """The service's file ledger: which landed files each committed epoch consumed.
 
 The ledger is an event log. Every landed file the service takes (ingested, a duplicate of an
-ingested file, or unreadable) and every idle close of the open epochs is one event with a
-sequence number. The events taken since the previous commit go into the next published
+ingested file, or unreadable), every taken file found changed afterwards (not read) and every
+idle close of the open epochs is one event with a sequence number. The events taken since the previous commit go into the next published
 epoch as its ``ledger`` table (``SnapshotStore.publish(tables={"ledger": ...})``), so they are
 committed atomically with that epoch: a crash before the commit leaves them uncommitted and
 the files are taken again after the restart. Commit cost per epoch is the events since the
@@ -17,10 +17,12 @@ from connectors.stores.snapshot import SnapshotStore
 
 LEDGER_TABLE = "ledger"
 
-#: One row per event. ``kind`` is ``"file"`` or ``"idle"``; for files, ``status`` is
-#: ``"ingested"``, ``"duplicate"`` (same content as the file named in ``detail``) or
-#: ``"unreadable"`` (the error in ``detail``); ``close_through`` is the epoch key an idle
-#: close closed through.
+#: One row per event. ``kind`` is ``"file"``, ``"changed"`` or ``"idle"``; for files,
+#: ``status`` is ``"ingested"``, ``"duplicate"`` (same content as the file named in ``detail``)
+#: or ``"unreadable"`` (the error in ``detail``); ``"changed"`` records, once per name, a file
+#: taken before whose size or modification time has changed since (status ``"not read"``: each
+#: file is read once; its new size and time, the old ones in ``detail``); ``close_through`` is
+#: the epoch key an idle close closed through.
 LEDGER_SCHEMA = pa.schema([
     pa.field("seq", pa.int64(), nullable=False),
     pa.field("kind", pa.string(), nullable=False),
