@@ -40,7 +40,8 @@ Rejects from the source are filed under their epoch when their time (or epoch) i
 falls within the epochs that rows span; rejects without one (missing or unparsable time), and
 those before the first epoch with rows, are attached to the next epoch yielded (in a replay,
 the first), or stay in :meth:`Bucketer.leftover_rejects` if none follows. A replay files
-rejects after the last epoch with rows under that epoch. Rejects alone never open an epoch.
+rejects after the last epoch with rows under that epoch. Rejects alone never open an epoch of
+a time spec (a ``"column"`` spec yields every key that occurs, a reject's too).
 """
 
 from __future__ import annotations
@@ -753,12 +754,14 @@ class EpochReader:
         self._out_of_range = sorted(k for k in self._hist if not inside(k))
         n_out = sum(self._hist[k] for k in self._out_of_range)
         # the epochs span the rows kept; a reject outside that span opens no epoch (one blank row
-        # dated centuries away would otherwise publish every empty epoch in between): it goes
-        # with the first epoch, as rejects without a time do
+        # dated centuries away would otherwise publish every empty epoch in between): one before
+        # it goes with the first epoch, as rejects without a time do, one after it with the last
         kept = sorted(k for k in self._hist if inside(k))
         for key, part in _split(placed, reject_keys):
-            spanned = bool(kept) and kept[0] <= key <= kept[-1] and inside(key)
-            (self._reject_keys.setdefault(key, []) if spanned else self._unplaced).append(part)
+            if not kept or not inside(key) or key < kept[0]:
+                self._unplaced.append(part)
+            else:  # within the span under its epoch, after it under the last (as Bucketer.drain)
+                self._reject_keys.setdefault(min(key, kept[-1]), []).append(part)
         if self.spec.fills_gaps and kept:
             self.keys = list(range(kept[0], kept[-1] + 1))
         else:

@@ -551,6 +551,7 @@ def _replay(store, config, mode, progress, static, start) -> ReplaySummary:
             totals = dict(begin.resume_from["state"])
             totals.setdefault("repeated_texts", None)  # a store written before the count: unknown
             first = begin.resume_from["epoch"] + 1
+            _check_numbering(store, reader, begin.resume_from)
             logger.info("resuming after epoch %d (%s)", begin.resume_from["epoch"], begin.resume_from["label"])
         else:
             vec = fit_vocabulary(config, reader)
@@ -578,6 +579,20 @@ def _replay(store, config, mode, progress, static, start) -> ReplaySummary:
     # the store's totals; what this invocation published is not a property of the store
     store.finish({k: v for k, v in asdict(summary).items() if k not in ("n_published", "complete_before")})
     return summary
+
+
+def _check_numbering(store: SnapshotStore, reader: EpochReader, last: dict) -> None:
+    """A resume continues after the store's last epoch by its index, so the source's epochs must
+    be numbered as when the store was written (a streamtree whose rules for which epochs exist
+    differ, e.g. one that let rejects alone open epochs, numbers them otherwise): else the resume
+    would skip or repeat epochs."""
+    at, label = int(last["epoch"]), last["label"]
+    now = reader.spec.label(reader.keys[at]) if at < reader.n_epochs else None
+    if now != label:
+        seen = f"is {now!r}" if now is not None else f"does not exist ({reader.n_epochs} epochs now)"
+        raise StoreError(f"{store.uri}: the store's last epoch {at} is {label!r}, but the source's epoch {at} "
+                         f"{seen}: its epochs are numbered differently from when the store was written (by "
+                         "another streamtree version?); replay it again with --overwrite")
 
 
 def _check_source(store: SnapshotStore, src, stored_files) -> None:

@@ -482,12 +482,27 @@ class Service:
         logger.info("took %s: %s, %d rows", landed.name, status, event["n_read"])
         self._close(self.watermark.closable_through())
 
+    def _file_rejects(self, rejects: pa.Table, lo: int | None, hi: int | None) -> None:
+        """The source's rejects under their epochs, those dated outside the time range with the
+        next epoch closed (the range keeps their epochs out, as it does the rows')."""
+        if rejects.num_rows == 0 or (lo is None and hi is None) or "time" not in rejects.column_names:
+            self.bucketer.add_rejects(rejects)
+            return
+        times = rejects.column("time")
+        known = np.asarray(times.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        keys = np.zeros(rejects.num_rows, dtype=np.int64)
+        if known.any():
+            keys[known] = self.spec.time_keys(times.filter(pa.array(known)))
+        out = known & (((keys < lo) if lo is not None else False) | ((keys > hi) if hi is not None else False))
+        self.bucketer.add_rejects(rejects.filter(pa.array(~out)))
+        self.bucketer.add_rejects(rejects.filter(pa.array(out)), place=False)
+
     def _ingest(self, landed: LandedFile, read) -> None:
         rows = read.rows
         self._totals["rows_read"] += read.n_read
         self.metrics.rows_read.inc(read.n_read)
-        self.bucketer.add_rejects(read.rejects)
         lo, hi = TimeRange.parse(self.config.time_range).key_range(self.spec)
+        self._file_rejects(read.rejects, lo, hi)
         if rows.num_rows and (lo is not None or hi is not None):
             keys = self.spec.keys(rows)
             out = ((keys < lo) if lo is not None else False) | ((keys > hi) if hi is not None else False)

@@ -181,15 +181,52 @@ def test_duplicate_ids_keep_the_first(tmp_path):
 
 
 def test_a_reject_dated_far_away_opens_no_epochs(tmp_path):
-    """One blank row dated 2999 among rows of 1990-2019 (10-year epochs): three epochs are
-    published, not 101, and the row is reported with the first."""
-    times = [1990 + i % 30 for i in range(120)] + [2999]
-    path = corpus(tmp_path / "c.parquet", times, extra={"text": [WORDS[i % len(WORDS)] for i in range(120)] + [" "]})
+    """Blank rows dated 1053 and 2999 among rows of 1990-2019 (10-year epochs): three epochs are
+    published, not 197, and the rows are reported with the first and the last."""
+    times = [1053] + [1990 + i % 30 for i in range(120)] + [2999]
+    texts = [" "] + [WORDS[i % len(WORDS)] for i in range(120)] + [" "]
+    path = corpus(tmp_path / "c.parquet", times, extra={"text": texts})
     summary = run(path, tmp_path / "s")
-    assert summary.n_epochs == 3 and summary.rejects == {"empty text": 1}
+    assert summary.n_epochs == 3 and summary.rejects == {"empty text": 2}
     store = SnapshotStore(str(tmp_path / "s"))
     assert [e["label"] for e in store.epochs()] == ["1990s", "2000s", "2010s"]
-    assert list(stored_rejects(tmp_path / "s").values()) == ["empty text"]
+    by_epoch = [store.rejects(e["epoch"]) for e in store.epochs()]
+    assert [0 if r is None else r.num_rows for r in by_epoch] == [1, 0, 1]
+
+
+def test_resume_refuses_a_source_whose_epochs_are_numbered_differently(tmp_path, monkeypatch):
+    """A store written by a streamtree that numbered the epochs otherwise (one that let a reject
+    dated 1985 open epochs before 1990) would be resumed at the wrong epoch, skipping years;
+    the resume refuses, naming both labels."""
+    import streamtree.epochs as epochs_module
+    from connectors.stores.snapshot import StoreError
+
+    path = corpus(tmp_path / "c.parquet", [1990 + i % 8 for i in range(96)])
+    config = ReplayConfig(source=str(path), text_col="text", time_col="when", epoch="1y", min_df=1, max_df=1.0,
+                          model={"n_sweeps": 2, "kappa0": 100.0, "random_state": 0})
+
+    class Stop(Exception):
+        pass
+
+    def stop_after_third(p):
+        if p.index == 2:
+            raise Stop
+
+    with pytest.raises(Stop):
+        replay(config, str(tmp_path / "s"), progress=stop_after_third)
+    assert [e["label"] for e in SnapshotStore(str(tmp_path / "s")).epochs()] == ["1990", "1991", "1992"]
+    plan = epochs_module.EpochReader._plan
+
+    def shifted(self):  # the numbering of such a streamtree: five epochs before 1990
+        plan(self)
+        self.keys = list(range(self.keys[0] - 5, self.keys[0])) + self.keys
+
+    monkeypatch.setattr(epochs_module.EpochReader, "_plan", shifted)
+    with pytest.raises(StoreError, match=r"last epoch 2 is '1992', but the source's epoch 2 is '1987'.*--overwrite"):
+        replay(config, str(tmp_path / "s"), mode="resume")
+    monkeypatch.undo()
+    summary = replay(config, str(tmp_path / "s"), mode="resume")  # numbered as written: it resumes
+    assert summary.n_published == 5 and summary.n_epochs == 8
 
 
 def test_reader_spills_and_reads_the_same_epochs(tmp_path):

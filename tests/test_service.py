@@ -309,6 +309,22 @@ def test_the_store_and_the_landing_directory_stay_apart(tmp_path):
     assert sorted(p.name for p in land.iterdir()) == ["day1.jsonl"]
 
 
+def test_rows_and_rejects_outside_the_time_range_go_with_the_next_epoch(corpus, tmp_path):
+    """A row dated years before --time-range and a blank row dated years after it open no
+    epochs of their own and are not left pending: both are published as rejects with the first
+    epoch closed."""
+    land = tmp_path / "land"
+    rows = day_rows(1, 25, 0) + day_rows(2, 25, 0) + day_rows(3, 25, 0)
+    rows += [{"text": "tax budget revenue", "time": "2020-05-01T00:00:00Z"}, {"text": "  ", "time": "2030-05-02T00:00:00Z"}]
+    write_jsonl(str(land / "days.jsonl"), rows)
+    _once(_config(land, tmp_path / "store", time_range="2026-01-01..2026-12-31", idle_timeout=1e-3,
+                  vocabulary_from=f"{corpus}/replay"))
+    epochs = SnapshotStore(str(tmp_path / "store")).epochs()
+    assert [e["label"] for e in epochs] == ["2026-03-01", "2026-03-02", "2026-03-03"]
+    rejects = store_rejects(tmp_path / "store")
+    assert sorted(rejects) == [("days.jsonl:75", "out of range"), ("days.jsonl:76", "empty text")]
+
+
 def test_gap_in_the_stream_is_recorded_like_replay(tmp_path):
     """Days 1, 2 and 5: the quiet days 3 and 4 are recorded with day 5, as a replay does."""
     src, land = tmp_path / "src", tmp_path / "land"
