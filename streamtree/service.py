@@ -346,10 +346,15 @@ class Service:
         a, b = self.landing, self.store
         if a.fs.type_name != b.fs.type_name:
             return
-        real = os.path.realpath if a.fs.type_name == "local" else (lambda p: p)
-        land, store = real(a.root).rstrip("/"), real(b.root).rstrip("/")
-        if store == land or store.startswith(land + "/") or land.startswith(store + "/"):
-            where = "is" if store == land else "is inside" if store.startswith(land + "/") else "holds"
+        if a.fs.type_name == "local":
+            land, store = os.path.realpath(a.root).rstrip("/"), os.path.realpath(b.root).rstrip("/")
+        else:  # the URIs as given: two servers may share a bucket path
+            land, store = self.config.landing.rstrip("/"), self.config.store.rstrip("/")
+        below = store[len(land) + 1:].split("/") if store.startswith(land + "/") else []
+        if any(p.startswith((".", "_")) for p in below):
+            return  # under a hidden or _-prefixed folder, which the landing never reads
+        if store == land or below or land.startswith(store + "/"):
+            where = "is" if store == land else "is inside" if below else "holds"
             raise StoreError(f"{self.config.store}: the store {where} the landing directory {self.config.landing}; "
                              "put the store outside it (the service would read its own files as landed data)")
 

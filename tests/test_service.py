@@ -307,6 +307,9 @@ def test_the_store_and_the_landing_directory_stay_apart(tmp_path):
         with pytest.raises(StoreError, match=f"the store {where} landing directory"):
             _once(_config(land, store))
     assert sorted(p.name for p in land.iterdir()) == ["day1.jsonl"]
+    # a hidden or _-prefixed folder of the landing directory is never read: a store may live there
+    _once(_config(land, land / "_stores" / "live", idle_timeout=1e-3, warmup_docs=5))
+    assert sorted(p.name for p in land.iterdir()) == ["_stores", "day1.jsonl"]
 
 
 def test_rows_and_rejects_outside_the_time_range_go_with_the_next_epoch(corpus, tmp_path):
