@@ -288,6 +288,16 @@ class _Abandon(Exception):
     """Raised by a second stop signal: leave now, commit nothing more."""
 
 
+def _outside(keys: np.ndarray, lo: int | None, hi: int | None) -> np.ndarray:
+    """Which epoch keys fall outside the time range's keys ``lo..hi`` (either end open: None)."""
+    out = np.zeros(keys.shape, dtype=bool)
+    if lo is not None:
+        out |= keys < lo
+    if hi is not None:
+        out |= keys > hi
+    return out
+
+
 class Service:
     """The ingestion loop; see the module docstring.
 
@@ -498,7 +508,7 @@ class Service:
         keys = np.zeros(rejects.num_rows, dtype=np.int64)
         if known.any():
             keys[known] = self.spec.time_keys(times.filter(pa.array(known)))
-        out = known & (((keys < lo) if lo is not None else False) | ((keys > hi) if hi is not None else False))
+        out = known & _outside(keys, lo, hi)
         self.bucketer.add_rejects(rejects.filter(pa.array(~out)))
         self.bucketer.add_rejects(rejects.filter(pa.array(out)), place=False)
 
@@ -509,8 +519,7 @@ class Service:
         lo, hi = TimeRange.parse(self.config.time_range).key_range(self.spec)
         self._file_rejects(read.rejects, lo, hi)
         if rows.num_rows and (lo is not None or hi is not None):
-            keys = self.spec.keys(rows)
-            out = ((keys < lo) if lo is not None else False) | ((keys > hi) if hi is not None else False)
+            out = _outside(self.spec.keys(rows), lo, hi)
             if np.any(out):
                 # with the next epoch closed, not under their own: the range keeps those out
                 self.bucketer.add_rejects(reject_rows(rows.filter(pa.array(out)), OUT_OF_RANGE), place=False)

@@ -206,7 +206,7 @@ def test_resume_refuses_a_source_whose_epochs_are_numbered_differently(tmp_path,
                           model={"n_sweeps": 2, "kappa0": 100.0, "random_state": 0})
 
     class Stop(Exception):
-        pass
+        """Raised by the progress callback: the replay stops as an interrupted one would."""
 
     def stop_after_third(p):
         if p.index == 2:

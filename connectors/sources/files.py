@@ -17,9 +17,9 @@ UTF-8 by us (so a bad row is rejected, not the file). JSON Lines are parsed by p
 infers one type per field: a field must keep one JSON type throughout a file (a time that
 is sometimes a number and sometimes a string is an error naming the file), and a single
 record may not exceed the 4 MiB parse block. Times written as strings are read as strings
-and parsed row by row, so a bad one is a rejected row, wherever it is in the file. A malformed line is an error naming the file.
-In a directory, all files must share one format, and a file lacking a mapped column is an
-error naming that file.
+and parsed row by row, so a bad one is a rejected row, wherever it is in the file. A
+malformed line is an error naming the file. In a directory, all files must share one format,
+and a file lacking a mapped column is an error naming that file.
 """
 
 from __future__ import annotations

@@ -268,8 +268,8 @@ def _log_dcm_expected_row(idx, cnt, alpha, log_s, n, log_stirling, poly, word, l
     ``P_(m+k) / P_m (A + u + m + words to come)^-k`` of ``P_m g_m``, one ``k`` below at most
     ``P_(m-k) / P_m (A + u + m + tokens to come)^k``; those under ``exp(log_eps)`` are
     dropped. The anchor ``m`` maximises ``P_m`` tilted by a rate between the two, near the
-    coefficients that weigh most in the result. Each drop loses at most
-    that share of the result, so with ``log_eps = -60`` the relative error stays below
+    coefficients that weigh most in the result. Each drop loses at most that share of the
+    result, so with ``log_eps = -60`` the relative error stays below
     ``n`` times the number of words times ``1e-26``; ``-inf`` keeps every coefficient. On a
     long document the product is then a band around the likely table counts, not all of
     them: the cost falls from the document's length times its repeated tokens towards the
@@ -293,8 +293,8 @@ def _log_dcm_expected_row(idx, cnt, alpha, log_s, n, log_stirling, poly, word, l
             rest_words += 1
             rest_tokens += x
     # words seen once give one table: a factor s alpha_w z each, kept as a constant and a shift
+    # of the table count by ``singles``
     const = 0.0
-    shift = 0
     poly[0] = 0.0
     plo = 0  # the partial product's kept coefficients: poly[plo .. deg]
     deg = 0
@@ -305,7 +305,6 @@ def _log_dcm_expected_row(idx, cnt, alpha, log_s, n, log_stirling, poly, word, l
         a = alpha[idx[k]]
         if x == 1:
             const += log_s + np.log(a)
-            shift += 1
             continue
         lr = 0.0
         for t in range(1, x + 1):
@@ -351,12 +350,12 @@ def _log_dcm_expected_row(idx, cnt, alpha, log_s, n, log_stirling, poly, word, l
             plo += 1
     m = -np.inf
     for j in range(plo, deg + 1):
-        v = poly[j] - log_rising_A[shift + j]
+        v = poly[j] - log_rising_A[singles + j]
         if v > m:
             m = v
     acc = 0.0
     for j in range(plo, deg + 1):
-        acc += np.exp(poly[j] - log_rising_A[shift + j] - m)
+        acc += np.exp(poly[j] - log_rising_A[singles + j] - m)
     return const + m + np.log(acc)
 
 
