@@ -779,7 +779,6 @@ def _replay_config(args, model: dict | None = None):
 
 
 def cmd_replay(args) -> int:
-    from connectors.stores.snapshot import SnapshotStore
     from streamtree.progress import ReplayProgress
     from streamtree.replay import replay
 
@@ -860,10 +859,21 @@ def _where_store_stands(uri: str) -> str:
             "rerun with --resume to finish")
 
 
-def cmd_show(args) -> int:
-    from connectors.stores.snapshot import SnapshotStore, StoreError
+def _read_store(uri: str):
+    """The snapshot store a reading command (show, snapshot, report, assign) names as its first
+    argument; a local file there is a usage error saying so (these commands have no --store)."""
+    from connectors.stores.snapshot import SnapshotStore
 
-    store = SnapshotStore(args.store)
+    if os.path.isfile(uri):
+        raise _UserError(f"{uri} is a file, not a snapshot store", "STORE",
+                         "give the folder that replay or serve wrote (their --store)")
+    return SnapshotStore(uri)
+
+
+def cmd_show(args) -> int:
+    from connectors.stores.snapshot import StoreError
+
+    store = _read_store(args.store)
     entries = store.epochs()
     if not entries:
         raise StoreError(f"{args.store}: no published epochs (is this a store? run `streamtree replay` first)")
@@ -901,27 +911,32 @@ def _show_static(store, chosen: list[dict], args) -> int:
     want = args.static
     if want.split("-")[0] not in METHODS:
         raise _UserError(f"unknown static method {want!r}", "--static", f"choose from {', '.join(METHODS)}")
+    def wanted(name: str) -> bool:
+        return name == want or name.split("-")[0] == want
+
     have = sorted({m for e in chosen for m in e.get("static", [])})
-    names = [m for m in have if m == want or m.split("-")[0] == want]
+    names = [m for m in have if wanted(m)]
     if not names:
+        elsewhere = [e["label"] for e in store.epochs() if any(wanted(m) for m in e.get("static", []))]
+        hint = (f"stored in epoch{'s' * (len(elsewhere) > 1)} {_capped(elsewhere)}; " if elsewhere
+                else f"stored: {', '.join(have)}; " if have else "none stored; ")
         raise _UserError(f"no static snapshot {want!r} in the store"
                          + (f" for epoch {chosen[0]['label']}" if len(chosen) == 1 else ""), "--static",
-                         (f"stored: {', '.join(have)}" if have else "none stored")
-                         + f"; compute one with `streamtree snapshot {store.uri} --method {want.split('-')[0]} "
-                           "--epoch E`")
+                         hint + f"compute one with `streamtree snapshot {store.uri} --method {want.split('-')[0]} "
+                                "--epoch E`")
     vocab = store.vocabulary()
     missing = []
     for entry in chosen:
-        for name in names:
-            if name not in entry.get("static", []):
-                missing.append(entry["label"])
-                continue
+        stored = [name for name in names if name in entry.get("static", [])]
+        if not stored:  # an epoch counts once, whatever variants (over nodes, over documents) exist
+            missing.append(entry["label"])
+        for name in stored:
             snap = store.read_static(entry["epoch"], name)
             print(f"epoch {entry['epoch']} ({entry['label']}) static {name}: "
                   + format_static(snap, store=store, entry=entry, vocabulary=vocab, top_words=args.top_words,
                                   full=args.all))
     if missing:
-        print(f"(not computed for {len(missing)} epochs: {_capped(missing)})")
+        print(f"({want} not computed for {len(missing)} of {len(chosen)} epochs: {_capped(missing)})")
     return 0
 
 
@@ -932,10 +947,13 @@ def _capped(items, limit: int = 8) -> str:
 
 
 def cmd_report(args) -> int:
-    from connectors.stores.snapshot import SnapshotStore, StoreError
+    from connectors.stores.snapshot import StoreError
     from streamtree.report import ReportOptions, write_report
 
-    store = SnapshotStore(args.store)
+    if os.path.isdir(args.output):
+        raise _UserError(f"{args.output} is a folder", "-o/--output",
+                         f"name the HTML file to write, e.g. {os.path.join(args.output, 'report.html')}")
+    store = _read_store(args.store)
     if not store.epochs():
         raise StoreError(f"{args.store}: no published epochs (is this a store? run `streamtree replay` first)")
     options = ReportOptions(top_words=args.top_words, max_columns=args.max_columns, max_bands=args.max_bands,
@@ -946,12 +964,12 @@ def cmd_report(args) -> int:
 
 
 def cmd_snapshot(args) -> int:
-    from connectors.stores.snapshot import SnapshotStore, StoreError
+    from connectors.stores.snapshot import StoreError
     from streamtree.snapshots import METHODS, snapshot_name, static_snapshot
 
     if args.method not in METHODS:
         raise _UserError(f"unknown method {args.method!r}", "--method", f"choose from {', '.join(METHODS)}")
-    store = SnapshotStore(args.store)
+    store = _read_store(args.store)
     entries = store.epochs()
     if not entries:
         raise StoreError(f"{args.store}: no published epochs (is this a store? run `streamtree replay` first)")
@@ -1026,11 +1044,11 @@ def cmd_assign(args) -> int:
     import pyarrow.parquet as pq
 
     from connectors.sources.files import open_source
-    from connectors.stores.snapshot import SnapshotStore, StoreError
+    from connectors.stores.snapshot import StoreError
     from streamtree.replay import StoredTreeModel, load_model
     from streamtree.text import TextVectorizer
 
-    store = SnapshotStore(args.store)
+    store = _read_store(args.store)
     entries = store.epochs()
     if not entries:
         raise StoreError(f"{args.store}: no published epochs (is this a store? run `streamtree replay` first)")

@@ -99,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(format_evolution(store, entries))
     print(f"({LEGEND})")
-    print(f"store: {args.store}  (browse it with: streamtree show {args.store} --epoch 1860s, "
+    middle = entries[len(entries) // 2]["label"]  # an epoch the store holds, whatever the data
+    print(f"store: {args.store}  (browse it with: streamtree show {args.store} --epoch {middle}, "
           f"or follow a node with --node ID)")
     from streamtree.report import write_report
 

@@ -80,6 +80,7 @@ import heapq
 import math
 import numbers
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -191,6 +192,9 @@ class SplitData:
     #: ``duplicate_texts="reject"``; else those among the rows drawn, split like any other)
     n_repeated_texts: int = 0
     repeats_left_out: bool = False
+    #: source rows rejected before any split (empty text, bad time, repeated id...), by reason,
+    #: over the epochs evaluated: they are reported, never silently gone
+    source_rejects: dict[str, int] = field(default_factory=dict)
 
     @property
     def middle(self) -> int:
@@ -310,7 +314,10 @@ def split_epochs(epochs: list, config: ReplayConfig, ev: EvaluationConfig, repea
     empty = pa.array([], pa.string())
     parts = []
     n_repeated = 0
+    source_rejects: Counter = Counter()
     for ep in epochs:
+        if ep.rejects.num_rows:
+            source_rejects.update(ep.rejects.column("reason").to_pylist())
         repeated = ep.repeated_texts()
         if config.duplicate_texts == "reject":
             ep = ep.reject(repeated, DUPLICATE_TEXT)
@@ -369,7 +376,7 @@ def split_epochs(epochs: list, config: ReplayConfig, ev: EvaluationConfig, repea
             continue  # the model's first epoch needs documents
         out.append(SplitEpoch(ep.index, ep.label, Xtr, Xte, Xsel if documents else None))
     data = SplitData(out, p, dropped["train"], dropped["test"], ev.protocol, repeat, dropped["select"], n_repeated,
-                     config.duplicate_texts == "reject")
+                     config.duplicate_texts == "reject", dict(source_rejects.most_common()))
     if documents:
         n_sel, n_test = data.n_docs("select"), data.n_docs("test")
         if n_sel < 2 or n_test < 2:
@@ -377,10 +384,18 @@ def split_epochs(epochs: list, config: ReplayConfig, ev: EvaluationConfig, repea
                              f"found {n_sel} and {n_test}; use more data or larger --test-fraction/"
                              "--selection-fraction")
     else:
-        scored = sum(1 for e in out if e.X_test.shape[0])
-        if len(out) < 2 or scored < 2:
-            raise ValueError(f"{config.source}: evaluation needs at least 2 epochs with test documents, "
-                             f"found {scored}; use a finer --epoch or more data")
+        # kappa0 is chosen on the first half's test documents and the second half's are scored:
+        # each half needs some, or the choice is arbitrary or the figures empty
+        halves = (data.epochs[:data.middle], data.epochs[data.middle:])
+        scored = [sum(1 for e in half if e.X_test.shape[0]) for half in halves]
+        if len(out) < 2:
+            raise ValueError(f"{config.source}: evaluation needs at least 2 epochs with documents, found "
+                             f"{len(out)}; use a finer --epoch or more data")
+        if min(scored) < 1:
+            raise ValueError(f"{config.source}: the paper protocol chooses kappa0 on the first half of the epochs "
+                             f"and scores the second half, so each half needs an epoch with test documents; "
+                             f"found {scored[0]} of {len(halves[0])} and {scored[1]} of {len(halves[1])}; use a "
+                             "finer --epoch, more data or --protocol documents")
     return data
 
 
@@ -808,8 +823,9 @@ def repeated_texts_line(data: SplitData) -> str:
             "leaves them out.")
 
 
-def format_results(results: list[ModelResult], data: SplitData | list[SplitData], ev: EvaluationConfig) -> str:
-    """One row per model and depth: log density per test document, coherence, paired differences."""
+def describe_split(data: SplitData | list[SplitData], ev: EvaluationConfig) -> tuple[list[str], str]:
+    """The lines that say what was evaluated (protocol, documents, vocabulary, what was left out
+    and why) and the title of the score, for :func:`format_results`."""
     splits = data if isinstance(data, list) else [data]
     first = splits[0]
     params = ev.model_params()
@@ -844,10 +860,19 @@ def format_results(results: list[ModelResult], data: SplitData | list[SplitData]
         ]
         score_title = ("log density per test document: mean over epochs of the epoch's mean (each epoch "
                        "weighs the same, as in the paper), mean +- sd over repeats")
+    if first.source_rejects:
+        head.append(f"source rows rejected before the split: {sum(first.source_rejects.values())} ("
+                    + ", ".join(f"{reason}: {n}" for reason, n in first.source_rejects.items()) + ").")
     if first.n_repeated_texts:
         head.append(repeated_texts_line(first))
     head.append(f"{params['likelihood']} likelihood{_document_model(params)}, {params['n_sweeps']} sweeps/epoch, "
                 f"window {params['window']}.")
+    return head, score_title
+
+
+def format_results(results: list[ModelResult], data: SplitData | list[SplitData], ev: EvaluationConfig) -> str:
+    """One row per model and depth: log density per test document, coherence, paired differences."""
+    head, score_title = describe_split(data, ev)
     lines = head + ["", f"Held-out {score_title}; NPMI: mean coherence of the top-{N_TOP_WORDS} words of each "
                         f"scored epoch's {N_TOP_NODES} largest nodes, from the training documents' "
                         "co-occurrence (higher is better for both):"]
@@ -899,12 +924,12 @@ def format_results(results: list[ModelResult], data: SplitData | list[SplitData]
     if ev.protocol == "documents":
         lines.append(f"  (mean selection log density per document +- sd over repeats; in brackets the paired "
                      f"difference to the best; values within {ev.tie_se:g} SE of the best are tied, and the "
-                     f"tied value closest to the default kappa0 {_k(params['kappa0'])} is chosen)")
+                     f"tied value closest to the default kappa0 {_k(ev.model_params()['kappa0'])} is chosen)")
     lines.append("DP models (ddp, o-dp, t-dp) are one level deep whatever the depth column (the same runs).")
     return "\n".join(lines)
 
 
 __all__ = ["EvaluationConfig", "EvaluationRunError", "ModelResult", "PROTOCOLS", "PairedDifference", "RunScores", "SelectionRow",
-           "SplitData", "SplitEpoch", "choose_kappa0", "evaluate", "format_results", "kappa0_matters",
+           "SplitData", "SplitEpoch", "choose_kappa0", "describe_split", "evaluate", "format_results", "kappa0_matters",
            "largest_nodes_npmi", "load_and_evaluate", "load_split_epochs", "paired_differences",
            "read_evaluation_epochs", "run_model", "split_epochs"]

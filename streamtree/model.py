@@ -58,7 +58,8 @@ class DTSSBP(BaseEstimator):
         ``0``: independent epochs).
     max_depth : int
         Deepest allowed node depth, the root being at depth 0 (so ``max_depth=3`` gives trees
-        with up to four levels). Nodes at the cap have nu = 1.
+        with up to four levels; at least 1: a root alone is one topic). Nodes at the cap have
+        nu = 1.
     alpha0, lam : float
         Stay-here stick concentration alpha(d) = alpha0 * lam**d.
     gamma : float
@@ -202,7 +203,7 @@ class DTSSBP(BaseEstimator):
         "likelihood": [StrOptions(set(LIKELIHOODS))],
         "variant": [StrOptions(set(VARIANTS))],
         "window": [Interval(numbers.Integral, 0, None, closed="left"), None],
-        "max_depth": [Interval(numbers.Integral, 0, None, closed="left")],
+        "max_depth": [Interval(numbers.Integral, 1, None, closed="left")],
         "alpha0": [Interval(numbers.Real, 0, None, closed="neither")],
         "lam": [Interval(numbers.Real, 0, 1, closed="right")],
         "gamma": [Interval(numbers.Real, 0, None, closed="neither")],
@@ -341,10 +342,18 @@ class DTSSBP(BaseEstimator):
                                  "(one epoch) or fit (a sequence of epochs) first.")
 
     def _validate_X(self, X, family: type[Likelihood]):
+        # the column count first, where X has a shape: a family's row checks (empty rows, say)
+        # would otherwise answer a wrong vocabulary with advice about its rows
+        shape = getattr(X, "shape", None)
+        if shape is not None and len(shape) == 2:
+            self._check_n_features(shape[1])
         X = family.check_input(X, **{k: getattr(self, k) for k in family.params})
-        if hasattr(self, "n_features_in_") and X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {X.shape[1]} features, but the model was fitted with {self.n_features_in_}")
+        self._check_n_features(X.shape[1])
         return X
+
+    def _check_n_features(self, n_features: int) -> None:
+        if hasattr(self, "n_features_in_") and n_features != self.n_features_in_:
+            raise ValueError(f"X has {n_features} features, but the model was fitted with {self.n_features_in_}")
 
     # ------------------------------------------------------------------ state
     def _start(self, n_features: int) -> None:

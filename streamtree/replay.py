@@ -67,9 +67,10 @@ def text_model_params(model: dict) -> dict:
     from streamtree.model import DTSSBP
 
     params = DTSSBP(**{"random_state": REPLAY_SEED, **model}).get_params(deep=False)
-    if params["likelihood"] in LIKELIHOODS and params["likelihood"] not in TEXT_LIKELIHOODS:
-        raise ValueError(f"likelihood {params['likelihood']!r} does not model text; choose one of "
-                         f"{', '.join(TEXT_LIKELIHOODS)}")
+    name = params["likelihood"]
+    if name not in TEXT_LIKELIHOODS:  # checked here: the store's settings read it before any fit
+        what = f"likelihood {name!r} does not model text" if name in LIKELIHOODS else f"unknown likelihood {name!r}"
+        raise ValueError(f"{what}; choose one of {', '.join(TEXT_LIKELIHOODS)}")
     return params
 
 

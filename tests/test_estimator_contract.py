@@ -27,11 +27,22 @@ def small_epoch(seed=0):
                                  dict(merge_moves="no"), dict(likelihood="poisson"), dict(window=-1),
                                  dict(lam=1.5), dict(kappa0=0.0), dict(n_shards=0), dict(engine="nope"),
                                  dict(concentration_bounds=(5.0, 1.0)), dict(random_state=-3),
-                                 dict(min_node_docs=0), dict(eta=1.0), dict(noise_var=-1.0)])
+                                 dict(min_node_docs=0), dict(eta=1.0), dict(noise_var=-1.0),
+                                 dict(max_depth=0)])
 def test_every_bad_parameter_is_rejected_at_fit(bad):
     model = DTSSBP(n_sweeps=1, **bad)  # construction never validates (scikit-learn convention)
     with pytest.raises(ValueError, match=f"'{next(iter(bad))}' parameter"):
         model.partial_fit(small_epoch())
+
+
+def test_a_wrong_vocabulary_is_named_before_the_rows_are_checked():
+    # rows of a different width that are also empty: the column count is the error, not the rows
+    counts = sp.csr_matrix(np.random.default_rng(0).poisson(1.0, size=(40, 30)).astype(float))
+    model = DTSSBP(n_sweeps=1, random_state=0).partial_fit(counts)
+    narrow = sp.csr_matrix((5, 10))
+    for method in (model.predict, model.score_samples, model.partial_fit):
+        with pytest.raises(ValueError, match="X has 10 features, but the model was fitted with 30"):
+            method(narrow)
 
 
 def test_clone_params_and_not_fitted():

@@ -11,8 +11,8 @@ import pytest
 import scipy.sparse as sp
 
 from streamtree.coherence import topic_npmi
-from streamtree.evaluate import (EvaluationConfig, EvaluationRunError, ModelResult, choose_kappa0, evaluate,
-                                 format_results, kappa0_matters, load_and_evaluate, load_split_epochs,
+from streamtree.evaluate import (EvaluationConfig, EvaluationRunError, ModelResult, choose_kappa0, describe_split,
+                                 evaluate, format_results, kappa0_matters, load_and_evaluate, load_split_epochs,
                                  paired_differences, read_evaluation_epochs, repeated_texts_line, split_epochs)
 from streamtree.model import DTSSBP
 from streamtree.replay import ReplayConfig
@@ -104,9 +104,20 @@ def test_paper_protocol_selects_on_first_half_and_scores_second_half(corpus):
     assert f"{np.mean(r.unnormalized):.2f} +- {np.std(r.unnormalized, ddof=1):.2f}" in row
 
 
+def test_paper_protocol_needs_test_documents_in_each_half(tmp_path):
+    # two full years, then three one-document years: the second half has no test documents, so
+    # its figures would be empty (NaN) while the run looked complete
+    years = [2000] * 30 + [2001] * 30 + [2002, 2003, 2004]
+    texts = ["war army navy peace treaty"] * 60 + ["war army"] * 3
+    pq.write_table(pa.table({"text": texts, "year": years}), tmp_path / "skew.parquet")
+    with pytest.raises(ValueError, match=r"each half needs an epoch with test documents; found 2 of 2 and 0 of 3"):
+        load_split_epochs(cfg(tmp_path / "skew.parquet", id_col=None, max_df=1.0, min_df=1, epoch="year"),
+                          EvaluationConfig(protocol="paper"))
+
+
 def test_too_few_epochs_is_a_clear_error(tmp_path):
     pq.write_table(pa.table({"text": ["war army navy"] * 20, "year": [1801] * 20}), tmp_path / "one.parquet")
-    with pytest.raises(ValueError, match="at least 2 epochs with test documents, found 1"):
+    with pytest.raises(ValueError, match="at least 2 epochs with documents, found 1"):
         load_split_epochs(cfg(tmp_path / "one.parquet", id_col=None, max_df=1.0, min_df=1),
                           EvaluationConfig(protocol="paper"))
     with pytest.raises(ValueError, match="at least 2 selection and 2 test documents"):
@@ -177,6 +188,18 @@ def test_repeated_texts_are_counted_and_left_out_when_asked(tmp_path):
     assert left.n_repeated_texts == 60 and left.repeats_left_out
     assert sum(left.n_docs(p) for p in ("train", "select", "test")) == n
     assert "left out (--duplicate-texts reject)" in repeated_texts_line(left)
+
+
+def test_source_rejects_are_reported_not_dropped(tmp_path):
+    path, n = skewed_stream(tmp_path / "skew.parquet")
+    t = pq.read_table(path)
+    bad = pa.table({"text": ["", "   ", "war words"], "date": t.column("date").take([0, 300, 400])})
+    pq.write_table(pa.concat_tables([t, bad]), path)
+    data = load_split_epochs(skewed_cfg(path), EvaluationConfig())
+    assert data.source_rejects == {"empty text": 2}
+    assert sum(data.n_docs(p) for p in ("train", "select", "test")) + data.n_dropped_train \
+        + data.n_dropped_select + data.n_dropped_test == n + 1
+    assert "source rows rejected before the split: 2 (empty text: 2)." in describe_split(data, EvaluationConfig())[0]
 
 
 def test_document_splits_are_disjoint_and_vary_with_the_repeat(corpus):

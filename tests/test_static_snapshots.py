@@ -116,8 +116,14 @@ def test_snapshot_command_over_nodes_and_documents_then_show(static_store, capsy
     assert store.epochs()[1]["static"] == ["bhc-documents", "tmc-documents", "tmc-nodes"]
     assert main(["show", uri, "--static", "tmc-nodes"]) == 0
     out = capsys.readouterr().out
-    assert "static tmc-nodes:" in out and "cluster 1:" in out and "not computed for 2 epochs" in out
+    assert "static tmc-nodes:" in out and "cluster 1:" in out and "not computed for 2 of 3 epochs: 1790s, 1810s" in out
     assert "newick" not in out  # --all adds it
+    # a method names both variants: an epoch without either is listed once, not once per variant
+    assert main(["show", uri, "--static", "tmc"]) == 0
+    assert "(tmc not computed for 2 of 3 epochs: 1790s, 1810s)" in capsys.readouterr().out
+    # an epoch without the method points to the epochs that have it
+    assert main(["show", uri, "--static", "tmc", "--epoch", "0"]) == 2
+    assert "stored in epoch 1800s" in capsys.readouterr().err
     assert main(["show", uri, "--static", "tmc", "--epoch", "1", "--all"]) == 0
     out = capsys.readouterr().out
     assert "static tmc-documents:" in out and "static tmc-nodes:" in out and "newick: (" in out
