@@ -430,6 +430,7 @@ class Service:
         self._target = state["target"]
         self._last_ready_ns = state["last_ready_ns"]
         self._epoch_ready_ns = {int(k): int(v) for k, v in state["epoch_ready_ns"].items()}
+        self._drop_closed_ready()  # stores written before this pruning carry keys of published epochs
         self._totals = state["totals"]
         for ev in read_ledger(self.store).to_pylist():
             if ev["kind"] == "changed":
@@ -602,7 +603,6 @@ class Service:
             self._totals["rejected"][reason] = self._totals["rejected"].get(reason, 0) + n
         self._commit(fitted, fit_s)
         del self.model.trees_[:-1]  # the store keeps the history; memory stays flat
-        self._epoch_ready_ns.pop(ep.key, None)
         self._in_epoch = None
         with self.metrics.lock:
             self._update_gauges()
@@ -616,6 +616,8 @@ class Service:
         """Publish the epoch with everything a restart needs (one atomic commit)."""
         ep = fitted.epoch
         t0 = time.perf_counter()
+        ready = self._epoch_ready_ns.get(ep.key)
+        self._drop_closed_ready()  # this epoch's key included: the state must not outlive its epoch
         scalars, rows, rejects, unplaced = self.bucketer.state()
         q_rows, q_rejects = _queue_tables(self._queue, rows.schema.remove(rows.schema.get_field_index("key"))
                                           if rows.num_columns > 1 else None)
@@ -636,13 +638,22 @@ class Service:
         self.metrics.commit_seconds.observe(commit_s)
         self.metrics.fit_seconds.observe(fit_s)
         self.metrics.committed(now)
-        ready = self._epoch_ready_ns.get(ep.key)
         if ready:
             self.metrics.latency.observe(max(0.0, now - ready / 1e9))
         self.summary.epochs_published += 1
         logger.info("published epoch %d (%s): %d documents, %d rejects, %d live nodes; fit %.2fs, commit %.2fs",
                     ep.index, ep.label, fitted.n_documents, fitted.rejects.num_rows, fitted.tree.n_nodes,
                     fit_s, commit_s)
+
+    def _drop_closed_ready(self) -> None:
+        """Forget the ready times of epochs that are closed and no longer queued: they were
+        published (or their rows became rejects, or a late row named them), so no commit needs
+        them, and keeping them would carry one more key into every later commit's state."""
+        closed = self.bucketer.closed_through
+        if closed is None:
+            return
+        queued = {e.key for e in self._queue}
+        self._epoch_ready_ns = {k: v for k, v in self._epoch_ready_ns.items() if k > closed or k in queued}
 
     def _pending_rows(self) -> int:
         _, rows, _, _ = self.bucketer.state()

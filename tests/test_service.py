@@ -163,6 +163,20 @@ def test_once_runs_equal_replay_and_each_other(corpus, tmp_path):
     assert [e["kind"] for e in ledger.to_pylist()].count("idle") == 1
 
 
+def test_restarts_keep_no_ready_times_of_published_epochs(corpus, tmp_path):
+    """A commit's state keeps the ready times of open epochs only. Before, it kept the epoch it
+    published too, and a restart restored that key for good: every restart added one more key
+    to the state of every later commit."""
+    land, store = tmp_path / "land", tmp_path / "store"
+    os.makedirs(land)
+    for d in (1, 2, 3, 4):  # one --once run per landed day: three restarts that commit
+        shutil.copy(f"{corpus}/all/day{d}.jsonl", land / f"day{d}.jsonl")
+        _once(_config(land, store, vocabulary_from=f"{corpus}/replay"))
+    last = SnapshotStore(str(store)).last_commit()
+    assert last["label"] == "2026-03-03"
+    assert list(last["state"]["service"]["epoch_ready_ns"]) == [str(last["key"] + 1)]  # day 4, still open
+
+
 def test_late_duplicate_and_unreadable_files(corpus, tmp_path):
     land = tmp_path / "land"
     for d in (1, 2, 3):
