@@ -139,6 +139,37 @@ def test_kill_at_random_times_of_replay_and_resume(corpus, reference, tmp_path):
 
 
 @pytest.fixture(scope="module")
+def static_reference(corpus, tmp_path_factory):
+    """An undisturbed run with --static bhc, and its write points."""
+    root = tmp_path_factory.mktemp("static")
+    trace = root / "trace.txt"
+    r = cli(corpus, root / "store", "--static", "bhc", env={"STREAMTREE_WRITE_TRACE": str(trace)})
+    assert r.returncode == 0, r.stderr
+    return snapshot(root / "store"), [line.split(" ", 1)[1] for line in trace.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("where, resume_static", [("epoch 1 file", False), ("epoch 1 record", True),
+                                                  ("last epoch file", False)])
+def test_a_resume_writes_the_static_snapshot_the_killed_run_did_not(corpus, static_reference, tmp_path, where,
+                                                                    resume_static):
+    """A replay writes an epoch's static snapshot after committing the epoch; killed in between,
+    its resume (which starts after that epoch, with or without --static: the run's choice is in
+    its manifest) writes it. Before, that epoch never got its snapshot."""
+    want, points = static_reference
+    files = [i for i, p in enumerate(points) if p.startswith("write .tmp-bhc-documents-")]
+    assert len(files) == 3
+    k = {"epoch 1 file": files[1] + 1, "epoch 1 record": files[1] + 3, "last epoch file": files[2] + 1}[where]
+    assert points[k - 2:k] == ["rename static bhc-documents", "write 000001.json"] if where == "epoch 1 record" \
+        else points[k - 1].startswith("write .tmp-bhc-documents-")
+    store = tmp_path / "store"
+    r = cli(corpus, store, "--static", "bhc", env={"STREAMTREE_KILL_AT_WRITE": str(k)})
+    assert r.returncode == -signal.SIGKILL, (k, points[k - 1], r.stderr)
+    r = cli(corpus, store, "--resume", *(["--static", "bhc"] if resume_static else []))
+    assert r.returncode == 0, r.stderr
+    assert_same_store(store, want)
+
+
+@pytest.fixture(scope="module")
 def overwrite_points(corpus, tmp_path_factory):
     """A complete store, and the write points of an --overwrite of it, in order."""
     root = tmp_path_factory.mktemp("overwrite")
