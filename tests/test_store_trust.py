@@ -303,3 +303,119 @@ def test_commit_cost_does_not_grow_with_the_number_of_epochs(tmp_path, monkeypat
     assert [name for name, _ in per_epoch] == [f"{e:06d}.json" for e in range(40)]
     sizes = [n for _, n in per_epoch]
     assert max(sizes) - min(sizes) < 64  # the record does not grow with the epochs before it
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="names open files through /proc")
+def test_publication_is_flushed_before_and_after_its_renames(tmp_path, monkeypatch):
+    """A power cut must not leave a published name over unwritten bytes: every file is flushed
+    (under its temporary name) before the rename that publishes it, and the folder holding the
+    new name is flushed after it. Before, nothing but the lease and superseded-checkpoint
+    deletions was flushed."""
+    import connectors.stores.snapshot as snapshot_mod
+    from scipy.cluster.hierarchy import linkage
+
+    events = []
+    real_fsync, real_point = os.fsync, snapshot_mod.write_point
+    monkeypatch.setattr(os, "fsync", lambda fd: (events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))),
+                                                  real_fsync(fd))[1])
+    monkeypatch.setattr(snapshot_mod, "write_point", lambda name: (events.append(("point", name)), real_point(name))[1])
+    root = tmp_path / "s"
+    store = SnapshotStore(str(root))
+    ckpt = ({"w": np.arange(3.0)}, {"epoch": 0})
+    with store.writer("test"):
+        store.begin({"x": 1}, vocab6())
+        store.publish(make_tree(0, [0, 1], [-1, 0], [0, 0]), list("abcde"), checkpoint=ckpt,
+                      tables={"ledger": pa.table({"a": [1]})})
+        store.write_static(0, "bhc", linkage(np.random.default_rng(0).normal(size=(5, 2))))
+    points = [i for i, (kind, _) in enumerate(events) if kind == "point"] + [len(events)]
+
+    def synced(lo, hi):
+        return {os.path.relpath(p, root) for kind, p in events[lo:hi] if kind == "fsync"}
+
+    renames = [(i, name) for i, (kind, name) in enumerate(events) if kind == "point" and name.startswith("rename ")]
+    assert {name for _, name in renames} >= {"rename vocabulary.parquet", "rename manifest.json", "rename epoch folder",
+                                             "rename 000000.json", "rename static bhc"}
+    for i, name in renames:
+        after = synced(i, points[points.index(i) + 1])
+        before = synced(0, i)
+        if name == "rename epoch folder":
+            folder = next(p for p in before if p.startswith("epochs/.tmp-000000-") and "/" not in p[7:])
+            files = {p.name for p in (root / "epochs" / "000000").iterdir() if p.is_file()}
+            assert files >= {"nodes.parquet", "theta.parquet", "assignments.parquet", "checkpoint.parquet",
+                             "checkpoint.json", "ledger.parquet"}
+            assert {f"{folder}/{f}" for f in files} <= before, (files, before)
+            assert "epochs" in after
+        elif name == "rename static bhc":
+            assert any(p.startswith("epochs/000000/static/.tmp-bhc-") for p in before)
+            assert "epochs/000000/static" in after
+        else:
+            target = name.split(" ", 1)[1]
+            folder = "commits" if target.endswith(".json") and target != "manifest.json" else "."
+            assert any(os.path.basename(p).startswith(f".{target}.tmp-") and os.path.dirname(p) == folder.strip(".")
+                       for p in before), (name, before)
+            assert folder in after, (name, after)
+
+
+def test_folders_the_file_system_cannot_flush_are_skipped(tmp_path, monkeypatch):
+    """Where a folder cannot be flushed (some file systems refuse fsync on a directory), a
+    publication goes on without it."""
+    import stat
+
+    real = os.fsync
+
+    def refuse_folders(fd):
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", refuse_folders)
+    store = SnapshotStore(str(tmp_path))
+    store.publish(make_tree(0, [0], [-1], [0]), list("abcde"))
+    assert [e["epoch"] for e in SnapshotStore(str(tmp_path)).epochs()] == [0]
+
+
+def _three_epochs(root, checkpoints: bool) -> SnapshotStore:
+    store = SnapshotStore(str(root))
+    for e in range(3):
+        store.publish(make_tree(e, [0, 1], [-1, 0], [0, 0], seed=e), list("abcde"),
+                      checkpoint=({"w": np.full(3, float(e))}, {"epoch": e}) if checkpoints else None)
+    return store
+
+
+@pytest.mark.parametrize("cut", [lambda b: b[:len(b) // 2], lambda b: b[:1], lambda b: b"",
+                                 lambda b: b[:40] + b"\0" * 100, lambda b: b"\0" * len(b)],
+                         ids=["half", "brace", "empty", "zero tail", "zeros"])
+def test_a_latest_commit_record_cut_short_by_a_crash_reads_as_the_epoch_before(tmp_path, cut):
+    """A crash (a power cut on a store written before records were flushed) can leave the latest
+    commit record cut short: the store reads as committed through the epoch before it, and a
+    writer removes the record and the epoch's folder, to publish the epoch again. Before, every
+    reader called the store damaged. A record cut short before a later one is still damage."""
+    _three_epochs(tmp_path, checkpoints=False)
+    record = tmp_path / "commits" / "000002.json"
+    record.write_bytes(cut(record.read_bytes()))
+    reader = SnapshotStore(str(tmp_path))
+    assert [e["epoch"] for e in reader.epochs()] == [0, 1]
+    assert reader.last_commit()["epoch"] == 1 and reader.count_published() == 2
+    assert_same_tree(reader.read(1).tree, make_tree(1, [0, 1], [-1, 0], [0, 0], seed=1))
+    with pytest.raises(StoreError, match=r"epoch 2 is not published \(published: \[0, 1\]\)"):
+        reader.read(2)
+    writer = SnapshotStore(str(tmp_path))
+    with writer.writer("test"):
+        assert not record.exists() and not (tmp_path / "epochs" / "000002").exists()
+        writer.publish(make_tree(2, [0, 1], [-1, 0], [0, 0], seed=7), list("abcde"))
+    assert_same_tree(SnapshotStore(str(tmp_path)).read(2).tree, make_tree(2, [0, 1], [-1, 0], [0, 0], seed=7))
+    middle = tmp_path / "commits" / "000001.json"
+    middle.write_bytes(middle.read_bytes()[:50])
+    with pytest.raises(CorruptStoreError, match="000001.json: the commit record is cut short, yet later epochs"):
+        SnapshotStore(str(tmp_path)).epochs()
+
+
+def test_a_cut_short_record_is_kept_when_its_folder_holds_the_only_checkpoint(tmp_path):
+    """The previous epoch's checkpoint was deleted after the cut record's epoch committed: its
+    folder is the only way back, so the writer keeps it (and says so) rather than delete it."""
+    _three_epochs(tmp_path, checkpoints=True)
+    record = tmp_path / "commits" / "000002.json"
+    record.write_bytes(record.read_bytes()[:60])
+    with SnapshotStore(str(tmp_path)).writer("test"):
+        pass
+    assert record.exists() and (tmp_path / "epochs" / "000002" / "checkpoint.parquet").exists()

@@ -28,6 +28,15 @@ a run begins and once when it completes. Renames are atomic on local and HDFS fi
 systems; on object stores (S3, GCS) each record is a single object put, which is atomic,
 while an epoch folder appears object by object (harmless: it has no record yet).
 
+On a local disk every file is flushed (fsync) before the rename that publishes it, and the
+folder holding the new name right after it (on POSIX; where folders cannot be flushed, as on
+Windows, that step is skipped), so a power cut cannot leave a record or a folder naming bytes
+that never reached the disk. A store written before writers flushed can hold a latest record
+cut short by a power cut (empty, zeros, or JSON cut off): readers take the store as committed
+through the epoch before it, with a warning, and the next writer removes that record (and its
+epoch's folder) and publishes the epoch again. Any other bad record, and a record cut short
+before a later one, is damage.
+
 Only the store's own names are ever deleted: temporary folders and files it created
 (``.tmp-``, ``.old-``, ``.replaced-`` prefixes) and its own epoch folders. A new run over
 an existing one (``begin(replace=True)``, the ``--overwrite`` of a replay) moves the old
@@ -91,6 +100,7 @@ an epoch path outside ``epochs/``) is a :class:`CorruptStoreError`, never silent
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -146,6 +156,8 @@ CHECKPOINT_META = "checkpoint.json"
 _OWN_NAMES = (MANIFEST, VOCABULARY, COMMITS, EPOCHS, LEASE)
 _TEMP_PREFIXES = (".tmp-", ".old-", ".replaced-", ".probe-", f".{LEASE}.")
 _DENSE_FRACTION = 2 / 3
+#: errors of opening or syncing a folder where the OS or file system does not allow it
+_DIR_SYNC_REFUSED = {errno.EINVAL, errno.ENOTSUP, errno.EBADF, errno.EISDIR, errno.EACCES, errno.EPERM}
 _METHOD_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _RECORD_RE = re.compile(r"^(\d{6,})\.json$")
 _RESERVED_TABLES = {"nodes", "theta", "assignments", "rejects", "checkpoint"}
@@ -339,6 +351,44 @@ class SnapshotStore:
         # log codes repeat (a dictionary pays); float values rarely do
         options = THETA_ENCODING if name == "theta.parquet" and table.schema != THETA_LOG_SCHEMA else {}
         pq.write_table(table, path, filesystem=self.fs, compression="zstd", **options)
+        self._sync_file(path)
+
+    def _sync_file(self, path: str) -> None:
+        """Flush a written file to the disk before a rename publishes it: otherwise the OS may
+        write the rename back before the data, and a power cut leaves a committed name over
+        missing or torn bytes. An object store has an object durable once its write returned."""
+        if not isinstance(self.fs, pafs.LocalFileSystem):
+            return
+        try:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise StoreAccessError(f"{path}: cannot flush to disk: {os_reason(exc)}") from None
+
+    def _sync_dir(self, path: str) -> None:
+        """Flush a folder's entries (the names a rename or a create just put there) to the disk.
+        Only where folders can be opened and synced (POSIX); elsewhere (Windows) and on file
+        systems that refuse it this is skipped, and the rename is as durable as the OS makes it."""
+        if not isinstance(self.fs, pafs.LocalFileSystem) or os.name != "posix":
+            return
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError as exc:
+            if exc.errno in _DIR_SYNC_REFUSED:
+                logger.debug("%s: cannot open the folder to flush it (%s); skipped", path, exc)
+                return
+            raise StoreAccessError(f"{path}: cannot flush to disk: {os_reason(exc)}") from None
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            if exc.errno not in _DIR_SYNC_REFUSED:
+                raise StoreAccessError(f"{path}: cannot flush to disk: {os_reason(exc)}") from None
+            logger.debug("%s: the file system does not flush folders (%s); skipped", path, exc)
+        finally:
+            os.close(fd)
 
     def _read_parquet(self, path: str, columns=None) -> pa.Table:
         try:
@@ -353,8 +403,10 @@ class SnapshotStore:
         write_point(f"write {name}")
         with self.fs.open_output_stream(tmp) as f:
             f.write(text.encode("utf-8"))
+        self._sync_file(tmp)  # the bytes are on disk before the rename publishes them
         write_point(f"rename {name}")
         self.fs.move(tmp, path)
+        self._sync_dir(folder)  # and the rename itself
 
     def _read_json(self, path: str, what: str):
         try:
@@ -454,13 +506,18 @@ class SnapshotStore:
         does not carry one of the store's own names is touched."""
         self._require_lease()
         removed = self._restore_interrupted_aside()
+        removed += self._drop_cut_short_record()
         committed = {e.get("path") for e in self._records(validate=False)}
+        infos = self._record_infos()
+        # a cut-short record that was kept keeps its epoch's folders too (see _drop_cut_short_record)
+        kept = infos[-1].base_name[:-len(".json")] if infos and self._cut_short_latest(infos) else None
         for folder in (self.root, self._path(EPOCHS), self._path(COMMITS)):
             for info in self._ls(folder):
                 name = info.base_name
                 rel = info.path[len(self.root) + 1:]
                 leftover = _is_temporary(name) and not name.startswith(".replaced-")
-                if folder == self._path(EPOCHS) and _FOLDER_RE.match(name) and rel not in committed:
+                if folder == self._path(EPOCHS) and _FOLDER_RE.match(name) and rel not in committed \
+                        and name.split("-")[0] != kept:
                     leftover = True  # an epoch folder whose commit never happened
                 if leftover:
                     self._delete(info)
@@ -529,6 +586,27 @@ class SnapshotStore:
         logger.warning("%s: a replacement of this store stopped while moving the previous run aside; "
                        "restored the previous run", self.root)
         return removed
+
+    def _drop_cut_short_record(self) -> list[str]:
+        """Delete the latest commit record if a crash cut it short (see :func:`_cut_short`): its
+        epoch then counts as never committed, its folder is removed as such, and the writer
+        publishes the epoch again. Kept, with a warning, when the epoch before it no longer has
+        its checkpoint while the cut record's folder does: that folder is the only way back."""
+        infos = self._record_infos()
+        if not infos or not self._cut_short_latest(infos):
+            return []
+        last = infos[-1]
+        epoch = int(_RECORD_RE.match(last.base_name).group(1))
+        before = self.last_commit()  # the epoch before it
+        if before is not None and before.get("checkpoint") and \
+                not self._exists(self._path(before["path"], CHECKPOINT_ARRAYS)) and \
+                self._exists(self._path(self.epoch_dir(epoch), CHECKPOINT_ARRAYS)):
+            logger.warning("%s: the latest commit record was cut short by a crash, but only its epoch's folder "
+                           "holds a model checkpoint; both are kept: this store cannot be resumed, replay it "
+                           "again with --overwrite", last.path)
+            return []
+        self._delete(last)
+        return [last.path[len(self.root) + 1:]]
 
     def kept_checkpoints(self) -> str:
         """The store's checkpoint policy, ``"latest"`` or ``"all"`` (a new store: this writer's)."""
@@ -624,19 +702,50 @@ class SnapshotStore:
                 "versions": _versions(), "run": None, "config": {}, "vocabulary": None, "complete": None,
                 "checkpoints": self.keep_checkpoints, "epochs": []}
 
+    def _record_infos(self) -> list[pafs.FileInfo]:
+        """The commit records' files, in epoch order (read none)."""
+        return sorted((i for i in self._ls(self._path(COMMITS)) if _RECORD_RE.match(i.base_name)),
+                      key=lambda i: i.base_name)
+
+    def _read_record(self, path: str) -> dict | None:
+        """A commit record as JSON data, or None if a crash cut it short (see :func:`_cut_short`)."""
+        try:
+            with self.fs.open_input_stream(path) as f:
+                raw = f.read()
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise StoreAccessError(f"{path}: cannot read the commit record: {os_reason(exc)}") from None
+        try:
+            return json.loads(raw.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError) as exc:
+            if _cut_short(raw):
+                return None
+            raise CorruptStoreError(f"{path}: the commit record is not valid JSON ({exc}); the store is damaged: "
+                                    "restore it from a copy, or replay into a new --store") from None
+
     def _records(self, run: str | None = None, validate: bool = True) -> list[dict]:
         out = []
-        for info in sorted(self._ls(self._path(COMMITS)), key=lambda i: i.base_name):
+        infos = self._record_infos()
+        for i, info in enumerate(infos):
             m = _RECORD_RE.match(info.base_name)
-            if not m:
-                continue
             try:
-                entry = self._read_json(info.path, "commit record")
+                entry = self._read_record(info.path)
             except FileNotFoundError:
                 continue  # replaced while we listed
             except CorruptStoreError:
                 if validate:
                     raise
+                continue
+            if entry is None:
+                if validate and i + 1 < len(infos):
+                    raise CorruptStoreError(f"{info.path}: the commit record is cut short, yet later epochs are "
+                                            "committed; the store is damaged: restore it from a copy, or replay "
+                                            "into a new --store")
+                if validate:
+                    logger.warning("%s: the latest commit record was cut short by a crash; the store reads as "
+                                   "committed through the epoch before it (a writer removes the record and "
+                                   "publishes the epoch again)", info.path)
                 continue
             if validate:
                 _check_entry(entry, info.path, run)
@@ -654,7 +763,9 @@ class SnapshotStore:
         self._write_text(self._path(MANIFEST), json.dumps(manifest, indent=1, sort_keys=True, allow_nan=False))
 
     def _commit_record(self, entry: dict) -> None:
-        self.fs.create_dir(self._path(COMMITS), recursive=True)
+        if not self._exists(self._path(COMMITS)):
+            self.fs.create_dir(self._path(COMMITS), recursive=True)
+            self._sync_dir(self.root)
         self._require_lease()
         self._write_text(self._path(self.record_name(entry["epoch"])),
                          json.dumps(entry, indent=1, sort_keys=True, allow_nan=False))
@@ -706,22 +817,36 @@ class SnapshotStore:
         return self._base_manifest().get("complete")
 
     def count_published(self) -> int:
-        """Number of published epochs (lists the commit records, reads none)."""
-        return sum(1 for i in self._ls(self._path(COMMITS)) if _RECORD_RE.match(i.base_name))
+        """Number of published epochs (lists the commit records, reads the latest only)."""
+        infos = self._record_infos()
+        return len(infos) - int(bool(infos) and self._cut_short_latest(infos))
+
+    def _cut_short_latest(self, infos: list[pafs.FileInfo]) -> bool:
+        """Whether the latest of the (non-empty) records ``infos`` was cut short by a crash."""
+        try:
+            return self._read_record(infos[-1].path) is None
+        except (FileNotFoundError, CorruptStoreError):
+            return False
 
     def last_commit(self) -> dict | None:
-        """The commit record of the latest published epoch (None if none); reads one record."""
-        names = sorted(i.base_name for i in self._ls(self._path(COMMITS)) if _RECORD_RE.match(i.base_name))
+        """The commit record of the latest published epoch (None if none); reads one record (two
+        when a crash cut the latest one short: the epoch before it is then the latest)."""
+        infos = self._record_infos()
         manifest = self._base_manifest()
         if manifest.get("format_version") == 1:
             entries = self.manifest()["epochs"]
             return entries[-1] if entries else None
-        if not names:
-            return None
-        path = self._path(COMMITS, names[-1])
-        entry = self._read_json(path, "commit record")
-        _check_entry(entry, path, manifest.get("run"))
-        return entry
+        for info in infos[::-1][:2]:
+            entry = self._read_record(info.path)
+            if entry is None and info is infos[-1]:
+                continue
+            if entry is None:
+                raise CorruptStoreError(f"{info.path}: the commit record is cut short, yet later epochs are "
+                                        "committed; the store is damaged: restore it from a copy, or replay into "
+                                        "a new --store")
+            _check_entry(entry, info.path, manifest.get("run"))
+            return entry
+        return None
 
     # ---- vocabulary ------------------------------------------------------------------
     def write_vocabulary(self, vectorizer) -> None:
@@ -743,6 +868,7 @@ class SnapshotStore:
         self._write_parquet(table, tmp)
         write_point(f"rename {VOCABULARY}")
         self.fs.move(tmp, self._path(VOCABULARY))
+        self._sync_dir(self.root)
         manifest["vocabulary"] = {"hash": vectorizer.vocabulary_hash(), "size": int(table.num_rows),
                                   "file": VOCABULARY}
 
@@ -867,8 +993,10 @@ class SnapshotStore:
             if self._exists(final):  # an orphan folder of a crash before its commit: ours to replace
                 self._delete(self.fs.get_file_info(final))
             tmp = self._path(EPOCHS, f".tmp-{epoch:06d}-{uuid.uuid4().hex}")
+            new_epochs = not self._exists(self._path(EPOCHS))
             try:
                 exact, theta_error = self._write_epoch_files(tmp, tree, top_words, doc_ids, rejects, ckpt, tables, events)
+                self._sync_dir(tmp)  # its files' names, before the folder is renamed into place
             except OSError as exc:
                 try:  # our own temporary folder; a crash instead leaves it to clean_leftovers
                     self.fs.delete_dir(tmp)
@@ -878,6 +1006,9 @@ class SnapshotStore:
             n_rejects = 0 if rejects is None else int(rejects.num_rows)
             write_point("rename epoch folder")
             self.fs.move(tmp, final)
+            self._sync_dir(self._path(EPOCHS))  # before the record names the folder
+            if new_epochs:
+                self._sync_dir(self.root)
             entry = {
                 "run": manifest["run"], "epoch": epoch, "key": None if key is None else int(key),
                 "label": label if label is not None else tree.label,
@@ -916,22 +1047,14 @@ class SnapshotStore:
         """On a local disk, flush epoch ``epoch``'s checkpoint, its commit record and the folder
         entries that name them, so that a power cut after the previous checkpoint is deleted
         cannot leave a record pointing at unwritten data (the OS writes renamed files back
-        lazily). An object store has an object durable once its write returned."""
-        if not isinstance(self.fs, pafs.LocalFileSystem):
-            return
-        paths = [self._path(rel, CHECKPOINT_ARRAYS), self._path(rel, CHECKPOINT_META),
-                 self._path(self.record_name(epoch))]
-        if os.name == "posix":  # folders can be opened and synced there
-            paths += [self._path(rel), self._path(EPOCHS), self._path(COMMITS)]
-        for path in paths:
-            try:
-                fd = os.open(path, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-            except OSError as exc:
-                raise StoreAccessError(f"{path}: cannot flush to disk: {os_reason(exc)}") from None
+        lazily). A writer flushes each file as it writes it; this covers an epoch committed by
+        an older writer, which did not. An object store has an object durable once its write
+        returned."""
+        for path in (self._path(rel, CHECKPOINT_ARRAYS), self._path(rel, CHECKPOINT_META),
+                     self._path(self.record_name(epoch))):
+            self._sync_file(path)
+        for path in (self._path(rel), self._path(EPOCHS), self._path(COMMITS)):
+            self._sync_dir(path)
 
     def _write_epoch_files(self, tmp, tree, top_words, doc_ids, rejects, ckpt, tables,
                            events=None) -> tuple[bool, float]:
@@ -955,6 +1078,7 @@ class SnapshotStore:
             write_point(f"write {CHECKPOINT_META}")
             with self.fs.open_output_stream(f"{tmp}/{CHECKPOINT_META}") as f:
                 f.write(json.dumps(meta, indent=1, sort_keys=True, allow_nan=False).encode("utf-8"))
+            self._sync_file(f"{tmp}/{CHECKPOINT_META}")
         for name, table in tables.items():
             self._write_parquet(table, f"{tmp}/{name}.parquet")
         return exact, theta_error
@@ -1045,10 +1169,11 @@ class SnapshotStore:
     def _entry(self, epoch: int, manifest: dict | None = None) -> dict:
         if manifest is None and self._base_manifest().get("format_version", FORMAT_VERSION) >= 2:
             path = self._path(self.record_name(epoch))
-            if self._exists(path):
-                entry = self._read_json(path, "commit record")
+            entry = self._read_record(path) if self._exists(path) else None
+            if entry is not None:
                 _check_entry(entry, path, self._base_manifest().get("run"))
                 return entry
+            # absent, or cut short by a crash: the listing says whether that is damage
             done = [e["epoch"] for e in self.manifest()["epochs"]]
             raise StoreError(f"epoch {epoch} is not published (published: {done})")
         manifest = manifest or self.manifest()
@@ -1161,11 +1286,15 @@ class SnapshotStore:
                     "leaf_ids": None if leaf_ids is None else [str(i) for i in leaf_ids]}
             table = pa.table(cols).replace_schema_metadata({b"streamtree.static": json.dumps(meta).encode()})
             folder = self._path(entry["path"], "static")
+            new_folder = not self._exists(folder)
             self.fs.create_dir(folder, recursive=True)
             tmp = f"{folder}/.tmp-{method}-{uuid.uuid4().hex}"
             self._write_parquet(table, tmp)
             write_point(f"rename static {method}")
             self.fs.move(tmp, f"{folder}/{method}.parquet")
+            self._sync_dir(folder)  # before the record names the snapshot
+            if new_folder:
+                self._sync_dir(self._path(entry["path"]))
             entry["static"] = sorted(set(entry.get("static", [])) | {method})
             if self._base_manifest().get("format_version") == 1:
                 raise StoreError(f"{self.root}: a store of format version 1 is read-only; replay into a new --store")
@@ -1250,6 +1379,28 @@ _ENTRY_TYPES = {"epoch": int, "n_nodes": int, "n_documents": int, "n_rejects": i
 def _is_temporary(name: str) -> bool:
     """A temporary name the store itself creates (``.x.tmp-<hex>``, ``.tmp-...``, ``.probe-...``)."""
     return name.startswith(_TEMP_PREFIXES) or bool(re.match(r"^\..+\.tmp-[0-9a-f]+$", name))
+
+
+_PARTIAL_TOKEN = re.compile(r"(-|[.eE][-+]?|t|tr|tru|f|fa|fal|fals|n|nu|nul)?")
+
+
+def _cut_short(raw: bytes) -> bool:
+    """Whether ``raw`` is what a crash can leave of a JSON object whose bytes were not flushed
+    before its rename (writers before this one did not flush): nothing, zeros, or the object
+    cut off at some byte. Any other bad JSON is damage."""
+    text = raw.rstrip(b"\0").rstrip()
+    if not text:
+        return True
+    if not text.startswith(b"{"):
+        return False
+    try:
+        json.loads(text.decode("ascii"))  # records are written as ASCII
+    except UnicodeDecodeError:
+        return False
+    except json.JSONDecodeError as exc:
+        # cut inside a string, or the error is at the end: nothing but an unfinished token after it
+        return exc.msg.startswith("Unterminated string") or bool(_PARTIAL_TOKEN.fullmatch(exc.doc[exc.pos:]))
+    return False
 
 
 def _check_entry(entry, where: str, run: str | None) -> None:
