@@ -419,3 +419,60 @@ def test_a_cut_short_record_is_kept_when_its_folder_holds_the_only_checkpoint(tm
     with SnapshotStore(str(tmp_path)).writer("test"):
         pass
     assert record.exists() and (tmp_path / "epochs" / "000002" / "checkpoint.parquet").exists()
+
+
+def _files(root) -> dict[str, bytes | None]:
+    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None) for p in sorted(root.rglob("*"))}
+
+
+@pytest.mark.parametrize("plant, found", [
+    ({"epochs/000003/data.bin": "mine", "vocabulary.parquet": "mine", "commits/notes": "mine"},
+     "holds vocabulary.parquet, commits, epochs but no streamtree manifest"),
+    ({"epochs/000000/nodes.parquet": "mine", ".tmp-000001-abc/x": "mine"}, "holds epochs but no streamtree manifest"),
+    ({"manifest.json": '{"format": "someone else\'s"}', "epochs/000001/nodes.parquet": "mine",
+      "commits/.000001.json.tmp-ab": "mine"}, "manifest.json: not the manifest of a streamtree store"),
+    ({"lease.json": "my lease, not streamtree's"}, "holds lease.json but no streamtree manifest"),
+    ({".replaced-1234/manifest.json": "{}"}, "holds .replaced-1234 but no streamtree manifest"),
+], ids=["data names", "epoch folder", "foreign manifest", "foreign lease", "aside without a manifest"])
+def test_store_named_files_that_no_store_wrote_are_never_touched(tmp_path, plant, found):
+    """A directory holding files with the store's names but no store of ours (no streamtree
+    manifest proving it wrote them) is refused by every writer, saying what it found, and
+    nothing in it is deleted or moved, with or without --overwrite. Before, taking the lease
+    deleted epoch folders without a commit record, and a new run set the rest aside and deleted
+    it at its first commit."""
+    from streamtree.replay import ReplayConfig, replay
+
+    for rel, text in plant.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    before = _files(tmp_path)
+    if "lease.json" in plant:  # old enough to be taken over, were it a lease
+        os.utime(tmp_path / "lease.json", (time.time() - 7200,) * 2)
+        before = _files(tmp_path)
+    store = SnapshotStore(str(tmp_path))
+    with pytest.raises(StoreError, match=found):
+        store.check_writable()
+    with pytest.raises(StoreError, match=found):
+        with store.writer("test"):
+            store.begin({"x": 1}, vocab6())
+            store.publish(make_tree(0, [0], [-1], [0]), list("abcde"))
+    with pytest.raises(StoreError, match=found):
+        replay(ReplayConfig(source=str(tmp_path / "none.parquet"), text_col="text", time_col="year"), str(tmp_path),
+               mode="overwrite")
+    assert _files(tmp_path) == before
+
+
+def test_a_new_store_writes_its_manifest_first(tmp_path, monkeypatch):
+    """The manifest is the proof that the files after it are the store's own, so a new store
+    writes it before anything else, directly (no temporary file a crash could leave unproven)."""
+    import connectors.stores.snapshot as snapshot_mod
+
+    points = []
+    monkeypatch.setattr(snapshot_mod, "write_point", lambda name: points.append(
+        (name, sorted(p.name for p in (tmp_path / "s").iterdir() if p.name != LEASE))))
+    store = SnapshotStore(str(tmp_path / "s"))
+    with store.writer("test"):
+        store.begin({"x": 1}, vocab6())
+    assert points[0] == ("write manifest.json", [])
+    assert points[1][0].startswith("write .vocabulary.parquet.tmp-") and points[1][1] == ["manifest.json"]
+    assert SnapshotStore(str(tmp_path / "s")).config() == {"x": 1} and store.vocabulary() is not None

@@ -37,8 +37,15 @@ through the epoch before it, with a warning, and the next writer removes that re
 epoch's folder) and publishes the epoch again. Any other bad record, and a record cut short
 before a later one, is damage.
 
-Only the store's own names are ever deleted: temporary folders and files it created
-(``.tmp-``, ``.old-``, ``.replaced-`` prefixes) and its own epoch folders. A new run over
+Only what the store can show it wrote is ever deleted or moved: the temporary folders and
+files it creates (``.tmp-``, ``.old-``, ``.replaced-`` prefixes) and its own epoch folders,
+records and files, in a directory whose ``manifest.json`` is a streamtree store's (or, while a
+replacement is under way or was stopped, whose set-aside run holds one). A new store writes its
+manifest before anything else, directly, so no file of it ever lies in a directory without that
+proof. A directory without it that holds store-named files (``vocabulary.parquet``,
+``commits``, ``epochs``, an aside, a lease that is not a streamtree lease), or whose
+``manifest.json`` is someone else's, is refused by every writer, naming what it found, and left
+as it is (:meth:`SnapshotStore.check_writable`, and again when the lease is taken). A new run over
 an existing one (``begin(replace=True)``, the ``--overwrite`` of a replay) moves the old
 run's files aside into ``.replaced-<uuid>/`` just before it commits its first epoch and
 deletes them once that commit is done; until then the old run stays readable. The old
@@ -450,12 +457,59 @@ class SnapshotStore:
                 self.fs.delete_file(probe)
             except OSError:
                 pass
-        if not self._exists(self._path(MANIFEST)):
+        if not self._check_ours():
             foreign = sorted(i.base_name for i in self._ls(self.root)
                              if i.base_name not in _OWN_NAMES and not _is_temporary(i.base_name))
             if foreign:
                 raise StoreError(f"{self.root}: the directory holds files that are not a streamtree store "
                                  f"(e.g. {foreign[0]!r}); choose an empty or new --store directory")
+
+    def _check_ours(self) -> bool:
+        """Whether a store of ours is here, proven by its manifest (or, while a replacement is
+        under way or was stopped, by the manifest of the run it set aside): only then may a
+        writer delete or move anything. A directory without such proof that holds what a
+        writer would touch (store-named data, or a lease that is not a streamtree lease) is
+        refused, naming what was found; False for one holding nothing of a store's."""
+        names = {i.base_name: i for i in self._ls(self.root)}
+        if MANIFEST in names:
+            path = f"{self.root}/{MANIFEST}"
+            try:
+                manifest = self._read_json(path, "manifest")
+            except FileNotFoundError:
+                return self._check_ours()  # moved aside while we listed
+            if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+                raise StoreError(f"{path}: not the manifest of a streamtree store, so this directory is not one and "
+                                 "nothing in it is touched; choose an empty or new --store directory")
+            return True
+        if self._saved_runs():
+            return True
+        found = [n for n in (VOCABULARY, COMMITS, EPOCHS) if n in names]
+        found += sorted(n for n, i in names.items() if n.startswith(".replaced-") and
+                        (i.type != pafs.FileType.Directory or self._ls(i.path)))
+        if LEASE in names and not _is_lease(self.fs, names[LEASE].path):
+            found.append(LEASE)
+        if found:
+            raise StoreError(f"{self.root}: holds {', '.join(found)} but no streamtree manifest ({MANIFEST}), so "
+                             "nothing shows that a store wrote them and they are left as they are; choose an empty "
+                             "or new --store directory, or move them out of this one")
+        return False
+
+    def _saved_runs(self) -> list[tuple[int, str]]:
+        """``(mtime_ns, path)`` of each aside of a replacement (``.replaced-*``) that holds the
+        manifest of a streamtree store (the run it set aside)."""
+        found = []
+        for info in self._ls(self.root):
+            if info.base_name.startswith(".replaced-") and info.type == pafs.FileType.Directory:
+                saved = self.fs.get_file_info(f"{info.path}/{MANIFEST}")
+                if saved.type != pafs.FileType.File:
+                    continue
+                try:
+                    manifest = self._read_json(saved.path, "manifest")
+                except (FileNotFoundError, StoreError):
+                    continue
+                if isinstance(manifest, dict) and manifest.get("format") == FORMAT:
+                    found.append((saved.mtime_ns or 0, info.path))
+        return found
 
     def writer(self, command: str = "write", timeout: float = DEFAULT_TIMEOUT) -> Lease:
         """Take the writer lease (a context manager); raises :class:`StoreBusyError` naming
@@ -469,6 +523,7 @@ class SnapshotStore:
 
         class _Writer(Lease):
             def acquire(self):
+                store._check_ours()  # before a stale lease is taken over: it must be a streamtree lease
                 super().acquire()
                 store._lease = self
                 try:
@@ -505,6 +560,8 @@ class SnapshotStore:
         without a commit record. Needs the lease; returns the paths removed. Nothing that
         does not carry one of the store's own names is touched."""
         self._require_lease()
+        if not self._check_ours():
+            return []  # nothing of a store's here: nothing to clean
         removed = self._restore_interrupted_aside()
         removed += self._drop_cut_short_record()
         committed = {e.get("path") for e in self._records(validate=False)}
@@ -556,12 +613,7 @@ class SnapshotStore:
         """
         if self._exists(self._path(MANIFEST)):
             return []
-        found = []
-        for info in self._ls(self.root):
-            if info.base_name.startswith(".replaced-") and info.type == pafs.FileType.Directory:
-                saved = self.fs.get_file_info(f"{info.path}/{MANIFEST}")
-                if saved.type == pafs.FileType.File:
-                    found.append((saved.mtime_ns or 0, info.path))
+        found = self._saved_runs()
         if not found:
             return []
         aside = max(found)[1]
@@ -760,7 +812,38 @@ class SnapshotStore:
         manifest = {k: v for k, v in manifest.items() if k != "epochs"}
         manifest["updated"] = _now()
         manifest["versions"] = _versions()
-        self._write_text(self._path(MANIFEST), json.dumps(manifest, indent=1, sort_keys=True, allow_nan=False))
+        text = json.dumps(manifest, indent=1, sort_keys=True, allow_nan=False)
+        if self._exists(self._path(MANIFEST)):
+            self._write_text(self._path(MANIFEST), text)
+        else:
+            self._claim(text)
+
+    def _claim(self, text: str) -> None:
+        """Write the manifest of a new store as the first file of the directory: the proof that
+        what the store writes after it is its own (see :meth:`_check_ours`). Created directly
+        (exclusively on a local disk, then flushed) rather than through a temporary file, which a
+        crash would leave behind in a directory nothing proves to be a store's."""
+        path = self._path(MANIFEST)
+        data = text.encode("utf-8")
+        write_point(f"write {MANIFEST}")
+        if not isinstance(self.fs, pafs.LocalFileSystem):
+            with self.fs.open_output_stream(path) as f:  # one object put: whole or absent
+                f.write(data)
+            return
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except OSError as exc:
+            raise StoreAccessError(f"{path}: cannot create the store's manifest: {os_reason(exc)}") from None
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        except OSError as exc:
+            raise StoreAccessError(f"{path}: cannot write the store's manifest: {os_reason(exc)}") from None
+        finally:
+            os.close(fd)
+        self._sync_dir(self.root)
 
     def _commit_record(self, entry: dict) -> None:
         if not self._exists(self._path(COMMITS)):
@@ -863,6 +946,8 @@ class SnapshotStore:
             self._write_manifest(manifest)
 
     def _put_vocabulary(self, vectorizer, manifest: dict) -> None:
+        if not self._exists(self._path(MANIFEST)):
+            self._write_manifest(manifest)  # the claim comes first (see _check_ours)
         table = vectorizer.to_arrow()
         tmp = self._path(f".{VOCABULARY}.tmp-{uuid.uuid4().hex}")
         self._write_parquet(table, tmp)
@@ -1374,6 +1459,20 @@ class SnapshotStore:
 _FOLDER_RE = re.compile(r"^\d{6,}(-[0-9a-f]{8})?$")
 _ENTRY_TYPES = {"epoch": int, "n_nodes": int, "n_documents": int, "n_rejects": int, "died": list, "theta": dict,
                 "path": str}
+
+
+def _is_lease(fs: pafs.FileSystem, path: str) -> bool:
+    """Whether ``path`` holds a streamtree writer lease (a JSON object with a token), or one a
+    writer is creating this moment (still empty)."""
+    try:
+        with fs.open_input_stream(path) as f:
+            raw = f.read()
+        lease = json.loads(raw.decode("utf-8")) if raw else {"token": ""}
+    except FileNotFoundError:
+        return True  # released while we looked
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(lease, dict) and isinstance(lease.get("token"), str)
 
 
 def _is_temporary(name: str) -> bool:
