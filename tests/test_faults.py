@@ -17,6 +17,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from test_replay import sou_slice
+from test_store import assert_same_tree
+
+from connectors.stores import SnapshotStore
 
 ARGS = ["--text-col", "text", "--time-col", "year", "--id-col", "doc_id", "--epoch", "10y", "--sweeps", "2",
         "--kappa0", "100", "--max-features", "200", "--seed", "5", "--quiet"]
@@ -197,10 +200,41 @@ def test_an_overwrite_killed_while_setting_the_old_run_aside_leaves_the_old_run(
     r = cli(corpus, store, "--overwrite", env={"STREAMTREE_KILL_AT_WRITE": str(points.index(point) + 1)})
     assert r.returncode == -signal.SIGKILL
     assert not (store / "manifest.json").exists()
+    assert [e["epoch"] for e in SnapshotStore(str(store)).epochs()] == [0, 1, 2]  # readers: the old run, from the aside
     r = cli(corpus, store)  # a plain replay: the store holds a run, restored
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert "restored the previous run" in r.stderr and "already holds 3 published epochs" in r.stderr
     assert_same_store(store, want)
+    r = cli(corpus, store, "--resume")
+    assert r.returncode == 0, r.stderr
+    assert_same_store(store, want)
+
+
+@pytest.mark.parametrize("point, new_run", [("write theta.parquet", False), ("rename 000000.json", False),
+                                            ("rename manifest.json", False), ("delete .replaced-", True)])
+def test_readers_of_an_overwrite_killed_anywhere_see_the_old_run_or_the_new_one(corpus, reference, overwrite_points,
+                                                                               tmp_path, point, new_run):
+    """An --overwrite killed at any point leaves readers the old run, whole, until the new run's
+    first commit is in place (its manifest is written with that commit), and the new run after
+    it; the next writer restores the old run or goes on with the new one. Before, readers saw an
+    empty store from the moment the old run was moved aside."""
+    want, _ = reference
+    complete, points = overwrite_points
+    k = next(i for i, p in enumerate(points) if p.startswith(point)) + 1
+    store = tmp_path / "store"
+    shutil.copytree(complete, store)
+    r = cli(corpus, store, "--overwrite", env={"STREAMTREE_KILL_AT_WRITE": str(k)})
+    assert r.returncode == -signal.SIGKILL, (k, points[k - 1], r.stderr)
+    reader, old = SnapshotStore(str(store)), SnapshotStore(str(complete))
+    if new_run:
+        assert reader.manifest()["run"] != old.manifest()["run"]
+        assert [e["epoch"] for e in reader.epochs()] == [0]
+    else:
+        assert reader.manifest()["run"] == old.manifest()["run"] and reader.complete() is not None
+        assert [e["epoch"] for e in reader.epochs()] == [0, 1, 2]
+        for e in range(3):
+            assert_same_tree(reader.read(e).tree, old.read(e).tree)
+        assert reader.read_checkpoint()[1] == old.read_checkpoint()[1]
     r = cli(corpus, store, "--resume")
     assert r.returncode == 0, r.stderr
     assert_same_store(store, want)

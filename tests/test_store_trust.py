@@ -220,9 +220,12 @@ def test_begin_replaces_the_old_run_only_at_the_first_commit(tmp_path):
         store.begin({"run": "new"}, vocab6())
         asides = list(tmp_path.glob(".replaced-*"))
         assert len(asides) == 1 and (asides[0] / "commits" / "000001.json").exists()
-        assert SnapshotStore(str(tmp_path)).epochs() == []
+        reader = SnapshotStore(str(tmp_path))  # sees the old run whole until the new one commits
+        assert reader.config() == {"run": "old"} and [e["epoch"] for e in reader.epochs()] == [0, 1]
+        assert_same_tree(reader.read(1).tree, make_tree(1, [0, 1], [-1, 0], [0, 0]))
         store.publish(make_tree(0, [0, 2], [-1, 0], [0, 0], seed=4), list("vwxyz"))
         assert not list(tmp_path.glob(".replaced-*"))
+        assert reader.config() == {"run": "new"} and [e["epoch"] for e in reader.epochs()] == [0]
     fresh = SnapshotStore(str(tmp_path))
     assert fresh.config() == {"run": "new"} and [e["epoch"] for e in fresh.epochs()] == [0]
     assert (tmp_path / "mine.txt").read_text() == "keep me"

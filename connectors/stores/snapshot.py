@@ -45,13 +45,24 @@ manifest before anything else, directly, so no file of it ever lies in a directo
 proof. A directory without it that holds store-named files (``vocabulary.parquet``,
 ``commits``, ``epochs``, an aside, a lease that is not a streamtree lease), or whose
 ``manifest.json`` is someone else's, is refused by every writer, naming what it found, and left
-as it is (:meth:`SnapshotStore.check_writable`, and again when the lease is taken). A new run over
-an existing one (``begin(replace=True)``, the ``--overwrite`` of a replay) moves the old
-run's files aside into ``.replaced-<uuid>/`` just before it commits its first epoch and
-deletes them once that commit is done; until then the old run stays readable. The old
-manifest is moved first and the new one written last, so a store with no manifest but an
-aside holding one is a replacement stopped before its run began: the next writer moves that
-aside back (:meth:`SnapshotStore.clean_leftovers`), and the old run is whole again.
+as it is (:meth:`SnapshotStore.check_writable`, and again when the lease is taken).
+
+Replacing a run
+---------------
+A new run over an existing one (:meth:`SnapshotStore.begin` on a store holding a run, the
+``--overwrite`` of a replay) never shows readers an empty store: they see the old run whole
+until the new run's first epoch is committed, and the new run from then on. When the new run
+begins (a replay begins it just before its first commit) the old run's files are moved into
+``.replaced-<uuid>/``, its manifest first; the new run's vocabulary, first epoch folder and
+commit record are written in their places, and its manifest is written last, with that
+commit (until then the writer keeps it in memory). While the store's folder has no
+``manifest.json``, a reader reads the run from the aside that holds one, each of
+``manifest.json``, ``vocabulary.parquet``, ``commits`` and ``epochs`` from the aside where it
+is there (moved already) and from the store's folder where not (not yet); an old run without
+records gets an empty ``commits`` in its aside, so that none of the new run's show through.
+Once the new manifest is in place the aside is deleted. A store with no manifest but an aside holding one is therefore a replacement stopped
+before its first commit: the next writer moves that aside back over what the stopped writer
+wrote (:meth:`SnapshotStore.clean_leftovers`), and the old run is whole again.
 
 Checkpoints
 -----------
@@ -107,6 +118,7 @@ an epoch path outside ``epochs/``) is a :class:`CorruptStoreError`, never silent
 
 from __future__ import annotations
 
+import copy
 import errno
 import json
 import logging
@@ -329,6 +341,12 @@ class SnapshotStore:
         self.root = root.rstrip("/")
         self._lease: Lease | None = None
         self._aside_pending = False
+        # A replacement's new manifest, written only with its first commit: until then the
+        # store's manifest is the old run's, set aside with the rest of it (see begin).
+        self._pending: dict | None = None
+        # A reader's paths while a replacement is under way: each of the store's own names taken
+        # from the set-aside run when it is there (see _base_manifest); None: the root.
+        self._view: dict[str, str] | None = None
         # (epoch, path) of the latest committed epoch with checkpoint arrays, as this writer
         # knows it (looked up once per lease, then kept: a commit costs the same at any epoch)
         self._checkpointed: tuple[int, str] | None = None
@@ -336,6 +354,8 @@ class SnapshotStore:
 
     # ---- paths and low-level I/O -----------------------------------------------------
     def _path(self, *parts: str) -> str:
+        if self._view is not None and self._lease is None and parts:
+            return "/".join((self._view.get(parts[0].split("/", 1)[0], self.root), *parts))
         return "/".join((self.root, *parts))
 
     @staticmethod
@@ -594,16 +614,22 @@ class SnapshotStore:
         return removed
 
     def _restore_interrupted_aside(self) -> list[str]:
-        """Undo a replacement that stopped while moving the old run aside.
+        """Undo a replacement that stopped before its new run's first commit.
 
-        :meth:`begin` moves the old manifest aside first and writes the new one last, so a
-        store with no ``manifest.json`` but an aside holding one is a replacement that never
-        began its run. Left so, the next writer would see the old commit records still in
-        place, take them for the new run's and delete the aside (the old manifest), leaving
-        commits without a manifest. Instead the newest such aside (by its manifest's time)
-        is moved back: first its other files, over any the stopped writer had written for its
-        own run (a vocabulary), then its manifest, so a stop during this leaves the same
-        state to restore again. Returns the paths of the stopped writer's files it removed.
+        :meth:`begin` moves the old manifest aside first, and the new one is written only with
+        the new run's first commit, so a store with no ``manifest.json`` but an aside holding
+        one is a replacement whose run never committed (readers meanwhile read the old run from
+        the aside). Left so, the next writer would see any old commit records still in place,
+        take them for the new run's and delete the aside (the old manifest), leaving commits
+        without a manifest. Instead the newest such aside (by its manifest's time) is moved
+        back: first its other files, over any the stopped writer had written for its own run
+        (a vocabulary, records, epoch folders), then its manifest, so a stop during this leaves
+        the same state to restore again. What is not in the aside stays: the old run's files
+        not moved yet, or the stopped run's where the old run had none (epoch folders without
+        a record, removed as such; a vocabulary its manifest does not name; records cannot be,
+        as :meth:`begin` gives a run without records an empty ``commits`` in its aside).
+        Returns the paths of the stopped writer's files it removed. A writer does not undo its
+        own replacement (:attr:`_pending`).
 
         This relies on a folder's move being one rename, as on local disks and HDFS. Where a
         move copies and then deletes (object stores), a stop in the middle of moving the
@@ -611,7 +637,7 @@ class SnapshotStore:
         and restoring the aside's partial copy over them would lose them: there the store is
         left as it is and the writer stops with an error naming the aside.
         """
-        if self._exists(self._path(MANIFEST)):
+        if self._pending is not None or self._exists(self._path(MANIFEST)):
             return []
         found = self._saved_runs()
         if not found:
@@ -619,10 +645,10 @@ class SnapshotStore:
         aside = max(found)[1]
         if self.fs.type_name not in RENAMING_FILESYSTEMS:
             raise CorruptStoreError(
-                f"{self.root}: a replacement of this store stopped while moving the previous run aside into "
-                f"{aside}; on this filesystem ({self.fs.type_name}) a move is not one rename, so it is not "
-                "restored automatically: check that folder against the store's, move the previous run back "
-                "by hand or start over with --overwrite")
+                f"{self.root}: a replacement of this store stopped before its first commit, with the previous "
+                f"run moved aside into {aside}; on this filesystem ({self.fs.type_name}) a move is not one rename, "
+                "so it is not restored automatically: check that folder against the store's, move the previous "
+                "run back by hand or start over with --overwrite")
         removed = []
         for item in sorted(self._ls(aside), key=lambda i: i.base_name == MANIFEST):
             if item.base_name not in _OWN_NAMES:
@@ -633,10 +659,11 @@ class SnapshotStore:
                 removed.append(item.base_name)
             write_point(f"restore {item.base_name}")
             self.fs.move(item.path, self._path(item.base_name))
+        self._sync_dir(self.root)
         if not self._ls(aside):
             self._delete(self.fs.get_file_info(aside))
-        logger.warning("%s: a replacement of this store stopped while moving the previous run aside; "
-                       "restored the previous run", self.root)
+        logger.warning("%s: a replacement of this store stopped before its first commit; restored the previous "
+                       "run", self.root)
         return removed
 
     def _drop_cut_short_record(self) -> list[str]:
@@ -725,11 +752,33 @@ class SnapshotStore:
         return manifest
 
     def _base_manifest(self) -> dict:
-        path = self._path(MANIFEST)
-        try:
-            manifest = self._read_json(path, "manifest")
-        except FileNotFoundError:
-            return self._new_manifest()
+        """The run's manifest, validated. A writer in the middle of a replacement gets its new
+        run's (not written yet); a reader that finds no manifest while a replacement is under
+        way, or was stopped, reads the run set aside (and sets :attr:`_view` so that every path
+        of the read is that run's), so it sees the old run whole until the new one commits."""
+        if self._pending is not None:
+            return copy.deepcopy(self._pending)
+        for _ in range(3):  # a writer may put the new run in place and drop the aside meanwhile
+            self._view = None
+            path = f"{self.root}/{MANIFEST}"
+            try:
+                manifest = self._read_json(path, "manifest")
+                break
+            except FileNotFoundError:
+                saved = self._saved_runs() if self._lease is None else []
+                if not saved:
+                    return self._new_manifest()
+            aside = max(saved)[1]
+            path = f"{aside}/{MANIFEST}"
+            try:
+                manifest = self._read_json(path, "manifest")
+            except FileNotFoundError:
+                continue
+            self._view = {name: aside for name in (MANIFEST, VOCABULARY, COMMITS, EPOCHS)
+                          if self._exists(f"{aside}/{name}")}
+            break
+        else:
+            raise StoreError(f"{self.root}: the store was being replaced while it was read, three times; try again")
         if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
             raise CorruptStoreError(f"{path}: not a streamtree snapshot manifest; the store is damaged or "
                                     "this is not a store")
@@ -812,11 +861,19 @@ class SnapshotStore:
         manifest = {k: v for k, v in manifest.items() if k != "epochs"}
         manifest["updated"] = _now()
         manifest["versions"] = _versions()
+        if self._pending is not None:  # a replacement: written with its first commit
+            self._pending = manifest
+            return
         text = json.dumps(manifest, indent=1, sort_keys=True, allow_nan=False)
         if self._exists(self._path(MANIFEST)):
             self._write_text(self._path(MANIFEST), text)
         else:
             self._claim(text)
+
+    def _publish_pending(self) -> None:
+        """Write a replacement's manifest: from this rename on, readers see the new run."""
+        manifest, self._pending = self._pending, None
+        self._write_text(self._path(MANIFEST), json.dumps(manifest, indent=1, sort_keys=True, allow_nan=False))
 
     def _claim(self, text: str) -> None:
         """Write the manifest of a new store as the first file of the directory: the proof that
@@ -856,22 +913,28 @@ class SnapshotStore:
     def begin(self, config: dict, vectorizer=None) -> None:
         """Start a new run with ``config`` (JSON data) and a fitted vectoriser: writes the
         vocabulary and the manifest. The files of a run already in the store are moved aside
-        first and deleted after this run's first commit (see the module docstring)."""
+        first, the new manifest is written only with the new run's first commit, and the old
+        run is deleted after it (see the module docstring): readers see the old run until then."""
         with self._writing():
             config = _to_json(config, "config")
             present = [n for n in (MANIFEST, VOCABULARY, COMMITS, EPOCHS) if self._exists(self._path(n))]
-            if present:
-                aside = self._path(f".replaced-{uuid.uuid4().hex}")
-                self.fs.create_dir(aside)
-                for name in present:  # the manifest first: from then on readers see no run
-                    write_point(f"set aside {name}")
-                    self.fs.move(self._path(name), f"{aside}/{name}")
-                self._aside_pending = True
-                logger.info("moved the previous run aside to %s until the new run commits", aside)
-            self._checkpointed, self._checkpointed_known = None, True  # the new run has none yet
             manifest = self._new_manifest()
             manifest["run"] = uuid.uuid4().hex
             manifest["config"] = config
+            if present:
+                aside = self._path(f".replaced-{uuid.uuid4().hex}")
+                self.fs.create_dir(aside)
+                for name in present:  # the manifest first: from then on readers read the run from the aside
+                    write_point(f"set aside {name}")
+                    self.fs.move(self._path(name), f"{aside}/{name}")
+                if COMMITS not in present:  # a run without records: none of the new run's may show through
+                    self.fs.create_dir(f"{aside}/{COMMITS}")
+                self._sync_dir(aside)
+                self._sync_dir(self.root)
+                self._aside_pending = True
+                self._pending = manifest
+                logger.info("moved the previous run aside to %s until the new run commits", aside)
+            self._checkpointed, self._checkpointed_known = None, True  # the new run has none yet
             if vectorizer is not None:
                 self._put_vocabulary(vectorizer, manifest)
             self._write_manifest(manifest)
@@ -894,6 +957,9 @@ class SnapshotStore:
             manifest["complete"] = {"summary": _to_json(summary, "summary"), "finished": _now(),
                                     "last_epoch": None if last is None else last["epoch"]}
             self._write_manifest(manifest)
+            if self._pending is not None:  # a replacing run that finished without an epoch
+                self._publish_pending()
+                self._drop_asides()
 
     def complete(self) -> dict | None:
         """The completion record of a finished run (None while it is unfinished)."""
@@ -901,6 +967,7 @@ class SnapshotStore:
 
     def count_published(self) -> int:
         """Number of published epochs (lists the commit records, reads the latest only)."""
+        self._base_manifest()  # which run: during a replacement, the one set aside
         infos = self._record_infos()
         return len(infos) - int(bool(infos) and self._cut_short_latest(infos))
 
@@ -914,8 +981,8 @@ class SnapshotStore:
     def last_commit(self) -> dict | None:
         """The commit record of the latest published epoch (None if none); reads one record (two
         when a crash cut the latest one short: the epoch before it is then the latest)."""
-        infos = self._record_infos()
         manifest = self._base_manifest()
+        infos = self._record_infos()
         if manifest.get("format_version") == 1:
             entries = self.manifest()["epochs"]
             return entries[-1] if entries else None
@@ -946,7 +1013,7 @@ class SnapshotStore:
             self._write_manifest(manifest)
 
     def _put_vocabulary(self, vectorizer, manifest: dict) -> None:
-        if not self._exists(self._path(MANIFEST)):
+        if self._pending is None and not self._exists(self._path(MANIFEST)):
             self._write_manifest(manifest)  # the claim comes first (see _check_ours)
         table = vectorizer.to_arrow()
         tmp = self._path(f".{VOCABULARY}.tmp-{uuid.uuid4().hex}")
@@ -1109,6 +1176,8 @@ class SnapshotStore:
             }
             try:
                 self._commit_record(entry)
+                if self._pending is not None:  # a replacement's first commit: its run replaces the old one
+                    self._publish_pending()
             except OSError as exc:
                 raise StoreAccessError(f"{self.root}: cannot commit epoch {epoch}: {os_reason(exc)}") from None
             if previous is not None and previous != rel and _FOLDER_RE.match(previous.rsplit("/", 1)[-1]):
@@ -1123,10 +1192,14 @@ class SnapshotStore:
                 if old.type != pafs.FileType.NotFound:
                     self._delete(old)
             if self._aside_pending:
-                for info in self._ls(self.root):
-                    if info.base_name.startswith(".replaced-"):
-                        self._delete(info)
-                self._aside_pending = False
+                self._drop_asides()
+
+    def _drop_asides(self) -> None:
+        """Delete the runs a replacement set aside, once the new run is in place."""
+        for info in self._ls(self.root):
+            if info.base_name.startswith(".replaced-"):
+                self._delete(info)
+        self._aside_pending = False
 
     def _sync_commit(self, rel: str, epoch: int) -> None:
         """On a local disk, flush epoch ``epoch``'s checkpoint, its commit record and the folder
