@@ -86,6 +86,10 @@ class LandedFile:
     ready_ns : int
         When the file became complete: its ``mtime_ns``, or its ``_SUCCESS`` marker's.
     format : str
+    arrived : float
+        When this zone first listed the file as it is now (``time.monotonic()`` of this
+        process; a change of its size or time starts it again). Unlike ``mtime_ns``, a time
+        the copy preserved from its source cannot make it look old.
     """
 
     path: str
@@ -94,6 +98,7 @@ class LandedFile:
     mtime_ns: int
     ready_ns: int
     format: str
+    arrived: float
 
 
 @dataclass
@@ -130,6 +135,7 @@ class LandingZone:
         self.fs, root = resolve(self.uri)
         self.root = root.rstrip("/")
         self._seen: dict[str, tuple[int, int]] = {}  # name -> (size, mtime_ns) at the last poll
+        self._arrived: dict[str, float] = {}  # name -> monotonic time it was first listed as it is
 
     def check(self) -> None:
         """Raise :class:`SourceError` if the landing folder does not exist or is a file."""
@@ -167,10 +173,12 @@ class LandingZone:
             if any(p.startswith((".", "_")) for p in parts) or parts[-1].lower().endswith(PARTIAL_SUFFIXES):
                 continue
             candidates.append((info, name))
-        seen, ready = {}, []
+        seen, ready, arrived = {}, [], {}
+        listed = time.monotonic()
         for info, name in candidates:
             state = (int(info.size), _mtime_ns(info))
             seen[name] = state
+            arrived[name] = self._arrived[name] if self._seen.get(name) == state else listed
             if name in skip:
                 continue
             fmt = self.format or format_of(name)
@@ -182,12 +190,12 @@ class LandingZone:
                 continue
             folder = "/".join(name.split("/")[:-1])
             if folder in markers:
-                ready.append(LandedFile(info.path, name, state[0], state[1], markers[folder], fmt))
+                ready.append(LandedFile(info.path, name, state[0], state[1], markers[folder], fmt, arrived[name]))
             elif self.require_success:
                 continue
             elif self._seen.get(name) == state or now - state[1] / 1e9 >= self.settle:
-                ready.append(LandedFile(info.path, name, state[0], state[1], state[1], fmt))
-        self._seen = seen
+                ready.append(LandedFile(info.path, name, state[0], state[1], state[1], fmt, arrived[name]))
+        self._seen, self._arrived = seen, arrived
         return sorted(ready, key=lambda f: (f.ready_ns, f.name))
 
     def state_of(self, name: str) -> tuple[int, int] | None:

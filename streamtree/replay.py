@@ -487,9 +487,11 @@ def replay(
         epoch and after each of its sweeps.
     static : StaticOptions, optional
         Also fit a static hierarchy (see :mod:`streamtree.snapshots`) of each newly published
-        epoch and store it as ``static/<method>.parquet``. It is written after the epoch's
-        publish, so a reader may see an epoch before its static snapshot and must treat a
-        missing one as "not yet".
+        epoch and store it as ``static/<method>-<over>.parquet``. It is written after the
+        epoch's publish, so a reader may see an epoch before its static snapshot and must treat
+        a missing one as "not yet". The options are recorded in the manifest: a resume goes on
+        with them when none are given, and first writes the snapshot of the last published
+        epoch if the stopped run did not.
     lease_timeout : float, optional
         Seconds without a heartbeat after which this writer's lease counts as stale.
     keep_checkpoints : {"latest", "all"}, default "latest"
@@ -554,6 +556,14 @@ def _replay(store, config, mode, progress, static, start) -> ReplaySummary:
             first = begin.resume_from["epoch"] + 1
             _check_numbering(store, reader, begin.resume_from)
             logger.info("resuming after epoch %d (%s)", begin.resume_from["epoch"], begin.resume_from["label"])
+            stored_static = store.config().get("static")
+            run_static = StaticOptions(**stored_static) if stored_static else static
+            if static is None and run_static is not None:
+                logger.info("static %s snapshots over %s, as the run being resumed was started with",
+                            run_static.method, run_static.over)
+                static = run_static
+            _finish_static(store, run_static, reader, EpochFitter(model, vec, config.duplicate_texts), model,
+                           begin.resume_from, config.seed)
         else:
             vec = fit_vocabulary(config, reader)
             model = config.estimator()
@@ -615,9 +625,11 @@ class _Run:
         self.begun, self.source_files, self.notes = begun, source_files, notes
 
     def _begin(self) -> None:
+        # the static options too, so that a resume writes the snapshots the run was started with
         self.store.begin({"replay": self.config.identity(), "engine": self.config.engine,
                           "streamtree": streamtree.__version__, "source_files": self.source_files,
-                          "notes": self.notes}, self.vec)
+                          "notes": self.notes, "static": None if self.static is None else asdict(self.static)},
+                         self.vec)
         self.begun = True
 
     def fit(self, first: int) -> int:
@@ -718,8 +730,21 @@ class EpochFitter:
         #: the last epoch's rows repeating an earlier row's text: rejected, or kept and fitted
         self.last_repeated = 0
 
-    def fit(self, ep: Epoch, callback=None) -> FittedEpoch | None:
-        """Fit one epoch; ``callback(sweeps_done, n_sweeps, n_live)`` follows its sweeps."""
+    def documents(self, ep: Epoch) -> tuple[Epoch, sp.csr_matrix, int, int]:
+        """The rows of ``ep`` that are documents and their vectors, fitting nothing.
+
+        Returns
+        -------
+        ep : Epoch
+            The epoch with its other rows (repeated texts under ``"reject"``, rows empty after
+            vocabulary filtering) moved to its rejects.
+        X : scipy.sparse.csr_matrix
+            One row per document.
+        n_empty : int
+            Rows empty after vocabulary filtering.
+        n_repeated : int
+            What :attr:`last_repeated` counts for this epoch.
+        """
         p = self.vectorizer.vocabulary_.shape[0]
         repeated = ep.repeated_texts()
         reject = self.duplicate_texts == "reject"
@@ -729,16 +754,21 @@ class EpochFitter:
         if ep.n_rows:
             X = self.vectorizer.transform(ep.rows.column("text"))
             empty = self.vectorizer.empty_rows(X)
-            self.n_empty += int(empty.sum())
             ep = ep.reject(empty, EMPTY_AFTER_VOCABULARY)
             X = X[~empty]
         else:
             X = sp.csr_matrix((0, p))
         # rejected copies, or the kept copies that are documents (a copy left empty is a reject)
-        self.last_repeated = int(repeated.sum() if reject else (repeated & ~empty).sum())
+        n_repeated = int(repeated.sum() if reject else (repeated & ~empty).sum())
+        return ep, X, int(empty.sum()), n_repeated
+
+    def fit(self, ep: Epoch, callback=None) -> FittedEpoch | None:
+        """Fit one epoch; ``callback(sweeps_done, n_sweeps, n_live)`` follows its sweeps."""
+        ep, X, n_empty, self.last_repeated = self.documents(ep)
+        self.n_empty += n_empty
         if self.last_repeated:
             logger.debug("epoch %s: %d rows repeat the text of an earlier row of the epoch (%s)", ep.label,
-                         self.last_repeated, "rejected" if reject else "fitted")
+                         self.last_repeated, "rejected" if self.duplicate_texts == "reject" else "fitted")
         rejects = pa.concat_tables(self.carried + [ep.rejects]) if self.carried else ep.rejects
         if X.shape[0] == 0 and not hasattr(self.model, "trees_"):
             self.carried = [rejects]
@@ -747,6 +777,26 @@ class EpochFitter:
         self.model.partial_fit(X, epoch=ep.index, label=ep.label, callback=callback)
         by_documents = type(self.model.likelihood_).labels_from_documents
         return FittedEpoch(ep, self.model.trees_[-1], X, rejects, self.vectorizer.vocabulary_ if by_documents else None)
+
+
+def _finish_static(store: SnapshotStore, opts: StaticOptions | None, reader: EpochReader, fitter: EpochFitter,
+                   model, last: dict, seed: int) -> None:
+    """Write the static snapshot of the last published epoch if the run stopped before it did.
+
+    A replay writes an epoch's static snapshot right after committing the epoch, so a run killed
+    in between leaves the epoch without it, and a resume, which starts after that epoch, would
+    never write it. The checkpoint's tree is that epoch's (the model restored from it holds it)
+    and its documents are vectorised again, so the snapshot is the one the run would have written.
+    """
+    if opts is None or snapshot_name(opts.method, opts.over) in last.get("static", []):
+        return
+    tree = model.trees_[-1]
+    if int(tree.epoch) != int(last["epoch"]):
+        raise StoreError(f"{store.uri}: the checkpoint of epoch {last['epoch']} holds the tree of epoch {tree.epoch}; "
+                         "the store is damaged: replay it again with --overwrite")
+    ep, X, _, _ = fitter.documents(next(reader.epochs(start=int(last["epoch"]))))
+    logger.info("epoch %s: writing the static %s snapshot the stopped run did not write", ep.label, opts.method)
+    _write_static(store, opts, ep, tree, X, seed)
 
 
 def _write_static(store: SnapshotStore, opts: StaticOptions, ep: Epoch, tree, X, seed: int) -> None:

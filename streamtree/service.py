@@ -343,7 +343,9 @@ class Service:
         self._taken: dict[str, tuple[int, int]] = {}  # name -> (size, mtime_ns) when taken
         self._changed_warned: set[str] = set()
         self._epoch_ready_ns: dict[int, int] = {}  # epoch key -> newest ready time of its files
-        self._last_ready_ns: int | None = None
+        # when the newest taken file arrived (time.monotonic()): the idle clock. Not its mtime,
+        # which a copy may have preserved from long ago (the stream would look idle at once).
+        self._last_arrival: float | None = None
         self._totals: dict = {"rows_read": 0, "documents": 0, "epochs": 0, "files": {}, "rejected": {}}
         self._last_commit: tuple[int, str] | None = None
         self._quiet: dict | None = None  # a run of quiet epochs fitted since the last commit
@@ -428,8 +430,12 @@ class Service:
         self._queue = _queue_from(state["queue"], table("queued_rows"), table("queued_rejects"))
         self._seq = int(state["next_seq"])
         self._target = state["target"]
-        self._last_ready_ns = state["last_ready_ns"]
+        # When the files behind the open epochs arrived is not known across processes: the idle
+        # clock starts at the restart, so a restart never closes an epoch sooner than a stream
+        # that went on running would have.
+        self._last_arrival = time.monotonic()
         self._epoch_ready_ns = {int(k): int(v) for k, v in state["epoch_ready_ns"].items()}
+        self._drop_closed_ready()  # stores written before this pruning carry keys of published epochs
         self._totals = state["totals"]
         for ev in read_ledger(self.store).to_pylist():
             if ev["kind"] == "changed":
@@ -489,7 +495,7 @@ class Service:
                 self._hashes[read.sha256] = landed.name
                 self._ingest(landed, read)
         self._taken[landed.name] = (landed.size, landed.mtime_ns)
-        self._last_ready_ns = max(self._last_ready_ns or 0, landed.ready_ns)
+        self._last_arrival = landed.arrived if self._last_arrival is None else max(self._last_arrival, landed.arrived)
         status = event["status"]
         self._totals["files"][status] = self._totals["files"].get(status, 0) + 1
         self.metrics.files.labels(status).inc()
@@ -602,7 +608,6 @@ class Service:
             self._totals["rejected"][reason] = self._totals["rejected"].get(reason, 0) + n
         self._commit(fitted, fit_s)
         del self.model.trees_[:-1]  # the store keeps the history; memory stays flat
-        self._epoch_ready_ns.pop(ep.key, None)
         self._in_epoch = None
         with self.metrics.lock:
             self._update_gauges()
@@ -616,13 +621,15 @@ class Service:
         """Publish the epoch with everything a restart needs (one atomic commit)."""
         ep = fitted.epoch
         t0 = time.perf_counter()
+        ready = self._epoch_ready_ns.get(ep.key)
+        self._drop_closed_ready()  # this epoch's key included: the state must not outlive its epoch
         scalars, rows, rejects, unplaced = self.bucketer.state()
         q_rows, q_rejects = _queue_tables(self._queue, rows.schema.remove(rows.schema.get_field_index("key"))
                                           if rows.num_columns > 1 else None)
         state = {"service": {
             "epoch": ep.index, "next_seq": self._seq, "target": self._target, "max_time_us": self.watermark.max_time_us,
             "bucketer": scalars, "queue": [{"index": e.index, "key": e.key, "label": e.label} for e in self._queue],
-            "last_ready_ns": self._last_ready_ns, "epoch_ready_ns": {str(k): v for k, v in self._epoch_ready_ns.items()},
+            "epoch_ready_ns": {str(k): v for k, v in self._epoch_ready_ns.items()},
             "totals": self._totals}}
         tables = {LEDGER_TABLE: ledger_table(self._events), "pending_rows": rows, "pending_rejects": rejects,
                   "pending_unplaced": unplaced, "queued_rows": q_rows, "queued_rejects": q_rejects}
@@ -636,13 +643,22 @@ class Service:
         self.metrics.commit_seconds.observe(commit_s)
         self.metrics.fit_seconds.observe(fit_s)
         self.metrics.committed(now)
-        ready = self._epoch_ready_ns.get(ep.key)
         if ready:
             self.metrics.latency.observe(max(0.0, now - ready / 1e9))
         self.summary.epochs_published += 1
         logger.info("published epoch %d (%s): %d documents, %d rejects, %d live nodes; fit %.2fs, commit %.2fs",
                     ep.index, ep.label, fitted.n_documents, fitted.rejects.num_rows, fitted.tree.n_nodes,
                     fit_s, commit_s)
+
+    def _drop_closed_ready(self) -> None:
+        """Forget the ready times of epochs that are closed and no longer queued: they were
+        published (or their rows became rejects, or a late row named them), so no commit needs
+        them, and keeping them would carry one more key into every later commit's state."""
+        closed = self.bucketer.closed_through
+        if closed is None:
+            return
+        queued = {e.key for e in self._queue}
+        self._epoch_ready_ns = {k: v for k, v in self._epoch_ready_ns.items() if k > closed or k in queued}
 
     def _pending_rows(self) -> int:
         _, rows, _, _ = self.bucketer.state()
@@ -665,7 +681,11 @@ class Service:
                 "seconds_since_heartbeat": round(time.time() - self._heartbeat, 3)}
 
     def poll_once(self, now: float | None = None) -> int:
-        """One poll: take every ready file, then close epochs if the stream is idle. Returns files taken."""
+        """One poll: take every ready file, then close epochs if the stream is idle. Returns files taken.
+
+        ``now`` (wall-clock seconds, default the current time) decides which files have settled;
+        idleness is measured on the monotonic clock from when the newest taken file arrived.
+        """
         now = time.time() if now is None else now
         files = self.landing.poll(skip=self._taken, now=now)
         self._warn_changed()
@@ -674,12 +694,13 @@ class Service:
             self._heartbeat = time.time()
             if self._stop.is_set():
                 raise _StopNow()
-        last = None if self._last_ready_ns is None else self._last_ready_ns / 1e9
-        if is_idle(now, last, self.config.idle_timeout):
+        clock = time.monotonic()
+        if is_idle(clock, self._last_arrival, self.config.idle_timeout):
             target = self.watermark.closable_through(idle=True)
             done = self.bucketer.closed_through
             if target is not None and (done is None or target > done):
-                logger.info("stream idle for %.0fs: closing epochs through %s", now - last, self.spec.label(target))
+                logger.info("stream idle for %.0fs: closing epochs through %s", clock - self._last_arrival,
+                            self.spec.label(target))
                 self._events.append({"seq": self._seq, "kind": "idle", "name": None, "size": None, "mtime_ns": None,
                                      "ready_ns": None, "sha256": None, "status": None, "n_read": None,
                                      "detail": None, "close_through": int(target)})

@@ -17,6 +17,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from test_replay import sou_slice
+from test_store import assert_same_tree
+
+from connectors.stores import SnapshotStore
 
 ARGS = ["--text-col", "text", "--time-col", "year", "--id-col", "doc_id", "--epoch", "10y", "--sweeps", "2",
         "--kappa0", "100", "--max-features", "200", "--seed", "5", "--quiet"]
@@ -139,6 +142,37 @@ def test_kill_at_random_times_of_replay_and_resume(corpus, reference, tmp_path):
 
 
 @pytest.fixture(scope="module")
+def static_reference(corpus, tmp_path_factory):
+    """An undisturbed run with --static bhc, and its write points."""
+    root = tmp_path_factory.mktemp("static")
+    trace = root / "trace.txt"
+    r = cli(corpus, root / "store", "--static", "bhc", env={"STREAMTREE_WRITE_TRACE": str(trace)})
+    assert r.returncode == 0, r.stderr
+    return snapshot(root / "store"), [line.split(" ", 1)[1] for line in trace.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("where, resume_static", [("epoch 1 file", False), ("epoch 1 record", True),
+                                                  ("last epoch file", False)])
+def test_a_resume_writes_the_static_snapshot_the_killed_run_did_not(corpus, static_reference, tmp_path, where,
+                                                                    resume_static):
+    """A replay writes an epoch's static snapshot after committing the epoch; killed in between,
+    its resume (which starts after that epoch, with or without --static: the run's choice is in
+    its manifest) writes it. Before, that epoch never got its snapshot."""
+    want, points = static_reference
+    files = [i for i, p in enumerate(points) if p.startswith("write .tmp-bhc-documents-")]
+    assert len(files) == 3
+    k = {"epoch 1 file": files[1] + 1, "epoch 1 record": files[1] + 3, "last epoch file": files[2] + 1}[where]
+    assert points[k - 2:k] == ["rename static bhc-documents", "write 000001.json"] if where == "epoch 1 record" \
+        else points[k - 1].startswith("write .tmp-bhc-documents-")
+    store = tmp_path / "store"
+    r = cli(corpus, store, "--static", "bhc", env={"STREAMTREE_KILL_AT_WRITE": str(k)})
+    assert r.returncode == -signal.SIGKILL, (k, points[k - 1], r.stderr)
+    r = cli(corpus, store, "--resume", *(["--static", "bhc"] if resume_static else []))
+    assert r.returncode == 0, r.stderr
+    assert_same_store(store, want)
+
+
+@pytest.fixture(scope="module")
 def overwrite_points(corpus, tmp_path_factory):
     """A complete store, and the write points of an --overwrite of it, in order."""
     root = tmp_path_factory.mktemp("overwrite")
@@ -166,10 +200,41 @@ def test_an_overwrite_killed_while_setting_the_old_run_aside_leaves_the_old_run(
     r = cli(corpus, store, "--overwrite", env={"STREAMTREE_KILL_AT_WRITE": str(points.index(point) + 1)})
     assert r.returncode == -signal.SIGKILL
     assert not (store / "manifest.json").exists()
+    assert [e["epoch"] for e in SnapshotStore(str(store)).epochs()] == [0, 1, 2]  # readers: the old run, from the aside
     r = cli(corpus, store)  # a plain replay: the store holds a run, restored
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert "restored the previous run" in r.stderr and "already holds 3 published epochs" in r.stderr
     assert_same_store(store, want)
+    r = cli(corpus, store, "--resume")
+    assert r.returncode == 0, r.stderr
+    assert_same_store(store, want)
+
+
+@pytest.mark.parametrize("point, new_run", [("write theta.parquet", False), ("rename 000000.json", False),
+                                            ("rename manifest.json", False), ("delete .replaced-", True)])
+def test_readers_of_an_overwrite_killed_anywhere_see_the_old_run_or_the_new_one(corpus, reference, overwrite_points,
+                                                                               tmp_path, point, new_run):
+    """An --overwrite killed at any point leaves readers the old run, whole, until the new run's
+    first commit is in place (its manifest is written with that commit), and the new run after
+    it; the next writer restores the old run or goes on with the new one. Before, readers saw an
+    empty store from the moment the old run was moved aside."""
+    want, _ = reference
+    complete, points = overwrite_points
+    k = next(i for i, p in enumerate(points) if p.startswith(point)) + 1
+    store = tmp_path / "store"
+    shutil.copytree(complete, store)
+    r = cli(corpus, store, "--overwrite", env={"STREAMTREE_KILL_AT_WRITE": str(k)})
+    assert r.returncode == -signal.SIGKILL, (k, points[k - 1], r.stderr)
+    reader, old = SnapshotStore(str(store)), SnapshotStore(str(complete))
+    if new_run:
+        assert reader.manifest()["run"] != old.manifest()["run"]
+        assert [e["epoch"] for e in reader.epochs()] == [0]
+    else:
+        assert reader.manifest()["run"] == old.manifest()["run"] and reader.complete() is not None
+        assert [e["epoch"] for e in reader.epochs()] == [0, 1, 2]
+        for e in range(3):
+            assert_same_tree(reader.read(e).tree, old.read(e).tree)
+        assert reader.read_checkpoint()[1] == old.read_checkpoint()[1]
     r = cli(corpus, store, "--resume")
     assert r.returncode == 0, r.stderr
     assert_same_store(store, want)

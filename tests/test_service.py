@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 import time
 import urllib.request
 
@@ -161,6 +162,48 @@ def test_once_runs_equal_replay_and_each_other(corpus, tmp_path):
     assert sorted(e["name"] for e in files) == [f"day{d}.jsonl" for d in DAYS]
     assert {e["status"] for e in files} == {"ingested"}
     assert [e["kind"] for e in ledger.to_pylist()].count("idle") == 1
+
+
+def test_restarts_keep_no_ready_times_of_published_epochs(corpus, tmp_path):
+    """A commit's state keeps the ready times of open epochs only. Before, it kept the epoch it
+    published too, and a restart restored that key for good: every restart added one more key
+    to the state of every later commit."""
+    land, store = tmp_path / "land", tmp_path / "store"
+    os.makedirs(land)
+    for d in (1, 2, 3, 4):  # one --once run per landed day: three restarts that commit
+        shutil.copy(f"{corpus}/all/day{d}.jsonl", land / f"day{d}.jsonl")
+        _once(_config(land, store, vocabulary_from=f"{corpus}/replay"))
+    last = SnapshotStore(str(store)).last_commit()
+    assert last["label"] == "2026-03-03"
+    assert list(last["state"]["service"]["epoch_ready_ns"]) == [str(last["key"] + 1)]  # day 4, still open
+
+
+def test_idle_timeout_counts_from_arrival_not_from_modification_time(corpus, tmp_path):
+    """Files copied in with their hour-old modification times kept: the stream is idle only
+    --idle-timeout after the service saw them arrive. Before, it counted from the preserved
+    times and closed the newest epoch as soon as the files were taken."""
+    land, store = tmp_path / "land", tmp_path / "store"
+    os.makedirs(land)
+    old = time.time() - 3600
+    for d in (1, 2):
+        shutil.copy(f"{corpus}/all/day{d}.jsonl", land / f"day{d}.jsonl")
+        os.utime(land / f"day{d}.jsonl", (old, old))
+    timeout = 1.5
+    service = Service(_config(land, store, vocabulary_from=f"{corpus}/replay", idle_timeout=timeout))
+    labels = lambda: [e["label"] for e in SnapshotStore(str(store)).epochs()]  # noqa: E731
+    started = time.monotonic()
+    thread = threading.Thread(target=service.run, kwargs={"install_signals": False})
+    thread.start()
+    try:
+        while len(labels()) < 2 and time.monotonic() - started < 120:
+            time.sleep(0.02)
+        waited = time.monotonic() - started
+    finally:
+        service.request_stop("test")
+        thread.join(120)
+    assert labels() == ["2026-03-01", "2026-03-02"]  # day 2 closed by the idle timeout ...
+    assert waited >= timeout  # ... counted from the arrival
+    assert [e["kind"] for e in read_ledger(SnapshotStore(str(store))).to_pylist()].count("idle") == 1
 
 
 def test_late_duplicate_and_unreadable_files(corpus, tmp_path):

@@ -414,13 +414,16 @@ def test_a_new_run_in_the_same_writer_keeps_only_its_latest_checkpoint(tmp_path)
 
 
 def test_a_writer_deletes_no_checkpoint_of_a_store_without_its_manifest(tmp_path):
-    """A store whose manifest is not in place (e.g. a replacement stopped while moving the old run
-    aside) has no recorded policy: a writer's own default must not decide what is deleted."""
+    """A store whose manifest is not in place has no recorded policy: a writer's own default must
+    not decide what is deleted. Nothing proves the files are a store's any more, so the writer is
+    refused outright (a replacement stopped while moving the old run aside is proven by the
+    manifest in the aside, and restored)."""
     store = SnapshotStore(str(tmp_path), keep_checkpoints="all")
     ckpt = lambda e: ({"w": np.full(3, float(e))}, {"epoch": e})  # noqa: E731
     for e in range(2):
         store.publish(make_tree(e, [0, 1], [-1, 0], [0, 0], seed=e), list("abcde"), checkpoint=ckpt(e))
     (tmp_path / "manifest.json").rename(tmp_path / "manifest.json.bak")
-    with SnapshotStore(str(tmp_path)).writer("test"):
-        pass
+    with pytest.raises(StoreError, match="holds commits, epochs but no streamtree manifest"):
+        with SnapshotStore(str(tmp_path)).writer("test"):
+            pass
     assert len(list(tmp_path.rglob("checkpoint.parquet"))) == 2

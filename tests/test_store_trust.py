@@ -220,9 +220,12 @@ def test_begin_replaces_the_old_run_only_at_the_first_commit(tmp_path):
         store.begin({"run": "new"}, vocab6())
         asides = list(tmp_path.glob(".replaced-*"))
         assert len(asides) == 1 and (asides[0] / "commits" / "000001.json").exists()
-        assert SnapshotStore(str(tmp_path)).epochs() == []
+        reader = SnapshotStore(str(tmp_path))  # sees the old run whole until the new one commits
+        assert reader.config() == {"run": "old"} and [e["epoch"] for e in reader.epochs()] == [0, 1]
+        assert_same_tree(reader.read(1).tree, make_tree(1, [0, 1], [-1, 0], [0, 0]))
         store.publish(make_tree(0, [0, 2], [-1, 0], [0, 0], seed=4), list("vwxyz"))
         assert not list(tmp_path.glob(".replaced-*"))
+        assert reader.config() == {"run": "new"} and [e["epoch"] for e in reader.epochs()] == [0]
     fresh = SnapshotStore(str(tmp_path))
     assert fresh.config() == {"run": "new"} and [e["epoch"] for e in fresh.epochs()] == [0]
     assert (tmp_path / "mine.txt").read_text() == "keep me"
@@ -303,3 +306,176 @@ def test_commit_cost_does_not_grow_with_the_number_of_epochs(tmp_path, monkeypat
     assert [name for name, _ in per_epoch] == [f"{e:06d}.json" for e in range(40)]
     sizes = [n for _, n in per_epoch]
     assert max(sizes) - min(sizes) < 64  # the record does not grow with the epochs before it
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="names open files through /proc")
+def test_publication_is_flushed_before_and_after_its_renames(tmp_path, monkeypatch):
+    """A power cut must not leave a published name over unwritten bytes: every file is flushed
+    (under its temporary name) before the rename that publishes it, and the folder holding the
+    new name is flushed after it. Before, nothing but the lease and superseded-checkpoint
+    deletions was flushed."""
+    import connectors.stores.snapshot as snapshot_mod
+    from scipy.cluster.hierarchy import linkage
+
+    events = []
+    real_fsync, real_point = os.fsync, snapshot_mod.write_point
+    monkeypatch.setattr(os, "fsync", lambda fd: (events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))),
+                                                  real_fsync(fd))[1])
+    monkeypatch.setattr(snapshot_mod, "write_point", lambda name: (events.append(("point", name)), real_point(name))[1])
+    root = tmp_path / "s"
+    store = SnapshotStore(str(root))
+    ckpt = ({"w": np.arange(3.0)}, {"epoch": 0})
+    with store.writer("test"):
+        store.begin({"x": 1}, vocab6())
+        store.publish(make_tree(0, [0, 1], [-1, 0], [0, 0]), list("abcde"), checkpoint=ckpt,
+                      tables={"ledger": pa.table({"a": [1]})})
+        store.write_static(0, "bhc", linkage(np.random.default_rng(0).normal(size=(5, 2))))
+    points = [i for i, (kind, _) in enumerate(events) if kind == "point"] + [len(events)]
+
+    def synced(lo, hi):
+        return {os.path.relpath(p, root) for kind, p in events[lo:hi] if kind == "fsync"}
+
+    renames = [(i, name) for i, (kind, name) in enumerate(events) if kind == "point" and name.startswith("rename ")]
+    assert {name for _, name in renames} >= {"rename vocabulary.parquet", "rename manifest.json", "rename epoch folder",
+                                             "rename 000000.json", "rename static bhc"}
+    for i, name in renames:
+        after = synced(i, points[points.index(i) + 1])
+        before = synced(0, i)
+        if name == "rename epoch folder":
+            folder = next(p for p in before if p.startswith("epochs/.tmp-000000-") and "/" not in p[7:])
+            files = {p.name for p in (root / "epochs" / "000000").iterdir() if p.is_file()}
+            assert files >= {"nodes.parquet", "theta.parquet", "assignments.parquet", "checkpoint.parquet",
+                             "checkpoint.json", "ledger.parquet"}
+            assert {f"{folder}/{f}" for f in files} <= before, (files, before)
+            assert "epochs" in after
+        elif name == "rename static bhc":
+            assert any(p.startswith("epochs/000000/static/.tmp-bhc-") for p in before)
+            assert "epochs/000000/static" in after
+        else:
+            target = name.split(" ", 1)[1]
+            folder = "commits" if target.endswith(".json") and target != "manifest.json" else "."
+            assert any(os.path.basename(p).startswith(f".{target}.tmp-") and os.path.dirname(p) == folder.strip(".")
+                       for p in before), (name, before)
+            assert folder in after, (name, after)
+
+
+def test_folders_the_file_system_cannot_flush_are_skipped(tmp_path, monkeypatch):
+    """Where a folder cannot be flushed (some file systems refuse fsync on a directory), a
+    publication goes on without it."""
+    import stat
+
+    real = os.fsync
+
+    def refuse_folders(fd):
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", refuse_folders)
+    store = SnapshotStore(str(tmp_path))
+    store.publish(make_tree(0, [0], [-1], [0]), list("abcde"))
+    assert [e["epoch"] for e in SnapshotStore(str(tmp_path)).epochs()] == [0]
+
+
+def _three_epochs(root, checkpoints: bool) -> SnapshotStore:
+    store = SnapshotStore(str(root))
+    for e in range(3):
+        store.publish(make_tree(e, [0, 1], [-1, 0], [0, 0], seed=e), list("abcde"),
+                      checkpoint=({"w": np.full(3, float(e))}, {"epoch": e}) if checkpoints else None)
+    return store
+
+
+@pytest.mark.parametrize("cut", [lambda b: b[:len(b) // 2], lambda b: b[:1], lambda b: b"",
+                                 lambda b: b[:40] + b"\0" * 100, lambda b: b"\0" * len(b)],
+                         ids=["half", "brace", "empty", "zero tail", "zeros"])
+def test_a_latest_commit_record_cut_short_by_a_crash_reads_as_the_epoch_before(tmp_path, cut):
+    """A crash (a power cut on a store written before records were flushed) can leave the latest
+    commit record cut short: the store reads as committed through the epoch before it, and a
+    writer removes the record and the epoch's folder, to publish the epoch again. Before, every
+    reader called the store damaged. A record cut short before a later one is still damage."""
+    _three_epochs(tmp_path, checkpoints=False)
+    record = tmp_path / "commits" / "000002.json"
+    record.write_bytes(cut(record.read_bytes()))
+    reader = SnapshotStore(str(tmp_path))
+    assert [e["epoch"] for e in reader.epochs()] == [0, 1]
+    assert reader.last_commit()["epoch"] == 1 and reader.count_published() == 2
+    assert_same_tree(reader.read(1).tree, make_tree(1, [0, 1], [-1, 0], [0, 0], seed=1))
+    with pytest.raises(StoreError, match=r"epoch 2 is not published \(published: \[0, 1\]\)"):
+        reader.read(2)
+    writer = SnapshotStore(str(tmp_path))
+    with writer.writer("test"):
+        assert not record.exists() and not (tmp_path / "epochs" / "000002").exists()
+        writer.publish(make_tree(2, [0, 1], [-1, 0], [0, 0], seed=7), list("abcde"))
+    assert_same_tree(SnapshotStore(str(tmp_path)).read(2).tree, make_tree(2, [0, 1], [-1, 0], [0, 0], seed=7))
+    middle = tmp_path / "commits" / "000001.json"
+    middle.write_bytes(middle.read_bytes()[:50])
+    with pytest.raises(CorruptStoreError, match="000001.json: the commit record is cut short, yet later epochs"):
+        SnapshotStore(str(tmp_path)).epochs()
+
+
+def test_a_cut_short_record_is_kept_when_its_folder_holds_the_only_checkpoint(tmp_path):
+    """The previous epoch's checkpoint was deleted after the cut record's epoch committed: its
+    folder is the only way back, so the writer keeps it (and says so) rather than delete it."""
+    _three_epochs(tmp_path, checkpoints=True)
+    record = tmp_path / "commits" / "000002.json"
+    record.write_bytes(record.read_bytes()[:60])
+    with SnapshotStore(str(tmp_path)).writer("test"):
+        pass
+    assert record.exists() and (tmp_path / "epochs" / "000002" / "checkpoint.parquet").exists()
+
+
+def _files(root) -> dict[str, bytes | None]:
+    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None) for p in sorted(root.rglob("*"))}
+
+
+@pytest.mark.parametrize("plant, found", [
+    ({"epochs/000003/data.bin": "mine", "vocabulary.parquet": "mine", "commits/notes": "mine"},
+     "holds vocabulary.parquet, commits, epochs but no streamtree manifest"),
+    ({"epochs/000000/nodes.parquet": "mine", ".tmp-000001-abc/x": "mine"}, "holds epochs but no streamtree manifest"),
+    ({"manifest.json": '{"format": "someone else\'s"}', "epochs/000001/nodes.parquet": "mine",
+      "commits/.000001.json.tmp-ab": "mine"}, "manifest.json: not the manifest of a streamtree store"),
+    ({"lease.json": "my lease, not streamtree's"}, "holds lease.json but no streamtree manifest"),
+    ({".replaced-1234/manifest.json": "{}"}, "holds .replaced-1234 but no streamtree manifest"),
+], ids=["data names", "epoch folder", "foreign manifest", "foreign lease", "aside without a manifest"])
+def test_store_named_files_that_no_store_wrote_are_never_touched(tmp_path, plant, found):
+    """A directory holding files with the store's names but no store of ours (no streamtree
+    manifest proving it wrote them) is refused by every writer, saying what it found, and
+    nothing in it is deleted or moved, with or without --overwrite. Before, taking the lease
+    deleted epoch folders without a commit record, and a new run set the rest aside and deleted
+    it at its first commit."""
+    from streamtree.replay import ReplayConfig, replay
+
+    for rel, text in plant.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    before = _files(tmp_path)
+    if "lease.json" in plant:  # old enough to be taken over, were it a lease
+        os.utime(tmp_path / "lease.json", (time.time() - 7200,) * 2)
+        before = _files(tmp_path)
+    store = SnapshotStore(str(tmp_path))
+    with pytest.raises(StoreError, match=found):
+        store.check_writable()
+    with pytest.raises(StoreError, match=found):
+        with store.writer("test"):
+            store.begin({"x": 1}, vocab6())
+            store.publish(make_tree(0, [0], [-1], [0]), list("abcde"))
+    with pytest.raises(StoreError, match=found):
+        replay(ReplayConfig(source=str(tmp_path / "none.parquet"), text_col="text", time_col="year"), str(tmp_path),
+               mode="overwrite")
+    assert _files(tmp_path) == before
+
+
+def test_a_new_store_writes_its_manifest_first(tmp_path, monkeypatch):
+    """The manifest is the proof that the files after it are the store's own, so a new store
+    writes it before anything else, directly (no temporary file a crash could leave unproven)."""
+    import connectors.stores.snapshot as snapshot_mod
+
+    points = []
+    monkeypatch.setattr(snapshot_mod, "write_point", lambda name: points.append(
+        (name, sorted(p.name for p in (tmp_path / "s").iterdir() if p.name != LEASE))))
+    store = SnapshotStore(str(tmp_path / "s"))
+    with store.writer("test"):
+        store.begin({"x": 1}, vocab6())
+    assert points[0] == ("write manifest.json", [])
+    assert points[1][0].startswith("write .vocabulary.parquet.tmp-") and points[1][1] == ["manifest.json"]
+    assert SnapshotStore(str(tmp_path / "s")).config() == {"x": 1} and store.vocabulary() is not None

@@ -28,14 +28,41 @@ a run begins and once when it completes. Renames are atomic on local and HDFS fi
 systems; on object stores (S3, GCS) each record is a single object put, which is atomic,
 while an epoch folder appears object by object (harmless: it has no record yet).
 
-Only the store's own names are ever deleted: temporary folders and files it created
-(``.tmp-``, ``.old-``, ``.replaced-`` prefixes) and its own epoch folders. A new run over
-an existing one (``begin(replace=True)``, the ``--overwrite`` of a replay) moves the old
-run's files aside into ``.replaced-<uuid>/`` just before it commits its first epoch and
-deletes them once that commit is done; until then the old run stays readable. The old
-manifest is moved first and the new one written last, so a store with no manifest but an
-aside holding one is a replacement stopped before its run began: the next writer moves that
-aside back (:meth:`SnapshotStore.clean_leftovers`), and the old run is whole again.
+On a local disk every file is flushed (fsync) before the rename that publishes it, and the
+folder holding the new name right after it (on POSIX; where folders cannot be flushed, as on
+Windows, that step is skipped), so a power cut cannot leave a record or a folder naming bytes
+that never reached the disk. A store written before writers flushed can hold a latest record
+cut short by a power cut (empty, zeros, or JSON cut off): readers take the store as committed
+through the epoch before it, with a warning, and the next writer removes that record (and its
+epoch's folder) and publishes the epoch again. Any other bad record, and a record cut short
+before a later one, is damage.
+
+Only what the store can show it wrote is ever deleted or moved: the temporary folders and
+files it creates (``.tmp-``, ``.old-``, ``.replaced-`` prefixes) and its own epoch folders,
+records and files, in a directory whose ``manifest.json`` is a streamtree store's (or, while a
+replacement is under way or was stopped, whose set-aside run holds one). A new store writes its
+manifest before anything else, directly, so no file of it ever lies in a directory without that
+proof. A directory without it that holds store-named files (``vocabulary.parquet``,
+``commits``, ``epochs``, an aside, a lease that is not a streamtree lease), or whose
+``manifest.json`` is someone else's, is refused by every writer, naming what it found, and left
+as it is (:meth:`SnapshotStore.check_writable`, and again when the lease is taken).
+
+Replacing a run
+---------------
+A new run over an existing one (:meth:`SnapshotStore.begin` on a store holding a run, the
+``--overwrite`` of a replay) never shows readers an empty store: they see the old run whole
+until the new run's first epoch is committed, and the new run from then on. When the new run
+begins (a replay begins it just before its first commit) the old run's files are moved into
+``.replaced-<uuid>/``, its manifest first; the new run's vocabulary, first epoch folder and
+commit record are written in their places, and its manifest is written last, with that
+commit (until then the writer keeps it in memory). While the store's folder has no
+``manifest.json``, a reader reads the run from the aside that holds one, each of
+``manifest.json``, ``vocabulary.parquet``, ``commits`` and ``epochs`` from the aside where it
+is there (moved already) and from the store's folder where not (not yet); an old run without
+records gets an empty ``commits`` in its aside, so that none of the new run's show through.
+Once the new manifest is in place the aside is deleted. A store with no manifest but an aside holding one is therefore a replacement stopped
+before its first commit: the next writer moves that aside back over what the stopped writer
+wrote (:meth:`SnapshotStore.clean_leftovers`), and the old run is whole again.
 
 Checkpoints
 -----------
@@ -91,6 +118,8 @@ an epoch path outside ``epochs/``) is a :class:`CorruptStoreError`, never silent
 
 from __future__ import annotations
 
+import copy
+import errno
 import json
 import logging
 import os
@@ -146,6 +175,8 @@ CHECKPOINT_META = "checkpoint.json"
 _OWN_NAMES = (MANIFEST, VOCABULARY, COMMITS, EPOCHS, LEASE)
 _TEMP_PREFIXES = (".tmp-", ".old-", ".replaced-", ".probe-", f".{LEASE}.")
 _DENSE_FRACTION = 2 / 3
+#: errors of opening or syncing a folder where the OS or file system does not allow it
+_DIR_SYNC_REFUSED = {errno.EINVAL, errno.ENOTSUP, errno.EBADF, errno.EISDIR, errno.EACCES, errno.EPERM}
 _METHOD_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _RECORD_RE = re.compile(r"^(\d{6,})\.json$")
 _RESERVED_TABLES = {"nodes", "theta", "assignments", "rejects", "checkpoint"}
@@ -310,6 +341,12 @@ class SnapshotStore:
         self.root = root.rstrip("/")
         self._lease: Lease | None = None
         self._aside_pending = False
+        # A replacement's new manifest, written only with its first commit: until then the
+        # store's manifest is the old run's, set aside with the rest of it (see begin).
+        self._pending: dict | None = None
+        # A reader's paths while a replacement is under way: each of the store's own names taken
+        # from the set-aside run when it is there (see _base_manifest); None: the root.
+        self._view: dict[str, str] | None = None
         # (epoch, path) of the latest committed epoch with checkpoint arrays, as this writer
         # knows it (looked up once per lease, then kept: a commit costs the same at any epoch)
         self._checkpointed: tuple[int, str] | None = None
@@ -317,6 +354,8 @@ class SnapshotStore:
 
     # ---- paths and low-level I/O -----------------------------------------------------
     def _path(self, *parts: str) -> str:
+        if self._view is not None and self._lease is None and parts:
+            return "/".join((self._view.get(parts[0].split("/", 1)[0], self.root), *parts))
         return "/".join((self.root, *parts))
 
     @staticmethod
@@ -339,6 +378,44 @@ class SnapshotStore:
         # log codes repeat (a dictionary pays); float values rarely do
         options = THETA_ENCODING if name == "theta.parquet" and table.schema != THETA_LOG_SCHEMA else {}
         pq.write_table(table, path, filesystem=self.fs, compression="zstd", **options)
+        self._sync_file(path)
+
+    def _sync_file(self, path: str) -> None:
+        """Flush a written file to the disk before a rename publishes it: otherwise the OS may
+        write the rename back before the data, and a power cut leaves a committed name over
+        missing or torn bytes. An object store has an object durable once its write returned."""
+        if not isinstance(self.fs, pafs.LocalFileSystem):
+            return
+        try:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise StoreAccessError(f"{path}: cannot flush to disk: {os_reason(exc)}") from None
+
+    def _sync_dir(self, path: str) -> None:
+        """Flush a folder's entries (the names a rename or a create just put there) to the disk.
+        Only where folders can be opened and synced (POSIX); elsewhere (Windows) and on file
+        systems that refuse it this is skipped, and the rename is as durable as the OS makes it."""
+        if not isinstance(self.fs, pafs.LocalFileSystem) or os.name != "posix":
+            return
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError as exc:
+            if exc.errno in _DIR_SYNC_REFUSED:
+                logger.debug("%s: cannot open the folder to flush it (%s); skipped", path, exc)
+                return
+            raise StoreAccessError(f"{path}: cannot flush to disk: {os_reason(exc)}") from None
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            if exc.errno not in _DIR_SYNC_REFUSED:
+                raise StoreAccessError(f"{path}: cannot flush to disk: {os_reason(exc)}") from None
+            logger.debug("%s: the file system does not flush folders (%s); skipped", path, exc)
+        finally:
+            os.close(fd)
 
     def _read_parquet(self, path: str, columns=None) -> pa.Table:
         try:
@@ -353,8 +430,10 @@ class SnapshotStore:
         write_point(f"write {name}")
         with self.fs.open_output_stream(tmp) as f:
             f.write(text.encode("utf-8"))
+        self._sync_file(tmp)  # the bytes are on disk before the rename publishes them
         write_point(f"rename {name}")
         self.fs.move(tmp, path)
+        self._sync_dir(folder)  # and the rename itself
 
     def _read_json(self, path: str, what: str):
         try:
@@ -398,12 +477,59 @@ class SnapshotStore:
                 self.fs.delete_file(probe)
             except OSError:
                 pass
-        if not self._exists(self._path(MANIFEST)):
+        if not self._check_ours():
             foreign = sorted(i.base_name for i in self._ls(self.root)
                              if i.base_name not in _OWN_NAMES and not _is_temporary(i.base_name))
             if foreign:
                 raise StoreError(f"{self.root}: the directory holds files that are not a streamtree store "
                                  f"(e.g. {foreign[0]!r}); choose an empty or new --store directory")
+
+    def _check_ours(self) -> bool:
+        """Whether a store of ours is here, proven by its manifest (or, while a replacement is
+        under way or was stopped, by the manifest of the run it set aside): only then may a
+        writer delete or move anything. A directory without such proof that holds what a
+        writer would touch (store-named data, or a lease that is not a streamtree lease) is
+        refused, naming what was found; False for one holding nothing of a store's."""
+        names = {i.base_name: i for i in self._ls(self.root)}
+        if MANIFEST in names:
+            path = f"{self.root}/{MANIFEST}"
+            try:
+                manifest = self._read_json(path, "manifest")
+            except FileNotFoundError:
+                return self._check_ours()  # moved aside while we listed
+            if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+                raise StoreError(f"{path}: not the manifest of a streamtree store, so this directory is not one and "
+                                 "nothing in it is touched; choose an empty or new --store directory")
+            return True
+        if self._saved_runs():
+            return True
+        found = [n for n in (VOCABULARY, COMMITS, EPOCHS) if n in names]
+        found += sorted(n for n, i in names.items() if n.startswith(".replaced-") and
+                        (i.type != pafs.FileType.Directory or self._ls(i.path)))
+        if LEASE in names and not _is_lease(self.fs, names[LEASE].path):
+            found.append(LEASE)
+        if found:
+            raise StoreError(f"{self.root}: holds {', '.join(found)} but no streamtree manifest ({MANIFEST}), so "
+                             "nothing shows that a store wrote them and they are left as they are; choose an empty "
+                             "or new --store directory, or move them out of this one")
+        return False
+
+    def _saved_runs(self) -> list[tuple[int, str]]:
+        """``(mtime_ns, path)`` of each aside of a replacement (``.replaced-*``) that holds the
+        manifest of a streamtree store (the run it set aside)."""
+        found = []
+        for info in self._ls(self.root):
+            if info.base_name.startswith(".replaced-") and info.type == pafs.FileType.Directory:
+                saved = self.fs.get_file_info(f"{info.path}/{MANIFEST}")
+                if saved.type != pafs.FileType.File:
+                    continue
+                try:
+                    manifest = self._read_json(saved.path, "manifest")
+                except (FileNotFoundError, StoreError):
+                    continue
+                if isinstance(manifest, dict) and manifest.get("format") == FORMAT:
+                    found.append((saved.mtime_ns or 0, info.path))
+        return found
 
     def writer(self, command: str = "write", timeout: float = DEFAULT_TIMEOUT) -> Lease:
         """Take the writer lease (a context manager); raises :class:`StoreBusyError` naming
@@ -417,6 +543,7 @@ class SnapshotStore:
 
         class _Writer(Lease):
             def acquire(self):
+                store._check_ours()  # before a stale lease is taken over: it must be a streamtree lease
                 super().acquire()
                 store._lease = self
                 try:
@@ -453,14 +580,21 @@ class SnapshotStore:
         without a commit record. Needs the lease; returns the paths removed. Nothing that
         does not carry one of the store's own names is touched."""
         self._require_lease()
+        if not self._check_ours():
+            return []  # nothing of a store's here: nothing to clean
         removed = self._restore_interrupted_aside()
+        removed += self._drop_cut_short_record()
         committed = {e.get("path") for e in self._records(validate=False)}
+        infos = self._record_infos()
+        # a cut-short record that was kept keeps its epoch's folders too (see _drop_cut_short_record)
+        kept = infos[-1].base_name[:-len(".json")] if infos and self._cut_short_latest(infos) else None
         for folder in (self.root, self._path(EPOCHS), self._path(COMMITS)):
             for info in self._ls(folder):
                 name = info.base_name
                 rel = info.path[len(self.root) + 1:]
                 leftover = _is_temporary(name) and not name.startswith(".replaced-")
-                if folder == self._path(EPOCHS) and _FOLDER_RE.match(name) and rel not in committed:
+                if folder == self._path(EPOCHS) and _FOLDER_RE.match(name) and rel not in committed \
+                        and name.split("-")[0] != kept:
                     leftover = True  # an epoch folder whose commit never happened
                 if leftover:
                     self._delete(info)
@@ -480,16 +614,22 @@ class SnapshotStore:
         return removed
 
     def _restore_interrupted_aside(self) -> list[str]:
-        """Undo a replacement that stopped while moving the old run aside.
+        """Undo a replacement that stopped before its new run's first commit.
 
-        :meth:`begin` moves the old manifest aside first and writes the new one last, so a
-        store with no ``manifest.json`` but an aside holding one is a replacement that never
-        began its run. Left so, the next writer would see the old commit records still in
-        place, take them for the new run's and delete the aside (the old manifest), leaving
-        commits without a manifest. Instead the newest such aside (by its manifest's time)
-        is moved back: first its other files, over any the stopped writer had written for its
-        own run (a vocabulary), then its manifest, so a stop during this leaves the same
-        state to restore again. Returns the paths of the stopped writer's files it removed.
+        :meth:`begin` moves the old manifest aside first, and the new one is written only with
+        the new run's first commit, so a store with no ``manifest.json`` but an aside holding
+        one is a replacement whose run never committed (readers meanwhile read the old run from
+        the aside). Left so, the next writer would see any old commit records still in place,
+        take them for the new run's and delete the aside (the old manifest), leaving commits
+        without a manifest. Instead the newest such aside (by its manifest's time) is moved
+        back: first its other files, over any the stopped writer had written for its own run
+        (a vocabulary, records, epoch folders), then its manifest, so a stop during this leaves
+        the same state to restore again. What is not in the aside stays: the old run's files
+        not moved yet, or the stopped run's where the old run had none (epoch folders without
+        a record, removed as such; a vocabulary its manifest does not name; records cannot be,
+        as :meth:`begin` gives a run without records an empty ``commits`` in its aside).
+        Returns the paths of the stopped writer's files it removed. A writer does not undo its
+        own replacement (:attr:`_pending`).
 
         This relies on a folder's move being one rename, as on local disks and HDFS. Where a
         move copies and then deletes (object stores), a stop in the middle of moving the
@@ -497,23 +637,18 @@ class SnapshotStore:
         and restoring the aside's partial copy over them would lose them: there the store is
         left as it is and the writer stops with an error naming the aside.
         """
-        if self._exists(self._path(MANIFEST)):
+        if self._pending is not None or self._exists(self._path(MANIFEST)):
             return []
-        found = []
-        for info in self._ls(self.root):
-            if info.base_name.startswith(".replaced-") and info.type == pafs.FileType.Directory:
-                saved = self.fs.get_file_info(f"{info.path}/{MANIFEST}")
-                if saved.type == pafs.FileType.File:
-                    found.append((saved.mtime_ns or 0, info.path))
+        found = self._saved_runs()
         if not found:
             return []
         aside = max(found)[1]
         if self.fs.type_name not in RENAMING_FILESYSTEMS:
             raise CorruptStoreError(
-                f"{self.root}: a replacement of this store stopped while moving the previous run aside into "
-                f"{aside}; on this filesystem ({self.fs.type_name}) a move is not one rename, so it is not "
-                "restored automatically: check that folder against the store's, move the previous run back "
-                "by hand or start over with --overwrite")
+                f"{self.root}: a replacement of this store stopped before its first commit, with the previous "
+                f"run moved aside into {aside}; on this filesystem ({self.fs.type_name}) a move is not one rename, "
+                "so it is not restored automatically: check that folder against the store's, move the previous "
+                "run back by hand or start over with --overwrite")
         removed = []
         for item in sorted(self._ls(aside), key=lambda i: i.base_name == MANIFEST):
             if item.base_name not in _OWN_NAMES:
@@ -524,11 +659,33 @@ class SnapshotStore:
                 removed.append(item.base_name)
             write_point(f"restore {item.base_name}")
             self.fs.move(item.path, self._path(item.base_name))
+        self._sync_dir(self.root)
         if not self._ls(aside):
             self._delete(self.fs.get_file_info(aside))
-        logger.warning("%s: a replacement of this store stopped while moving the previous run aside; "
-                       "restored the previous run", self.root)
+        logger.warning("%s: a replacement of this store stopped before its first commit; restored the previous "
+                       "run", self.root)
         return removed
+
+    def _drop_cut_short_record(self) -> list[str]:
+        """Delete the latest commit record if a crash cut it short (see :func:`_cut_short`): its
+        epoch then counts as never committed, its folder is removed as such, and the writer
+        publishes the epoch again. Kept, with a warning, when the epoch before it no longer has
+        its checkpoint while the cut record's folder does: that folder is the only way back."""
+        infos = self._record_infos()
+        if not infos or not self._cut_short_latest(infos):
+            return []
+        last = infos[-1]
+        epoch = int(_RECORD_RE.match(last.base_name).group(1))
+        before = self.last_commit()  # the epoch before it
+        if before is not None and before.get("checkpoint") and \
+                not self._exists(self._path(before["path"], CHECKPOINT_ARRAYS)) and \
+                self._exists(self._path(self.epoch_dir(epoch), CHECKPOINT_ARRAYS)):
+            logger.warning("%s: the latest commit record was cut short by a crash, but only its epoch's folder "
+                           "holds a model checkpoint; both are kept: this store cannot be resumed, replay it "
+                           "again with --overwrite", last.path)
+            return []
+        self._delete(last)
+        return [last.path[len(self.root) + 1:]]
 
     def kept_checkpoints(self) -> str:
         """The store's checkpoint policy, ``"latest"`` or ``"all"`` (a new store: this writer's)."""
@@ -595,11 +752,33 @@ class SnapshotStore:
         return manifest
 
     def _base_manifest(self) -> dict:
-        path = self._path(MANIFEST)
-        try:
-            manifest = self._read_json(path, "manifest")
-        except FileNotFoundError:
-            return self._new_manifest()
+        """The run's manifest, validated. A writer in the middle of a replacement gets its new
+        run's (not written yet); a reader that finds no manifest while a replacement is under
+        way, or was stopped, reads the run set aside (and sets :attr:`_view` so that every path
+        of the read is that run's), so it sees the old run whole until the new one commits."""
+        if self._pending is not None:
+            return copy.deepcopy(self._pending)
+        for _ in range(3):  # a writer may put the new run in place and drop the aside meanwhile
+            self._view = None
+            path = f"{self.root}/{MANIFEST}"
+            try:
+                manifest = self._read_json(path, "manifest")
+                break
+            except FileNotFoundError:
+                saved = self._saved_runs() if self._lease is None else []
+                if not saved:
+                    return self._new_manifest()
+            aside = max(saved)[1]
+            path = f"{aside}/{MANIFEST}"
+            try:
+                manifest = self._read_json(path, "manifest")
+            except FileNotFoundError:
+                continue
+            self._view = {name: aside for name in (MANIFEST, VOCABULARY, COMMITS, EPOCHS)
+                          if self._exists(f"{aside}/{name}")}
+            break
+        else:
+            raise StoreError(f"{self.root}: the store was being replaced while it was read, three times; try again")
         if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
             raise CorruptStoreError(f"{path}: not a streamtree snapshot manifest; the store is damaged or "
                                     "this is not a store")
@@ -624,19 +803,50 @@ class SnapshotStore:
                 "versions": _versions(), "run": None, "config": {}, "vocabulary": None, "complete": None,
                 "checkpoints": self.keep_checkpoints, "epochs": []}
 
+    def _record_infos(self) -> list[pafs.FileInfo]:
+        """The commit records' files, in epoch order (read none)."""
+        return sorted((i for i in self._ls(self._path(COMMITS)) if _RECORD_RE.match(i.base_name)),
+                      key=lambda i: i.base_name)
+
+    def _read_record(self, path: str) -> dict | None:
+        """A commit record as JSON data, or None if a crash cut it short (see :func:`_cut_short`)."""
+        try:
+            with self.fs.open_input_stream(path) as f:
+                raw = f.read()
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise StoreAccessError(f"{path}: cannot read the commit record: {os_reason(exc)}") from None
+        try:
+            return json.loads(raw.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError) as exc:
+            if _cut_short(raw):
+                return None
+            raise CorruptStoreError(f"{path}: the commit record is not valid JSON ({exc}); the store is damaged: "
+                                    "restore it from a copy, or replay into a new --store") from None
+
     def _records(self, run: str | None = None, validate: bool = True) -> list[dict]:
         out = []
-        for info in sorted(self._ls(self._path(COMMITS)), key=lambda i: i.base_name):
+        infos = self._record_infos()
+        for i, info in enumerate(infos):
             m = _RECORD_RE.match(info.base_name)
-            if not m:
-                continue
             try:
-                entry = self._read_json(info.path, "commit record")
+                entry = self._read_record(info.path)
             except FileNotFoundError:
                 continue  # replaced while we listed
             except CorruptStoreError:
                 if validate:
                     raise
+                continue
+            if entry is None:
+                if validate and i + 1 < len(infos):
+                    raise CorruptStoreError(f"{info.path}: the commit record is cut short, yet later epochs are "
+                                            "committed; the store is damaged: restore it from a copy, or replay "
+                                            "into a new --store")
+                if validate:
+                    logger.warning("%s: the latest commit record was cut short by a crash; the store reads as "
+                                   "committed through the epoch before it (a writer removes the record and "
+                                   "publishes the epoch again)", info.path)
                 continue
             if validate:
                 _check_entry(entry, info.path, run)
@@ -651,10 +861,51 @@ class SnapshotStore:
         manifest = {k: v for k, v in manifest.items() if k != "epochs"}
         manifest["updated"] = _now()
         manifest["versions"] = _versions()
+        if self._pending is not None:  # a replacement: written with its first commit
+            self._pending = manifest
+            return
+        text = json.dumps(manifest, indent=1, sort_keys=True, allow_nan=False)
+        if self._exists(self._path(MANIFEST)):
+            self._write_text(self._path(MANIFEST), text)
+        else:
+            self._claim(text)
+
+    def _publish_pending(self) -> None:
+        """Write a replacement's manifest: from this rename on, readers see the new run."""
+        manifest, self._pending = self._pending, None
         self._write_text(self._path(MANIFEST), json.dumps(manifest, indent=1, sort_keys=True, allow_nan=False))
 
+    def _claim(self, text: str) -> None:
+        """Write the manifest of a new store as the first file of the directory: the proof that
+        what the store writes after it is its own (see :meth:`_check_ours`). Created directly
+        (exclusively on a local disk, then flushed) rather than through a temporary file, which a
+        crash would leave behind in a directory nothing proves to be a store's."""
+        path = self._path(MANIFEST)
+        data = text.encode("utf-8")
+        write_point(f"write {MANIFEST}")
+        if not isinstance(self.fs, pafs.LocalFileSystem):
+            with self.fs.open_output_stream(path) as f:  # one object put: whole or absent
+                f.write(data)
+            return
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except OSError as exc:
+            raise StoreAccessError(f"{path}: cannot create the store's manifest: {os_reason(exc)}") from None
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        except OSError as exc:
+            raise StoreAccessError(f"{path}: cannot write the store's manifest: {os_reason(exc)}") from None
+        finally:
+            os.close(fd)
+        self._sync_dir(self.root)
+
     def _commit_record(self, entry: dict) -> None:
-        self.fs.create_dir(self._path(COMMITS), recursive=True)
+        if not self._exists(self._path(COMMITS)):
+            self.fs.create_dir(self._path(COMMITS), recursive=True)
+            self._sync_dir(self.root)
         self._require_lease()
         self._write_text(self._path(self.record_name(entry["epoch"])),
                          json.dumps(entry, indent=1, sort_keys=True, allow_nan=False))
@@ -662,22 +913,28 @@ class SnapshotStore:
     def begin(self, config: dict, vectorizer=None) -> None:
         """Start a new run with ``config`` (JSON data) and a fitted vectoriser: writes the
         vocabulary and the manifest. The files of a run already in the store are moved aside
-        first and deleted after this run's first commit (see the module docstring)."""
+        first, the new manifest is written only with the new run's first commit, and the old
+        run is deleted after it (see the module docstring): readers see the old run until then."""
         with self._writing():
             config = _to_json(config, "config")
             present = [n for n in (MANIFEST, VOCABULARY, COMMITS, EPOCHS) if self._exists(self._path(n))]
-            if present:
-                aside = self._path(f".replaced-{uuid.uuid4().hex}")
-                self.fs.create_dir(aside)
-                for name in present:  # the manifest first: from then on readers see no run
-                    write_point(f"set aside {name}")
-                    self.fs.move(self._path(name), f"{aside}/{name}")
-                self._aside_pending = True
-                logger.info("moved the previous run aside to %s until the new run commits", aside)
-            self._checkpointed, self._checkpointed_known = None, True  # the new run has none yet
             manifest = self._new_manifest()
             manifest["run"] = uuid.uuid4().hex
             manifest["config"] = config
+            if present:
+                aside = self._path(f".replaced-{uuid.uuid4().hex}")
+                self.fs.create_dir(aside)
+                for name in present:  # the manifest first: from then on readers read the run from the aside
+                    write_point(f"set aside {name}")
+                    self.fs.move(self._path(name), f"{aside}/{name}")
+                if COMMITS not in present:  # a run without records: none of the new run's may show through
+                    self.fs.create_dir(f"{aside}/{COMMITS}")
+                self._sync_dir(aside)
+                self._sync_dir(self.root)
+                self._aside_pending = True
+                self._pending = manifest
+                logger.info("moved the previous run aside to %s until the new run commits", aside)
+            self._checkpointed, self._checkpointed_known = None, True  # the new run has none yet
             if vectorizer is not None:
                 self._put_vocabulary(vectorizer, manifest)
             self._write_manifest(manifest)
@@ -700,28 +957,46 @@ class SnapshotStore:
             manifest["complete"] = {"summary": _to_json(summary, "summary"), "finished": _now(),
                                     "last_epoch": None if last is None else last["epoch"]}
             self._write_manifest(manifest)
+            if self._pending is not None:  # a replacing run that finished without an epoch
+                self._publish_pending()
+                self._drop_asides()
 
     def complete(self) -> dict | None:
         """The completion record of a finished run (None while it is unfinished)."""
         return self._base_manifest().get("complete")
 
     def count_published(self) -> int:
-        """Number of published epochs (lists the commit records, reads none)."""
-        return sum(1 for i in self._ls(self._path(COMMITS)) if _RECORD_RE.match(i.base_name))
+        """Number of published epochs (lists the commit records, reads the latest only)."""
+        self._base_manifest()  # which run: during a replacement, the one set aside
+        infos = self._record_infos()
+        return len(infos) - int(bool(infos) and self._cut_short_latest(infos))
+
+    def _cut_short_latest(self, infos: list[pafs.FileInfo]) -> bool:
+        """Whether the latest of the (non-empty) records ``infos`` was cut short by a crash."""
+        try:
+            return self._read_record(infos[-1].path) is None
+        except (FileNotFoundError, CorruptStoreError):
+            return False
 
     def last_commit(self) -> dict | None:
-        """The commit record of the latest published epoch (None if none); reads one record."""
-        names = sorted(i.base_name for i in self._ls(self._path(COMMITS)) if _RECORD_RE.match(i.base_name))
+        """The commit record of the latest published epoch (None if none); reads one record (two
+        when a crash cut the latest one short: the epoch before it is then the latest)."""
         manifest = self._base_manifest()
+        infos = self._record_infos()
         if manifest.get("format_version") == 1:
             entries = self.manifest()["epochs"]
             return entries[-1] if entries else None
-        if not names:
-            return None
-        path = self._path(COMMITS, names[-1])
-        entry = self._read_json(path, "commit record")
-        _check_entry(entry, path, manifest.get("run"))
-        return entry
+        for info in infos[::-1][:2]:
+            entry = self._read_record(info.path)
+            if entry is None and info is infos[-1]:
+                continue
+            if entry is None:
+                raise CorruptStoreError(f"{info.path}: the commit record is cut short, yet later epochs are "
+                                        "committed; the store is damaged: restore it from a copy, or replay into "
+                                        "a new --store")
+            _check_entry(entry, info.path, manifest.get("run"))
+            return entry
+        return None
 
     # ---- vocabulary ------------------------------------------------------------------
     def write_vocabulary(self, vectorizer) -> None:
@@ -738,11 +1013,14 @@ class SnapshotStore:
             self._write_manifest(manifest)
 
     def _put_vocabulary(self, vectorizer, manifest: dict) -> None:
+        if self._pending is None and not self._exists(self._path(MANIFEST)):
+            self._write_manifest(manifest)  # the claim comes first (see _check_ours)
         table = vectorizer.to_arrow()
         tmp = self._path(f".{VOCABULARY}.tmp-{uuid.uuid4().hex}")
         self._write_parquet(table, tmp)
         write_point(f"rename {VOCABULARY}")
         self.fs.move(tmp, self._path(VOCABULARY))
+        self._sync_dir(self.root)
         manifest["vocabulary"] = {"hash": vectorizer.vocabulary_hash(), "size": int(table.num_rows),
                                   "file": VOCABULARY}
 
@@ -867,8 +1145,10 @@ class SnapshotStore:
             if self._exists(final):  # an orphan folder of a crash before its commit: ours to replace
                 self._delete(self.fs.get_file_info(final))
             tmp = self._path(EPOCHS, f".tmp-{epoch:06d}-{uuid.uuid4().hex}")
+            new_epochs = not self._exists(self._path(EPOCHS))
             try:
                 exact, theta_error = self._write_epoch_files(tmp, tree, top_words, doc_ids, rejects, ckpt, tables, events)
+                self._sync_dir(tmp)  # its files' names, before the folder is renamed into place
             except OSError as exc:
                 try:  # our own temporary folder; a crash instead leaves it to clean_leftovers
                     self.fs.delete_dir(tmp)
@@ -878,6 +1158,9 @@ class SnapshotStore:
             n_rejects = 0 if rejects is None else int(rejects.num_rows)
             write_point("rename epoch folder")
             self.fs.move(tmp, final)
+            self._sync_dir(self._path(EPOCHS))  # before the record names the folder
+            if new_epochs:
+                self._sync_dir(self.root)
             entry = {
                 "run": manifest["run"], "epoch": epoch, "key": None if key is None else int(key),
                 "label": label if label is not None else tree.label,
@@ -893,6 +1176,8 @@ class SnapshotStore:
             }
             try:
                 self._commit_record(entry)
+                if self._pending is not None:  # a replacement's first commit: its run replaces the old one
+                    self._publish_pending()
             except OSError as exc:
                 raise StoreAccessError(f"{self.root}: cannot commit epoch {epoch}: {os_reason(exc)}") from None
             if previous is not None and previous != rel and _FOLDER_RE.match(previous.rsplit("/", 1)[-1]):
@@ -907,31 +1192,27 @@ class SnapshotStore:
                 if old.type != pafs.FileType.NotFound:
                     self._delete(old)
             if self._aside_pending:
-                for info in self._ls(self.root):
-                    if info.base_name.startswith(".replaced-"):
-                        self._delete(info)
-                self._aside_pending = False
+                self._drop_asides()
+
+    def _drop_asides(self) -> None:
+        """Delete the runs a replacement set aside, once the new run is in place."""
+        for info in self._ls(self.root):
+            if info.base_name.startswith(".replaced-"):
+                self._delete(info)
+        self._aside_pending = False
 
     def _sync_commit(self, rel: str, epoch: int) -> None:
         """On a local disk, flush epoch ``epoch``'s checkpoint, its commit record and the folder
         entries that name them, so that a power cut after the previous checkpoint is deleted
         cannot leave a record pointing at unwritten data (the OS writes renamed files back
-        lazily). An object store has an object durable once its write returned."""
-        if not isinstance(self.fs, pafs.LocalFileSystem):
-            return
-        paths = [self._path(rel, CHECKPOINT_ARRAYS), self._path(rel, CHECKPOINT_META),
-                 self._path(self.record_name(epoch))]
-        if os.name == "posix":  # folders can be opened and synced there
-            paths += [self._path(rel), self._path(EPOCHS), self._path(COMMITS)]
-        for path in paths:
-            try:
-                fd = os.open(path, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-            except OSError as exc:
-                raise StoreAccessError(f"{path}: cannot flush to disk: {os_reason(exc)}") from None
+        lazily). A writer flushes each file as it writes it; this covers an epoch committed by
+        an older writer, which did not. An object store has an object durable once its write
+        returned."""
+        for path in (self._path(rel, CHECKPOINT_ARRAYS), self._path(rel, CHECKPOINT_META),
+                     self._path(self.record_name(epoch))):
+            self._sync_file(path)
+        for path in (self._path(rel), self._path(EPOCHS), self._path(COMMITS)):
+            self._sync_dir(path)
 
     def _write_epoch_files(self, tmp, tree, top_words, doc_ids, rejects, ckpt, tables,
                            events=None) -> tuple[bool, float]:
@@ -955,6 +1236,7 @@ class SnapshotStore:
             write_point(f"write {CHECKPOINT_META}")
             with self.fs.open_output_stream(f"{tmp}/{CHECKPOINT_META}") as f:
                 f.write(json.dumps(meta, indent=1, sort_keys=True, allow_nan=False).encode("utf-8"))
+            self._sync_file(f"{tmp}/{CHECKPOINT_META}")
         for name, table in tables.items():
             self._write_parquet(table, f"{tmp}/{name}.parquet")
         return exact, theta_error
@@ -1045,10 +1327,11 @@ class SnapshotStore:
     def _entry(self, epoch: int, manifest: dict | None = None) -> dict:
         if manifest is None and self._base_manifest().get("format_version", FORMAT_VERSION) >= 2:
             path = self._path(self.record_name(epoch))
-            if self._exists(path):
-                entry = self._read_json(path, "commit record")
+            entry = self._read_record(path) if self._exists(path) else None
+            if entry is not None:
                 _check_entry(entry, path, self._base_manifest().get("run"))
                 return entry
+            # absent, or cut short by a crash: the listing says whether that is damage
             done = [e["epoch"] for e in self.manifest()["epochs"]]
             raise StoreError(f"epoch {epoch} is not published (published: {done})")
         manifest = manifest or self.manifest()
@@ -1161,11 +1444,15 @@ class SnapshotStore:
                     "leaf_ids": None if leaf_ids is None else [str(i) for i in leaf_ids]}
             table = pa.table(cols).replace_schema_metadata({b"streamtree.static": json.dumps(meta).encode()})
             folder = self._path(entry["path"], "static")
+            new_folder = not self._exists(folder)
             self.fs.create_dir(folder, recursive=True)
             tmp = f"{folder}/.tmp-{method}-{uuid.uuid4().hex}"
             self._write_parquet(table, tmp)
             write_point(f"rename static {method}")
             self.fs.move(tmp, f"{folder}/{method}.parquet")
+            self._sync_dir(folder)  # before the record names the snapshot
+            if new_folder:
+                self._sync_dir(self._path(entry["path"]))
             entry["static"] = sorted(set(entry.get("static", [])) | {method})
             if self._base_manifest().get("format_version") == 1:
                 raise StoreError(f"{self.root}: a store of format version 1 is read-only; replay into a new --store")
@@ -1247,9 +1534,45 @@ _ENTRY_TYPES = {"epoch": int, "n_nodes": int, "n_documents": int, "n_rejects": i
                 "path": str}
 
 
+def _is_lease(fs: pafs.FileSystem, path: str) -> bool:
+    """Whether ``path`` holds a streamtree writer lease (a JSON object with a token), or one a
+    writer is creating this moment (still empty)."""
+    try:
+        with fs.open_input_stream(path) as f:
+            raw = f.read()
+        lease = json.loads(raw.decode("utf-8")) if raw else {"token": ""}
+    except FileNotFoundError:
+        return True  # released while we looked
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(lease, dict) and isinstance(lease.get("token"), str)
+
+
 def _is_temporary(name: str) -> bool:
     """A temporary name the store itself creates (``.x.tmp-<hex>``, ``.tmp-...``, ``.probe-...``)."""
     return name.startswith(_TEMP_PREFIXES) or bool(re.match(r"^\..+\.tmp-[0-9a-f]+$", name))
+
+
+_PARTIAL_TOKEN = re.compile(r"(-|[.eE][-+]?|t|tr|tru|f|fa|fal|fals|n|nu|nul)?")
+
+
+def _cut_short(raw: bytes) -> bool:
+    """Whether ``raw`` is what a crash can leave of a JSON object whose bytes were not flushed
+    before its rename (writers before this one did not flush): nothing, zeros, or the object
+    cut off at some byte. Any other bad JSON is damage."""
+    text = raw.rstrip(b"\0").rstrip()
+    if not text:
+        return True
+    if not text.startswith(b"{"):
+        return False
+    try:
+        json.loads(text.decode("ascii"))  # records are written as ASCII
+    except UnicodeDecodeError:
+        return False
+    except json.JSONDecodeError as exc:
+        # cut inside a string, or the error is at the end: nothing but an unfinished token after it
+        return exc.msg.startswith("Unterminated string") or bool(_PARTIAL_TOKEN.fullmatch(exc.doc[exc.pos:]))
+    return False
 
 
 def _check_entry(entry, where: str, run: str | None) -> None:
