@@ -86,10 +86,14 @@ class LandedFile:
     ready_ns : int
         When the file became complete: its ``mtime_ns``, or its ``_SUCCESS`` marker's.
     format : str
-    arrived : float
-        When this zone first listed the file as it is now (``time.monotonic()`` of this
-        process; a change of its size or time starts it again). Unlike ``mtime_ns``, a time
-        the copy preserved from its source cannot make it look old.
+    arrived_ns : int
+        When the file landed, for a service's idle clock (nanoseconds since 1970): on a local
+        disk the later of its modification and status-change times (a copy, move or rename into
+        the folder sets the status-change time, and unlike the modification time no copy can
+        carry it over from its source, so a file copied in with old times kept does not look
+        old); elsewhere ``mtime_ns`` (an object store's upload time). With a ``_SUCCESS`` marker,
+        the later of that and the marker's own. It is the file's, not this process's, so
+        restarts and separate ``--once`` runs read the same value.
     """
 
     path: str
@@ -98,7 +102,7 @@ class LandedFile:
     mtime_ns: int
     ready_ns: int
     format: str
-    arrived: float
+    arrived_ns: int
 
 
 @dataclass
@@ -135,7 +139,7 @@ class LandingZone:
         self.fs, root = resolve(self.uri)
         self.root = root.rstrip("/")
         self._seen: dict[str, tuple[int, int]] = {}  # name -> (size, mtime_ns) at the last poll
-        self._arrived: dict[str, float] = {}  # name -> monotonic time it was first listed as it is
+        self._local = isinstance(self.fs, pafs.LocalFileSystem)
 
     def check(self) -> None:
         """Raise :class:`SourceError` if the landing folder does not exist or is a file."""
@@ -168,17 +172,15 @@ class LandingZone:
             name = self.name_of(info.path)
             parts = name.split("/")
             if parts[-1] == SUCCESS_MARKER:
-                markers["/".join(parts[:-1])] = _mtime_ns(info)
+                markers["/".join(parts[:-1])] = (_mtime_ns(info), self._landed_ns(info))
                 continue
             if any(p.startswith((".", "_")) for p in parts) or parts[-1].lower().endswith(PARTIAL_SUFFIXES):
                 continue
             candidates.append((info, name))
-        seen, ready, arrived = {}, [], {}
-        listed = time.monotonic()
+        seen, ready = {}, []
         for info, name in candidates:
             state = (int(info.size), _mtime_ns(info))
             seen[name] = state
-            arrived[name] = self._arrived[name] if self._seen.get(name) == state else listed
             if name in skip:
                 continue
             fmt = self.format or format_of(name)
@@ -190,13 +192,25 @@ class LandingZone:
                 continue
             folder = "/".join(name.split("/")[:-1])
             if folder in markers:
-                ready.append(LandedFile(info.path, name, state[0], state[1], markers[folder], fmt, arrived[name]))
+                marker_ns, marker_landed = markers[folder]
+                ready.append(LandedFile(info.path, name, state[0], state[1], marker_ns, fmt,
+                                        max(self._landed_ns(info), marker_landed)))
             elif self.require_success:
                 continue
             elif self._seen.get(name) == state or now - state[1] / 1e9 >= self.settle:
-                ready.append(LandedFile(info.path, name, state[0], state[1], state[1], fmt, arrived[name]))
-        self._seen, self._arrived = seen, arrived
+                ready.append(LandedFile(info.path, name, state[0], state[1], state[1], fmt, self._landed_ns(info)))
+        self._seen = seen
         return sorted(ready, key=lambda f: (f.ready_ns, f.name))
+
+    def _landed_ns(self, info: pafs.FileInfo) -> int:
+        """:attr:`LandedFile.arrived_ns` of a listed file."""
+        mtime = _mtime_ns(info)
+        if not self._local:
+            return mtime
+        try:
+            return max(mtime, os.stat(info.path).st_ctime_ns)
+        except OSError:  # gone since the listing: its read will say so
+            return mtime
 
     def state_of(self, name: str) -> tuple[int, int] | None:
         """(size, mtime_ns) of ``name`` at the last poll (None if it was not there)."""

@@ -546,8 +546,8 @@ def _add_serve_parser(sub) -> None:
     v.add_argument("--late-policy", choices=["reject", "next-epoch"], default="reject",
                    help="a row for a closed epoch: store it as a reject (default) or put it in the next open epoch")
     v.add_argument("--idle-timeout", type=_duration, default=None,
-                   help="after no new file arrived for this long (counted from when the service saw it), close the "
-                        "newest epoch too (default: never)")
+                   help="after no new file landed for this long (counted from when the newest file landed, not from "
+                        "a modification time its copy may have kept), close the newest epoch too (default: never)")
     v.add_argument("--poll-interval", type=_duration, default=5.0, help="seconds between listings (default 5s)")
     v.add_argument("--settle", type=_duration, default=None,
                    help="a file this old is complete even if not yet seen on two polls (default 2 poll intervals)")

@@ -22,7 +22,6 @@ import json
 import logging
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 

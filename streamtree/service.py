@@ -343,9 +343,9 @@ class Service:
         self._taken: dict[str, tuple[int, int]] = {}  # name -> (size, mtime_ns) when taken
         self._changed_warned: set[str] = set()
         self._epoch_ready_ns: dict[int, int] = {}  # epoch key -> newest ready time of its files
-        # when the newest taken file arrived (time.monotonic()): the idle clock. Not its mtime,
-        # which a copy may have preserved from long ago (the stream would look idle at once).
-        self._last_arrival: float | None = None
+        # when the newest taken file landed (LandedFile.arrived_ns): the idle clock. Not its
+        # mtime, which a copy may have kept from long ago (the stream would look idle at once).
+        self._last_arrival_ns: int | None = None
         self._totals: dict = {"rows_read": 0, "documents": 0, "epochs": 0, "files": {}, "rejected": {}}
         self._last_commit: tuple[int, str] | None = None
         self._quiet: dict | None = None  # a run of quiet epochs fitted since the last commit
@@ -430,10 +430,8 @@ class Service:
         self._queue = _queue_from(state["queue"], table("queued_rows"), table("queued_rejects"))
         self._seq = int(state["next_seq"])
         self._target = state["target"]
-        # When the files behind the open epochs arrived is not known across processes: the idle
-        # clock starts at the restart, so a restart never closes an epoch sooner than a stream
-        # that went on running would have.
-        self._last_arrival = time.monotonic()
+        # a state written before the arrival clock holds the files' ready time instead
+        self._last_arrival_ns = state.get("last_arrival_ns", state.get("last_ready_ns"))
         self._epoch_ready_ns = {int(k): int(v) for k, v in state["epoch_ready_ns"].items()}
         self._drop_closed_ready()  # stores written before this pruning carry keys of published epochs
         self._totals = state["totals"]
@@ -495,7 +493,7 @@ class Service:
                 self._hashes[read.sha256] = landed.name
                 self._ingest(landed, read)
         self._taken[landed.name] = (landed.size, landed.mtime_ns)
-        self._last_arrival = landed.arrived if self._last_arrival is None else max(self._last_arrival, landed.arrived)
+        self._last_arrival_ns = max(self._last_arrival_ns or 0, landed.arrived_ns)
         status = event["status"]
         self._totals["files"][status] = self._totals["files"].get(status, 0) + 1
         self.metrics.files.labels(status).inc()
@@ -629,6 +627,7 @@ class Service:
         state = {"service": {
             "epoch": ep.index, "next_seq": self._seq, "target": self._target, "max_time_us": self.watermark.max_time_us,
             "bucketer": scalars, "queue": [{"index": e.index, "key": e.key, "label": e.label} for e in self._queue],
+            "last_arrival_ns": self._last_arrival_ns,
             "epoch_ready_ns": {str(k): v for k, v in self._epoch_ready_ns.items()},
             "totals": self._totals}}
         tables = {LEDGER_TABLE: ledger_table(self._events), "pending_rows": rows, "pending_rejects": rejects,
@@ -683,8 +682,9 @@ class Service:
     def poll_once(self, now: float | None = None) -> int:
         """One poll: take every ready file, then close epochs if the stream is idle. Returns files taken.
 
-        ``now`` (wall-clock seconds, default the current time) decides which files have settled;
-        idleness is measured on the monotonic clock from when the newest taken file arrived.
+        ``now`` (wall-clock seconds, default the current time) decides which files have settled
+        and how long the stream has been idle: since the newest taken file landed
+        (:attr:`~connectors.landing.LandedFile.arrived_ns`).
         """
         now = time.time() if now is None else now
         files = self.landing.poll(skip=self._taken, now=now)
@@ -694,13 +694,12 @@ class Service:
             self._heartbeat = time.time()
             if self._stop.is_set():
                 raise _StopNow()
-        clock = time.monotonic()
-        if is_idle(clock, self._last_arrival, self.config.idle_timeout):
+        last = None if self._last_arrival_ns is None else self._last_arrival_ns / 1e9
+        if is_idle(now, last, self.config.idle_timeout):
             target = self.watermark.closable_through(idle=True)
             done = self.bucketer.closed_through
             if target is not None and (done is None or target > done):
-                logger.info("stream idle for %.0fs: closing epochs through %s", clock - self._last_arrival,
-                            self.spec.label(target))
+                logger.info("stream idle for %.0fs: closing epochs through %s", now - last, self.spec.label(target))
                 self._events.append({"seq": self._seq, "kind": "idle", "name": None, "size": None, "mtime_ns": None,
                                      "ready_ns": None, "sha256": None, "status": None, "n_read": None,
                                      "detail": None, "close_through": int(target)})

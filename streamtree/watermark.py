@@ -117,7 +117,8 @@ class Watermark:
 
 def is_idle(now_s: float, last_arrival_s: float | None, idle_timeout_s: float | None) -> bool:
     """Whether a stream whose last file arrived at ``last_arrival_s`` counts as idle at ``now_s``
-    (both read from one clock: the service uses ``time.monotonic()``)."""
+    (seconds on one clock: the service's is the wall clock, against the time its newest file
+    landed)."""
     if idle_timeout_s is None or last_arrival_s is None:
         return False
     return now_s - last_arrival_s >= idle_timeout_s

@@ -206,6 +206,26 @@ def test_idle_timeout_counts_from_arrival_not_from_modification_time(corpus, tmp
     assert [e["kind"] for e in read_ledger(SnapshotStore(str(store))).to_pylist()].count("idle") == 1
 
 
+def test_repeated_once_runs_close_an_idle_stream_as_one_service_would(corpus, tmp_path):
+    """Cron-style --once runs: the idle clock is the files' landing time, which every run reads
+    alike, so a run after the timeout closes the newest epoch, though it saw no file arrive."""
+    land, store = tmp_path / "land", tmp_path / "store"
+    os.makedirs(land)
+    for d in (1, 2):
+        shutil.copy(f"{corpus}/all/day{d}.jsonl", land / f"day{d}.jsonl")
+    landed = max(os.stat(land / f"day{d}.jsonl").st_ctime for d in (1, 2))
+    timeout = 2.0
+    cfg = _config(land, store, vocabulary_from=f"{corpus}/replay", idle_timeout=timeout)
+    labels = lambda: [e["label"] for e in SnapshotStore(str(store)).epochs()]  # noqa: E731
+    _once(cfg)
+    if time.time() - landed < timeout:  # the first run ended before the timeout: day 2 still open
+        assert labels() == ["2026-03-01"]
+    time.sleep(max(0.0, landed + timeout - time.time()) + 0.1)
+    _once(cfg)
+    assert labels() == ["2026-03-01", "2026-03-02"]
+    assert [e["kind"] for e in read_ledger(SnapshotStore(str(store))).to_pylist()].count("idle") == 1
+
+
 def test_late_duplicate_and_unreadable_files(corpus, tmp_path):
     land = tmp_path / "land"
     for d in (1, 2, 3):
