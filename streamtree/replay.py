@@ -23,7 +23,7 @@ import logging
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
@@ -34,6 +34,7 @@ from connectors.sources import open_source
 from connectors.sources.files import canonical_uri
 from connectors.stores.snapshot import THETA_STORAGE, CheckpointNotKeptError, SnapshotStore, StoreError
 from streamtree.epochs import Epoch, EpochReader, EpochSpec, TimeRange
+from streamtree.events import epoch_events
 from streamtree.likelihoods.vmf import reads_document_weights
 from streamtree.model import DTSSBP
 from streamtree.records import (DEFAULT_DUPLICATE_TEXTS, DUPLICATE_TEXT, DUPLICATE_TEXTS, EMPTY_AFTER_VOCABULARY,
@@ -633,7 +634,7 @@ class _Run:
 
     def fit(self, first: int) -> int:
         cfg, model, t = self.config, self.model, self.totals
-        pending: dict | None = None  # a run of empty epochs not yet recorded
+        quiet_run = QuietEpochs()  # a run of empty epochs not yet recorded
         n_published = 0
         last_index = self.reader.n_epochs - 1
         fitter = EpochFitter(model, self.vec, cfg.duplicate_texts)
@@ -659,15 +660,13 @@ class _Run:
                 t["rejects"][reason] = t["rejects"].get(reason, 0) + n
             quiet = X.shape[0] == 0 and rejects.num_rows == 0 and ep.index != last_index
             if quiet:
-                if pending is None:
-                    pending = {"first": ep.index, "first_label": ep.label}
-                pending.update(last=ep.index, last_label=ep.label, n=ep.index - pending["first"] + 1)
+                quiet_run.add(ep, tree, model.trees_[-2] if len(model.trees_) > 1 else None)
             else:
                 if not self.begun:
                     self._begin()
+                fitted = quiet_run.fold(fitted)
                 fitted.publish(self.store, n_top_words=cfg.top_words, checkpoint=model.get_checkpoint(), state=t,
-                               empty_before=pending)
-                pending = None
+                               empty_before=quiet_run.take())
                 n_published += 1
                 if self.static is not None:
                     _write_static(self.store, self.static, ep, tree, X, cfg.seed)
@@ -705,6 +704,53 @@ class FittedEpoch:
         words = None if self.vocabulary is None else self.tree.label_words(self.vocabulary, self.X, n_top_words)
         store.publish(self.tree, ep.rows.column("id").to_pylist(), top_words=words, n_top_words=n_top_words,
                       rejects=self.rejects, key=ep.key, label=ep.label, events=self.tree.events, **commit)
+
+
+class QuietEpochs:
+    """A run of quiet epochs (no documents and no rejects: a gap in the stream) fitted since
+    the last published epoch. They are not published as folders of their own: the next
+    published epoch records the run (:meth:`take`, its ``empty_before``) and carries what
+    happened in it (:meth:`fold`): its births, deaths and parent changes are counted against
+    the last published tree, and the splits and merges the sampler made in the gap are kept
+    where they still hold, so a node that died in the gap is a death of that epoch. Shared by
+    replay and serve."""
+
+    def __init__(self) -> None:
+        self.run: dict | None = None
+        self._before = None  # the last published tree (an EpochTree), or None before the first
+        self._moves: list[tuple[int, str, int]] = []
+
+    def add(self, ep: Epoch, tree, previous) -> None:
+        """Record quiet epoch ``ep`` fitted as ``tree``; ``previous`` is the tree fitted before it."""
+        if self.run is None:
+            self.run = {"first": ep.index, "first_label": ep.label}
+            self._before = previous
+        self.run.update(last=ep.index, last_label=ep.label, n=ep.index - self.run["first"] + 1)
+        self._moves += _moves_of(tree.events)
+
+    def fold(self, fitted: FittedEpoch) -> FittedEpoch:
+        """``fitted`` (the epoch after the run) with its events and deaths counted from the
+        last published tree; unchanged when no quiet epoch came before it."""
+        if self.run is None:
+            return fitted
+        tree, before = fitted.tree, self._before
+        z = np.zeros(0, dtype=np.int64)
+        prev_ids, prev_parents = (z, z) if before is None else (before.node_ids, before.parent)
+        events = epoch_events(tree.epoch, prev_ids, prev_parents, tree.node_ids, tree.parent,
+                              self._moves + _moves_of(tree.events))
+        died = np.setdiff1d(np.asarray(prev_ids, dtype=np.int64), tree.node_ids)
+        return replace(fitted, tree=replace(tree, events=events, died=died))
+
+    def take(self) -> dict | None:
+        """The run's record for the published epoch's ``empty_before``, and a fresh start."""
+        run, self.run, self._before, self._moves = self.run, None, None, []
+        return run
+
+
+def _moves_of(events) -> list[tuple[int, str, int]]:
+    """The sampler's accepted moves recorded in an epoch's events, in their order."""
+    return [(int(n), str(k), int(o)) for n, k, o in zip(events.node_id, events.event, events.other_id)
+            if k in ("split_from", "merged_into")]
 
 
 class EpochFitter:
@@ -898,5 +944,5 @@ def load_model(store_uri: str, epoch: int | None = None, **overrides) -> DTSSBP:
     return model
 
 
-__all__ = ["MODES", "REPLAY_SEED", "drop_unset_weighting", "row_form", "identity_differences", "identity_model", "settings_identity", "stored_identity", "record_week_origin", "theta_storage", "text_model_params", "text_vectorizer", "EpochFitter", "EpochProgress", "FittedEpoch", "ReplayConfig", "ReplaySummary", "StoredTreeModel", "fit_vocabulary", "load_model",
+__all__ = ["MODES", "REPLAY_SEED", "drop_unset_weighting", "row_form", "identity_differences", "identity_model", "settings_identity", "stored_identity", "record_week_origin", "theta_storage", "text_model_params", "text_vectorizer", "EpochFitter", "EpochProgress", "FittedEpoch", "QuietEpochs", "ReplayConfig", "ReplaySummary", "StoredTreeModel", "fit_vocabulary", "load_model",
            "open_epochs", "read_epochs", "replay", "stderr_progress"]

@@ -71,8 +71,8 @@ from connectors.stores.snapshot import SnapshotStore, StoreError
 from streamtree.epochs import LATE_POLICIES, Bucketer, Epoch, EpochSpec, TimeRange
 from streamtree.records import DEFAULT_DUPLICATE_TEXTS, OUT_OF_RANGE, REJECT_SCHEMA, make_rejects, reject_rows
 from streamtree.model import RUN_LOCATION_PARAMS
-from streamtree.replay import (REPEATED_TEXTS_WARNING, EpochFitter, check_duplicate_texts, identity_differences,
-                               repeated_texts_note, row_form, settings_identity, stored_identity,
+from streamtree.replay import (REPEATED_TEXTS_WARNING, EpochFitter, QuietEpochs, check_duplicate_texts,
+                               identity_differences, repeated_texts_note, row_form, settings_identity, stored_identity,
                                text_model_params, text_vectorizer, theta_storage, vocabulary_texts)
 from streamtree.text import DEFAULT_MAX_DF, DEFAULT_MAX_FEATURES, DEFAULT_MIN_DF, DEFAULT_TOP_WORDS, DEFAULT_WEIGHTING
 from streamtree.text import TextVectorizer
@@ -348,7 +348,7 @@ class Service:
         self._last_arrival_ns: int | None = None
         self._totals: dict = {"rows_read": 0, "documents": 0, "epochs": 0, "files": {}, "rejected": {}}
         self._last_commit: tuple[int, str] | None = None
-        self._quiet: dict | None = None  # a run of quiet epochs fitted since the last commit
+        self._quiet = QuietEpochs()  # a run of quiet epochs fitted since the last commit
 
     # ---- start -------------------------------------------------------------------------
     def _check_apart(self) -> None:
@@ -593,9 +593,8 @@ class Service:
             # A quiet epoch (a gap in the stream) is not written as a folder: it is recorded with
             # the next published epoch, as a replay does. Until then nothing is committed, and a
             # restart derives it again from the last commit.
-            run = self._quiet or {"first": ep.index, "first_label": ep.label}
-            run.update(last=ep.index, last_label=ep.label, n=ep.index - run["first"] + 1)
-            self._quiet = run
+            trees = self.model.trees_
+            self._quiet.add(ep, fitted.tree, trees[-2] if len(trees) > 1 else None)
             del self.model.trees_[:-1]
             self._in_epoch = None
             return
@@ -632,10 +631,10 @@ class Service:
             "totals": self._totals}}
         tables = {LEDGER_TABLE: ledger_table(self._events), "pending_rows": rows, "pending_rejects": rejects,
                   "pending_unplaced": unplaced, "queued_rows": q_rows, "queued_rejects": q_rejects}
+        fitted = self._quiet.fold(fitted)
         fitted.publish(self.store, n_top_words=self.config.top_words, checkpoint=self.model.get_checkpoint(),
-                       state=state, tables=tables, empty_before=self._quiet)
+                       state=state, tables=tables, empty_before=self._quiet.take())
         self._events = []
-        self._quiet = None
         self._last_commit = (ep.index, ep.label)
         now = time.time()
         commit_s = time.perf_counter() - t0

@@ -62,3 +62,16 @@ def store_rejects(uri: str) -> list[tuple[str, str]]:
                                       rej.column("reason").to_pylist()):
                 out.append((i or src, reason))
     return sorted(out)
+
+
+def assert_events_follow_the_published_trees(store: SnapshotStore) -> None:
+    """Between consecutive published epochs, births and deaths are exactly the ids that came
+    and went, whatever epochs without documents lay between them; the entry's ``died`` agrees."""
+    prev: set[int] = set()
+    for entry in store.epochs():
+        now = set(store.read(entry["epoch"]).tree.node_ids.tolist())
+        events = store.events(entry["epoch"]).to_pylist()
+        kinds = {k: {e["node_id"] for e in events if e["event"] == k} for k in ("born", "died")}
+        assert kinds["born"] == now - prev and kinds["died"] == prev - now, entry["label"]
+        assert set(entry["died"]) == prev - now
+        prev = now

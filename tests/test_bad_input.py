@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from service_corpus import assert_events_follow_the_published_trees
 
 from connectors.sources import open_source
 from connectors.stores import SnapshotStore
@@ -150,10 +151,32 @@ def test_daily_epochs_keep_runs_of_empty_epochs_out_of_the_folders(tmp_path):
     gap = entries[-1]["empty_before"]
     assert (gap["first_label"], gap["last_label"]) == ("2017-02-21", "2019-05-31")
     assert gap["n"] == gap["last"] - gap["first"] + 1 == summary.n_epochs - 21
+    assert_events_follow_the_published_trees(store)
     # the default range rejects the stray day instead
     auto = run(corpus(tmp_path / "c.parquet", pa.array(times, pa.timestamp("us", tz="UTC"))), tmp_path / "a",
                epoch="1d")
     assert auto.n_epochs == 20 and auto.rejects == {OUT_OF_RANGE: 1}
+
+
+def test_nodes_that_die_in_a_gap_die_in_the_next_published_epoch(tmp_path):
+    """Three topics in 2000-2001, nothing in 2002-2005, one topic in 2006: the nodes the window
+    lets die in the empty years are deaths of 2006 (before, their deaths were lost with the
+    unpublished years' trees)."""
+    rng = np.random.default_rng(0)
+    groups = [[g + "abcdefghijkl"[i] * 2 for i in range(12)] for g in ("army", "farm", "bank")]
+    texts, years = [], []
+    for year, topics in ((2000, (0, 1, 2)), (2001, (0, 1, 2)), (2006, (0,))):
+        for k in topics:
+            for _ in range(25):
+                texts.append(" ".join(rng.choice(groups[k], size=12)))
+                years.append(year)
+    pq.write_table(pa.table({"text": texts, "when": years}), tmp_path / "c.parquet")
+    run(tmp_path / "c.parquet", tmp_path / "s", epoch="1y", model={"n_sweeps": 10, "random_state": 0, "window": 1})
+    store = SnapshotStore(str(tmp_path / "s"))
+    entries = store.epochs()
+    assert [e["label"] for e in entries] == ["2000", "2001", "2006"]
+    assert entries[-1]["empty_before"]["n"] == 4 and len(entries[-1]["died"]) > 0
+    assert_events_follow_the_published_trees(store)
 
 
 def test_explicit_time_range(tmp_path):

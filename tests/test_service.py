@@ -12,9 +12,9 @@ import urllib.request
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from service_corpus import MODEL, day_rows, store_epochs, store_rejects, write_jsonl
+from service_corpus import MODEL, assert_events_follow_the_published_trees, day_rows, store_epochs, store_rejects, write_jsonl
 
-from connectors.landing import LandedFile, LandingError, LandingZone, read_landed
+from connectors.landing import LandingError, LandingZone, read_landed
 from connectors.stores.ledger import read_ledger
 from connectors.stores.snapshot import SnapshotStore, StoreBusyError, StoreError
 from streamtree.replay import ReplayConfig, replay
@@ -403,6 +403,9 @@ def test_gap_in_the_stream_is_recorded_like_replay(tmp_path):
     assert store_epochs(tmp_path / "store") == store_epochs(tmp_path / "replay")
     last = SnapshotStore(str(tmp_path / "store")).epochs()[-1]
     assert last["epoch"] == 4 and last["empty_before"]["first"] == 2 and last["empty_before"]["last"] == 3
+    served, replayed = SnapshotStore(str(tmp_path / "store")), SnapshotStore(str(tmp_path / "replay"))
+    assert served.events().equals(replayed.events())
+    assert_events_follow_the_published_trees(served)
 
 
 def test_format_and_delimiter_read_landed_files_as_replay_reads_sources(corpus, tmp_path):
