@@ -966,7 +966,7 @@ def cmd_report(args) -> int:
 
 def cmd_snapshot(args) -> int:
     from connectors.stores.snapshot import StoreError
-    from streamtree.snapshots import METHODS, snapshot_name, static_snapshot
+    from streamtree.snapshots import METHODS, document_directions, snapshot_name, static_snapshot
 
     if args.method not in METHODS:
         raise _UserError(f"unknown method {args.method!r}", "--method", f"choose from {', '.join(METHODS)}")
@@ -985,7 +985,7 @@ def cmd_snapshot(args) -> int:
         res = static_snapshot(args.method, node_theta=stored.tree.theta, ids=stored.tree.node_ids.tolist(),
                               max_points=args.max_points, rng=rng)
     else:
-        X = _stored_epoch_rows(store, entry, stored, args)
+        X = document_directions(_stored_epoch_rows(store, entry, stored, args))
         res = static_snapshot(args.method, X, ids=stored.doc_ids.tolist(), labels=stored.tree.assignments,
                               max_points=args.max_points, rng=rng)
     name = snapshot_name(args.method, args.over)

@@ -39,7 +39,7 @@ from streamtree.likelihoods.vmf import reads_document_weights
 from streamtree.model import DTSSBP
 from streamtree.records import (DEFAULT_DUPLICATE_TEXTS, DUPLICATE_TEXT, DUPLICATE_TEXTS, EMPTY_AFTER_VOCABULARY,
                                 RejectLog)
-from streamtree.snapshots import StaticOptions, snapshot_name, static_snapshot
+from streamtree.snapshots import StaticOptions, document_directions, snapshot_name, static_snapshot
 from streamtree.text import (DEFAULT_MAX_DF, DEFAULT_MAX_FEATURES, DEFAULT_MIN_DF, DEFAULT_TOP_WORDS,
                              DEFAULT_LENGTH_POWER, DEFAULT_WEIGHTING, WEIGHTING_BEFORE_TFIDF,
                              TextVectorizer)
@@ -853,8 +853,8 @@ def _write_static(store: SnapshotStore, opts: StaticOptions, ep: Epoch, tree, X,
             res = static_snapshot(opts.method, node_theta=tree.theta, ids=tree.node_ids.tolist(),
                                   max_points=opts.max_points, rng=rng)
         else:
-            res = static_snapshot(opts.method, X, ids=ep.rows.column("id").to_pylist(), labels=tree.assignments,
-                                  max_points=opts.max_points, rng=rng)
+            res = static_snapshot(opts.method, document_directions(X), ids=ep.rows.column("id").to_pylist(),
+                                  labels=tree.assignments, max_points=opts.max_points, rng=rng)
     except ValueError as exc:  # e.g. an epoch with a single document or node
         logger.warning("epoch %s: no static %s snapshot: %s", ep.label, opts.method, exc)
         return

@@ -3,8 +3,8 @@
 Pure: arrays and a ``numpy.random.Generator`` in, a :class:`SnapshotResult` out; storing it
 (``SnapshotStore.write_static``) is the caller's business.
 
-The leaves are either the epoch's documents (unit-L2 term-frequency rows, a seeded random
-sample of at most ``max_points``) or the epoch tree's nodes (their theta directions). All
+The leaves are either the epoch's documents (their rows scaled to unit L2 norm by the caller,
+:func:`document_directions`; a seeded random sample of at most ``max_points``) or the epoch tree's nodes (their theta directions). All
 three models are Gaussian/Brownian on real vectors, so the rows are first projected to
 ``n_components`` dimensions with a truncated SVD (a multinomial BHC would need the raw term
 counts, which the L2 rows no longer carry). Defaults, chosen so that a replay of the State of
@@ -77,6 +77,16 @@ def check_method(method: str) -> str:
     if method not in METHODS:
         raise ValueError(f"unknown static method {method!r}; choose from {', '.join(METHODS)}")
     return method
+
+
+def document_directions(X):
+    """An epoch's document rows as the snapshots read them: each scaled to unit L2 norm (all-zero
+    rows stay zero). Fitted rows carry a length (raw counts for word distributions, a weight for
+    the vMF's rows) that is not a topic: left in, one long document dominates the SVD, which
+    then keeps a single component."""
+    from sklearn.preprocessing import normalize
+
+    return normalize(X, norm="l2", axis=1, copy=True)
 
 
 def project(X, n_components: int, rng: np.random.Generator) -> tuple[np.ndarray, int]:
@@ -267,6 +277,6 @@ def _leaf_directions(store, entry, leaf_ids, over, n: int):
     return theta, None
 
 
-__all__ = ["DEFAULT_COMPONENTS", "DEFAULT_MAX_POINTS", "DEFAULT_TMC_SWEEPS", "METHODS", "OVER",
-           "SnapshotResult", "StaticOptions", "check_method", "format_static", "project", "snapshot_name",
+__all__ = ["DEFAULT_COMPONENTS", "DEFAULT_MAX_POINTS", "DEFAULT_TMC_SWEEPS", "METHODS", "OVER", "SnapshotResult",
+           "StaticOptions", "check_method", "document_directions", "format_static", "project", "snapshot_name",
            "static_snapshot"]

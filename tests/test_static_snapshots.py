@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from scipy.cluster.hierarchy import is_valid_linkage
@@ -10,7 +11,7 @@ from scipy.cluster.hierarchy import is_valid_linkage
 from connectors.stores.snapshot import SnapshotStore
 from streamtree.cli import main
 from streamtree.replay import replay
-from streamtree.snapshots import METHODS, StaticOptions, static_snapshot
+from streamtree.snapshots import METHODS, StaticOptions, document_directions, static_snapshot
 from test_replay import config, sou_slice
 
 
@@ -67,6 +68,29 @@ def test_bad_inputs_raise_clear_errors():
         static_snapshot("bhc", X[:1], rng=np.random.default_rng(0))
     with pytest.raises(ValueError, match="over one of"):
         StaticOptions("bhc", over="words")
+
+
+def test_documents_are_read_as_directions_whatever_their_length(tmp_path):
+    """A multinomial replay fits raw counts; its snapshot over documents reads unit rows, so one
+    document 500 times longer than the others does not become the SVD's only component."""
+    path = sou_slice(tmp_path / "slice.parquet", n=120, years=(1790, 1800))
+    t = pq.read_table(path)
+    long_text = " ".join(t.column("text").to_pylist() * 5)
+    longer = t.set_column(t.schema.get_field_index("text"), "text",
+                          pa.array([long_text] + t.column("text").to_pylist()[1:]))
+    pq.write_table(longer, path)
+    uri = str(tmp_path / "store")
+    replay(config(path, likelihood="multinomial"), uri, static=StaticOptions("bhc", max_points=200))
+    store = SnapshotStore(uri)
+    snap = store.read_static(0, "bhc-documents")
+    assert snap.stats["components"] > 1
+    stored = store.read(0)
+    X = store.vectorizer().transform(pq.read_table(path).column("text"))  # the epoch's rows, in the stored order
+    by_id = {d: i for i, d in enumerate(pq.read_table(path).column("doc_id").to_pylist())}
+    X = X[[by_id[d] for d in stored.doc_ids]]
+    again = static_snapshot("bhc", document_directions(X), ids=stored.doc_ids.tolist(), labels=stored.tree.assignments,
+                            max_points=200, rng=np.random.default_rng([3, 0]))
+    assert np.array_equal(again.dendrogram.linkage, snap.linkage)
 
 
 @pytest.fixture(scope="module")
