@@ -160,9 +160,17 @@ def _list_of(conv, name: str):
         items = [t.strip() for t in text.split(",") if t.strip()]
         if not items:
             raise argparse.ArgumentTypeError(f"empty {name} list")
-        return [conv(t) for t in items]
+        return _once_each([conv(t) for t in items], name)
 
     return parse
+
+
+def _once_each(items: list, name: str) -> list:
+    """``items`` if none repeats (a repeat would run and print the same model twice)."""
+    twice = sorted({str(x) for x in items if items.count(x) > 1})
+    if twice:
+        raise argparse.ArgumentTypeError(f"{name} {', '.join(twice)} given more than once")
+    return items
 
 
 def _variant_list(text: str) -> list[str]:
@@ -173,7 +181,7 @@ def _variant_list(text: str) -> list[str]:
     if bad or not items:
         raise argparse.ArgumentTypeError(f"unknown variant(s) {', '.join(bad) or '(none)'}; "
                                          f"choose from {','.join(VARIANTS)}")
-    return items
+    return _once_each(items, "variant")
 
 
 def _add_source_args(p: argparse.ArgumentParser) -> None:
@@ -1121,6 +1129,12 @@ def cmd_evaluate(args) -> int:
         if hasattr(args, name) and not 0 < getattr(args, name) < 1:
             flag = "--" + name.replace("_", "-")
             raise _UserError(f"{flag} must be in (0, 1), got {getattr(args, name)}", "evaluate", "use e.g. 0.1")
+    chosen = getattr(args, "protocol", EvaluationConfig().protocol)
+    for name, protocol in (("restarts", "paper"), ("selection_fraction", "documents"), ("tie_se", "documents")):
+        if hasattr(args, name) and chosen != protocol:  # it would be silently ignored
+            flag = "--" + name.replace("_", "-")
+            raise _UserError(f"{flag} applies to the {protocol} protocol only", "evaluate",
+                             f"drop it, or add --protocol {protocol}")
     model = _model_options(args)
     config = _replay_config(args, model=dict(model))
     if config.time_col is None and config.epoch_col is None:

@@ -230,7 +230,8 @@ class TextVectorizer(TransformerMixin, BaseEstimator):
         try:
             counts = counter.fit_transform(texts)
         except ValueError as exc:  # e.g. every term pruned by min_df / max_df
-            raise ValueError(f"vocabulary fitting failed on {len(texts)} documents: {exc}") from None
+            raise ValueError(f"vocabulary fitting failed on {len(texts)} documents with min_df={self.min_df} and "
+                             f"max_df={self.max_df}: {exc}; lower min_df or raise max_df") from None
         self.vocabulary_ = np.asarray(counter.get_feature_names_out(), dtype=str)
         self.document_frequency_ = np.asarray((counts > 0).sum(axis=0), dtype=np.int64).ravel()
         self.n_fit_documents_ = len(texts)

@@ -174,6 +174,14 @@ def test_evaluate_runs_the_protocol(corpus, capsys):
      "--selection-fraction must be in (0, 1), got 1.5"),
     (["evaluate", "{corpus}", "--text-col", "text", "--time-col", "year", "--test-fraction", "0.5",
       "--selection-fraction", "0.5"], "must be positive and leave training documents"),
+    (["evaluate", "{corpus}", "--text-col", "text", "--time-col", "year", "--max-depth", "3,4,3"],
+     "argument --max-depth: depth 3 given more than once"),
+    (["evaluate", "{corpus}", "--text-col", "text", "--time-col", "year", "--restarts", "2"],
+     "--restarts applies to the paper protocol only (evaluate): drop it, or add --protocol paper"),
+    (["evaluate", "{corpus}", "--text-col", "text", "--time-col", "year", "--protocol", "paper", "--tie-se", "2"],
+     "--tie-se applies to the documents protocol only"),
+    (["evaluate", "{corpus}", "--text-col", "text", "--time-col", "year", "--min-df", "0.9"],
+     "with min_df=0.9 and max_df=0.5: max_df corresponds to < documents than min_df; lower min_df or raise max_df"),
 ])
 def test_user_errors_are_one_clear_line(corpus, tmp_path, capsys, args, expected):
     (tmp_path / "corrupt.parquet").write_bytes(b"PAR1 this is not parquet at all")
@@ -291,7 +299,7 @@ def test_multinomial_replay_and_evaluate_through_the_cli(corpus, tmp_path, capsy
     capsys.readouterr()
     rc = main(["evaluate", str(corpus), "--text-col", "text", "--time-col", "year", "--epoch", "10y",
                "--likelihood", "multinomial", "--variants", "dtssbp", "--max-depth", "2", "--repeats", "1",
-               "--restarts", "1", "--kappa0-grid", "100", "--sweeps", "2", "--max-features", "300", "--quiet"])
+               "--kappa0-grid", "100", "--sweeps", "2", "--max-features", "300", "--quiet"])
     assert rc == 0
     out = capsys.readouterr().out
     assert "multinomial likelihood" in out
