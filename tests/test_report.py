@@ -179,6 +179,24 @@ def test_event_marks_and_dendrograms(store, data):
         assert {re.match(r"node (\d+):", s).group(1) for s in d["leaf_labels"]} == set(map(str, tree.node_ids))
 
 
+def test_connectors_stay_beside_the_bands():
+    """A split or merge whose two nodes are in one column joins them along the mark's own edge;
+    across columns it joins the facing edges (before, a split in the first column ran from the
+    child's left edge to the parent's right edge, across both bands)."""
+    from streamtree.report.data import _event_marks
+
+    bands = {1: {"col": [0, 1], "y0": [0.0, 0.0], "y1": [0.4, 0.4]},
+             2: {"col": [0, 1], "y0": [0.5, 0.5], "y1": [1.0, 1.0]},
+             3: {"col": [1], "y0": [0.6, 0.6], "y1": [0.8, 0.8]}}
+    events = {"e": [0, 1, 1], "id": [2, 3, 2], "kind": ["split_from", "split_from", "merged_into"],
+              "other": [1, 1, 1]}
+    marks = _event_marks(bands, events, per_column=1)
+    split, merged = marks["split_from"], marks["merged_into"]
+    assert (split["x"][0], split["x2"][0]) == (-0.3, -0.3)  # epoch 0: child and parent in column 0
+    assert (split["x"][1], split["x2"][1]) == (0.7, 0.3)  # epoch 1: the parent's right edge in column 0
+    assert (merged["x"][0], merged["x2"][0]) == (0.3, 0.7)  # node 2 ends in column 0, node 1 goes on in 1
+
+
 def test_long_runs_are_aggregated(store):
     small = report_data(read_store(store), ReportOptions(max_columns=2))
     ev = small["evolution"]

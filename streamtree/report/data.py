@@ -402,15 +402,25 @@ def _event_marks(bands: dict[int, dict], events: dict, per_column: int) -> dict[
     """Where each event of a shown node is drawn: ``x`` (column +- half), ``y`` (band
     middle), the event's index in ``events``, and for events with another shown node the
     point of that node (``x2``, ``y2``) for a connecting line."""
-    def at(nid: int, col: int):
+    def at(nid: int, col: int, clamp: bool = True):
         b = bands.get(nid)
         if b is None:
             return None
-        # the band's column nearest to ``col`` from below (a node is drawn where it was)
+        # the band's column nearest to ``col`` from below (a node is drawn where it was); with
+        # ``clamp``, a node first shown after ``col`` is drawn at its first column
         i = int(np.searchsorted(b["col"], col, side="right")) - 1
         if i < 0:
+            if not clamp:
+                return None
             i = 0
         return b["col"][i], (b["y0"][i] + b["y1"][i]) / 2
+
+    def end(point, mark_col: int, side: float):
+        # the other node's end of a connector: the edge of its band that faces the mark's
+        # column (the mark's own edge when both are in one column, so the line stays beside
+        # the bands instead of crossing them)
+        col, y = point
+        return (col + 0.3 if col < mark_col else col - 0.3 if col > mark_col else col + side), y
 
     marks = {k: {"x": [], "y": [], "i": [], "x2": [], "y2": []} for k in EVENT_KINDS}
     for i, (p, nid, kind, other) in enumerate(zip(events["e"], events["id"], events["kind"], events["other"])):
@@ -419,23 +429,26 @@ def _event_marks(bands: dict[int, dict], events: dict, per_column: int) -> dict[
         col = p // per_column
         if kind == "died" or kind == "merged_into":  # drawn at the end of the node's band
             here = at(nid, col - 1 if p % per_column == 0 else col)
-            x = here[0] + 0.3 if here else None
+            side = 0.3
         else:  # born, split_from, parent_changed: at the start of the node's band in this column
             here = at(nid, col)
-            x = here[0] - 0.3 if here else None
+            side = -0.3
         if here is None:
             continue
         m = marks[kind]
-        m["x"].append(x)
+        m["x"].append(here[0] + side)
         m["y"].append(round(here[1], 5))
         m["i"].append(i)
         there = None
         if kind == "split_from" and other in bands:
-            there = at(other, col - 1 if p % per_column == 0 else col)
-            there = (there[0] + 0.3, there[1]) if there else None
+            # the parent where the child left it: in the previous column when the split opens this
+            # column's first epoch and the parent was shown there, else beside the child
+            before = at(other, col - 1, clamp=False) if p % per_column == 0 else None
+            there = before or at(other, col)
         elif kind == "merged_into" and other in bands:
             there = at(other, col)
-            there = (there[0] - 0.3, there[1]) if there else None
+        if there is not None:
+            there = end(there, here[0], side)
         m["x2"].append(None if there is None else there[0])
         m["y2"].append(None if there is None else round(there[1], 5))
     return {k: v for k, v in marks.items() if v["x"]}
