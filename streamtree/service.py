@@ -69,7 +69,8 @@ from connectors.sources.files import file_format
 from connectors.stores.ledger import LEDGER_TABLE, ledger_table, read_ledger
 from connectors.stores.snapshot import SnapshotStore, StoreError
 from streamtree.epochs import LATE_POLICIES, Bucketer, Epoch, EpochSpec, TimeRange
-from streamtree.records import DEFAULT_DUPLICATE_TEXTS, OUT_OF_RANGE, REJECT_SCHEMA, make_rejects, reject_rows
+from streamtree.records import (DEFAULT_DUPLICATE_TEXTS, EMPTY_AFTER_VOCABULARY, OUT_OF_RANGE, REJECT_SCHEMA,
+                                make_rejects, reject_rows)
 from streamtree.model import RUN_LOCATION_PARAMS
 from streamtree.replay import (REPEATED_TEXTS_WARNING, EpochFitter, QuietEpochs, check_duplicate_texts,
                                identity_differences, repeated_texts_note, row_form, settings_identity, stored_identity,
@@ -82,6 +83,9 @@ logger = logging.getLogger(__name__)
 
 UNREADABLE_FILE = "unreadable file"  # reject reason, followed by the error: "unreadable file '...'"
 EXIT_ABANDONED = 130
+#: share of an epoch's rows left without a vocabulary term from which the service warns that the
+#: vocabulary fixed at the warm-up no longer fits the stream
+EMPTY_ROWS_WARNING = 0.2
 
 
 @dataclass
@@ -574,12 +578,24 @@ class Service:
         self._set_vocabulary(vec)
         return True
 
+    def _warn_vocabulary(self, ep: Epoch, n_empty: int) -> None:
+        """Warn when many of an epoch's rows hold no term of the vocabulary: it was fixed on the
+        warm-up epochs (or another store), and a stream whose words move on loses ever more
+        rows to the reject ``empty after vocabulary filtering``."""
+        if ep.n_rows and n_empty >= EMPTY_ROWS_WARNING * ep.n_rows:
+            logger.warning("epoch %s: %d of %d rows (%.0f%%) hold no term of the store's vocabulary and are "
+                           "rejects (%s); if the stream's words have moved on since the warm-up, serve a new "
+                           "store with a larger --warmup-docs, or with --vocabulary-from a replay of recent data",
+                           ep.label, n_empty, ep.n_rows, 100 * n_empty / ep.n_rows, EMPTY_AFTER_VOCABULARY)
+
     def _fit(self, ep: Epoch) -> None:
         """Fit the first queued epoch and commit it (the queue still holds it while fitting)."""
         self._in_epoch = ep
         t0 = time.perf_counter()
+        empty_before = self.fitter.n_empty
         fitted = self.fitter.fit(ep)
         self._heartbeat = time.time()
+        self._warn_vocabulary(ep, self.fitter.n_empty - empty_before)
         repeated = self.fitter.last_repeated
         if (fitted is not None and self.config.duplicate_texts == "keep" and repeated
                 and repeated >= REPEATED_TEXTS_WARNING * fitted.n_documents):

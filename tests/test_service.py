@@ -226,6 +226,20 @@ def test_repeated_once_runs_close_an_idle_stream_as_one_service_would(corpus, tm
     assert [e["kind"] for e in read_ledger(SnapshotStore(str(store))).to_pylist()].count("idle") == 1
 
 
+def test_rows_the_warm_up_vocabulary_cannot_read_are_warned_about(corpus, tmp_path, caplog):
+    """The vocabulary is fixed at the warm-up: a later day written in new words loses its rows to
+    the reject 'empty after vocabulary filtering', and the log says so with what to do."""
+    land = tmp_path / "land"
+    write_jsonl(str(land / "day1.jsonl"), day_rows(1, 30, 0))
+    write_jsonl(str(land / "day2.jsonl"), day_rows(2, 30, 0)[:20]
+                + [{"text": "quasar nebula galaxy orbit", "time": "2026-03-02T12:00:00Z"}] * 10)
+    with caplog.at_level("WARNING", logger="streamtree.service"):
+        _once(_config(land, tmp_path / "store", idle_timeout=1e-3, warmup_docs=10))
+    warned = [r.getMessage() for r in caplog.records if "hold no term of the store's vocabulary" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].startswith("epoch 2026-03-02: 10 of 30 rows (33%)")
+    assert "--vocabulary-from" in warned[0]
+
+
 def test_late_duplicate_and_unreadable_files(corpus, tmp_path):
     land = tmp_path / "land"
     for d in (1, 2, 3):
