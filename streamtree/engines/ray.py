@@ -84,8 +84,10 @@ def _set_auth_mode(mode: str) -> None:
             from ray._raylet import Config
 
             Config.initialize("")
-        except (ImportError, AttributeError):  # older Ray without authentication modes
-            pass
+        except (ImportError, AttributeError):  # a Ray whose internals moved: say so, never silently
+            logger.warning("Ray's authentication mode could not be set to %r in this process (ray %s); check the "
+                           "cluster's authentication before exposing it", mode, getattr(sys.modules.get("ray"),
+                                                                                       "__version__", "?"))
 
 
 class RayEngine(Engine):
