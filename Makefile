@@ -9,8 +9,15 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test test-fast bench browser clean
 
+# the environment: Python 3.11+ with pip. A half-made one (an interrupted or failed venv) is
+# reported, not reused or deleted.
+USABLE := import sys, pip; sys.exit(sys.version_info < (3, 11))
+
 $(STAMP): pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -c '$(USABLE)' 2>/dev/null || { \
+	  if [ -e $(VENV) ]; then echo "$(VENV) is not a Python 3.11+ environment with pip (left by an interrupted set-up?): remove it (rm -rf $(VENV)) and run make again" >&2; exit 1; fi; \
+	  $(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "streamtree needs Python 3.11 or newer: run make with PYTHON=python3.11 (or newer)" >&2; exit 1; }; \
+	  $(PYTHON) -m venv $(VENV) && $(PY) -c '$(USABLE)' || { echo "could not create $(VENV) with $(PYTHON) (on Debian or Ubuntu: apt-get install python3-venv); remove $(VENV) and run make again" >&2; exit 1; }; }
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
