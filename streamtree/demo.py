@@ -1,6 +1,6 @@
 """Demo (``python -m streamtree.demo``, what ``make run`` executes).
 
-Replays the bundled State of the Union corpus (25,488 paragraphs, 1790-2018) decade by
+Replays the bundled State of the Union corpus (25,488 paragraphs, 1790-2026) decade by
 decade into a snapshot store under ``runs/sotu/`` and prints the evolving topic trees.
 
 The text pipeline and the model run at the defaults every command uses (the vocabulary cap
