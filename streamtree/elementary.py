@@ -16,10 +16,11 @@ in ``[EXP_CORE_MIN, EXP_CORE_MAX]``) and have no branch, so that a loop over the
 of the cores and then redo the few elements outside the main range through the library
 (their ``out`` must not be their ``x``: the second pass reads ``x`` again).
 
-Numba's cache of a compiled function is renewed only when its own source file changes, and
-the kernels of other modules compile these functions into themselves: after editing this
-module, clear the numba cache (``NUMBA_CACHE_DIR``, by default ``~/.cache/streamtree/numba``)
-or its callers keep the old arithmetic.
+The kernels of other modules compile these functions into themselves; numba renews a cached
+kernel only when its own file changes, so the package keeps its cache in a folder named by the
+source of all its kernel modules (:mod:`streamtree._numba_env`): an edit here starts a fresh
+cache. With ``NUMBA_CACHE_DIR`` set by hand, clear that folder after editing this module, or
+its callers keep the old arithmetic.
 """
 
 from __future__ import annotations

@@ -11,11 +11,11 @@ count. This module also holds the per-shard statistics the coordinator needs aft
 per-node sums for sparse rows). Nothing here knows about shards or processes: engines call
 :func:`sweep_rows` on whatever rows they hold.
 
-Numba's cache of a compiled function is renewed only when its own source file changes, and the
-vMF's weighted kernel (:func:`streamtree.likelihoods.vmf.sample_weighted_rows`) compiles this
-module's row product and draw into itself: after editing them, clear the numba cache
-(``NUMBA_CACHE_DIR``, by default ``~/.cache/streamtree/numba``) or that kernel keeps the old
-arithmetic.
+The vMF's weighted kernel (:func:`streamtree.likelihoods.vmf.sample_weighted_rows`) compiles
+this module's row product and draw into itself; numba renews a cached kernel only when its own
+file changes, so the package keeps its cache in a folder named by the source of all its kernel
+modules (:mod:`streamtree._numba_env`). With ``NUMBA_CACHE_DIR`` set by hand, clear that folder
+after editing them, or that kernel keeps the old arithmetic.
 """
 
 from __future__ import annotations
