@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 
 import numpy as np
 import pyarrow as pa
@@ -196,10 +197,10 @@ def test_leftovers_are_cleaned_and_foreign_files_kept(tmp_path):
     store = SnapshotStore(str(tmp_path))
     store.publish(make_tree(0, [0], [-1], [0]), list("abcde"))
     (tmp_path / "my-notes.txt").write_text("mine")
-    (tmp_path / "epochs" / ".tmp-000001-abc").mkdir()
+    (tmp_path / "epochs" / f".tmp-000001-{uuid.uuid4().hex}").mkdir()
     (tmp_path / "epochs" / "000001").mkdir()  # renamed into place, never committed
-    (tmp_path / "commits" / ".000001.json.tmp-abc").write_text("{")
-    (tmp_path / ".manifest.json.tmp-abc").write_text("{")
+    (tmp_path / "commits" / f".000001.json.tmp-{uuid.uuid4().hex}").write_text("{")
+    (tmp_path / f".manifest.json.tmp-{uuid.uuid4().hex}").write_text("{")
     (tmp_path / "epochs" / "README").write_text("not ours")
     with store.writer("test") as w:
         removed = store.clean_leftovers()
@@ -207,6 +208,45 @@ def test_leftovers_are_cleaned_and_foreign_files_kept(tmp_path):
     left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
     assert "my-notes.txt" in left and "epochs/README" in left
     assert not [p for p in left if ".tmp-" in p or p == "epochs/000001"]
+
+
+LOOKS_TEMPORARY = [".old-photos/holiday.jpg", ".tmp-work/draft.txt", ".probe-notes", ".notes.tmp-1a2b",
+                   ".replaced-backup/a.txt", f".probe-{'a' * 31}", "epochs/.tmp-drafts/a.txt",
+                   "epochs/.old-000001-1a2b/a.txt", "commits/.000001.json.tmp-1a2b"]
+
+
+def test_names_that_only_look_temporary_are_someone_elses(tmp_path):
+    """Entries that merely look like the store's temporary names (``.old-photos``, ``.tmp-work``,
+    ``.probe-notes``) are someone's files: a directory holding them and no store is refused as a
+    new store, and a store's writer removes only the temporary names it makes itself (one of its
+    prefixes and a 32-digit id, in the folder it makes them in). Before, such entries were not
+    counted as foreign, a new store was written beside them, and its next writer deleted them."""
+    user = tmp_path / "user"
+    for rel in LOOKS_TEMPORARY[:4]:
+        (user / rel).parent.mkdir(parents=True, exist_ok=True)
+        (user / rel).write_text("precious")
+    before = _files(user)
+    with pytest.raises(StoreError, match="holds files that are not a streamtree store .e.g. '.notes.tmp-1a2b'"):
+        SnapshotStore(str(user)).check_writable()
+    assert _files(user) == before
+
+    root = tmp_path / "store"
+    store = SnapshotStore(str(root))
+    store.publish(make_tree(0, [0], [-1], [0]), list("abcde"))
+    for rel in LOOKS_TEMPORARY:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("precious")
+    theirs = _files(root)
+    own = [f".probe-{uuid.uuid4().hex}", f".vocabulary.parquet.tmp-{uuid.uuid4().hex}",
+           f".{LEASE}.stale-{uuid.uuid4().hex}", f"epochs/.tmp-000001-{uuid.uuid4().hex}/nodes.parquet",
+           f"epochs/.old-000000-{uuid.uuid4().hex}/nodes.parquet", f"commits/.000001.json.tmp-{uuid.uuid4().hex}",
+           f".replaced-{uuid.uuid4().hex}/{LEASE}"]
+    for rel in own:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("left by a crash")
+    with store.writer("test"):
+        pass
+    assert _files(root) == theirs
 
 
 def test_begin_replaces_the_old_run_only_at_the_first_commit(tmp_path):

@@ -38,7 +38,9 @@ epoch's folder) and publishes the epoch again. Any other bad record, and a recor
 before a later one, is damage.
 
 Only what the store can show it wrote is ever deleted or moved: the temporary folders and
-files it creates (``.tmp-``, ``.old-``, ``.replaced-`` prefixes) and its own epoch folders,
+files it creates, known by their exact names (one of its prefixes and a 32-digit id, e.g.
+``epochs/.tmp-000003-<id>``, ``.manifest.json.tmp-<id>``, ``.replaced-<id>``; a name that merely
+looks temporary, such as ``.old-photos``, is someone else's) and its own epoch folders,
 records and files, in a directory whose ``manifest.json`` is a streamtree store's (or, while a
 replacement is under way or was stopped, whose set-aside run holds one). A new store writes its
 manifest before anything else, directly, so no file of it ever lies in a directory without that
@@ -173,7 +175,21 @@ EPOCHS = "epochs"
 CHECKPOINT_ARRAYS = "checkpoint.parquet"
 CHECKPOINT_META = "checkpoint.json"
 _OWN_NAMES = (MANIFEST, VOCABULARY, COMMITS, EPOCHS, LEASE)
-_TEMP_PREFIXES = (".tmp-", ".old-", ".replaced-", ".probe-", f".{LEASE}.")
+_UUID = "[0-9a-f]{32}"
+#: The temporary names the store makes, by the folder it makes them in (the root: ""): a file
+#: being written (``.<name>.tmp-<uuid>``), the writability probe, the lease's stale and
+#: heartbeat files, an epoch folder being written (``.tmp-<epoch>-<uuid>``; ``.old-`` in earlier
+#: versions). Only names of exactly this form are removed as leftovers: one that merely looks
+#: temporary (``.old-photos``) may be someone's file, and a directory holding such a name and no
+#: store is refused as a new store like any other.
+_TEMPORARY = {
+    "": re.compile(rf"^\.(probe-|{re.escape(LEASE)}\.(stale|tmp)-|({re.escape(MANIFEST)}|{re.escape(VOCABULARY)})"
+                   rf"\.tmp-){_UUID}$"),
+    EPOCHS: re.compile(rf"^\.(tmp|old)-\d{{6,}}-{_UUID}$"),
+    COMMITS: re.compile(rf"^\.\d{{6,}}\.json\.tmp-{_UUID}$"),
+}
+#: the folder a replacement moves the previous run into (see begin)
+_ASIDE_RE = re.compile(rf"^\.replaced-{_UUID}$")
 _DENSE_FRACTION = 2 / 3
 #: errors of opening or syncing a folder where the OS or file system does not allow it
 _DIR_SYNC_REFUSED = {errno.EINVAL, errno.ENOTSUP, errno.EBADF, errno.EISDIR, errno.EACCES, errno.EPERM}
@@ -478,8 +494,8 @@ class SnapshotStore:
             except OSError:
                 pass
         if not self._check_ours():
-            foreign = sorted(i.base_name for i in self._ls(self.root)
-                             if i.base_name not in _OWN_NAMES and not _is_temporary(i.base_name))
+            foreign = sorted(i.base_name for i in self._ls(self.root) if i.base_name not in _OWN_NAMES
+                             and not _TEMPORARY[""].match(i.base_name) and not _ASIDE_RE.match(i.base_name))
             if foreign:
                 raise StoreError(f"{self.root}: the directory holds files that are not a streamtree store "
                                  f"(e.g. {foreign[0]!r}); choose an empty or new --store directory")
@@ -504,6 +520,7 @@ class SnapshotStore:
         if self._saved_runs():
             return True
         found = [n for n in (VOCABULARY, COMMITS, EPOCHS) if n in names]
+        # anything named like an aside, not only the names this code makes: refused, not guessed at
         found += sorted(n for n, i in names.items() if n.startswith(".replaced-") and
                         (i.type != pafs.FileType.Directory or self._ls(i.path)))
         if LEASE in names and not _is_lease(self.fs, names[LEASE].path):
@@ -519,7 +536,7 @@ class SnapshotStore:
         manifest of a streamtree store (the run it set aside)."""
         found = []
         for info in self._ls(self.root):
-            if info.base_name.startswith(".replaced-") and info.type == pafs.FileType.Directory:
+            if _ASIDE_RE.match(info.base_name) and info.type == pafs.FileType.Directory:
                 saved = self.fs.get_file_info(f"{info.path}/{MANIFEST}")
                 if saved.type != pafs.FileType.File:
                     continue
@@ -588,12 +605,12 @@ class SnapshotStore:
         infos = self._record_infos()
         # a cut-short record that was kept keeps its epoch's folders too (see _drop_cut_short_record)
         kept = infos[-1].base_name[:-len(".json")] if infos and self._cut_short_latest(infos) else None
-        for folder in (self.root, self._path(EPOCHS), self._path(COMMITS)):
+        for where, folder in (("", self.root), (EPOCHS, self._path(EPOCHS)), (COMMITS, self._path(COMMITS))):
             for info in self._ls(folder):
                 name = info.base_name
                 rel = info.path[len(self.root) + 1:]
-                leftover = _is_temporary(name) and not name.startswith(".replaced-")
-                if folder == self._path(EPOCHS) and _FOLDER_RE.match(name) and rel not in committed \
+                leftover = bool(_TEMPORARY[where].match(name))
+                if where == EPOCHS and _FOLDER_RE.match(name) and rel not in committed \
                         and name.split("-")[0] != kept:
                     leftover = True  # an epoch folder whose commit never happened
                 if leftover:
@@ -601,7 +618,7 @@ class SnapshotStore:
                     removed.append(rel)
         self._checkpointed_known = False
         removed += self._drop_superseded_checkpoints()
-        asides = [i for i in self._ls(self.root) if i.base_name.startswith(".replaced-")]
+        asides = [i for i in self._ls(self.root) if _ASIDE_RE.match(i.base_name)]
         if asides:
             if committed:  # the new run has committed: the old one it replaced can go
                 for info in asides:
@@ -1197,7 +1214,7 @@ class SnapshotStore:
     def _drop_asides(self) -> None:
         """Delete the runs a replacement set aside, once the new run is in place."""
         for info in self._ls(self.root):
-            if info.base_name.startswith(".replaced-"):
+            if _ASIDE_RE.match(info.base_name):
                 self._delete(info)
         self._aside_pending = False
 
@@ -1546,11 +1563,6 @@ def _is_lease(fs: pafs.FileSystem, path: str) -> bool:
     except (OSError, ValueError, UnicodeDecodeError):
         return False
     return isinstance(lease, dict) and isinstance(lease.get("token"), str)
-
-
-def _is_temporary(name: str) -> bool:
-    """A temporary name the store itself creates (``.x.tmp-<hex>``, ``.tmp-...``, ``.probe-...``)."""
-    return name.startswith(_TEMP_PREFIXES) or bool(re.match(r"^\..+\.tmp-[0-9a-f]+$", name))
 
 
 _PARTIAL_TOKEN = re.compile(r"(-|[.eE][-+]?|t|tr|tru|f|fa|fal|fals|n|nu|nul)?")
