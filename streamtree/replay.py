@@ -32,7 +32,8 @@ import scipy.sparse as sp
 import streamtree
 from connectors.sources import open_source
 from connectors.sources.files import canonical_uri
-from connectors.stores.snapshot import THETA_STORAGE, CheckpointNotKeptError, SnapshotStore, StoreError
+from connectors.stores.snapshot import (THETA_STORAGE, CheckpointNotKeptError, CorruptStoreError, SnapshotStore,
+                                       StoreError)
 from streamtree.epochs import Epoch, EpochReader, EpochSpec, TimeRange
 from streamtree.events import epoch_events
 from streamtree.likelihoods.vmf import reads_document_weights
@@ -441,6 +442,12 @@ def _start(store: SnapshotStore, config: ReplayConfig, mode: str) -> _Start:
     stored = stored_identity(manifest.get("config", {}).get("replay") or {})
     same = stored == config.identity()
     if mode == "resume" and same:
+        cut = store.cut_short_epoch()  # still there once the writer cleaned up: kept, see SnapshotStore
+        if cut is not None:
+            raise CorruptStoreError(f"{store.uri}: the commit record of epoch {cut} was cut short by a crash, and "
+                                    "that epoch's folder holds the only model checkpoint (the one before it was "
+                                    "already removed), so the run cannot be resumed: replay it again with "
+                                    "--overwrite, or into another --store")
         if manifest.get("complete"):
             return _Start(last, manifest["complete"])
         if not last.get("checkpoint"):

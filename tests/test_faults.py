@@ -238,3 +238,42 @@ def test_readers_of_an_overwrite_killed_anywhere_see_the_old_run_or_the_new_one(
     r = cli(corpus, store, "--resume")
     assert r.returncode == 0, r.stderr
     assert_same_store(store, want)
+
+
+def test_a_complete_store_whose_last_record_was_cut_short_is_finished_by_a_resume(corpus, tmp_path):
+    """A latest record cut short by a crash on a store already marked complete: that epoch is
+    not committed, so the run is not complete (readers say so) and a resume publishes it again,
+    ending equal to the undisturbed run. Before, the writer removed the record and its folder
+    and the resume answered "already complete", with the last epoch missing."""
+    store = tmp_path / "store"
+    r = cli(corpus, store, "--keep-checkpoints", "all")  # the epoch before keeps its checkpoint
+    assert r.returncode == 0, r.stderr
+    want = snapshot(store)
+    record = store / "commits" / "000002.json"
+    record.write_bytes(record.read_bytes()[:60])
+    reader = SnapshotStore(str(store))
+    assert [e["epoch"] for e in reader.epochs()] == [0, 1]
+    assert reader.complete() is None and reader.manifest()["complete"] is None
+    r = cli(corpus, store, "--resume")
+    assert r.returncode == 0, r.stderr
+    assert "already complete" not in r.stdout
+    assert_same_store(store, want)
+
+
+def test_a_cut_short_record_holding_the_only_checkpoint_is_a_clear_error_for_a_resume(corpus, reference, tmp_path):
+    """When the cut record's folder holds the only checkpoint (the one before it was removed
+    after that commit), the run cannot be resumed: --resume says so and what to do, and
+    --overwrite replays it. Before, the resume said "already complete" after a warning."""
+    want, _ = reference
+    store = tmp_path / "store"
+    assert cli(corpus, store).returncode == 0
+    record = store / "commits" / "000002.json"
+    record.write_bytes(record.read_bytes()[:60])
+    r = cli(corpus, store, "--resume")
+    assert r.returncode == 3 and "already complete" not in r.stdout, (r.returncode, r.stdout, r.stderr)
+    assert "commit record of epoch 2 was cut short" in r.stderr and "cannot be resumed" in r.stderr
+    assert "--overwrite" in r.stderr and "Traceback" not in r.stderr
+    assert record.exists() and (store / "epochs" / "000002" / "checkpoint.parquet").exists()
+    r = cli(corpus, store, "--overwrite")
+    assert r.returncode == 0, r.stderr
+    assert_same_store(store, want)

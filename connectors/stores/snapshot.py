@@ -33,8 +33,10 @@ folder holding the new name right after it (on POSIX; where folders cannot be fl
 Windows, that step is skipped), so a power cut cannot leave a record or a folder naming bytes
 that never reached the disk. A store written before writers flushed can hold a latest record
 cut short by a power cut (empty, zeros, or JSON cut off): readers take the store as committed
-through the epoch before it, with a warning, and the next writer removes that record (and its
-epoch's folder) and publishes the epoch again. Any other bad record, and a record cut short
+through the epoch before it, with a warning (a run marked complete through a later epoch reads as
+unfinished), and the next writer removes that record (and its epoch's folder) and publishes the
+epoch again; where that folder holds the store's only checkpoint, both are kept and the run
+cannot be resumed (:meth:`SnapshotStore.cut_short_epoch`). Any other bad record, and a record cut short
 before a later one, is damage.
 
 Only what the store can show it wrote is ever deleted or moved: the temporary folders and
@@ -766,7 +768,20 @@ class SnapshotStore:
             manifest["epochs"] = sorted(entries, key=lambda e: e["epoch"])
             return manifest
         manifest["epochs"] = self._records(run=manifest.get("run"))
+        self._complete_as_committed(manifest, manifest["epochs"][-1] if manifest["epochs"] else None)
         return manifest
+
+    def _complete_as_committed(self, manifest: dict, last: dict | None) -> None:
+        """Clear ``manifest["complete"]`` if the run was marked complete through a later epoch
+        than the last committed one (a crash cut that epoch's record short, and a writer removed
+        it or readers skip it): the run is unfinished until a resume publishes that epoch again."""
+        done = manifest.get("complete")
+        through = done.get("last_epoch") if isinstance(done, dict) else None
+        if isinstance(through, int) and (last is None or last["epoch"] < through):
+            logger.warning("%s: the run was marked complete through epoch %d, but its epochs are committed only "
+                           "through %s; it reads as unfinished: resume it (replay --resume) to publish the rest",
+                           self.root, through, "none" if last is None else f"epoch {last['epoch']}")
+            manifest["complete"] = None
 
     def _base_manifest(self) -> dict:
         """The run's manifest, validated. A writer in the middle of a replacement gets its new
@@ -979,14 +994,27 @@ class SnapshotStore:
                 self._drop_asides()
 
     def complete(self) -> dict | None:
-        """The completion record of a finished run (None while it is unfinished)."""
-        return self._base_manifest().get("complete")
+        """The completion record of a finished run (None while it is unfinished, and when epochs
+        it was marked complete through are no longer committed)."""
+        manifest = self._base_manifest()
+        self._complete_as_committed(manifest, self.last_commit())
+        return manifest.get("complete")
 
     def count_published(self) -> int:
         """Number of published epochs (lists the commit records, reads the latest only)."""
         self._base_manifest()  # which run: during a replacement, the one set aside
         infos = self._record_infos()
         return len(infos) - int(bool(infos) and self._cut_short_latest(infos))
+
+    def cut_short_epoch(self) -> int | None:
+        """The epoch of the latest commit record if a crash cut it short (None otherwise). A
+        writer removes such a record when it takes the lease, unless that epoch's folder holds
+        the store's only model checkpoint: a run left so cannot be resumed."""
+        self._base_manifest()  # which run: during a replacement, the one set aside
+        infos = self._record_infos()
+        if infos and self._cut_short_latest(infos):
+            return int(_RECORD_RE.match(infos[-1].base_name).group(1))
+        return None
 
     def _cut_short_latest(self, infos: list[pafs.FileInfo]) -> bool:
         """Whether the latest of the (non-empty) records ``infos`` was cut short by a crash."""
