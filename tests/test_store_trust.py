@@ -453,6 +453,25 @@ def test_a_latest_commit_record_cut_short_by_a_crash_reads_as_the_epoch_before(t
         SnapshotStore(str(tmp_path)).epochs()
 
 
+@pytest.mark.parametrize("tail", [b"n", b"t", b"tr", b"-", b"e", b".", b"\n-", b"}"])
+def test_a_whole_record_followed_by_stray_bytes_is_damage_not_a_crash(tmp_path, tail):
+    """A crash cannot add bytes after a complete record: a latest record that parses whole and
+    is followed by anything is damage, for readers and writers alike, and the writer deletes
+    neither the record nor its epoch's folder. Before, a stray byte that could begin a JSON token
+    read as a record cut short, and the next writer deleted the record and the epoch."""
+    _three_epochs(tmp_path, checkpoints=False)
+    record = tmp_path / "commits" / "000002.json"
+    record.write_bytes(record.read_bytes() + tail)
+    before = _files(tmp_path)
+    with pytest.raises(CorruptStoreError, match="000002.json: the commit record is not valid JSON"):
+        SnapshotStore(str(tmp_path)).epochs()
+    with SnapshotStore(str(tmp_path)).writer("test"):
+        pass
+    assert _files(tmp_path) == before
+    with pytest.raises(CorruptStoreError, match="the store is damaged"):
+        SnapshotStore(str(tmp_path)).last_commit()
+
+
 def test_a_cut_short_record_is_kept_when_its_folder_holds_the_only_checkpoint(tmp_path):
     """The previous epoch's checkpoint was deleted after the cut record's epoch committed: its
     folder is the only way back, so the writer keeps it (and says so) rather than delete it."""

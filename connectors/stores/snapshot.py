@@ -33,11 +33,12 @@ folder holding the new name right after it (on POSIX; where folders cannot be fl
 Windows, that step is skipped), so a power cut cannot leave a record or a folder naming bytes
 that never reached the disk. A store written before writers flushed can hold a latest record
 cut short by a power cut (empty, zeros, or JSON cut off): readers take the store as committed
-through the epoch before it, with a warning (a run marked complete through a later epoch reads as
-unfinished), and the next writer removes that record (and its epoch's folder) and publishes the
-epoch again; where that folder holds the store's only checkpoint, both are kept and the run
-cannot be resumed (:meth:`SnapshotStore.cut_short_epoch`). Any other bad record, and a record cut short
-before a later one, is damage.
+through the epoch before it, with a warning (a run marked complete through a later epoch reads
+as unfinished), and the next writer removes that record (and its epoch's folder) and publishes
+the epoch again; where that folder holds the store's only checkpoint, both are kept and the run
+cannot be resumed (:meth:`SnapshotStore.cut_short_epoch`). Any other bad record (a whole record
+followed by stray bytes too: a crash cannot add bytes after it), and a record cut short before a
+later one, is damage; a writer removes no folder of an epoch whose record it cannot read.
 
 Only what the store can show it wrote is ever deleted or moved: the temporary folders and
 files it creates, known by their exact names (one of its prefixes and a 32-digit id, e.g.
@@ -596,24 +597,27 @@ class SnapshotStore:
 
     def clean_leftovers(self) -> list[str]:
         """Delete what crashed writers left behind: temporary files and folders, epoch folders
-        without a commit record. Needs the lease; returns the paths removed. Nothing that
-        does not carry one of the store's own names is touched."""
+        without a commit record (an epoch whose record cannot be read keeps its folders). Needs
+        the lease; returns the paths removed. Nothing that does not carry one of the store's own
+        names is touched."""
         self._require_lease()
         if not self._check_ours():
             return []  # nothing of a store's here: nothing to clean
         removed = self._restore_interrupted_aside()
         removed += self._drop_cut_short_record()
-        committed = {e.get("path") for e in self._records(validate=False)}
-        infos = self._record_infos()
-        # a cut-short record that was kept keeps its epoch's folders too (see _drop_cut_short_record)
-        kept = infos[-1].base_name[:-len(".json")] if infos and self._cut_short_latest(infos) else None
+        records = self._records(validate=False)
+        committed = {e.get("path") for e in records}
+        # A record that cannot be read (damaged, or cut short and kept: see _drop_cut_short_record)
+        # keeps every folder of its epoch: which one it names is unknown, and damage is not a crash.
+        unread = {int(_RECORD_RE.match(i.base_name).group(1)) for i in self._record_infos()}
+        unread -= {e["epoch"] for e in records}
         for where, folder in (("", self.root), (EPOCHS, self._path(EPOCHS)), (COMMITS, self._path(COMMITS))):
             for info in self._ls(folder):
                 name = info.base_name
                 rel = info.path[len(self.root) + 1:]
                 leftover = bool(_TEMPORARY[where].match(name))
                 if where == EPOCHS and _FOLDER_RE.match(name) and rel not in committed \
-                        and name.split("-")[0] != kept:
+                        and int(name.split("-")[0]) not in unread:
                     leftover = True  # an epoch folder whose commit never happened
                 if leftover:
                     self._delete(info)
@@ -1599,7 +1603,8 @@ _PARTIAL_TOKEN = re.compile(r"(-|[.eE][-+]?|t|tr|tru|f|fa|fal|fals|n|nu|nul)?")
 def _cut_short(raw: bytes) -> bool:
     """Whether ``raw`` is what a crash can leave of a JSON object whose bytes were not flushed
     before its rename (writers before this one did not flush): nothing, zeros, or the object
-    cut off at some byte. Any other bad JSON is damage."""
+    cut off at some byte. Any other bad JSON is damage, a whole object followed by anything in
+    particular: a crash cannot add bytes after a complete record."""
     text = raw.rstrip(b"\0").rstrip()
     if not text:
         return True
@@ -1610,6 +1615,8 @@ def _cut_short(raw: bytes) -> bool:
     except UnicodeDecodeError:
         return False
     except json.JSONDecodeError as exc:
+        if exc.msg.startswith("Extra data"):  # the object parsed whole: what follows it is damage
+            return False
         # cut inside a string, or the error is at the end: nothing but an unfinished token after it
         return exc.msg.startswith("Unterminated string") or bool(_PARTIAL_TOKEN.fullmatch(exc.doc[exc.pos:]))
     return False
