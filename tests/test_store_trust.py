@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -522,6 +523,44 @@ def test_store_named_files_that_no_store_wrote_are_never_touched(tmp_path, plant
         replay(ReplayConfig(source=str(tmp_path / "none.parquet"), text_col="text", time_col="year"), str(tmp_path),
                mode="overwrite")
     assert _files(tmp_path) == before
+
+
+def test_an_older_writer_stopped_before_its_manifest_is_refused_saying_what_to_remove(tmp_path):
+    """Streamtree versions before the manifest-first store wrote ``vocabulary.parquet`` (and
+    their lease) before the manifest; one killed in between left that layout, which nothing
+    proves to be a store's. Every writer, --overwrite included, refuses it as before and touches
+    nothing, but the message now says it may be such a run and which file to remove (before: only
+    that the directory is not a store's); done so, the replay runs."""
+    from streamtree.replay import ReplayConfig, replay
+
+    store = SnapshotStore(str(tmp_path))
+    with store.writer("replay"):
+        store.begin({"x": 1}, vocab6())
+    (tmp_path / "manifest.json").rename(tmp_path / f".manifest.json.tmp-{uuid.uuid4().hex}")
+    lease = {"owner": "x", "host": socket.gethostname(), "pid": dead_pid(), "command": "replay", "token": "t1",
+             "acquired": "then", "heartbeat_unix": time.time(), "timeout": 60}
+    (tmp_path / LEASE).write_text(json.dumps(lease))
+    before = _files(tmp_path)
+    hint = (f"holds vocabulary.parquet but no streamtree manifest .manifest.json.. Earlier streamtree versions wrote "
+            f"vocabulary.parquet before the manifest, .* remove {re.escape(str(tmp_path / 'vocabulary.parquet'))} "
+            "and rerun")
+    with pytest.raises(StoreError, match=hint):
+        SnapshotStore(str(tmp_path)).check_writable()
+    with pytest.raises(StoreError, match=hint):
+        replay(ReplayConfig(source=str(tmp_path / "none.parquet"), text_col="text", time_col="year"), str(tmp_path),
+               mode="overwrite")
+    assert _files(tmp_path) == before
+    (tmp_path / "epochs").mkdir()  # not that layout: the plain refusal
+    with pytest.raises(StoreError, match="holds vocabulary.parquet, epochs but no streamtree manifest .manifest.json.,"):
+        SnapshotStore(str(tmp_path)).check_writable()
+    (tmp_path / "epochs").rmdir()
+    (tmp_path / "vocabulary.parquet").unlink()
+    store = SnapshotStore(str(tmp_path))
+    store.check_writable()
+    with store.writer("replay"):
+        store.begin({"x": 2}, vocab6())
+        store.publish(make_tree(0, [0], [-1], [0]), list("abcde"))
+    assert SnapshotStore(str(tmp_path)).config() == {"x": 2}
 
 
 def test_a_new_store_writes_its_manifest_first(tmp_path, monkeypatch):

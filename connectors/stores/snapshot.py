@@ -528,6 +528,15 @@ class SnapshotStore:
                         (i.type != pafs.FileType.Directory or self._ls(i.path)))
         if LEASE in names and not _is_lease(self.fs, names[LEASE].path):
             found.append(LEASE)
+        if found == [VOCABULARY] and all(n in (VOCABULARY, LEASE) or _TEMPORARY[""].match(n) for n in names):
+            # the layout of an older writer (it wrote the vocabulary before its manifest) stopped
+            # before its manifest: most likely ours, but nothing proves it, so say what to do
+            raise StoreError(f"{self.root}: holds {VOCABULARY} but no streamtree manifest ({MANIFEST}). Earlier "
+                             f"streamtree versions wrote {VOCABULARY} before the manifest, so this may be a run of "
+                             "theirs (replay or serve) stopped before publishing anything: if so, remove "
+                             f"{names[VOCABULARY].path} and rerun the same command. If not, nothing shows that a "
+                             "store wrote it and it is left as it is: choose an empty or new --store directory, or "
+                             "move it out of this one")
         if found:
             raise StoreError(f"{self.root}: holds {', '.join(found)} but no streamtree manifest ({MANIFEST}), so "
                              "nothing shows that a store wrote them and they are left as they are; choose an empty "
