@@ -343,7 +343,8 @@ def test_commit_cost_does_not_grow_with_the_number_of_epochs(tmp_path, monkeypat
         store.begin({"x": 1}, vocab6())
         for e in range(40):
             store.publish(make_tree(e, [0, 1], [-1, 0], [0, 0], seed=e), list("abcde"))
-    per_epoch = writes[1:]
+    assert [name for name, _ in writes[:2]] == ["manifest.json"] * 2  # the claim, then with the vocabulary
+    per_epoch = writes[2:]
     assert [name for name, _ in per_epoch] == [f"{e:06d}.json" for e in range(40)]
     sizes = [n for _, n in per_epoch]
     assert max(sizes) - min(sizes) < 64  # the record does not grow with the epochs before it
@@ -565,7 +566,7 @@ def test_an_older_writer_stopped_before_its_manifest_is_refused_saying_what_to_r
 
 def test_a_new_store_writes_its_manifest_first(tmp_path, monkeypatch):
     """The manifest is the proof that the files after it are the store's own, so a new store
-    writes it before anything else, directly (no temporary file a crash could leave unproven)."""
+    writes it before anything else, whole (a temporary file of the store's own name, renamed)."""
     import connectors.stores.snapshot as snapshot_mod
 
     points = []
@@ -575,5 +576,79 @@ def test_a_new_store_writes_its_manifest_first(tmp_path, monkeypatch):
     with store.writer("test"):
         store.begin({"x": 1}, vocab6())
     assert points[0] == ("write manifest.json", [])
-    assert points[1][0].startswith("write .vocabulary.parquet.tmp-") and points[1][1] == ["manifest.json"]
+    assert points[1][0] == "rename manifest.json" and len(points[1][1]) == 1
+    assert re.fullmatch(r"\.manifest\.json\.tmp-[0-9a-f]{32}", points[1][1][0])
+    assert points[2][0].startswith("write .vocabulary.parquet.tmp-") and points[2][1] == ["manifest.json"]
     assert SnapshotStore(str(tmp_path / "s")).config() == {"x": 1} and store.vocabulary() is not None
+
+
+class Killed(BaseException):
+    """A writer stopped dead at a write point (nothing after it runs)."""
+
+
+def test_a_claim_stopped_before_its_rename_leaves_no_manifest(tmp_path, monkeypatch):
+    """A crash while a new store writes its manifest leaves no ``manifest.json`` at all, only the
+    store's temporary file: readers see an empty store, and the next writer claims the folder
+    and removes that file. Before, the manifest was created in place, so a power cut between its
+    creation and its flush left an empty or partial manifest, which every writer called damage."""
+    import connectors.stores.snapshot as snapshot_mod
+
+    real = snapshot_mod.write_point
+
+    def kill(name):
+        if name == "rename manifest.json":
+            raise Killed
+        real(name)
+
+    monkeypatch.setattr(snapshot_mod, "write_point", kill)
+    store = SnapshotStore(str(tmp_path))
+    with pytest.raises(Killed):
+        with store.writer("test"):
+            store.begin({"x": 1}, vocab6())
+    monkeypatch.setattr(snapshot_mod, "write_point", real)
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert len(left) == 1 and re.fullmatch(r"\.manifest\.json\.tmp-[0-9a-f]{32}", left[0]), left
+    assert SnapshotStore(str(tmp_path)).epochs() == []
+    store = SnapshotStore(str(tmp_path))
+    store.check_writable()
+    with store.writer("test"):
+        store.begin({"x": 2}, vocab6())
+        store.publish(make_tree(0, [0], [-1], [0]), list("abcde"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["commits", "epochs", "manifest.json", "vocabulary.parquet"]
+    assert SnapshotStore(str(tmp_path)).config() == {"x": 2}
+
+
+@pytest.mark.parametrize("torn", [b"", b"\0" * 300, b'{\n "checkpoints": "lat', b'{\n "check'],
+                         ids=["empty", "zeros", "cut", "cut in the first key"])
+def test_a_claim_torn_by_an_earlier_writer_is_replaced(tmp_path, caplog, torn):
+    """Writers before the claim was renamed into place created ``manifest.json`` in place, so a
+    power cut could leave it empty, zeros or cut off in a folder holding nothing else: no run
+    ever began there. Readers see an empty store and the next writer replaces it, saying so.
+    Before, every reader and writer said the store was damaged and to restore it from a copy.
+    With anything of a run beside it, or someone else's JSON, it is still damage."""
+    (tmp_path / "manifest.json").write_bytes(torn)
+    (tmp_path / f".probe-{uuid.uuid4().hex}").write_bytes(b"")
+    reader = SnapshotStore(str(tmp_path))
+    assert reader.epochs() == [] and reader.complete() is None
+    store = SnapshotStore(str(tmp_path))
+    store.check_writable()
+    with store.writer("test"):
+        store.begin({"x": 1}, vocab6())
+        store.publish(make_tree(0, [0], [-1], [0]), list("abcde"))
+    assert "torn by a crash" in caplog.text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["commits", "epochs", "manifest.json", "vocabulary.parquet"]
+    assert SnapshotStore(str(tmp_path)).config() == {"x": 1}
+
+    for i, (other, beside) in enumerate(((torn, "epochs/000000"), (b'{"format": "someone', None))):
+        root = tmp_path / f"other{i}"
+        root.mkdir()
+        (root / "manifest.json").write_bytes(other)
+        if beside:
+            (root / beside).mkdir(parents=True)
+        before = _files(root)
+        with pytest.raises(CorruptStoreError, match="manifest.json: the manifest is not valid JSON"):
+            SnapshotStore(str(root)).epochs()
+        with pytest.raises(CorruptStoreError, match="the store is damaged"):
+            with SnapshotStore(str(root)).writer("test"):
+                pass
+        assert _files(root) == before

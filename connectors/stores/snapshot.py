@@ -46,11 +46,14 @@ files it creates, known by their exact names (one of its prefixes and a 32-digit
 looks temporary, such as ``.old-photos``, is someone else's) and its own epoch folders,
 records and files, in a directory whose ``manifest.json`` is a streamtree store's (or, while a
 replacement is under way or was stopped, whose set-aside run holds one). A new store writes its
-manifest before anything else, directly, so no file of it ever lies in a directory without that
-proof. A directory without it that holds store-named files (``vocabulary.parquet``,
-``commits``, ``epochs``, an aside, a lease that is not a streamtree lease), or whose
-``manifest.json`` is someone else's, is refused by every writer, naming what it found, and left
-as it is (:meth:`SnapshotStore.check_writable`, and again when the lease is taken).
+manifest before anything else, whole (through a temporary file of the store's own name, renamed
+into place), so no other file of it ever lies in a directory without that proof; a manifest that
+a crash tore in such a first write by an earlier writer (which created it in place: empty,
+zeros or cut off, with nothing of a run beside it) is known as ours, and replaced. A directory
+without it that holds store-named files (``vocabulary.parquet``, ``commits``, ``epochs``, an
+aside, a lease that is not a streamtree lease), or whose ``manifest.json`` is someone else's, is
+refused by every writer, naming what it found, and left as it is
+(:meth:`SnapshotStore.check_writable`, and again when the lease is taken).
 
 Replacing a run
 ---------------
@@ -516,6 +519,10 @@ class SnapshotStore:
                 manifest = self._read_json(path, "manifest")
             except FileNotFoundError:
                 return self._check_ours()  # moved aside while we listed
+            except CorruptStoreError:
+                if self._unfinished_claim():
+                    return True  # a new store's claim torn by a crash: the writer removes it
+                raise
             if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
                 raise StoreError(f"{path}: not the manifest of a streamtree store, so this directory is not one and "
                                  "nothing in it is touched; choose an empty or new --store directory")
@@ -612,6 +619,8 @@ class SnapshotStore:
         self._require_lease()
         if not self._check_ours():
             return []  # nothing of a store's here: nothing to clean
+        if self._unfinished_claim_to_drop():
+            return [MANIFEST]
         removed = self._restore_interrupted_aside()
         removed += self._drop_cut_short_record()
         records = self._records(validate=False)
@@ -644,6 +653,21 @@ class SnapshotStore:
         if removed:
             logger.info("removed leftovers of an interrupted writer: %s", ", ".join(removed))
         return removed
+
+    def _unfinished_claim_to_drop(self) -> bool:
+        """Delete a torn claim (see :meth:`_unfinished_claim`): no run ever began here, so the
+        writer begins one afresh. True if there was one."""
+        path = self._path(MANIFEST)
+        try:
+            self._read_json(path, "manifest")
+            return False
+        except (FileNotFoundError, CorruptStoreError):
+            if not self._unfinished_claim():
+                return False
+        logger.warning("%s: empty or cut off, in a folder holding nothing of a run: the first write of a new "
+                       "store (its manifest), torn by a crash; this store's own, removed: the run begins afresh", path)
+        self._delete(self.fs.get_file_info(path))
+        return True
 
     def _restore_interrupted_aside(self) -> list[str]:
         """Undo a replacement that stopped before its new run's first commit.
@@ -809,6 +833,10 @@ class SnapshotStore:
             try:
                 manifest = self._read_json(path, "manifest")
                 break
+            except CorruptStoreError:
+                if self._unfinished_claim():  # no run ever began here (the next writer removes it)
+                    return self._new_manifest()
+                raise
             except FileNotFoundError:
                 saved = self._saved_runs() if self._lease is None else []
                 if not saved:
@@ -922,30 +950,39 @@ class SnapshotStore:
 
     def _claim(self, text: str) -> None:
         """Write the manifest of a new store as the first file of the directory: the proof that
-        what the store writes after it is its own (see :meth:`_check_ours`). Created directly
-        (exclusively on a local disk, then flushed) rather than through a temporary file, which a
-        crash would leave behind in a directory nothing proves to be a store's."""
+        what the store writes after it is its own (see :meth:`_check_ours`). Whole or not at all:
+        through a temporary name renamed into place where a rename is atomic (local disks, HDFS),
+        as one object put elsewhere. A crash before the rename leaves only the temporary file,
+        whose name is the store's own (:data:`_TEMPORARY`): the next claim removes it."""
         path = self._path(MANIFEST)
-        data = text.encode("utf-8")
-        write_point(f"write {MANIFEST}")
-        if not isinstance(self.fs, pafs.LocalFileSystem):
-            with self.fs.open_output_stream(path) as f:  # one object put: whole or absent
-                f.write(data)
-            return
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except OSError as exc:
-            raise StoreAccessError(f"{path}: cannot create the store's manifest: {os_reason(exc)}") from None
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
+            if self.fs.type_name in RENAMING_FILESYSTEMS:
+                self._write_text(path, text)
+            else:
+                write_point(f"write {MANIFEST}")
+                with self.fs.open_output_stream(path) as f:  # one object put: whole or absent
+                    f.write(text.encode("utf-8"))
         except OSError as exc:
             raise StoreAccessError(f"{path}: cannot write the store's manifest: {os_reason(exc)}") from None
-        finally:
-            os.close(fd)
-        self._sync_dir(self.root)
+        self.clean_leftovers()  # now that the directory is proven ours
+
+    def _unfinished_claim(self) -> bool:
+        """Whether the store's ``manifest.json`` is a claim that a crash tore (writers before the
+        claim was renamed into place created it in place): empty, zeros, or the start of a new
+        store's manifest cut off, in a directory holding nothing else but a streamtree lease and
+        the store's temporary names, as a claim does. Such a file is ours and holds no run."""
+        names = {i.base_name: i for i in self._ls(self.root)}
+        if MANIFEST not in names or not all(n in (MANIFEST, LEASE) or _TEMPORARY[""].match(n) for n in names):
+            return False
+        if LEASE in names and not _is_lease(self.fs, names[LEASE].path):
+            return False
+        try:
+            with self.fs.open_input_stream(names[MANIFEST].path) as f:
+                raw = f.read()
+        except OSError:
+            return False
+        text = raw.rstrip(b"\0").rstrip()
+        return _cut_short(raw) and (text.startswith(_CLAIM_START) or _CLAIM_START.startswith(text))
 
     def _commit_record(self, entry: dict) -> None:
         if not self._exists(self._path(COMMITS)):
@@ -1606,6 +1643,8 @@ def _is_lease(fs: pafs.FileSystem, path: str) -> bool:
     return isinstance(lease, dict) and isinstance(lease.get("token"), str)
 
 
+#: how a new store's manifest begins (JSON with sorted keys; every new manifest has "checkpoints")
+_CLAIM_START = b'{\n "checkpoints": '
 _PARTIAL_TOKEN = re.compile(r"(-|[.eE][-+]?|t|tr|tru|f|fa|fal|fals|n|nu|nul)?")
 
 
