@@ -272,6 +272,55 @@ def test_begin_replaces_the_old_run_only_at_the_first_commit(tmp_path):
     assert (tmp_path / "mine.txt").read_text() == "keep me"
 
 
+@pytest.mark.parametrize("read", ["manifest", "last_commit", "count_published"])
+@pytest.mark.parametrize("between, sees", [("commit", "new"), ("set aside", "old"), ("set aside and commit", "new")],
+                         ids=["aside dropped", "old run set aside", "old run replaced"])
+def test_a_reader_racing_a_replacement_sees_one_run_whole(tmp_path, read, between, sees):
+    """A reader reads the manifest, then lists the commit records. A writer replacing the run in
+    between (setting the old run aside, committing the new run's first epoch and dropping the
+    aside) must not make it see the old run without epochs, or the new run's records under the
+    old manifest: the read is done again when the run moved. Before, the reader got the old
+    complete manifest with no epochs (or called the store damaged)."""
+    store = SnapshotStore(str(tmp_path))
+    with store.writer("old"):
+        store.begin({"run": "old"}, vocab6())
+        for e in range(3):
+            store.publish(make_tree(e, [0, 1], [-1, 0], [0, 0], seed=e), list("abcde"))
+        store.finish({"n": 3})
+    writer = SnapshotStore(str(tmp_path))
+    lease = writer.writer("new").acquire()
+    try:
+        if between == "commit":
+            writer.begin({"run": "new"}, vocab6())
+        reader = SnapshotStore(str(tmp_path))
+        listing = reader._record_infos
+        raced = []
+
+        def interleaved():
+            if not raced:  # once: the writer acts after the reader has read the manifest
+                raced.append(True)
+                if between != "commit":
+                    writer.begin({"run": "new"}, vocab6())
+                if between != "set aside":
+                    writer.publish(make_tree(0, [0, 2], [-1, 0], [0, 0], seed=4), list("vwxyz"))
+            return listing()
+
+        reader._record_infos = interleaved
+        got = getattr(reader, read)()
+        assert raced
+        new_run = writer._pending["run"] if writer._pending is not None else writer.manifest()["run"]
+    finally:
+        lease.release()
+    if read == "manifest":
+        assert got["config"] == {"run": sees}
+        assert [e["epoch"] for e in got["epochs"]] == ([0, 1, 2] if sees == "old" else [0])
+        assert (got["complete"] is not None) == (sees == "old")
+    elif read == "last_commit":
+        assert got["epoch"] == (2 if sees == "old" else 0) and (got["run"] == new_run) == (sees == "new")
+    else:
+        assert got == (3 if sees == "old" else 1)
+
+
 def test_a_crash_after_setting_aside_is_cleaned_by_the_next_commit(tmp_path):
     store = SnapshotStore(str(tmp_path))
     store.publish(make_tree(0, [0], [-1], [0]), list("abcde"))

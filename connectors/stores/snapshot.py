@@ -68,6 +68,9 @@ commit (until then the writer keeps it in memory). While the store's folder has 
 ``manifest.json``, ``vocabulary.parquet``, ``commits`` and ``epochs`` from the aside where it
 is there (moved already) and from the store's folder where not (not yet); an old run without
 records gets an empty ``commits`` in its aside, so that none of the new run's show through.
+A reader reads the manifest before the records, so it checks after reading them that the run is
+still the one it read and where it read it (not set aside, put back or replaced meanwhile), and
+reads again if not.
 Once the new manifest is in place the aside is deleted. A store with no manifest but an aside holding one is therefore a replacement stopped
 before its first commit: the next writer moves that aside back over what the stopped writer
 wrote (:meth:`SnapshotStore.clean_leftovers`), and the old run is whole again.
@@ -134,9 +137,11 @@ import os
 import platform
 import re
 import uuid
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -155,6 +160,7 @@ from streamtree.records import REJECT_SCHEMA
 from streamtree.text import DEFAULT_TOP_WORDS
 
 logger = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 FORMAT = "streamtree-snapshots"
 FORMAT_VERSION = 4
@@ -795,7 +801,36 @@ class SnapshotStore:
     def manifest(self) -> dict:
         """The committed state: the run's manifest plus ``epochs``, the validated commit
         records in epoch order (a fresh empty manifest if nothing was committed yet)."""
-        manifest = self._base_manifest()
+        return self._settled(self._with_records)
+
+    def _settled(self, read: Callable[[dict], _T]) -> _T:
+        """``read(manifest)`` of the run :meth:`_base_manifest` finds, done again if a writer
+        moved that run meanwhile (another run's manifest, or the run's files elsewhere: set aside,
+        put back, or replaced and the aside dropped). A reader reads the manifest first and the
+        commit records after it, so without this it could see the old run with no epochs, or the
+        new run's records under the old manifest. A writer has the store to itself: read once."""
+        for _ in range(3):
+            manifest = self._base_manifest()
+            seen = (manifest.get("run"), self._view)
+            try:
+                out = read(manifest)
+            except StoreError:
+                if self._lease is None and self._moved(seen):
+                    continue
+                raise
+            if self._lease is not None or not self._moved(seen):
+                return out
+        raise StoreError(f"{self.root}: the store was being replaced while it was read, three times; try again")
+
+    def _moved(self, seen: tuple) -> bool:
+        """Whether the run and where its files are differ from ``seen`` (see :meth:`_settled`)."""
+        try:
+            return (self._base_manifest().get("run"), self._view) != seen
+        except StoreError:
+            return True
+
+    def _with_records(self, manifest: dict) -> dict:
+        """``manifest`` (as :meth:`_base_manifest` read it) plus its run's commit records."""
         if manifest.get("format_version") == 1:
             entries = manifest.get("epochs")
             if not isinstance(entries, list):
@@ -1046,25 +1081,31 @@ class SnapshotStore:
     def complete(self) -> dict | None:
         """The completion record of a finished run (None while it is unfinished, and when epochs
         it was marked complete through are no longer committed)."""
-        manifest = self._base_manifest()
-        self._complete_as_committed(manifest, self.last_commit())
-        return manifest.get("complete")
+        def complete_of(manifest: dict) -> dict | None:
+            self._complete_as_committed(manifest, self._last_commit(manifest))
+            return manifest.get("complete")
+
+        return self._settled(complete_of)
 
     def count_published(self) -> int:
         """Number of published epochs (lists the commit records, reads the latest only)."""
-        self._base_manifest()  # which run: during a replacement, the one set aside
-        infos = self._record_infos()
-        return len(infos) - int(bool(infos) and self._cut_short_latest(infos))
+        def count(manifest: dict) -> int:  # of the manifest's run: during a replacement, the one set aside
+            infos = self._record_infos()
+            return len(infos) - int(bool(infos) and self._cut_short_latest(infos))
+
+        return self._settled(count)
 
     def cut_short_epoch(self) -> int | None:
         """The epoch of the latest commit record if a crash cut it short (None otherwise). A
         writer removes such a record when it takes the lease, unless that epoch's folder holds
         the store's only model checkpoint: a run left so cannot be resumed."""
-        self._base_manifest()  # which run: during a replacement, the one set aside
-        infos = self._record_infos()
-        if infos and self._cut_short_latest(infos):
-            return int(_RECORD_RE.match(infos[-1].base_name).group(1))
-        return None
+        def cut(manifest: dict) -> int | None:
+            infos = self._record_infos()
+            if infos and self._cut_short_latest(infos):
+                return int(_RECORD_RE.match(infos[-1].base_name).group(1))
+            return None
+
+        return self._settled(cut)
 
     def _cut_short_latest(self, infos: list[pafs.FileInfo]) -> bool:
         """Whether the latest of the (non-empty) records ``infos`` was cut short by a crash."""
@@ -1076,10 +1117,13 @@ class SnapshotStore:
     def last_commit(self) -> dict | None:
         """The commit record of the latest published epoch (None if none); reads one record (two
         when a crash cut the latest one short: the epoch before it is then the latest)."""
-        manifest = self._base_manifest()
+        return self._settled(self._last_commit)
+
+    def _last_commit(self, manifest: dict) -> dict | None:
+        """:meth:`last_commit` of the run of ``manifest`` (as :meth:`_base_manifest` read it)."""
         infos = self._record_infos()
         if manifest.get("format_version") == 1:
-            entries = self.manifest()["epochs"]
+            entries = self._with_records(manifest)["epochs"]
             return entries[-1] if entries else None
         for info in infos[::-1][:2]:
             entry = self._read_record(info.path)
