@@ -468,6 +468,32 @@ def test_folders_the_file_system_cannot_flush_are_skipped(tmp_path, monkeypatch)
     assert [e["epoch"] for e in SnapshotStore(str(tmp_path)).epochs()] == [0]
 
 
+@pytest.mark.parametrize("code", [errno.EINVAL, errno.ENOTSUP])
+def test_files_the_file_system_cannot_flush_are_skipped(tmp_path, monkeypatch, code):
+    """Where files cannot be flushed (some FUSE and network file systems refuse fsync with
+    EINVAL or ENOTSUP), a writer goes on without it, as for folders; other errors still stop
+    it. Before, taking the lease failed with the raw OSError, and every file written with
+    "cannot flush to disk"."""
+    from scipy.cluster.hierarchy import linkage
+
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(code, os.strerror(code))))
+    store = SnapshotStore(str(tmp_path))
+    with store.writer("test"):
+        store.begin({"x": 1}, vocab6())
+        store.publish(make_tree(0, [0, 1], [-1, 0], [0, 0]), list("abcde"), checkpoint=({"w": np.arange(3.0)}, {}))
+        store.write_static(0, "bhc", linkage(np.random.default_rng(0).normal(size=(5, 2))))
+        store.publish(make_tree(1, [0, 1], [-1, 0], [0, 0]), list("abcde"), checkpoint=({"w": np.arange(3.0)}, {}))
+    monkeypatch.setattr(os, "fsync", real)
+    reader = SnapshotStore(str(tmp_path))
+    assert [e["epoch"] for e in reader.epochs()] == [0, 1] and reader.read_static(0, "bhc") is not None
+    with store.writer("test"):
+        monkeypatch.setattr(os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(errno.EIO, os.strerror(errno.EIO))))
+        with pytest.raises(StoreAccessError, match="cannot flush to disk"):
+            store.publish(make_tree(2, [0, 1], [-1, 0], [0, 0]), list("abcde"))
+        monkeypatch.setattr(os, "fsync", real)
+
+
 def _three_epochs(root, checkpoints: bool) -> SnapshotStore:
     store = SnapshotStore(str(root))
     for e in range(3):

@@ -30,8 +30,9 @@ while an epoch folder appears object by object (harmless: it has no record yet).
 
 On a local disk every file is flushed (fsync) before the rename that publishes it, and the
 folder holding the new name right after it (on POSIX; where folders cannot be flushed, as on
-Windows, that step is skipped), so a power cut cannot leave a record or a folder naming bytes
-that never reached the disk. A store written before writers flushed can hold a latest record
+Windows, that step is skipped, and so is a flush the file system refuses, as some FUSE and
+network ones do), so a power cut cannot leave a record or a folder naming bytes that never
+reached the disk. A store written before writers flushed can hold a latest record
 cut short by a power cut (empty, zeros, or JSON cut off): readers take the store as committed
 through the epoch before it, with a warning (a run marked complete through a later epoch reads
 as unfinished), and the next writer removes that record (and its epoch's folder) and publishes
@@ -154,7 +155,7 @@ from connectors.sources.files import resolve
 from connectors.stores.errors import (CheckpointNotKeptError, CorruptStoreError, StoreAccessError, StoreBusyError,
                                       StoreError)
 from connectors.stores.faults import write_point
-from connectors.stores.lease import DEFAULT_TIMEOUT, LEASE, Lease, os_reason
+from connectors.stores.lease import DEFAULT_TIMEOUT, LEASE, Lease, os_reason, sync_file
 from streamtree.epoch_tree import EpochTree
 from streamtree.records import REJECT_SCHEMA
 from streamtree.text import DEFAULT_TOP_WORDS
@@ -411,13 +412,14 @@ class SnapshotStore:
     def _sync_file(self, path: str) -> None:
         """Flush a written file to the disk before a rename publishes it: otherwise the OS may
         write the rename back before the data, and a power cut leaves a committed name over
-        missing or torn bytes. An object store has an object durable once its write returned."""
+        missing or torn bytes. An object store has an object durable once its write returned;
+        a file system that cannot flush files (some FUSE and network ones) is left to do its best."""
         if not isinstance(self.fs, pafs.LocalFileSystem):
             return
         try:
             fd = os.open(path, os.O_RDONLY)
             try:
-                os.fsync(fd)
+                sync_file(fd, path)
             finally:
                 os.close(fd)
         except OSError as exc:
