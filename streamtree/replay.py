@@ -32,7 +32,8 @@ import scipy.sparse as sp
 import streamtree
 from connectors.sources import open_source
 from connectors.sources.files import canonical_uri
-from connectors.stores.snapshot import THETA_STORAGE, CheckpointNotKeptError, SnapshotStore, StoreError
+from connectors.stores.snapshot import (THETA_STORAGE, CheckpointNotKeptError, CorruptStoreError, SnapshotStore,
+                                       StoreError)
 from streamtree.epochs import Epoch, EpochReader, EpochSpec, TimeRange
 from streamtree.events import epoch_events
 from streamtree.likelihoods.vmf import reads_document_weights
@@ -441,6 +442,12 @@ def _start(store: SnapshotStore, config: ReplayConfig, mode: str) -> _Start:
     stored = stored_identity(manifest.get("config", {}).get("replay") or {})
     same = stored == config.identity()
     if mode == "resume" and same:
+        cut = store.cut_short_epoch()  # still there once the writer cleaned up: kept, see SnapshotStore
+        if cut is not None:
+            raise CorruptStoreError(f"{store.uri}: the commit record of epoch {cut} was cut short by a crash, and "
+                                    "that epoch's folder holds the only model checkpoint (the one before it was "
+                                    "already removed), so the run cannot be resumed: replay it again with "
+                                    "--overwrite, or into another --store")
         if manifest.get("complete"):
             return _Start(last, manifest["complete"])
         if not last.get("checkpoint"):
@@ -489,9 +496,9 @@ def replay(
         Also fit a static hierarchy (see :mod:`streamtree.snapshots`) of each newly published
         epoch and store it as ``static/<method>-<over>.parquet``. It is written after the
         epoch's publish, so a reader may see an epoch before its static snapshot and must treat
-        a missing one as "not yet". The options are recorded in the manifest: a resume goes on
-        with them when none are given, and first writes the snapshot of the last published
-        epoch if the stopped run did not.
+        a missing one as "not yet". The options are committed with each epoch: a resume goes
+        on with the last published epoch's when none are given, and first writes that epoch's
+        snapshot, with the options it was published under, if the stopped run did not.
     lease_timeout : float, optional
         Seconds without a heartbeat after which this writer's lease counts as stale.
     keep_checkpoints : {"latest", "all"}, default "latest"
@@ -552,14 +559,14 @@ def _replay(store, config, mode, progress, static, start) -> ReplaySummary:
             arrays, meta = store.read_checkpoint(begin.resume_from["epoch"])
             model = DTSSBP.from_checkpoint(arrays, meta, engine=config.engine)
             totals = dict(begin.resume_from["state"])
+            totals.pop("static", None)  # the static options, committed with the totals
             totals.setdefault("repeated_texts", None)  # a store written before the count: unknown
             first = begin.resume_from["epoch"] + 1
             _check_numbering(store, reader, begin.resume_from)
             logger.info("resuming after epoch %d (%s)", begin.resume_from["epoch"], begin.resume_from["label"])
-            stored_static = store.config().get("static")
-            run_static = StaticOptions(**stored_static) if stored_static else static
+            run_static = _static_in_force(store, begin.resume_from, static)
             if static is None and run_static is not None:
-                logger.info("static %s snapshots over %s, as the run being resumed was started with",
+                logger.info("static %s snapshots over %s, as the run being resumed wrote them",
                             run_static.method, run_static.over)
                 static = run_static
             _finish_static(store, run_static, reader, EpochFitter(model, vec, config.duplicate_texts), model,
@@ -625,7 +632,7 @@ class _Run:
         self.begun, self.source_files, self.notes = begun, source_files, notes
 
     def _begin(self) -> None:
-        # the static options too, so that a resume writes the snapshots the run was started with
+        # the static options too: what the run was begun with (each commit records those in force)
         self.store.begin({"replay": self.config.identity(), "engine": self.config.engine,
                           "streamtree": streamtree.__version__, "source_files": self.source_files,
                           "notes": self.notes, "static": None if self.static is None else asdict(self.static)},
@@ -665,8 +672,11 @@ class _Run:
                 if not self.begun:
                     self._begin()
                 fitted = quiet_run.fold(fitted)
-                fitted.publish(self.store, n_top_words=cfg.top_words, checkpoint=model.get_checkpoint(), state=t,
-                               empty_before=quiet_run.take())
+                # the static options in force are committed with the epoch: they decide the snapshot a
+                # resume writes if this run stops before it does (see _static_in_force)
+                state = {**t, "static": None if self.static is None else asdict(self.static)}
+                fitted.publish(self.store, n_top_words=cfg.top_words, checkpoint=model.get_checkpoint(),
+                               state=state, empty_before=quiet_run.take())
                 n_published += 1
                 if self.static is not None:
                     _write_static(self.store, self.static, ep, tree, X, cfg.seed)
@@ -822,6 +832,25 @@ class EpochFitter:
         self.model.partial_fit(X, epoch=ep.index, label=ep.label, callback=callback)
         by_documents = type(self.model.likelihood_).labels_from_documents
         return FittedEpoch(ep, self.model.trees_[-1], X, rejects, self.vectorizer.vocabulary_ if by_documents else None)
+
+
+def _static_in_force(store: SnapshotStore, last: dict, given: StaticOptions | None) -> StaticOptions | None:
+    """The static options in force when the epoch of commit record ``last`` was published.
+
+    A resume may give other options than the run it resumes (``--static``), and a later resume
+    must write a missing snapshot of an epoch that resume committed with that resume's options:
+    they are committed with each epoch (its record's ``state["static"]``). Records written before
+    that have the options the run was begun with (the manifest's); stores older still recorded
+    none, and take ``given``.
+    """
+    state, config = last.get("state") or {}, store.config()
+    if "static" in state:
+        recorded = state["static"]
+    elif "static" in config:
+        recorded = config["static"]
+    else:
+        return given
+    return None if recorded is None else StaticOptions(**recorded)
 
 
 def _finish_static(store: SnapshotStore, opts: StaticOptions | None, reader: EpochReader, fitter: EpochFitter,

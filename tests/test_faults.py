@@ -156,8 +156,8 @@ def static_reference(corpus, tmp_path_factory):
 def test_a_resume_writes_the_static_snapshot_the_killed_run_did_not(corpus, static_reference, tmp_path, where,
                                                                     resume_static):
     """A replay writes an epoch's static snapshot after committing the epoch; killed in between,
-    its resume (which starts after that epoch, with or without --static: the run's choice is in
-    its manifest) writes it. Before, that epoch never got its snapshot."""
+    its resume (which starts after that epoch, with or without --static: the run's choice is
+    committed with each epoch) writes it. Before, that epoch never got its snapshot."""
     want, points = static_reference
     files = [i for i, p in enumerate(points) if p.startswith("write .tmp-bhc-documents-")]
     assert len(files) == 3
@@ -236,5 +236,75 @@ def test_readers_of_an_overwrite_killed_anywhere_see_the_old_run_or_the_new_one(
             assert_same_tree(reader.read(e).tree, old.read(e).tree)
         assert reader.read_checkpoint()[1] == old.read_checkpoint()[1]
     r = cli(corpus, store, "--resume")
+    assert r.returncode == 0, r.stderr
+    assert_same_store(store, want)
+
+
+def test_a_complete_store_whose_last_record_was_cut_short_is_finished_by_a_resume(corpus, tmp_path):
+    """A latest record cut short by a crash on a store already marked complete: that epoch is
+    not committed, so the run is not complete (readers say so) and a resume publishes it again,
+    ending equal to the undisturbed run. Before, the writer removed the record and its folder
+    and the resume answered "already complete", with the last epoch missing."""
+    store = tmp_path / "store"
+    r = cli(corpus, store, "--keep-checkpoints", "all")  # the epoch before keeps its checkpoint
+    assert r.returncode == 0, r.stderr
+    want = snapshot(store)
+    record = store / "commits" / "000002.json"
+    record.write_bytes(record.read_bytes()[:60])
+    reader = SnapshotStore(str(store))
+    assert [e["epoch"] for e in reader.epochs()] == [0, 1]
+    assert reader.complete() is None and reader.manifest()["complete"] is None
+    r = cli(corpus, store, "--resume")
+    assert r.returncode == 0, r.stderr
+    assert "already complete" not in r.stdout
+    assert_same_store(store, want)
+
+
+def test_a_cut_short_record_holding_the_only_checkpoint_is_a_clear_error_for_a_resume(corpus, reference, tmp_path):
+    """When the cut record's folder holds the only checkpoint (the one before it was removed
+    after that commit), the run cannot be resumed: --resume says so and what to do, and
+    --overwrite replays it. Before, the resume said "already complete" after a warning."""
+    want, _ = reference
+    store = tmp_path / "store"
+    assert cli(corpus, store).returncode == 0
+    record = store / "commits" / "000002.json"
+    record.write_bytes(record.read_bytes()[:60])
+    r = cli(corpus, store, "--resume")
+    assert r.returncode == 3 and "already complete" not in r.stdout, (r.returncode, r.stdout, r.stderr)
+    assert "commit record of epoch 2 was cut short" in r.stderr and "cannot be resumed" in r.stderr
+    assert "--overwrite" in r.stderr and "Traceback" not in r.stderr
+    assert record.exists() and (store / "epochs" / "000002" / "checkpoint.parquet").exists()
+    r = cli(corpus, store, "--overwrite")
+    assert r.returncode == 0, r.stderr
+    assert_same_store(store, want)
+
+
+@pytest.mark.parametrize("again_static", [False, True], ids=["again without --static", "again with it"])
+def test_a_resume_with_other_static_options_writes_their_snapshot_after_a_kill(corpus, static_reference, tmp_path,
+                                                                               again_static):
+    """The options in force when an epoch was committed decide the snapshot a resume writes for
+    it: a run with --static bhc killed before epoch 1, resumed with --static coalescent and killed
+    between epoch 1's commit and its snapshot, then resumed again, ends as the undisturbed
+    coalescent resume did (epoch 1 with coalescent-documents). Before, the second resume wrote
+    the options the run was begun with (bhc) for epoch 1."""
+    _, points = static_reference
+    killed = tmp_path / "killed"
+    k = [i for i, p in enumerate(points) if p == "write nodes.parquet"][1] + 1  # epoch 1's first file
+    assert cli(corpus, killed, "--static", "bhc", env={"STREAMTREE_KILL_AT_WRITE": str(k)}).returncode == -signal.SIGKILL
+    undisturbed, trace = tmp_path / "undisturbed", tmp_path / "trace.txt"
+    shutil.copytree(killed, undisturbed)
+    r = cli(corpus, undisturbed, "--resume", "--static", "coalescent", env={"STREAMTREE_WRITE_TRACE": str(trace)})
+    assert r.returncode == 0, r.stderr
+    want = snapshot(undisturbed)
+    assert "epochs/000000/static/bhc-documents.parquet" in want and "epochs/000001/static/coalescent-documents.parquet" \
+        in want and not [f for f in want if f.startswith("epochs/000001/static/bhc")]
+    resumed = [line.split(" ", 1)[1] for line in trace.read_text().splitlines()]
+    k = next(i for i, p in enumerate(resumed) if p.startswith("write .tmp-coalescent-documents-")) + 1
+    assert resumed[k - 3:k - 1] == ["rename 000001.json", "delete checkpoint.parquet"]  # epoch 1 committed
+    store = tmp_path / "store"
+    shutil.copytree(killed, store)
+    r = cli(corpus, store, "--resume", "--static", "coalescent", env={"STREAMTREE_KILL_AT_WRITE": str(k)})
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    r = cli(corpus, store, "--resume", *(["--static", "coalescent"] if again_static else []))
     assert r.returncode == 0, r.stderr
     assert_same_store(store, want)

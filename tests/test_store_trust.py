@@ -5,10 +5,12 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
 import time
+import uuid
 
 import numpy as np
 import pyarrow as pa
@@ -196,10 +198,10 @@ def test_leftovers_are_cleaned_and_foreign_files_kept(tmp_path):
     store = SnapshotStore(str(tmp_path))
     store.publish(make_tree(0, [0], [-1], [0]), list("abcde"))
     (tmp_path / "my-notes.txt").write_text("mine")
-    (tmp_path / "epochs" / ".tmp-000001-abc").mkdir()
+    (tmp_path / "epochs" / f".tmp-000001-{uuid.uuid4().hex}").mkdir()
     (tmp_path / "epochs" / "000001").mkdir()  # renamed into place, never committed
-    (tmp_path / "commits" / ".000001.json.tmp-abc").write_text("{")
-    (tmp_path / ".manifest.json.tmp-abc").write_text("{")
+    (tmp_path / "commits" / f".000001.json.tmp-{uuid.uuid4().hex}").write_text("{")
+    (tmp_path / f".manifest.json.tmp-{uuid.uuid4().hex}").write_text("{")
     (tmp_path / "epochs" / "README").write_text("not ours")
     with store.writer("test") as w:
         removed = store.clean_leftovers()
@@ -207,6 +209,45 @@ def test_leftovers_are_cleaned_and_foreign_files_kept(tmp_path):
     left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
     assert "my-notes.txt" in left and "epochs/README" in left
     assert not [p for p in left if ".tmp-" in p or p == "epochs/000001"]
+
+
+LOOKS_TEMPORARY = [".old-photos/holiday.jpg", ".tmp-work/draft.txt", ".probe-notes", ".notes.tmp-1a2b",
+                   ".replaced-backup/a.txt", f".probe-{'a' * 31}", "epochs/.tmp-drafts/a.txt",
+                   "epochs/.old-000001-1a2b/a.txt", "commits/.000001.json.tmp-1a2b"]
+
+
+def test_names_that_only_look_temporary_are_someone_elses(tmp_path):
+    """Entries that merely look like the store's temporary names (``.old-photos``, ``.tmp-work``,
+    ``.probe-notes``) are someone's files: a directory holding them and no store is refused as a
+    new store, and a store's writer removes only the temporary names it makes itself (one of its
+    prefixes and a 32-digit id, in the folder it makes them in). Before, such entries were not
+    counted as foreign, a new store was written beside them, and its next writer deleted them."""
+    user = tmp_path / "user"
+    for rel in LOOKS_TEMPORARY[:4]:
+        (user / rel).parent.mkdir(parents=True, exist_ok=True)
+        (user / rel).write_text("precious")
+    before = _files(user)
+    with pytest.raises(StoreError, match="holds files that are not a streamtree store .e.g. '.notes.tmp-1a2b'"):
+        SnapshotStore(str(user)).check_writable()
+    assert _files(user) == before
+
+    root = tmp_path / "store"
+    store = SnapshotStore(str(root))
+    store.publish(make_tree(0, [0], [-1], [0]), list("abcde"))
+    for rel in LOOKS_TEMPORARY:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("precious")
+    theirs = _files(root)
+    own = [f".probe-{uuid.uuid4().hex}", f".vocabulary.parquet.tmp-{uuid.uuid4().hex}",
+           f".{LEASE}.stale-{uuid.uuid4().hex}", f"epochs/.tmp-000001-{uuid.uuid4().hex}/nodes.parquet",
+           f"epochs/.old-000000-{uuid.uuid4().hex}/nodes.parquet", f"commits/.000001.json.tmp-{uuid.uuid4().hex}",
+           f".replaced-{uuid.uuid4().hex}/{LEASE}"]
+    for rel in own:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("left by a crash")
+    with store.writer("test"):
+        pass
+    assert _files(root) == theirs
 
 
 def test_begin_replaces_the_old_run_only_at_the_first_commit(tmp_path):
@@ -229,6 +270,55 @@ def test_begin_replaces_the_old_run_only_at_the_first_commit(tmp_path):
     fresh = SnapshotStore(str(tmp_path))
     assert fresh.config() == {"run": "new"} and [e["epoch"] for e in fresh.epochs()] == [0]
     assert (tmp_path / "mine.txt").read_text() == "keep me"
+
+
+@pytest.mark.parametrize("read", ["manifest", "last_commit", "count_published"])
+@pytest.mark.parametrize("between, sees", [("commit", "new"), ("set aside", "old"), ("set aside and commit", "new")],
+                         ids=["aside dropped", "old run set aside", "old run replaced"])
+def test_a_reader_racing_a_replacement_sees_one_run_whole(tmp_path, read, between, sees):
+    """A reader reads the manifest, then lists the commit records. A writer replacing the run in
+    between (setting the old run aside, committing the new run's first epoch and dropping the
+    aside) must not make it see the old run without epochs, or the new run's records under the
+    old manifest: the read is done again when the run moved. Before, the reader got the old
+    complete manifest with no epochs (or called the store damaged)."""
+    store = SnapshotStore(str(tmp_path))
+    with store.writer("old"):
+        store.begin({"run": "old"}, vocab6())
+        for e in range(3):
+            store.publish(make_tree(e, [0, 1], [-1, 0], [0, 0], seed=e), list("abcde"))
+        store.finish({"n": 3})
+    writer = SnapshotStore(str(tmp_path))
+    lease = writer.writer("new").acquire()
+    try:
+        if between == "commit":
+            writer.begin({"run": "new"}, vocab6())
+        reader = SnapshotStore(str(tmp_path))
+        listing = reader._record_infos
+        raced = []
+
+        def interleaved():
+            if not raced:  # once: the writer acts after the reader has read the manifest
+                raced.append(True)
+                if between != "commit":
+                    writer.begin({"run": "new"}, vocab6())
+                if between != "set aside":
+                    writer.publish(make_tree(0, [0, 2], [-1, 0], [0, 0], seed=4), list("vwxyz"))
+            return listing()
+
+        reader._record_infos = interleaved
+        got = getattr(reader, read)()
+        assert raced
+        new_run = writer._pending["run"] if writer._pending is not None else writer.manifest()["run"]
+    finally:
+        lease.release()
+    if read == "manifest":
+        assert got["config"] == {"run": sees}
+        assert [e["epoch"] for e in got["epochs"]] == ([0, 1, 2] if sees == "old" else [0])
+        assert (got["complete"] is not None) == (sees == "old")
+    elif read == "last_commit":
+        assert got["epoch"] == (2 if sees == "old" else 0) and (got["run"] == new_run) == (sees == "new")
+    else:
+        assert got == (3 if sees == "old" else 1)
 
 
 def test_a_crash_after_setting_aside_is_cleaned_by_the_next_commit(tmp_path):
@@ -302,7 +392,8 @@ def test_commit_cost_does_not_grow_with_the_number_of_epochs(tmp_path, monkeypat
         store.begin({"x": 1}, vocab6())
         for e in range(40):
             store.publish(make_tree(e, [0, 1], [-1, 0], [0, 0], seed=e), list("abcde"))
-    per_epoch = writes[1:]
+    assert [name for name, _ in writes[:2]] == ["manifest.json"] * 2  # the claim, then with the vocabulary
+    per_epoch = writes[2:]
     assert [name for name, _ in per_epoch] == [f"{e:06d}.json" for e in range(40)]
     sizes = [n for _, n in per_epoch]
     assert max(sizes) - min(sizes) < 64  # the record does not grow with the epochs before it
@@ -377,6 +468,32 @@ def test_folders_the_file_system_cannot_flush_are_skipped(tmp_path, monkeypatch)
     assert [e["epoch"] for e in SnapshotStore(str(tmp_path)).epochs()] == [0]
 
 
+@pytest.mark.parametrize("code", [errno.EINVAL, errno.ENOTSUP])
+def test_files_the_file_system_cannot_flush_are_skipped(tmp_path, monkeypatch, code):
+    """Where files cannot be flushed (some FUSE and network file systems refuse fsync with
+    EINVAL or ENOTSUP), a writer goes on without it, as for folders; other errors still stop
+    it. Before, taking the lease failed with the raw OSError, and every file written with
+    "cannot flush to disk"."""
+    from scipy.cluster.hierarchy import linkage
+
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(code, os.strerror(code))))
+    store = SnapshotStore(str(tmp_path))
+    with store.writer("test"):
+        store.begin({"x": 1}, vocab6())
+        store.publish(make_tree(0, [0, 1], [-1, 0], [0, 0]), list("abcde"), checkpoint=({"w": np.arange(3.0)}, {}))
+        store.write_static(0, "bhc", linkage(np.random.default_rng(0).normal(size=(5, 2))))
+        store.publish(make_tree(1, [0, 1], [-1, 0], [0, 0]), list("abcde"), checkpoint=({"w": np.arange(3.0)}, {}))
+    monkeypatch.setattr(os, "fsync", real)
+    reader = SnapshotStore(str(tmp_path))
+    assert [e["epoch"] for e in reader.epochs()] == [0, 1] and reader.read_static(0, "bhc") is not None
+    with store.writer("test"):
+        monkeypatch.setattr(os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(errno.EIO, os.strerror(errno.EIO))))
+        with pytest.raises(StoreAccessError, match="cannot flush to disk"):
+            store.publish(make_tree(2, [0, 1], [-1, 0], [0, 0]), list("abcde"))
+        monkeypatch.setattr(os, "fsync", real)
+
+
 def _three_epochs(root, checkpoints: bool) -> SnapshotStore:
     store = SnapshotStore(str(root))
     for e in range(3):
@@ -411,6 +528,25 @@ def test_a_latest_commit_record_cut_short_by_a_crash_reads_as_the_epoch_before(t
     middle.write_bytes(middle.read_bytes()[:50])
     with pytest.raises(CorruptStoreError, match="000001.json: the commit record is cut short, yet later epochs"):
         SnapshotStore(str(tmp_path)).epochs()
+
+
+@pytest.mark.parametrize("tail", [b"n", b"t", b"tr", b"-", b"e", b".", b"\n-", b"}"])
+def test_a_whole_record_followed_by_stray_bytes_is_damage_not_a_crash(tmp_path, tail):
+    """A crash cannot add bytes after a complete record: a latest record that parses whole and
+    is followed by anything is damage, for readers and writers alike, and the writer deletes
+    neither the record nor its epoch's folder. Before, a stray byte that could begin a JSON token
+    read as a record cut short, and the next writer deleted the record and the epoch."""
+    _three_epochs(tmp_path, checkpoints=False)
+    record = tmp_path / "commits" / "000002.json"
+    record.write_bytes(record.read_bytes() + tail)
+    before = _files(tmp_path)
+    with pytest.raises(CorruptStoreError, match="000002.json: the commit record is not valid JSON"):
+        SnapshotStore(str(tmp_path)).epochs()
+    with SnapshotStore(str(tmp_path)).writer("test"):
+        pass
+    assert _files(tmp_path) == before
+    with pytest.raises(CorruptStoreError, match="the store is damaged"):
+        SnapshotStore(str(tmp_path)).last_commit()
 
 
 def test_a_cut_short_record_is_kept_when_its_folder_holds_the_only_checkpoint(tmp_path):
@@ -465,9 +601,47 @@ def test_store_named_files_that_no_store_wrote_are_never_touched(tmp_path, plant
     assert _files(tmp_path) == before
 
 
+def test_an_older_writer_stopped_before_its_manifest_is_refused_saying_what_to_remove(tmp_path):
+    """Streamtree versions before the manifest-first store wrote ``vocabulary.parquet`` (and
+    their lease) before the manifest; one killed in between left that layout, which nothing
+    proves to be a store's. Every writer, --overwrite included, refuses it as before and touches
+    nothing, but the message now says it may be such a run and which file to remove (before: only
+    that the directory is not a store's); done so, the replay runs."""
+    from streamtree.replay import ReplayConfig, replay
+
+    store = SnapshotStore(str(tmp_path))
+    with store.writer("replay"):
+        store.begin({"x": 1}, vocab6())
+    (tmp_path / "manifest.json").rename(tmp_path / f".manifest.json.tmp-{uuid.uuid4().hex}")
+    lease = {"owner": "x", "host": socket.gethostname(), "pid": dead_pid(), "command": "replay", "token": "t1",
+             "acquired": "then", "heartbeat_unix": time.time(), "timeout": 60}
+    (tmp_path / LEASE).write_text(json.dumps(lease))
+    before = _files(tmp_path)
+    hint = (f"holds vocabulary.parquet but no streamtree manifest .manifest.json.. Earlier streamtree versions wrote "
+            f"vocabulary.parquet before the manifest, .* remove {re.escape(str(tmp_path / 'vocabulary.parquet'))} "
+            "and rerun")
+    with pytest.raises(StoreError, match=hint):
+        SnapshotStore(str(tmp_path)).check_writable()
+    with pytest.raises(StoreError, match=hint):
+        replay(ReplayConfig(source=str(tmp_path / "none.parquet"), text_col="text", time_col="year"), str(tmp_path),
+               mode="overwrite")
+    assert _files(tmp_path) == before
+    (tmp_path / "epochs").mkdir()  # not that layout: the plain refusal
+    with pytest.raises(StoreError, match="holds vocabulary.parquet, epochs but no streamtree manifest .manifest.json.,"):
+        SnapshotStore(str(tmp_path)).check_writable()
+    (tmp_path / "epochs").rmdir()
+    (tmp_path / "vocabulary.parquet").unlink()
+    store = SnapshotStore(str(tmp_path))
+    store.check_writable()
+    with store.writer("replay"):
+        store.begin({"x": 2}, vocab6())
+        store.publish(make_tree(0, [0], [-1], [0]), list("abcde"))
+    assert SnapshotStore(str(tmp_path)).config() == {"x": 2}
+
+
 def test_a_new_store_writes_its_manifest_first(tmp_path, monkeypatch):
     """The manifest is the proof that the files after it are the store's own, so a new store
-    writes it before anything else, directly (no temporary file a crash could leave unproven)."""
+    writes it before anything else, whole (a temporary file of the store's own name, renamed)."""
     import connectors.stores.snapshot as snapshot_mod
 
     points = []
@@ -477,5 +651,79 @@ def test_a_new_store_writes_its_manifest_first(tmp_path, monkeypatch):
     with store.writer("test"):
         store.begin({"x": 1}, vocab6())
     assert points[0] == ("write manifest.json", [])
-    assert points[1][0].startswith("write .vocabulary.parquet.tmp-") and points[1][1] == ["manifest.json"]
+    assert points[1][0] == "rename manifest.json" and len(points[1][1]) == 1
+    assert re.fullmatch(r"\.manifest\.json\.tmp-[0-9a-f]{32}", points[1][1][0])
+    assert points[2][0].startswith("write .vocabulary.parquet.tmp-") and points[2][1] == ["manifest.json"]
     assert SnapshotStore(str(tmp_path / "s")).config() == {"x": 1} and store.vocabulary() is not None
+
+
+class Killed(BaseException):
+    """A writer stopped dead at a write point (nothing after it runs)."""
+
+
+def test_a_claim_stopped_before_its_rename_leaves_no_manifest(tmp_path, monkeypatch):
+    """A crash while a new store writes its manifest leaves no ``manifest.json`` at all, only the
+    store's temporary file: readers see an empty store, and the next writer claims the folder
+    and removes that file. Before, the manifest was created in place, so a power cut between its
+    creation and its flush left an empty or partial manifest, which every writer called damage."""
+    import connectors.stores.snapshot as snapshot_mod
+
+    real = snapshot_mod.write_point
+
+    def kill(name):
+        if name == "rename manifest.json":
+            raise Killed
+        real(name)
+
+    monkeypatch.setattr(snapshot_mod, "write_point", kill)
+    store = SnapshotStore(str(tmp_path))
+    with pytest.raises(Killed):
+        with store.writer("test"):
+            store.begin({"x": 1}, vocab6())
+    monkeypatch.setattr(snapshot_mod, "write_point", real)
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert len(left) == 1 and re.fullmatch(r"\.manifest\.json\.tmp-[0-9a-f]{32}", left[0]), left
+    assert SnapshotStore(str(tmp_path)).epochs() == []
+    store = SnapshotStore(str(tmp_path))
+    store.check_writable()
+    with store.writer("test"):
+        store.begin({"x": 2}, vocab6())
+        store.publish(make_tree(0, [0], [-1], [0]), list("abcde"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["commits", "epochs", "manifest.json", "vocabulary.parquet"]
+    assert SnapshotStore(str(tmp_path)).config() == {"x": 2}
+
+
+@pytest.mark.parametrize("torn", [b"", b"\0" * 300, b'{\n "checkpoints": "lat', b'{\n "check'],
+                         ids=["empty", "zeros", "cut", "cut in the first key"])
+def test_a_claim_torn_by_an_earlier_writer_is_replaced(tmp_path, caplog, torn):
+    """Writers before the claim was renamed into place created ``manifest.json`` in place, so a
+    power cut could leave it empty, zeros or cut off in a folder holding nothing else: no run
+    ever began there. Readers see an empty store and the next writer replaces it, saying so.
+    Before, every reader and writer said the store was damaged and to restore it from a copy.
+    With anything of a run beside it, or someone else's JSON, it is still damage."""
+    (tmp_path / "manifest.json").write_bytes(torn)
+    (tmp_path / f".probe-{uuid.uuid4().hex}").write_bytes(b"")
+    reader = SnapshotStore(str(tmp_path))
+    assert reader.epochs() == [] and reader.complete() is None
+    store = SnapshotStore(str(tmp_path))
+    store.check_writable()
+    with store.writer("test"):
+        store.begin({"x": 1}, vocab6())
+        store.publish(make_tree(0, [0], [-1], [0]), list("abcde"))
+    assert "torn by a crash" in caplog.text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["commits", "epochs", "manifest.json", "vocabulary.parquet"]
+    assert SnapshotStore(str(tmp_path)).config() == {"x": 1}
+
+    for i, (other, beside) in enumerate(((torn, "epochs/000000"), (b'{"format": "someone', None))):
+        root = tmp_path / f"other{i}"
+        root.mkdir()
+        (root / "manifest.json").write_bytes(other)
+        if beside:
+            (root / beside).mkdir(parents=True)
+        before = _files(root)
+        with pytest.raises(CorruptStoreError, match="manifest.json: the manifest is not valid JSON"):
+            SnapshotStore(str(root)).epochs()
+        with pytest.raises(CorruptStoreError, match="the store is damaged"):
+            with SnapshotStore(str(root)).writer("test"):
+                pass
+        assert _files(root) == before

@@ -48,6 +48,8 @@ logger = logging.getLogger(__name__)
 
 LEASE = "lease.json"
 DEFAULT_TIMEOUT = 60.0
+#: errors of flushing a file on file systems that do not support it (some FUSE and network ones)
+FILE_SYNC_REFUSED = frozenset({errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP})
 _SETTLE_SECONDS = 1.0  # object stores: wait before reading the lease back
 
 
@@ -182,7 +184,7 @@ class Lease:
                 raise _access(self.path, exc, "create the writer lease") from None
             try:
                 os.write(fd, text)
-                os.fsync(fd)
+                sync_file(fd, self.path)
             finally:
                 os.close(fd)
             return True
@@ -288,6 +290,18 @@ class Lease:
         with self.fs.open_output_stream(tmp) as f:
             f.write(json.dumps(record, sort_keys=True).encode("utf-8"))
         self.fs.move(tmp, self.path)
+
+
+def sync_file(fd: int, path: str) -> None:
+    """Flush the open file ``fd`` (at ``path``) to the disk; skipped, with a debug line, where the
+    file system does not support it (:data:`FILE_SYNC_REFUSED`), as the OS then offers nothing
+    better. Other errors are raised."""
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in FILE_SYNC_REFUSED:
+            raise
+        logger.debug("%s: the file system does not flush files (%s); skipped", path, exc)
 
 
 def _access(path: str, exc: OSError, what: str) -> StoreAccessError:

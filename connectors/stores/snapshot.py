@@ -30,22 +30,31 @@ while an epoch folder appears object by object (harmless: it has no record yet).
 
 On a local disk every file is flushed (fsync) before the rename that publishes it, and the
 folder holding the new name right after it (on POSIX; where folders cannot be flushed, as on
-Windows, that step is skipped), so a power cut cannot leave a record or a folder naming bytes
-that never reached the disk. A store written before writers flushed can hold a latest record
+Windows, that step is skipped, and so is a flush the file system refuses, as some FUSE and
+network ones do), so a power cut cannot leave a record or a folder naming bytes that never
+reached the disk. A store written before writers flushed can hold a latest record
 cut short by a power cut (empty, zeros, or JSON cut off): readers take the store as committed
-through the epoch before it, with a warning, and the next writer removes that record (and its
-epoch's folder) and publishes the epoch again. Any other bad record, and a record cut short
-before a later one, is damage.
+through the epoch before it, with a warning (a run marked complete through a later epoch reads
+as unfinished), and the next writer removes that record (and its epoch's folder) and publishes
+the epoch again; where that folder holds the store's only checkpoint, both are kept and the run
+cannot be resumed (:meth:`SnapshotStore.cut_short_epoch`). Any other bad record (a whole record
+followed by stray bytes too: a crash cannot add bytes after it), and a record cut short before a
+later one, is damage; a writer removes no folder of an epoch whose record it cannot read.
 
 Only what the store can show it wrote is ever deleted or moved: the temporary folders and
-files it creates (``.tmp-``, ``.old-``, ``.replaced-`` prefixes) and its own epoch folders,
+files it creates, known by their exact names (one of its prefixes and a 32-digit id, e.g.
+``epochs/.tmp-000003-<id>``, ``.manifest.json.tmp-<id>``, ``.replaced-<id>``; a name that merely
+looks temporary, such as ``.old-photos``, is someone else's) and its own epoch folders,
 records and files, in a directory whose ``manifest.json`` is a streamtree store's (or, while a
 replacement is under way or was stopped, whose set-aside run holds one). A new store writes its
-manifest before anything else, directly, so no file of it ever lies in a directory without that
-proof. A directory without it that holds store-named files (``vocabulary.parquet``,
-``commits``, ``epochs``, an aside, a lease that is not a streamtree lease), or whose
-``manifest.json`` is someone else's, is refused by every writer, naming what it found, and left
-as it is (:meth:`SnapshotStore.check_writable`, and again when the lease is taken).
+manifest before anything else, whole (through a temporary file of the store's own name, renamed
+into place), so no other file of it ever lies in a directory without that proof; a manifest that
+a crash tore in such a first write by an earlier writer (which created it in place: empty,
+zeros or cut off, with nothing of a run beside it) is known as ours, and replaced. A directory
+without it that holds store-named files (``vocabulary.parquet``, ``commits``, ``epochs``, an
+aside, a lease that is not a streamtree lease), or whose ``manifest.json`` is someone else's, is
+refused by every writer, naming what it found, and left as it is
+(:meth:`SnapshotStore.check_writable`, and again when the lease is taken).
 
 Replacing a run
 ---------------
@@ -60,6 +69,9 @@ commit (until then the writer keeps it in memory). While the store's folder has 
 ``manifest.json``, ``vocabulary.parquet``, ``commits`` and ``epochs`` from the aside where it
 is there (moved already) and from the store's folder where not (not yet); an old run without
 records gets an empty ``commits`` in its aside, so that none of the new run's show through.
+A reader reads the manifest before the records, so it checks after reading them that the run is
+still the one it read and where it read it (not set aside, put back or replaced meanwhile), and
+reads again if not.
 Once the new manifest is in place the aside is deleted. A store with no manifest but an aside holding one is therefore a replacement stopped
 before its first commit: the next writer moves that aside back over what the stopped writer
 wrote (:meth:`SnapshotStore.clean_leftovers`), and the old run is whole again.
@@ -126,9 +138,11 @@ import os
 import platform
 import re
 import uuid
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -141,12 +155,13 @@ from connectors.sources.files import resolve
 from connectors.stores.errors import (CheckpointNotKeptError, CorruptStoreError, StoreAccessError, StoreBusyError,
                                       StoreError)
 from connectors.stores.faults import write_point
-from connectors.stores.lease import DEFAULT_TIMEOUT, LEASE, Lease, os_reason
+from connectors.stores.lease import DEFAULT_TIMEOUT, LEASE, Lease, os_reason, sync_file
 from streamtree.epoch_tree import EpochTree
 from streamtree.records import REJECT_SCHEMA
 from streamtree.text import DEFAULT_TOP_WORDS
 
 logger = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 FORMAT = "streamtree-snapshots"
 FORMAT_VERSION = 4
@@ -173,7 +188,21 @@ EPOCHS = "epochs"
 CHECKPOINT_ARRAYS = "checkpoint.parquet"
 CHECKPOINT_META = "checkpoint.json"
 _OWN_NAMES = (MANIFEST, VOCABULARY, COMMITS, EPOCHS, LEASE)
-_TEMP_PREFIXES = (".tmp-", ".old-", ".replaced-", ".probe-", f".{LEASE}.")
+_UUID = "[0-9a-f]{32}"
+#: The temporary names the store makes, by the folder it makes them in (the root: ""): a file
+#: being written (``.<name>.tmp-<uuid>``), the writability probe, the lease's stale and
+#: heartbeat files, an epoch folder being written (``.tmp-<epoch>-<uuid>``; ``.old-`` in earlier
+#: versions). Only names of exactly this form are removed as leftovers: one that merely looks
+#: temporary (``.old-photos``) may be someone's file, and a directory holding such a name and no
+#: store is refused as a new store like any other.
+_TEMPORARY = {
+    "": re.compile(rf"^\.(probe-|{re.escape(LEASE)}\.(stale|tmp)-|({re.escape(MANIFEST)}|{re.escape(VOCABULARY)})"
+                   rf"\.tmp-){_UUID}$"),
+    EPOCHS: re.compile(rf"^\.(tmp|old)-\d{{6,}}-{_UUID}$"),
+    COMMITS: re.compile(rf"^\.\d{{6,}}\.json\.tmp-{_UUID}$"),
+}
+#: the folder a replacement moves the previous run into (see begin)
+_ASIDE_RE = re.compile(rf"^\.replaced-{_UUID}$")
 _DENSE_FRACTION = 2 / 3
 #: errors of opening or syncing a folder where the OS or file system does not allow it
 _DIR_SYNC_REFUSED = {errno.EINVAL, errno.ENOTSUP, errno.EBADF, errno.EISDIR, errno.EACCES, errno.EPERM}
@@ -383,13 +412,14 @@ class SnapshotStore:
     def _sync_file(self, path: str) -> None:
         """Flush a written file to the disk before a rename publishes it: otherwise the OS may
         write the rename back before the data, and a power cut leaves a committed name over
-        missing or torn bytes. An object store has an object durable once its write returned."""
+        missing or torn bytes. An object store has an object durable once its write returned;
+        a file system that cannot flush files (some FUSE and network ones) is left to do its best."""
         if not isinstance(self.fs, pafs.LocalFileSystem):
             return
         try:
             fd = os.open(path, os.O_RDONLY)
             try:
-                os.fsync(fd)
+                sync_file(fd, path)
             finally:
                 os.close(fd)
         except OSError as exc:
@@ -478,8 +508,8 @@ class SnapshotStore:
             except OSError:
                 pass
         if not self._check_ours():
-            foreign = sorted(i.base_name for i in self._ls(self.root)
-                             if i.base_name not in _OWN_NAMES and not _is_temporary(i.base_name))
+            foreign = sorted(i.base_name for i in self._ls(self.root) if i.base_name not in _OWN_NAMES
+                             and not _TEMPORARY[""].match(i.base_name) and not _ASIDE_RE.match(i.base_name))
             if foreign:
                 raise StoreError(f"{self.root}: the directory holds files that are not a streamtree store "
                                  f"(e.g. {foreign[0]!r}); choose an empty or new --store directory")
@@ -497,6 +527,10 @@ class SnapshotStore:
                 manifest = self._read_json(path, "manifest")
             except FileNotFoundError:
                 return self._check_ours()  # moved aside while we listed
+            except CorruptStoreError:
+                if self._unfinished_claim():
+                    return True  # a new store's claim torn by a crash: the writer removes it
+                raise
             if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
                 raise StoreError(f"{path}: not the manifest of a streamtree store, so this directory is not one and "
                                  "nothing in it is touched; choose an empty or new --store directory")
@@ -504,10 +538,20 @@ class SnapshotStore:
         if self._saved_runs():
             return True
         found = [n for n in (VOCABULARY, COMMITS, EPOCHS) if n in names]
+        # anything named like an aside, not only the names this code makes: refused, not guessed at
         found += sorted(n for n, i in names.items() if n.startswith(".replaced-") and
                         (i.type != pafs.FileType.Directory or self._ls(i.path)))
         if LEASE in names and not _is_lease(self.fs, names[LEASE].path):
             found.append(LEASE)
+        if found == [VOCABULARY] and all(n in (VOCABULARY, LEASE) or _TEMPORARY[""].match(n) for n in names):
+            # the layout of an older writer (it wrote the vocabulary before its manifest) stopped
+            # before its manifest: most likely ours, but nothing proves it, so say what to do
+            raise StoreError(f"{self.root}: holds {VOCABULARY} but no streamtree manifest ({MANIFEST}). Earlier "
+                             f"streamtree versions wrote {VOCABULARY} before the manifest, so this may be a run of "
+                             "theirs (replay or serve) stopped before publishing anything: if so, remove "
+                             f"{names[VOCABULARY].path} and rerun the same command. If not, nothing shows that a "
+                             "store wrote it and it is left as it is: choose an empty or new --store directory, or "
+                             "move it out of this one")
         if found:
             raise StoreError(f"{self.root}: holds {', '.join(found)} but no streamtree manifest ({MANIFEST}), so "
                              "nothing shows that a store wrote them and they are left as they are; choose an empty "
@@ -519,7 +563,7 @@ class SnapshotStore:
         manifest of a streamtree store (the run it set aside)."""
         found = []
         for info in self._ls(self.root):
-            if info.base_name.startswith(".replaced-") and info.type == pafs.FileType.Directory:
+            if _ASIDE_RE.match(info.base_name) and info.type == pafs.FileType.Directory:
                 saved = self.fs.get_file_info(f"{info.path}/{MANIFEST}")
                 if saved.type != pafs.FileType.File:
                     continue
@@ -577,31 +621,36 @@ class SnapshotStore:
 
     def clean_leftovers(self) -> list[str]:
         """Delete what crashed writers left behind: temporary files and folders, epoch folders
-        without a commit record. Needs the lease; returns the paths removed. Nothing that
-        does not carry one of the store's own names is touched."""
+        without a commit record (an epoch whose record cannot be read keeps its folders). Needs
+        the lease; returns the paths removed. Nothing that does not carry one of the store's own
+        names is touched."""
         self._require_lease()
         if not self._check_ours():
             return []  # nothing of a store's here: nothing to clean
+        if self._unfinished_claim_to_drop():
+            return [MANIFEST]
         removed = self._restore_interrupted_aside()
         removed += self._drop_cut_short_record()
-        committed = {e.get("path") for e in self._records(validate=False)}
-        infos = self._record_infos()
-        # a cut-short record that was kept keeps its epoch's folders too (see _drop_cut_short_record)
-        kept = infos[-1].base_name[:-len(".json")] if infos and self._cut_short_latest(infos) else None
-        for folder in (self.root, self._path(EPOCHS), self._path(COMMITS)):
+        records = self._records(validate=False)
+        committed = {e.get("path") for e in records}
+        # A record that cannot be read (damaged, or cut short and kept: see _drop_cut_short_record)
+        # keeps every folder of its epoch: which one it names is unknown, and damage is not a crash.
+        unread = {int(_RECORD_RE.match(i.base_name).group(1)) for i in self._record_infos()}
+        unread -= {e["epoch"] for e in records}
+        for where, folder in (("", self.root), (EPOCHS, self._path(EPOCHS)), (COMMITS, self._path(COMMITS))):
             for info in self._ls(folder):
                 name = info.base_name
                 rel = info.path[len(self.root) + 1:]
-                leftover = _is_temporary(name) and not name.startswith(".replaced-")
-                if folder == self._path(EPOCHS) and _FOLDER_RE.match(name) and rel not in committed \
-                        and name.split("-")[0] != kept:
+                leftover = bool(_TEMPORARY[where].match(name))
+                if where == EPOCHS and _FOLDER_RE.match(name) and rel not in committed \
+                        and int(name.split("-")[0]) not in unread:
                     leftover = True  # an epoch folder whose commit never happened
                 if leftover:
                     self._delete(info)
                     removed.append(rel)
         self._checkpointed_known = False
         removed += self._drop_superseded_checkpoints()
-        asides = [i for i in self._ls(self.root) if i.base_name.startswith(".replaced-")]
+        asides = [i for i in self._ls(self.root) if _ASIDE_RE.match(i.base_name)]
         if asides:
             if committed:  # the new run has committed: the old one it replaced can go
                 for info in asides:
@@ -612,6 +661,21 @@ class SnapshotStore:
         if removed:
             logger.info("removed leftovers of an interrupted writer: %s", ", ".join(removed))
         return removed
+
+    def _unfinished_claim_to_drop(self) -> bool:
+        """Delete a torn claim (see :meth:`_unfinished_claim`): no run ever began here, so the
+        writer begins one afresh. True if there was one."""
+        path = self._path(MANIFEST)
+        try:
+            self._read_json(path, "manifest")
+            return False
+        except (FileNotFoundError, CorruptStoreError):
+            if not self._unfinished_claim():
+                return False
+        logger.warning("%s: empty or cut off, in a folder holding nothing of a run: the first write of a new "
+                       "store (its manifest), torn by a crash; this store's own, removed: the run begins afresh", path)
+        self._delete(self.fs.get_file_info(path))
+        return True
 
     def _restore_interrupted_aside(self) -> list[str]:
         """Undo a replacement that stopped before its new run's first commit.
@@ -739,7 +803,36 @@ class SnapshotStore:
     def manifest(self) -> dict:
         """The committed state: the run's manifest plus ``epochs``, the validated commit
         records in epoch order (a fresh empty manifest if nothing was committed yet)."""
-        manifest = self._base_manifest()
+        return self._settled(self._with_records)
+
+    def _settled(self, read: Callable[[dict], _T]) -> _T:
+        """``read(manifest)`` of the run :meth:`_base_manifest` finds, done again if a writer
+        moved that run meanwhile (another run's manifest, or the run's files elsewhere: set aside,
+        put back, or replaced and the aside dropped). A reader reads the manifest first and the
+        commit records after it, so without this it could see the old run with no epochs, or the
+        new run's records under the old manifest. A writer has the store to itself: read once."""
+        for _ in range(3):
+            manifest = self._base_manifest()
+            seen = (manifest.get("run"), self._view)
+            try:
+                out = read(manifest)
+            except StoreError:
+                if self._lease is None and self._moved(seen):
+                    continue
+                raise
+            if self._lease is not None or not self._moved(seen):
+                return out
+        raise StoreError(f"{self.root}: the store was being replaced while it was read, three times; try again")
+
+    def _moved(self, seen: tuple) -> bool:
+        """Whether the run and where its files are differ from ``seen`` (see :meth:`_settled`)."""
+        try:
+            return (self._base_manifest().get("run"), self._view) != seen
+        except StoreError:
+            return True
+
+    def _with_records(self, manifest: dict) -> dict:
+        """``manifest`` (as :meth:`_base_manifest` read it) plus its run's commit records."""
         if manifest.get("format_version") == 1:
             entries = manifest.get("epochs")
             if not isinstance(entries, list):
@@ -749,7 +842,20 @@ class SnapshotStore:
             manifest["epochs"] = sorted(entries, key=lambda e: e["epoch"])
             return manifest
         manifest["epochs"] = self._records(run=manifest.get("run"))
+        self._complete_as_committed(manifest, manifest["epochs"][-1] if manifest["epochs"] else None)
         return manifest
+
+    def _complete_as_committed(self, manifest: dict, last: dict | None) -> None:
+        """Clear ``manifest["complete"]`` if the run was marked complete through a later epoch
+        than the last committed one (a crash cut that epoch's record short, and a writer removed
+        it or readers skip it): the run is unfinished until a resume publishes that epoch again."""
+        done = manifest.get("complete")
+        through = done.get("last_epoch") if isinstance(done, dict) else None
+        if isinstance(through, int) and (last is None or last["epoch"] < through):
+            logger.warning("%s: the run was marked complete through epoch %d, but its epochs are committed only "
+                           "through %s; it reads as unfinished: resume it (replay --resume) to publish the rest",
+                           self.root, through, "none" if last is None else f"epoch {last['epoch']}")
+            manifest["complete"] = None
 
     def _base_manifest(self) -> dict:
         """The run's manifest, validated. A writer in the middle of a replacement gets its new
@@ -764,6 +870,10 @@ class SnapshotStore:
             try:
                 manifest = self._read_json(path, "manifest")
                 break
+            except CorruptStoreError:
+                if self._unfinished_claim():  # no run ever began here (the next writer removes it)
+                    return self._new_manifest()
+                raise
             except FileNotFoundError:
                 saved = self._saved_runs() if self._lease is None else []
                 if not saved:
@@ -877,30 +987,39 @@ class SnapshotStore:
 
     def _claim(self, text: str) -> None:
         """Write the manifest of a new store as the first file of the directory: the proof that
-        what the store writes after it is its own (see :meth:`_check_ours`). Created directly
-        (exclusively on a local disk, then flushed) rather than through a temporary file, which a
-        crash would leave behind in a directory nothing proves to be a store's."""
+        what the store writes after it is its own (see :meth:`_check_ours`). Whole or not at all:
+        through a temporary name renamed into place where a rename is atomic (local disks, HDFS),
+        as one object put elsewhere. A crash before the rename leaves only the temporary file,
+        whose name is the store's own (:data:`_TEMPORARY`): the next claim removes it."""
         path = self._path(MANIFEST)
-        data = text.encode("utf-8")
-        write_point(f"write {MANIFEST}")
-        if not isinstance(self.fs, pafs.LocalFileSystem):
-            with self.fs.open_output_stream(path) as f:  # one object put: whole or absent
-                f.write(data)
-            return
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except OSError as exc:
-            raise StoreAccessError(f"{path}: cannot create the store's manifest: {os_reason(exc)}") from None
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
+            if self.fs.type_name in RENAMING_FILESYSTEMS:
+                self._write_text(path, text)
+            else:
+                write_point(f"write {MANIFEST}")
+                with self.fs.open_output_stream(path) as f:  # one object put: whole or absent
+                    f.write(text.encode("utf-8"))
         except OSError as exc:
             raise StoreAccessError(f"{path}: cannot write the store's manifest: {os_reason(exc)}") from None
-        finally:
-            os.close(fd)
-        self._sync_dir(self.root)
+        self.clean_leftovers()  # now that the directory is proven ours
+
+    def _unfinished_claim(self) -> bool:
+        """Whether the store's ``manifest.json`` is a claim that a crash tore (writers before the
+        claim was renamed into place created it in place): empty, zeros, or the start of a new
+        store's manifest cut off, in a directory holding nothing else but a streamtree lease and
+        the store's temporary names, as a claim does. Such a file is ours and holds no run."""
+        names = {i.base_name: i for i in self._ls(self.root)}
+        if MANIFEST not in names or not all(n in (MANIFEST, LEASE) or _TEMPORARY[""].match(n) for n in names):
+            return False
+        if LEASE in names and not _is_lease(self.fs, names[LEASE].path):
+            return False
+        try:
+            with self.fs.open_input_stream(names[MANIFEST].path) as f:
+                raw = f.read()
+        except OSError:
+            return False
+        text = raw.rstrip(b"\0").rstrip()
+        return _cut_short(raw) and (text.startswith(_CLAIM_START) or _CLAIM_START.startswith(text))
 
     def _commit_record(self, entry: dict) -> None:
         if not self._exists(self._path(COMMITS)):
@@ -962,14 +1081,33 @@ class SnapshotStore:
                 self._drop_asides()
 
     def complete(self) -> dict | None:
-        """The completion record of a finished run (None while it is unfinished)."""
-        return self._base_manifest().get("complete")
+        """The completion record of a finished run (None while it is unfinished, and when epochs
+        it was marked complete through are no longer committed)."""
+        def complete_of(manifest: dict) -> dict | None:
+            self._complete_as_committed(manifest, self._last_commit(manifest))
+            return manifest.get("complete")
+
+        return self._settled(complete_of)
 
     def count_published(self) -> int:
         """Number of published epochs (lists the commit records, reads the latest only)."""
-        self._base_manifest()  # which run: during a replacement, the one set aside
-        infos = self._record_infos()
-        return len(infos) - int(bool(infos) and self._cut_short_latest(infos))
+        def count(manifest: dict) -> int:  # of the manifest's run: during a replacement, the one set aside
+            infos = self._record_infos()
+            return len(infos) - int(bool(infos) and self._cut_short_latest(infos))
+
+        return self._settled(count)
+
+    def cut_short_epoch(self) -> int | None:
+        """The epoch of the latest commit record if a crash cut it short (None otherwise). A
+        writer removes such a record when it takes the lease, unless that epoch's folder holds
+        the store's only model checkpoint: a run left so cannot be resumed."""
+        def cut(manifest: dict) -> int | None:
+            infos = self._record_infos()
+            if infos and self._cut_short_latest(infos):
+                return int(_RECORD_RE.match(infos[-1].base_name).group(1))
+            return None
+
+        return self._settled(cut)
 
     def _cut_short_latest(self, infos: list[pafs.FileInfo]) -> bool:
         """Whether the latest of the (non-empty) records ``infos`` was cut short by a crash."""
@@ -981,10 +1119,13 @@ class SnapshotStore:
     def last_commit(self) -> dict | None:
         """The commit record of the latest published epoch (None if none); reads one record (two
         when a crash cut the latest one short: the epoch before it is then the latest)."""
-        manifest = self._base_manifest()
+        return self._settled(self._last_commit)
+
+    def _last_commit(self, manifest: dict) -> dict | None:
+        """:meth:`last_commit` of the run of ``manifest`` (as :meth:`_base_manifest` read it)."""
         infos = self._record_infos()
         if manifest.get("format_version") == 1:
-            entries = self.manifest()["epochs"]
+            entries = self._with_records(manifest)["epochs"]
             return entries[-1] if entries else None
         for info in infos[::-1][:2]:
             entry = self._read_record(info.path)
@@ -1197,7 +1338,7 @@ class SnapshotStore:
     def _drop_asides(self) -> None:
         """Delete the runs a replacement set aside, once the new run is in place."""
         for info in self._ls(self.root):
-            if info.base_name.startswith(".replaced-"):
+            if _ASIDE_RE.match(info.base_name):
                 self._delete(info)
         self._aside_pending = False
 
@@ -1548,18 +1689,16 @@ def _is_lease(fs: pafs.FileSystem, path: str) -> bool:
     return isinstance(lease, dict) and isinstance(lease.get("token"), str)
 
 
-def _is_temporary(name: str) -> bool:
-    """A temporary name the store itself creates (``.x.tmp-<hex>``, ``.tmp-...``, ``.probe-...``)."""
-    return name.startswith(_TEMP_PREFIXES) or bool(re.match(r"^\..+\.tmp-[0-9a-f]+$", name))
-
-
+#: how a new store's manifest begins (JSON with sorted keys; every new manifest has "checkpoints")
+_CLAIM_START = b'{\n "checkpoints": '
 _PARTIAL_TOKEN = re.compile(r"(-|[.eE][-+]?|t|tr|tru|f|fa|fal|fals|n|nu|nul)?")
 
 
 def _cut_short(raw: bytes) -> bool:
     """Whether ``raw`` is what a crash can leave of a JSON object whose bytes were not flushed
     before its rename (writers before this one did not flush): nothing, zeros, or the object
-    cut off at some byte. Any other bad JSON is damage."""
+    cut off at some byte. Any other bad JSON is damage, a whole object followed by anything in
+    particular: a crash cannot add bytes after a complete record."""
     text = raw.rstrip(b"\0").rstrip()
     if not text:
         return True
@@ -1570,6 +1709,8 @@ def _cut_short(raw: bytes) -> bool:
     except UnicodeDecodeError:
         return False
     except json.JSONDecodeError as exc:
+        if exc.msg.startswith("Extra data"):  # the object parsed whole: what follows it is damage
+            return False
         # cut inside a string, or the error is at the end: nothing but an unfinished token after it
         return exc.msg.startswith("Unterminated string") or bool(_PARTIAL_TOKEN.fullmatch(exc.doc[exc.pos:]))
     return False
