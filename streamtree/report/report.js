@@ -342,13 +342,18 @@
   function drawStatic(i) {
     const s = D.static[i];
     const many = s.n_leaves > 60;
+    // room for the leaf names, written at -60 degrees: about 0.87 of their length below the axis
+    // and half of it to the left of the first leaf (12 px text, ~6.5 px a character)
+    const longest = many ? 0 : Math.max(0, ...s.leaf_labels.map((t) => String(t).length));
+    const below = many ? 20 : Math.min(300, 30 + Math.ceil(longest * 6.5 * 0.87));
+    const left = many ? 60 : Math.max(60, Math.min(220, Math.ceil(longest * 6.5 * 0.5)));
     Plotly.react("dendrogram", [
       { type: "scatter", mode: "lines", x: s.x, y: s.y, hoverinfo: "skip", line: { color: "#0072B2", width: 1 },
         showlegend: false, meta: { kind: "dendrogram", leaves: s.n_leaves } },
       { type: "scatter", mode: "markers", x: s.leaf_x, y: s.leaf_x.map(() => 0), text: s.leaf_labels.map(esc),
         hovertemplate: "%{text}<extra></extra>", marker: { size: 5, color: "#59636e" }, showlegend: false },
     ], {
-      font: FONT, margin: { l: 60, r: 10, t: 10, b: many ? 20 : 160 }, hovermode: "closest",
+      font: FONT, margin: { l: left, r: 10, t: 10, b: below }, hovermode: "closest",
       xaxis: many ? { showticklabels: false, showgrid: false, zeroline: false }
         : { tickvals: s.leaf_x, ticktext: s.leaf_labels.map(esc), tickangle: -60, showgrid: false, zeroline: false },
       yaxis: { title: { text: "merge height" }, zeroline: false },
