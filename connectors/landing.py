@@ -88,12 +88,12 @@ class LandedFile:
     format : str
     arrived_ns : int
         When the file landed, for a service's idle clock (nanoseconds since 1970): on a local
-        disk the later of its modification and status-change times (a copy, move or rename into
-        the folder sets the status-change time, and unlike the modification time no copy can
-        carry it over from its source, so a file copied in with old times kept does not look
-        old); elsewhere ``mtime_ns`` (an object store's upload time). With a ``_SUCCESS`` marker,
-        the later of that and the marker's own. It is the file's, not this process's, so
-        restarts and separate ``--once`` runs read the same value.
+        disk its status-change time (a copy, move or rename into the folder sets it, and unlike
+        the modification time no copy can carry it over from its source, so a file copied in
+        with old times kept does not look old); elsewhere ``mtime_ns`` (an object store's upload
+        time). With a ``_SUCCESS`` marker, the later of that and the marker's own; never later
+        than the poll (a clock running ahead cannot hold the idle clock off). It is the file's,
+        not this process's, so restarts and separate ``--once`` runs read the same value.
     """
 
     path: str
@@ -172,7 +172,7 @@ class LandingZone:
             name = self.name_of(info.path)
             parts = name.split("/")
             if parts[-1] == SUCCESS_MARKER:
-                markers["/".join(parts[:-1])] = (_mtime_ns(info), self._landed_ns(info))
+                markers["/".join(parts[:-1])] = (_mtime_ns(info), self._landed_ns(info, now))
                 continue
             if any(p.startswith((".", "_")) for p in parts) or parts[-1].lower().endswith(PARTIAL_SUFFIXES):
                 continue
@@ -194,23 +194,23 @@ class LandingZone:
             if folder in markers:
                 marker_ns, marker_landed = markers[folder]
                 ready.append(LandedFile(info.path, name, state[0], state[1], marker_ns, fmt,
-                                        max(self._landed_ns(info), marker_landed)))
+                                        max(self._landed_ns(info, now), marker_landed)))
             elif self.require_success:
                 continue
             elif self._seen.get(name) == state or now - state[1] / 1e9 >= self.settle:
-                ready.append(LandedFile(info.path, name, state[0], state[1], state[1], fmt, self._landed_ns(info)))
+                ready.append(LandedFile(info.path, name, state[0], state[1], state[1], fmt, self._landed_ns(info, now)))
         self._seen = seen
         return sorted(ready, key=lambda f: (f.ready_ns, f.name))
 
-    def _landed_ns(self, info: pafs.FileInfo) -> int:
-        """:attr:`LandedFile.arrived_ns` of a listed file."""
-        mtime = _mtime_ns(info)
-        if not self._local:
-            return mtime
-        try:
-            return max(mtime, os.stat(info.path).st_ctime_ns)
-        except OSError:  # gone since the listing: its read will say so
-            return mtime
+    def _landed_ns(self, info: pafs.FileInfo, now: float) -> int:
+        """:attr:`LandedFile.arrived_ns` of a file listed at ``now`` (seconds)."""
+        landed = _mtime_ns(info)
+        if self._local:
+            try:
+                landed = os.stat(info.path).st_ctime_ns
+            except OSError:  # gone since the listing: its read will say so
+                pass
+        return min(landed, int(now * 1e9))
 
     def state_of(self, name: str) -> tuple[int, int] | None:
         """(size, mtime_ns) of ``name`` at the last poll (None if it was not there)."""

@@ -29,7 +29,7 @@ def kernel_digest(package: Path) -> str:
     h = hashlib.sha256()
     for path in sorted(package.rglob("*.py")):
         text = path.read_bytes()
-        if b"numba" in text:
+        if b"import numba" in text or b"from numba" in text:
             h.update(str(path.relative_to(package)).encode() + b"\0" + text + b"\0")
     return h.hexdigest()[:16]
 
@@ -64,8 +64,12 @@ def configure_numba_cache() -> None:
     except OSError:
         import tempfile
 
-        cache = Path(tempfile.gettempdir()) / "streamtree-numba-cache" / f"{_PREFIX}{digest}"
-        cache.mkdir(parents=True, exist_ok=True)
+        user = getattr(os, "getuid", lambda: "")()  # a shared temporary folder: one cache per user
+        cache = Path(tempfile.gettempdir()) / f"streamtree-numba-cache-{user}" / f"{_PREFIX}{digest}"
+        try:
+            cache.mkdir(parents=True, exist_ok=True)
+        except OSError:  # nowhere to cache: numba compiles at each start, or caches where it can
+            return
     os.environ["NUMBA_CACHE_DIR"] = str(cache)
 
 

@@ -80,7 +80,6 @@ import heapq
 import math
 import numbers
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -192,8 +191,8 @@ class SplitData:
     #: ``duplicate_texts="reject"``; else those among the rows drawn, split like any other)
     n_repeated_texts: int = 0
     repeats_left_out: bool = False
-    #: source rows rejected before any split (empty text, bad time, repeated id...), by reason,
-    #: over the epochs evaluated: they are reported, never silently gone
+    #: source rows rejected before any split (empty text, bad time, repeated id...), by reason
+    #: (without the offending values), over the whole source: reported, never silently gone
     source_rejects: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -285,11 +284,20 @@ class PairedDifference:
 # ----------------------------------------------------------------------------- splitting
 def read_evaluation_epochs(config: ReplayConfig, ev: EvaluationConfig) -> list:
     """Read and bucket the source once; the splits are drawn from these epochs."""
+    import pyarrow as pa
+
     from streamtree.replay import read_epochs
 
     epochs, _ = read_epochs(config)
-    if ev.max_epochs is not None:
-        epochs = epochs[: ev.max_epochs]
+    if ev.max_epochs is not None and len(epochs) > ev.max_epochs:
+        # the source's rejects are reported whole: those filed with the epochs left out go with
+        # the last one kept (where they are counted, not fitted)
+        kept, rest = epochs[: ev.max_epochs], epochs[ev.max_epochs:]
+        last = kept[-1]
+        tail = [e.rejects for e in rest if e.rejects.num_rows]
+        if tail:
+            kept[-1] = dataclasses.replace(last, rejects=pa.concat_tables([last.rejects, *tail]))
+        epochs = kept
     return epochs
 
 
@@ -306,7 +314,7 @@ def split_epochs(epochs: list, config: ReplayConfig, ev: EvaluationConfig, repea
     import pyarrow as pa
     import scipy.sparse as sp
 
-    from streamtree.records import DUPLICATE_TEXT
+    from streamtree.records import DUPLICATE_TEXT, RejectLog
 
     documents = ev.protocol == "documents"
     key = [ev.seed, repeat, 7] if documents else [ev.seed, 7]
@@ -314,10 +322,9 @@ def split_epochs(epochs: list, config: ReplayConfig, ev: EvaluationConfig, repea
     empty = pa.array([], pa.string())
     parts = []
     n_repeated = 0
-    source_rejects: Counter = Counter()
+    source_rejects = RejectLog()  # counted by reason, without the offending values
     for ep in epochs:
-        if ep.rejects.num_rows:
-            source_rejects.update(ep.rejects.column("reason").to_pylist())
+        source_rejects.add(ep.rejects)
         repeated = ep.repeated_texts()
         if config.duplicate_texts == "reject":
             ep = ep.reject(repeated, DUPLICATE_TEXT)
@@ -376,7 +383,7 @@ def split_epochs(epochs: list, config: ReplayConfig, ev: EvaluationConfig, repea
             continue  # the model's first epoch needs documents
         out.append(SplitEpoch(ep.index, ep.label, Xtr, Xte, Xsel if documents else None))
     data = SplitData(out, p, dropped["train"], dropped["test"], ev.protocol, repeat, dropped["select"], n_repeated,
-                     config.duplicate_texts == "reject", dict(source_rejects.most_common()))
+                     config.duplicate_texts == "reject", dict(source_rejects.counts.most_common()))
     if documents:
         n_sel, n_test = data.n_docs("select"), data.n_docs("test")
         if n_sel < 2 or n_test < 2:

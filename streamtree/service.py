@@ -70,7 +70,7 @@ from connectors.stores.ledger import LEDGER_TABLE, ledger_table, read_ledger
 from connectors.stores.snapshot import SnapshotStore, StoreError
 from streamtree.epochs import LATE_POLICIES, Bucketer, Epoch, EpochSpec, TimeRange
 from streamtree.records import (DEFAULT_DUPLICATE_TEXTS, EMPTY_AFTER_VOCABULARY, OUT_OF_RANGE, REJECT_SCHEMA,
-                                make_rejects, reject_rows)
+                                _reason_kind, make_rejects, reject_rows)
 from streamtree.model import RUN_LOCATION_PARAMS
 from streamtree.replay import (REPEATED_TEXTS_WARNING, EpochFitter, QuietEpochs, check_duplicate_texts,
                                identity_differences, repeated_texts_note, row_form, settings_identity, stored_identity,
@@ -434,8 +434,9 @@ class Service:
         self._queue = _queue_from(state["queue"], table("queued_rows"), table("queued_rejects"))
         self._seq = int(state["next_seq"])
         self._target = state["target"]
-        # a state written before the arrival clock holds the files' ready time instead
-        self._last_arrival_ns = state.get("last_arrival_ns", state.get("last_ready_ns"))
+        # a state written before the landing-time clock: its ready times are modification times,
+        # which a copy may have kept from long ago, so the clock starts at the restart instead
+        self._last_arrival_ns = state.get("last_arrival_ns") or time.time_ns()
         self._epoch_ready_ns = {int(k): int(v) for k, v in state["epoch_ready_ns"].items()}
         self._drop_closed_ready()  # stores written before this pruning carry keys of published epochs
         self._totals = state["totals"]
@@ -833,11 +834,6 @@ class Service:
 
 class _StopNow(Exception):
     """A stop was requested: leave the loop after the step just finished."""
-
-
-def _reason_kind(reason: str) -> str:
-    cut = reason.find(" '")
-    return reason if cut < 0 else reason[:cut]
 
 
 def _queue_tables(queue: list[Epoch], schema: pa.Schema | None) -> tuple[pa.Table, pa.Table]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -188,6 +189,19 @@ def test_repeated_texts_are_counted_and_left_out_when_asked(tmp_path):
     assert left.n_repeated_texts == 60 and left.repeats_left_out
     assert sum(left.n_docs(p) for p in ("train", "select", "test")) == n
     assert "left out (--duplicate-texts reject)" in repeated_texts_line(left)
+
+
+def test_source_rejects_are_counted_by_reason_over_the_whole_source(tmp_path):
+    rows = [{"text": "war army navy peace", "date": f"2020-{m:02d}-15"} for m in (1, 2, 3) for _ in range(20)]
+    rows += [{"text": "war army", "date": f"not-a-date-{i}"} for i in range(3)]  # three values, one reason
+    rows += [{"text": "", "date": "2020-03-20"}]  # filed with March
+    path = tmp_path / "src.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config = ReplayConfig(source=str(path), text_col="text", time_col="date", epoch="month", min_df=1, max_df=1.0)
+    data = load_split_epochs(config, EvaluationConfig())
+    assert data.source_rejects == {"unparsable time": 3, "empty text": 1}
+    cut = load_split_epochs(config, EvaluationConfig(max_epochs=2))  # March left out: its rejects still count
+    assert len(cut.epochs) == 2 and cut.source_rejects == data.source_rejects
 
 
 def test_source_rejects_are_reported_not_dropped(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -57,6 +58,26 @@ def test_landing_ready_rules(tmp_path):
     _touch(f"{root}/z.jsonl", age=300)
     _touch(f"{root}/y.jsonl", age=200)
     assert [f.name for f in fresh.poll(skip={"a.jsonl", "d.jsonl"})] == ["z.jsonl", "y.jsonl"]
+
+
+def test_a_file_lands_when_it_was_put_in_the_folder_never_later_than_now(tmp_path):
+    """The idle clock's landing time: the status-change time on a local disk, so neither a
+    modification time kept from long ago nor one set in the future by a clock running ahead
+    moves it; and never later than the poll."""
+    root = tmp_path / "land"
+    os.makedirs(root)
+    for name, offset in (("old.jsonl", -86400.0), ("ahead.jsonl", 86400.0)):
+        write_jsonl(str(root / name), day_rows(1, 2, 0))
+        t = time.time() + offset
+        os.utime(root / name, (t, t))
+    now = time.time()
+    zone = LandingZone(str(root), settle=0)
+    zone.poll(now=now)  # a file stamped in the future is ready once seen unchanged on two polls
+    files = {f.name: f for f in zone.poll(now=now + 1)}
+    for name in ("old.jsonl", "ahead.jsonl"):
+        landed = files[name].arrived_ns / 1e9
+        assert abs(landed - os.stat(root / name).st_ctime) < 1e-3 and landed <= now + 1
+    assert LandingZone(str(root), settle=0).poll(now=now - 3600)[0].arrived_ns <= (now - 3600) * 1e9
 
 
 def test_landing_success_marker(tmp_path):
@@ -214,13 +235,15 @@ def test_repeated_once_runs_close_an_idle_stream_as_one_service_would(corpus, tm
     for d in (1, 2):
         shutil.copy(f"{corpus}/all/day{d}.jsonl", land / f"day{d}.jsonl")
     landed = max(os.stat(land / f"day{d}.jsonl").st_ctime for d in (1, 2))
-    timeout = 2.0
+    timeout = 30.0  # longer than the first run, which must not find the stream idle
     cfg = _config(land, store, vocabulary_from=f"{corpus}/replay", idle_timeout=timeout)
     labels = lambda: [e["label"] for e in SnapshotStore(str(store)).epochs()]  # noqa: E731
     _once(cfg)
-    if time.time() - landed < timeout:  # the first run ended before the timeout: day 2 still open
-        assert labels() == ["2026-03-01"]
-    time.sleep(max(0.0, landed + timeout - time.time()) + 0.1)
+    assert time.time() - landed < timeout and labels() == ["2026-03-01"]  # day 2 still open
+    # the second run comes after the timeout (as a later cron run would): its clock reads the
+    # files' landing time, not when this run saw them
+    cfg = dataclasses.replace(cfg, idle_timeout=max(0.5, time.time() - landed))
+    time.sleep(max(0.0, landed + cfg.idle_timeout - time.time()) + 0.1)
     _once(cfg)
     assert labels() == ["2026-03-01", "2026-03-02"]
     assert [e["kind"] for e in read_ledger(SnapshotStore(str(store))).to_pylist()].count("idle") == 1
