@@ -249,6 +249,33 @@ def test_static_snapshots(tmp_path):
         store.write_static(0, "bad", Z[:, :3])
 
 
+def test_a_static_write_cut_short_leaves_a_temporary_file_the_next_write_there_removes(tmp_path, monkeypatch):
+    import connectors.stores.snapshot as snapshot_mod
+
+    store = SnapshotStore(str(tmp_path))
+    store.publish(make_tree(0, [0], [-1], [0]), list("abcde"))
+    Z = linkage(np.random.default_rng(0).normal(size=(5, 2)), "average")
+    store.write_static(0, "kingman", Z)
+    folder = tmp_path / "epochs" / "000000" / "static"
+    (folder / ".tmp-notes").write_text("a user's file")  # looks temporary, lacks the id: not ours
+
+    def crash(name):
+        if name == "rename static bhc":
+            raise KeyboardInterrupt  # the process stops between writing the file and its rename
+
+    monkeypatch.setattr(snapshot_mod, "write_point", crash)
+    with pytest.raises(KeyboardInterrupt):
+        store.write_static(0, "bhc", Z)
+    monkeypatch.undo()
+    left = [p.name for p in folder.iterdir() if p.name.startswith(".tmp-bhc-")]
+    assert len(left) == 1
+    store = SnapshotStore(str(tmp_path))
+    assert store.epochs()[0]["static"] == ["kingman"]  # never committed
+    store.write_static(0, "bhc", Z)
+    assert sorted(p.name for p in folder.iterdir()) == [".tmp-notes", "bhc.parquet", "kingman.parquet"]
+    np.testing.assert_array_equal(store.read_static(0, "bhc").linkage, Z)
+
+
 def test_file_uri_and_bad_uri(tmp_path):
     store = SnapshotStore((tmp_path / "viauri").as_uri())
     t = make_tree(0, [0, 1], [-1, 0], [0, 0])

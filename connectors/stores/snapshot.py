@@ -45,7 +45,8 @@ Only what the store can show it wrote is ever deleted or moved: the temporary fo
 files it creates, known by their exact names (one of its prefixes and a 32-digit id, e.g.
 ``epochs/.tmp-000003-<id>``, ``.manifest.json.tmp-<id>``, ``.replaced-<id>``; a name that merely
 looks temporary, such as ``.old-photos``, is someone else's) and its own epoch folders,
-records and files, in a directory whose ``manifest.json`` is a streamtree store's (or, while a
+records and files (a static snapshot's temporary file, ``static/.tmp-<method>-<id>``, at the
+next static write into that epoch), in a directory whose ``manifest.json`` is a streamtree store's (or, while a
 replacement is under way or was stopped, whose set-aside run holds one). A new store writes its
 manifest before anything else, whole (through a temporary file of the store's own name, renamed
 into place), so no other file of it ever lies in a directory without that proof; a manifest that
@@ -200,6 +201,8 @@ _TEMPORARY = {
                    rf"\.tmp-){_UUID}$"),
     EPOCHS: re.compile(rf"^\.(tmp|old)-\d{{6,}}-{_UUID}$"),
     COMMITS: re.compile(rf"^\.\d{{6,}}\.json\.tmp-{_UUID}$"),
+    # an epoch's static/ folder: a snapshot being written (cleaned by the next write there)
+    "static": re.compile(rf"^\.tmp-[A-Za-z0-9][A-Za-z0-9_.-]*-{_UUID}$"),
 }
 #: the folder a replacement moves the previous run into (see begin)
 _ASIDE_RE = re.compile(rf"^\.replaced-{_UUID}$")
@@ -1587,6 +1590,12 @@ class SnapshotStore:
             folder = self._path(entry["path"], "static")
             new_folder = not self._exists(folder)
             self.fs.create_dir(folder, recursive=True)
+            if not new_folder:
+                # a crashed write of a snapshot here left its temporary file: readers never see
+                # it, and no other writer runs (the lease), so it goes now
+                for info in self._ls(folder):
+                    if _TEMPORARY["static"].match(info.base_name):
+                        self._delete(info)
             tmp = f"{folder}/.tmp-{method}-{uuid.uuid4().hex}"
             self._write_parquet(table, tmp)
             write_point(f"rename static {method}")
