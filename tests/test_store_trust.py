@@ -321,6 +321,54 @@ def test_a_reader_racing_a_replacement_sees_one_run_whole(tmp_path, read, betwee
         assert got == (3 if sees == "old" else 1)
 
 
+@pytest.mark.parametrize("read", ["read", "nodes", "lineage", "all_nodes", "events"])
+@pytest.mark.parametrize("started", [False, True], ids=["replacement begins meanwhile", "old run already aside"])
+def test_a_reader_of_several_files_racing_a_replacement_reads_one_run(tmp_path, read, started):
+    """Reading an epoch takes several files. A writer that sets the old run aside (or drops the
+    aside) and commits the new run between two of them must not fail the read as damage or
+    hand it one file of each run: the read is done again on the run now in place. Before,
+    ``read`` called the store damaged when the aside was dropped, and could return the old
+    run's nodes with the new run's assignments."""
+    old_tree, new_tree = make_tree(0, [0, 1], [-1, 0], [0, 0], seed=1), make_tree(0, [0, 2, 3], [-1, 0, 0], [0, 2, 3])
+    store = SnapshotStore(str(tmp_path))
+    with store.writer("old"):
+        store.begin({"run": "old"}, vocab6())
+        store.publish(old_tree, list("abcde"))
+    writer = SnapshotStore(str(tmp_path))
+    lease = writer.writer("new").acquire()
+    try:
+        if started:
+            writer.begin({"run": "new"}, vocab6())
+        reader = SnapshotStore(str(tmp_path))
+        real = reader._read_parquet
+        raced = []
+
+        def interleaved(path, columns=None):
+            out = real(path, columns)
+            if not raced:  # once: the writer acts after the reader's first file
+                raced.append(path)
+                if not started:
+                    writer.begin({"run": "new"}, vocab6())
+                writer.publish(new_tree, list("vwxyz"))
+            return out
+
+        reader._read_parquet = interleaved
+        got = getattr(reader, read)(0) if read in ("read", "nodes") else getattr(reader, read)()
+        assert raced
+    finally:
+        lease.release()
+    ids = sorted(new_tree.node_ids.tolist())
+    if read == "read":
+        assert_same_tree(got.tree, new_tree)
+        assert list(got.doc_ids) == list("vwxyz")
+    elif read == "lineage":
+        assert sorted(got) == ids
+    elif read == "events":
+        assert sorted(got.column("node_id").to_pylist()) == ids
+    else:
+        assert sorted(got.column("id").to_pylist()) == ids
+
+
 def test_a_crash_after_setting_aside_is_cleaned_by_the_next_commit(tmp_path):
     store = SnapshotStore(str(tmp_path))
     store.publish(make_tree(0, [0], [-1], [0]), list("abcde"))

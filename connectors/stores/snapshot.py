@@ -133,6 +133,7 @@ from __future__ import annotations
 
 import copy
 import errno
+import functools
 import json
 import logging
 import os
@@ -163,6 +164,19 @@ from streamtree.text import DEFAULT_TOP_WORDS
 
 logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
+
+
+def _one_run(read: Callable[..., _T]) -> Callable[..., _T]:
+    """A reader of several files of the store, done again where a writer moved the run while
+    it read (:meth:`SnapshotStore._settled`): a replacement setting the old run aside, putting
+    it back, or committing the new run and dropping the aside could otherwise fail the read
+    midway ("damaged") or hand it one file of each run."""
+
+    @functools.wraps(read)
+    def settled(self, *args, **kwargs):
+        return self._settled(lambda _manifest: read(self, *args, **kwargs))
+
+    return settled
 
 FORMAT = "streamtree-snapshots"
 FORMAT_VERSION = 4
@@ -819,7 +833,7 @@ class SnapshotStore:
             seen = (manifest.get("run"), self._view)
             try:
                 out = read(manifest)
-            except StoreError:
+            except Exception:  # noqa: BLE001 - files of two runs can fail in any way: re-read
                 if self._lease is None and self._moved(seen):
                     continue
                 raise
@@ -1425,6 +1439,7 @@ class SnapshotStore:
                 f"is stored (SnapshotStore.read, node parameters to {self._cosine_of(entry)}), or "
                 "replay with keep_checkpoints='all' (--keep-checkpoints all) to load any epoch's model")
 
+    @_one_run
     def read_checkpoint_meta(self, epoch: int | None = None) -> dict:
         """The JSON metadata of the checkpoint committed with ``epoch`` (default: the latest
         published epoch): kept for every epoch, also where the arrays were not."""
@@ -1455,6 +1470,7 @@ class SnapshotStore:
         cos = entry["theta"].get("cosine")
         return "cosine >= 1 (exact)" if cos is None else f"cosine >= {cos:g}"
 
+    @_one_run
     def read_table(self, epoch: int, name: str) -> pa.Table:
         """An extra table committed with ``epoch`` (see ``publish(tables=...)``)."""
         entry = self._entry(epoch)
@@ -1485,6 +1501,7 @@ class SnapshotStore:
         done = [e["epoch"] for e in manifest["epochs"]]
         raise StoreError(f"epoch {epoch} is not published (published: {done})")
 
+    @_one_run
     def read(self, epoch: int) -> StoredEpoch:
         """Read one published epoch back (theta rebuilt dense)."""
         entry = self._entry(epoch)
@@ -1516,10 +1533,12 @@ class SnapshotStore:
             theta_log_step=None if log_step is None else float(log_step),
         )
 
+    @_one_run
     def nodes(self, epoch: int) -> pa.Table:
         """The ``nodes.parquet`` table of a published epoch (for reports and ``show``)."""
         return self._read_parquet(self._path(self._entry(epoch)["path"], "nodes.parquet"))
 
+    @_one_run
     def rejects(self, epoch: int) -> pa.Table | None:
         """The rejects filed under a published epoch (None if it had none)."""
         entry = self._entry(epoch)
@@ -1527,6 +1546,7 @@ class SnapshotStore:
             return None
         return self._read_parquet(self._path(entry["path"], "rejects.parquet"))
 
+    @_one_run
     def lineage(self) -> dict[int, NodeLineage]:
         """Per node id: epoch born, epoch it died (first published epoch after its last
         appearance, None if alive in the last one), its parent in every epoch it was alive,
@@ -1608,6 +1628,7 @@ class SnapshotStore:
                 raise StoreError(f"{self.root}: a store of format version 1 is read-only; replay into a new --store")
             self._commit_record(entry)
 
+    @_one_run
     def read_static(self, epoch: int, method: str) -> StaticSnapshot:
         entry = self._entry(epoch)
         if method not in entry.get("static", []):
@@ -1622,6 +1643,7 @@ class SnapshotStore:
                               stats=stats, leaf_ids=meta["leaf_ids"])
 
     # ---- tables for analysis: nodes of all epochs, events --------------------------------
+    @_one_run
     def all_nodes(self, columns: list[str] | None = None, *, pandas: bool = False):
         """The nodes of every published epoch as one table (one row per node and epoch).
 
@@ -1646,6 +1668,7 @@ class SnapshotStore:
             table = table.select(list(columns))
         return _as_pandas(table) if pandas else table
 
+    @_one_run
     def events(self, epoch: int | None = None, *, pandas: bool = False):
         """Events of one published epoch, or of all (:data:`EVENT_SCHEMA`, see
         :mod:`streamtree.events`).
