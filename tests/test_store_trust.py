@@ -619,8 +619,10 @@ def _files(root) -> dict[str, bytes | None]:
     ({"manifest.json": '{"format": "someone else\'s"}', "epochs/000001/nodes.parquet": "mine",
       "commits/.000001.json.tmp-ab": "mine"}, "manifest.json: not the manifest of a streamtree store"),
     ({"lease.json": "my lease, not streamtree's"}, "holds lease.json but no streamtree manifest"),
+    ({"lease.json": '{"token": "my-car-lease"}'}, "holds lease.json but no streamtree manifest"),
     ({".replaced-1234/manifest.json": "{}"}, "holds .replaced-1234 but no streamtree manifest"),
-], ids=["data names", "epoch folder", "foreign manifest", "foreign lease", "aside without a manifest"])
+], ids=["data names", "epoch folder", "foreign manifest", "foreign lease", "foreign JSON lease",
+        "aside without a manifest"])
 def test_store_named_files_that_no_store_wrote_are_never_touched(tmp_path, plant, found):
     """A directory holding files with the store's names but no store of ours (no streamtree
     manifest proving it wrote them) is refused by every writer, saying what it found, and

@@ -1707,18 +1707,30 @@ _ENTRY_TYPES = {"epoch": int, "n_nodes": int, "n_documents": int, "n_rejects": i
                 "path": str}
 
 
+#: the fields of a lease (see connectors.stores.lease), all written by every streamtree version
+_LEASE_FIELDS = ("token", "owner", "host", "pid", "command")
+
+
 def _is_lease(fs: pafs.FileSystem, path: str) -> bool:
-    """Whether ``path`` holds a streamtree writer lease (a JSON object with a token), or one a
-    writer is creating this moment (still empty)."""
+    """Whether ``path`` holds a streamtree writer lease (a JSON object with the fields every
+    lease has written: a token, its owner, host, process and command), or one a writer is
+    creating this moment (still empty). Anything else, a JSON object with only a ``token``
+    included, is someone else's file."""
     try:
         with fs.open_input_stream(path) as f:
             raw = f.read()
-        lease = json.loads(raw.decode("utf-8")) if raw else {"token": ""}
     except FileNotFoundError:
         return True  # released while we looked
-    except (OSError, ValueError, UnicodeDecodeError):
+    except OSError:
         return False
-    return isinstance(lease, dict) and isinstance(lease.get("token"), str)
+    if not raw:
+        return True
+    try:
+        lease = json.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return (isinstance(lease, dict) and isinstance(lease.get("token"), str)
+            and all(k in lease for k in _LEASE_FIELDS))
 
 
 #: how a new store's manifest begins (JSON with sorted keys; every new manifest has "checkpoints")
