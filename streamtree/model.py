@@ -9,6 +9,7 @@ registry or passed in).
 
 from __future__ import annotations
 
+import copy
 import logging
 import numbers
 import time
@@ -459,17 +460,26 @@ class DTSSBP(BaseEstimator):
         concern = family.fit_rows_concern(X)
         if concern is not None:  # before any state: a warning turned into an error leaves none behind
             warnings.warn(concern, UserWarning, stacklevel=3)
+        if first and X.shape[0] == 0:
+            raise ValueError("the first epoch must contain documents: start the stream at its first non-empty "
+                             "epoch")
         if first:
             self._start(X.shape[1])
+            kept = None
+        else:
+            # the sampler changes the chain's state in place: an epoch that fails part-way (an
+            # engine error, an interrupt) puts back what was, so the model is as it was before the
+            # call and a retry gives the uninterrupted chain
+            kept = (copy.deepcopy(self.state_), copy.deepcopy(self.likelihood_), copy.deepcopy(self._seeds))
         start = time.perf_counter()
-        engine = self._engine_for_run()
-        children = self._seeds.spawn(1)[0].spawn(1 + engine.n_shards)
-        rng = np.random.Generator(np.random.PCG64(children[0]))
-        if callback is not None:
-            engine = _SweepCallback(engine, callback, self.n_sweeps)
-        sampler = EpochSampler(self.state_, self.likelihood_, self._settings(self.variant_config_), engine, rng)
-        with fitting_threads(self.n_jobs):
-            tree = sampler.run(X, int(epoch), label, children[1:], last)
+        try:
+            tree = self._sample_epoch(X, int(epoch), label, callback, last)
+        except BaseException:
+            if kept is None:
+                self._reset()
+            else:
+                self.state_, self.likelihood_, self._seeds = kept
+            raise
         self.trees_.append(tree)
         self._last_tree = tree
         self.kappa0_ = getattr(self.likelihood_, "kappa0", None)
@@ -477,6 +487,17 @@ class DTSSBP(BaseEstimator):
         logger.info("epoch %s: %d documents, %d nodes (%d born, %d died) in %.2fs", epoch, X.shape[0],
                     tree.n_nodes, int(np.sum(tree.born == epoch)), tree.died.size, time.perf_counter() - start)
         return self
+
+    def _sample_epoch(self, X, epoch: int, label: str | None, callback, last: EpochTree | None) -> EpochTree:
+        """One epoch's chain on the engine; changes ``state_``, ``likelihood_`` and the seeds."""
+        engine = self._engine_for_run()
+        children = self._seeds.spawn(1)[0].spawn(1 + engine.n_shards)
+        rng = np.random.Generator(np.random.PCG64(children[0]))
+        if callback is not None:
+            engine = _SweepCallback(engine, callback, self.n_sweeps)
+        sampler = EpochSampler(self.state_, self.likelihood_, self._settings(self.variant_config_), engine, rng)
+        with fitting_threads(self.n_jobs):
+            return sampler.run(X, epoch, label, children[1:], last)
 
     def _predictive_kernel(self, normalized: bool):
         tree = self._last_tree

@@ -71,6 +71,63 @@ def test_partial_fit_returns_self_and_fit_needs_a_sequence():
     assert [t.epoch for t in refit.fit([X]).trees_] == [0]
 
 
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("likelihood", ["vmf", "multinomial"])
+def test_an_epoch_that_fails_part_way_leaves_the_model_as_it_was(likelihood):
+    """The sampler changes the chain's state in place. An epoch stopped part-way (here by its
+    progress callback; an engine error or an interrupt alike) left the node parameters changed
+    and the seeds advanced while ``trees_`` still ended at the previous epoch, so the model
+    scored with parameters of no epoch, a checkpoint saved them, and a retry differed from the
+    uninterrupted chain."""
+    def epochs(seed):
+        X = small_epoch(seed)
+        return X if likelihood == "vmf" else sp.csr_matrix(np.round(X.multiply(X > 0) * 20))
+
+    def stop_at_sweep_3(done, n, k):
+        if done == 3:
+            raise _Stop
+
+    X0, X1, X2 = epochs(0), epochs(1), epochs(2)
+    model = DTSSBP(likelihood=likelihood, n_sweeps=6, random_state=0).partial_fit(X0)
+    arrays, meta = model.get_checkpoint()
+    scores = model.score_samples(X1)
+    with pytest.raises(_Stop):
+        model.partial_fit(X1, callback=stop_at_sweep_3)
+    after, meta_after = model.get_checkpoint()
+    assert sorted(after) == sorted(arrays) and meta_after == meta
+    for name in arrays:
+        np.testing.assert_array_equal(after[name], arrays[name], err_msg=name)
+    np.testing.assert_array_equal(model.score_samples(X1), scores)
+    uninterrupted = DTSSBP(likelihood=likelihood, n_sweeps=6, random_state=0).partial_fit(X0).partial_fit(X1)
+    model.partial_fit(X1).partial_fit(X2)
+    uninterrupted.partial_fit(X2)
+    for got, want in zip(model.trees_, uninterrupted.trees_, strict=True):
+        np.testing.assert_array_equal(got.assignments, want.assignments)
+        np.testing.assert_array_equal(got.theta, want.theta)
+    # the first epoch stopped part-way leaves an unfitted model, and a retry is the uninterrupted chain
+    fresh = DTSSBP(likelihood=likelihood, n_sweeps=6, random_state=0)
+    with pytest.raises(_Stop):
+        fresh.partial_fit(X0, callback=stop_at_sweep_3)
+    with pytest.raises(NotFittedError):
+        fresh.score_samples(X0)
+    np.testing.assert_array_equal(fresh.partial_fit(X0).trees_[0].theta, uninterrupted.trees_[0].theta)
+
+
+def test_an_empty_first_epoch_is_refused_before_the_model_changes():
+    model = DTSSBP(likelihood="vmf", n_sweeps=2, random_state=0)
+    empty = small_epoch()[:0]
+    with pytest.raises(ValueError, match="first epoch must contain documents"):
+        model.partial_fit(empty)
+    with pytest.raises(NotFittedError):
+        model.predict(small_epoch())
+    np.testing.assert_array_equal(model.partial_fit(small_epoch()).trees_[0].assignments,
+                                  DTSSBP(likelihood="vmf", n_sweeps=2, random_state=0)
+                                  .partial_fit(small_epoch()).trees_[0].assignments)
+
+
 def test_fitting_leaves_the_callers_matrix_as_it_was():
     """A CSR matrix with unsorted columns and a duplicate entry (the same matrix once summed
     and sorted) is fitted like its canonical form, and the caller's arrays keep the order
