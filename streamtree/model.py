@@ -594,7 +594,10 @@ class DTSSBP(BaseEstimator):
         arrays, meta
             The output of :meth:`get_checkpoint` (``meta`` may have been through JSON).
         **overrides
-            Run-location parameters to change: ``engine``, ``n_jobs``, ``engine_options``.
+            Run-location parameters: ``engine``, ``n_jobs``, ``engine_options``. Where a model
+            ran is not part of its chain, so the restored model runs with the estimator's
+            defaults for those not given (a checkpoint written on Ray continues locally, and
+            a Ray address stored with it is never reused unasked).
 
         Returns
         -------
@@ -611,7 +614,8 @@ class DTSSBP(BaseEstimator):
         params = {**PARAMS_BEFORE_ADDED, **meta["params"]}
         if isinstance(params.get("concentration_bounds"), list):
             params["concentration_bounds"] = tuple(params["concentration_bounds"])
-        params.update(overrides)
+        defaults = cls().get_params(deep=False)
+        params.update({k: defaults[k] for k in RUN_LOCATION_PARAMS}, **overrides)
         ss_meta = meta["seed_sequence"]
         model = cls(**params)
         model._check_params()

@@ -37,7 +37,7 @@ from connectors.stores.snapshot import (THETA_STORAGE, CheckpointNotKeptError, C
 from streamtree.epochs import Epoch, EpochReader, EpochSpec, TimeRange
 from streamtree.events import epoch_events
 from streamtree.likelihoods.vmf import reads_document_weights
-from streamtree.model import DTSSBP
+from streamtree.model import DTSSBP, RUN_LOCATION_PARAMS
 from streamtree.records import (DEFAULT_DUPLICATE_TEXTS, DUPLICATE_TEXT, DUPLICATE_TEXTS, EMPTY_AFTER_VOCABULARY,
                                 RejectLog)
 from streamtree.snapshots import StaticOptions, document_directions, snapshot_name, static_snapshot
@@ -557,7 +557,8 @@ def _replay(store, config, mode, progress, static, start) -> ReplaySummary:
                                  "with --overwrite")
             vec = store.vectorizer()
             arrays, meta = store.read_checkpoint(begin.resume_from["epoch"])
-            model = DTSSBP.from_checkpoint(arrays, meta, engine=config.engine)
+            params = config.model_params()
+            model = DTSSBP.from_checkpoint(arrays, meta, **{k: params[k] for k in RUN_LOCATION_PARAMS})
             totals = dict(begin.resume_from["state"])
             totals.pop("static", None)  # the static options, committed with the totals
             totals.setdefault("repeated_texts", None)  # a store written before the count: unknown

@@ -87,3 +87,26 @@ def test_checkpoint_rejects_foreign_input_and_model_overrides():
         DTSSBP.from_checkpoint(arrays, meta, kappa0=5.0)
     with pytest.raises(ValueError, match="checkpoint of format"):
         DTSSBP.from_checkpoint(arrays, dict(meta, format=99))
+
+
+def test_where_a_checkpoint_ran_is_not_restored_with_it():
+    """A checkpoint written on Ray with a cluster address came back on Ray at that address
+    when restored without overrides, and restoring it with engine="local" failed with a
+    TypeError (the stored address went to the local engine). Where a model runs is not part
+    of its chain: the restored model takes the estimator's defaults unless told otherwise,
+    and continues the same chain."""
+    epochs = vmf_epochs(np.random.default_rng(0))
+    model = DTSSBP(likelihood="vmf", n_sweeps=2, random_state=0).fit(epochs[:2])
+    arrays, meta = model.get_checkpoint()
+    meta = json.loads(json.dumps(meta))
+    meta["params"].update(engine="ray", n_jobs=2, engine_options={"address": "ray://elsewhere:10001"})
+    defaults = DTSSBP().get_params()
+    for overrides in ({}, {"engine": "local"}):
+        restored = DTSSBP.from_checkpoint(arrays, meta, **overrides)
+        assert (restored.engine, restored.n_jobs, restored.engine_options) == (
+            "local", defaults["n_jobs"], defaults["engine_options"])
+    two = DTSSBP.from_checkpoint(arrays, meta, n_jobs=2)
+    assert (two.engine, two.n_jobs) == ("local", 2)
+    restored.partial_fit(epochs[2])
+    model.partial_fit(epochs[2])
+    np.testing.assert_array_equal(restored.trees_[-1].assignments, model.trees_[-1].assignments)
