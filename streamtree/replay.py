@@ -684,6 +684,9 @@ class _Run:
             if self.progress is not None:
                 self.progress(EpochProgress(ep.index, self.reader.n_epochs, ep.label, X.shape[0],
                                             rejects.num_rows, tree.n_nodes, time.perf_counter() - t0, quiet))
+            # the store keeps the history (and the quiet run what it needs): memory stays flat
+            # over a long stream, where every tree kept its parameters and assignments
+            del model.trees_[:-1]
         if fitter.carried:  # no epoch had a document left
             raise ValueError(f"{cfg.source}: no document is left after vocabulary filtering "
                              f"({t['empty_after_filter']} empty rows); lower --min-df or raise --max-features")

@@ -349,3 +349,23 @@ def test_identity_records_iso_weeks_so_thursday_week_stores_are_not_resumed():
         assert "week_origin" not in config("corpus.parquet", epoch=other).identity()
     thursday_store = {k: v for k, v in weekly.items() if k != "week_origin"}
     assert thursday_store != weekly
+
+
+def test_a_replay_keeps_no_more_trees_than_an_epoch_needs(corpus, tmp_path, monkeypatch):
+    """Every fitted tree holds its parameters and assignments; a replay kept them all in the
+    model (about 8 K V bytes an epoch, GBs over a long hourly stream) though the store holds
+    the history. The model now holds the previous epoch's tree at most (what the events of
+    a quiet run need: tests/test_events.py)."""
+    from streamtree.model import DTSSBP
+
+    held = []
+    real = DTSSBP.partial_fit
+
+    def counting(self, *args, **kwargs):
+        held.append(len(getattr(self, "trees_", [])))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(DTSSBP, "partial_fit", counting)
+    uri = str(tmp_path / "run")
+    replay(config(corpus, epoch="1y"), uri)
+    assert len(held) > 20 and max(held) <= 1, held
