@@ -70,7 +70,9 @@ from streamtree.records import (
 _US = {"s": 1_000_000, "m": 60_000_000, "h": 3_600_000_000, "d": 86_400_000_000, "w": 7 * 86_400_000_000}
 _ALIASES = {"year": "1y", "decade": "10y", "century": "100y", "month": "1mo",
             "hour": "1h", "day": "1d", "week": "1w", "minute": "1m"}
-_SPEC_RE = re.compile(r"^\s*(\d+)\s*(mo|s|m|h|d|w|y)\s*$")
+_SPEC_RE = re.compile(r"^\s*(\d+)\s*(mo|min|s|m|h|d|w|y)\s*$")
+#: a width in capital M: months to some tools (pandas' "M"), minutes to others; never guessed
+_CAPITAL_M_RE = re.compile(r"^\s*\d+\s*M\s*$")
 _EPOCH0 = datetime(1970, 1, 1, tzinfo=timezone.utc)
 #: default origin of week epochs: the Monday before 1970-01-01 (a Thursday), so that weeks
 #: run Monday to Sunday as ISO weeks do
@@ -110,7 +112,8 @@ class EpochSpec:
     @classmethod
     def parse(cls, text: str, origin: str | datetime | None = None) -> "EpochSpec":
         """Parse ``"1h"``, ``"1d"``, ``"2w"``, ``"10y"``, ``"3mo"``, ``"month"``, ``"year"``,
-        ``"decade"``, ``"century"``, ``"column"`` (and ``"day"``, ``"hour"``, ``"week"``).
+        ``"decade"``, ``"century"``, ``"column"`` (and ``"day"``, ``"hour"``, ``"week"``;
+        minutes are ``"15m"`` or ``"15min"``; ``"1M"`` is refused as ambiguous).
 
         ``origin`` (ISO string or datetime; naive means UTC) sets the start of epoch 0 for
         fixed widths (default 1970-01-01, or :data:`WEEK_ORIGIN`, a Monday, for weeks); it is
@@ -118,6 +121,9 @@ class EpochSpec:
         """
         if not isinstance(text, str):
             raise TypeError(f"epoch spec must be a string, got {type(text).__name__}")
+        if _CAPITAL_M_RE.match(text):
+            raise ValueError(f"epoch spec {text!r} is ambiguous: write '{text.strip()[:-1].strip()}mo' for months "
+                             f"or '{text.strip()[:-1].strip()}min' for minutes")
         norm = text.strip().lower()
         if norm == "column":
             if origin is not None:
@@ -130,7 +136,7 @@ class EpochSpec:
                 f"cannot parse epoch spec {text!r}: expected e.g. '1h', '1d', '2w', '10y', '3mo', "
                 "'month', 'year', 'decade' or 'column'"
             )
-        n, unit = int(m.group(1)), m.group(2)
+        n, unit = int(m.group(1)), m.group(2).replace("min", "m")
         if n < 1:
             raise ValueError(f"epoch width must be positive in {text!r}")
         if unit in ("y", "mo"):

@@ -56,6 +56,11 @@ def test_parse_kinds_and_errors():
             EpochSpec.parse(bad)
     with pytest.raises(ValueError, match="calendar"):
         EpochSpec.parse("10y", origin="2000-01-01")
+    # "1M" is a month to some tools and was read as one minute: refused, naming both spellings
+    assert EpochSpec.parse("15min").width == EpochSpec.parse("15m").width
+    for ambiguous in ("1M", " 3M "):
+        with pytest.raises(ValueError, match="ambiguous.*'(1|3)mo' for months or '(1|3)min' for minutes"):
+            EpochSpec.parse(ambiguous)
 
 
 @pytest.mark.parametrize("text,width", [("1h", timedelta(hours=1)), ("1d", timedelta(days=1)),
