@@ -158,6 +158,25 @@ def test_daily_epochs_keep_runs_of_empty_epochs_out_of_the_folders(tmp_path):
     assert auto.n_epochs == 20 and auto.rejects == {OUT_OF_RANGE: 1}
 
 
+@pytest.mark.parametrize("time_range", ["auto", "all"])
+def test_a_span_of_mostly_empty_epochs_is_refused_before_any_fit(tmp_path, capsys, time_range):
+    """A third of the rows two centuries away (a file whose times were read in the wrong unit
+    does this): the automatic range keeps them (more than 1% of the rows), and a replay by day
+    planned 66,000 epochs, about 40 of them holding rows, and fitted every one for hours with
+    no output. It is refused before anything is fitted or written, naming the span and what to
+    check."""
+    day = lambda y, m, d: datetime(y, m, d, tzinfo=timezone.utc)  # noqa: E731
+    times = [day(2024, 3, 1 + i % 20) for i in range(40)] + [day(2205, 1, 1 + i % 20) for i in range(20)]
+    path = corpus(tmp_path / "c.parquet", pa.array(times, pa.timestamp("us", tz="UTC")))
+    with pytest.raises(ValueError, match=r"span 66,\d{3} epochs of '1d' \(2024-03-01 to 2205-01-20\) but only 40 of "
+                                         r"them hold rows.*--time-unit.*--time-range START\.\.END"):
+        run(path, tmp_path / "s", epoch="1d", time_range=time_range)
+    assert not (tmp_path / "s" / "manifest.json").exists()
+    # a range the user gives is theirs: the bulk alone is replayed, the rest rejected
+    summary = run(path, tmp_path / "r", epoch="1d", time_range="2024..2024")
+    assert summary.n_epochs == 20 and summary.rejects == {OUT_OF_RANGE: 20}
+
+
 def test_nodes_that_die_in_a_gap_die_in_the_next_published_epoch(tmp_path):
     """Three topics in 2000-2001, nothing in 2002-2005, one topic in 2006: the nodes the window
     lets die in the empty years are deaths of 2006 (before, their deaths were lost with the
