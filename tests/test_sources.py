@@ -119,6 +119,33 @@ def test_hive_partitioned_directory(tmp_path):
     assert len(set(ids)) == 5 and all(i.split(":")[0].startswith("decade=") for i in ids)
 
 
+@pytest.mark.parametrize("order", ["timestamps first", "seconds first"])
+def test_parquet_files_of_one_folder_are_each_read_with_their_own_time_type(tmp_path, order):
+    """Every file was cast to the first file's schema: integer seconds after a timestamp file
+    were read as microseconds (all in 1970, no reject), a timestamp file after an integer one
+    was rejected whole as unparsable, and a string column of zoned times after a timestamp
+    file failed as "not a valid Parquet file"."""
+    d = tmp_path / "mixed"
+    d.mkdir()
+    files = {
+        "ts": pa.array([datetime(2024, 3, 1, 10, tzinfo=UTC)] * 2, pa.timestamp("us", tz="UTC")),
+        "seconds": pa.array([1_709_337_600] * 2, pa.int64()),  # 2024-03-02
+        "zoned_text": pa.array(["2024-03-02T19:00:00-05:00"] * 2),  # 2024-03-03 00:00 UTC
+        "date": pa.array([date(2024, 3, 4)] * 2, pa.date32()),
+        "naive_ms": pa.array([datetime(2024, 3, 5, 6)] * 2, pa.timestamp("ms")),
+    }
+    names = list(files) if order == "timestamps first" else ["seconds"] + [n for n in files if n != "seconds"]
+    for i, name in enumerate(names):
+        pq.write_table(pa.table({"text": ["some words", "more words"], "when": files[name]}), d / f"{i}-{name}.parquet")
+    src = open_source(str(d), "text", "when")
+    out = src.read_all()
+    got = dict(zip(out.column("source").to_pylist(), out.column("time").to_pylist()))
+    expected = {"ts": utc(2024, 3, 1, 10), "seconds": utc(2024, 3, 2), "zoned_text": utc(2024, 3, 3),
+                "date": utc(2024, 3, 4), "naive_ms": utc(2024, 3, 5, 6)}
+    assert out.num_rows == 10
+    assert {name.split("-", 1)[1].removesuffix(".parquet"): t for name, t in got.items()} == expected
+
+
 def test_directory_of_jsonl_files(tmp_path):
     d = tmp_path / "j"
     d.mkdir()

@@ -255,11 +255,17 @@ class Source:
                     present = fragment.physical_schema.names + [
                         n for n in keys if n not in fragment.physical_schema.names]
                     check_columns(fragment.path, present, self._mapped())
+                    # Each file is read with its own column types: the dataset's (the first
+                    # file's) would cast another file's integer seconds to a timestamp in
+                    # microseconds, or fail a string column of zoned times; the rows are
+                    # normalised batch by batch, whatever each file's types.
+                    own = pa.schema([fragment.physical_schema.field(n) if n in fragment.physical_schema.names
+                                     else dataset.schema.field(n) for n in cols])
                     # No read-ahead and no Parquet pre-buffering: with pyarrow's defaults the
                     # scanner holds many batches and the raw column chunks of the whole file
                     # in memory (measured: ~the file size), which undoes the bounded memory.
                     scanner = ds.Scanner.from_fragment(
-                        fragment, schema=dataset.schema, columns=cols, batch_size=self.batch_size,
+                        fragment, schema=own, columns=cols, batch_size=self.batch_size,
                         batch_readahead=0, fragment_scan_options=scan_options,
                     )
                     for batch in scanner.to_batches():
