@@ -185,6 +185,7 @@ def _variant_list(text: str) -> list[str]:
 
 
 def _add_source_args(p: argparse.ArgumentParser) -> None:
+    from connectors.sources.times import TIME_UNITS
     from streamtree.replay import ReplayConfig
 
     p.add_argument("source", help="Parquet/Arrow/JSONL/CSV file, directory or dataset")
@@ -193,7 +194,7 @@ def _add_source_args(p: argparse.ArgumentParser) -> None:
                                       "(default: none; needed unless --epoch-col)")
     p.add_argument("--id-col", help="column holding document ids (default: <file>:<row>)")
     p.add_argument("--epoch-col", help="column holding an explicit integer epoch (with --epoch column) (default: none)")
-    p.add_argument("--time-unit", default="auto", choices=["auto", "year", "s", "ms", "us", "ns"],
+    p.add_argument("--time-unit", default="auto", choices=TIME_UNITS,
                    help="how numeric times are read (default auto: chosen from the values, and said)")
     p.add_argument("--time-format", help="strptime pattern for time strings that are not ISO 8601, e.g. "
                                          "'%%d/%%m/%%Y' (default: detect common formats like 2017/2/7)")
@@ -369,6 +370,7 @@ def _names_command(argv: Sequence[str]) -> bool:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from connectors.sources.times import TIME_UNITS
     from streamtree.replay import ReplayConfig
 
     parser, sub = _top_parser()
@@ -442,7 +444,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--time-col", help="column holding the document time (default: the stored replay's; "
                                       "times are only checked, not used)")
     a.add_argument("--id-col", help="column holding document ids (default: the stored replay's, else <file>:<row>)")
-    a.add_argument("--time-unit", default="auto", choices=["auto", "year", "s", "ms", "us", "ns"],
+    a.add_argument("--time-unit", default="auto", choices=TIME_UNITS,
                    help="how numeric times are read")
     a.add_argument("--time-format", help="strptime pattern for time strings that are not ISO 8601 "
                                          "(default: detect common formats like 2017/2/7)")
@@ -526,6 +528,7 @@ def _duration(text: str) -> float:
 
 
 def _add_serve_parser(sub) -> None:
+    from connectors.sources.times import TIME_UNITS
     from streamtree.service import ServeConfig
 
     v = sub.add_parser(
@@ -540,7 +543,7 @@ def _add_serve_parser(sub) -> None:
     v.add_argument("--text-col", required=True, help="column holding the document text")
     v.add_argument("--time-col", required=True, help="column holding the event time")
     v.add_argument("--id-col", help="column holding document ids (default: <file>:<row>)")
-    v.add_argument("--time-unit", default="auto", choices=["auto", "year", "s", "ms", "us", "ns"],
+    v.add_argument("--time-unit", default="auto", choices=TIME_UNITS,
                    help="how numeric times are read")
     v.add_argument("--time-format", help="strptime pattern for time strings that are not ISO 8601, e.g. "
                                          "'%%d/%%m/%%Y' (default: detect common formats like 2017/2/7)")

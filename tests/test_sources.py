@@ -169,6 +169,11 @@ def test_time_types(tmp_path):
         "fseconds": (pa.array([1_773_482_400.5, 0.0]), [utc(2026, 3, 14, 10, 0, 0, 500_000), utc(1970, 1, 1)]),
         "iso_offset": (pa.array(["2026-03-14T12:00:00+02:00", " 1790-01-08 "]), [utc(2026, 3, 14, 10), utc(1790, 1, 8)]),
         "year_text": (pa.array(["1790", "2026"]), [utc(1790, 1, 1), utc(2026, 1, 1)]),
+        # were read as seconds: every such date fell in 1970-1973, one epoch of a daily replay
+        "yyyymmdd": (pa.array([20240229, 19991231], pa.int64()), [utc(2024, 2, 29), utc(1999, 12, 31)]),
+        # seconds of 1970-1973 that are not dates stay seconds
+        "seconds_1970": (pa.array([20_245_431, 20_249_999], pa.int64()),
+                         [utc(1970, 8, 23, 7, 43, 51), utc(1970, 8, 23, 8, 59, 59)]),
     }
     cols = {"text": ["some words", "more words"]}
     cols.update({k: v for k, (v, _) in cases.items()})
@@ -180,6 +185,12 @@ def test_time_types(tmp_path):
     pq.write_table(pa.table({"text": ["x y"], "ms": [86_400_000], "y": [12]}), tmp_path / "u.parquet")
     assert open_source(str(tmp_path / "u.parquet"), "text", "ms", time_unit="ms").read_all()["time"].to_pylist() == [utc(1970, 1, 2)]
     assert open_source(str(tmp_path / "u.parquet"), "text", "y", time_unit="s").read_all()["time"].to_pylist() == [utc(1970, 1, 1, 0, 0, 12)]
+    # a forced YYYYMMDD reading rejects what is not a date (31 April), and --time-unit s keeps seconds
+    pq.write_table(pa.table({"text": ["x y", "z w"], "d": [20240301, 20240431]}), tmp_path / "d.parquet")
+    src = open_source(str(tmp_path / "d.parquet"), "text", "d", time_unit="yyyymmdd")
+    assert src.read_all()["time"].to_pylist() == [utc(2024, 3, 1)] and src.rejects.drain().num_rows == 1
+    assert open_source(str(tmp_path / "d.parquet"), "text", "d", time_unit="s").read_all()["time"].to_pylist() == [
+        utc(1970, 8, 23, 6, 18, 21), utc(1970, 8, 23, 6, 20, 31)]
 
 
 # ---- bad input ----------------------------------------------------------------------------

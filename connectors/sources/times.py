@@ -11,9 +11,12 @@ How each input type is interpreted
   calendar **years** (1 January, 00:00 UTC: a ``year`` column, also when pandas stored it
   as floats because of a missing value); otherwise the magnitude of the median picks epoch
   **seconds** (below 1e11), **milliseconds** (below 1e14), **microseconds** (below 1e17) or
-  **nanoseconds**. Once chosen, the unit holds for the rest of the column, so a stray
-  ``19995`` in a year column is a bad year (rejected), not a time in 1970. ``time_unit``
-  forces ``"year"``, ``"s"``, ``"ms"``, ``"us"`` or ``"ns"``. NaN counts as missing.
+  **nanoseconds**; whole numbers of eight digits that are nearly all valid dates written
+  ``YYYYMMDD`` (``20240301``) are **dates** (as seconds they would all fall in 1970-1973, and
+  fewer than one in eight random such seconds reads as a date). Once chosen, the unit holds
+  for the rest of the column, so a stray ``19995`` in a year column is a bad year (rejected),
+  not a time in 1970. ``time_unit`` forces ``"year"``, ``"yyyymmdd"``, ``"s"``, ``"ms"``,
+  ``"us"`` or ``"ns"``. NaN counts as missing.
 * other strings: surrounding whitespace is stripped; an empty string is missing. ISO 8601
   is always understood: ``2026-03``, ``2026-03-14``, ``2026-03-14T10:00``,
   ``2026-03-14 10:00:00.123`` (digits beyond microseconds are truncated); with a zone
@@ -38,7 +41,7 @@ import pyarrow.compute as pc
 
 from streamtree.records import TIME_TYPE
 
-TIME_UNITS = ("auto", "year", "s", "ms", "us", "ns")
+TIME_UNITS = ("auto", "year", "yyyymmdd", "s", "ms", "us", "ns")
 #: strptime patterns tried, in this order, on strings that are neither numbers nor ISO 8601.
 COMMON_FORMATS = (
     "%Y/%m/%d", "%Y/%m/%d %H:%M", "%Y/%m/%d %H:%M:%S", "%Y-%m-%d", "%Y-%m-%d %H:%M", "%Y.%m.%d",
@@ -59,6 +62,8 @@ _FLOAT_RE = r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?$"
 _ZONE_RE = r"\d{2}:\d{2}(:\d{2}(\.\d+)?)?\s*([Zz]|[+-]\d{2}(:?\d{2})?)$"
 _ISO_RE = r"^[+-]?\d{4}-\d{2}-\d{2}([T ]\d.*)?$"
 _MAX_YEAR = 9999
+#: share of eight-digit whole numbers that must be YYYYMMDD dates for "auto" to read them so
+_DATE_SHARE = 0.99
 _INT64_MAX = np.iinfo(np.int64).max
 
 
@@ -155,6 +160,8 @@ def detect_number_unit(values: np.ndarray) -> tuple[str, str]:
     shown = f"{int(example)}" if float(example).is_integer() and abs(example) < 1e18 else f"{example:g}"
     if med <= _MAX_YEAR and whole >= 0.9:
         unit, what = "year", "calendar years"
+    elif 1e7 <= med < 1e8 and whole >= 0.99 and float(np.mean(_yyyymmdd_days(v)[1])) >= _DATE_SHARE:
+        unit, what = "yyyymmdd", "dates written YYYYMMDD"
     elif med < 1e11:
         unit, what = "s", "seconds since 1970"
     elif med < 1e14:
@@ -164,7 +171,20 @@ def detect_number_unit(values: np.ndarray) -> tuple[str, str]:
     else:
         unit, what = "ns", "nanoseconds since 1970"
     return unit, (f"numbers read as {what} (detected from values such as {shown}; "
-                  f"--time-unit year|s|ms|us|ns overrides)")
+                  f"--time-unit {'|'.join(u for u in TIME_UNITS if u != 'auto')} overrides)")
+
+
+def _yyyymmdd_days(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Days since 1970 of numbers written ``YYYYMMDD`` and whether each is a calendar date."""
+    v = np.asarray(values, dtype=np.float64)
+    whole = np.isfinite(v) & (np.floor(v) == v) & (v >= 10_000_101) & (v <= 99_991_231)
+    n = np.where(whole, v, 19_700_101).astype(np.int64)
+    y, m, d = n // 10_000, (n // 100) % 100, n % 100
+    ok = whole & (m >= 1) & (m <= 12) & (d >= 1) & (d <= 31)
+    months = np.where(ok, (y - 1970) * 12 + m - 1, 0).astype("datetime64[M]")
+    days = months.astype("datetime64[D]") + np.where(ok, d - 1, 0)
+    ok &= days.astype("datetime64[M]") == months  # 31 April is not a date
+    return days.astype(np.int64), ok
 
 
 def _valid(values: pa.Array) -> np.ndarray:
@@ -191,6 +211,13 @@ def _from_numbers(values: pa.Array, time_unit: str) -> tuple[pa.Array, np.ndarra
         raw = raw.astype(np.int64)
         missing = ~valid
         bad = np.zeros(n, dtype=bool)
+    if time_unit == "yyyymmdd":
+        days, dated = _yyyymmdd_days(raw)
+        ok = ~missing & ~bad
+        bad |= ok & ~dated
+        keep = ok & dated
+        out = pa.array(days * 86_400_000_000, type=pa.int64(), mask=~keep).cast(TIME_TYPE)
+        return out, missing, bad
     as_year = np.full(n, time_unit == "year")
     unit = "s" if time_unit == "year" else time_unit
     us = np.zeros(n, dtype=np.int64)
