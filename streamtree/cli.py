@@ -603,10 +603,14 @@ def resolve_epoch(entries: list[dict], text: str) -> dict:
     # sort either side of the one asked for (labels are dates, years or decades, in time order)
     labels = [str(e.get("label")) for e in entries]
     nearest = ""
-    if (idx is None or len(text) >= 4) and labels == sorted(labels):  # an index, not a year: no neighbours
+    if idx is not None:  # an index between published ones (empty epochs are not published)
+        indices = [e["epoch"] for e in entries]
+        at = bisect.bisect_left(indices, idx)
+        nearest = f"; published indices nearest to {idx}: {said(entries[max(at - 1, 0):at + 1])}"
+    if (idx is None or len(text) >= 4) and labels == sorted(labels):  # also a year: labels either side
         at = bisect.bisect_left(labels, text)
         near = entries[max(at - 1, 0):at + 1]
-        nearest = f"; published epochs nearest to {text!r}: {said(near)}"
+        nearest += f"; published labels nearest to {text!r}: {said(near)}"
     raise _UserError(f"no published epoch {text!r}", "--epoch",
                      f"use an index or label among {len(entries)} published epochs: {said(entries[:3])} ... "
                      f"{said(entries[-1:])}{nearest} (streamtree show STORE | grep ^epoch lists them)")

@@ -217,8 +217,16 @@ def test_an_unknown_epoch_of_a_long_run_names_its_span_and_neighbours():
     with pytest.raises(_UserError, match=r"nearest to '2009': 0 \(2010-01-01\) \("):
         resolve_epoch(weeks, "2009")
     with pytest.raises(_UserError) as err:
-        resolve_epoch(weeks, "7")  # an index that is not published: no label neighbours
-    assert "nearest" not in str(err.value) and "... 78 (2010-10-22)" in str(err.value)
+        resolve_epoch(weeks, "7")  # an index that is not published: index neighbours, no label ones
+    assert "published indices nearest to 7: 6 (2010-01-22), 8 (2010-02-01)" in str(err.value)
+    assert "labels nearest" not in str(err.value) and "... 78 (2010-10-22)" in str(err.value)
+    # four digits may be an index or a year: both neighbours (an index was compared as a label only)
+    minutes = [{"epoch": 2 * k, "label": f"2024-03-01T{k // 60:02d}:{k % 60:02d}"} for k in range(3000)]
+    with pytest.raises(_UserError) as err:
+        resolve_epoch(minutes, "3001")
+    msg = str(err.value)
+    assert "published indices nearest to 3001: 3000 (2024-03-01T25:00), 3002 (2024-03-01T25:01)" in msg
+    assert "published labels nearest to '3001': 5998 (2024-03-01T49:59)" in msg
 
 
 def test_existing_store_is_refused_with_advice(corpus, store, capsys):
