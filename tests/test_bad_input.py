@@ -107,6 +107,20 @@ def test_rss_gmt_and_git_log_dates_are_detected(value, utc):
     assert times.to_pylist() == [utc] * 3
 
 
+def test_rfc_2822_dates_mixing_gmt_and_offsets_are_all_read():
+    """Python's email.utils writes "GMT" for UTC and "+0100" otherwise; one column holds both.
+    The detected format was the first batch's ("... GMT" or "... %z"), and the other kind of
+    row was rejected as unparsable (100 of 600 rows)."""
+    from connectors.sources.times import TimeParser
+
+    parser = TimeParser()
+    first, _, bad1 = parser.parse(pa.array(["Tue, 07 Feb 2017 10:00:00 GMT"] * 3))
+    then, _, bad2 = parser.parse(pa.array(["Wed, 08 Feb 2017 10:00:00 +0100", "Thu, 09 Feb 2017 10:00:00 UT"]))
+    assert not bad1.any() and not bad2.any()
+    assert first.to_pylist()[0] == datetime(2017, 2, 7, 10, tzinfo=timezone.utc)
+    assert then.to_pylist() == [datetime(2017, 2, 8, 9, tzinfo=timezone.utc), datetime(2017, 2, 9, 10, tzinfo=timezone.utc)]
+
+
 def test_time_format_settles_day_month_order(tmp_path):
     times = ["3/2/2017", "4/2/2017", "5/3/2017"] * 5
     summary = run(corpus(tmp_path / "c.parquet", times), tmp_path / "auto", epoch="month")

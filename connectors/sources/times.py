@@ -50,10 +50,9 @@ COMMON_FORMATS = (
     "%m/%d/%y", "%d/%m/%y",
     "%b %d, %Y", "%B %d, %Y", "%b %d %Y", "%d %b %Y", "%d %B %Y", "%d-%b-%Y",
     "%a, %d %b %Y %H:%M:%S", "%a %b %d %H:%M:%S %Y",
-    # RFC 2822 with its zone offset: mail, RSS, git and Debian changelog dates; RSS feeds
-    # mostly write the zone as "GMT" (the obsolete RFC 822 name, UTC); git log's own default
-    "%a, %d %b %Y %H:%M:%S %z", "%d %b %Y %H:%M:%S %z", "%a, %d %b %Y %H:%M:%S GMT", "%d %b %Y %H:%M:%S GMT",
-    "%a %b %d %H:%M:%S %Y %z",
+    # RFC 2822 with its zone offset: mail, RSS, git and Debian changelog dates (a zone written
+    # "GMT" or "UT", as RSS feeds mostly do, is read as "+0000" first); git log's own default
+    "%a, %d %b %Y %H:%M:%S %z", "%d %b %Y %H:%M:%S %z", "%a %b %d %H:%M:%S %Y %z",
 )
 _US_PER = {"s": 1_000_000, "ms": 1_000, "us": 1, "ns": None}
 _INT_RE = r"^[+-]?\d+$"
@@ -285,11 +284,15 @@ def _from_strings(values: pa.Array, parser: "TimeParser") -> tuple[pa.Array, np.
         take(iso & ~has_zone, _assume_utc(_safe_cast(_only(s, iso & ~has_zone), pa.timestamp("us"))))
     rest = present & ~got & ~iso
     if rest.any():
+        others = _only(raw, rest)
+        if parser.time_format is None:
+            # "GMT" (RFC 822's name for UTC: RSS, Python's email.utils) as the offset it is, so
+            # that one detected "%z" format reads a column mixing it with "+0100"
+            others = pc.replace_substring_regex(others, r"(\d{2}:\d{2}(:\d{2})?)\s*(GMT|UTC|UT|Z)$", r"\1 +0000")
         if parser.string_format is None:
-            _detect_format(parser, _only(raw, rest))
+            _detect_format(parser, others)
         if parser.string_format is not None:
-            take(rest, _assume_utc(pc.strptime(_only(raw, rest), format=parser.string_format, unit="us",
-                                                 error_is_null=True)))
+            take(rest, _assume_utc(pc.strptime(others, format=parser.string_format, unit="us", error_is_null=True)))
     missing = ~present
     bad = present & ~got
     out = pa.array(out_us, type=pa.int64(), mask=~got).cast(TIME_TYPE)
