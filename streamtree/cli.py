@@ -410,7 +410,8 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--epoch", required=True, help="epoch index or label")
     n.add_argument("--over", choices=["documents", "nodes"], default="nodes", help="leaves (default nodes)")
     n.add_argument("--max-points", type=_positive_int, default=300, help="at most this many leaves")
-    n.add_argument("--source", help="source of the documents (default: the one the store was replayed from)")
+    n.add_argument("--source", help="source of the documents (default: the one the store was replayed from; "
+                                    "a service's store: its landing folder)")
     n.add_argument("--text-col", help="text column (default: the stored replay's)")
     n.add_argument("--time-col", help="time column (default: the stored replay's)")
     n.add_argument("--seed", type=int, default=0, help="random seed of the sample and the fit")
@@ -1024,22 +1025,30 @@ def _stored_epoch_rows(store, entry: dict, stored, args):
     from connectors.stores.snapshot import StoreError
     from streamtree.replay import ReplayConfig, read_epochs
 
-    base = dict(store.config().get("replay") or {})
-    if not base and not (args.source and args.text_col):
-        raise _UserError("the store has no replay configuration", "--over documents",
-                         "give --source, --text-col and --time-col")
+    stored_config = store.config()
+    # a replay's settings, or a service's (its columns, time reading and epochs; the source is
+    # the landing folder, which the service does not record)
+    base = dict(stored_config.get("replay") or stored_config.get("serve") or {})
     fields = set(ReplayConfig.__dataclass_fields__)
-    base = {k: v for k, v in base.items() if k in fields}
+    base = {k: v for k, v in base.items() if k in fields and k != "model"}
     for name in ("source", "text_col", "time_col"):
         if getattr(args, name):
             base[name] = getattr(args, name)
+    if not (base.get("source") and base.get("text_col")):
+        what = "a service's store records no source" if stored_config.get("serve") else \
+            "the store has no replay configuration"
+        raise _UserError(what, "--over documents",
+                         "give --source (a service's landing folder)" + ("" if base.get("text_col") else
+                                                                          ", --text-col and --time-col"))
     base.setdefault("time_col", None)
     config = ReplayConfig(**base)
     vec = store.vectorizer()
     if vec is None:
         raise StoreError(f"{args.store}: no stored vocabulary; cannot vectorise documents")
     epochs, _ = read_epochs(config)
-    match = [e for e in epochs if e.index == entry["epoch"]]
+    # by epoch key: a service numbers its epochs from the first it published, a replay from the
+    # first of its source, so only the key (the time span) is the same
+    match = [e for e in epochs if e.key == entry["key"]]
     if not match:
         raise _UserError(f"the source has no epoch {entry['epoch']} ({entry['label']})", "--source",
                          "use the source the store was replayed from")
