@@ -9,6 +9,10 @@ from __future__ import annotations
 import os
 import pickle
 import shlex
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -176,6 +180,60 @@ def test_deployment_manifests_parse_and_carry_what_the_project_relies_on():
 
     containerfile = (DEPLOYMENTS / "Containerfile").read_text()
     assert "pip install ." in containerfile and "ENTRYPOINT" in containerfile
+
+
+# ---------------------------------------------------------------------------- private clusters (subprocesses)
+# These run before the module's shared cluster is started, so that one Ray runs at a time.
+def _private_ray_env(home: Path) -> dict:
+    """The environment of a subprocess whose engine starts its own cluster: no RAY_ settings of
+    ours, and a home directory of the test's own (any file Ray writes under ~ lands there)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env["HOME"] = str(home)
+    return env
+
+
+def _landing_days(folder: Path, days: range, n: int = 30) -> None:
+    from service_corpus import day_rows, write_jsonl
+
+    for d in days:
+        write_jsonl(str(folder / f"day{d}.jsonl"), day_rows(d, n, 1))
+
+
+def _wait_for(predicate, proc: subprocess.Popen, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert proc.poll() is None, f"the process ended ({proc.returncode}) before {what}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_sigterm_to_serve_on_ray_finishes_and_commits_the_epoch(tmp_path):
+    """``serve --engine ray`` told to stop mid-epoch finishes and commits that epoch and exits 0,
+    as on the local engine."""
+    land, store = tmp_path / "land", tmp_path / "store"
+    _landing_days(land, range(1, 4))
+    log = tmp_path / "serve.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "streamtree.cli", "serve", str(land), "--store", str(store),
+                                 "--text-col", "text", "--time-col", "time", "--epoch", "1d", "--warmup-docs", "30",
+                                 "--min-df", "1", "--poll-interval", "0.3", "--metrics-addr", "off", "--sweeps", "300",
+                                 "--engine", "ray", "--shards", "1"],
+                                stdout=out, stderr=out, env=_private_ray_env(tmp_path), cwd=tmp_path)
+        try:
+            # the cluster starts with the first epoch's fit: stop the service inside it
+            _wait_for(lambda: "started a local Ray cluster" in log.read_text(), proc, 240, "the Ray cluster")
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(240)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    text = log.read_text()
+    assert proc.returncode == 0, text[-3000:]
+    assert "SIGTERM: stopping (finishing and committing epoch 0" in text
+    assert "stopped (SIGTERM): the store is committed through epoch 0" in text
+    assert "SIGTERM received" not in text
 
 
 # ---------------------------------------------------------------------------- Ray cluster

@@ -23,8 +23,10 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import signal
 import sys
 import tempfile
+import threading
 import time
 from contextlib import contextmanager
 from typing import Any
@@ -63,6 +65,27 @@ def _loopback_only():
             os.environ.pop(name, None)
         else:
             os.environ[name] = old_env
+
+
+@contextmanager
+def _signal_handlers_kept():
+    """Keep this process's SIGTERM and SIGINT handlers through ``ray.init``.
+
+    ``ray.init`` replaces the SIGTERM handler of the main thread with one that exits at once
+    (and its C++ core adds a stack dump), which would take a graceful stop away from the
+    command line and the service: they finish the step in progress when told to stop.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set in the main thread, and Ray leaves them alone
+        return
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            if handler is not None:  # None: set outside Python, which cannot be restored from here
+                # set again even if Python reports it unchanged: Ray's core replaces it below Python
+                signal.signal(sig, handler)
 
 
 def _is_loopback(address: str) -> bool:
@@ -195,19 +218,20 @@ class RayEngine(Engine):
             kwargs.setdefault("num_cpus", max(os.cpu_count() or 1, self.n_shards * self.numba_threads))
             if self.object_store_memory is not None:
                 kwargs.setdefault("object_store_memory", int(self.object_store_memory))
-            with _loopback_only():
+            with _loopback_only(), _signal_handlers_kept():
                 # "local": always a new private instance, never another Ray found on this machine
                 ray.init(address="local", **kwargs)
             logger.info("started a local Ray cluster (loopback only) with %s CPUs", kwargs["num_cpus"])
         else:
             if self.auth_mode is not None:
                 _set_auth_mode(self.auth_mode)
-            if _is_loopback(address):
-                # a loopback cluster: the driver must take 127.0.0.1 as its own address too
-                with _loopback_only():
+            with _signal_handlers_kept():
+                if _is_loopback(address):
+                    # a loopback cluster: the driver must take 127.0.0.1 as its own address too
+                    with _loopback_only():
+                        ray.init(address=address, **kwargs)
+                else:
                     ray.init(address=address, **kwargs)
-            else:
-                ray.init(address=address, **kwargs)
             logger.info("connected to the Ray cluster at %s", address)
         self._owns_ray = True
         return ray
