@@ -50,6 +50,8 @@ class Terminated(KeyboardInterrupt):
 _COMPILER_DIRS = (os.path.join("numba", "core", ""), os.path.join("llvmlite", ""))
 #: how long an interrupt that found the compiler running waits before it is delivered again
 _INTERRUPT_RETRY_S = 0.05
+#: the last signal :func:`_on_interrupt` raised an exception for (see :func:`_interrupt_of`)
+_last_signal: int | None = None
 
 
 def _in_compiler(frame) -> bool:
@@ -73,16 +75,21 @@ def _on_interrupt(signum, frame):
         retry.daemon = True
         retry.start()
         return
+    global _last_signal
+    _last_signal = signum
     raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
 
 def _interrupt_of(exc: BaseException) -> KeyboardInterrupt | None:
     """The Ctrl-C or SIGTERM behind ``exc``, if any. A signal's exception raised while compiled
     code (numba) runs a Python callback comes back wrapped, as a SystemError whose cause is the
-    interrupt; it is still the user's interrupt, not a bug."""
+    interrupt; it is still the user's interrupt, not a bug. One raised while Ray waits for
+    results comes back as a bare KeyboardInterrupt: it is a SIGTERM if that was the signal."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         if isinstance(exc, KeyboardInterrupt):
+            if type(exc) is KeyboardInterrupt and _last_signal == signal.SIGTERM:
+                return Terminated()
             return exc
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
@@ -1198,6 +1205,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = {"replay": cmd_replay, "show": cmd_show, "snapshot": cmd_snapshot,
                "evaluate": cmd_evaluate, "report": cmd_report, "serve": cmd_serve,
                "assign": cmd_assign}[args.command]
+    global _last_signal
+    _last_signal = None  # a signal of an earlier call in this process says nothing about this one
     previous = {}
     if threading.current_thread() is threading.main_thread():
         previous = {sig: signal.signal(sig, _on_interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}

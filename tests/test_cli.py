@@ -284,6 +284,24 @@ def test_ctrl_c_leaves_a_readable_store_and_resume_finishes_it(corpus, tmp_path)
     assert f"epochs: 3 ({3 - len(done)} published now)" in r.stdout
 
 
+def test_a_sigterm_that_ray_turned_into_a_bare_interrupt_is_still_a_sigterm(monkeypatch):
+    """Ray, waiting for results, turns the handler's exception into a bare KeyboardInterrupt:
+    the last signal handled says which it was."""
+    import signal
+
+    from streamtree import cli
+
+    monkeypatch.setattr(cli, "_last_signal", None)
+    for sig, want in ((signal.SIGTERM, cli.Terminated), (signal.SIGINT, KeyboardInterrupt)):
+        with pytest.raises(KeyboardInterrupt):
+            cli._on_interrupt(sig, None)
+        assert type(cli._interrupt_of(KeyboardInterrupt())) is want
+        wrapped = RuntimeError("while waiting")
+        wrapped.__context__ = KeyboardInterrupt()
+        assert type(cli._interrupt_of(wrapped)) is want
+    assert cli._interrupt_of(RuntimeError("no interrupt")) is None
+
+
 def test_multinomial_replay_and_evaluate_through_the_cli(corpus, tmp_path, capsys):
     """--likelihood multinomial: the store holds word distributions fitted on raw counts."""
     uri = str(tmp_path / "multi")

@@ -209,6 +209,30 @@ def _wait_for(predicate, proc: subprocess.Popen, timeout: float, what: str) -> N
 
 @pytest.mark.ray
 @pytest.mark.slow
+def test_sigterm_to_a_replay_on_ray_says_where_the_store_stands(tmp_path):
+    """The Ray engine keeps the command line's SIGTERM handler (``ray.init`` installs its own,
+    which exits at once with a stack dump): the replay stops as on the local engine, exit 143
+    and where the store stands."""
+    _landing_days(tmp_path / "src", range(1, 6))
+    store = tmp_path / "store"
+    proc = subprocess.Popen([sys.executable, "-m", "streamtree.cli", "replay", str(tmp_path / "src"), "--text-col",
+                             "text", "--time-col", "time", "--epoch", "1d", "--min-df", "1", "--max-df", "1.0",
+                             "--sweeps", "300", "--engine", "ray", "--shards", "1", "--store", str(store)],
+                            stderr=subprocess.PIPE, text=True, env=_private_ray_env(tmp_path), cwd=tmp_path)
+    try:
+        _wait_for((store / "commits" / "000000.json").exists, proc, 240, "the first commit")
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err[-3000:]
+    assert "streamtree: terminated; the store" in err and "readable through epoch" in err and "--resume" in err
+    assert "SIGTERM received" not in err and "Traceback" not in err
+
+
+@pytest.mark.ray
+@pytest.mark.slow
 def test_sigterm_to_serve_on_ray_finishes_and_commits_the_epoch(tmp_path):
     """``serve --engine ray`` told to stop mid-epoch finishes and commits that epoch and exits 0,
     as on the local engine."""
