@@ -5,7 +5,8 @@ Errors print one line ``streamtree <command>: error: <what> (<where>): <what to 
 no traceback (``-vv`` shows it). Exit status:
 
 * 0: success;
-* 1: an unexpected error (a bug: the traceback is printed, please report it);
+* 1: an unexpected error (a bug: the traceback is printed, please report it), or a failure
+  of the Ray engine: a worker's exception or a lost actor (one line; ``-vv`` shows the traceback);
 * 2: bad usage or input: arguments, an unreadable source, missing columns, times that
   cannot be read, every record rejected, a store that holds another run;
 * 3: the store is damaged (manifest, commit record or data file) or cannot be written
@@ -1162,12 +1163,33 @@ class _UserError(Exception):
         super().__init__(f"{what} ({where}): {todo}")
 
 
+def _ray_failure(exc: BaseException) -> str | None:
+    """The one-line message of a failure of the Ray engine, or None if ``exc`` is not one.
+
+    Checked before anything else: a worker's ValueError or OSError comes back as an exception
+    that is also a ValueError or OSError, which would be taken for the user's mistake. Ray is
+    not imported here (``--version`` stays fast): if it never was, no Ray error was raised.
+    """
+    ray_exceptions = sys.modules.get("ray.exceptions")
+    if ray_exceptions is None or not isinstance(exc, ray_exceptions.RayError):
+        return None
+    cause = getattr(exc, "cause", None) if isinstance(exc, ray_exceptions.RayTaskError) else None
+    if isinstance(cause, BaseException):
+        return (f"the Ray engine failed: a worker raised {type(cause).__name__}: {cause}; "
+                "run again with -vv for the worker's traceback, and report it")
+    return (f"the Ray engine failed: {type(exc).__name__}: {exc}; check that the cluster's nodes are up and "
+            "have memory to spare, then run again")
+
+
 def _user_message(exc: BaseException) -> tuple[str, int] | None:
-    """The one-line message and exit status of a user error, or None for a bug (which keeps
-    its traceback)."""
+    """The one-line message and exit status of a user error or an engine failure, or None for
+    a bug (which keeps its traceback)."""
     from connectors.sources import SourceError
     from connectors.stores import CorruptStoreError, StoreAccessError, StoreBusyError, StoreError
 
+    ray_failure = _ray_failure(exc)
+    if ray_failure is not None:
+        return ray_failure, EXIT_BUG
     if isinstance(exc, SourceError):
         return f"cannot read source {exc}; check the path, the format and the column names", EXIT_USAGE
     if isinstance(exc, StoreBusyError):
