@@ -356,6 +356,66 @@ def test_too_many_crashes_raise_a_clear_error(ray_cluster, epochs):
     engine.close()
 
 
+@pytest.mark.ray
+def test_a_shard_that_cannot_be_placed_again_fails_within_ready_timeout(ray_cluster, epochs):
+    """A shard actor lost for good while other work took every CPU: the replacement cannot be
+    placed, and the engine says so after ready_timeout instead of waiting forever."""
+    import threading
+
+    import ray
+
+    fitted = fit("local", epochs[:1], n_shards=1)
+    engine = RayEngine(n_shards=1, max_restarts=1, ready_timeout=3)
+    engine.load(epochs[0], [np.random.SeedSequence(0)])
+    ray.kill(engine._actors[0], no_restart=True)
+    # the freed CPUs are taken: one 2-CPU actor on each node of the test cluster
+    hogs = [ray.remote(ShardWorker).options(num_cpus=2).remote() for _ in range(2)]
+    ray.get([h.node_id.remote() for h in hogs], timeout=60)
+    # should the engine wait regardless, the CPUs come back after a minute and the test fails
+    release = threading.Timer(60, lambda: [ray.kill(h) for h in hogs])
+    release.start()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(RuntimeError, match=r"shard 0: its actor was not running again within 3 s .*"
+                                               r"needs 1 CPU\(s\) and the cluster has 4 CPUs, 0 free"):
+            engine.sweep(fitted.predictive_)
+        assert time.monotonic() - t0 < 30
+    finally:
+        release.cancel()
+        for h in hogs:
+            ray.kill(h)
+        engine.close()
+
+
+class _BrokenReplacements(RayEngine):
+    """Replacement actors fail in their constructor, as on a node whose environment is broken."""
+
+    started = 0
+
+    def _new_actor(self):
+        self.started += 1
+        assert self.started < 20, "replacements are started without limit"
+        if self._actors:  # a replacement: the constructor fails
+            return self._actor_cls.remote("not a number")
+        return super()._new_actor()
+
+
+@pytest.mark.ray
+def test_replacement_actors_are_started_a_limited_number_of_times(ray_cluster, epochs):
+    fitted = fit("local", epochs[:1], n_shards=1)
+    engine = _BrokenReplacements(n_shards=1, max_restarts=1, ready_timeout=60)
+    try:
+        engine.load(epochs[0], [np.random.SeedSequence(0)])
+        import ray
+
+        ray.kill(engine._actors[0], no_restart=True)
+        with pytest.raises(RuntimeError, match=r"shard 0: 2 replacement\(s\) of its actor died .*giving up"):
+            engine.sweep(fitted.predictive_)
+        assert engine.started == 1 + 2
+    finally:
+        engine.close()
+
+
 def _bursty_epochs(rng: np.random.Generator, n_epochs: int = 2) -> list:
     """Paragraph-like counts that repeat their words (a document draws its own distribution)."""
     import scipy.sparse as sp

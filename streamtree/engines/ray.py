@@ -379,28 +379,57 @@ class RayEngine(Engine):
         """Send shard ``s`` and a stream state to its actor.
 
         Waits while Ray restarts the actor (calls to a restarting actor fail at once rather
-        than queue) and starts a replacement if Ray has given up on it.
+        than queue) and starts a replacement if Ray has given up on it, up to ``max_restarts + 1``
+        replacements. Gives up after ``ready_timeout`` seconds: an actor that cannot be placed
+        again (its node left, or other work took the CPUs it had) would otherwise wait forever.
         """
         import ray
-        from ray.exceptions import ActorDiedError, RayActorError
+        from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError
 
         deadline = time.monotonic() + self.ready_timeout
         delay = 0.05
+        replaced = 0
         if isinstance(self._shard_refs[s], _DeferredRows):
             self._shard_refs[s] = ray.put(self._shard_refs[s].rows())
         while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise self._not_back(s)
             try:
-                ray.get(self._actors[s].load.remote(self._shard_refs[s], state, self._gen))
+                ray.get(self._actors[s].load.remote(self._shard_refs[s], state, self._gen), timeout=left)
                 return
+            except GetTimeoutError:
+                raise self._not_back(s) from None
             except ActorDiedError:
+                if replaced > self.max_restarts:
+                    raise RuntimeError(f"shard {s}: {replaced} replacement(s) of its actor died before taking the "
+                                       "shard; giving up (the Ray workers' logs say why they died)") from None
+                replaced += 1
                 logger.warning("shard %d: actor is gone for good; starting a replacement", s)
+                try:  # never two actors for one shard, should Ray bring the old one back after all
+                    ray.kill(self._actors[s], no_restart=True)
+                except Exception:  # already gone
+                    pass
                 self._actors[s] = self._new_actor()
             except RayActorError:  # restarting or temporarily unreachable
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"shard {s}: actor did not come back within "
-                                       f"{self.ready_timeout:.0f} s") from None
-                time.sleep(delay)
+                time.sleep(min(delay, left))
                 delay = min(2 * delay, 1.0)
+
+    def _not_back(self, s: int) -> RuntimeError:
+        """The error for shard ``s``'s actor not running again within ``ready_timeout``."""
+        import ray
+
+        try:
+            cpus = ray.cluster_resources().get("CPU", 0)
+            free = ray.available_resources().get("CPU", 0)
+            have = f"the cluster has {cpus:g} CPUs, {free:g} free"
+        except Exception:  # the cluster itself is unreachable
+            have = "the cluster did not answer"
+        need = self._options().get("num_cpus", self.numba_threads)
+        return RuntimeError(
+            f"shard {s}: its actor was not running again within {self.ready_timeout:g} s (ready_timeout); it needs "
+            f"{need:g} CPU(s) and {have}. A node may have left or other work holds the CPUs: add a node or free "
+            f"CPUs, use fewer shards or numba_threads, or a longer ready_timeout if nodes are still starting")
 
     def _result(self, s: int, ref, cand_ref) -> tuple[SweepStats, dict]:
         """Shard ``s``'s sweep result, replaying the sweep after a crash."""
