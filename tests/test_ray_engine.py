@@ -260,6 +260,75 @@ def test_sigterm_to_serve_on_ray_finishes_and_commits_the_epoch(tmp_path):
     assert "SIGTERM received" not in text
 
 
+_TWO_MODELS = """
+import json, os
+import numpy as np
+import ray
+from streamtree import DTSSBP
+from streamtree.synthetic import vmf_tree_corpus
+
+rng = np.random.default_rng(0)
+epochs = [vmf_tree_corpus(rng, p=50, branching=(2,), docs_per_node=20).X for _ in range(2)]
+params = dict(likelihood="vmf", n_sweeps=2, max_depth=1, n_shards=1, random_state=0)
+local = DTSSBP(**params).fit(epochs)
+
+def same(model):
+    return all(np.array_equal(getattr(a, f), getattr(b, f)) for a, b in zip(model.trees_, local.trees_)
+               for f in ("node_ids", "theta", "assignments"))
+
+out = {}
+a = DTSSBP(**params, engine="ray").partial_fit(epochs[0], epoch=0)
+b = DTSSBP(**params, engine="ray").partial_fit(epochs[0], epoch=0)
+temp = a._engine._temp_dir  # the cluster's, started by the first model
+a.close()
+out["up_after_first_close"] = ray.is_initialized()
+b.partial_fit(epochs[1], epoch=1)
+out["second_continued"] = same(b)
+out["addresses"] = sorted({n["NodeManagerAddress"] for n in ray.nodes()})
+b.close()
+out["down_after_last_close"] = not ray.is_initialized()
+out["temp_left"] = os.path.exists(temp)
+
+# Ray shut down under a model: a clear error, never a default cluster started behind its back
+c = DTSSBP(**params, engine="ray").partial_fit(epochs[0], epoch=0)
+engine, temp = c._engine, c._engine._temp_dir
+ray.shutdown()
+try:
+    engine.labels()
+    out["error"] = None
+except RuntimeError as exc:
+    out["error"] = str(exc)
+out["started_by_itself"] = ray.is_initialized()
+c.partial_fit(epochs[1], epoch=1)  # the next epoch starts new actors in a new private cluster
+out["third_continued"] = same(c)
+out["first_temp_left"] = os.path.exists(temp)
+c.close()
+out["down_at_the_end"] = not ray.is_initialized()
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_models_share_the_private_cluster_until_the_last_one_closes(tmp_path):
+    """Two models on engine="ray" in one process share the cluster the first one started:
+    closing one leaves the other working, and the last to close shuts it down. An engine whose
+    Ray was shut down by someone else says so, never letting Ray's calls start a default cluster
+    (routable address, files in /tmp/ray), and its next epoch starts a private cluster again."""
+    import json
+
+    out = subprocess.run([sys.executable, "-c", _TWO_MODELS], env=_private_ray_env(tmp_path), capture_output=True,
+                         text=True, timeout=400, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.splitlines()[-1])
+    assert got["up_after_first_close"] is True and got["second_continued"] is True
+    assert got["addresses"] == ["127.0.0.1"]
+    assert got["down_after_last_close"] is True and got["temp_left"] is False
+    assert "ray.shutdown() was called" in got["error"] and got["started_by_itself"] is False
+    assert got["third_continued"] is True and got["first_temp_left"] is False
+    assert got["down_at_the_end"] is True
+
+
 # ---------------------------------------------------------------------------- Ray cluster
 @pytest.fixture(scope="module")
 def ray_cluster():

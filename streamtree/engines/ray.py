@@ -113,6 +113,61 @@ def _set_auth_mode(mode: str) -> None:
                                                                                        "__version__", "?"))
 
 
+def _connection_id(ray) -> tuple:
+    """What tells this process's Ray connection from a later one (after ``ray.shutdown()`` and a
+    new ``ray.init``): actor handles of an earlier connection are useless in it."""
+    ctx = ray.get_runtime_context()
+    try:
+        gcs = ctx.gcs_address
+    except Exception:  # a Ray Client connection has no GCS address of its own
+        gcs = None
+    return gcs, ctx.get_job_id()
+
+
+class _Session:
+    """A Ray connection opened by this module (a private local cluster, or a connection to an
+    address), shared by all the engines of the process.
+
+    Every engine using it holds it; the last one to let go shuts Ray down and removes the
+    private session directory.
+    """
+
+    def __init__(self, temp_dir: str | None) -> None:
+        self.temp_dir = temp_dir
+        self.connection: tuple | None = None
+        self.users = 0
+        self.ended = False
+
+    def end(self, ray) -> None:
+        """Shut Ray down if it is still this connection; clean up after it (idempotent)."""
+        if self.ended:
+            return
+        self.ended = True
+        if ray.is_initialized() and _connection_id(ray) == self.connection:
+            ray.shutdown()
+        if self.temp_dir:
+            import shutil
+
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+_session: _Session | None = None  # the connection this module opened, while open
+_session_lock = threading.RLock()
+
+
+def _release(session: _Session) -> None:
+    """One engine lets go of ``session``; the last one ends it."""
+    import ray
+
+    global _session
+    with _session_lock:
+        session.users -= 1
+        if session.users <= 0:
+            session.end(ray)
+            if _session is session:
+                _session = None
+
+
 class RayEngine(Engine):
     """Runs each row shard in a Ray actor.
 
@@ -125,7 +180,9 @@ class RayEngine(Engine):
         Address of an existing cluster (``"auto"``, ``"ray://host:10001"``, ``"host:6379"``).
         Default: the ``RAY_ADDRESS`` environment variable (set inside Ray jobs), else a new local
         single-node cluster: loopback only, no dashboard, no usage statistics. If Ray is already
-        initialised in this process, that connection is used whatever ``address`` says.
+        initialised in this process, that connection is used whatever ``address`` says. The
+        engines of a process share the cluster (or connection) the first of them started; the
+        last of them to close shuts it down. A Ray initialised by the caller is never shut down.
     numba_threads : int
         CPUs reserved per actor; also its ``NUMBA_NUM_THREADS`` and ``OMP_NUM_THREADS`` (the
         shard sweep itself is single-threaded today, so more threads only help numba-parallel
@@ -179,7 +236,9 @@ class RayEngine(Engine):
     def _reset(self) -> None:
         self._actors: list = []
         self._actor_cls = None
-        self._owns_ray = False
+        self._session: _Session | None = None  # the connection of this module that the engine holds
+        self._connection: tuple | None = None  # the connection its actors live in
+        self._temp_dir: str | None = None  # the private session directory of a cluster started here
         self._shard_refs: list = []
         self._rows = None  # the loaded CSR rows (the driver's copy), for set_values
         self._bounds = None  # shard row bounds
@@ -193,10 +252,39 @@ class RayEngine(Engine):
 
     # ------------------------------------------------------------------ cluster and actors
     def _connect(self):
+        """Ray, connected: through this module's open connection, the caller's, or a new one."""
         import ray
 
-        if ray.is_initialized():
-            return ray
+        global _session
+        with _session_lock:
+            if self._session is not None:  # held since an earlier start that did not finish
+                if self._connected(ray):
+                    return ray
+                self._let_go()
+            if ray.is_initialized():
+                connection = _connection_id(ray)
+                if _session is not None and _session.connection == connection:
+                    _session.users += 1  # another engine's: shared, and ended by the last one
+                    self._session, self._temp_dir = _session, _session.temp_dir
+                self._connection = connection  # else the caller's: used, never shut down
+                return ray
+            if _session is not None:  # ours, shut down by someone else: clean up after it
+                _session.end(ray)
+                _session = None
+            session = _Session(None)
+            try:
+                self._init(ray, session)
+                session.connection = _connection_id(ray)
+            except BaseException:
+                session.end(ray)
+                raise
+            session.users = 1
+            _session = self._session = session
+            self._connection, self._temp_dir = session.connection, session.temp_dir
+        return ray
+
+    def _init(self, ray, session: _Session) -> None:
+        """``ray.init``: a new private local cluster, or a connection to the configured address."""
         kwargs: dict[str, Any] = dict(self.init_kwargs)
         # inside a Ray job (`ray job submit`, KubeRay RayJob) RAY_ADDRESS names the cluster
         address = self.address or os.environ.get("RAY_ADDRESS") or None
@@ -211,8 +299,8 @@ class RayEngine(Engine):
             if "_temp_dir" not in kwargs:
                 # session files below a directory only this user can enter: Ray makes its temp
                 # directory mode 0777 (the default is a shared /tmp/ray), so it goes inside one
-                self._temp_dir = tempfile.mkdtemp(prefix="streamtree-ray-")
-                kwargs["_temp_dir"] = os.path.join(self._temp_dir, "ray")
+                session.temp_dir = tempfile.mkdtemp(prefix="streamtree-ray-")
+                kwargs["_temp_dir"] = os.path.join(session.temp_dir, "ray")
             kwargs.setdefault("include_dashboard", False)
             # never fewer CPUs than the actors reserve, or they would wait forever
             kwargs.setdefault("num_cpus", max(os.cpu_count() or 1, self.n_shards * self.numba_threads))
@@ -233,8 +321,32 @@ class RayEngine(Engine):
                 else:
                     ray.init(address=address, **kwargs)
             logger.info("connected to the Ray cluster at %s", address)
-        self._owns_ray = True
+
+    def _connected(self, ray) -> bool:
+        """Whether Ray is still the connection this engine's actors live in."""
+        return ray.is_initialized() and _connection_id(ray) == self._connection
+
+    def _ray(self):
+        """Ray, checked before any call to the actors.
+
+        Ray's calls connect by themselves when Ray is not initialised: they would start a
+        default cluster (on a routable address, its files in a shared /tmp/ray) and then fail
+        to find the actors. An engine whose connection was shut down says so instead.
+        """
+        import ray
+
+        if not self._connected(ray):
+            raise RuntimeError(
+                "the Ray connection holding this engine's shard actors was shut down (ray.shutdown() was called "
+                "in this process while a model still used the Ray engine); fit the epoch again (load() starts new "
+                "actors), and call ray.shutdown() only after closing the models that use Ray")
         return ray
+
+    def _let_go(self) -> None:
+        """Let go of this module's connection, if the engine holds it (the last one ends it)."""
+        session, self._session = self._session, None
+        if session is not None:
+            _release(session)
 
     def _options(self) -> dict:
         threads = str(self.numba_threads)
@@ -272,9 +384,15 @@ class RayEngine(Engine):
     def load(self, X, seeds: list[np.random.SeedSequence]) -> None:
         if len(seeds) != self.n_shards:
             raise ValueError(f"{len(seeds)} seeds for {self.n_shards} shards")
+        import ray
+
+        if self._actors and not self._connected(ray):
+            # every shard is sent again below: new actors in a new connection take them as well
+            logger.warning("the Ray connection of the shard actors was shut down; starting new actors")
+            self._let_go()
+            self._actors = []
         if not self._actors:
             self._start()
-        import ray
 
         b = shard_bounds(X.shape[0], self.n_shards)
         self._gen += 1
@@ -297,7 +415,7 @@ class RayEngine(Engine):
               adjust: np.ndarray | None = None) -> SweepStats:
         if not self._shard_refs:
             raise RuntimeError("load() must be called before sweep()")
-        import ray
+        ray = self._ray()
 
         cand_ref = ray.put(cand)
         self._before = list(self._states)
@@ -324,7 +442,7 @@ class RayEngine(Engine):
         when an actor must be reloaded (:meth:`_reload`)."""
         if not self._shard_refs:
             raise RuntimeError("load() must be called before set_values()")
-        import ray
+        ray = self._ray()
 
         data = np.asarray(data, dtype=np.float64)
         ptr, b = self._rows.indptr, self._bounds
@@ -343,7 +461,7 @@ class RayEngine(Engine):
     def labels(self) -> np.ndarray:
         if not self._shard_refs:
             return np.zeros(0, dtype=np.int64)
-        import ray
+        ray = self._ray()
 
         out = []
         for s, a in enumerate(self._actors):
@@ -357,21 +475,16 @@ class RayEngine(Engine):
         return np.concatenate(out)
 
     def close(self) -> None:
+        """Kill the shard actors; the last engine using a cluster this module started shuts it down."""
         import ray
 
-        if ray.is_initialized():
+        if self._actors and self._connected(ray):
             for a in self._actors:
                 try:
                     ray.kill(a, no_restart=True)
                 except Exception:  # already gone
                     pass
-            if self._owns_ray:
-                ray.shutdown()
-        if getattr(self, "_temp_dir", None):
-            import shutil
-
-            shutil.rmtree(self._temp_dir, ignore_errors=True)  # the session directory we created
-            self._temp_dir = None
+        self._let_go()
         self._reset()
 
     # ------------------------------------------------------------------ recovery
@@ -472,13 +585,13 @@ class RayEngine(Engine):
     # ------------------------------------------------------------------ introspection
     def shard_info(self) -> list[dict]:
         """Per shard: node id, process id, sweeps done by the current process, peak memory."""
-        import ray
+        ray = self._ray()
 
         return ray.get([a.info.remote() for a in self._actors])
 
     def _crash_during_next_sweep(self, s: int) -> None:
         """Fault injection for tests: shard ``s``'s actor dies half-way through the next sweep."""
-        import ray
+        ray = self._ray()
 
         ray.get(self._actors[s].crash_during_next_sweep.remote())
 
