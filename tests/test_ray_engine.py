@@ -329,6 +329,29 @@ def test_models_share_the_private_cluster_until_the_last_one_closes(tmp_path):
     assert got["down_at_the_end"] is True
 
 
+_NEVER_CLOSED = """
+import numpy as np
+from streamtree import DTSSBP
+from streamtree.synthetic import vmf_tree_corpus
+
+X = vmf_tree_corpus(np.random.default_rng(0), p=50, branching=(2,), docs_per_node=20).X
+model = DTSSBP(likelihood="vmf", n_sweeps=2, max_depth=1, engine="ray", n_shards=1, random_state=0).fit([X])
+print(model._engine._temp_dir)
+"""
+
+
+@pytest.mark.ray
+def test_the_private_session_directory_goes_at_exit_without_close(tmp_path):
+    """A model on engine="ray" never closed: its cluster's session directory is removed when the
+    interpreter exits."""
+    out = subprocess.run([sys.executable, "-c", _NEVER_CLOSED], env=_private_ray_env(tmp_path), capture_output=True,
+                         text=True, timeout=240, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    temp = Path(out.stdout.splitlines()[-1])
+    assert temp.name.startswith("streamtree-ray-")
+    assert not temp.exists()
+
+
 # ---------------------------------------------------------------------------- Ray cluster
 @pytest.fixture(scope="module")
 def ray_cluster():
@@ -590,7 +613,9 @@ print(json.dumps({"same": same, "addresses": sorted({n["NodeManagerAddress"] for
                   "gcs": ray.get_runtime_context().gcs_address, "auth": os.environ.get("RAY_AUTH_MODE"),
                   "token": len(os.environ.get("RAY_AUTH_TOKEN", "")), "temp_mode": os.stat(temp).st_mode & 0o777}))
 model._engine.close()
-print(json.dumps({"shut_down": not ray.is_initialized(), "temp_left": os.path.exists(temp)}))
+print(json.dumps({"shut_down": not ray.is_initialized(), "temp_left": os.path.exists(temp),
+                  "env_left": sorted(k for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_USAGE_STATS_ENABLED")
+                                     if k in os.environ)}))
 """
 
 
@@ -613,4 +638,6 @@ def test_default_engine_starts_a_private_loopback_cluster(tmp_path):
     assert lines[0]["auth"] == "token" and lines[0]["token"] == 64
     assert lines[0]["temp_mode"] == 0o700
     assert lines[1]["shut_down"] is True and lines[1]["temp_left"] is False
+    assert lines[1]["env_left"] == []  # the settings made for the cluster went with it
     assert not (tmp_path / ".ray" / "auth_token").exists()
+

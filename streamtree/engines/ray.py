@@ -20,6 +20,7 @@ Security: a Ray cluster runs any code submitted to it. A cluster started here li
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import secrets
@@ -103,14 +104,23 @@ def _set_auth_mode(mode: str) -> None:
     """
     os.environ["RAY_AUTH_MODE"] = mode
     if "ray._raylet" in sys.modules:
-        try:
-            from ray._raylet import Config
+        _reload_ray_config()
 
-            Config.initialize("")
-        except (ImportError, AttributeError):  # a Ray whose internals moved: say so, never silently
-            logger.warning("Ray's authentication mode could not be set to %r in this process (ray %s); check the "
-                           "cluster's authentication before exposing it", mode, getattr(sys.modules.get("ray"),
-                                                                                       "__version__", "?"))
+
+def _reload_ray_config() -> None:
+    """Make Ray read its configuration (among it the authentication mode) from the environment again."""
+    try:
+        from ray._raylet import Config
+
+        Config.initialize("")
+    except (ImportError, AttributeError):  # a Ray whose internals moved: say so, never silently
+        logger.warning("Ray's authentication mode could not be set to %r in this process (ray %s); check the "
+                       "cluster's authentication before exposing it", os.environ.get("RAY_AUTH_MODE"),
+                       getattr(sys.modules.get("ray"), "__version__", "?"))
+
+
+#: environment variables the engine may set for a cluster it starts, restored when it is shut down
+_SESSION_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_USAGE_STATS_ENABLED")
 
 
 def _connection_id(ray) -> tuple:
@@ -128,11 +138,13 @@ class _Session:
     """A Ray connection opened by this module (a private local cluster, or a connection to an
     address), shared by all the engines of the process.
 
-    Every engine using it holds it; the last one to let go shuts Ray down and removes the
-    private session directory.
+    Every engine using it holds it; the last one to let go shuts Ray down, removes the
+    private session directory and restores the environment variables set for it. One that was
+    never let go (an engine not closed) is ended when the interpreter exits.
     """
 
-    def __init__(self, temp_dir: str | None) -> None:
+    def __init__(self, saved_env: dict[str, str | None], temp_dir: str | None) -> None:
+        self.saved_env = saved_env
         self.temp_dir = temp_dir
         self.connection: tuple | None = None
         self.users = 0
@@ -145,6 +157,7 @@ class _Session:
         self.ended = True
         if ray.is_initialized() and _connection_id(ray) == self.connection:
             ray.shutdown()
+        _restore_env(self.saved_env)
         if self.temp_dir:
             import shutil
 
@@ -153,6 +166,28 @@ class _Session:
 
 _session: _Session | None = None  # the connection this module opened, while open
 _session_lock = threading.RLock()
+_exit_hook = False
+_token: str | None = None
+
+
+def _private_token() -> str:
+    """The token of the private clusters this process starts: one for the process, as Ray's
+    driver keeps the first token it read (a later cluster with another one refuses it)."""
+    global _token
+    if _token is None:
+        _token = secrets.token_hex(32)
+    return _token
+
+
+def _restore_env(saved: dict[str, str | None]) -> None:
+    mode_before = os.environ.get("RAY_AUTH_MODE")
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    if os.environ.get("RAY_AUTH_MODE") != mode_before and "ray._raylet" in sys.modules:
+        _reload_ray_config()  # Ray keeps the mode it read; a later ray.init must see the restored one
 
 
 def _release(session: _Session) -> None:
@@ -166,6 +201,18 @@ def _release(session: _Session) -> None:
             session.end(ray)
             if _session is session:
                 _session = None
+
+
+def _end_at_exit() -> None:
+    """End the session of engines never closed: Ray's processes go, and so does the private
+    session directory, which Ray's own exit hook would leave behind."""
+    global _session
+    with _session_lock:
+        if _session is not None:
+            import ray
+
+            _session.end(ray)
+            _session = None
 
 
 class RayEngine(Engine):
@@ -255,7 +302,7 @@ class RayEngine(Engine):
         """Ray, connected: through this module's open connection, the caller's, or a new one."""
         import ray
 
-        global _session
+        global _session, _exit_hook
         with _session_lock:
             if self._session is not None:  # held since an earlier start that did not finish
                 if self._connected(ray):
@@ -271,7 +318,7 @@ class RayEngine(Engine):
             if _session is not None:  # ours, shut down by someone else: clean up after it
                 _session.end(ray)
                 _session = None
-            session = _Session(None)
+            session = _Session({name: os.environ.get(name) for name in _SESSION_ENV}, None)
             try:
                 self._init(ray, session)
                 session.connection = _connection_id(ray)
@@ -281,6 +328,9 @@ class RayEngine(Engine):
             session.users = 1
             _session = self._session = session
             self._connection, self._temp_dir = session.connection, session.temp_dir
+            if not _exit_hook:
+                atexit.register(_end_at_exit)  # registered after Ray's own, so it runs first
+                _exit_hook = True
         return ray
 
     def _init(self, ray, session: _Session) -> None:
@@ -292,9 +342,9 @@ class RayEngine(Engine):
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
             mode = self.auth_mode or os.environ.get("RAY_AUTH_MODE") or "token"
             if mode == "token" and not (os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")):
-                # a fresh secret for this private cluster, passed to the processes Ray starts
-                # through the environment (nothing written to the home directory)
-                os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+                # a fresh secret for the private clusters of this process, passed to the processes
+                # Ray starts through the environment (nothing written to the home directory)
+                os.environ["RAY_AUTH_TOKEN"] = _private_token()
             _set_auth_mode(mode)
             if "_temp_dir" not in kwargs:
                 # session files below a directory only this user can enter: Ray makes its temp
