@@ -329,6 +329,51 @@ def test_models_share_the_private_cluster_until_the_last_one_closes(tmp_path):
     assert got["down_at_the_end"] is True
 
 
+_REPLACED_BY_THE_CALLERS = """
+import json, os, shutil, tempfile
+import numpy as np
+import ray
+from streamtree import DTSSBP
+from streamtree.engines.ray import _loopback_only
+from streamtree.synthetic import vmf_tree_corpus
+
+X = vmf_tree_corpus(np.random.default_rng(0), p=50, branching=(2,), docs_per_node=20).X
+params = dict(likelihood="vmf", n_sweeps=2, max_depth=1, n_shards=1, random_state=0, engine="ray")
+first = DTSSBP(**params).partial_fit(X, epoch=0)
+temp = first._engine._temp_dir
+ray.shutdown()
+own = tempfile.mkdtemp()
+with _loopback_only():
+    ray.init(num_cpus=1, include_dashboard=False, _temp_dir=own)  # the caller's own Ray
+second = DTSSBP(**params).partial_fit(X, epoch=0)
+out = {"stale_temp_left": os.path.exists(temp), "token_kept": "RAY_AUTH_TOKEN" in os.environ}
+first.close()
+second.partial_fit(X, epoch=1)  # the caller's Ray still works
+second.close()
+out["callers_ray_kept"] = ray.is_initialized()
+ray.shutdown()
+shutil.rmtree(own, ignore_errors=True)
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_private_cluster_replaced_by_the_callers_ray_is_cleaned_up(tmp_path):
+    """The caller shuts the engine's private cluster down and starts a Ray of their own: the
+    next engine uses that Ray, never shuts it down, and removes the private cluster's session
+    directory at once. The settings made for the private cluster stay (the caller's Ray started
+    with them, and breaks without its token)."""
+    import json
+
+    out = subprocess.run([sys.executable, "-c", _REPLACED_BY_THE_CALLERS], env=_private_ray_env(tmp_path),
+                         capture_output=True, text=True, timeout=400, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.splitlines()[-1])
+    assert got["stale_temp_left"] is False and got["token_kept"] is True
+    assert got["callers_ray_kept"] is True
+
+
 _NEVER_CLOSED = """
 import numpy as np
 from streamtree import DTSSBP

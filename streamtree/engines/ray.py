@@ -140,7 +140,8 @@ class _Session:
 
     Every engine using it holds it; the last one to let go shuts Ray down, removes the
     private session directory and restores the environment variables set for it. One that was
-    never let go (an engine not closed) is ended when the interpreter exits.
+    never let go (an engine not closed) is ended when the interpreter exits; one shut down by
+    someone else, when the next engine connects.
     """
 
     def __init__(self, saved_env: dict[str, str | None], temp_dir: str | None) -> None:
@@ -157,7 +158,9 @@ class _Session:
         self.ended = True
         if ray.is_initialized() and _connection_id(ray) == self.connection:
             ray.shutdown()
-        _restore_env(self.saved_env)
+        if not ray.is_initialized():
+            # (a Ray the caller started after ours went down may run with these settings: kept)
+            _restore_env(self.saved_env)
         if self.temp_dir:
             import shutil
 
@@ -180,6 +183,7 @@ def _private_token() -> str:
 
 
 def _restore_env(saved: dict[str, str | None]) -> None:
+    """Put back environment variables as they were (``None``: not set)."""
     mode_before = os.environ.get("RAY_AUTH_MODE")
     for name, value in saved.items():
         if value is None:
@@ -308,16 +312,16 @@ class RayEngine(Engine):
                 if self._connected(ray):
                     return ray
                 self._let_go()
-            if ray.is_initialized():
-                connection = _connection_id(ray)
-                if _session is not None and _session.connection == connection:
+            connection = _connection_id(ray) if ray.is_initialized() else None
+            if _session is not None and _session.connection != connection:
+                _session.end(ray)  # ours, shut down by someone else: clean up after it
+                _session = None
+            if connection is not None:
+                if _session is not None:
                     _session.users += 1  # another engine's: shared, and ended by the last one
                     self._session, self._temp_dir = _session, _session.temp_dir
                 self._connection = connection  # else the caller's: used, never shut down
                 return ray
-            if _session is not None:  # ours, shut down by someone else: clean up after it
-                _session.end(ray)
-                _session = None
             session = _Session({name: os.environ.get(name) for name in _SESSION_ENV}, None)
             try:
                 self._init(ray, session)
