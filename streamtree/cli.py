@@ -5,7 +5,8 @@ Errors print one line ``streamtree <command>: error: <what> (<where>): <what to 
 no traceback (``-vv`` shows it). Exit status:
 
 * 0: success;
-* 1: an unexpected error (a bug: the traceback is printed, please report it);
+* 1: an unexpected error (a bug: the traceback is printed, please report it), or a failure
+  of the Ray engine: a worker's exception or a lost actor (one line; ``-vv`` shows the traceback);
 * 2: bad usage or input: arguments, an unreadable source, missing columns, times that
   cannot be read, every record rejected, a store that holds another run;
 * 3: the store is damaged (manifest, commit record or data file) or cannot be written
@@ -50,6 +51,8 @@ class Terminated(KeyboardInterrupt):
 _COMPILER_DIRS = (os.path.join("numba", "core", ""), os.path.join("llvmlite", ""))
 #: how long an interrupt that found the compiler running waits before it is delivered again
 _INTERRUPT_RETRY_S = 0.05
+#: the last signal :func:`_on_interrupt` raised an exception for (see :func:`_interrupt_of`)
+_last_signal: int | None = None
 
 
 def _in_compiler(frame) -> bool:
@@ -73,16 +76,21 @@ def _on_interrupt(signum, frame):
         retry.daemon = True
         retry.start()
         return
+    global _last_signal
+    _last_signal = signum
     raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
 
 def _interrupt_of(exc: BaseException) -> KeyboardInterrupt | None:
     """The Ctrl-C or SIGTERM behind ``exc``, if any. A signal's exception raised while compiled
     code (numba) runs a Python callback comes back wrapped, as a SystemError whose cause is the
-    interrupt; it is still the user's interrupt, not a bug."""
+    interrupt; it is still the user's interrupt, not a bug. One raised while Ray waits for
+    results comes back as a bare KeyboardInterrupt: it is a SIGTERM if that was the signal."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         if isinstance(exc, KeyboardInterrupt):
+            if type(exc) is KeyboardInterrupt and _last_signal == signal.SIGTERM:
+                return Terminated()
             return exc
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
@@ -1171,12 +1179,33 @@ class _UserError(Exception):
         super().__init__(f"{what} ({where}): {todo}")
 
 
+def _ray_failure(exc: BaseException) -> str | None:
+    """The one-line message of a failure of the Ray engine, or None if ``exc`` is not one.
+
+    Checked before anything else: a worker's ValueError or OSError comes back as an exception
+    that is also a ValueError or OSError, which would be taken for the user's mistake. Ray is
+    not imported here (``--version`` stays fast): if it never was, no Ray error was raised.
+    """
+    ray_exceptions = sys.modules.get("ray.exceptions")
+    if ray_exceptions is None or not isinstance(exc, ray_exceptions.RayError):
+        return None
+    cause = getattr(exc, "cause", None) if isinstance(exc, ray_exceptions.RayTaskError) else None
+    if isinstance(cause, BaseException):
+        return (f"the Ray engine failed: a worker raised {type(cause).__name__}: {cause}; "
+                "run again with -vv for the worker's traceback, and report it")
+    return (f"the Ray engine failed: {type(exc).__name__}: {exc}; check that the cluster's nodes are up and "
+            "have memory to spare, then run again")
+
+
 def _user_message(exc: BaseException) -> tuple[str, int] | None:
-    """The one-line message and exit status of a user error, or None for a bug (which keeps
-    its traceback)."""
+    """The one-line message and exit status of a user error or an engine failure, or None for
+    a bug (which keeps its traceback)."""
     from connectors.sources import SourceError
     from connectors.stores import CorruptStoreError, StoreAccessError, StoreBusyError, StoreError
 
+    ray_failure = _ray_failure(exc)
+    if ray_failure is not None:
+        return ray_failure, EXIT_BUG
     if isinstance(exc, SourceError):
         return f"cannot read source {exc}; check the path, the format and the column names", EXIT_USAGE
     if isinstance(exc, StoreBusyError):
@@ -1214,6 +1243,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = {"replay": cmd_replay, "show": cmd_show, "snapshot": cmd_snapshot,
                "evaluate": cmd_evaluate, "report": cmd_report, "serve": cmd_serve,
                "assign": cmd_assign}[args.command]
+    global _last_signal
+    _last_signal = None  # a signal of an earlier call in this process says nothing about this one
     previous = {}
     if threading.current_thread() is threading.main_thread():
         previous = {sig: signal.signal(sig, _on_interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}

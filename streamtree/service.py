@@ -292,6 +292,15 @@ class _Abandon(Exception):
     """Raised by a second stop signal: leave now, commit nothing more."""
 
 
+def _abandoned(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is a second stop signal's :class:`_Abandon`. Raised while the Ray engine
+    waits for its shards (or compiled code runs a Python callback), it comes back wrapped, as a
+    SystemError whose cause it is."""
+    while isinstance(exc, SystemError):
+        exc = exc.__cause__
+    return isinstance(exc, _Abandon)
+
+
 def _outside(keys: np.ndarray, lo: int | None, hi: int | None) -> np.ndarray:
     """Which epoch keys fall outside the time range's keys ``lo..hi`` (either end open: None)."""
     out = np.zeros(keys.shape, dtype=bool)
@@ -772,7 +781,9 @@ class Service:
                             self._stop.wait(self.config.poll_interval)
                 except _StopNow:
                     pass
-                except _Abandon:
+                except Exception as exc:
+                    if not _abandoned(exc):
+                        raise
                     self.summary.abandoned = True
             return self._finish()
         finally:

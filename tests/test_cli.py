@@ -292,6 +292,56 @@ def test_ctrl_c_leaves_a_readable_store_and_resume_finishes_it(corpus, tmp_path)
     assert f"epochs: 3 ({3 - len(done)} published now)" in r.stdout
 
 
+def test_a_sigterm_that_ray_turned_into_a_bare_interrupt_is_still_a_sigterm(monkeypatch):
+    """Ray, waiting for results, turns the handler's exception into a bare KeyboardInterrupt:
+    the last signal handled says which it was."""
+    import signal
+
+    from streamtree import cli
+
+    monkeypatch.setattr(cli, "_last_signal", None)
+    for sig, want in ((signal.SIGTERM, cli.Terminated), (signal.SIGINT, KeyboardInterrupt)):
+        with pytest.raises(KeyboardInterrupt):
+            cli._on_interrupt(sig, None)
+        assert type(cli._interrupt_of(KeyboardInterrupt())) is want
+        wrapped = RuntimeError("while waiting")
+        wrapped.__context__ = KeyboardInterrupt()
+        assert type(cli._interrupt_of(wrapped)) is want
+    assert cli._interrupt_of(RuntimeError("no interrupt")) is None
+
+
+@pytest.mark.parametrize("kind", ["task", "actor"])
+def test_a_ray_worker_failure_is_an_engine_failure_not_a_usage_error(kind, corpus, tmp_path, monkeypatch, capsys):
+    """A worker's ValueError comes back as an exception that is also a ValueError: it is reported
+    as a failure of the Ray engine (exit 1, with the worker's error), not as bad arguments (2)."""
+    import ray.exceptions
+
+    import streamtree.replay as replay_module
+
+    if kind == "task":
+        error = ray.exceptions.RayTaskError("ShardWorker.sweep", "Traceback (most recent call last): ...",
+                                            ValueError("shape mismatch in the kernel"), pid=1,
+                                            ip="127.0.0.1").as_instanceof_cause()
+        assert isinstance(error, ValueError)
+    else:
+        error = ray.exceptions.ActorDiedError()
+
+    def failing(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(replay_module, "replay", failing)
+    code = main(["replay", str(corpus), "--text-col", "text", "--time-col", "year", "--store", str(tmp_path / "s"),
+                 "--quiet", "--engine", "ray"])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert err.startswith("streamtree replay: error: the Ray engine failed: ") and err.count("\n") == 1
+    assert "check the arguments" not in err
+    if kind == "task":
+        assert "a worker raised ValueError: shape mismatch in the kernel" in err and "-vv" in err
+    else:
+        assert "ActorDiedError" in err and "run again" in err
+
+
 def test_multinomial_replay_and_evaluate_through_the_cli(corpus, tmp_path, capsys):
     """--likelihood multinomial: the store holds word distributions fitted on raw counts."""
     uri = str(tmp_path / "multi")

@@ -9,6 +9,10 @@ from __future__ import annotations
 import os
 import pickle
 import shlex
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -178,6 +182,221 @@ def test_deployment_manifests_parse_and_carry_what_the_project_relies_on():
     assert "pip install ." in containerfile and "ENTRYPOINT" in containerfile
 
 
+# ---------------------------------------------------------------------------- private clusters (subprocesses)
+# These run before the module's shared cluster is started, so that one Ray runs at a time.
+def _private_ray_env(home: Path) -> dict:
+    """The environment of a subprocess whose engine starts its own cluster: no RAY_ settings of
+    ours, and a home directory of the test's own (any file Ray writes under ~ lands there)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env["HOME"] = str(home)
+    return env
+
+
+def _landing_days(folder: Path, days: range, n: int = 30) -> None:
+    from service_corpus import day_rows, write_jsonl
+
+    for d in days:
+        write_jsonl(str(folder / f"day{d}.jsonl"), day_rows(d, n, 1))
+
+
+def _wait_for(predicate, proc: subprocess.Popen, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert proc.poll() is None, f"the process ended ({proc.returncode}) before {what}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_sigterm_to_a_replay_on_ray_says_where_the_store_stands(tmp_path):
+    """The Ray engine keeps the command line's SIGTERM handler (``ray.init`` installs its own,
+    which exits at once with a stack dump): the replay stops as on the local engine, exit 143
+    and where the store stands."""
+    _landing_days(tmp_path / "src", range(1, 6))
+    store = tmp_path / "store"
+    proc = subprocess.Popen([sys.executable, "-m", "streamtree.cli", "replay", str(tmp_path / "src"), "--text-col",
+                             "text", "--time-col", "time", "--epoch", "1d", "--min-df", "1", "--max-df", "1.0",
+                             "--sweeps", "300", "--engine", "ray", "--shards", "1", "--store", str(store)],
+                            stderr=subprocess.PIPE, text=True, env=_private_ray_env(tmp_path), cwd=tmp_path)
+    try:
+        _wait_for((store / "commits" / "000000.json").exists, proc, 240, "the first commit")
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err[-3000:]
+    assert "streamtree: terminated; the store" in err and "readable through epoch" in err and "--resume" in err
+    assert "SIGTERM received" not in err and "Traceback" not in err
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_sigterm_to_serve_on_ray_finishes_and_commits_the_epoch(tmp_path):
+    """``serve --engine ray`` told to stop mid-epoch finishes and commits that epoch and exits 0,
+    as on the local engine."""
+    land, store = tmp_path / "land", tmp_path / "store"
+    _landing_days(land, range(1, 4))
+    log = tmp_path / "serve.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "streamtree.cli", "serve", str(land), "--store", str(store),
+                                 "--text-col", "text", "--time-col", "time", "--epoch", "1d", "--warmup-docs", "30",
+                                 "--min-df", "1", "--poll-interval", "0.3", "--metrics-addr", "off", "--sweeps", "300",
+                                 "--engine", "ray", "--shards", "1"],
+                                stdout=out, stderr=out, env=_private_ray_env(tmp_path), cwd=tmp_path)
+        try:
+            # the cluster starts with the first epoch's fit: stop the service inside it
+            _wait_for(lambda: "started a local Ray cluster" in log.read_text(), proc, 240, "the Ray cluster")
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(240)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    text = log.read_text()
+    assert proc.returncode == 0, text[-3000:]
+    assert "SIGTERM: stopping (finishing and committing epoch 0" in text
+    assert "stopped (SIGTERM): the store is committed through epoch 0" in text
+    assert "SIGTERM received" not in text
+
+
+_TWO_MODELS = """
+import json, os
+import numpy as np
+import ray
+from streamtree import DTSSBP
+from streamtree.synthetic import vmf_tree_corpus
+
+rng = np.random.default_rng(0)
+epochs = [vmf_tree_corpus(rng, p=50, branching=(2,), docs_per_node=20).X for _ in range(2)]
+params = dict(likelihood="vmf", n_sweeps=2, max_depth=1, n_shards=1, random_state=0)
+local = DTSSBP(**params).fit(epochs)
+
+def same(model):
+    return all(np.array_equal(getattr(a, f), getattr(b, f)) for a, b in zip(model.trees_, local.trees_)
+               for f in ("node_ids", "theta", "assignments"))
+
+out = {}
+a = DTSSBP(**params, engine="ray").partial_fit(epochs[0], epoch=0)
+b = DTSSBP(**params, engine="ray").partial_fit(epochs[0], epoch=0)
+temp = a._engine._temp_dir  # the cluster's, started by the first model
+a.close()
+out["up_after_first_close"] = ray.is_initialized()
+b.partial_fit(epochs[1], epoch=1)
+out["second_continued"] = same(b)
+out["addresses"] = sorted({n["NodeManagerAddress"] for n in ray.nodes()})
+b.close()
+out["down_after_last_close"] = not ray.is_initialized()
+out["temp_left"] = os.path.exists(temp)
+
+# Ray shut down under a model: a clear error, never a default cluster started behind its back
+c = DTSSBP(**params, engine="ray").partial_fit(epochs[0], epoch=0)
+engine, temp = c._engine, c._engine._temp_dir
+ray.shutdown()
+try:
+    engine.labels()
+    out["error"] = None
+except RuntimeError as exc:
+    out["error"] = str(exc)
+out["started_by_itself"] = ray.is_initialized()
+c.partial_fit(epochs[1], epoch=1)  # the next epoch starts new actors in a new private cluster
+out["third_continued"] = same(c)
+out["first_temp_left"] = os.path.exists(temp)
+c.close()
+out["down_at_the_end"] = not ray.is_initialized()
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_models_share_the_private_cluster_until_the_last_one_closes(tmp_path):
+    """Two models on engine="ray" in one process share the cluster the first one started:
+    closing one leaves the other working, and the last to close shuts it down. An engine whose
+    Ray was shut down by someone else says so, never letting Ray's calls start a default cluster
+    (routable address, files in /tmp/ray), and its next epoch starts a private cluster again."""
+    import json
+
+    out = subprocess.run([sys.executable, "-c", _TWO_MODELS], env=_private_ray_env(tmp_path), capture_output=True,
+                         text=True, timeout=400, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.splitlines()[-1])
+    assert got["up_after_first_close"] is True and got["second_continued"] is True
+    assert got["addresses"] == ["127.0.0.1"]
+    assert got["down_after_last_close"] is True and got["temp_left"] is False
+    assert "ray.shutdown() was called" in got["error"] and got["started_by_itself"] is False
+    assert got["third_continued"] is True and got["first_temp_left"] is False
+    assert got["down_at_the_end"] is True
+
+
+_REPLACED_BY_THE_CALLERS = """
+import json, os, shutil, tempfile
+import numpy as np
+import ray
+from streamtree import DTSSBP
+from streamtree.engines.ray import _loopback_only
+from streamtree.synthetic import vmf_tree_corpus
+
+X = vmf_tree_corpus(np.random.default_rng(0), p=50, branching=(2,), docs_per_node=20).X
+params = dict(likelihood="vmf", n_sweeps=2, max_depth=1, n_shards=1, random_state=0, engine="ray")
+first = DTSSBP(**params).partial_fit(X, epoch=0)
+temp = first._engine._temp_dir
+ray.shutdown()
+own = tempfile.mkdtemp()
+with _loopback_only():
+    ray.init(num_cpus=1, include_dashboard=False, _temp_dir=own)  # the caller's own Ray
+second = DTSSBP(**params).partial_fit(X, epoch=0)
+out = {"stale_temp_left": os.path.exists(temp), "token_kept": "RAY_AUTH_TOKEN" in os.environ}
+first.close()
+second.partial_fit(X, epoch=1)  # the caller's Ray still works
+second.close()
+out["callers_ray_kept"] = ray.is_initialized()
+ray.shutdown()
+shutil.rmtree(own, ignore_errors=True)
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_private_cluster_replaced_by_the_callers_ray_is_cleaned_up(tmp_path):
+    """The caller shuts the engine's private cluster down and starts a Ray of their own: the
+    next engine uses that Ray, never shuts it down, and removes the private cluster's session
+    directory at once. The settings made for the private cluster stay (the caller's Ray started
+    with them, and breaks without its token)."""
+    import json
+
+    out = subprocess.run([sys.executable, "-c", _REPLACED_BY_THE_CALLERS], env=_private_ray_env(tmp_path),
+                         capture_output=True, text=True, timeout=400, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.splitlines()[-1])
+    assert got["stale_temp_left"] is False and got["token_kept"] is True
+    assert got["callers_ray_kept"] is True
+
+
+_NEVER_CLOSED = """
+import numpy as np
+from streamtree import DTSSBP
+from streamtree.synthetic import vmf_tree_corpus
+
+X = vmf_tree_corpus(np.random.default_rng(0), p=50, branching=(2,), docs_per_node=20).X
+model = DTSSBP(likelihood="vmf", n_sweeps=2, max_depth=1, engine="ray", n_shards=1, random_state=0).fit([X])
+print(model._engine._temp_dir)
+"""
+
+
+@pytest.mark.ray
+def test_the_private_session_directory_goes_at_exit_without_close(tmp_path):
+    """A model on engine="ray" never closed: its cluster's session directory is removed when the
+    interpreter exits."""
+    out = subprocess.run([sys.executable, "-c", _NEVER_CLOSED], env=_private_ray_env(tmp_path), capture_output=True,
+                         text=True, timeout=240, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    temp = Path(out.stdout.splitlines()[-1])
+    assert temp.name.startswith("streamtree-ray-")
+    assert not temp.exists()
+
+
 # ---------------------------------------------------------------------------- Ray cluster
 @pytest.fixture(scope="module")
 def ray_cluster():
@@ -272,6 +491,66 @@ def test_too_many_crashes_raise_a_clear_error(ray_cluster, epochs):
     with pytest.raises(RuntimeError, match="sweep failed 1 times"):
         engine.sweep(fitted.predictive_)
     engine.close()
+
+
+@pytest.mark.ray
+def test_a_shard_that_cannot_be_placed_again_fails_within_ready_timeout(ray_cluster, epochs):
+    """A shard actor lost for good while other work took every CPU: the replacement cannot be
+    placed, and the engine says so after ready_timeout instead of waiting forever."""
+    import threading
+
+    import ray
+
+    fitted = fit("local", epochs[:1], n_shards=1)
+    engine = RayEngine(n_shards=1, max_restarts=1, ready_timeout=3)
+    engine.load(epochs[0], [np.random.SeedSequence(0)])
+    ray.kill(engine._actors[0], no_restart=True)
+    # the freed CPUs are taken: one 2-CPU actor on each node of the test cluster
+    hogs = [ray.remote(ShardWorker).options(num_cpus=2).remote() for _ in range(2)]
+    ray.get([h.node_id.remote() for h in hogs], timeout=60)
+    # should the engine wait regardless, the CPUs come back after a minute and the test fails
+    release = threading.Timer(60, lambda: [ray.kill(h) for h in hogs])
+    release.start()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(RuntimeError, match=r"shard 0: its actor was not running again within 3 s .*"
+                                               r"needs 1 CPU\(s\) and the cluster has 4 CPUs, 0 free"):
+            engine.sweep(fitted.predictive_)
+        assert time.monotonic() - t0 < 30
+    finally:
+        release.cancel()
+        for h in hogs:
+            ray.kill(h)
+        engine.close()
+
+
+class _BrokenReplacements(RayEngine):
+    """Replacement actors fail in their constructor, as on a node whose environment is broken."""
+
+    started = 0
+
+    def _new_actor(self):
+        self.started += 1
+        assert self.started < 20, "replacements are started without limit"
+        if self._actors:  # a replacement: the constructor fails
+            return self._actor_cls.remote("not a number")
+        return super()._new_actor()
+
+
+@pytest.mark.ray
+def test_replacement_actors_are_started_a_limited_number_of_times(ray_cluster, epochs):
+    fitted = fit("local", epochs[:1], n_shards=1)
+    engine = _BrokenReplacements(n_shards=1, max_restarts=1, ready_timeout=60)
+    try:
+        engine.load(epochs[0], [np.random.SeedSequence(0)])
+        import ray
+
+        ray.kill(engine._actors[0], no_restart=True)
+        with pytest.raises(RuntimeError, match=r"shard 0: 2 replacement\(s\) of its actor died .*giving up"):
+            engine.sweep(fitted.predictive_)
+        assert engine.started == 1 + 2
+    finally:
+        engine.close()
 
 
 def _bursty_epochs(rng: np.random.Generator, n_epochs: int = 2) -> list:
@@ -379,7 +658,9 @@ print(json.dumps({"same": same, "addresses": sorted({n["NodeManagerAddress"] for
                   "gcs": ray.get_runtime_context().gcs_address, "auth": os.environ.get("RAY_AUTH_MODE"),
                   "token": len(os.environ.get("RAY_AUTH_TOKEN", "")), "temp_mode": os.stat(temp).st_mode & 0o777}))
 model._engine.close()
-print(json.dumps({"shut_down": not ray.is_initialized(), "temp_left": os.path.exists(temp)}))
+print(json.dumps({"shut_down": not ray.is_initialized(), "temp_left": os.path.exists(temp),
+                  "env_left": sorted(k for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_USAGE_STATS_ENABLED")
+                                     if k in os.environ)}))
 """
 
 
@@ -402,4 +683,6 @@ def test_default_engine_starts_a_private_loopback_cluster(tmp_path):
     assert lines[0]["auth"] == "token" and lines[0]["token"] == 64
     assert lines[0]["temp_mode"] == 0o700
     assert lines[1]["shut_down"] is True and lines[1]["temp_left"] is False
+    assert lines[1]["env_left"] == []  # the settings made for the cluster went with it
     assert not (tmp_path / ".ray" / "auth_token").exists()
+

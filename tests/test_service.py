@@ -347,6 +347,32 @@ def test_warmup_vocabulary_and_restart_checks(corpus, tmp_path):
             Service(cfg).run(once=True, install_signals=False)
 
 
+def test_a_second_signal_wrapped_by_the_engine_still_abandons_the_epoch(corpus, tmp_path, monkeypatch):
+    """A second stop signal raised while the Ray engine waits for its shards comes back as a
+    SystemError caused by it: the service still leaves without committing the epoch in progress."""
+    import signal
+
+    from streamtree.replay import EpochFitter
+
+    land, store = tmp_path / "land", tmp_path / "store"
+    os.makedirs(land)
+    for d in (1, 2):  # day 1 closes when day 2 lands
+        shutil.copy(f"{corpus}/all/day{d}.jsonl", land / f"day{d}.jsonl")
+    service = Service(_config(land, store, vocabulary_from=f"{corpus}/replay"))
+
+    def fit(fitter, ep):
+        service._on_signal(signal.SIGTERM, None)  # the first: finish this epoch, then stop
+        try:
+            service._on_signal(signal.SIGTERM, None)  # the second: leave now
+        except Exception as exc:
+            raise SystemError("<built-in method __new__> returned a result with an exception set") from exc
+
+    monkeypatch.setattr(EpochFitter, "fit", fit)
+    summary = service.run(install_signals=False)
+    assert summary.abandoned and summary.last_epoch is None
+    assert SnapshotStore(str(store)).epochs() == []
+
+
 def test_metrics_and_health_endpoint(corpus, tmp_path):
     land = tmp_path / "land"
     shutil.copytree(f"{corpus}/all", land)

@@ -20,11 +20,14 @@ Security: a Ray cluster runs any code submitted to it. A cluster started here li
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import secrets
+import signal
 import sys
 import tempfile
+import threading
 import time
 from contextlib import contextmanager
 from typing import Any
@@ -65,6 +68,27 @@ def _loopback_only():
             os.environ[name] = old_env
 
 
+@contextmanager
+def _signal_handlers_kept():
+    """Keep this process's SIGTERM and SIGINT handlers through ``ray.init``.
+
+    ``ray.init`` replaces the SIGTERM handler of the main thread with one that exits at once
+    (and its C++ core adds a stack dump), which would take a graceful stop away from the
+    command line and the service: they finish the step in progress when told to stop.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set in the main thread, and Ray leaves them alone
+        return
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            if handler is not None:  # None: set outside Python, which cannot be restored from here
+                # set again even if Python reports it unchanged: Ray's core replaces it below Python
+                signal.signal(sig, handler)
+
+
 def _is_loopback(address: str) -> bool:
     host = address.split("://")[-1].rsplit(":", 1)[0].strip("[]")
     return host in ("127.0.0.1", "localhost", "::1")
@@ -80,14 +104,119 @@ def _set_auth_mode(mode: str) -> None:
     """
     os.environ["RAY_AUTH_MODE"] = mode
     if "ray._raylet" in sys.modules:
-        try:
-            from ray._raylet import Config
+        _reload_ray_config()
 
-            Config.initialize("")
-        except (ImportError, AttributeError):  # a Ray whose internals moved: say so, never silently
-            logger.warning("Ray's authentication mode could not be set to %r in this process (ray %s); check the "
-                           "cluster's authentication before exposing it", mode, getattr(sys.modules.get("ray"),
-                                                                                       "__version__", "?"))
+
+def _reload_ray_config() -> None:
+    """Make Ray read its configuration (among it the authentication mode) from the environment again."""
+    try:
+        from ray._raylet import Config
+
+        Config.initialize("")
+    except (ImportError, AttributeError):  # a Ray whose internals moved: say so, never silently
+        logger.warning("Ray's authentication mode could not be set to %r in this process (ray %s); check the "
+                       "cluster's authentication before exposing it", os.environ.get("RAY_AUTH_MODE"),
+                       getattr(sys.modules.get("ray"), "__version__", "?"))
+
+
+#: environment variables the engine may set for a cluster it starts, restored when it is shut down
+_SESSION_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_USAGE_STATS_ENABLED")
+
+
+def _connection_id(ray) -> tuple:
+    """What tells this process's Ray connection from a later one (after ``ray.shutdown()`` and a
+    new ``ray.init``): actor handles of an earlier connection are useless in it."""
+    ctx = ray.get_runtime_context()
+    try:
+        gcs = ctx.gcs_address
+    except Exception:  # a Ray Client connection has no GCS address of its own
+        gcs = None
+    return gcs, ctx.get_job_id()
+
+
+class _Session:
+    """A Ray connection opened by this module (a private local cluster, or a connection to an
+    address), shared by all the engines of the process.
+
+    Every engine using it holds it; the last one to let go shuts Ray down, removes the
+    private session directory and restores the environment variables set for it. One that was
+    never let go (an engine not closed) is ended when the interpreter exits; one shut down by
+    someone else, when the next engine connects.
+    """
+
+    def __init__(self, saved_env: dict[str, str | None], temp_dir: str | None) -> None:
+        self.saved_env = saved_env
+        self.temp_dir = temp_dir
+        self.connection: tuple | None = None
+        self.users = 0
+        self.ended = False
+
+    def end(self, ray) -> None:
+        """Shut Ray down if it is still this connection; clean up after it (idempotent)."""
+        if self.ended:
+            return
+        self.ended = True
+        if ray.is_initialized() and _connection_id(ray) == self.connection:
+            ray.shutdown()
+        if not ray.is_initialized():
+            # (a Ray the caller started after ours went down may run with these settings: kept)
+            _restore_env(self.saved_env)
+        if self.temp_dir:
+            import shutil
+
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+_session: _Session | None = None  # the connection this module opened, while open
+_session_lock = threading.RLock()
+_exit_hook = False
+_token: str | None = None
+
+
+def _private_token() -> str:
+    """The token of the private clusters this process starts: one for the process, as Ray's
+    driver keeps the first token it read (a later cluster with another one refuses it)."""
+    global _token
+    if _token is None:
+        _token = secrets.token_hex(32)
+    return _token
+
+
+def _restore_env(saved: dict[str, str | None]) -> None:
+    """Put back environment variables as they were (``None``: not set)."""
+    mode_before = os.environ.get("RAY_AUTH_MODE")
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    if os.environ.get("RAY_AUTH_MODE") != mode_before and "ray._raylet" in sys.modules:
+        _reload_ray_config()  # Ray keeps the mode it read; a later ray.init must see the restored one
+
+
+def _release(session: _Session) -> None:
+    """One engine lets go of ``session``; the last one ends it."""
+    import ray
+
+    global _session
+    with _session_lock:
+        session.users -= 1
+        if session.users <= 0:
+            session.end(ray)
+            if _session is session:
+                _session = None
+
+
+def _end_at_exit() -> None:
+    """End the session of engines never closed: Ray's processes go, and so does the private
+    session directory, which Ray's own exit hook would leave behind."""
+    global _session
+    with _session_lock:
+        if _session is not None:
+            import ray
+
+            _session.end(ray)
+            _session = None
 
 
 class RayEngine(Engine):
@@ -102,7 +231,9 @@ class RayEngine(Engine):
         Address of an existing cluster (``"auto"``, ``"ray://host:10001"``, ``"host:6379"``).
         Default: the ``RAY_ADDRESS`` environment variable (set inside Ray jobs), else a new local
         single-node cluster: loopback only, no dashboard, no usage statistics. If Ray is already
-        initialised in this process, that connection is used whatever ``address`` says.
+        initialised in this process, that connection is used whatever ``address`` says. The
+        engines of a process share the cluster (or connection) the first of them started; the
+        last of them to close shuts it down. A Ray initialised by the caller is never shut down.
     numba_threads : int
         CPUs reserved per actor; also its ``NUMBA_NUM_THREADS`` and ``OMP_NUM_THREADS`` (the
         shard sweep itself is single-threaded today, so more threads only help numba-parallel
@@ -156,7 +287,9 @@ class RayEngine(Engine):
     def _reset(self) -> None:
         self._actors: list = []
         self._actor_cls = None
-        self._owns_ray = False
+        self._session: _Session | None = None  # the connection of this module that the engine holds
+        self._connection: tuple | None = None  # the connection its actors live in
+        self._temp_dir: str | None = None  # the private session directory of a cluster started here
         self._shard_refs: list = []
         self._rows = None  # the loaded CSR rows (the driver's copy), for set_values
         self._bounds = None  # shard row bounds
@@ -170,10 +303,42 @@ class RayEngine(Engine):
 
     # ------------------------------------------------------------------ cluster and actors
     def _connect(self):
+        """Ray, connected: through this module's open connection, the caller's, or a new one."""
         import ray
 
-        if ray.is_initialized():
-            return ray
+        global _session, _exit_hook
+        with _session_lock:
+            if self._session is not None:  # held since an earlier start that did not finish
+                if self._connected(ray):
+                    return ray
+                self._let_go()
+            connection = _connection_id(ray) if ray.is_initialized() else None
+            if _session is not None and _session.connection != connection:
+                _session.end(ray)  # ours, shut down by someone else: clean up after it
+                _session = None
+            if connection is not None:
+                if _session is not None:
+                    _session.users += 1  # another engine's: shared, and ended by the last one
+                    self._session, self._temp_dir = _session, _session.temp_dir
+                self._connection = connection  # else the caller's: used, never shut down
+                return ray
+            session = _Session({name: os.environ.get(name) for name in _SESSION_ENV}, None)
+            try:
+                self._init(ray, session)
+                session.connection = _connection_id(ray)
+            except BaseException:
+                session.end(ray)
+                raise
+            session.users = 1
+            _session = self._session = session
+            self._connection, self._temp_dir = session.connection, session.temp_dir
+            if not _exit_hook:
+                atexit.register(_end_at_exit)  # registered after Ray's own, so it runs first
+                _exit_hook = True
+        return ray
+
+    def _init(self, ray, session: _Session) -> None:
+        """``ray.init``: a new private local cluster, or a connection to the configured address."""
         kwargs: dict[str, Any] = dict(self.init_kwargs)
         # inside a Ray job (`ray job submit`, KubeRay RayJob) RAY_ADDRESS names the cluster
         address = self.address or os.environ.get("RAY_ADDRESS") or None
@@ -181,36 +346,61 @@ class RayEngine(Engine):
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
             mode = self.auth_mode or os.environ.get("RAY_AUTH_MODE") or "token"
             if mode == "token" and not (os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")):
-                # a fresh secret for this private cluster, passed to the processes Ray starts
-                # through the environment (nothing written to the home directory)
-                os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+                # a fresh secret for the private clusters of this process, passed to the processes
+                # Ray starts through the environment (nothing written to the home directory)
+                os.environ["RAY_AUTH_TOKEN"] = _private_token()
             _set_auth_mode(mode)
             if "_temp_dir" not in kwargs:
                 # session files below a directory only this user can enter: Ray makes its temp
                 # directory mode 0777 (the default is a shared /tmp/ray), so it goes inside one
-                self._temp_dir = tempfile.mkdtemp(prefix="streamtree-ray-")
-                kwargs["_temp_dir"] = os.path.join(self._temp_dir, "ray")
+                session.temp_dir = tempfile.mkdtemp(prefix="streamtree-ray-")
+                kwargs["_temp_dir"] = os.path.join(session.temp_dir, "ray")
             kwargs.setdefault("include_dashboard", False)
             # never fewer CPUs than the actors reserve, or they would wait forever
             kwargs.setdefault("num_cpus", max(os.cpu_count() or 1, self.n_shards * self.numba_threads))
             if self.object_store_memory is not None:
                 kwargs.setdefault("object_store_memory", int(self.object_store_memory))
-            with _loopback_only():
+            with _loopback_only(), _signal_handlers_kept():
                 # "local": always a new private instance, never another Ray found on this machine
                 ray.init(address="local", **kwargs)
             logger.info("started a local Ray cluster (loopback only) with %s CPUs", kwargs["num_cpus"])
         else:
             if self.auth_mode is not None:
                 _set_auth_mode(self.auth_mode)
-            if _is_loopback(address):
-                # a loopback cluster: the driver must take 127.0.0.1 as its own address too
-                with _loopback_only():
+            with _signal_handlers_kept():
+                if _is_loopback(address):
+                    # a loopback cluster: the driver must take 127.0.0.1 as its own address too
+                    with _loopback_only():
+                        ray.init(address=address, **kwargs)
+                else:
                     ray.init(address=address, **kwargs)
-            else:
-                ray.init(address=address, **kwargs)
             logger.info("connected to the Ray cluster at %s", address)
-        self._owns_ray = True
+
+    def _connected(self, ray) -> bool:
+        """Whether Ray is still the connection this engine's actors live in."""
+        return ray.is_initialized() and _connection_id(ray) == self._connection
+
+    def _ray(self):
+        """Ray, checked before any call to the actors.
+
+        Ray's calls connect by themselves when Ray is not initialised: they would start a
+        default cluster (on a routable address, its files in a shared /tmp/ray) and then fail
+        to find the actors. An engine whose connection was shut down says so instead.
+        """
+        import ray
+
+        if not self._connected(ray):
+            raise RuntimeError(
+                "the Ray connection holding this engine's shard actors was shut down (ray.shutdown() was called "
+                "in this process while a model still used the Ray engine); fit the epoch again (load() starts new "
+                "actors), and call ray.shutdown() only after closing the models that use Ray")
         return ray
+
+    def _let_go(self) -> None:
+        """Let go of this module's connection, if the engine holds it (the last one ends it)."""
+        session, self._session = self._session, None
+        if session is not None:
+            _release(session)
 
     def _options(self) -> dict:
         threads = str(self.numba_threads)
@@ -248,9 +438,15 @@ class RayEngine(Engine):
     def load(self, X, seeds: list[np.random.SeedSequence]) -> None:
         if len(seeds) != self.n_shards:
             raise ValueError(f"{len(seeds)} seeds for {self.n_shards} shards")
+        import ray
+
+        if self._actors and not self._connected(ray):
+            # every shard is sent again below: new actors in a new connection take them as well
+            logger.warning("the Ray connection of the shard actors was shut down; starting new actors")
+            self._let_go()
+            self._actors = []
         if not self._actors:
             self._start()
-        import ray
 
         b = shard_bounds(X.shape[0], self.n_shards)
         self._gen += 1
@@ -273,7 +469,7 @@ class RayEngine(Engine):
               adjust: np.ndarray | None = None) -> SweepStats:
         if not self._shard_refs:
             raise RuntimeError("load() must be called before sweep()")
-        import ray
+        ray = self._ray()
 
         cand_ref = ray.put(cand)
         self._before = list(self._states)
@@ -300,7 +496,7 @@ class RayEngine(Engine):
         when an actor must be reloaded (:meth:`_reload`)."""
         if not self._shard_refs:
             raise RuntimeError("load() must be called before set_values()")
-        import ray
+        ray = self._ray()
 
         data = np.asarray(data, dtype=np.float64)
         ptr, b = self._rows.indptr, self._bounds
@@ -319,7 +515,7 @@ class RayEngine(Engine):
     def labels(self) -> np.ndarray:
         if not self._shard_refs:
             return np.zeros(0, dtype=np.int64)
-        import ray
+        ray = self._ray()
 
         out = []
         for s, a in enumerate(self._actors):
@@ -333,21 +529,16 @@ class RayEngine(Engine):
         return np.concatenate(out)
 
     def close(self) -> None:
+        """Kill the shard actors; the last engine using a cluster this module started shuts it down."""
         import ray
 
-        if ray.is_initialized():
+        if self._actors and self._connected(ray):
             for a in self._actors:
                 try:
                     ray.kill(a, no_restart=True)
                 except Exception:  # already gone
                     pass
-            if self._owns_ray:
-                ray.shutdown()
-        if getattr(self, "_temp_dir", None):
-            import shutil
-
-            shutil.rmtree(self._temp_dir, ignore_errors=True)  # the session directory we created
-            self._temp_dir = None
+        self._let_go()
         self._reset()
 
     # ------------------------------------------------------------------ recovery
@@ -355,28 +546,57 @@ class RayEngine(Engine):
         """Send shard ``s`` and a stream state to its actor.
 
         Waits while Ray restarts the actor (calls to a restarting actor fail at once rather
-        than queue) and starts a replacement if Ray has given up on it.
+        than queue) and starts a replacement if Ray has given up on it, up to ``max_restarts + 1``
+        replacements. Gives up after ``ready_timeout`` seconds: an actor that cannot be placed
+        again (its node left, or other work took the CPUs it had) would otherwise wait forever.
         """
         import ray
-        from ray.exceptions import ActorDiedError, RayActorError
+        from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError
 
         deadline = time.monotonic() + self.ready_timeout
         delay = 0.05
+        replaced = 0
         if isinstance(self._shard_refs[s], _DeferredRows):
             self._shard_refs[s] = ray.put(self._shard_refs[s].rows())
         while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise self._not_back(s)
             try:
-                ray.get(self._actors[s].load.remote(self._shard_refs[s], state, self._gen))
+                ray.get(self._actors[s].load.remote(self._shard_refs[s], state, self._gen), timeout=left)
                 return
+            except GetTimeoutError:
+                raise self._not_back(s) from None
             except ActorDiedError:
+                if replaced > self.max_restarts:
+                    raise RuntimeError(f"shard {s}: {replaced} replacement(s) of its actor died before taking the "
+                                       "shard; giving up (the Ray workers' logs say why they died)") from None
+                replaced += 1
                 logger.warning("shard %d: actor is gone for good; starting a replacement", s)
+                try:  # never two actors for one shard, should Ray bring the old one back after all
+                    ray.kill(self._actors[s], no_restart=True)
+                except Exception:  # already gone
+                    pass
                 self._actors[s] = self._new_actor()
             except RayActorError:  # restarting or temporarily unreachable
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"shard {s}: actor did not come back within "
-                                       f"{self.ready_timeout:.0f} s") from None
-                time.sleep(delay)
+                time.sleep(min(delay, left))
                 delay = min(2 * delay, 1.0)
+
+    def _not_back(self, s: int) -> RuntimeError:
+        """The error for shard ``s``'s actor not running again within ``ready_timeout``."""
+        import ray
+
+        try:
+            cpus = ray.cluster_resources().get("CPU", 0)
+            free = ray.available_resources().get("CPU", 0)
+            have = f"the cluster has {cpus:g} CPUs, {free:g} free"
+        except Exception:  # the cluster itself is unreachable
+            have = "the cluster did not answer"
+        need = self._options().get("num_cpus", self.numba_threads)
+        return RuntimeError(
+            f"shard {s}: its actor was not running again within {self.ready_timeout:g} s (ready_timeout); it needs "
+            f"{need:g} CPU(s) and {have}. A node may have left or other work holds the CPUs: add a node or free "
+            f"CPUs, use fewer shards or numba_threads, or a longer ready_timeout if nodes are still starting")
 
     def _result(self, s: int, ref, cand_ref) -> tuple[SweepStats, dict]:
         """Shard ``s``'s sweep result, replaying the sweep after a crash."""
@@ -419,13 +639,13 @@ class RayEngine(Engine):
     # ------------------------------------------------------------------ introspection
     def shard_info(self) -> list[dict]:
         """Per shard: node id, process id, sweeps done by the current process, peak memory."""
-        import ray
+        ray = self._ray()
 
         return ray.get([a.info.remote() for a in self._actors])
 
     def _crash_during_next_sweep(self, s: int) -> None:
         """Fault injection for tests: shard ``s``'s actor dies half-way through the next sweep."""
-        import ray
+        ray = self._ray()
 
         ray.get(self._actors[s].crash_during_next_sweep.remote())
 
