@@ -242,8 +242,10 @@ def read_landed(
 ) -> LandedRead:
     """Read one landed file whole and normalise it (all or nothing).
 
-    The file is read into memory once: its bytes give the content hash (sha256) of the
-    ledger and are parsed from memory, so a file that fails anywhere contributes no row.
+    The file is read into memory once and, if its name ends in ``.gz``, ``.bz2``, ``.zst`` or
+    ``.lz4``, decompressed once; its content (decompressed) gives the hash (sha256) of the
+    ledger, so a compressed copy of an ingested file is a duplicate, and is parsed from
+    memory, so a file that fails anywhere contributes no row.
     Hive partition keys in its folder names (``year=1790/part.parquet``) are columns like
     the file's own (as strings, which the time and id parsing accept).
 
@@ -254,10 +256,13 @@ def read_landed(
     """
     name = landed.name
     try:
-        with fs.open_input_stream(landed.path) as f:
+        # compression=None: pyarrow would otherwise decompress by the extension already, and
+        # the bytes are decompressed here, once, for every format
+        with fs.open_input_stream(landed.path, compression=None) as f:
             data = f.read()
     except OSError as exc:
         raise LandingError(name, f"cannot read: {exc}") from None
+    data = _decompressed(data, name)
     digest = hashlib.sha256(data).hexdigest()
     mapped = {"text": text_col, "time": time_col, "id": id_col, "epoch": epoch_col}
     cols = list(dict.fromkeys(c for c in mapped.values() if c is not None))
@@ -289,6 +294,7 @@ def read_landed(
 
 def _parse(data: bytes, name: str, fmt: str, cols: list[str], text_col: str,
            delimiter: str | None = None) -> pa.Table:
+    """The file's table from its (decompressed) bytes."""
     buf = pa.BufferReader(data)
     if fmt == "parquet":
         return pq.read_table(buf)
@@ -300,30 +306,33 @@ def _parse(data: bytes, name: str, fmt: str, cols: list[str], text_col: str,
     for ext in _CODECS:
         lower = lower.removesuffix(ext)
     if fmt == "jsonl":
-        return pajson.read_json(_text_stream(data, name), read_options=pajson.ReadOptions(block_size=_BLOCK_BYTES))
+        return pajson.read_json(pa.BufferReader(data), read_options=pajson.ReadOptions(block_size=_BLOCK_BYTES))
     # CSV as a replay's source reads it: mapped columns as text, the text as bytes (checked for
     # UTF-8 by the normalisation, so one bad row is a reject and not a failed file). The header
     # comes from the first block only.
-    present = pacsv.open_csv(_text_stream(data, name), read_options=pacsv.ReadOptions(block_size=_BLOCK_BYTES),
+    present = pacsv.open_csv(pa.BufferReader(data), read_options=pacsv.ReadOptions(block_size=_BLOCK_BYTES),
                              parse_options=_csv_parse(lower, delimiter)).schema.names
     types = {c: pa.string() for c in cols if c in present}
     if text_col in types:
         types[text_col] = pa.binary()
-    return pacsv.read_csv(_text_stream(data, name), read_options=pacsv.ReadOptions(block_size=_BLOCK_BYTES),
+    return pacsv.read_csv(pa.BufferReader(data), read_options=pacsv.ReadOptions(block_size=_BLOCK_BYTES),
                           parse_options=_csv_parse(lower, delimiter),
                           convert_options=pacsv.ConvertOptions(
                               include_columns=[c for c in cols if c in present], column_types=types,
                               null_values=[""], strings_can_be_null=True))
 
 
-def _text_stream(data: bytes, name: str):
-    """A fresh input stream over ``data``, decompressed by the name's extension."""
-    stream = pa.input_stream(pa.BufferReader(data))
+def _decompressed(data: bytes, name: str) -> bytes:
+    """``data`` decompressed by the name's extension (as it is when the name has none)."""
     lower = name.lower()
     for ext, codec in _CODECS.items():
         if lower.endswith(ext):
-            return pa.CompressedInputStream(stream, codec)
-    return stream
+            try:
+                with pa.CompressedInputStream(pa.BufferReader(data), codec) as stream:
+                    return stream.read()
+            except (pa.ArrowException, OSError) as exc:
+                raise LandingError(name, f"cannot decompress it as {codec} (its name ends in {ext}): {exc}") from None
+    return data
 
 
 def _csv_parse(lower_name: str, delimiter: str | None = None) -> pacsv.ParseOptions:

@@ -122,6 +122,38 @@ def test_read_landed_formats_partitions_and_errors(tmp_path):
         read_landed(zone.fs, files["a.jsonl"], text_col="body", time_col="time")
 
 
+def test_compressed_landed_files_are_read_as_replay_reads_them(tmp_path):
+    """A compressed file is decompressed once. pyarrow's input stream already decompressed it by
+    its extension and the reader did so again, so every .gz, .bz2, .zst or .lz4 file failed
+    ("zlib inflate failed") and was recorded as unreadable."""
+    import pyarrow.csv as pacsv
+
+    from connectors.sources import open_source
+
+    root, plain = tmp_path / "land", tmp_path / "plain"
+    rows = day_rows(1, 5, 0)
+    write_jsonl(str(plain / "a.jsonl"), rows)
+    pacsv.write_csv(pa.Table.from_pylist(rows), plain / "b.csv")
+    os.makedirs(root)
+    for name, codec in (("a.jsonl.gz", "gzip"), ("a.jsonl.zst", "zstd"), ("b.csv.bz2", "bz2"), ("b.csv.lz4", "lz4")):
+        with pa.CompressedOutputStream(str(root / name), codec) as out:
+            out.write((plain / name.rsplit(".", 1)[0]).read_bytes())
+    (root / "broken.jsonl.gz").write_bytes(b"not gzip at all")
+    zone = LandingZone(str(root), settle=0)
+    files = {f.name: f for f in zone.poll()}
+    kw = dict(text_col="text", time_col="time")
+    for name in ("a.jsonl.gz", "a.jsonl.zst", "b.csv.bz2", "b.csv.lz4"):
+        got = read_landed(zone.fs, files[name], **kw)
+        replayed = open_source(str(root / name), **kw).read_all()
+        assert got.n_read == 5 and got.rows.drop_columns(["source", "id"]).equals(
+            replayed.drop_columns(["source", "id"])), name
+    # the content is hashed, so a compressed copy of the same content is the same file
+    hashes = {read_landed(zone.fs, files[n], **kw).sha256 for n in ("a.jsonl.gz", "a.jsonl.zst")}
+    assert len(hashes) == 1
+    with pytest.raises(LandingError, match="broken.jsonl.gz: cannot decompress it as gzip"):
+        read_landed(zone.fs, files["broken.jsonl.gz"], **kw)
+
+
 # ---------------------------------------------------------------------------------- service
 def _config(landing, store, **kw) -> ServeConfig:
     base = dict(landing=str(landing), store=str(store), text_col="text", time_col="time", epoch="1d",
