@@ -31,6 +31,11 @@ files at once processes them in the order a service running all along would have
 Files with an unknown extension (``README.txt``) are listed in :attr:`LandingZone.ignored`
 and logged once; they are not data.
 
+A ready file that cannot be read *now* (no permission, an I/O error, empty, or changing while
+it is read) raises :class:`LandingNotReady` rather than :class:`LandingError`: the caller
+leaves it for a later poll, since a chmod, or the end of a write, does not change what the
+file will hold. Only a file malformed as it stands is a :class:`LandingError`.
+
 Polling, not OS file events: a poll is one listing (cheap next to fitting an epoch), it works
 the same on local disks, NFS and object stores (which have no inotify), and a missed event
 cannot lose a file. An event library would only shorten the latency below the poll interval.
@@ -67,6 +72,12 @@ _BLOCK_BYTES = 4 << 20
 
 class LandingError(SourceError):
     """A landed file cannot be read (corrupt, wrong format, a mapped column missing)."""
+
+
+class LandingNotReady(SourceError):
+    """A landed file cannot be read *now*, though it may be later: no permission to read it, an
+    I/O error, no byte in it yet, or its size or modification time changed while it was read.
+    It is left for a later poll, not recorded as unreadable."""
 
 
 @dataclass(frozen=True)
@@ -251,17 +262,26 @@ def read_landed(
 
     Raises
     ------
+    LandingNotReady
+        Not readable now (permission, I/O error), empty, or changing while read: worth reading
+        again at a later poll.
     LandingError
-        Unreadable, corrupt or not of its format, or a mapped column missing.
+        Corrupt or not of its format, or a mapped column missing: the file as it stands.
     """
     name = landed.name
+    if landed.size == 0:
+        raise LandingNotReady(name, "it is empty (still being created?); it is read once it holds data")
     try:
         # compression=None: pyarrow would otherwise decompress by the extension already, and
         # the bytes are decompressed here, once, for every format
         with fs.open_input_stream(landed.path, compression=None) as f:
             data = f.read()
     except OSError as exc:
-        raise LandingError(name, f"cannot read: {exc}") from None
+        raise LandingNotReady(name, f"cannot read it: {_read_reason(exc)}") from None
+    if len(data) != landed.size or _state(fs, landed.path) != (landed.size, landed.mtime_ns):
+        # a writer still at it: what was read may be a part, which must not become a reject
+        raise LandingNotReady(name, "it changed while it was read (still being written?); it is read once its "
+                                    "size and modification time hold still")
     data = _decompressed(data, name)
     digest = hashlib.sha256(data).hexdigest()
     mapped = {"text": text_col, "time": time_col, "id": id_col, "epoch": epoch_col}
@@ -354,6 +374,24 @@ def _add_partition_keys(table: pa.Table, name: str, cols: list[str]) -> pa.Table
     return table
 
 
+def _state(fs: pafs.FileSystem, path: str) -> tuple[int, int] | None:
+    """(size, mtime_ns) of ``path`` now, None if it cannot be listed."""
+    try:
+        info = fs.get_file_info(path)
+    except OSError:
+        return None
+    return (int(info.size), _mtime_ns(info)) if info.type == pafs.FileType.File else None
+
+
+def _read_reason(exc: OSError) -> str:
+    """Why a file could not be opened or read, with what to do where that is clear."""
+    if isinstance(exc, PermissionError):
+        return "permission denied; make it readable by the user the service runs as"
+    if isinstance(exc, FileNotFoundError):
+        return "it is gone (moved or deleted since it was listed)"
+    return str(exc).strip() or type(exc).__name__
+
+
 def _mtime_ns(info: pafs.FileInfo) -> int:
     ns = info.mtime_ns
     return int(ns) if ns is not None else 0
@@ -361,5 +399,5 @@ def _mtime_ns(info: pafs.FileInfo) -> int:
 
 assert set(_CODECS) == set(_COMPRESSED)
 
-__all__ = ["LandedFile", "LandedRead", "LandingError", "LandingZone", "PARTIAL_SUFFIXES", "SUCCESS_MARKER",
-           "read_landed"]
+__all__ = ["LandedFile", "LandedRead", "LandingError", "LandingNotReady", "LandingZone", "PARTIAL_SUFFIXES",
+           "SUCCESS_MARKER", "read_landed"]

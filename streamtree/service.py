@@ -64,7 +64,7 @@ import numpy as np
 import pyarrow as pa
 
 import streamtree
-from connectors.landing import LandedFile, LandingError, LandingZone, read_landed
+from connectors.landing import LandedFile, LandingError, LandingNotReady, LandingZone, read_landed
 from connectors.sources.files import file_format
 from connectors.stores.ledger import LEDGER_TABLE, ledger_table, read_ledger
 from connectors.stores.snapshot import SnapshotStore, StoreError
@@ -184,6 +184,8 @@ class ServiceMetrics:
         self.documents = PCounter("streamtree_documents_fitted", "Documents fitted in published epochs", registry=r)
         self.files = PCounter("streamtree_files", "Landed files taken, by status (ingested, duplicate, unreadable)",
                               ["status"], registry=r)
+        self.waiting_files = Gauge("streamtree_files_waiting", "Landed files that cannot be read yet (permission, "
+                                   "I/O error, empty, still being written), retried at every poll", registry=r)
         self.epochs = PCounter("streamtree_epochs_published", "Epochs published to the store", registry=r)
         self.live_nodes = Gauge("streamtree_live_nodes", "Nodes of the last published tree", registry=r)
         self.pending_rows = Gauge("streamtree_pending_rows", "Rows waiting in open epochs (not yet committed)",
@@ -279,13 +281,19 @@ class ServeSummary:
     last_epoch: tuple[int, str] | None = None
     stopped_by: str = "done"
     abandoned: bool = False  # a second signal left without committing the epoch in progress
+    #: files that could not be read yet (name -> why); not taken, so the next run tries them again
+    waiting: dict = field(default_factory=dict)
 
     def format(self) -> str:
         files = ", ".join(f"{n} {s}" for s, n in sorted(self.files.items())) or "none"
         last = f"epoch {self.last_epoch[0]} ({self.last_epoch[1]})" if self.last_epoch else "no epoch yet"
-        return (f"files: {files}\nrows read: {self.rows_read}; committed: {self.documents} fitted, {self.rejected} "
+        text = (f"files: {files}\nrows read: {self.rows_read}; committed: {self.documents} fitted, {self.rejected} "
                 f"rejects; waiting in open epochs: {self.pending_rows} rows, {self.pending_rejects} rejects\n"
                 f"published now: {self.epochs_published} epochs; the store is committed through {last}")
+        if self.waiting:
+            text += ("\nnot read yet (tried again at the next start): "
+                     + "; ".join(f"{name}: {why}" for name, why in sorted(self.waiting.items())))
+        return text
 
 
 class _Abandon(Exception):
@@ -346,6 +354,7 @@ class Service:
         self._hashes: dict[str, str] = {}  # sha256 -> name of the ingested file
         self._taken: dict[str, tuple[int, int]] = {}  # name -> (size, mtime_ns) when taken
         self._changed_warned: set[str] = set()
+        self._waiting: dict[str, str] = {}  # name -> why it cannot be read yet (not taken: retried)
         self._epoch_ready_ns: dict[int, int] = {}  # epoch key -> newest ready time of its files
         # when the newest taken file landed (LandedFile.arrived_ns): the idle clock. Not its
         # mtime, which a copy may have kept from long ago (the stream would look idle at once).
@@ -470,19 +479,30 @@ class Service:
         logger.info("vocabulary: %d terms", vec.vocabulary_.shape[0])
 
     # ---- taking files ------------------------------------------------------------------
-    def _take(self, landed: LandedFile) -> None:
-        """Read one file, apply it, and close the epochs the watermark passed."""
+    def _take(self, landed: LandedFile) -> bool:
+        """Read one file, apply it, and close the epochs the watermark passed. False if the file
+        cannot be read now (:class:`~connectors.landing.LandingNotReady`): it is not taken, and
+        a later poll tries it again."""
         c = self.config
-        event = {"seq": self._seq, "kind": "file", "name": landed.name, "size": landed.size,
-                 "mtime_ns": landed.mtime_ns, "ready_ns": landed.ready_ns, "sha256": None, "status": None,
-                 "n_read": 0, "detail": None, "close_through": None}
-        self._seq += 1
+        read, error = None, None
         try:
             read = read_landed(self.landing.fs, landed, text_col=c.text_col, time_col=c.time_col,
                                id_col=c.id_col, time_unit=c.time_unit, batch_size=c.batch_size,
                                time_format=c.time_format, delimiter=self.landing.delimiter)
+        except LandingNotReady as exc:
+            self._not_ready(landed.name, str(exc).split(": ", 1)[-1])
+            return False
         except LandingError as exc:
-            msg = str(exc).split(": ", 1)[-1]
+            error = exc
+        if self._waiting.pop(landed.name, None) is not None:
+            self.metrics.waiting_files.set(len(self._waiting))
+            logger.info("landing: %s can be read now", landed.name)
+        event = {"seq": self._seq, "kind": "file", "name": landed.name, "size": landed.size,
+                 "mtime_ns": landed.mtime_ns, "ready_ns": landed.ready_ns, "sha256": None, "status": None,
+                 "n_read": 0, "detail": None, "close_through": None}
+        self._seq += 1
+        if error is not None:
+            msg = str(error).split(": ", 1)[-1]
             event.update(status="unreadable", detail=msg)
             logger.warning("landing: %s is unreadable, recorded as a reject: %s", landed.name, msg)
             reason = f"{UNREADABLE_FILE} '{msg}'"
@@ -505,6 +525,15 @@ class Service:
         self._events.append(event)
         logger.info("took %s: %s, %d rows", landed.name, status, event["n_read"])
         self._close(self.watermark.closable_through())
+        return True
+
+    def _not_ready(self, name: str, reason: str) -> None:
+        """Leave a file that cannot be read now for a later poll, warning once per reason (not at
+        every poll); nothing of it is recorded, so a restart treats it as a file not yet taken."""
+        if self._waiting.get(name) != reason:
+            logger.warning("landing: %s cannot be read yet, left for a later poll: %s", name, reason)
+        self._waiting[name] = reason
+        self.metrics.waiting_files.set(len(self._waiting))
 
     def _file_rejects(self, rejects: pa.Table, lo: int | None, hi: int | None) -> None:
         """The source's rejects under their epochs, those dated outside the time range with the
@@ -705,8 +734,13 @@ class Service:
         now = time.time() if now is None else now
         files = self.landing.poll(skip=self._taken, now=now)
         self._warn_changed()
+        for name in [n for n in self._waiting if self.landing.state_of(n) is None]:
+            logger.info("landing: %s, which could not be read, is gone from the landing folder", name)
+            del self._waiting[name]
+            self.metrics.waiting_files.set(len(self._waiting))
+        taken = 0
         for f in files:
-            self._take(f)
+            taken += self._take(f)
             self._heartbeat = time.time()
             if self._stop.is_set():
                 raise _StopNow()
@@ -722,7 +756,7 @@ class Service:
                 self._seq += 1
                 self._close(target)
         self._heartbeat = time.time()
-        return len(files)
+        return taken
 
     def _warn_changed(self) -> None:
         """A file taken before has changed (rewritten, or re-landed under its name): each file is
@@ -792,10 +826,12 @@ class Service:
         s.pending_rows = rows.num_rows + sum(e.n_rows for e in self._queue)
         s.pending_rejects = rejects.num_rows + unplaced.num_rows + sum(e.rejects.num_rows for e in self._queue)
         s.last_epoch = self._last_commit
+        s.waiting = dict(self._waiting)
         if not s.abandoned:
             n = sum(1 for e in self._events if e["kind"] == "file")
             logger.info("stopped (%s): %s; %d rows wait in open epochs; %d files taken since the last commit "
-                        "are taken again on restart", s.stopped_by, self._where(), s.pending_rows, n)
+                        "are taken again on restart%s", s.stopped_by, self._where(), s.pending_rows, n,
+                        f"; {len(self._waiting)} files could not be read yet" if self._waiting else "")
         return s
 
     def _on_signal(self, signum, frame) -> None:

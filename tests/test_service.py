@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from service_corpus import MODEL, assert_events_follow_the_published_trees, day_rows, store_epochs, store_rejects, write_jsonl
 
-from connectors.landing import LandingError, LandingZone, read_landed
+from connectors.landing import LandingError, LandingNotReady, LandingZone, read_landed
 from connectors.stores.ledger import read_ledger
 from connectors.stores.snapshot import SnapshotStore, StoreBusyError, StoreError
 from streamtree.replay import ReplayConfig, replay
@@ -152,6 +152,43 @@ def test_compressed_landed_files_are_read_as_replay_reads_them(tmp_path):
     assert len(hashes) == 1
     with pytest.raises(LandingError, match="broken.jsonl.gz: cannot decompress it as gzip"):
         read_landed(zone.fs, files["broken.jsonl.gz"], **kw)
+
+
+def test_files_that_cannot_be_read_yet_are_not_read_as_unreadable(tmp_path):
+    """An empty file, and a file that changed between its listing and its read (a writer still
+    at it), are not ready yet rather than unreadable: the service leaves them for a later poll.
+    Only a file that is malformed as it stands is an error."""
+    root = tmp_path / "land"
+    write_jsonl(str(root / "a.jsonl"), day_rows(1, 5, 0))
+    (root / "empty.jsonl").write_bytes(b"")
+    (root / "bad.jsonl").write_text("{not json\n")
+    zone = LandingZone(str(root), settle=0)
+    files = {f.name: f for f in zone.poll()}
+    kw = dict(text_col="text", time_col="time")
+    with pytest.raises(LandingNotReady, match="empty.jsonl: it is empty"):
+        read_landed(zone.fs, files["empty.jsonl"], **kw)
+    with open(root / "a.jsonl", "a") as f:  # grows after it was listed
+        f.write(json.dumps(day_rows(1, 1, 1)[0]) + "\n")
+    with pytest.raises(LandingNotReady, match="a.jsonl: it changed while it was read"):
+        read_landed(zone.fs, files["a.jsonl"], **kw)
+    with pytest.raises(LandingError, match="bad.jsonl: not a valid jsonl file"):
+        read_landed(zone.fs, files["bad.jsonl"], **kw)
+
+
+class _LockedFiles:
+    """A landing file system on which some files cannot be opened (permission denied), as a
+    file of mode 000 is for a service not running as root."""
+
+    def __init__(self, fs, names) -> None:
+        self._fs, self.locked = fs, set(names)
+
+    def open_input_stream(self, path, *args, **kwargs):
+        if os.path.basename(path) in self.locked:
+            raise PermissionError(13, f"Failed to open local file '{path}'. Detail: [errno 13] Permission denied")
+        return self._fs.open_input_stream(path, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._fs, name)
 
 
 # ---------------------------------------------------------------------------------- service
@@ -540,3 +577,57 @@ def test_warm_up_counts_the_rows_that_will_be_fitted(tmp_path):
         _once(_config(land, tmp_path / mode, warmup_docs=60, duplicate_texts=mode, min_df=1))
         # day 3 stays open (no idle timeout): days 1-2 are the closed warm-up epochs
         assert (SnapshotStore(str(tmp_path / mode)).vectorizer() is not None) == fitted, mode
+
+
+def test_a_file_that_cannot_be_read_yet_is_read_once_it_can_be(corpus, tmp_path, caplog):
+    """A file the service may not read yet (permission denied) and a file created empty are left
+    for later polls, with one warning each however many polls find them so, and read once they
+    can be: their rows are published. Before, both were ledgered as unreadable at once and,
+    their size and time unchanged by a chmod, never read again."""
+    land, store = tmp_path / "land", tmp_path / "store"
+    os.makedirs(land)
+    for d in (1, 2, 3):
+        shutil.copy(f"{corpus}/all/day{d}.jsonl", land / f"day{d}.jsonl")
+    write_jsonl(str(land / "locked.jsonl"), day_rows(2, 10, 9))
+    (land / "empty.jsonl").write_bytes(b"")
+    service = Service(_config(land, store, vocabulary_from=f"{corpus}/replay", allowed_lateness=86400,
+                              idle_timeout=3.0))
+    service.landing.fs = locked = _LockedFiles(service.landing.fs, ["locked.jsonl"])
+    polls = []
+    poll = service.landing.poll
+    service.landing.poll = lambda *a, **kw: polls.append(1) or poll(*a, **kw)
+    labels = lambda: [e["label"] for e in SnapshotStore(str(store)).epochs()]  # noqa: E731
+
+    def wait(what, done):
+        deadline = time.monotonic() + 60
+        while not done():
+            assert time.monotonic() < deadline, what
+            time.sleep(0.02)
+
+    thread = threading.Thread(target=service.run, kwargs={"install_signals": False})
+    with caplog.at_level("INFO", logger="streamtree.service"):
+        thread.start()
+        try:
+            wait("days taken", lambda: {"day1.jsonl", "day2.jsonl", "day3.jsonl"} <= set(service._taken))
+            n = len(polls)
+            wait("more polls", lambda: len(polls) >= n + 5)
+            assert "locked.jsonl" in service._waiting and "empty.jsonl" in service._waiting
+            locked.locked.clear()  # chmod 644
+            write_jsonl(str(land / "empty.jsonl"), day_rows(3, 10, 8))  # its writer is done
+            wait("all published", lambda: labels() == ["2026-03-01", "2026-03-02", "2026-03-03"])
+        finally:
+            service.request_stop("test")
+            thread.join(60)
+    messages = [r.getMessage() for r in caplog.records]
+    waiting = [m for m in messages if "cannot be read yet" in m]
+    assert len(waiting) == 2, waiting
+    assert any(m.startswith("landing: locked.jsonl cannot be read yet") and "permission denied" in m for m in waiting)
+    assert any(m.startswith("landing: empty.jsonl cannot be read yet") and "it is empty" in m for m in waiting)
+    assert "landing: locked.jsonl can be read now" in messages
+    events = read_ledger(SnapshotStore(str(store))).to_pylist()
+    statuses = [(e["name"], e["status"]) for e in events if e["kind"] == "file"]
+    assert sorted(statuses) == [(f"{n}.jsonl", "ingested") for n in ("day1", "day2", "day3", "empty", "locked")]
+    docs = {d for e in store_epochs(store) for d in e[6]}
+    assert {f"locked.jsonl:{i}" for i in range(10)} | {f"empty.jsonl:{i}" for i in range(10)} <= docs
+    assert store_rejects(store) == [] and service._waiting == {}
+    assert "streamtree_files_waiting 0.0" in service.metrics.exposition().decode()
