@@ -17,16 +17,23 @@ the least robust:
   already safe).
 * **A ``_SUCCESS`` marker** (what Spark and Hadoop jobs write): with
   ``require_success=True`` a file is read only once its folder holds ``_SUCCESS``. Its files
-  are then ordered by the marker's modification time.
+  then land when the marker does.
 * **Size stability** (the fallback for writers that write in place): a file is ready once its
   size and modification time were the same on two successive polls, or its modification
   time is at least ``settle`` seconds old. A writer that pauses longer than that in the
   middle of a file defeats this rule; use one of the conventions above for such writers.
 
-Files are handed out in the order ``(ready time, name)``, the ready time being the file's
-modification time (or its ``_SUCCESS`` marker's). Polling can only see a file become ready
-after every file whose last write came earlier, so a restarted service that finds several
-files at once processes them in the order a service running all along would have.
+Files are handed out in the order they landed, ``(landing time, name)``: the landing time
+(:attr:`LandedFile.arrived_ns`) is, on a local disk, the file's status-change time, which a
+write, a copy, a rename into the folder or a chmod sets and no copy can carry over from its
+source (``cp -p`` and ``rsync -a`` keep the modification time, so that cannot be the order);
+on an object store the upload time; with a ``_SUCCESS`` marker the later of the file's and
+the marker's. A file that is ready waits while a file that landed before it is still
+settling. So a restarted service that finds several files at once takes them in the order a
+service running all along took them. (A file that a service could not read yet and that
+becomes readable without a change of its own, e.g. through a folder's permissions or an
+I/O error that passes, keeps its old landing time: a restart may take it before files a
+service running all along took before it.)
 
 Files with an unknown extension (``README.txt``) are listed in :attr:`LandingZone.ignored`
 and logged once; they are not data.
@@ -98,8 +105,9 @@ class LandedFile:
         When the file became complete: its ``mtime_ns``, or its ``_SUCCESS`` marker's.
     format : str
     arrived_ns : int
-        When the file landed, for a service's idle clock (nanoseconds since 1970): on a local
-        disk its status-change time (a copy, move or rename into the folder sets it, and unlike
+        When the file landed, the order files are taken in and a service's idle clock
+        (nanoseconds since 1970): on a local disk its status-change time (a copy, move or
+        rename into the folder sets it, and unlike
         the modification time no copy can carry it over from its source, so a file copied in
         with old times kept does not look old); elsewhere ``mtime_ns`` (an object store's upload
         time). With a ``_SUCCESS`` marker, the later of that and the marker's own; never later
@@ -168,7 +176,8 @@ class LandingZone:
         return path[len(prefix):] if path.startswith(prefix) else os.path.basename(path)
 
     def poll(self, skip=frozenset(), now: float | None = None) -> list[LandedFile]:
-        """The ready files whose names are not in ``skip``, in ``(ready_ns, name)`` order."""
+        """The ready files whose names are not in ``skip``, in ``(arrived_ns, name)`` order (the
+        order they landed in), but none that landed after a file still settling."""
         now = time.time() if now is None else now
         try:
             infos = self.fs.get_file_info(pafs.FileSelector(self.root, recursive=True, allow_not_found=True))
@@ -189,6 +198,7 @@ class LandingZone:
                 continue
             candidates.append((info, name))
         seen, ready = {}, []
+        unsettled = None  # the earliest landing time of a file not ready yet
         for info, name in candidates:
             state = (int(info.size), _mtime_ns(info))
             seen[name] = state
@@ -207,11 +217,18 @@ class LandingZone:
                 ready.append(LandedFile(info.path, name, state[0], state[1], marker_ns, fmt,
                                         max(self._landed_ns(info, now), marker_landed)))
             elif self.require_success:
-                continue
+                continue  # lands with its marker, later than anything listed now
             elif self._seen.get(name) == state or now - state[1] / 1e9 >= self.settle:
                 ready.append(LandedFile(info.path, name, state[0], state[1], state[1], fmt, self._landed_ns(info, now)))
+            else:
+                landed = self._landed_ns(info, now)
+                unsettled = landed if unsettled is None else min(unsettled, landed)
         self._seen = seen
-        return sorted(ready, key=lambda f: (f.ready_ns, f.name))
+        # A file that landed after one still settling waits for it, so that files are taken in
+        # the order they landed whatever the polls saw (a restart takes them in that order).
+        if unsettled is not None:
+            ready = [f for f in ready if f.arrived_ns <= unsettled]
+        return sorted(ready, key=lambda f: (f.arrived_ns, f.name))
 
     def _landed_ns(self, info: pafs.FileInfo, now: float) -> int:
         """:attr:`LandedFile.arrived_ns` of a file listed at ``now`` (seconds)."""

@@ -7,9 +7,8 @@ epoch of a replay (the per-epoch step is :class:`streamtree.replay.EpochFitter`)
 
 Processing is a deterministic function of the sequence of landed files
 -----------------------------------------------------------------------
-Files are taken one at a time in the order they became ready (see
-:mod:`connectors.landing`). After each file the watermark moves and every epoch it closed is
-fitted and published; a row for an already closed epoch is late (rejected, or moved to the
+Files are taken one at a time in the order they landed (see :mod:`connectors.landing`).
+After each file the watermark moves and every epoch it closed is fitted and published; a row for an already closed epoch is late (rejected, or moved to the
 next open epoch with ``late_policy="next-epoch"``). Within an epoch, rows are fitted in
 ``(file name, position)`` order, the order of a replay of the same folder, whatever order the
 files came in. So the published epochs depend only on the file sequence (and on idle

@@ -53,11 +53,29 @@ def test_landing_ready_rules(tmp_path):
     os.utime(f"{root}/d.jsonl", ns=(0, time.time_ns() + 10**9))
     assert [f.name for f in zone.poll(skip={"a.jsonl"})] == []
     assert [f.name for f in zone.poll(skip={"a.jsonl"})] == ["d.jsonl"]
-    # an old file is ready at once (settle), ordered by modification time, then name
+    # an old file is ready at once (settle); files come in the order they landed, then by name
     fresh = LandingZone(root, settle=60)
     _touch(f"{root}/z.jsonl", age=300)
     _touch(f"{root}/y.jsonl", age=200)
     assert [f.name for f in fresh.poll(skip={"a.jsonl", "d.jsonl"})] == ["z.jsonl", "y.jsonl"]
+
+
+def test_files_are_handed_out_in_the_order_they_landed(tmp_path):
+    """Not by modification time, which a copy keeps from its source (cp -p, rsync -a): a file
+    copied in later with an older time comes later. And a ready file waits for one that landed
+    before it and is still settling, so the order is the landing order whatever a poll saw."""
+    root = str(tmp_path)
+    zone = LandingZone(root, settle=60)
+    _touch(f"{root}/c.jsonl", age=100)
+    time.sleep(0.01)
+    _touch(f"{root}/d.jsonl", age=200)  # landed after c.jsonl with an older modification time
+    assert [f.name for f in zone.poll()] == ["c.jsonl", "d.jsonl"]
+    skip = {"c.jsonl", "d.jsonl"}
+    _touch(f"{root}/e.jsonl")  # settling: ready once seen unchanged on two polls
+    time.sleep(0.01)
+    _touch(f"{root}/f.jsonl", age=300)  # ready at once, but landed after e.jsonl
+    assert zone.poll(skip=skip) == []
+    assert [f.name for f in zone.poll(skip=skip)] == ["e.jsonl", "f.jsonl"]
 
 
 def test_a_file_lands_when_it_was_put_in_the_folder_never_later_than_now(tmp_path):
@@ -192,6 +210,14 @@ class _LockedFiles:
 
 
 # ---------------------------------------------------------------------------------- service
+def _land_in_order(src, land) -> None:
+    """Copy the files of ``src`` into ``land`` in name order (the order they land in, which is
+    the order the service takes them in: a tree copy would land them in directory order)."""
+    os.makedirs(land)
+    for name in sorted(os.listdir(src)):
+        shutil.copy2(os.path.join(src, name), os.path.join(land, name))
+
+
 def _config(landing, store, **kw) -> ServeConfig:
     base = dict(landing=str(landing), store=str(store), text_col="text", time_col="time", epoch="1d",
                 poll_interval=0.05, model=dict(MODEL))
@@ -221,7 +247,7 @@ def test_a_borrowed_vocabulary_must_make_the_rows_the_model_reads(corpus, tmp_pa
     reads (raw counts for a vMF, unit rows for weighted vMF documents) is refused up front,
     naming both, rather than failing on every epoch or fitting unweighted rows silently."""
     land = tmp_path / "land"
-    shutil.copytree(f"{corpus}/all", land)
+    _land_in_order(f"{corpus}/all", land)
     with pytest.raises(StoreError, match=r"makes raw counts, but this service's model reads rows of norm "
                                          r"\(tokens / median\) \*\* 0.5"):
         _once(_config(land, tmp_path / "vmf", vocabulary_from=f"{corpus}/replay", idle_timeout=1e-3,
@@ -232,7 +258,7 @@ def test_a_borrowed_vocabulary_must_make_the_rows_the_model_reads(corpus, tmp_pa
 def test_once_runs_equal_replay_and_each_other(corpus, tmp_path):
     land = tmp_path / "land"
     # one run over everything, closing the last epoch as idle
-    shutil.copytree(f"{corpus}/all", land)
+    _land_in_order(f"{corpus}/all", land)
     _once(_config(land, tmp_path / "one", vocabulary_from=f"{corpus}/replay", idle_timeout=1e-3))
     assert store_epochs(tmp_path / "one") == store_epochs(f"{corpus}/replay")
     # files arriving in three batches, in reverse order within a batch (allowed two days late),
@@ -399,7 +425,7 @@ def test_late_policy_next_epoch(corpus, tmp_path):
 
 def test_warmup_vocabulary_and_restart_checks(corpus, tmp_path):
     land = tmp_path / "land"
-    shutil.copytree(f"{corpus}/all", land)
+    _land_in_order(f"{corpus}/all", land)
     cfg = _config(land, tmp_path / "store", warmup_docs=60, min_df=1)
     _once(cfg)
     store = SnapshotStore(str(tmp_path / "store"))
@@ -418,7 +444,7 @@ def test_warmup_vocabulary_and_restart_checks(corpus, tmp_path):
 
 def test_metrics_and_health_endpoint(corpus, tmp_path):
     land = tmp_path / "land"
-    shutil.copytree(f"{corpus}/all", land)
+    _land_in_order(f"{corpus}/all", land)
     service = Service(_config(land, tmp_path / "store", vocabulary_from=f"{corpus}/replay"),
                       metrics_addr=("127.0.0.1", 0))
     import threading
@@ -504,7 +530,7 @@ def test_gap_in_the_stream_is_recorded_like_replay(tmp_path):
         write_jsonl(str(src / f"day{d}.jsonl"), day_rows(d, 25, 3))
     replay(ReplayConfig(source=str(src), text_col="text", time_col="time", epoch="1d",
                         model=dict(max_depth=2, n_sweeps=3), min_df=1), str(tmp_path / "replay"))
-    shutil.copytree(src, land)
+    _land_in_order(src, land)
     _once(_config(land, tmp_path / "store", vocabulary_from=str(tmp_path / "replay"), idle_timeout=1e-3))
     assert store_epochs(tmp_path / "store") == store_epochs(tmp_path / "replay")
     last = SnapshotStore(str(tmp_path / "store")).epochs()[-1]
@@ -551,7 +577,7 @@ def test_repeated_texts_rejected_as_replay_does_or_kept_with_a_warning(tmp_path,
     model = dict(max_depth=2, n_sweeps=3)
     replay(ReplayConfig(source=str(src), text_col="text", time_col="time", epoch="1d", model=model, min_df=1,
                         duplicate_texts="reject"), str(tmp_path / "replay"))
-    shutil.copytree(src, land)
+    _land_in_order(src, land)
     _once(_config(land, tmp_path / "store", vocabulary_from=str(tmp_path / "replay"), idle_timeout=1e-3,
                   duplicate_texts="reject"))
     assert store_epochs(tmp_path / "store") == store_epochs(tmp_path / "replay")
@@ -631,3 +657,38 @@ def test_a_file_that_cannot_be_read_yet_is_read_once_it_can_be(corpus, tmp_path,
     assert {f"locked.jsonl:{i}" for i in range(10)} | {f"empty.jsonl:{i}" for i in range(10)} <= docs
     assert store_rejects(store) == [] and service._waiting == {}
     assert "streamtree_files_waiting 0.0" in service.metrics.exposition().decode()
+
+
+def test_files_found_together_are_taken_in_the_order_they_landed(corpus, tmp_path):
+    """Files that a restart finds together (taken, uncommitted, before a kill) are taken in the
+    order they landed, as the service running all along took them: day 4, then day 3 copied in
+    later keeping an older modification time (cp -p), whose rows are then late. Before, a restart
+    took day 3 first, by modification time, and fitted the rows the first service had rejected."""
+    def land(where, d, old):
+        shutil.copy(f"{corpus}/all/day{d}.jsonl", where / f"day{d}.jsonl")
+        if old:
+            t = time.time() - 3600
+            os.utime(where / f"day{d}.jsonl", (t, t))
+        time.sleep(0.01)
+
+    cfg = dict(vocabulary_from=f"{corpus}/replay")
+    for name in ("one", "restarted"):
+        os.makedirs(tmp_path / name)
+    for d in (1, 2):
+        land(tmp_path / "one", d, False)
+        land(tmp_path / "restarted", d, False)
+    for name in ("one", "restarted"):
+        _once(_config(tmp_path / name, tmp_path / f"{name}-store", **cfg))
+    # the service running all along takes day 4, then day 3 as it lands
+    land(tmp_path / "one", 4, False)
+    _once(_config(tmp_path / "one", tmp_path / "one-store", **cfg))
+    land(tmp_path / "one", 3, True)
+    _once(_config(tmp_path / "one", tmp_path / "one-store", idle_timeout=1e-3, **cfg))
+    # the restarted one finds both at once
+    land(tmp_path / "restarted", 4, False)
+    land(tmp_path / "restarted", 3, True)
+    _once(_config(tmp_path / "restarted", tmp_path / "restarted-store", idle_timeout=1e-3, **cfg))
+    assert store_epochs(tmp_path / "restarted-store") == store_epochs(tmp_path / "one-store")
+    rejects = store_rejects(tmp_path / "restarted-store")
+    assert rejects == store_rejects(tmp_path / "one-store") and len(rejects) == 25
+    assert {r for _, r in rejects} == {"late row for a closed epoch"}
