@@ -55,7 +55,7 @@ import os
 import signal
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import asdict, dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -346,7 +346,8 @@ class Service:
         self.model = DTSSBP(**c.model_params())
         self.vectorizer: TextVectorizer | None = None
         self.fitter: EpochFitter | None = None
-        self._queue: list[Epoch] = []  # closed epochs waiting to be fitted (warm-up)
+        self._queue: deque[Epoch] = deque()  # closed epochs waiting to be fitted (warm-up)
+        self._warmup_n = 0  # documents of the queued epochs for the warm-up vocabulary
         self._events: list[dict] = []  # taken since the last commit
         self._seq = 0
         self._target: int | None = None  # the epoch key the watermark closes through
@@ -439,7 +440,7 @@ class Service:
         self.bucketer = Bucketer.restore(self.spec, state["bucketer"], table("pending_rows"),
                                          table("pending_rejects"), table("pending_unplaced"))
         self.watermark.max_time_us = state["max_time_us"]
-        self._queue = _queue_from(state["queue"], table("queued_rows"), table("queued_rejects"))
+        self._queue = deque(_queue_from(state["queue"], table("queued_rows"), table("queued_rejects")))
         self._seq = int(state["next_seq"])
         self._target = state["target"]
         # a state written before the landing-time clock: its ready times are modification times,
@@ -586,6 +587,8 @@ class Service:
             rows = ep.rows.sort_by([("source", "ascending"), ("position", "ascending")]) if ep.n_rows else ep.rows
             self._queue.append(Epoch(ep.index, ep.key, ep.label, rows, ep.rejects))
             if self.vectorizer is None and not self._warm_up():
+                if self._stop.is_set():  # nothing of the warm-up is committed: a restart derives it again
+                    raise _StopNow()
                 continue
             while self._queue:
                 self._fit(self._queue[0])
@@ -593,13 +596,18 @@ class Service:
                     raise _StopNow()
 
     def _warm_up(self) -> bool:
-        """Fit the vocabulary once the queued closed epochs hold enough documents."""
+        """Fit the vocabulary once the queued closed epochs hold enough documents. The count
+        grows by the epoch just queued (the queue is read whole once, to fit), so a warm-up over
+        many epochs costs time linear in them."""
+        added = sum(len(c) for c in vocabulary_texts([self._queue[-1]], self.config.duplicate_texts))
+        self._warmup_n += added
+        if self._warmup_n < self.config.warmup_docs:
+            if added:  # quiet epochs, a gap in the stream, are not worth a line each
+                logger.info("warm-up: %d of %d documents for the vocabulary (epoch %s closed)", self._warmup_n,
+                            self.config.warmup_docs, self._queue[-1].label)
+            return False
         texts = vocabulary_texts(self._queue, self.config.duplicate_texts)  # the rows that will be fitted
         n = sum(len(c) for c in texts)
-        if n < self.config.warmup_docs:
-            logger.info("warm-up: %d of %d documents for the vocabulary (epoch %s closed)", n,
-                        self.config.warmup_docs, self._queue[-1].label)
-            return False
         vec = self.config.vectorizer()
         vec.fit(pa.chunked_array(texts, pa.string()))
         logger.info("vocabulary fitted on %d documents of %d warm-up epochs", n, len(self._queue))
@@ -629,7 +637,7 @@ class Service:
         if (fitted is not None and self.config.duplicate_texts == "keep" and repeated
                 and repeated >= REPEATED_TEXTS_WARNING * fitted.n_documents):
             logger.warning("epoch %s: %s", ep.label, repeated_texts_note(repeated, fitted.n_documents, "keep"))
-        self._queue.pop(0)
+        self._queue.popleft()
         if fitted is None:  # no document yet: its rejects go with the next epoch
             self._in_epoch = None
             return
@@ -871,7 +879,7 @@ class _StopNow(Exception):
     """A stop was requested: leave the loop after the step just finished."""
 
 
-def _queue_tables(queue: list[Epoch], schema: pa.Schema | None) -> tuple[pa.Table, pa.Table]:
+def _queue_tables(queue, schema: pa.Schema | None) -> tuple[pa.Table, pa.Table]:
     """Rows and rejects of closed, not yet fitted epochs, with their place in the queue (``qpos``)."""
     rows = [e.rows.append_column("qpos", pa.array([i] * e.n_rows, pa.int64())) for i, e in enumerate(queue) if e.n_rows]
     rejects = [e.rejects.select(REJECT_SCHEMA.names).append_column("qpos", pa.array([i] * e.rejects.num_rows, pa.int64()))
