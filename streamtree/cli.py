@@ -525,8 +525,14 @@ def _duration(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _duration_or_off(text: str) -> float | None:
+    """A duration (:func:`_duration`), or None for ``off``."""
+    return None if text.strip().lower() == "off" else _duration(text)
+
+
 def _add_serve_parser(sub) -> None:
     from streamtree.service import ServeConfig
+    from streamtree.watermark import format_duration
 
     v = sub.add_parser(
         "serve", help=COMMAND_HELP["serve"],
@@ -548,6 +554,14 @@ def _add_serve_parser(sub) -> None:
     v.add_argument("--time-range", default="all",
                    help="times kept: all, or START..END with years or ISO dates (rows outside: 'out of range' "
                         "rejects)")
+    v.add_argument("--future-tolerance", type=_duration_or_off, default=ServeConfig.future_tolerance,
+                   help="how far a row's time may lie after its file landed (clock skew, time zones) before it is a "
+                        "'future time' reject: 0, 30m, 2h, 1d, or 'off' for no bound "
+                        f"(default {format_duration(ServeConfig.future_tolerance)})")
+    v.add_argument("--max-backlog", type=_positive_int, default=ServeConfig.max_backlog, metavar="EPOCHS",
+                   help="until the first epoch closes, rows more than this many epochs behind the watermark's epoch "
+                        "are 'out of range' rejects, so a stray old row cannot open every epoch since "
+                        f"(default {ServeConfig.max_backlog})")
     v.add_argument("--epoch", default="1d", help="epoch width: 1h, 1d, 1w, month, year, 10y ... (default 1d)")
     v.add_argument("--allowed-lateness", type=_duration, default=0.0,
                    help="how late (event time behind the newest) a row may arrive: 0, 30m, 6h, 2d, 1y (default 0)")
@@ -837,7 +851,8 @@ def serve_config(args):
         late_policy=args.late_policy, idle_timeout=args.idle_timeout, poll_interval=args.poll_interval,
         settle=args.settle, require_success=args.require_success, vocabulary_from=args.vocabulary_from,
         warmup_docs=args.warmup_docs, min_df=args.min_df, max_df=args.max_df, max_features=args.max_features,
-        weighting=args.weighting, time_format=args.time_format, time_range=args.time_range, format=args.format,
+        weighting=args.weighting, time_format=args.time_format, time_range=args.time_range,
+        future_tolerance=args.future_tolerance, max_backlog=args.max_backlog, format=args.format,
         delimiter=args.delimiter, top_words=args.top_words, model=model, duplicate_texts=args.duplicate_texts)
 
 

@@ -366,6 +366,20 @@ class Bucketer:
             for key, part in _split(placed, keys):
                 self._rejects.setdefault(key, []).append(part)
 
+    def pop_rows_before(self, key: int) -> pa.Table | None:
+        """Remove and return the pending rows of the epochs before ``key`` (None if there are
+        none), and send their filed rejects with the next epoch yielded: a streaming consumer
+        that bounds how far back its first epoch may lie, before any epoch closed, so that one
+        stray old row does not open every epoch since."""
+        keys = sorted(k for k in self._rows if k < key)
+        for k in sorted(k for k in self._rejects if k < key):
+            self._unplaced.extend(self._rejects.pop(k))
+        if not keys:
+            return None
+        out = pa.concat_tables([t for k in keys for t in self._rows.pop(k)])
+        self.n_rows -= out.num_rows
+        return out
+
     def _late(self, rows: pa.Table) -> None:
         self.n_late += rows.num_rows
         self._unplaced.append(reject_rows(rows, LATE_ROW))

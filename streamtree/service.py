@@ -14,6 +14,13 @@ next open epoch with ``late_policy="next-epoch"``). Within an epoch, rows are fi
 files came in. So the published epochs depend only on the file sequence (and on idle
 closes, which are logged as events), not on poll timing.
 
+Two bounds keep a stray time from taking the stream over: a row dated more than
+``future_tolerance`` after its file landed is a ``future time`` reject (a live stream cannot
+hold it; one row of 2099 would close every epoch up to it), and until the first epoch closes a
+row more than ``max_backlog`` epochs behind the watermark's epoch is ``out of range`` (one row
+of 1970 would open an epoch for every day since). Both read the file's landing time and the
+files before it, not the clock, so they too depend on the file sequence only.
+
 Vocabulary
 ----------
 A service cannot fit its vocabulary over a corpus it has not seen. By default the
@@ -68,15 +75,15 @@ from connectors.sources.files import file_format
 from connectors.stores.ledger import LEDGER_TABLE, ledger_table, read_ledger
 from connectors.stores.snapshot import SnapshotStore, StoreError
 from streamtree.epochs import LATE_POLICIES, Bucketer, Epoch, EpochSpec, TimeRange
-from streamtree.records import (DEFAULT_DUPLICATE_TEXTS, EMPTY_AFTER_VOCABULARY, OUT_OF_RANGE, REJECT_SCHEMA,
-                                _reason_kind, make_rejects, reject_rows)
+from streamtree.records import (DEFAULT_DUPLICATE_TEXTS, EMPTY_AFTER_VOCABULARY, FUTURE_TIME, OUT_OF_RANGE,
+                                REJECT_SCHEMA, _reason_kind, make_rejects, reject_rows)
 from streamtree.model import RUN_LOCATION_PARAMS
 from streamtree.replay import (REPEATED_TEXTS_WARNING, EpochFitter, QuietEpochs, check_duplicate_texts,
                                identity_differences, repeated_texts_note, row_form, settings_identity, stored_identity,
                                text_model_params, text_vectorizer, theta_storage, vocabulary_texts)
 from streamtree.text import DEFAULT_MAX_DF, DEFAULT_MAX_FEATURES, DEFAULT_MIN_DF, DEFAULT_TOP_WORDS, DEFAULT_WEIGHTING
 from streamtree.text import TextVectorizer
-from streamtree.watermark import Watermark, is_idle
+from streamtree.watermark import YEAR1_US, Watermark, format_duration, is_idle
 
 logger = logging.getLogger(__name__)
 
@@ -117,6 +124,12 @@ class ServeConfig:
     weighting: str = DEFAULT_WEIGHTING
     time_format: str | None = None
     time_range: str = "all"
+    #: seconds a row's time may lie after its file landed (clock skew, time zones) before it is a
+    #: ``future time`` reject; None: no bound
+    future_tolerance: float | None = 86400.0
+    #: before the first epoch closes, rows more than this many epochs behind the watermark's are
+    #: ``out of range`` rejects (where the stream's first epoch may lie)
+    max_backlog: int = 1000
     format: str | None = None
     delimiter: str | None = None
     top_words: int = DEFAULT_TOP_WORDS
@@ -141,6 +154,10 @@ class ServeConfig:
             raise ValueError("idle timeout must be positive")
         if int(self.warmup_docs) < 1:
             raise ValueError("warm-up documents must be at least 1")
+        if self.future_tolerance is not None and self.future_tolerance < 0:
+            raise ValueError("future tolerance must be >= 0 (or None for no bound)")
+        if int(self.max_backlog) < 1:
+            raise ValueError("max backlog must be at least 1 epoch")
         if TimeRange.parse(self.time_range).text == "auto":
             raise ValueError("a service cannot tell the bulk of a stream in advance: give --time-range all or "
                              "START..END")
@@ -155,7 +172,8 @@ class ServeConfig:
     def identity(self) -> dict:
         """What must match for a restart to continue a store (not where or how often it runs)."""
         d = {k: v for k, v in asdict(self).items() if k not in self._RUNTIME}
-        added = ("time_format", "time_range", "format", "delimiter", "duplicate_texts")
+        added = ("time_format", "time_range", "format", "delimiter", "duplicate_texts", "future_tolerance",
+                 "max_backlog")
         return settings_identity(d, ServeConfig, added, self.model_params(), self.epoch)
 
     def model_params(self) -> dict:
@@ -297,6 +315,18 @@ class ServeSummary:
 
 class _Abandon(Exception):
     """Raised by a second stop signal: leave now, commit nothing more."""
+
+
+def _micros(times) -> np.ndarray:
+    """Microseconds since 1970 of a ``timestamp[us, UTC]`` array without nulls."""
+    if isinstance(times, pa.ChunkedArray):
+        times = times.combine_chunks()
+    return np.asarray(times.cast(pa.int64()).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _iso(us: int) -> str:
+    """An instant as ISO 8601 to the second (any year NumPy can write, unlike ``datetime``)."""
+    return str(np.datetime_as_string(np.datetime64(us, "us"), unit="s")) + "Z"
 
 
 def _outside(keys: np.ndarray, lo: int | None, hi: int | None) -> np.ndarray:
@@ -535,27 +565,76 @@ class Service:
         self._waiting[name] = reason
         self.metrics.waiting_files.set(len(self._waiting))
 
-    def _file_rejects(self, rejects: pa.Table, lo: int | None, hi: int | None) -> None:
-        """The source's rejects under their epochs, those dated outside the time range with the
-        next epoch closed (the range keeps their epochs out, as it does the rows')."""
-        if rejects.num_rows == 0 or (lo is None and hi is None) or "time" not in rejects.column_names:
+    def _file_rejects(self, rejects: pa.Table, lo: int | None, hi: int | None, limit_us: int | None) -> None:
+        """The source's rejects under their epochs, those dated outside the time range or after
+        ``limit_us`` (the future bound) with the next epoch closed (their epochs are kept out,
+        as the rows' are: a reject there would wait for an epoch that never closes)."""
+        if (rejects.num_rows == 0 or (lo is None and hi is None and limit_us is None)
+                or "time" not in rejects.column_names):
             self.bucketer.add_rejects(rejects)
             return
         times = rejects.column("time")
         known = np.asarray(times.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
         keys = np.zeros(rejects.num_rows, dtype=np.int64)
+        later = np.zeros(rejects.num_rows, dtype=bool)
         if known.any():
             keys[known] = self.spec.time_keys(times.filter(pa.array(known)))
-        out = known & _outside(keys, lo, hi)
+            if limit_us is not None:
+                later[known] = _micros(times.filter(pa.array(known))) > limit_us
+        out = known & (_outside(keys, lo, hi) | later)
         self.bucketer.add_rejects(rejects.filter(pa.array(~out)))
         self.bucketer.add_rejects(rejects.filter(pa.array(out)), place=False)
+
+    def _future_limit_us(self, landed: LandedFile) -> int | None:
+        """The latest time a row of ``landed`` may hold: when the file landed plus the future
+        tolerance. The file's landing time, not the clock's, so that a restart reading the file
+        again decides alike."""
+        tol = self.config.future_tolerance
+        return None if tol is None else landed.arrived_ns // 1000 + int(round(tol * 1e6))
+
+    def _reject_future(self, landed: LandedFile, rows: pa.Table, limit_us: int | None) -> pa.Table:
+        """``rows`` without those dated after ``limit_us``, which become ``future time`` rejects
+        (with the next epoch closed: their own would never close), with a warning."""
+        if limit_us is None or rows.num_rows == 0:
+            return rows
+        times = _micros(rows.column("time"))
+        later = times > limit_us
+        if not later.any():
+            return rows
+        self.bucketer.add_rejects(reject_rows(rows.filter(pa.array(later)), FUTURE_TIME), place=False)
+        logger.warning("%s: %d rows dated after the file landed plus --future-tolerance %s (the latest %s) are "
+                       "rejects '%s': a live stream cannot hold them yet; fix the writer's clock or time zone, or "
+                       "raise --future-tolerance", landed.name, int(later.sum()),
+                       format_duration(self.config.future_tolerance), _iso(int(times[later].max())), FUTURE_TIME)
+        return rows.filter(pa.array(~later))
+
+    def _trim_backlog(self, name: str) -> None:
+        """Before the first epoch closes, reject the pending rows dated more than ``max_backlog``
+        epochs behind the watermark's epoch: the first epoch closed is the earliest epoch with
+        rows, and one stray old row (a time of 0, a default date) would otherwise open, and have
+        fitted, every epoch since."""
+        wm = self.watermark.value_us
+        if self.bucketer.closed_through is not None or wm is None or wm < YEAR1_US:
+            return
+        bound = self.watermark.key_of(wm) - int(self.config.max_backlog)
+        old = self.bucketer.pop_rows_before(bound)
+        if old is None:
+            return
+        self.bucketer.add_rejects(reject_rows(old, OUT_OF_RANGE), place=False)
+        logger.warning("after %s: %d rows dated more than --max-backlog %d epochs before the watermark's epoch %s "
+                       "(the earliest %s) are rejects '%s': the stream's first epoch may lie no further back; "
+                       "raise --max-backlog to keep a longer backlog", name, old.num_rows, self.config.max_backlog,
+                       self.spec.label(bound + int(self.config.max_backlog)),
+                       _iso(int(_micros(old.column("time")).min())), OUT_OF_RANGE)
 
     def _ingest(self, landed: LandedFile, read) -> None:
         rows = read.rows
         self._totals["rows_read"] += read.n_read
         self.metrics.rows_read.inc(read.n_read)
         lo, hi = TimeRange.parse(self.config.time_range).key_range(self.spec)
-        self._file_rejects(read.rejects, lo, hi)
+        limit_us = self._future_limit_us(landed)
+        self._file_rejects(read.rejects, lo, hi, limit_us)
+        rows = self._reject_future(landed, rows, limit_us)
         if rows.num_rows and (lo is not None or hi is not None):
             out = _outside(self.spec.keys(rows), lo, hi)
             if np.any(out):
@@ -573,6 +652,7 @@ class Service:
                 logger.info("%s: %d late rows for closed epochs moved to the next open epoch", landed.name,
                             self.bucketer.n_moved - moved_before)
             self.watermark.observe(rows.column("time"))
+            self._trim_backlog(landed.name)
         self._update_gauges()
 
     # ---- closing epochs ----------------------------------------------------------------

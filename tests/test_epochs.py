@@ -247,6 +247,21 @@ def test_streaming_watermark_and_late_rows():
     assert [e.label for e in b.pop_through(b.closed_through + 2)] == ["2026-03-05", "2026-03-06"]
 
 
+def test_pop_rows_before_takes_the_old_rows_out_of_a_streams_first_epoch():
+    """Before the first close, the rows of epochs before a key leave the bucketer (for the caller
+    to reject) and rejects filed there go with the first epoch: one stray old row no longer makes
+    the first epoch, with every empty epoch from it to the bulk."""
+    b = Bucketer("1d")
+    day = lambda m, d: datetime(2026, m, d, 12, tzinfo=UTC)  # noqa: E731
+    b.add(rows([day(3, 2), datetime(1970, 1, 1, tzinfo=UTC), day(3, 1)]))
+    b.add_rejects(_rejects_at([1971]))
+    assert b.pop_rows_before(int(b.spec.keys(rows([day(1, 1)]))[0])).column("id").to_pylist() == ["d1"]
+    assert b.n_rows == 2 and b.pop_rows_before(0) is None
+    eps = list(b.pop_through(b.max_key))
+    assert [(e.label, e.n_rows) for e in eps] == [("2026-03-01", 1), ("2026-03-02", 1)]
+    assert eps[0].rejects.column("position").to_pylist() == [0]
+
+
 def test_sotu_decades_in_key_order():
     src = open_source(str(SOTU), "text", "year", batch_size=5000)
     eps = list(bucket(src, "decade"))

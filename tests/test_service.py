@@ -694,6 +694,62 @@ def test_files_found_together_are_taken_in_the_order_they_landed(corpus, tmp_pat
     assert {r for _, r in rejects} == {"late row for a closed epoch"}
 
 
+def test_a_row_dated_after_its_file_landed_is_a_future_time_reject(corpus, tmp_path, caplog):
+    """A live stream cannot hold a row dated after its file landed (beyond the tolerance for
+    clocks and time zones): it is a 'future time' reject, published with the next epoch, and the
+    log says how many and why. Before, one row dated 2099 closed every epoch up to it (73 yearly
+    epochs here, 27,000 daily ones), and made every later row late."""
+    land = tmp_path / "land"
+    write_jsonl(str(land / "days.jsonl"), day_rows(1, 25, 0) + day_rows(2, 25, 0)
+                + [{"text": "tax budget revenue", "time": "2099-01-01T00:00:00Z"},
+                   {"text": " ", "time": "2099-01-02T00:00:00Z"}])
+    with caplog.at_level("WARNING", logger="streamtree.service"):
+        _once(_config(land, tmp_path / "store", epoch="year", idle_timeout=1e-3, vocabulary_from=f"{corpus}/replay"))
+    assert [e["label"] for e in SnapshotStore(str(tmp_path / "store")).epochs()] == ["2026"]
+    assert store_rejects(tmp_path / "store") == [("days.jsonl:50", "future time"), ("days.jsonl:51", "empty text")]
+    warned = [r.getMessage() for r in caplog.records if "future time" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].startswith("days.jsonl: 1 rows dated after the file landed plus "
+                                                     "--future-tolerance 1d (the latest 2099-01-01T00:00:00Z)")
+    # the bound is the file's landing time plus the tolerance, which an option sets or lifts
+    assert _config(land, tmp_path / "s", future_tolerance=None).identity()["future_tolerance"] is None
+    assert "future_tolerance" not in _config(land, tmp_path / "s").identity()  # the default: older stores match
+    with pytest.raises(ValueError, match="future tolerance"):
+        _config(land, tmp_path / "s", future_tolerance=-1)
+    from streamtree.cli import build_parser, serve_config
+
+    argv = ["serve", str(land), "--store", str(tmp_path / "s"), "--text-col", "text", "--time-col", "time"]
+    given = serve_config(build_parser().parse_args(argv + ["--future-tolerance", "off", "--max-backlog", "7"]))
+    default = serve_config(build_parser().parse_args(argv))
+    assert (given.future_tolerance, given.max_backlog) == (None, 7)
+    assert (default.future_tolerance, default.max_backlog) == (ServeConfig.future_tolerance, ServeConfig.max_backlog)
+
+
+def test_rows_far_behind_the_watermark_do_not_open_the_first_epoch(corpus, tmp_path, caplog):
+    """Until the first epoch closes, a row dated more than max_backlog epochs behind the
+    watermark's epoch is 'out of range', whether it came with the bulk or alone before it, so a
+    stray old row (a time of 0, a default date) cannot make the stream start years back, with an
+    empty epoch for every day since."""
+    land = tmp_path / "land"
+    write_jsonl(str(land / "a-early.jsonl"), [{"text": "army navy war", "time": "2026-01-01T00:00:00Z"}])
+    time.sleep(0.01)
+    write_jsonl(str(land / "b-days.jsonl"), day_rows(1, 25, 0) + day_rows(2, 25, 0)
+                + [{"text": "tax budget revenue", "time": "2026-02-01T00:00:00Z"}])
+    time.sleep(0.01)
+    write_jsonl(str(land / "c-day3.jsonl"), day_rows(3, 25, 0))
+    with caplog.at_level("WARNING", logger="streamtree.service"):
+        _once(_config(land, tmp_path / "store", max_backlog=20, vocabulary_from=f"{corpus}/replay"))
+    assert [e["label"] for e in SnapshotStore(str(tmp_path / "store")).epochs()] == ["2026-03-01", "2026-03-02"]
+    assert store_rejects(tmp_path / "store") == [("a-early.jsonl:0", "out of range"),
+                                                 ("b-days.jsonl:50", "out of range")]
+    warned = [r.getMessage() for r in caplog.records if "--max-backlog" in r.getMessage()]
+    assert warned == ["after b-days.jsonl: 2 rows dated more than --max-backlog 20 epochs before the watermark's "
+                      "epoch 2026-03-02 (the earliest 2026-01-01T00:00:00Z) are rejects 'out of range': the "
+                      "stream's first epoch may lie no further back; raise --max-backlog to keep a longer backlog"]
+    # within the bound the old row starts the stream, its quiet days recorded as a gap
+    _once(_config(land, tmp_path / "kept", max_backlog=100, vocabulary_from=f"{corpus}/replay"))
+    assert [e["label"] for e in SnapshotStore(str(tmp_path / "kept")).epochs()][:2] == ["2026-01-01", "2026-02-01"]
+
+
 def test_the_warm_up_reads_each_queued_epoch_once_and_stops_when_asked(tmp_path, monkeypatch):
     """The warm-up counted its documents by reading every queued epoch again as each epoch
     closed: quadratic in the epochs (one row of 1970 queued 20,000 daily epochs: 14 minutes), and
