@@ -58,6 +58,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.fs as pafs
 import pyarrow.ipc as paipc
@@ -66,7 +67,7 @@ import pyarrow.parquet as pq
 
 from connectors.sources.base import SourceError, check_columns, normalise, normalised_schema
 from connectors.sources.files import _COMPRESSED, file_format, format_of, resolve
-from connectors.sources.times import TimeParser
+from connectors.sources.times import UNIT_NAMES, TimeParser
 from streamtree.records import REJECT_SCHEMA, empty_rejects
 
 logger = logging.getLogger(__name__)
@@ -247,12 +248,16 @@ class LandingZone:
 
 @dataclass
 class LandedRead:
-    """One landed file read whole: normalised good rows, rejects, rows read, content hash."""
+    """One landed file read whole: normalised good rows, rejects, rows read, content hash, and
+    the time parser after it (the choices it made, :attr:`TimeParser.notes` for them) with, if
+    its times read on their own would be read otherwise, a sentence saying how (``time_alone``)."""
 
     rows: pa.Table
     rejects: pa.Table
     n_read: int
     sha256: str
+    time_parser: TimeParser | None = None
+    time_alone: str | None = None
 
 
 def read_landed(
@@ -267,8 +272,14 @@ def read_landed(
     batch_size: int = 8192,
     time_format: str | None = None,
     delimiter: str | None = None,
+    time_parser: TimeParser | None = None,
 ) -> LandedRead:
     """Read one landed file whole and normalise it (all or nothing).
+
+    ``time_parser`` carries the choices of a stream's earlier files (how numbers and non-ISO
+    strings are read: :class:`~connectors.sources.times.TimeParser`), so that every file is
+    read as the first one that decided; it is not changed (a copy makes this file's choices).
+    Without it the file decides alone, as a file of its own.
 
     The file is read into memory once and, if its name ends in ``.gz``, ``.bz2``, ``.zst`` or
     ``.lz4``, decompressed once; its content (decompressed) gives the hash (sha256) of the
@@ -314,7 +325,9 @@ def read_landed(
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise LandingError(name, f"not a valid {landed.format} file: {exc}") from None
     table = table.select(cols)
-    parser = TimeParser(time_unit, time_format)  # one per file: its automatic choice holds for every batch
+    # the stream's choices (or, alone, this file's own) hold for every batch
+    parser = time_parser.copy() if time_parser is not None else TimeParser(time_unit, time_format)
+    decided = parser.choices
     good, rejects = [], []
     start = 0
     for batch in table.to_batches(max_chunksize=batch_size):
@@ -326,7 +339,38 @@ def read_landed(
             rejects.append(r.select(REJECT_SCHEMA.names).cast(REJECT_SCHEMA))
     schema = normalised_schema(time_col is not None, epoch_col is not None)
     rows = pa.Table.from_batches(good, schema=schema) if good else schema.empty_table()
-    return LandedRead(rows, pa.concat_tables(rejects) if rejects else empty_rejects(), table.num_rows, digest)
+    alone = None
+    if time_col is not None and time_parser is not None and decided != time_parser.with_choices({}).choices:
+        alone = _read_alone(table.column(time_col), batch_size, time_parser.with_choices(decided),
+                            time_parser.with_choices({}))
+    return LandedRead(rows, pa.concat_tables(rejects) if rejects else empty_rejects(), table.num_rows, digest,
+                      parser, alone)
+
+
+def _read_alone(times: pa.ChunkedArray, batch_size: int, stream: TimeParser, alone: TimeParser) -> str | None:
+    """How a file's times would be read if it were the first of the stream (``alone``, a parser
+    that has decided nothing), when that differs from how the stream reads them (``stream``, with
+    the choices of earlier files): which choice differs and how many rows it changes, or None."""
+    n = differ = 0
+    for chunk in times.chunks:
+        for off in range(0, len(chunk), batch_size):
+            values = chunk.slice(off, batch_size)
+            a, b = stream.parse(values)[0], alone.parse(values)[0]
+            same = pc.fill_null(pc.equal(a, b), False)
+            both_null = pc.and_(a.is_null(), b.is_null())
+            differ += len(values) - int(pc.sum(pc.or_(same, both_null)).as_py() or 0)
+            n += len(values)
+    if not differ:
+        return None
+    said = []
+    s, a = stream.choices, alone.choices
+    if s["number_unit"] != a["number_unit"]:
+        said.append(f"numbers as {UNIT_NAMES.get(a['number_unit'], a['number_unit'])}, not as "
+                    f"{UNIT_NAMES.get(s['number_unit'], s['number_unit'])}")
+    if s["string_format"] != a["string_format"]:
+        said.append(f"strings with the format {a['string_format']!r}, not {s['string_format']!r}")
+    return (f"its times would be read otherwise on their own than as the stream reads them (decided on an "
+            f"earlier file): {' and '.join(said)}; {differ} of its {n} rows get another time or none")
 
 
 def _parse(data: bytes, name: str, fmt: str, cols: list[str], text_col: str,

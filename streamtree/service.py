@@ -70,8 +70,9 @@ import numpy as np
 import pyarrow as pa
 
 import streamtree
-from connectors.landing import LandedFile, LandingError, LandingNotReady, LandingZone, read_landed
+from connectors.landing import LandedFile, LandedRead, LandingError, LandingNotReady, LandingZone, read_landed
 from connectors.sources.files import file_format
+from connectors.sources.times import TimeParser
 from connectors.stores.ledger import LEDGER_TABLE, ledger_table, read_ledger
 from connectors.stores.snapshot import SnapshotStore, StoreError
 from streamtree.epochs import LATE_POLICIES, Bucketer, Epoch, EpochSpec, TimeRange
@@ -385,6 +386,9 @@ class Service:
         self._taken: dict[str, tuple[int, int]] = {}  # name -> (size, mtime_ns) when taken
         self._changed_warned: set[str] = set()
         self._waiting: dict[str, str] = {}  # name -> why it cannot be read yet (not taken: retried)
+        # how the stream's times are read: decided once, on the first ingested file that decides
+        # (as a replay decides once for its source), and committed so that a restart keeps it
+        self._time_parser = TimeParser(c.time_unit, c.time_format)
         self._epoch_ready_ns: dict[int, int] = {}  # epoch key -> newest ready time of its files
         # when the newest taken file landed (LandedFile.arrived_ns): the idle clock. Not its
         # mtime, which a copy may have kept from long ago (the stream would look idle at once).
@@ -479,6 +483,9 @@ class Service:
         self._epoch_ready_ns = {int(k): int(v) for k, v in state["epoch_ready_ns"].items()}
         self._drop_closed_ready()  # stores written before this pruning carry keys of published epochs
         self._totals = state["totals"]
+        # a state written before the stream's time choices were kept: the next file decides
+        self._time_parser = TimeParser(self.config.time_unit, self.config.time_format).with_choices(
+            state.get("time_choices") or {})
         for ev in read_ledger(self.store).to_pylist():
             if ev["kind"] == "changed":
                 self._changed_warned.add(ev["name"])
@@ -518,7 +525,8 @@ class Service:
         try:
             read = read_landed(self.landing.fs, landed, text_col=c.text_col, time_col=c.time_col,
                                id_col=c.id_col, time_unit=c.time_unit, batch_size=c.batch_size,
-                               time_format=c.time_format, delimiter=self.landing.delimiter)
+                               time_format=c.time_format, delimiter=self.landing.delimiter,
+                               time_parser=self._time_parser)
         except LandingNotReady as exc:
             self._not_ready(landed.name, str(exc).split(": ", 1)[-1])
             return False
@@ -546,6 +554,7 @@ class Service:
             else:
                 event.update(status="ingested")
                 self._hashes[read.sha256] = landed.name
+                self._adopt_time_choices(landed.name, read)
                 self._ingest(landed, read)
         self._taken[landed.name] = (landed.size, landed.mtime_ns)
         self._last_arrival_ns = max(self._last_arrival_ns or 0, landed.arrived_ns)
@@ -556,6 +565,19 @@ class Service:
         logger.info("took %s: %s, %d rows", landed.name, status, event["n_read"])
         self._close(self.watermark.closable_through())
         return True
+
+    def _adopt_time_choices(self, name: str, read: LandedRead) -> None:
+        """Keep the time choices an ingested file made (the first file that decides decides for
+        the stream) and log them; warn when the file's times, read on their own, would have been
+        read otherwise (a day-first file after an ambiguous month-first one, say)."""
+        col = self.config.time_col
+        for note in read.time_parser.notes[len(self._time_parser.notes):]:
+            log = logger.warning if "ambiguous" in note else logger.info
+            log("time column %r: %s; decided on %s for the stream (and kept on restarts)", col, note, name)
+        if read.time_alone is not None:
+            logger.warning("%s: time column %r: %s; pass --time-format (or --time-unit) to a new store to read "
+                           "every file alike", name, col, read.time_alone)
+        self._time_parser = read.time_parser
 
     def _not_ready(self, name: str, reason: str) -> None:
         """Leave a file that cannot be read now for a later poll, warning once per reason (not at
@@ -759,7 +781,7 @@ class Service:
         state = {"service": {
             "epoch": ep.index, "next_seq": self._seq, "target": self._target, "max_time_us": self.watermark.max_time_us,
             "bucketer": scalars, "queue": [{"index": e.index, "key": e.key, "label": e.label} for e in self._queue],
-            "last_arrival_ns": self._last_arrival_ns,
+            "last_arrival_ns": self._last_arrival_ns, "time_choices": self._time_parser.choices,
             "epoch_ready_ns": {str(k): v for k, v in self._epoch_ready_ns.items()},
             "totals": self._totals}}
         tables = {LEDGER_TABLE: ledger_table(self._events), "pending_rows": rows, "pending_rejects": rejects,

@@ -193,6 +193,36 @@ def test_files_that_cannot_be_read_yet_are_not_read_as_unreadable(tmp_path):
         read_landed(zone.fs, files["bad.jsonl"], **kw)
 
 
+def _csv_days(path, days: list[str], seed: int) -> None:
+    """A CSV of 10 documents per day string (times as written: ``"13/03/2026"``)."""
+    import pyarrow.csv as pacsv
+
+    rows = [dict(r, time=d) for i, d in enumerate(days) for r in day_rows(i + 1, 10, seed)]
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    pacsv.write_csv(pa.Table.from_pylist(rows), path)
+
+
+def test_a_file_is_read_with_the_streams_time_choices_and_says_if_alone_it_would_not_be(tmp_path):
+    """read_landed reads a file as the stream's earlier files decided (the parser it is given is
+    not changed), and says when the file on its own would have been read otherwise."""
+    from connectors.sources.times import TimeParser
+
+    _csv_days(str(tmp_path / "a.csv"), ["03/03/2026"], 0)  # either order reads it alike
+    _csv_days(str(tmp_path / "b.csv"), ["13/03/2026", "01/03/2026"], 1)  # only day first reads it
+    zone = LandingZone(str(tmp_path), settle=0)
+    files = {f.name: f for f in zone.poll()}
+    stream = TimeParser()
+    a = read_landed(zone.fs, files["a.csv"], text_col="text", time_col="time", time_parser=stream)
+    assert stream.string_format is None and a.time_parser.string_format == "%m/%d/%Y" and a.time_alone is None
+    assert "day and month order is ambiguous" in a.time_parser.notes[0]
+    b = read_landed(zone.fs, files["b.csv"], text_col="text", time_col="time", time_parser=a.time_parser)
+    assert b.time_parser.choices == a.time_parser.choices and b.rows.num_rows == 10  # 13 is no month
+    assert b.time_alone.endswith("strings with the format '%d/%m/%Y', not '%m/%d/%Y'; 20 of its 20 rows get "
+                                 "another time or none")
+    alone = read_landed(zone.fs, files["b.csv"], text_col="text", time_col="time")
+    assert alone.rows.num_rows == 20 and alone.time_alone is None
+
+
 class _LockedFiles:
     """A landing file system on which some files cannot be opened (permission denied), as a
     file of mode 000 is for a service not running as root."""
@@ -776,3 +806,32 @@ def test_the_warm_up_reads_each_queued_epoch_once_and_stops_when_asked(tmp_path,
     summary = service.run(once=True, install_signals=False)
     assert len(read) == 11 and summary.stopped_by == "test" and summary.last_epoch is None
     assert SnapshotStore(str(tmp_path / "stopped")).epochs() == []
+
+
+def test_the_streams_time_format_is_decided_once_and_kept_on_restarts(corpus, tmp_path, caplog):
+    """The first file that decides how the stream's times are read decides for every file, and
+    a restart keeps it (it is committed with the state), as a replay decides once for its
+    source; the choice is logged (a warning where day and month are ambiguous), and a later file
+    its times alone would read otherwise is warned about. Before, each file decided alone, and
+    nothing was logged: day-first dates all <= 12 read month first, the next file day first."""
+    land, store = tmp_path / "land", tmp_path / "store"
+    cfg = _config(land, store, vocabulary_from=f"{corpus}/replay")
+    _csv_days(str(land / "a.csv"), ["03/03/2026"], 0)
+    time.sleep(0.01)
+    _csv_days(str(land / "b.csv"), ["04/03/2026"], 1)  # ambiguous too: April 3, month first
+    with caplog.at_level("INFO", logger="streamtree.service"):
+        _once(cfg)
+        last = SnapshotStore(str(store)).last_commit()
+        assert last["label"] == "2026-03-03"
+        assert last["state"]["service"]["time_choices"] == {"number_unit": None, "string_format": "%m/%d/%Y"}
+        _csv_days(str(land / "c.csv"), ["13/03/2026"], 2)  # day first only
+        service = _once(cfg)  # a restart
+    assert service._time_parser.string_format == "%m/%d/%Y"
+    notes = [r for r in caplog.records if "time column 'time'" in r.getMessage()]
+    assert [r.levelname for r in notes] == ["WARNING", "WARNING"]
+    assert "day and month order is ambiguous" in notes[0].getMessage()
+    assert notes[0].getMessage().endswith("decided on a.csv for the stream (and kept on restarts)")
+    assert notes[1].getMessage().startswith("c.csv: time column 'time': its times would be read otherwise")
+    events = [e for e in read_ledger(SnapshotStore(str(store))).to_pylist() if e["kind"] == "file"]
+    assert [e["name"] for e in events] == ["a.csv", "b.csv"]  # c.csv waits in the open epochs
+    assert service.summary.pending_rejects == 10 and "b.csv:0" not in {d for e in store_epochs(store) for d in e[6]}
