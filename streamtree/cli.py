@@ -546,6 +546,10 @@ def _add_serve_parser(sub) -> None:
     v.add_argument("--text-col", required=True, help="column holding the document text")
     v.add_argument("--time-col", required=True, help="column holding the event time")
     v.add_argument("--id-col", help="column holding document ids (default: <file>:<row>)")
+    v.add_argument("--id-window", type=_positive_int, default=ServeConfig.id_window, metavar="EPOCHS",
+                   help="with --id-col, a row repeating the id of a row waiting in an open epoch or fitted in the "
+                        "last EPOCHS published epochs is a 'duplicate id' reject; older ids are forgotten (8 bytes "
+                        f"an id) (default {ServeConfig.id_window})")
     v.add_argument("--time-unit", default="auto", choices=["auto", "year", "s", "ms", "us", "ns"],
                    help="how numeric times are read")
     v.add_argument("--time-format", help="strptime pattern for time strings that are not ISO 8601, e.g. "
@@ -852,8 +856,9 @@ def serve_config(args):
         settle=args.settle, require_success=args.require_success, vocabulary_from=args.vocabulary_from,
         warmup_docs=args.warmup_docs, min_df=args.min_df, max_df=args.max_df, max_features=args.max_features,
         weighting=args.weighting, time_format=args.time_format, time_range=args.time_range,
-        future_tolerance=args.future_tolerance, max_backlog=args.max_backlog, format=args.format,
-        delimiter=args.delimiter, top_words=args.top_words, model=model, duplicate_texts=args.duplicate_texts)
+        future_tolerance=args.future_tolerance, max_backlog=args.max_backlog, id_window=args.id_window,
+        format=args.format, delimiter=args.delimiter, top_words=args.top_words, model=model,
+        duplicate_texts=args.duplicate_texts)
 
 
 def cmd_serve(args) -> int:

@@ -75,9 +75,9 @@ from connectors.sources.files import file_format
 from connectors.sources.times import TimeParser
 from connectors.stores.ledger import LEDGER_TABLE, ledger_table, read_ledger
 from connectors.stores.snapshot import SnapshotStore, StoreError
-from streamtree.epochs import LATE_POLICIES, Bucketer, Epoch, EpochSpec, TimeRange
-from streamtree.records import (DEFAULT_DUPLICATE_TEXTS, EMPTY_AFTER_VOCABULARY, FUTURE_TIME, OUT_OF_RANGE,
-                                REJECT_SCHEMA, _reason_kind, make_rejects, reject_rows)
+from streamtree.epochs import LATE_POLICIES, Bucketer, Epoch, EpochSpec, IdWindow, TimeRange
+from streamtree.records import (DEFAULT_DUPLICATE_TEXTS, DUPLICATE_ID, EMPTY_AFTER_VOCABULARY, FUTURE_TIME,
+                                OUT_OF_RANGE, REJECT_SCHEMA, _reason_kind, make_rejects, reject_rows)
 from streamtree.model import RUN_LOCATION_PARAMS
 from streamtree.replay import (REPEATED_TEXTS_WARNING, EpochFitter, QuietEpochs, check_duplicate_texts,
                                identity_differences, repeated_texts_note, row_form, settings_identity, stored_identity,
@@ -131,6 +131,9 @@ class ServeConfig:
     #: before the first epoch closes, rows more than this many epochs behind the watermark's are
     #: ``out of range`` rejects (where the stream's first epoch may lie)
     max_backlog: int = 1000
+    #: with ``id_col``: published epochs whose document ids are remembered, besides the rows of
+    #: open epochs, to reject a row repeating one as ``duplicate id`` (8 bytes an id)
+    id_window: int = 10
     format: str | None = None
     delimiter: str | None = None
     top_words: int = DEFAULT_TOP_WORDS
@@ -159,6 +162,8 @@ class ServeConfig:
             raise ValueError("future tolerance must be >= 0 (or None for no bound)")
         if int(self.max_backlog) < 1:
             raise ValueError("max backlog must be at least 1 epoch")
+        if int(self.id_window) < 1:
+            raise ValueError("the id window must hold at least 1 published epoch")
         if TimeRange.parse(self.time_range).text == "auto":
             raise ValueError("a service cannot tell the bulk of a stream in advance: give --time-range all or "
                              "START..END")
@@ -174,7 +179,7 @@ class ServeConfig:
         """What must match for a restart to continue a store (not where or how often it runs)."""
         d = {k: v for k, v in asdict(self).items() if k not in self._RUNTIME}
         added = ("time_format", "time_range", "format", "delimiter", "duplicate_texts", "future_tolerance",
-                 "max_backlog")
+                 "max_backlog", "id_window")
         return settings_identity(d, ServeConfig, added, self.model_params(), self.epoch)
 
     def model_params(self) -> dict:
@@ -389,6 +394,8 @@ class Service:
         # how the stream's times are read: decided once, on the first ingested file that decides
         # (as a replay decides once for its source), and committed so that a restart keeps it
         self._time_parser = TimeParser(c.time_unit, c.time_format)
+        # ids taken lately (--id-col): rows waiting in open epochs and the last published epochs'
+        self._ids = IdWindow(c.id_window) if c.id_col is not None else None
         self._epoch_ready_ns: dict[int, int] = {}  # epoch key -> newest ready time of its files
         # when the newest taken file landed (LandedFile.arrived_ns): the idle clock. Not its
         # mtime, which a copy may have kept from long ago (the stream would look idle at once).
@@ -486,6 +493,13 @@ class Service:
         # a state written before the stream's time choices were kept: the next file decides
         self._time_parser = TimeParser(self.config.time_unit, self.config.time_format).with_choices(
             state.get("time_choices") or {})
+        if self._ids is not None:  # what the service running all along remembers: rebuilt from the store
+            _, rows, _, _ = self.bucketer.state()
+            for table in [rows] + [e.rows for e in self._queue]:
+                if "id" in table.column_names:
+                    self._ids.take(table.column("id").to_pylist())
+            for entry in self.store.epochs()[-self.config.id_window:]:
+                self._ids.publish(self.store.doc_ids(entry["epoch"]).to_pylist())
         for ev in read_ledger(self.store).to_pylist():
             if ev["kind"] == "changed":
                 self._changed_warned.add(ev["name"])
@@ -607,6 +621,21 @@ class Service:
         self.bucketer.add_rejects(rejects.filter(pa.array(~out)))
         self.bucketer.add_rejects(rejects.filter(pa.array(out)), place=False)
 
+    def _reject_taken_ids(self, name: str, rows: pa.Table) -> pa.Table:
+        """``rows`` without those whose id a row took before (waiting in an open epoch, or a
+        document of the last ``id_window`` published epochs) or earlier in the file: rejects
+        ``duplicate id``, as a replay's, the first kept."""
+        if self._ids is None or rows.num_rows == 0:
+            return rows
+        fresh = self._ids.fresh(rows.column("id").to_pylist())
+        if fresh.all():
+            return rows
+        self.bucketer.add_rejects(reject_rows(rows.filter(pa.array(~fresh)), DUPLICATE_ID))
+        logger.warning("%s: %d rows repeat the id of a row taken before (waiting in an open epoch or fitted in the "
+                       "last %d published epochs) and are rejects '%s'; the first is kept", name, int((~fresh).sum()),
+                       self.config.id_window, DUPLICATE_ID)
+        return rows.filter(pa.array(fresh))
+
     def _future_limit_us(self, landed: LandedFile) -> int | None:
         """The latest time a row of ``landed`` may hold: when the file landed plus the future
         tolerance. The file's landing time, not the clock's, so that a restart reading the file
@@ -642,6 +671,8 @@ class Service:
         old = self.bucketer.pop_rows_before(bound)
         if old is None:
             return
+        if self._ids is not None:
+            self._ids.release(old.column("id").to_pylist())
         self.bucketer.add_rejects(reject_rows(old, OUT_OF_RANGE), place=False)
         logger.warning("after %s: %d rows dated more than --max-backlog %d epochs before the watermark's epoch %s "
                        "(the earliest %s) are rejects '%s': the stream's first epoch may lie no further back; "
@@ -663,10 +694,16 @@ class Service:
                 # with the next epoch closed, not under their own: the range keeps those out
                 self.bucketer.add_rejects(reject_rows(rows.filter(pa.array(out)), OUT_OF_RANGE), place=False)
                 rows = rows.filter(pa.array(~out))
+        rows = self._reject_taken_ids(landed.name, rows)
         if rows.num_rows:
             for k in np.unique(self.spec.keys(rows)).tolist():
                 self._epoch_ready_ns[k] = max(self._epoch_ready_ns.get(k, 0), landed.ready_ns)
             late_before, moved_before = self.bucketer.n_late, self.bucketer.n_moved
+            if self._ids is not None:  # the rows that will wait in open epochs (not those late and rejected)
+                closed = self.bucketer.closed_through
+                waits = rows.filter(pa.array(self.spec.keys(rows) > closed)) \
+                    if closed is not None and self.config.late_policy == "reject" else rows
+                self._ids.take(waits.column("id").to_pylist())
             self.bucketer.add(rows, late=self.config.late_policy)
             if self.bucketer.n_late > late_before:
                 logger.info("%s: %d late rows for closed epochs rejected", landed.name, self.bucketer.n_late - late_before)
@@ -740,6 +777,8 @@ class Service:
                 and repeated >= REPEATED_TEXTS_WARNING * fitted.n_documents):
             logger.warning("epoch %s: %s", ep.label, repeated_texts_note(repeated, fitted.n_documents, "keep"))
         self._queue.popleft()
+        if self._ids is not None:  # its rows wait no longer; its documents join the window once published
+            self._ids.release(ep.rows.column("id").to_pylist())
         if fitted is None:  # no document yet: its rejects go with the next epoch
             self._in_epoch = None
             return
@@ -759,6 +798,8 @@ class Service:
         for reason, n in kinds.items():
             self._totals["rejected"][reason] = self._totals["rejected"].get(reason, 0) + n
         self._commit(fitted, fit_s)
+        if self._ids is not None:
+            self._ids.publish(fitted.epoch.rows.column("id").to_pylist())
         del self.model.trees_[:-1]  # the store keeps the history; memory stays flat
         self._in_epoch = None
         with self.metrics.lock:

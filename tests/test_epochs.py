@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from connectors.sources import open_source
-from streamtree.epochs import Bucketer, EpochSpec, bucket
+from streamtree.epochs import Bucketer, EpochSpec, IdWindow, bucket
 from streamtree.records import REJECT_SCHEMA, make_rejects
 
 SOTU = Path(__file__).resolve().parents[1] / "examples" / "data" / "sotu_paragraphs.parquet"
@@ -260,6 +260,21 @@ def test_pop_rows_before_takes_the_old_rows_out_of_a_streams_first_epoch():
     eps = list(b.pop_through(b.max_key))
     assert [(e.label, e.n_rows) for e in eps] == [("2026-03-01", 1), ("2026-03-02", 1)]
     assert eps[0].rejects.column("position").to_pylist() == [0]
+
+
+def test_id_window_remembers_waiting_ids_and_the_last_published_epochs():
+    w = IdWindow(2)
+    assert w.fresh(["a", "b", "a"]).tolist() == [True, True, False]  # the first of an id is kept
+    w.take(["a", "b"])
+    assert w.fresh(["a", "c"]).tolist() == [False, True]
+    w.release(["a", "b"])  # epoch 1 fitted: "b" was a document, "a" a reject after all
+    w.publish(["b"])
+    assert w.fresh(["a", "b"]).tolist() == [True, False]
+    w.publish(["c"])
+    w.publish(["d"])  # a window of two: "b" is forgotten
+    assert w.fresh(["b", "c", "d"]).tolist() == [True, False, False] and w.n_ids == 2
+    with pytest.raises(ValueError, match="at least 1 epoch"):
+        IdWindow(0)
 
 
 def test_sotu_decades_in_key_order():

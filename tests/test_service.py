@@ -835,3 +835,41 @@ def test_the_streams_time_format_is_decided_once_and_kept_on_restarts(corpus, tm
     events = [e for e in read_ledger(SnapshotStore(str(store))).to_pylist() if e["kind"] == "file"]
     assert [e["name"] for e in events] == ["a.csv", "b.csv"]  # c.csv waits in the open epochs
     assert service.summary.pending_rejects == 10 and "b.csv:0" not in {d for e in store_epochs(store) for d in e[6]}
+
+
+def test_a_row_repeating_a_taken_id_is_a_duplicate_id_reject(tmp_path):
+    """With --id-col, a row whose id a row took before is a 'duplicate id' reject, as in a replay
+    of the same files: a re-delivery of rows waiting in an open epoch, and one of rows fitted in
+    a published epoch of the window, across restarts (one --once run per file). Before, serve
+    fitted every re-delivered row a second time."""
+    def rows(day, n, seed):
+        return [dict(r, id=f"d{day}-{i}") for i, r in enumerate(day_rows(day, n, seed))]
+
+    src = tmp_path / "src"
+    day1, day2 = rows(1, 25, 0), rows(2, 25, 0)
+    files = {"day1.jsonl": day1, "day2.jsonl": day2,
+             "day3.jsonl": rows(3, 25, 0) + day2[:10],  # day 2 is still open
+             "day4.jsonl": rows(4, 25, 0) + day1[:5]}  # day 1 is published
+    for name, r in files.items():
+        write_jsonl(str(src / name), r)
+    replay(ReplayConfig(source=str(src), text_col="text", time_col="time", id_col="id", epoch="1d",
+                        model=dict(MODEL), min_df=1), str(tmp_path / "replay"))
+    land = tmp_path / "land"
+    os.makedirs(land)
+    for i, name in enumerate(files):
+        shutil.copy(src / name, land / name)
+        _once(_config(land, tmp_path / "store", id_col="id", vocabulary_from=str(tmp_path / "replay"),
+                      idle_timeout=1e-3 if i == len(files) - 1 else None))
+    assert store_epochs(tmp_path / "store") == store_epochs(tmp_path / "replay")
+    rejects = store_rejects(tmp_path / "store")
+    assert rejects == store_rejects(tmp_path / "replay")
+    assert sorted(i for i, _ in rejects) == sorted([f"d2-{i}" for i in range(10)] + [f"d1-{i}" for i in range(5)])
+    assert {r for _, r in rejects} == {"duplicate id"}
+    # a window of one published epoch forgets day 1 once day 2 is published: a late row of day 1
+    # moved to the next open epoch is then fitted again
+    land2 = tmp_path / "land2"
+    _land_in_order(land, land2)
+    _once(_config(land2, tmp_path / "short", id_col="id", vocabulary_from=str(tmp_path / "replay"), id_window=1,
+                  late_policy="next-epoch", idle_timeout=1e-3))
+    docs = [d for e in store_epochs(tmp_path / "short") for d in e[6]]
+    assert docs.count("d1-0") == 2 and docs.count("d2-0") == 1
