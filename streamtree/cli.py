@@ -862,14 +862,18 @@ def serve_config(args):
 
 
 def cmd_serve(args) -> int:
-    from streamtree.service import EXIT_ABANDONED, Service, configure_logging, parse_address
+    from streamtree.service import EXIT_ABANDONED, MetricsAddressError, Service, configure_logging, parse_address
 
     configure_logging(args.log_format, logging.DEBUG if args.verbose >= 1 else logging.INFO)
     if args.poll_interval <= 0:
         raise _UserError("--poll-interval must be positive", "serve", "use e.g. 5s")
     config = serve_config(args)
     service = Service(config, metrics_addr=parse_address(args.metrics_addr))
-    summary = service.run(once=args.once)
+    try:
+        summary = service.run(once=args.once)
+    except MetricsAddressError as exc:
+        raise _UserError(f"cannot listen on {exc.host}:{exc.port} for /metrics and /healthz: {exc.reason}",
+                         "--metrics-addr", "choose another --metrics-addr (HOST:PORT) or 'off'") from None
     print(summary.format())
     return EXIT_ABANDONED if summary.abandoned else 0
 

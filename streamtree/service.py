@@ -56,6 +56,7 @@ it is committed; the store stays at the previous epoch) and exits 130.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -1009,13 +1010,38 @@ class Service:
         try:
             self._http = ThreadingHTTPServer(self.metrics_addr, handler)
         except OSError as exc:
-            raise StoreError(f"cannot listen on {self.metrics_addr[0]}:{self.metrics_addr[1]} for metrics: {exc}; "
-                             "use another --metrics-addr or 'off'") from None
+            raise MetricsAddressError(*self.metrics_addr, _listen_reason(exc)) from None
         self._http.daemon_threads = True
         threading.Thread(target=self._http.serve_forever, name="metrics", daemon=True).start()
         host, port = self._http.server_address[:2]
         self.bound_address = (host, port)
         logger.info("metrics on http://%s:%d/metrics, health on /healthz", host, port)
+
+
+class MetricsAddressError(Exception):
+    """The service cannot serve ``/metrics`` and ``/healthz`` at its metrics address (in use,
+    not an address of this host, no permission): nothing was read or written.
+
+    Attributes
+    ----------
+    host, port, reason : str, int, str
+    """
+
+    def __init__(self, host: str, port: int, reason: str) -> None:
+        super().__init__(f"cannot listen on {host}:{port} for /metrics and /healthz: {reason}; choose another "
+                         "metrics address, or none")
+        self.host, self.port, self.reason = host, port, reason
+
+
+def _listen_reason(exc: OSError) -> str:
+    """Why a server socket cannot be bound, in words."""
+    if exc.errno == errno.EADDRINUSE:
+        return "the port is in use (another service, or another streamtree serve)"
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return "not an address of this host"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "permission denied (ports below 1024 need privileges)"
+    return exc.strerror or str(exc)
 
 
 class _StopNow(Exception):
@@ -1076,5 +1102,5 @@ def configure_logging(fmt: str = "plain", level: int = logging.INFO) -> None:
     root.setLevel(level)
 
 
-__all__ = ["EXIT_ABANDONED", "JsonFormatter", "ServeConfig", "ServeSummary", "Service", "ServiceMetrics",
-           "configure_logging", "parse_address"]
+__all__ = ["EXIT_ABANDONED", "JsonFormatter", "MetricsAddressError", "ServeConfig", "ServeSummary", "Service",
+           "ServiceMetrics", "configure_logging", "parse_address"]

@@ -502,6 +502,39 @@ def test_metrics_and_health_endpoint(corpus, tmp_path):
         assert name in text
 
 
+def test_a_busy_metrics_address_is_named_as_such_not_blamed_on_the_store(tmp_path, capsys):
+    """A metrics port in use is an error naming the metrics address and what to do (exit 2).
+    Before, it read 'snapshot store cannot listen on ...', blaming the store."""
+    import logging
+    import socket
+
+    from streamtree.cli import main
+    from streamtree.service import MetricsAddressError
+
+    os.makedirs(tmp_path / "land")
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(MetricsAddressError, match=f"cannot listen on 127.0.0.1:{port} for /metrics and "
+                                                      "/healthz: the port is in use"):
+            Service(_config(tmp_path / "land", tmp_path / "store"), metrics_addr=("127.0.0.1", port)).run(
+                once=True, install_signals=False)
+        try:
+            code = main(["serve", str(tmp_path / "land"), "--store", str(tmp_path / "store"), "--text-col", "text",
+                         "--time-col", "time", "--metrics-addr", f"127.0.0.1:{port}", "--once"])
+        finally:
+            root.handlers[:], root.level = handlers, level
+    err = capsys.readouterr().err
+    assert code == 2 and "snapshot store" not in err
+    assert err.strip().endswith(f"cannot listen on 127.0.0.1:{port} for /metrics and /healthz: the port is in use "
+                                "(another service, or another streamtree serve) (--metrics-addr): choose another "
+                                "--metrics-addr (HOST:PORT) or 'off'")
+    assert not (tmp_path / "store").exists()  # nothing was written
+
+
 def test_parse_address():
     assert parse_address("127.0.0.1:9750") == ("127.0.0.1", 9750)
     assert parse_address(":9") == ("127.0.0.1", 9)
