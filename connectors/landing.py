@@ -17,19 +17,31 @@ the least robust:
   already safe).
 * **A ``_SUCCESS`` marker** (what Spark and Hadoop jobs write): with
   ``require_success=True`` a file is read only once its folder holds ``_SUCCESS``. Its files
-  are then ordered by the marker's modification time.
+  then land when the marker does.
 * **Size stability** (the fallback for writers that write in place): a file is ready once its
   size and modification time were the same on two successive polls, or its modification
   time is at least ``settle`` seconds old. A writer that pauses longer than that in the
   middle of a file defeats this rule; use one of the conventions above for such writers.
 
-Files are handed out in the order ``(ready time, name)``, the ready time being the file's
-modification time (or its ``_SUCCESS`` marker's). Polling can only see a file become ready
-after every file whose last write came earlier, so a restarted service that finds several
-files at once processes them in the order a service running all along would have.
+Files are handed out in the order they landed, ``(landing time, name)``: the landing time
+(:attr:`LandedFile.arrived_ns`) is, on a local disk, the file's status-change time, which a
+write, a copy, a rename into the folder or a chmod sets and no copy can carry over from its
+source (``cp -p`` and ``rsync -a`` keep the modification time, so that cannot be the order);
+on an object store the upload time; with a ``_SUCCESS`` marker the later of the file's and
+the marker's. A file that is ready waits while a file that landed before it is still
+settling. So a restarted service that finds several files at once takes them in the order a
+service running all along took them. (A file that a service could not read yet and that
+becomes readable without a change of its own, e.g. through a folder's permissions or an
+I/O error that passes, keeps its old landing time: a restart may take it before files a
+service running all along took before it.)
 
 Files with an unknown extension (``README.txt``) are listed in :attr:`LandingZone.ignored`
 and logged once; they are not data.
+
+A ready file that cannot be read *now* (no permission, an I/O error, empty, or changing while
+it is read) raises :class:`LandingNotReady` rather than :class:`LandingError`: the caller
+leaves it for a later poll, since a chmod, or the end of a write, does not change what the
+file will hold. Only a file malformed as it stands is a :class:`LandingError`.
 
 Polling, not OS file events: a poll is one listing (cheap next to fitting an epoch), it works
 the same on local disks, NFS and object stores (which have no inotify), and a missed event
@@ -46,6 +58,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.fs as pafs
 import pyarrow.ipc as paipc
@@ -54,7 +67,7 @@ import pyarrow.parquet as pq
 
 from connectors.sources.base import SourceError, check_columns, normalise, normalised_schema
 from connectors.sources.files import _COMPRESSED, file_format, format_of, resolve
-from connectors.sources.times import TimeParser
+from connectors.sources.times import UNIT_NAMES, TimeParser
 from streamtree.records import REJECT_SCHEMA, empty_rejects
 
 logger = logging.getLogger(__name__)
@@ -67,6 +80,12 @@ _BLOCK_BYTES = 4 << 20
 
 class LandingError(SourceError):
     """A landed file cannot be read (corrupt, wrong format, a mapped column missing)."""
+
+
+class LandingNotReady(SourceError):
+    """A landed file cannot be read *now*, though it may be later: no permission to read it, an
+    I/O error, no byte in it yet, or its size or modification time changed while it was read.
+    It is left for a later poll, not recorded as unreadable."""
 
 
 @dataclass(frozen=True)
@@ -87,8 +106,9 @@ class LandedFile:
         When the file became complete: its ``mtime_ns``, or its ``_SUCCESS`` marker's.
     format : str
     arrived_ns : int
-        When the file landed, for a service's idle clock (nanoseconds since 1970): on a local
-        disk its status-change time (a copy, move or rename into the folder sets it, and unlike
+        When the file landed, the order files are taken in and a service's idle clock
+        (nanoseconds since 1970): on a local disk its status-change time (a copy, move or
+        rename into the folder sets it, and unlike
         the modification time no copy can carry it over from its source, so a file copied in
         with old times kept does not look old); elsewhere ``mtime_ns`` (an object store's upload
         time). With a ``_SUCCESS`` marker, the later of that and the marker's own; never later
@@ -157,7 +177,8 @@ class LandingZone:
         return path[len(prefix):] if path.startswith(prefix) else os.path.basename(path)
 
     def poll(self, skip=frozenset(), now: float | None = None) -> list[LandedFile]:
-        """The ready files whose names are not in ``skip``, in ``(ready_ns, name)`` order."""
+        """The ready files whose names are not in ``skip``, in ``(arrived_ns, name)`` order (the
+        order they landed in), but none that landed after a file still settling."""
         now = time.time() if now is None else now
         try:
             infos = self.fs.get_file_info(pafs.FileSelector(self.root, recursive=True, allow_not_found=True))
@@ -178,6 +199,7 @@ class LandingZone:
                 continue
             candidates.append((info, name))
         seen, ready = {}, []
+        unsettled = None  # the earliest landing time of a file not ready yet
         for info, name in candidates:
             state = (int(info.size), _mtime_ns(info))
             seen[name] = state
@@ -196,11 +218,18 @@ class LandingZone:
                 ready.append(LandedFile(info.path, name, state[0], state[1], marker_ns, fmt,
                                         max(self._landed_ns(info, now), marker_landed)))
             elif self.require_success:
-                continue
+                continue  # lands with its marker, later than anything listed now
             elif self._seen.get(name) == state or now - state[1] / 1e9 >= self.settle:
                 ready.append(LandedFile(info.path, name, state[0], state[1], state[1], fmt, self._landed_ns(info, now)))
+            else:
+                landed = self._landed_ns(info, now)
+                unsettled = landed if unsettled is None else min(unsettled, landed)
         self._seen = seen
-        return sorted(ready, key=lambda f: (f.ready_ns, f.name))
+        # A file that landed after one still settling waits for it, so that files are taken in
+        # the order they landed whatever the polls saw (a restart takes them in that order).
+        if unsettled is not None:
+            ready = [f for f in ready if f.arrived_ns <= unsettled]
+        return sorted(ready, key=lambda f: (f.arrived_ns, f.name))
 
     def _landed_ns(self, info: pafs.FileInfo, now: float) -> int:
         """:attr:`LandedFile.arrived_ns` of a file listed at ``now`` (seconds)."""
@@ -219,12 +248,16 @@ class LandingZone:
 
 @dataclass
 class LandedRead:
-    """One landed file read whole: normalised good rows, rejects, rows read, content hash."""
+    """One landed file read whole: normalised good rows, rejects, rows read, content hash, and
+    the time parser after it (the choices it made, :attr:`TimeParser.notes` for them) with, if
+    its times read on their own would be read otherwise, a sentence saying how (``time_alone``)."""
 
     rows: pa.Table
     rejects: pa.Table
     n_read: int
     sha256: str
+    time_parser: TimeParser | None = None
+    time_alone: str | None = None
 
 
 def read_landed(
@@ -239,25 +272,45 @@ def read_landed(
     batch_size: int = 8192,
     time_format: str | None = None,
     delimiter: str | None = None,
+    time_parser: TimeParser | None = None,
 ) -> LandedRead:
     """Read one landed file whole and normalise it (all or nothing).
 
-    The file is read into memory once: its bytes give the content hash (sha256) of the
-    ledger and are parsed from memory, so a file that fails anywhere contributes no row.
+    ``time_parser`` carries the choices of a stream's earlier files (how numbers and non-ISO
+    strings are read: :class:`~connectors.sources.times.TimeParser`), so that every file is
+    read as the first one that decided; it is not changed (a copy makes this file's choices).
+    Without it the file decides alone, as a file of its own.
+
+    The file is read into memory once and, if its name ends in ``.gz``, ``.bz2``, ``.zst`` or
+    ``.lz4``, decompressed once; its content (decompressed) gives the hash (sha256) of the
+    ledger, so a compressed copy of an ingested file is a duplicate, and is parsed from
+    memory, so a file that fails anywhere contributes no row.
     Hive partition keys in its folder names (``year=1790/part.parquet``) are columns like
     the file's own (as strings, which the time and id parsing accept).
 
     Raises
     ------
+    LandingNotReady
+        Not readable now (permission, I/O error), empty, or changing while read: worth reading
+        again at a later poll.
     LandingError
-        Unreadable, corrupt or not of its format, or a mapped column missing.
+        Corrupt or not of its format, or a mapped column missing: the file as it stands.
     """
     name = landed.name
+    if landed.size == 0:
+        raise LandingNotReady(name, "it is empty (still being created?); it is read once it holds data")
     try:
-        with fs.open_input_stream(landed.path) as f:
+        # compression=None: pyarrow would otherwise decompress by the extension already, and
+        # the bytes are decompressed here, once, for every format
+        with fs.open_input_stream(landed.path, compression=None) as f:
             data = f.read()
     except OSError as exc:
-        raise LandingError(name, f"cannot read: {exc}") from None
+        raise LandingNotReady(name, f"cannot read it: {_read_reason(exc)}") from None
+    if len(data) != landed.size or _state(fs, landed.path) != (landed.size, landed.mtime_ns):
+        # a writer still at it: what was read may be a part, which must not become a reject
+        raise LandingNotReady(name, "it changed while it was read (still being written?); it is read once its "
+                                    "size and modification time hold still")
+    data = _decompressed(data, name)
     digest = hashlib.sha256(data).hexdigest()
     mapped = {"text": text_col, "time": time_col, "id": id_col, "epoch": epoch_col}
     cols = list(dict.fromkeys(c for c in mapped.values() if c is not None))
@@ -272,7 +325,9 @@ def read_landed(
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise LandingError(name, f"not a valid {landed.format} file: {exc}") from None
     table = table.select(cols)
-    parser = TimeParser(time_unit, time_format)  # one per file: its automatic choice holds for every batch
+    # the stream's choices (or, alone, this file's own) hold for every batch
+    parser = time_parser.copy() if time_parser is not None else TimeParser(time_unit, time_format)
+    decided = parser.choices
     good, rejects = [], []
     start = 0
     for batch in table.to_batches(max_chunksize=batch_size):
@@ -284,11 +339,43 @@ def read_landed(
             rejects.append(r.select(REJECT_SCHEMA.names).cast(REJECT_SCHEMA))
     schema = normalised_schema(time_col is not None, epoch_col is not None)
     rows = pa.Table.from_batches(good, schema=schema) if good else schema.empty_table()
-    return LandedRead(rows, pa.concat_tables(rejects) if rejects else empty_rejects(), table.num_rows, digest)
+    alone = None
+    if time_col is not None and time_parser is not None and decided != time_parser.with_choices({}).choices:
+        alone = _read_alone(table.column(time_col), batch_size, time_parser.with_choices(decided),
+                            time_parser.with_choices({}))
+    return LandedRead(rows, pa.concat_tables(rejects) if rejects else empty_rejects(), table.num_rows, digest,
+                      parser, alone)
+
+
+def _read_alone(times: pa.ChunkedArray, batch_size: int, stream: TimeParser, alone: TimeParser) -> str | None:
+    """How a file's times would be read if it were the first of the stream (``alone``, a parser
+    that has decided nothing), when that differs from how the stream reads them (``stream``, with
+    the choices of earlier files): which choice differs and how many rows it changes, or None."""
+    n = differ = 0
+    for chunk in times.chunks:
+        for off in range(0, len(chunk), batch_size):
+            values = chunk.slice(off, batch_size)
+            a, b = stream.parse(values)[0], alone.parse(values)[0]
+            same = pc.fill_null(pc.equal(a, b), False)
+            both_null = pc.and_(a.is_null(), b.is_null())
+            differ += len(values) - int(pc.sum(pc.or_(same, both_null)).as_py() or 0)
+            n += len(values)
+    if not differ:
+        return None
+    said = []
+    s, a = stream.choices, alone.choices
+    if s["number_unit"] != a["number_unit"]:
+        said.append(f"numbers as {UNIT_NAMES.get(a['number_unit'], a['number_unit'])}, not as "
+                    f"{UNIT_NAMES.get(s['number_unit'], s['number_unit'])}")
+    if s["string_format"] != a["string_format"]:
+        said.append(f"strings with the format {a['string_format']!r}, not {s['string_format']!r}")
+    return (f"its times would be read otherwise on their own than as the stream reads them (decided on an "
+            f"earlier file): {' and '.join(said)}; {differ} of its {n} rows get another time or none")
 
 
 def _parse(data: bytes, name: str, fmt: str, cols: list[str], text_col: str,
            delimiter: str | None = None) -> pa.Table:
+    """The file's table from its (decompressed) bytes."""
     buf = pa.BufferReader(data)
     if fmt == "parquet":
         return pq.read_table(buf)
@@ -300,30 +387,33 @@ def _parse(data: bytes, name: str, fmt: str, cols: list[str], text_col: str,
     for ext in _CODECS:
         lower = lower.removesuffix(ext)
     if fmt == "jsonl":
-        return pajson.read_json(_text_stream(data, name), read_options=pajson.ReadOptions(block_size=_BLOCK_BYTES))
+        return pajson.read_json(pa.BufferReader(data), read_options=pajson.ReadOptions(block_size=_BLOCK_BYTES))
     # CSV as a replay's source reads it: mapped columns as text, the text as bytes (checked for
     # UTF-8 by the normalisation, so one bad row is a reject and not a failed file). The header
     # comes from the first block only.
-    present = pacsv.open_csv(_text_stream(data, name), read_options=pacsv.ReadOptions(block_size=_BLOCK_BYTES),
+    present = pacsv.open_csv(pa.BufferReader(data), read_options=pacsv.ReadOptions(block_size=_BLOCK_BYTES),
                              parse_options=_csv_parse(lower, delimiter)).schema.names
     types = {c: pa.string() for c in cols if c in present}
     if text_col in types:
         types[text_col] = pa.binary()
-    return pacsv.read_csv(_text_stream(data, name), read_options=pacsv.ReadOptions(block_size=_BLOCK_BYTES),
+    return pacsv.read_csv(pa.BufferReader(data), read_options=pacsv.ReadOptions(block_size=_BLOCK_BYTES),
                           parse_options=_csv_parse(lower, delimiter),
                           convert_options=pacsv.ConvertOptions(
                               include_columns=[c for c in cols if c in present], column_types=types,
                               null_values=[""], strings_can_be_null=True))
 
 
-def _text_stream(data: bytes, name: str):
-    """A fresh input stream over ``data``, decompressed by the name's extension."""
-    stream = pa.input_stream(pa.BufferReader(data))
+def _decompressed(data: bytes, name: str) -> bytes:
+    """``data`` decompressed by the name's extension (as it is when the name has none)."""
     lower = name.lower()
     for ext, codec in _CODECS.items():
         if lower.endswith(ext):
-            return pa.CompressedInputStream(stream, codec)
-    return stream
+            try:
+                with pa.CompressedInputStream(pa.BufferReader(data), codec) as stream:
+                    return stream.read()
+            except (pa.ArrowException, OSError) as exc:
+                raise LandingError(name, f"cannot decompress it as {codec} (its name ends in {ext}): {exc}") from None
+    return data
 
 
 def _csv_parse(lower_name: str, delimiter: str | None = None) -> pacsv.ParseOptions:
@@ -345,6 +435,24 @@ def _add_partition_keys(table: pa.Table, name: str, cols: list[str]) -> pa.Table
     return table
 
 
+def _state(fs: pafs.FileSystem, path: str) -> tuple[int, int] | None:
+    """(size, mtime_ns) of ``path`` now, None if it cannot be listed."""
+    try:
+        info = fs.get_file_info(path)
+    except OSError:
+        return None
+    return (int(info.size), _mtime_ns(info)) if info.type == pafs.FileType.File else None
+
+
+def _read_reason(exc: OSError) -> str:
+    """Why a file could not be opened or read, with what to do where that is clear."""
+    if isinstance(exc, PermissionError):
+        return "permission denied; make it readable by the user the service runs as"
+    if isinstance(exc, FileNotFoundError):
+        return "it is gone (moved or deleted since it was listed)"
+    return str(exc).strip() or type(exc).__name__
+
+
 def _mtime_ns(info: pafs.FileInfo) -> int:
     ns = info.mtime_ns
     return int(ns) if ns is not None else 0
@@ -352,5 +460,5 @@ def _mtime_ns(info: pafs.FileInfo) -> int:
 
 assert set(_CODECS) == set(_COMPRESSED)
 
-__all__ = ["LandedFile", "LandedRead", "LandingError", "LandingZone", "PARTIAL_SUFFIXES", "SUCCESS_MARKER",
-           "read_landed"]
+__all__ = ["LandedFile", "LandedRead", "LandingError", "LandingNotReady", "LandingZone", "PARTIAL_SUFFIXES",
+           "SUCCESS_MARKER", "read_landed"]

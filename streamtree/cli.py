@@ -536,9 +536,15 @@ def _duration(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _duration_or_off(text: str) -> float | None:
+    """A duration (:func:`_duration`), or None for ``off``."""
+    return None if text.strip().lower() == "off" else _duration(text)
+
+
 def _add_serve_parser(sub) -> None:
     from connectors.sources.times import TIME_UNITS
     from streamtree.service import ServeConfig
+    from streamtree.watermark import format_duration
 
     v = sub.add_parser(
         "serve", help=COMMAND_HELP["serve"],
@@ -552,6 +558,10 @@ def _add_serve_parser(sub) -> None:
     v.add_argument("--text-col", required=True, help="column holding the document text")
     v.add_argument("--time-col", required=True, help="column holding the event time")
     v.add_argument("--id-col", help="column holding document ids (default: <file>:<row>)")
+    v.add_argument("--id-window", type=_positive_int, default=ServeConfig.id_window, metavar="EPOCHS",
+                   help="with --id-col, a row repeating the id of a row waiting in an open epoch or fitted in the "
+                        "last EPOCHS published epochs is a 'duplicate id' reject; older ids are forgotten (8 bytes "
+                        f"an id) (default {ServeConfig.id_window})")
     v.add_argument("--time-unit", default="auto", choices=TIME_UNITS,
                    help="how numeric times are read")
     v.add_argument("--time-format", help="strptime pattern for time strings that are not ISO 8601, e.g. "
@@ -560,6 +570,14 @@ def _add_serve_parser(sub) -> None:
     v.add_argument("--time-range", default="all",
                    help="times kept: all, or START..END with years or ISO dates (rows outside: 'out of range' "
                         "rejects)")
+    v.add_argument("--future-tolerance", type=_duration_or_off, default=ServeConfig.future_tolerance,
+                   help="how far a row's time may lie after its file landed (clock skew, time zones) before it is a "
+                        "'future time' reject: 0, 30m, 2h, 1d, or 'off' for no bound "
+                        f"(default {format_duration(ServeConfig.future_tolerance)})")
+    v.add_argument("--max-backlog", type=_positive_int, default=ServeConfig.max_backlog, metavar="EPOCHS",
+                   help="until the first epoch closes, rows more than this many epochs behind the watermark's epoch "
+                        "are 'out of range' rejects, so a stray old row cannot open every epoch since "
+                        f"(default {ServeConfig.max_backlog})")
     v.add_argument("--epoch", default="1d", help="epoch width: 1h, 1d, 1w, month, year, 10y ... (default 1d)")
     v.add_argument("--allowed-lateness", type=_duration, default=0.0,
                    help="how late (event time behind the newest) a row may arrive: 0, 30m, 6h, 2d, 1y (default 0)")
@@ -853,19 +871,25 @@ def serve_config(args):
         late_policy=args.late_policy, idle_timeout=args.idle_timeout, poll_interval=args.poll_interval,
         settle=args.settle, require_success=args.require_success, vocabulary_from=args.vocabulary_from,
         warmup_docs=args.warmup_docs, min_df=args.min_df, max_df=args.max_df, max_features=args.max_features,
-        weighting=args.weighting, time_format=args.time_format, time_range=args.time_range, format=args.format,
-        delimiter=args.delimiter, top_words=args.top_words, model=model, duplicate_texts=args.duplicate_texts)
+        weighting=args.weighting, time_format=args.time_format, time_range=args.time_range,
+        future_tolerance=args.future_tolerance, max_backlog=args.max_backlog, id_window=args.id_window,
+        format=args.format, delimiter=args.delimiter, top_words=args.top_words, model=model,
+        duplicate_texts=args.duplicate_texts)
 
 
 def cmd_serve(args) -> int:
-    from streamtree.service import EXIT_ABANDONED, Service, configure_logging, parse_address
+    from streamtree.service import EXIT_ABANDONED, MetricsAddressError, Service, configure_logging, parse_address
 
     configure_logging(args.log_format, logging.DEBUG if args.verbose >= 1 else logging.INFO)
     if args.poll_interval <= 0:
         raise _UserError("--poll-interval must be positive", "serve", "use e.g. 5s")
     config = serve_config(args)
     service = Service(config, metrics_addr=parse_address(args.metrics_addr))
-    summary = service.run(once=args.once)
+    try:
+        summary = service.run(once=args.once)
+    except MetricsAddressError as exc:
+        raise _UserError(f"cannot listen on {exc.host}:{exc.port} for /metrics and /healthz: {exc.reason}",
+                         "--metrics-addr", "choose another --metrics-addr (HOST:PORT) or 'off'") from None
     print(summary.format())
     return EXIT_ABANDONED if summary.abandoned else 0
 

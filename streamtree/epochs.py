@@ -47,7 +47,7 @@ a time spec (a ``"column"`` spec yields every key that occurs, a reject's too).
 from __future__ import annotations
 
 import re
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -377,6 +377,20 @@ class Bucketer:
             for key, part in _split(placed, keys):
                 self._rejects.setdefault(key, []).append(part)
 
+    def pop_rows_before(self, key: int) -> pa.Table | None:
+        """Remove and return the pending rows of the epochs before ``key`` (None if there are
+        none), and send their filed rejects with the next epoch yielded: a streaming consumer
+        that bounds how far back its first epoch may lie, before any epoch closed, so that one
+        stray old row does not open every epoch since."""
+        keys = sorted(k for k in self._rows if k < key)
+        for k in sorted(k for k in self._rejects if k < key):
+            self._unplaced.extend(self._rejects.pop(k))
+        if not keys:
+            return None
+        out = pa.concat_tables([t for k in keys for t in self._rows.pop(k)])
+        self.n_rows -= out.num_rows
+        return out
+
     def _late(self, rows: pa.Table) -> None:
         self.n_late += rows.num_rows
         self._unplaced.append(reject_rows(rows, LATE_ROW))
@@ -650,6 +664,64 @@ class _IdSet:
         if new.size:
             self._runs.append(new)
         return fresh
+
+
+class IdWindow:
+    """The ids a stream took lately, for ``"duplicate id"`` rejects in bounded memory: those of
+    the rows waiting in open epochs, and those of the documents of the last ``n_epochs``
+    published epochs (older ones are forgotten). Ids are kept as 64-bit hashes, 8 bytes each
+    in the published window; two different ids collide with probability about n^2 / 2^65.
+
+    The hashes are this process's (Python's ``hash``): a restarted service builds the window
+    again from its open rows and its last published epochs.
+    """
+
+    def __init__(self, n_epochs: int) -> None:
+        if int(n_epochs) < 1:
+            raise ValueError(f"an id window holds at least 1 epoch, got {n_epochs}")
+        self.n_epochs = int(n_epochs)
+        self._open: dict[int, int] = {}  # hash -> rows waiting with it
+        self._published: deque[np.ndarray] = deque(maxlen=self.n_epochs)  # sorted hashes per epoch
+
+    @staticmethod
+    def _hashes(ids) -> np.ndarray:
+        return np.fromiter((hash(i) for i in ids), dtype=np.int64, count=len(ids))
+
+    def fresh(self, ids: list[str]) -> np.ndarray:
+        """Mask of the ``ids`` not taken: not waiting, not in the window, not earlier in ``ids``."""
+        h = self._hashes(ids)
+        fresh = np.zeros(h.size, dtype=bool)
+        fresh[np.unique(h, return_index=True)[1]] = True
+        if self._open:
+            fresh &= np.fromiter((x not in self._open for x in h.tolist()), dtype=bool, count=h.size)
+        for run in self._published:
+            if run.size:
+                pos = np.minimum(np.searchsorted(run, h), run.size - 1)
+                fresh &= run[pos] != h
+        return fresh
+
+    def take(self, ids) -> None:
+        """The ``ids`` of rows now waiting in open epochs."""
+        for x in self._hashes(ids).tolist():
+            self._open[x] = self._open.get(x, 0) + 1
+
+    def release(self, ids) -> None:
+        """The ``ids`` of rows no longer waiting (fitted, or rejects after all)."""
+        for x in self._hashes(ids).tolist():
+            left = self._open.get(x, 0) - 1
+            if left > 0:
+                self._open[x] = left
+            else:
+                self._open.pop(x, None)
+
+    def publish(self, ids) -> None:
+        """The document ids of an epoch just published (the oldest in the window leaves it)."""
+        self._published.append(np.sort(self._hashes(ids)))
+
+    @property
+    def n_ids(self) -> int:
+        """Ids held: waiting and in the published window."""
+        return len(self._open) + sum(r.size for r in self._published)
 
 
 class EpochReader:

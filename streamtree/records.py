@@ -52,6 +52,8 @@ MISSING_ID = "missing id"
 EMPTY_AFTER_VOCABULARY = "empty after vocabulary filtering"
 LATE_ROW = "late row for a closed epoch"
 OUT_OF_RANGE = "out of range"  # time far outside the data's bulk, or outside --time-range
+#: serve: a time later than its file landed plus the future tolerance (a live stream cannot hold it)
+FUTURE_TIME = "future time"
 DUPLICATE_ID = "duplicate id"  # the id of an earlier row; the first row with an id is kept
 #: the text of an earlier row of the same epoch, under ``duplicate_texts="reject"``; the first is kept
 DUPLICATE_TEXT = "duplicate text in its epoch"

@@ -7,13 +7,19 @@ epoch of a replay (the per-epoch step is :class:`streamtree.replay.EpochFitter`)
 
 Processing is a deterministic function of the sequence of landed files
 -----------------------------------------------------------------------
-Files are taken one at a time in the order they became ready (see
-:mod:`connectors.landing`). After each file the watermark moves and every epoch it closed is
-fitted and published; a row for an already closed epoch is late (rejected, or moved to the
+Files are taken one at a time in the order they landed (see :mod:`connectors.landing`).
+After each file the watermark moves and every epoch it closed is fitted and published; a row for an already closed epoch is late (rejected, or moved to the
 next open epoch with ``late_policy="next-epoch"``). Within an epoch, rows are fitted in
 ``(file name, position)`` order, the order of a replay of the same folder, whatever order the
 files came in. So the published epochs depend only on the file sequence (and on idle
 closes, which are logged as events), not on poll timing.
+
+Two bounds keep a stray time from taking the stream over: a row dated more than
+``future_tolerance`` after its file landed is a ``future time`` reject (a live stream cannot
+hold it; one row of 2099 would close every epoch up to it), and until the first epoch closes a
+row more than ``max_backlog`` epochs behind the watermark's epoch is ``out of range`` (one row
+of 1970 would open an epoch for every day since). Both read the file's landing time and the
+files before it, not the clock, so they too depend on the file sequence only.
 
 Vocabulary
 ----------
@@ -50,13 +56,14 @@ it is committed; the store stays at the previous epoch) and exits 130.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
 import signal
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import asdict, dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -64,20 +71,21 @@ import numpy as np
 import pyarrow as pa
 
 import streamtree
-from connectors.landing import LandedFile, LandingError, LandingZone, read_landed
+from connectors.landing import LandedFile, LandedRead, LandingError, LandingNotReady, LandingZone, read_landed
 from connectors.sources.files import file_format
+from connectors.sources.times import TimeParser
 from connectors.stores.ledger import LEDGER_TABLE, ledger_table, read_ledger
 from connectors.stores.snapshot import SnapshotStore, StoreError
-from streamtree.epochs import LATE_POLICIES, Bucketer, Epoch, EpochSpec, TimeRange
-from streamtree.records import (DEFAULT_DUPLICATE_TEXTS, EMPTY_AFTER_VOCABULARY, OUT_OF_RANGE, REJECT_SCHEMA,
-                                _reason_kind, make_rejects, reject_rows)
+from streamtree.epochs import LATE_POLICIES, Bucketer, Epoch, EpochSpec, IdWindow, TimeRange
+from streamtree.records import (DEFAULT_DUPLICATE_TEXTS, DUPLICATE_ID, EMPTY_AFTER_VOCABULARY, FUTURE_TIME,
+                                OUT_OF_RANGE, REJECT_SCHEMA, _reason_kind, make_rejects, reject_rows)
 from streamtree.model import RUN_LOCATION_PARAMS
 from streamtree.replay import (REPEATED_TEXTS_WARNING, EpochFitter, QuietEpochs, check_duplicate_texts,
                                identity_differences, repeated_texts_note, row_form, settings_identity, stored_identity,
                                text_model_params, text_vectorizer, theta_storage, vocabulary_texts)
 from streamtree.text import DEFAULT_MAX_DF, DEFAULT_MAX_FEATURES, DEFAULT_MIN_DF, DEFAULT_TOP_WORDS, DEFAULT_WEIGHTING
 from streamtree.text import TextVectorizer
-from streamtree.watermark import Watermark, is_idle
+from streamtree.watermark import YEAR1_US, Watermark, format_duration, is_idle
 
 logger = logging.getLogger(__name__)
 
@@ -118,6 +126,15 @@ class ServeConfig:
     weighting: str = DEFAULT_WEIGHTING
     time_format: str | None = None
     time_range: str = "all"
+    #: seconds a row's time may lie after its file landed (clock skew, time zones) before it is a
+    #: ``future time`` reject; None: no bound
+    future_tolerance: float | None = 86400.0
+    #: before the first epoch closes, rows more than this many epochs behind the watermark's are
+    #: ``out of range`` rejects (where the stream's first epoch may lie)
+    max_backlog: int = 1000
+    #: with ``id_col``: published epochs whose document ids are remembered, besides the rows of
+    #: open epochs, to reject a row repeating one as ``duplicate id`` (8 bytes an id)
+    id_window: int = 10
     format: str | None = None
     delimiter: str | None = None
     top_words: int = DEFAULT_TOP_WORDS
@@ -142,6 +159,12 @@ class ServeConfig:
             raise ValueError("idle timeout must be positive")
         if int(self.warmup_docs) < 1:
             raise ValueError("warm-up documents must be at least 1")
+        if self.future_tolerance is not None and self.future_tolerance < 0:
+            raise ValueError("future tolerance must be >= 0 (or None for no bound)")
+        if int(self.max_backlog) < 1:
+            raise ValueError("max backlog must be at least 1 epoch")
+        if int(self.id_window) < 1:
+            raise ValueError("the id window must hold at least 1 published epoch")
         if TimeRange.parse(self.time_range).text == "auto":
             raise ValueError("a service cannot tell the bulk of a stream in advance: give --time-range all or "
                              "START..END")
@@ -156,7 +179,8 @@ class ServeConfig:
     def identity(self) -> dict:
         """What must match for a restart to continue a store (not where or how often it runs)."""
         d = {k: v for k, v in asdict(self).items() if k not in self._RUNTIME}
-        added = ("time_format", "time_range", "format", "delimiter", "duplicate_texts")
+        added = ("time_format", "time_range", "format", "delimiter", "duplicate_texts", "future_tolerance",
+                 "max_backlog", "id_window")
         return settings_identity(d, ServeConfig, added, self.model_params(), self.epoch)
 
     def model_params(self) -> dict:
@@ -184,6 +208,8 @@ class ServiceMetrics:
         self.documents = PCounter("streamtree_documents_fitted", "Documents fitted in published epochs", registry=r)
         self.files = PCounter("streamtree_files", "Landed files taken, by status (ingested, duplicate, unreadable)",
                               ["status"], registry=r)
+        self.waiting_files = Gauge("streamtree_files_waiting", "Landed files that cannot be read yet (permission, "
+                                   "I/O error, empty, still being written), retried at every poll", registry=r)
         self.epochs = PCounter("streamtree_epochs_published", "Epochs published to the store", registry=r)
         self.live_nodes = Gauge("streamtree_live_nodes", "Nodes of the last published tree", registry=r)
         self.pending_rows = Gauge("streamtree_pending_rows", "Rows waiting in open epochs (not yet committed)",
@@ -279,13 +305,19 @@ class ServeSummary:
     last_epoch: tuple[int, str] | None = None
     stopped_by: str = "done"
     abandoned: bool = False  # a second signal left without committing the epoch in progress
+    #: files that could not be read yet (name -> why); not taken, so the next run tries them again
+    waiting: dict = field(default_factory=dict)
 
     def format(self) -> str:
         files = ", ".join(f"{n} {s}" for s, n in sorted(self.files.items())) or "none"
         last = f"epoch {self.last_epoch[0]} ({self.last_epoch[1]})" if self.last_epoch else "no epoch yet"
-        return (f"files: {files}\nrows read: {self.rows_read}; committed: {self.documents} fitted, {self.rejected} "
+        text = (f"files: {files}\nrows read: {self.rows_read}; committed: {self.documents} fitted, {self.rejected} "
                 f"rejects; waiting in open epochs: {self.pending_rows} rows, {self.pending_rejects} rejects\n"
                 f"published now: {self.epochs_published} epochs; the store is committed through {last}")
+        if self.waiting:
+            text += ("\nnot read yet (tried again at the next start): "
+                     + "; ".join(f"{name}: {why}" for name, why in sorted(self.waiting.items())))
+        return text
 
 
 class _Abandon(Exception):
@@ -299,6 +331,18 @@ def _abandoned(exc: BaseException | None) -> bool:
     while isinstance(exc, SystemError):
         exc = exc.__cause__
     return isinstance(exc, _Abandon)
+
+
+def _micros(times) -> np.ndarray:
+    """Microseconds since 1970 of a ``timestamp[us, UTC]`` array without nulls."""
+    if isinstance(times, pa.ChunkedArray):
+        times = times.combine_chunks()
+    return np.asarray(times.cast(pa.int64()).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _iso(us: int) -> str:
+    """An instant as ISO 8601 to the second (any year NumPy can write, unlike ``datetime``)."""
+    return str(np.datetime_as_string(np.datetime64(us, "us"), unit="s")) + "Z"
 
 
 def _outside(keys: np.ndarray, lo: int | None, hi: int | None) -> np.ndarray:
@@ -348,13 +392,20 @@ class Service:
         self.model = DTSSBP(**c.model_params())
         self.vectorizer: TextVectorizer | None = None
         self.fitter: EpochFitter | None = None
-        self._queue: list[Epoch] = []  # closed epochs waiting to be fitted (warm-up)
+        self._queue: deque[Epoch] = deque()  # closed epochs waiting to be fitted (warm-up)
+        self._warmup_n = 0  # documents of the queued epochs for the warm-up vocabulary
         self._events: list[dict] = []  # taken since the last commit
         self._seq = 0
         self._target: int | None = None  # the epoch key the watermark closes through
         self._hashes: dict[str, str] = {}  # sha256 -> name of the ingested file
         self._taken: dict[str, tuple[int, int]] = {}  # name -> (size, mtime_ns) when taken
         self._changed_warned: set[str] = set()
+        self._waiting: dict[str, str] = {}  # name -> why it cannot be read yet (not taken: retried)
+        # how the stream's times are read: decided once, on the first ingested file that decides
+        # (as a replay decides once for its source), and committed so that a restart keeps it
+        self._time_parser = TimeParser(c.time_unit, c.time_format)
+        # ids taken lately (--id-col): rows waiting in open epochs and the last published epochs'
+        self._ids = IdWindow(c.id_window) if c.id_col is not None else None
         self._epoch_ready_ns: dict[int, int] = {}  # epoch key -> newest ready time of its files
         # when the newest taken file landed (LandedFile.arrived_ns): the idle clock. Not its
         # mtime, which a copy may have kept from long ago (the stream would look idle at once).
@@ -440,7 +491,7 @@ class Service:
         self.bucketer = Bucketer.restore(self.spec, state["bucketer"], table("pending_rows"),
                                          table("pending_rejects"), table("pending_unplaced"))
         self.watermark.max_time_us = state["max_time_us"]
-        self._queue = _queue_from(state["queue"], table("queued_rows"), table("queued_rejects"))
+        self._queue = deque(_queue_from(state["queue"], table("queued_rows"), table("queued_rejects")))
         self._seq = int(state["next_seq"])
         self._target = state["target"]
         # a state written before the landing-time clock: its ready times are modification times,
@@ -449,6 +500,16 @@ class Service:
         self._epoch_ready_ns = {int(k): int(v) for k, v in state["epoch_ready_ns"].items()}
         self._drop_closed_ready()  # stores written before this pruning carry keys of published epochs
         self._totals = state["totals"]
+        # a state written before the stream's time choices were kept: the next file decides
+        self._time_parser = TimeParser(self.config.time_unit, self.config.time_format).with_choices(
+            state.get("time_choices") or {})
+        if self._ids is not None:  # what the service running all along remembers: rebuilt from the store
+            _, rows, _, _ = self.bucketer.state()
+            for table in [rows] + [e.rows for e in self._queue]:
+                if "id" in table.column_names:
+                    self._ids.take(table.column("id").to_pylist())
+            for entry in self.store.epochs()[-self.config.id_window:]:
+                self._ids.publish(self.store.doc_ids(entry["epoch"]).to_pylist())
         for ev in read_ledger(self.store).to_pylist():
             if ev["kind"] == "changed":
                 self._changed_warned.add(ev["name"])
@@ -479,19 +540,31 @@ class Service:
         logger.info("vocabulary: %d terms", vec.vocabulary_.shape[0])
 
     # ---- taking files ------------------------------------------------------------------
-    def _take(self, landed: LandedFile) -> None:
-        """Read one file, apply it, and close the epochs the watermark passed."""
+    def _take(self, landed: LandedFile) -> bool:
+        """Read one file, apply it, and close the epochs the watermark passed. False if the file
+        cannot be read now (:class:`~connectors.landing.LandingNotReady`): it is not taken, and
+        a later poll tries it again."""
         c = self.config
+        read, error = None, None
+        try:
+            read = read_landed(self.landing.fs, landed, text_col=c.text_col, time_col=c.time_col,
+                               id_col=c.id_col, time_unit=c.time_unit, batch_size=c.batch_size,
+                               time_format=c.time_format, delimiter=self.landing.delimiter,
+                               time_parser=self._time_parser)
+        except LandingNotReady as exc:
+            self._not_ready(landed.name, str(exc).split(": ", 1)[-1])
+            return False
+        except LandingError as exc:
+            error = exc
+        if self._waiting.pop(landed.name, None) is not None:
+            self.metrics.waiting_files.set(len(self._waiting))
+            logger.info("landing: %s can be read now", landed.name)
         event = {"seq": self._seq, "kind": "file", "name": landed.name, "size": landed.size,
                  "mtime_ns": landed.mtime_ns, "ready_ns": landed.ready_ns, "sha256": None, "status": None,
                  "n_read": 0, "detail": None, "close_through": None}
         self._seq += 1
-        try:
-            read = read_landed(self.landing.fs, landed, text_col=c.text_col, time_col=c.time_col,
-                               id_col=c.id_col, time_unit=c.time_unit, batch_size=c.batch_size,
-                               time_format=c.time_format, delimiter=self.landing.delimiter)
-        except LandingError as exc:
-            msg = str(exc).split(": ", 1)[-1]
+        if error is not None:
+            msg = str(error).split(": ", 1)[-1]
             event.update(status="unreadable", detail=msg)
             logger.warning("landing: %s is unreadable, recorded as a reject: %s", landed.name, msg)
             reason = f"{UNREADABLE_FILE} '{msg}'"
@@ -505,6 +578,7 @@ class Service:
             else:
                 event.update(status="ingested")
                 self._hashes[read.sha256] = landed.name
+                self._adopt_time_choices(landed.name, read)
                 self._ingest(landed, read)
         self._taken[landed.name] = (landed.size, landed.mtime_ns)
         self._last_arrival_ns = max(self._last_arrival_ns or 0, landed.arrived_ns)
@@ -514,38 +588,132 @@ class Service:
         self._events.append(event)
         logger.info("took %s: %s, %d rows", landed.name, status, event["n_read"])
         self._close(self.watermark.closable_through())
+        return True
 
-    def _file_rejects(self, rejects: pa.Table, lo: int | None, hi: int | None) -> None:
-        """The source's rejects under their epochs, those dated outside the time range with the
-        next epoch closed (the range keeps their epochs out, as it does the rows')."""
-        if rejects.num_rows == 0 or (lo is None and hi is None) or "time" not in rejects.column_names:
+    def _adopt_time_choices(self, name: str, read: LandedRead) -> None:
+        """Keep the time choices an ingested file made (the first file that decides decides for
+        the stream) and log them; warn when the file's times, read on their own, would have been
+        read otherwise (a day-first file after an ambiguous month-first one, say)."""
+        col = self.config.time_col
+        for note in read.time_parser.notes[len(self._time_parser.notes):]:
+            log = logger.warning if "ambiguous" in note else logger.info
+            log("time column %r: %s; decided on %s for the stream (and kept on restarts)", col, note, name)
+        if read.time_alone is not None:
+            logger.warning("%s: time column %r: %s; pass --time-format (or --time-unit) to a new store to read "
+                           "every file alike", name, col, read.time_alone)
+        self._time_parser = read.time_parser
+
+    def _not_ready(self, name: str, reason: str) -> None:
+        """Leave a file that cannot be read now for a later poll, warning once per reason (not at
+        every poll); nothing of it is recorded, so a restart treats it as a file not yet taken."""
+        if self._waiting.get(name) != reason:
+            logger.warning("landing: %s cannot be read yet, left for a later poll: %s", name, reason)
+        self._waiting[name] = reason
+        self.metrics.waiting_files.set(len(self._waiting))
+
+    def _file_rejects(self, rejects: pa.Table, lo: int | None, hi: int | None, limit_us: int | None) -> None:
+        """The source's rejects under their epochs, those dated outside the time range or after
+        ``limit_us`` (the future bound) with the next epoch closed (their epochs are kept out,
+        as the rows' are: a reject there would wait for an epoch that never closes)."""
+        if (rejects.num_rows == 0 or (lo is None and hi is None and limit_us is None)
+                or "time" not in rejects.column_names):
             self.bucketer.add_rejects(rejects)
             return
         times = rejects.column("time")
         known = np.asarray(times.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
         keys = np.zeros(rejects.num_rows, dtype=np.int64)
+        later = np.zeros(rejects.num_rows, dtype=bool)
         if known.any():
             keys[known] = self.spec.time_keys(times.filter(pa.array(known)))
-        out = known & _outside(keys, lo, hi)
+            if limit_us is not None:
+                later[known] = _micros(times.filter(pa.array(known))) > limit_us
+        out = known & (_outside(keys, lo, hi) | later)
         self.bucketer.add_rejects(rejects.filter(pa.array(~out)))
         self.bucketer.add_rejects(rejects.filter(pa.array(out)), place=False)
+
+    def _reject_taken_ids(self, name: str, rows: pa.Table) -> pa.Table:
+        """``rows`` without those whose id a row took before (waiting in an open epoch, or a
+        document of the last ``id_window`` published epochs) or earlier in the file: rejects
+        ``duplicate id``, as a replay's, the first kept."""
+        if self._ids is None or rows.num_rows == 0:
+            return rows
+        fresh = self._ids.fresh(rows.column("id").to_pylist())
+        if fresh.all():
+            return rows
+        self.bucketer.add_rejects(reject_rows(rows.filter(pa.array(~fresh)), DUPLICATE_ID))
+        logger.warning("%s: %d rows repeat the id of a row taken before (waiting in an open epoch or fitted in the "
+                       "last %d published epochs) and are rejects '%s'; the first is kept", name, int((~fresh).sum()),
+                       self.config.id_window, DUPLICATE_ID)
+        return rows.filter(pa.array(fresh))
+
+    def _future_limit_us(self, landed: LandedFile) -> int | None:
+        """The latest time a row of ``landed`` may hold: when the file landed plus the future
+        tolerance. The file's landing time, not the clock's, so that a restart reading the file
+        again decides alike."""
+        tol = self.config.future_tolerance
+        return None if tol is None else landed.arrived_ns // 1000 + int(round(tol * 1e6))
+
+    def _reject_future(self, landed: LandedFile, rows: pa.Table, limit_us: int | None) -> pa.Table:
+        """``rows`` without those dated after ``limit_us``, which become ``future time`` rejects
+        (with the next epoch closed: their own would never close), with a warning."""
+        if limit_us is None or rows.num_rows == 0:
+            return rows
+        times = _micros(rows.column("time"))
+        later = times > limit_us
+        if not later.any():
+            return rows
+        self.bucketer.add_rejects(reject_rows(rows.filter(pa.array(later)), FUTURE_TIME), place=False)
+        logger.warning("%s: %d rows dated after the file landed plus --future-tolerance %s (the latest %s) are "
+                       "rejects '%s': a live stream cannot hold them yet; fix the writer's clock or time zone, or "
+                       "raise --future-tolerance", landed.name, int(later.sum()),
+                       format_duration(self.config.future_tolerance), _iso(int(times[later].max())), FUTURE_TIME)
+        return rows.filter(pa.array(~later))
+
+    def _trim_backlog(self, name: str) -> None:
+        """Before the first epoch closes, reject the pending rows dated more than ``max_backlog``
+        epochs behind the watermark's epoch: the first epoch closed is the earliest epoch with
+        rows, and one stray old row (a time of 0, a default date) would otherwise open, and have
+        fitted, every epoch since."""
+        wm = self.watermark.value_us
+        if self.bucketer.closed_through is not None or wm is None or wm < YEAR1_US:
+            return
+        bound = self.watermark.key_of(wm) - int(self.config.max_backlog)
+        old = self.bucketer.pop_rows_before(bound)
+        if old is None:
+            return
+        if self._ids is not None:
+            self._ids.release(old.column("id").to_pylist())
+        self.bucketer.add_rejects(reject_rows(old, OUT_OF_RANGE), place=False)
+        logger.warning("after %s: %d rows dated more than --max-backlog %d epochs before the watermark's epoch %s "
+                       "(the earliest %s) are rejects '%s': the stream's first epoch may lie no further back; "
+                       "raise --max-backlog to keep a longer backlog", name, old.num_rows, self.config.max_backlog,
+                       self.spec.label(bound + int(self.config.max_backlog)),
+                       _iso(int(_micros(old.column("time")).min())), OUT_OF_RANGE)
 
     def _ingest(self, landed: LandedFile, read) -> None:
         rows = read.rows
         self._totals["rows_read"] += read.n_read
         self.metrics.rows_read.inc(read.n_read)
         lo, hi = TimeRange.parse(self.config.time_range).key_range(self.spec)
-        self._file_rejects(read.rejects, lo, hi)
+        limit_us = self._future_limit_us(landed)
+        self._file_rejects(read.rejects, lo, hi, limit_us)
+        rows = self._reject_future(landed, rows, limit_us)
         if rows.num_rows and (lo is not None or hi is not None):
             out = _outside(self.spec.keys(rows), lo, hi)
             if np.any(out):
                 # with the next epoch closed, not under their own: the range keeps those out
                 self.bucketer.add_rejects(reject_rows(rows.filter(pa.array(out)), OUT_OF_RANGE), place=False)
                 rows = rows.filter(pa.array(~out))
+        rows = self._reject_taken_ids(landed.name, rows)
         if rows.num_rows:
             for k in np.unique(self.spec.keys(rows)).tolist():
                 self._epoch_ready_ns[k] = max(self._epoch_ready_ns.get(k, 0), landed.ready_ns)
             late_before, moved_before = self.bucketer.n_late, self.bucketer.n_moved
+            if self._ids is not None:  # the rows that will wait in open epochs (not those late and rejected)
+                closed = self.bucketer.closed_through
+                waits = rows.filter(pa.array(self.spec.keys(rows) > closed)) \
+                    if closed is not None and self.config.late_policy == "reject" else rows
+                self._ids.take(waits.column("id").to_pylist())
             self.bucketer.add(rows, late=self.config.late_policy)
             if self.bucketer.n_late > late_before:
                 logger.info("%s: %d late rows for closed epochs rejected", landed.name, self.bucketer.n_late - late_before)
@@ -553,6 +721,7 @@ class Service:
                 logger.info("%s: %d late rows for closed epochs moved to the next open epoch", landed.name,
                             self.bucketer.n_moved - moved_before)
             self.watermark.observe(rows.column("time"))
+            self._trim_backlog(landed.name)
         self._update_gauges()
 
     # ---- closing epochs ----------------------------------------------------------------
@@ -567,6 +736,8 @@ class Service:
             rows = ep.rows.sort_by([("source", "ascending"), ("position", "ascending")]) if ep.n_rows else ep.rows
             self._queue.append(Epoch(ep.index, ep.key, ep.label, rows, ep.rejects))
             if self.vectorizer is None and not self._warm_up():
+                if self._stop.is_set():  # nothing of the warm-up is committed: a restart derives it again
+                    raise _StopNow()
                 continue
             while self._queue:
                 self._fit(self._queue[0])
@@ -574,13 +745,18 @@ class Service:
                     raise _StopNow()
 
     def _warm_up(self) -> bool:
-        """Fit the vocabulary once the queued closed epochs hold enough documents."""
+        """Fit the vocabulary once the queued closed epochs hold enough documents. The count
+        grows by the epoch just queued (the queue is read whole once, to fit), so a warm-up over
+        many epochs costs time linear in them."""
+        added = sum(len(c) for c in vocabulary_texts([self._queue[-1]], self.config.duplicate_texts))
+        self._warmup_n += added
+        if self._warmup_n < self.config.warmup_docs:
+            if added:  # quiet epochs, a gap in the stream, are not worth a line each
+                logger.info("warm-up: %d of %d documents for the vocabulary (epoch %s closed)", self._warmup_n,
+                            self.config.warmup_docs, self._queue[-1].label)
+            return False
         texts = vocabulary_texts(self._queue, self.config.duplicate_texts)  # the rows that will be fitted
         n = sum(len(c) for c in texts)
-        if n < self.config.warmup_docs:
-            logger.info("warm-up: %d of %d documents for the vocabulary (epoch %s closed)", n,
-                        self.config.warmup_docs, self._queue[-1].label)
-            return False
         vec = self.config.vectorizer()
         vec.fit(pa.chunked_array(texts, pa.string()))
         logger.info("vocabulary fitted on %d documents of %d warm-up epochs", n, len(self._queue))
@@ -610,7 +786,9 @@ class Service:
         if (fitted is not None and self.config.duplicate_texts == "keep" and repeated
                 and repeated >= REPEATED_TEXTS_WARNING * fitted.n_documents):
             logger.warning("epoch %s: %s", ep.label, repeated_texts_note(repeated, fitted.n_documents, "keep"))
-        self._queue.pop(0)
+        self._queue.popleft()
+        if self._ids is not None:  # its rows wait no longer; its documents join the window once published
+            self._ids.release(ep.rows.column("id").to_pylist())
         if fitted is None:  # no document yet: its rejects go with the next epoch
             self._in_epoch = None
             return
@@ -630,6 +808,8 @@ class Service:
         for reason, n in kinds.items():
             self._totals["rejected"][reason] = self._totals["rejected"].get(reason, 0) + n
         self._commit(fitted, fit_s)
+        if self._ids is not None:
+            self._ids.publish(fitted.epoch.rows.column("id").to_pylist())
         del self.model.trees_[:-1]  # the store keeps the history; memory stays flat
         self._in_epoch = None
         with self.metrics.lock:
@@ -652,7 +832,7 @@ class Service:
         state = {"service": {
             "epoch": ep.index, "next_seq": self._seq, "target": self._target, "max_time_us": self.watermark.max_time_us,
             "bucketer": scalars, "queue": [{"index": e.index, "key": e.key, "label": e.label} for e in self._queue],
-            "last_arrival_ns": self._last_arrival_ns,
+            "last_arrival_ns": self._last_arrival_ns, "time_choices": self._time_parser.choices,
             "epoch_ready_ns": {str(k): v for k, v in self._epoch_ready_ns.items()},
             "totals": self._totals}}
         tables = {LEDGER_TABLE: ledger_table(self._events), "pending_rows": rows, "pending_rejects": rejects,
@@ -714,8 +894,13 @@ class Service:
         now = time.time() if now is None else now
         files = self.landing.poll(skip=self._taken, now=now)
         self._warn_changed()
+        for name in [n for n in self._waiting if self.landing.state_of(n) is None]:
+            logger.info("landing: %s, which could not be read, is gone from the landing folder", name)
+            del self._waiting[name]
+            self.metrics.waiting_files.set(len(self._waiting))
+        taken = 0
         for f in files:
-            self._take(f)
+            taken += self._take(f)
             self._heartbeat = time.time()
             if self._stop.is_set():
                 raise _StopNow()
@@ -731,7 +916,7 @@ class Service:
                 self._seq += 1
                 self._close(target)
         self._heartbeat = time.time()
-        return len(files)
+        return taken
 
     def _warn_changed(self) -> None:
         """A file taken before has changed (rewritten, or re-landed under its name): each file is
@@ -803,10 +988,12 @@ class Service:
         s.pending_rows = rows.num_rows + sum(e.n_rows for e in self._queue)
         s.pending_rejects = rejects.num_rows + unplaced.num_rows + sum(e.rejects.num_rows for e in self._queue)
         s.last_epoch = self._last_commit
+        s.waiting = dict(self._waiting)
         if not s.abandoned:
             n = sum(1 for e in self._events if e["kind"] == "file")
             logger.info("stopped (%s): %s; %d rows wait in open epochs; %d files taken since the last commit "
-                        "are taken again on restart", s.stopped_by, self._where(), s.pending_rows, n)
+                        "are taken again on restart%s", s.stopped_by, self._where(), s.pending_rows, n,
+                        f"; {len(self._waiting)} files could not be read yet" if self._waiting else "")
         return s
 
     def _on_signal(self, signum, frame) -> None:
@@ -834,8 +1021,7 @@ class Service:
         try:
             self._http = ThreadingHTTPServer(self.metrics_addr, handler)
         except OSError as exc:
-            raise StoreError(f"cannot listen on {self.metrics_addr[0]}:{self.metrics_addr[1]} for metrics: {exc}; "
-                             "use another --metrics-addr or 'off'") from None
+            raise MetricsAddressError(*self.metrics_addr, _listen_reason(exc)) from None
         self._http.daemon_threads = True
         threading.Thread(target=self._http.serve_forever, name="metrics", daemon=True).start()
         host, port = self._http.server_address[:2]
@@ -843,11 +1029,37 @@ class Service:
         logger.info("metrics on http://%s:%d/metrics, health on /healthz", host, port)
 
 
+class MetricsAddressError(Exception):
+    """The service cannot serve ``/metrics`` and ``/healthz`` at its metrics address (in use,
+    not an address of this host, no permission): nothing was read or written.
+
+    Attributes
+    ----------
+    host, port, reason : str, int, str
+    """
+
+    def __init__(self, host: str, port: int, reason: str) -> None:
+        super().__init__(f"cannot listen on {host}:{port} for /metrics and /healthz: {reason}; choose another "
+                         "metrics address, or none")
+        self.host, self.port, self.reason = host, port, reason
+
+
+def _listen_reason(exc: OSError) -> str:
+    """Why a server socket cannot be bound, in words."""
+    if exc.errno == errno.EADDRINUSE:
+        return "the port is in use (another service, or another streamtree serve)"
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return "not an address of this host"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "permission denied (ports below 1024 need privileges)"
+    return exc.strerror or str(exc)
+
+
 class _StopNow(Exception):
     """A stop was requested: leave the loop after the step just finished."""
 
 
-def _queue_tables(queue: list[Epoch], schema: pa.Schema | None) -> tuple[pa.Table, pa.Table]:
+def _queue_tables(queue, schema: pa.Schema | None) -> tuple[pa.Table, pa.Table]:
     """Rows and rejects of closed, not yet fitted epochs, with their place in the queue (``qpos``)."""
     rows = [e.rows.append_column("qpos", pa.array([i] * e.n_rows, pa.int64())) for i, e in enumerate(queue) if e.n_rows]
     rejects = [e.rejects.select(REJECT_SCHEMA.names).append_column("qpos", pa.array([i] * e.rejects.num_rows, pa.int64()))
@@ -901,5 +1113,5 @@ def configure_logging(fmt: str = "plain", level: int = logging.INFO) -> None:
     root.setLevel(level)
 
 
-__all__ = ["EXIT_ABANDONED", "JsonFormatter", "ServeConfig", "ServeSummary", "Service", "ServiceMetrics",
-           "configure_logging", "parse_address"]
+__all__ = ["EXIT_ABANDONED", "JsonFormatter", "MetricsAddressError", "ServeConfig", "ServeSummary", "Service",
+           "ServiceMetrics", "configure_logging", "parse_address"]

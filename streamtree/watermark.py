@@ -29,7 +29,7 @@ from streamtree.records import TIME_TYPE
 
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(s|m|h|d|w|y)?\s*$")
 # Seconds per unit; "y" is the mean Gregorian year (for calendar epochs such as decades).
-_YEAR1_US = -62_135_596_800 * 1_000_000  # 0001-01-01T00:00Z
+YEAR1_US = -62_135_596_800 * 1_000_000  # 0001-01-01T00:00Z
 _SECONDS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0, "y": 365.2425 * 86400.0}
 
 
@@ -42,6 +42,16 @@ def parse_duration(text: str) -> float:
     if not m:
         raise ValueError(f"cannot parse duration {text!r}: expected e.g. '0', '30s', '15m', '2h', '1d', '2w', '1y'")
     return float(m.group(1)) * _SECONDS[m.group(2) or "s"]
+
+
+def format_duration(seconds: float) -> str:
+    """``86400.0`` as ``"1d"``, ``5400.0`` as ``"90m"``, ``2.5`` as ``"2.5s"``: a duration as
+    :func:`parse_duration` reads it, in the largest whole unit of days, hours or minutes."""
+    for unit in ("d", "h", "m"):
+        n = _SECONDS[unit]
+        if seconds >= n and seconds % n == 0:
+            return f"{int(seconds // n)}{unit}"
+    return f"{seconds:g}s"
 
 
 @dataclass
@@ -106,7 +116,7 @@ class Watermark:
             return None
         if idle:
             return self.key_of(self.max_time_us)
-        if self.value_us < _YEAR1_US:  # lateness reaches before the calendar: nothing closed
+        if self.value_us < YEAR1_US:  # lateness reaches before the calendar: nothing closed
             return None
         return self.key_of(self.value_us) - 1
 
@@ -124,4 +134,4 @@ def is_idle(now_s: float, last_arrival_s: float | None, idle_timeout_s: float | 
     return now_s - last_arrival_s >= idle_timeout_s
 
 
-__all__ = ["Watermark", "is_idle", "parse_duration"]
+__all__ = ["YEAR1_US", "Watermark", "format_duration", "is_idle", "parse_duration"]

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from connectors.sources import open_source
-from streamtree.epochs import Bucketer, EpochSpec, bucket
+from streamtree.epochs import Bucketer, EpochSpec, IdWindow, bucket
 from streamtree.records import REJECT_SCHEMA, make_rejects
 
 SOTU = Path(__file__).resolve().parents[1] / "examples" / "data" / "sotu_paragraphs.parquet"
@@ -250,6 +250,36 @@ def test_streaming_watermark_and_late_rows():
     assert rest[0].rejects.column("reason").to_pylist() == ["late row for a closed epoch"]
     # A watermark past the data closes empty epochs too.
     assert [e.label for e in b.pop_through(b.closed_through + 2)] == ["2026-03-05", "2026-03-06"]
+
+
+def test_pop_rows_before_takes_the_old_rows_out_of_a_streams_first_epoch():
+    """Before the first close, the rows of epochs before a key leave the bucketer (for the caller
+    to reject) and rejects filed there go with the first epoch: one stray old row no longer makes
+    the first epoch, with every empty epoch from it to the bulk."""
+    b = Bucketer("1d")
+    day = lambda m, d: datetime(2026, m, d, 12, tzinfo=UTC)  # noqa: E731
+    b.add(rows([day(3, 2), datetime(1970, 1, 1, tzinfo=UTC), day(3, 1)]))
+    b.add_rejects(_rejects_at([1971]))
+    assert b.pop_rows_before(int(b.spec.keys(rows([day(1, 1)]))[0])).column("id").to_pylist() == ["d1"]
+    assert b.n_rows == 2 and b.pop_rows_before(0) is None
+    eps = list(b.pop_through(b.max_key))
+    assert [(e.label, e.n_rows) for e in eps] == [("2026-03-01", 1), ("2026-03-02", 1)]
+    assert eps[0].rejects.column("position").to_pylist() == [0]
+
+
+def test_id_window_remembers_waiting_ids_and_the_last_published_epochs():
+    w = IdWindow(2)
+    assert w.fresh(["a", "b", "a"]).tolist() == [True, True, False]  # the first of an id is kept
+    w.take(["a", "b"])
+    assert w.fresh(["a", "c"]).tolist() == [False, True]
+    w.release(["a", "b"])  # epoch 1 fitted: "b" was a document, "a" a reject after all
+    w.publish(["b"])
+    assert w.fresh(["a", "b"]).tolist() == [True, False]
+    w.publish(["c"])
+    w.publish(["d"])  # a window of two: "b" is forgotten
+    assert w.fresh(["b", "c", "d"]).tolist() == [True, False, False] and w.n_ids == 2
+    with pytest.raises(ValueError, match="at least 1 epoch"):
+        IdWindow(0)
 
 
 def test_sotu_decades_in_key_order():

@@ -55,6 +55,9 @@ COMMON_FORMATS = (
     "%a, %d %b %Y %H:%M:%S %z", "%d %b %Y %H:%M:%S %z", "%a %b %d %H:%M:%S %Y %z",
 )
 _US_PER = {"s": 1_000_000, "ms": 1_000, "us": 1, "ns": None}
+#: what each number unit reads numbers as, for notes and messages
+UNIT_NAMES = {"year": "calendar years", "yyyymmdd": "dates written YYYYMMDD", "s": "seconds since 1970",
+              "ms": "milliseconds since 1970", "us": "microseconds since 1970", "ns": "nanoseconds since 1970"}
 _INT_RE = r"^[+-]?\d+$"
 _FLOAT_RE = r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?$"
 # A zone suffix only counts after a clock time, so "2026-03-14" is not read as offset "-14".
@@ -113,6 +116,27 @@ class TimeParser:
         self.string_format: str | None = time_format
         self.notes: list[str] = []
 
+    @property
+    def choices(self) -> dict:
+        """What the parser has decided so far, as JSON: ``number_unit`` and ``string_format``
+        (None where nothing decided yet)."""
+        return {"number_unit": self.number_unit, "string_format": self.string_format}
+
+    def with_choices(self, choices: dict) -> "TimeParser":
+        """A parser with this one's settings and notes and ``choices`` (:attr:`choices` of
+        another) made already; its later choices and notes do not touch this one."""
+        out = TimeParser(self.time_unit, self.time_format)
+        out.notes = list(self.notes)
+        if out.number_unit is None:
+            out.number_unit = choices.get("number_unit")
+        if out.string_format is None:
+            out.string_format = choices.get("string_format")
+        return out
+
+    def copy(self) -> "TimeParser":
+        """This parser as it stands, whose later choices and notes do not touch this one."""
+        return self.with_choices(self.choices)
+
     def parse(self, values: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
         if isinstance(values, pa.ChunkedArray):
             values = values.combine_chunks()
@@ -158,18 +182,18 @@ def detect_number_unit(values: np.ndarray) -> tuple[str, str]:
     example = values[0]
     shown = f"{int(example)}" if float(example).is_integer() and abs(example) < 1e18 else f"{example:g}"
     if med <= _MAX_YEAR and whole >= 0.9:
-        unit, what = "year", "calendar years"
+        unit = "year"
     elif 1e7 <= med < 1e8 and whole >= 0.99 and float(np.mean(_yyyymmdd_days(v)[1])) >= _DATE_SHARE:
-        unit, what = "yyyymmdd", "dates written YYYYMMDD"
+        unit = "yyyymmdd"
     elif med < 1e11:
-        unit, what = "s", "seconds since 1970"
+        unit = "s"
     elif med < 1e14:
-        unit, what = "ms", "milliseconds since 1970"
+        unit = "ms"
     elif med < 1e17:
-        unit, what = "us", "microseconds since 1970"
+        unit = "us"
     else:
-        unit, what = "ns", "nanoseconds since 1970"
-    return unit, (f"numbers read as {what} (detected from values such as {shown}; "
+        unit = "ns"
+    return unit, (f"numbers read as {UNIT_NAMES[unit]} (detected from values such as {shown}; "
                   f"--time-unit {'|'.join(u for u in TIME_UNITS if u != 'auto')} overrides)")
 
 

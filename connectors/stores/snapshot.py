@@ -1547,6 +1547,13 @@ class SnapshotStore:
         return self._read_parquet(self._path(entry["path"], "rejects.parquet"))
 
     @_one_run
+    def doc_ids(self, epoch: int) -> pa.ChunkedArray:
+        """The ids of a published epoch's documents, in its assignments' order (read without the
+        tree: a service rebuilding the ids it remembers reads only these)."""
+        entry = self._entry(epoch)
+        return self._read_parquet(self._path(entry["path"], "assignments.parquet"), columns=["doc_id"]).column(0)
+
+    @_one_run
     def lineage(self) -> dict[int, NodeLineage]:
         """Per node id: epoch born, epoch it died (first published epoch after its last
         appearance, None if alive in the last one), its parent in every epoch it was alive,
