@@ -1227,9 +1227,13 @@ def _user_message(exc: BaseException) -> tuple[str, int] | None:
     from connectors.sources import SourceError
     from connectors.stores import CorruptStoreError, StoreAccessError, StoreBusyError, StoreError
 
+    from streamtree.engines.base import EngineFailure
+
     ray_failure = _ray_failure(exc)
     if ray_failure is not None:
         return ray_failure, EXIT_BUG
+    if isinstance(exc, EngineFailure):  # its message says what to do: no traceback
+        return f"the engine failed: {exc}", EXIT_BUG
     if isinstance(exc, SourceError):
         return f"cannot read source {exc}; check the path, the format and the column names", EXIT_USAGE
     if isinstance(exc, StoreBusyError):

@@ -342,6 +342,23 @@ def test_a_ray_worker_failure_is_an_engine_failure_not_a_usage_error(kind, corpu
         assert "ActorDiedError" in err and "run again" in err
 
 
+def test_an_engine_that_cannot_run_the_sweeps_is_one_line_not_a_traceback(corpus, tmp_path, monkeypatch, capsys):
+    """Shard actors that cannot be placed, keep dying or lost their connection raise the
+    engine's own error, whose message says what to do: exit 1 with that line (it was shown as
+    a traceback, like a bug)."""
+    import streamtree.replay as replay_module
+    from streamtree.engines.base import EngineFailure
+
+    def failing(*args, **kwargs):
+        raise EngineFailure("shard 0: sweep failed 4 times; giving up")
+
+    monkeypatch.setattr(replay_module, "replay", failing)
+    code = main(["replay", str(corpus), "--text-col", "text", "--time-col", "year", "--store", str(tmp_path / "s"),
+                 "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 1 and err == "streamtree replay: error: the engine failed: shard 0: sweep failed 4 times; giving up\n"
+
+
 def test_multinomial_replay_and_evaluate_through_the_cli(corpus, tmp_path, capsys):
     """--likelihood multinomial: the store holds word distributions fitted on raw counts."""
     uri = str(tmp_path / "multi")

@@ -13,6 +13,11 @@ import numpy as np
 from streamtree.inference.enumerated import Candidates, SweepStats
 
 
+class EngineFailure(RuntimeError):
+    """Where the sweeps run failed, not the data or the model: actors that cannot be placed or
+    keep dying, a connection shut down under the engine. The message says what to do."""
+
+
 def shard_bounds(n_rows: int, n_shards: int) -> np.ndarray:
     """Row boundaries of ``n_shards`` contiguous, near-equal shards."""
     if n_shards < 1:

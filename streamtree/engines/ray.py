@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from streamtree.engines.base import Engine, shard_bounds
+from streamtree.engines.base import Engine, EngineFailure, shard_bounds
 from streamtree.engines.ray_shard import ShardWorker
 from streamtree.inference.enumerated import Candidates, SweepStats
 
@@ -390,7 +390,7 @@ class RayEngine(Engine):
         import ray
 
         if not self._connected(ray):
-            raise RuntimeError(
+            raise EngineFailure(
                 "the Ray connection holding this engine's shard actors was shut down (ray.shutdown() was called "
                 "in this process while a model still used the Ray engine); fit the epoch again (load() starts new "
                 "actors), and call ray.shutdown() only after closing the models that use Ray")
@@ -429,7 +429,7 @@ class RayEngine(Engine):
         except ray.exceptions.GetTimeoutError:
             cpus = ray.cluster_resources().get("CPU", 0)
             self.close()
-            raise RuntimeError(
+            raise EngineFailure(
                 f"{self.n_shards} shard actors needing {self.numba_threads} CPU(s) each were not placed "
                 f"within {self.ready_timeout:.0f} s; the cluster has {cpus:g} CPUs. Use fewer shards, "
                 f"fewer numba_threads or a bigger cluster.") from None
@@ -569,7 +569,7 @@ class RayEngine(Engine):
                 raise self._not_back(s) from None
             except ActorDiedError:
                 if replaced > self.max_restarts:
-                    raise RuntimeError(f"shard {s}: {replaced} replacement(s) of its actor died before taking the "
+                    raise EngineFailure(f"shard {s}: {replaced} replacement(s) of its actor died before taking the "
                                        "shard; giving up (the Ray workers' logs say why they died)") from None
                 replaced += 1
                 logger.warning("shard %d: actor is gone for good; starting a replacement", s)
@@ -582,7 +582,7 @@ class RayEngine(Engine):
                 time.sleep(min(delay, left))
                 delay = min(2 * delay, 1.0)
 
-    def _not_back(self, s: int) -> RuntimeError:
+    def _not_back(self, s: int) -> EngineFailure:
         """The error for shard ``s``'s actor not running again within ``ready_timeout``."""
         import ray
 
@@ -593,7 +593,7 @@ class RayEngine(Engine):
         except Exception:  # the cluster itself is unreachable
             have = "the cluster did not answer"
         need = self._options().get("num_cpus", self.numba_threads)
-        return RuntimeError(
+        return EngineFailure(
             f"shard {s}: its actor was not running again within {self.ready_timeout:g} s (ready_timeout); it needs "
             f"{need:g} CPU(s) and {have}. A node may have left or other work holds the CPUs: add a node or free "
             f"CPUs, use fewer shards or numba_threads, or a longer ready_timeout if nodes are still starting")
@@ -614,7 +614,7 @@ class RayEngine(Engine):
                 break
             self._reload(s, self._before[s])
             ref = self._actors[s].sweep.remote(cand_ref, self._gen, *self._own_args(s))
-        raise RuntimeError(f"shard {s}: sweep failed {self.max_restarts + 1} times; giving up")
+        raise EngineFailure(f"shard {s}: sweep failed {self.max_restarts + 1} times; giving up")
 
     def _own_args(self, s: int) -> tuple:
         """Shard ``s``'s own columns and adjustments of the current sweep (none: ``()``)."""
