@@ -273,6 +273,7 @@ def read_landed(
     time_format: str | None = None,
     delimiter: str | None = None,
     time_parser: TimeParser | None = None,
+    empty_is_final: bool = False,
 ) -> LandedRead:
     """Read one landed file whole and normalise it (all or nothing).
 
@@ -291,14 +292,21 @@ def read_landed(
     Raises
     ------
     LandingNotReady
-        Not readable now (permission, I/O error), empty, or changing while read: worth reading
-        again at a later poll.
+        Not readable now (permission, I/O error), empty (unless ``empty_is_final``: then it is
+        read as a file of no rows), or changing while read: worth reading again at a later poll.
     LandingError
         Corrupt or not of its format, or a mapped column missing: the file as it stands.
     """
     name = landed.name
     if landed.size == 0:
-        raise LandingNotReady(name, "it is empty (still being created?); it is read once it holds data")
+        if not empty_is_final:
+            raise LandingNotReady(name, "it is empty (still being created?); it is read once it holds data, or "
+                                        "taken as empty once it has not changed for the settle time")
+        # an empty file that stayed empty (or whose folder is marked complete): Spark writes
+        # them for empty partitions. Taken, with no rows, and ledgered like any other
+        schema = normalised_schema(time_col is not None, epoch_col is not None)
+        parser = time_parser.copy() if time_parser is not None else TimeParser(time_unit, time_format)
+        return LandedRead(schema.empty_table(), empty_rejects(), 0, hashlib.sha256(b"").hexdigest(), parser)
     try:
         # compression=None: pyarrow would otherwise decompress by the extension already, and
         # the bytes are decompressed here, once, for every format
@@ -331,8 +339,13 @@ def read_landed(
     good, rejects = [], []
     start = 0
     for batch in table.to_batches(max_chunksize=batch_size):
-        g, r = normalise(batch, name, start, text_col=text_col, time_col=time_col, id_col=id_col,
-                         epoch_col=epoch_col, time_parser=parser)
+        try:
+            g, r = normalise(batch, name, start, text_col=text_col, time_col=time_col, id_col=id_col,
+                             epoch_col=epoch_col, time_parser=parser)
+        except SourceError as exc:  # a column of a type no row of it can be read from (a bool time)
+            raise LandingError(name, str(exc).split(": ", 1)[-1]) from None
+        except (TypeError, ValueError, pa.ArrowException) as exc:
+            raise LandingError(name, f"cannot read its columns: {exc}") from None
         start += batch.num_rows
         good.append(g)
         if r.num_rows:

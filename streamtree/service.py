@@ -550,7 +550,9 @@ class Service:
             read = read_landed(self.landing.fs, landed, text_col=c.text_col, time_col=c.time_col,
                                id_col=c.id_col, time_unit=c.time_unit, batch_size=c.batch_size,
                                time_format=c.time_format, delimiter=self.landing.delimiter,
-                               time_parser=self._time_parser)
+                               time_parser=self._time_parser,
+                               empty_is_final=self.landing.require_success or
+                               time.time_ns() - landed.mtime_ns >= c.settle_seconds * 1e9)
         except LandingNotReady as exc:
             self._not_ready(landed.name, str(exc).split(": ", 1)[-1])
             return False

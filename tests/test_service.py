@@ -694,6 +694,29 @@ def test_warm_up_counts_the_rows_that_will_be_fitted(tmp_path):
         assert (SnapshotStore(str(tmp_path / mode)).vectorizer() is not None) == fitted, mode
 
 
+def test_a_file_empty_for_the_settle_time_or_marked_complete_is_taken_with_no_rows(corpus, tmp_path, caplog):
+    """Spark writes empty part files for empty partitions. An empty file waited for data forever
+    (a warning at every start, counted as waiting for good); one that stayed empty for the settle
+    time, or whose folder holds the _SUCCESS marker a --require-success service waits for, is
+    taken with no rows and ledgered as ingested. A bool column where a time belongs makes the
+    file an unreadable-file reject; it stopped the service at every start."""
+    land, store = tmp_path / "land", tmp_path / "store"
+    os.makedirs(land / "part")
+    for d in (1, 2, 3):
+        shutil.copy(f"{corpus}/all/day{d}.jsonl", land / f"day{d}.jsonl")
+    (land / "part" / "part-00001.jsonl").write_bytes(b"")
+    old = time.time() - 3600
+    os.utime(land / "part" / "part-00001.jsonl", (old, old))
+    (land / "bad.jsonl").write_text('{"text": "tax budget", "time": true}\n')
+    caplog.set_level("INFO")
+    _once(_config(land, store, vocabulary_from=f"{corpus}/replay", idle_timeout=1e-3))
+    statuses = {e["name"]: e["status"] for e in read_ledger(SnapshotStore(str(store))).to_pylist() if e["name"]}
+    assert statuses["part/part-00001.jsonl"] == "ingested", statuses
+    assert statuses["bad.jsonl"] != "ingested", statuses
+    assert not any("cannot be read yet" in r.getMessage() for r in caplog.records)
+    assert any(f.startswith("bad.jsonl") and r.startswith("unreadable file") for f, r in store_rejects(str(store)))
+
+
 def test_a_file_that_cannot_be_read_yet_is_read_once_it_can_be(corpus, tmp_path, caplog):
     """A file the service may not read yet (permission denied) and a file created empty are left
     for later polls, with one warning each however many polls find them so, and read once they
@@ -705,8 +728,9 @@ def test_a_file_that_cannot_be_read_yet_is_read_once_it_can_be(corpus, tmp_path,
         shutil.copy(f"{corpus}/all/day{d}.jsonl", land / f"day{d}.jsonl")
     write_jsonl(str(land / "locked.jsonl"), day_rows(2, 10, 9))
     (land / "empty.jsonl").write_bytes(b"")
+    # a settle time the test outlasts never: the empty file is still being written, not empty
     service = Service(_config(land, store, vocabulary_from=f"{corpus}/replay", allowed_lateness=86400,
-                              idle_timeout=3.0))
+                              idle_timeout=3.0, settle=60.0))
     service.landing.fs = locked = _LockedFiles(service.landing.fs, ["locked.jsonl"])
     polls = []
     poll = service.landing.poll
