@@ -2134,3 +2134,23 @@ def test_lifts_alone_balance_pair_by_pair_at_a_depth_three_target(deep_case):
     assert bound > 1e-3
     assert abs(z) < 4.0
 
+
+@pytest.mark.slow  # about 30 s
+def test_relocations_balance_pair_by_pair_at_a_depth_three_target(deep_case):
+    """Relocations alone (a newborn leaf moved under another parent) in detailed balance state
+    pair by pair at depth 3, where the move may leave its old parent a newborn leaf and may
+    give a newborn leaf a child: the leaf is drawn among the newborn leaves, so their count
+    after the move (one more when the old parent is left a leaf, one fewer when the new parent
+    was one) enters the acceptance ratio. Exact binomial tests with a Bonferroni bound, and the summed
+    flow between states with different numbers of newborn leaves (a wrong count shifts all of
+    these the same way)."""
+    moves = SplitMerge(deep_case.lik, deep_case.kw)
+
+    def newborn_leaves(t):
+        return sum(1 for c in t.parent if c != ROOT and not t.children[c])
+
+    bound, n_pairs, z = _pairwise_balance(deep_case, lambda st, rng: moves.relocate(st, rng), 60, 2,
+                                          order=newborn_leaves)
+    assert n_pairs > 1000
+    assert bound > 1e-3
+    assert abs(z) < 4.0
