@@ -28,11 +28,12 @@ import pytest
 import scipy.sparse as sp
 from scipy.stats import beta as beta_dist
 from scipy.special import betaln, expit
-from scipy.stats import chi2
+from scipy.stats import binomtest, chi2
 
 from streamtree.inference.merge import collapsed_log_prior
 from streamtree.inference.split_merge import EPS, MoveState, Previous, SplitMerge
 from streamtree.likelihoods.base import DocumentSet
+from streamtree.likelihoods.gaussian import Gaussian
 from streamtree.likelihoods.multinomial import Multinomial
 from streamtree.likelihoods.vmf import VonMisesFisher
 from streamtree.tree import ROOT, TSSBTree
@@ -1941,3 +1942,215 @@ def test_the_roots_marginal_is_the_quadrature_of_its_anchor_link(family, carried
     want = float(np.log(np.sum(w * np.exp(f - f.max()))) + f.max())
     assert moves._own_marginal(st, ROOT, docs) == pytest.approx(want, abs=1e-8)
     assert moves._own_marginal(st, ROOT) == pytest.approx(want, abs=1e-8)  # its current documents
+
+
+class DeepGaussianCase:
+    """Three one-dimensional Gaussian documents under a fixed root (given mean, past counts),
+    depth cap 3, every other node newborn; the states are those the moves reach from a few
+    seeds. Target: p(z_window | tree) times the documents' density with every newborn mean
+    integrated out under its parent link (a 1-D Gaussian tree: closed form by upward
+    messages). Link variances depend on depth (``sigma1`` != 1), so lifting or inserting above
+    a subtree changes the links of the nodes below its top. States are keyed by the documents
+    each node holds (an empty newborn by its children's keys), so node ids do not matter."""
+
+    def __init__(self, xs=(-1.2, 0.3, 1.6), cap=3, noise_var=0.5, root_mean=0.0, past_root=2):
+        variant = resolve_variant("dtssbp", window=2, max_depth=cap, gamma=0.5, xi=0.001)
+        self.lik = Gaussian(variant, 1, sigma0=2.0, sigma1=0.4, eta=0.9, a=0.5, noise_var=noise_var,
+                            min_node_docs=2)
+        self.x = np.array(xs, dtype=float)
+        self.X = self.x.reshape(-1, 1)
+        self.cap, self.s2, self.root_mean = cap, noise_var, root_mean
+        self.past = {ROOT: past_root}
+        self.kw = dict(alpha0=3.0, lam=1.0, gamma=1.5, max_depth=cap, root_holds_data=True)
+        self.states: dict = {}  # key -> (tree, labels)
+        self.logp: dict = {}
+
+    def key(self, tree, labels):
+        name = {ROOT: ("root",)}
+        for nid in tree.parent:
+            if nid != ROOT:
+                name[nid] = ("g", tuple(np.flatnonzero(labels == nid).tolist()))
+        for nid in reversed(tree.preorder()):
+            if nid != ROOT and name[nid] == ("g", ()):
+                assert tree.children[nid], "an empty newborn leaf"
+                name[nid] = ("e", tuple(sorted(name[c] for c in tree.children[nid])))
+        shape = tuple(sorted((name[p], tuple(name[c] for c in tree.children[p])) for p in tree.parent))
+        return tuple(name[int(v)] for v in labels), shape
+
+    @staticmethod
+    def _copy(tree):
+        t = copy.copy(tree)
+        t.parent, t.children = dict(tree.parent), {a: list(b) for a, b in tree.children.items()}
+        t.depth, t.born = dict(tree.depth), dict(tree.born)
+        return t
+
+    def add(self, tree, labels):
+        k = self.key(tree, labels)
+        if k not in self.states:
+            self.states[k] = (self._copy(tree), labels.copy())
+            self.logp[k] = self.log_target(tree, labels)
+        return k
+
+    def _docs_factor(self, xs):
+        """prod_i N(x_i; theta, s2) as (log K, mean, var): K N(theta; mean, var)."""
+        n = len(xs)
+        if n == 0:
+            return 0.0, 0.0, math.inf
+        m = float(np.mean(xs))
+        S = float(np.sum((xs - m) ** 2))
+        K = (-0.5 * n * (math.log(2 * math.pi) + math.log(self.s2)) - S / (2 * self.s2)
+             + 0.5 * (math.log(2 * math.pi) + math.log(self.s2 / n)))
+        return K, m, self.s2 / n
+
+    @staticmethod
+    def _lnorm(x, m, v):
+        return -0.5 * (math.log(2 * math.pi) + math.log(v)) - (x - m) ** 2 / (2 * v)
+
+    def _mul(self, f, g):
+        (K1, m1, s1), (K2, m2, s2) = f, g
+        if s1 == math.inf or s2 == math.inf:
+            return (K1 + K2, m2, s2) if s1 == math.inf else (K1 + K2, m1, s1)
+        s = 1.0 / (1.0 / s1 + 1.0 / s2)
+        return K1 + K2 + self._lnorm(m1, m2, s1 + s2), s * (m1 / s1 + m2 / s2), s
+
+    def _below(self, tree, labels, c):
+        """The documents at c times its children's messages, a function of theta_c."""
+        f = self._docs_factor(self.x[labels == c])
+        for k in tree.children[c]:
+            K, m, s = self._below(tree, labels, k)
+            f = self._mul(f, (K, m, s + self.lik.new_node_prior(tree.depth[k])))
+        return f
+
+    def log_target(self, tree, labels):
+        arr = tree.arrays()
+        now = np.array([np.sum(labels == i) for i in arr.ids], dtype=float)
+        past = np.array([self.past.get(int(i), 0) for i in arr.ids], dtype=float)
+        out = collapsed_log_prior(arr, np.zeros_like(past), past + now, **self.kw)
+        out += sum(self._lnorm(v, self.root_mean, self.s2) for v in self.x[labels == ROOT])
+        for c in tree.children[ROOT]:
+            K, m, s = self._below(tree, labels, c)
+            s += self.lik.new_node_prior(tree.depth[c])
+            out += K + (0.0 if s == math.inf else self._lnorm(self.root_mean, m, s))
+        return out
+
+    def move_state(self, k, rng):
+        """The state ``k`` with every newborn mean drawn from its exact conditional, top down."""
+        t0, labels0 = self.states[k]
+        t, labels = self._copy(t0), labels0.copy()
+        theta = {ROOT: np.array([self.root_mean])}
+        for c in t.preorder()[1:]:
+            mp = float(theta[t.parent[c]][0])
+            _, m, s = self._below(t, labels, c)
+            v = self.lik.new_node_prior(t.depth[c])
+            pv = v if s == math.inf else 1.0 / (1.0 / v + 1.0 / s)
+            pm = mp if s == math.inf else pv * (mp / v + m / s)
+            theta[c] = np.array([pm + math.sqrt(pv) * rng.standard_normal()])
+        return MoveState(t, labels, self.X, dict(self.past), theta, {i: 1.0 / self.s2 for i in t.parent})
+
+    def seeds(self):
+        out = [(TSSBTree(self.cap), np.zeros(3, dtype=np.int64))]  # all at the root
+        for docs in ([0, 1, 2], [2, 2, -1]):  # a chain of three, holding a document each or an empty chain
+            t = TSSBTree(self.cap)
+            a = t.add_child(ROOT, born=1)
+            b = t.add_child(a, born=1)
+            c = t.add_child(b, born=1)
+            out.append((t, np.array([[a, b, c, ROOT][i] for i in docs], dtype=np.int64)))
+        return out
+
+    def explore(self, seed=0, max_states=700, tries=20):
+        """Breadth-first search of the states, each tried with each kind of move in turn."""
+        rng = np.random.default_rng(seed)
+        moves = SplitMerge(self.lik, self.kw, subset_min_docs=1)
+        kinds = [lambda st: moves.attempt(st, rng, born=1), lambda st: moves.relocate(st, rng),
+                 lambda st: moves.lift(st, rng, born=1),
+                 lambda st: moves.attempt(st, rng, born=1, proposal="subset")]
+        queue, seen = [self.add(t, labels) for t, labels in self.seeds()], {}
+        while queue and len(seen) < max_states:
+            k = queue.pop(0)
+            if k in seen:
+                continue
+            seen[k] = None
+            for r in range(tries):
+                st = self.move_state(k, rng)
+                kinds[r % len(kinds)](st)
+                k2 = self.add(st.tree, st.labels)
+                if k2 not in seen:
+                    queue.append(k2)
+        return list(seen)
+
+
+@pytest.fixture(scope="module")
+def deep_case():
+    case = DeepGaussianCase()
+    case.explored = case.explore()
+    return case
+
+
+def _pairwise_balance(case, step, n_tries, seed, order):
+    """Apply ``step`` ``n_tries`` times to each explored state (newborn means drawn exactly) and
+    test detailed balance pair by pair: given a + b moves between s and t, a (from s) is
+    Binomial(a + b, p(t) / (p(s) + p(t))). Returns the Bonferroni bound of the smallest
+    exact binomial p-value, the number of pairs, and the z-score of the summed flow over pairs
+    whose ``order`` differs, each oriented from the lower to the higher ``order`` (a ratio
+    wrong by a count factor shifts all of these the same way)."""
+    rng = np.random.default_rng(seed)
+    counts = {}
+    for k in case.explored:
+        row = counts[k] = {}
+        for _ in range(n_tries):
+            st = case.move_state(k, rng)
+            step(st, rng)
+            k2 = case.add(st.tree, st.labels)
+            row[k2] = row.get(k2, 0) + 1
+    pvals, num, var = [], 0.0, 0.0
+    rank = {k: order(case.states[k][0]) for k in counts}
+    for s in counts:
+        for t, a in counts[s].items():
+            if t == s or t not in counts or (repr(t) < repr(s) and s in counts[t]):
+                continue
+            b = counts[t].get(s, 0)
+            q = float(expit(case.logp[t] - case.logp[s]))
+            pvals.append(binomtest(a, a + b, q).pvalue)
+            if rank[s] != rank[t]:
+                a_, q_ = (a, q) if rank[s] < rank[t] else (b, 1.0 - q)
+                num += a_ - (a + b) * q_
+                var += (a + b) * q_ * (1.0 - q_)
+    return min(1.0, min(pvals) * len(pvals)), len(pvals), num / math.sqrt(var)
+
+
+@pytest.mark.slow  # about 35 s
+def test_lifts_alone_balance_pair_by_pair_at_a_depth_three_target(deep_case):
+    """Lifts of an empty newborn's children and insertions of an empty newborn above a block of
+    siblings, alone, in detailed balance state pair by pair at depth 3, where a node may have
+    several blocks of siblings to insert above and several empty newborns to lift: the
+    proposal's count of blocks, and of empty newborns after an insertion (the new one
+    included), enter the acceptance ratio. Exact binomial tests with a Bonferroni bound, and
+    the summed flow from fewer to more nodes (a wrong count shifts every insertion the same
+    way)."""
+    moves = SplitMerge(deep_case.lik, deep_case.kw)
+    bound, n_pairs, z = _pairwise_balance(deep_case, lambda st, rng: moves.lift(st, rng, born=1), 40, 1,
+                                          order=lambda t: len(t.parent))
+    assert n_pairs > 500
+    assert bound > 1e-3
+    assert abs(z) < 4.0
+
+
+@pytest.mark.slow  # about 30 s
+def test_relocations_balance_pair_by_pair_at_a_depth_three_target(deep_case):
+    """Relocations alone (a newborn leaf moved under another parent) in detailed balance state
+    pair by pair at depth 3, where the move may leave its old parent a newborn leaf and may
+    give a newborn leaf a child: the leaf is drawn among the newborn leaves, so their count
+    after the move (one more when the old parent is left a leaf, one fewer when the new parent
+    was one) enters the acceptance ratio. Exact binomial tests with a Bonferroni bound, and the summed
+    flow between states with different numbers of newborn leaves (a wrong count shifts all of
+    these the same way)."""
+    moves = SplitMerge(deep_case.lik, deep_case.kw)
+
+    def newborn_leaves(t):
+        return sum(1 for c in t.parent if c != ROOT and not t.children[c])
+
+    bound, n_pairs, z = _pairwise_balance(deep_case, lambda st, rng: moves.relocate(st, rng), 60, 2,
+                                          order=newborn_leaves)
+    assert n_pairs > 1000
+    assert bound > 1e-3
+    assert abs(z) < 4.0
