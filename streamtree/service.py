@@ -133,7 +133,7 @@ class ServeConfig:
     #: ``out of range`` rejects (where the stream's first epoch may lie)
     max_backlog: int = 1000
     #: with ``id_col``: published epochs whose document ids are remembered, besides the rows of
-    #: open epochs, to reject a row repeating one as ``duplicate id`` (8 bytes an id)
+    #: open epochs, to reject a row repeating one as ``duplicate id`` (8 bytes a published id, about 100 a waiting one)
     id_window: int = 10
     format: str | None = None
     delimiter: str | None = None
@@ -176,11 +176,15 @@ class ServeConfig:
     def settle_seconds(self) -> float:
         return 2 * self.poll_interval if self.settle is None else self.settle
 
+    #: guards against bad rows, which their warnings say to raise: a restart may change them (they
+    #: decide only rows still to come; a restart with the same ones publishes what one run would)
+    _GUARDS = ("future_tolerance", "max_backlog", "id_window")
+
     def identity(self) -> dict:
-        """What must match for a restart to continue a store (not where or how often it runs)."""
-        d = {k: v for k, v in asdict(self).items() if k not in self._RUNTIME}
-        added = ("time_format", "time_range", "format", "delimiter", "duplicate_texts", "future_tolerance",
-                 "max_backlog", "id_window")
+        """What must match for a restart to continue a store (not where or how often it runs, nor
+        the guards against bad rows)."""
+        d = {k: v for k, v in asdict(self).items() if k not in self._RUNTIME + self._GUARDS}
+        added = ("time_format", "time_range", "format", "delimiter", "duplicate_texts")
         return settings_identity(d, ServeConfig, added, self.model_params(), self.epoch)
 
     def model_params(self) -> dict:
