@@ -9,7 +9,7 @@ import signal
 import time
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import numpy as np
 import pyarrow as pa
@@ -189,6 +189,19 @@ def test_a_span_of_mostly_empty_epochs_is_refused_before_any_fit(tmp_path, capsy
     # a range the user gives is theirs: the bulk alone is replayed, the rest rejected
     summary = run(path, tmp_path / "r", epoch="1d", time_range="2024..2024")
     assert summary.n_epochs == 20 and summary.rejects == {OUT_OF_RANGE: 20}
+
+
+def test_sparse_rows_spread_over_a_long_span_are_replayed(tmp_path, monkeypatch):
+    """Rows on a few days spread over years (no gap holding half the span) are a sparse stream,
+    not a misread time: replayed, every empty day between them fitted."""
+    import streamtree.epochs as epochs_module
+
+    monkeypatch.setattr(epochs_module, "MAX_EMPTY_EPOCHS", 1000)  # the same rule at a tenth of the size
+    day = lambda k: datetime(2010, 1, 1, tzinfo=timezone.utc) + timedelta(days=k)  # noqa: E731
+    times = [day(150 * k + (k * 37) % 100) for k in range(20)]  # 20 days over about 8 years
+    path = corpus(tmp_path / "c.parquet", pa.array(times, pa.timestamp("us", tz="UTC")))
+    summary = run(path, tmp_path / "s", epoch="1d", time_range="all")
+    assert summary.n_epochs == (times[-1] - times[0]).days + 1 > 1000 * 2
 
 
 def test_nodes_that_die_in_a_gap_die_in_the_next_published_epoch(tmp_path):
