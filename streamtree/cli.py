@@ -1066,6 +1066,18 @@ def _stored_epoch_rows(store, entry: dict, stored, args):
     for name in ("source", "text_col", "time_col"):
         if getattr(args, name):
             base[name] = getattr(args, name)
+    if stored_config.get("serve") and not stored_config.get("replay") and "time_range" not in base:
+        # a service keeps every time by default and rejects stray ones as they come; read back the
+        # span of its published epochs (a replay's automatic range could drop its first or last)
+        from datetime import timedelta
+
+        from streamtree.epochs import EpochSpec
+
+        spec = EpochSpec.parse(base.get("epoch", "1d"))
+        keys = [e["key"] for e in store.epochs()]
+        if spec.kind != "column" and keys:
+            first, after = spec.start(min(keys)), spec.start(max(keys) + 1)
+            base["time_range"] = f"{first.isoformat()}..{(after - timedelta(microseconds=1)).isoformat()}"
     if not (base.get("source") and base.get("text_col")):
         what = "a service's store records no source" if stored_config.get("serve") else \
             "the store has no replay configuration"
@@ -1082,8 +1094,9 @@ def _stored_epoch_rows(store, entry: dict, stored, args):
     # first of its source, so only the key (the time span) is the same
     match = [e for e in epochs if e.key == entry["key"]]
     if not match:
-        raise _UserError(f"the source has no epoch {entry['epoch']} ({entry['label']})", "--source",
-                         "use the source the store was replayed from")
+        raise _UserError(f"the source holds no row of epoch {entry['epoch']} ({entry['label']}) within its time "
+                         f"range ({config.time_range})", "--source",
+                         "use the source the store was written from (a service's: its landing folder)")
     rows = match[0].rows
     pos = {str(i): k for k, i in enumerate(rows.column("id").to_pylist())}
     missing = [d for d in stored.doc_ids if str(d) not in pos]

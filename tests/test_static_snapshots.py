@@ -181,23 +181,29 @@ def test_snapshot_over_documents_of_a_service_store(tmp_path, capsys):
     epochs from the first it published: the command read only a replay's settings and matched
     epochs by index, so on a service's store it named stored ids "not in the source" (or "the
     source has no epoch 2"). It now reads the service's settings, needs the landing folder as
-    --source, and matches epochs by their time span."""
+    --source, matches epochs by their time span, and reads back every time the service kept (a
+    replay's automatic range dropped the service's first epoch, two rows weeks before the rest)."""
     from service_corpus import MODEL, day_rows, write_jsonl
 
     from streamtree.service import ServeConfig, Service
 
     land = tmp_path / "land"
-    for d in (3, 4, 5, 6):  # the first epoch the service publishes is not the source's first day
-        write_jsonl(str(land / f"day{d}.jsonl"), day_rows(d, 25, 0))
+    early = [dict(r, time="2026-01-20T10:00:00Z") for r in day_rows(9, 2, 1)]
+    write_jsonl(str(land / "early.jsonl"), early)
+    for d in (3, 4, 5, 6):
+        write_jsonl(str(land / f"day{d}.jsonl"), day_rows(d, 50, 0))
     uri = str(tmp_path / "served")
     config = ServeConfig(landing=str(land), store=uri, text_col="text", time_col="time", epoch="1d",
                          poll_interval=0.05, idle_timeout=1e-3, warmup_docs=20, min_df=1, model=dict(MODEL))
     Service(config).run(once=True, install_signals=False)
     store = SnapshotStore(uri)
-    assert [e["label"] for e in store.epochs()][:2] == ["2026-03-03", "2026-03-04"]
-    assert main(["snapshot", uri, "--method", "bhc", "--epoch", "1", "--over", "documents"]) == 2
+    assert [e["label"] for e in store.epochs()][:2] == ["2026-01-20", "2026-03-03"]
+    assert main(["snapshot", uri, "--method", "bhc", "--epoch", "2026-03-03", "--over", "documents"]) == 2
     assert "give --source" in capsys.readouterr().err
-    assert main(["snapshot", uri, "--method", "bhc", "--epoch", "1", "--over", "documents",
-                 "--source", str(land)]) == 0
-    assert "25 leaves" in capsys.readouterr().out
-    assert set(store.read_static(1, "bhc-documents").leaf_ids) == set(store.read(1).doc_ids.tolist())
+    index = {e["label"]: e["epoch"] for e in store.epochs()}
+    for label, n in (("2026-03-03", 50), ("2026-01-20", 2)):
+        assert main(["snapshot", uri, "--method", "bhc", "--epoch", label, "--over", "documents",
+                     "--source", str(land)]) == 0
+        assert f"{n} leaves" in capsys.readouterr().out
+        epoch = index[label]
+        assert set(store.read_static(epoch, "bhc-documents").leaf_ids) == set(store.read(epoch).doc_ids.tolist())
