@@ -397,6 +397,27 @@ def stored_identity(identity: dict) -> dict:
     return {**identity, "model": {**PARAMS_BEFORE_ADDED, **identity["model"]}}
 
 
+def _epoch_meaning(text):
+    """What an identity's ``epoch`` means, whatever its spelling (``decade`` and ``10y``, ``15m``
+    and ``15min`` alike); a width in capital M, refused now, meant minutes when it was written."""
+    if isinstance(text, str) and text.strip()[-1:] == "M" and text.strip()[:-1].strip().isdigit():
+        text = text.strip()[:-1].strip() + "min"
+    try:
+        spec = EpochSpec.parse(text)
+    except (TypeError, ValueError):
+        return text
+    return spec.kind, spec.width, spec.origin_us
+
+
+def same_identity(stored: dict, now: dict) -> bool:
+    """Whether a stored identity and the one now continue each other (the epochs compared by
+    meaning, not spelling)."""
+    if "epoch" in stored and "epoch" in now:
+        stored = {**stored, "epoch": _epoch_meaning(stored["epoch"])}
+        now = {**now, "epoch": _epoch_meaning(now["epoch"])}
+    return stored == now
+
+
 def identity_differences(stored: dict, now: dict, config_class: type | None = None) -> str:
     """The settings in which two replay identities differ, named down to the model parameter
     (``model.document_concentration: None in the store, 'auto' now``), at most four; a setting
@@ -414,7 +435,7 @@ def identity_differences(stored: dict, now: dict, config_class: type | None = No
     found = []
     for k in sorted(set(stored) | set(now)):
         a, b = shown(stored, k), shown(now, k)
-        if a == b:
+        if a == b or (k == "epoch" and _epoch_meaning(a) == _epoch_meaning(b)):
             continue
         if isinstance(a, dict) and isinstance(b, dict):
             found += [f"{k}.{j}: {a.get(j)!r} in the store, {b.get(j)!r} now"
@@ -440,7 +461,7 @@ def _start(store: SnapshotStore, config: ReplayConfig, mode: str) -> _Start:
     if last is None or mode == "overwrite":
         return _Start()
     stored = stored_identity(manifest.get("config", {}).get("replay") or {})
-    same = stored == config.identity()
+    same = same_identity(stored, config.identity())
     if mode == "resume" and same:
         cut = store.cut_short_epoch()  # still there once the writer cleaned up: kept, see SnapshotStore
         if cut is not None:
@@ -977,5 +998,5 @@ def load_model(store_uri: str, epoch: int | None = None, **overrides) -> DTSSBP:
     return model
 
 
-__all__ = ["MODES", "REPLAY_SEED", "drop_unset_weighting", "row_form", "identity_differences", "identity_model", "settings_identity", "stored_identity", "record_week_origin", "theta_storage", "text_model_params", "text_vectorizer", "EpochFitter", "EpochProgress", "FittedEpoch", "QuietEpochs", "ReplayConfig", "ReplaySummary", "StoredTreeModel", "fit_vocabulary", "load_model",
+__all__ = ["MODES", "REPLAY_SEED", "drop_unset_weighting", "row_form", "identity_differences", "identity_model", "same_identity", "settings_identity", "stored_identity", "record_week_origin", "theta_storage", "text_model_params", "text_vectorizer", "EpochFitter", "EpochProgress", "FittedEpoch", "QuietEpochs", "ReplayConfig", "ReplaySummary", "StoredTreeModel", "fit_vocabulary", "load_model",
            "open_epochs", "read_epochs", "replay", "stderr_progress"]

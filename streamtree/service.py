@@ -81,8 +81,8 @@ from streamtree.records import (DEFAULT_DUPLICATE_TEXTS, DUPLICATE_ID, EMPTY_AFT
                                 OUT_OF_RANGE, REJECT_SCHEMA, _reason_kind, make_rejects, reject_rows)
 from streamtree.model import RUN_LOCATION_PARAMS
 from streamtree.replay import (REPEATED_TEXTS_WARNING, EpochFitter, QuietEpochs, check_duplicate_texts,
-                               identity_differences, repeated_texts_note, row_form, settings_identity, stored_identity,
-                               text_model_params, text_vectorizer, theta_storage, vocabulary_texts)
+                               identity_differences, repeated_texts_note, row_form, same_identity, settings_identity,
+                               stored_identity, text_model_params, text_vectorizer, theta_storage, vocabulary_texts)
 from streamtree.text import DEFAULT_MAX_DF, DEFAULT_MAX_FEATURES, DEFAULT_MIN_DF, DEFAULT_TOP_WORDS, DEFAULT_WEIGHTING
 from streamtree.text import TextVectorizer
 from streamtree.watermark import YEAR1_US, Watermark, format_duration, is_idle
@@ -449,7 +449,7 @@ class Service:
         if epochs and stored is None:
             raise StoreError(f"{self.config.store}: the store holds {len(epochs)} epochs that are not from "
                              "`streamtree serve` (a replay?); give the service its own --store")
-        if epochs and stored != identity:
+        if epochs and not same_identity(stored, identity):
             raise StoreError(f"{self.config.store}: the store was served with other settings "
                              f"({identity_differences(stored, identity, ServeConfig)}); restart with the store's "
                              "settings or give another --store")

@@ -369,3 +369,19 @@ def test_a_replay_keeps_no_more_trees_than_an_epoch_needs(corpus, tmp_path, monk
     uri = str(tmp_path / "run")
     replay(config(corpus, epoch="1y"), uri)
     assert len(held) > 20 and max(held) <= 1, held
+
+
+def test_epochs_are_compared_by_meaning_not_spelling(corpus, tmp_path):
+    """A store replayed by '10y' resumes under 'decade' (and '15m' under '15min'); a store
+    written when '1M' was read as one minute continues under '1min', its meaning then (it is
+    refused as ambiguous now, and the stored spelling blocked every restart)."""
+    from streamtree.replay import same_identity
+
+    part = str(tmp_path / "part")
+    interrupted_replay(corpus, part)
+    assert replay(config(corpus, epoch="decade"), part, mode="resume").n_published == 1
+    base = config(corpus).identity()
+    for stored, now in (("15m", "15min"), ("1M", "1min"), ("10y", "decade"), ("month", "1mo")):
+        assert same_identity({**base, "epoch": stored}, {**base, "epoch": now}), (stored, now)
+    for stored, now in (("1M", "1mo"), ("15m", "15h"), ("10y", "1y")):
+        assert not same_identity({**base, "epoch": stored}, {**base, "epoch": now}), (stored, now)
