@@ -407,7 +407,7 @@ def open_source(
         Column holding an explicit integer epoch (for ``EpochSpec.parse("column")``).
     batch_size : int
         Maximum rows per yielded batch.
-    time_unit : {"auto", "year", "s", "ms", "us", "ns"}
+    time_unit : {"auto", "year", "yyyymmdd", "s", "ms", "us", "ns"}
         How numeric times are read; ``"auto"`` decides once per source from the first
         values and says so in :attr:`Source.notes`.
     time_format : str, optional

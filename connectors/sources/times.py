@@ -90,7 +90,7 @@ class TimeParser:
 
     Parameters
     ----------
-    time_unit : {"auto", "year", "s", "ms", "us", "ns"}
+    time_unit : {"auto", "year", "yyyymmdd", "s", "ms", "us", "ns"}
         How numbers are read (see the module docstring).
     time_format : str, optional
         ``strptime`` pattern for strings that are not ISO 8601.
