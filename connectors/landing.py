@@ -298,6 +298,8 @@ def read_landed(
         Corrupt or not of its format, or a mapped column missing: the file as it stands.
     """
     name = landed.name
+    # the stream's choices (or, alone, this file's own) hold for every batch
+    parser = time_parser.copy() if time_parser is not None else TimeParser(time_unit, time_format)
     if landed.size == 0:
         if not empty_is_final:
             raise LandingNotReady(name, "it is empty (still being created?); it is read once it holds data, or "
@@ -305,7 +307,6 @@ def read_landed(
         # an empty file that stayed empty (or whose folder is marked complete): Spark writes
         # them for empty partitions. Taken, with no rows, and ledgered like any other
         schema = normalised_schema(time_col is not None, epoch_col is not None)
-        parser = time_parser.copy() if time_parser is not None else TimeParser(time_unit, time_format)
         return LandedRead(schema.empty_table(), empty_rejects(), 0, hashlib.sha256(b"").hexdigest(), parser)
     try:
         # compression=None: pyarrow would otherwise decompress by the extension already, and
@@ -333,8 +334,6 @@ def read_landed(
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise LandingError(name, f"not a valid {landed.format} file: {exc}") from None
     table = table.select(cols)
-    # the stream's choices (or, alone, this file's own) hold for every batch
-    parser = time_parser.copy() if time_parser is not None else TimeParser(time_unit, time_format)
     decided = parser.choices
     good, rejects = [], []
     start = 0

@@ -154,13 +154,26 @@ class EpochSpec:
             origin = WEEK_ORIGIN
         return cls("fixed", n * _US[unit], _origin_us(origin), text.strip())
 
+    @classmethod
+    def meaning(cls, text) -> tuple | object:
+        """What a stored spec means, whatever its spelling (``decade`` and ``10y``, ``15m`` and
+        ``15min`` alike): ``(kind, width, origin)``, or ``text`` itself if it is no spec. A width
+        in capital M, refused by :meth:`parse` now, meant minutes when it was accepted."""
+        if isinstance(text, str) and _CAPITAL_M_RE.match(text):
+            text = text.strip()[:-1].strip() + "min"
+        try:
+            spec = cls.parse(text)
+        except (TypeError, ValueError):
+            return text
+        return spec.kind, spec.width, spec.origin_us
+
     # ---- keys ------------------------------------------------------------------------
     def keys(self, rows: pa.Table | pa.RecordBatch) -> np.ndarray:
         """Epoch key (int64) of every row of a normalised table (vectorised)."""
         if self.kind == "column":
             if "epoch" not in rows.schema.names:
                 raise ValueError("column epochs need rows with an 'epoch' column (open the source with epoch_col=)")
-            return _int64(rows.column("epoch"))
+            return int64_values(rows.column("epoch"))
         if "time" not in rows.schema.names:
             raise ValueError(f"epoch spec {self.text!r} needs rows with a 'time' column (open the source with time_col=)")
         return self.time_keys(rows.column("time"))
@@ -170,13 +183,13 @@ class EpochSpec:
         if isinstance(time, pa.ChunkedArray):
             time = time.combine_chunks()
         if self.kind == "fixed":
-            us = _int64(time.cast(pa.int64()))
+            us = int64_values(time.cast(pa.int64()))
             return np.floor_divide(us - self.origin_us, self.width)
-        year = _int64(pc.year(time))
+        year = int64_values(pc.year(time))
         if self.kind == "years":
             return np.floor_divide(year, self.width)
         if self.kind == "months":
-            return np.floor_divide(12 * year + _int64(pc.month(time)) - 1, self.width)
+            return np.floor_divide(12 * year + int64_values(pc.month(time)) - 1, self.width)
         raise ValueError("column epochs have no time keys")
 
     # ---- labels ----------------------------------------------------------------------
@@ -369,7 +382,7 @@ class Bucketer:
             self._unplaced.append(rejects.filter(pa.array(~known)))
         if known.any():
             placed = rejects.filter(pa.array(known))
-            keys = (_int64(placed.column("epoch")) if col == "epoch"
+            keys = (int64_values(placed.column("epoch")) if col == "epoch"
                     else self.spec.time_keys(placed.column("time")))
             if self._closed_through is not None:
                 late = keys <= self._closed_through
@@ -471,10 +484,10 @@ class Bucketer:
         b.n_rows, b.n_late, b.n_moved = int(scalars["n_rows"]), int(scalars["n_late"]), int(scalars["n_moved"])
         if "key" in rows.column_names and rows.num_columns > 1:
             b._schema = rows.schema.remove(rows.schema.get_field_index("key"))
-            for key, part in _split(rows.drop_columns(["key"]), _int64(rows.column("key"))):
+            for key, part in _split(rows.drop_columns(["key"]), int64_values(rows.column("key"))):
                 b._rows.setdefault(key, []).append(part)
         for key, part in _split(rejects.select(REJECT_SCHEMA.names).cast(REJECT_SCHEMA),
-                                _int64(rejects.column("key"))):
+                                int64_values(rejects.column("key"))):
             b._rejects.setdefault(key, []).append(part)
         if unplaced.num_rows:
             b._unplaced.append(unplaced.select(REJECT_SCHEMA.names).cast(REJECT_SCHEMA))
@@ -544,7 +557,13 @@ def _split(table: pa.Table, keys: np.ndarray) -> Iterator[tuple[int, pa.Table]]:
         yield int(sorted_keys[a]), taken.slice(a, b - a)
 
 
-def _int64(values) -> np.ndarray:
+def id_hashes(ids) -> np.ndarray:
+    """64-bit hashes of document ids (within one process: Python salts string hashes)."""
+    return np.fromiter((hash(i) for i in ids), dtype=np.int64, count=len(ids))
+
+
+def int64_values(values) -> np.ndarray:
+    """The int64 values of an array without nulls (timestamps: microseconds since 1970)."""
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
     if values.null_count:
@@ -652,7 +671,7 @@ class _IdSet:
 
     def first_seen(self, ids: list[str]) -> np.ndarray:
         """Mask of the ids not seen before (in earlier calls or earlier in ``ids``)."""
-        h = np.fromiter((hash(i) for i in ids), dtype=np.int64, count=len(ids))
+        h = id_hashes(ids)
         _, first = np.unique(h, return_index=True)
         fresh = np.zeros(h.size, dtype=bool)
         fresh[first] = True
@@ -685,13 +704,9 @@ class IdWindow:
         self._open: dict[int, int] = {}  # hash -> rows waiting with it
         self._published: deque[np.ndarray] = deque(maxlen=self.n_epochs)  # sorted hashes per epoch
 
-    @staticmethod
-    def _hashes(ids) -> np.ndarray:
-        return np.fromiter((hash(i) for i in ids), dtype=np.int64, count=len(ids))
-
     def fresh(self, ids: list[str]) -> np.ndarray:
         """Mask of the ``ids`` not taken: not waiting, not in the window, not earlier in ``ids``."""
-        h = self._hashes(ids)
+        h = id_hashes(ids)
         fresh = np.zeros(h.size, dtype=bool)
         fresh[np.unique(h, return_index=True)[1]] = True
         if self._open:
@@ -704,12 +719,12 @@ class IdWindow:
 
     def take(self, ids) -> None:
         """The ``ids`` of rows now waiting in open epochs."""
-        for x in self._hashes(ids).tolist():
+        for x in id_hashes(ids).tolist():
             self._open[x] = self._open.get(x, 0) + 1
 
     def release(self, ids) -> None:
         """The ``ids`` of rows no longer waiting (fitted, or rejects after all)."""
-        for x in self._hashes(ids).tolist():
+        for x in id_hashes(ids).tolist():
             left = self._open.get(x, 0) - 1
             if left > 0:
                 self._open[x] = left
@@ -718,7 +733,7 @@ class IdWindow:
 
     def publish(self, ids) -> None:
         """The document ids of an epoch just published (the oldest in the window leaves it)."""
-        self._published.append(np.sort(self._hashes(ids)))
+        self._published.append(np.sort(id_hashes(ids)))
 
     @property
     def n_ids(self) -> int:
@@ -820,7 +835,7 @@ class EpochReader:
         if (~known).any():
             self._unplaced.append(rejects.filter(pa.array(~known)))
         placed = rejects.filter(pa.array(known))
-        reject_keys = (_int64(placed.column("epoch")) if col == "epoch"
+        reject_keys = (int64_values(placed.column("epoch")) if col == "epoch"
                        else self.spec.time_keys(placed.column("time"))) if placed.num_rows else np.zeros(0, np.int64)
         lo, hi = None, None
         if self.spec.fills_gaps and self._hist:

@@ -397,24 +397,12 @@ def stored_identity(identity: dict) -> dict:
     return {**identity, "model": {**PARAMS_BEFORE_ADDED, **identity["model"]}}
 
 
-def _epoch_meaning(text):
-    """What an identity's ``epoch`` means, whatever its spelling (``decade`` and ``10y``, ``15m``
-    and ``15min`` alike); a width in capital M, refused now, meant minutes when it was written."""
-    if isinstance(text, str) and text.strip()[-1:] == "M" and text.strip()[:-1].strip().isdigit():
-        text = text.strip()[:-1].strip() + "min"
-    try:
-        spec = EpochSpec.parse(text)
-    except (TypeError, ValueError):
-        return text
-    return spec.kind, spec.width, spec.origin_us
-
-
 def same_identity(stored: dict, now: dict) -> bool:
     """Whether a stored identity and the one now continue each other (the epochs compared by
     meaning, not spelling)."""
     if "epoch" in stored and "epoch" in now:
-        stored = {**stored, "epoch": _epoch_meaning(stored["epoch"])}
-        now = {**now, "epoch": _epoch_meaning(now["epoch"])}
+        stored = {**stored, "epoch": EpochSpec.meaning(stored["epoch"])}
+        now = {**now, "epoch": EpochSpec.meaning(now["epoch"])}
     return stored == now
 
 
@@ -435,7 +423,7 @@ def identity_differences(stored: dict, now: dict, config_class: type | None = No
     found = []
     for k in sorted(set(stored) | set(now)):
         a, b = shown(stored, k), shown(now, k)
-        if a == b or (k == "epoch" and _epoch_meaning(a) == _epoch_meaning(b)):
+        if a == b or (k == "epoch" and EpochSpec.meaning(a) == EpochSpec.meaning(b)):
             continue
         if isinstance(a, dict) and isinstance(b, dict):
             found += [f"{k}.{j}: {a.get(j)!r} in the store, {b.get(j)!r} now"

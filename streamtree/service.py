@@ -76,7 +76,7 @@ from connectors.sources.files import file_format
 from connectors.sources.times import TimeParser
 from connectors.stores.ledger import LEDGER_TABLE, ledger_table, read_ledger
 from connectors.stores.snapshot import SnapshotStore, StoreError
-from streamtree.epochs import LATE_POLICIES, Bucketer, Epoch, EpochSpec, IdWindow, TimeRange
+from streamtree.epochs import LATE_POLICIES, Bucketer, Epoch, EpochSpec, IdWindow, TimeRange, int64_values
 from streamtree.records import (DEFAULT_DUPLICATE_TEXTS, DUPLICATE_ID, EMPTY_AFTER_VOCABULARY, FUTURE_TIME,
                                 OUT_OF_RANGE, REJECT_SCHEMA, _reason_kind, make_rejects, reject_rows)
 from streamtree.model import RUN_LOCATION_PARAMS
@@ -335,13 +335,6 @@ def _abandoned(exc: BaseException | None) -> bool:
     while isinstance(exc, SystemError):
         exc = exc.__cause__
     return isinstance(exc, _Abandon)
-
-
-def _micros(times) -> np.ndarray:
-    """Microseconds since 1970 of a ``timestamp[us, UTC]`` array without nulls."""
-    if isinstance(times, pa.ChunkedArray):
-        times = times.combine_chunks()
-    return np.asarray(times.cast(pa.int64()).to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
 def _iso(us: int) -> str:
@@ -632,7 +625,7 @@ class Service:
         if known.any():
             keys[known] = self.spec.time_keys(times.filter(pa.array(known)))
             if limit_us is not None:
-                later[known] = _micros(times.filter(pa.array(known))) > limit_us
+                later[known] = int64_values(times.filter(pa.array(known))) > limit_us
         out = known & (_outside(keys, lo, hi) | later)
         self.bucketer.add_rejects(rejects.filter(pa.array(~out)))
         self.bucketer.add_rejects(rejects.filter(pa.array(out)), place=False)
@@ -664,7 +657,7 @@ class Service:
         (with the next epoch closed: their own would never close), with a warning."""
         if limit_us is None or rows.num_rows == 0:
             return rows
-        times = _micros(rows.column("time"))
+        times = int64_values(rows.column("time"))
         later = times > limit_us
         if not later.any():
             return rows
@@ -694,7 +687,7 @@ class Service:
                        "(the earliest %s) are rejects '%s': the stream's first epoch may lie no further back; "
                        "raise --max-backlog to keep a longer backlog", name, old.num_rows, self.config.max_backlog,
                        self.spec.label(bound + int(self.config.max_backlog)),
-                       _iso(int(_micros(old.column("time")).min())), OUT_OF_RANGE)
+                       _iso(int(int64_values(old.column("time")).min())), OUT_OF_RANGE)
 
     def _ingest(self, landed: LandedFile, read) -> None:
         rows = read.rows
