@@ -459,14 +459,17 @@ def test_an_unknown_proposal_is_refused():
         SplitMerge(case.lik, case.kw).attempt(st, np.random.default_rng(0), proposal="seeded")
 
 
-def test_relocation_keeps_the_target():
-    """A new node moved between parents and positions (reversible jump): enumerate its places."""
+@pytest.mark.parametrize("conc_b", [4.0, 0.6], ids=["parents' concentration", "its own"])
+def test_relocation_keeps_the_target(conc_b):
+    """A new node moved between parents and positions (reversible jump): enumerate its places.
+    The node keeps its own concentration (which the chain's update may have moved away from
+    its parents'), and the target scores its documents at it."""
     variant = resolve_variant("dtssbp", window=2, max_depth=2, gamma=0.5, xi=0.001)
     lik = VonMisesFisher(variant, 3, kappa0=3.0, kappa1=0.7, a=0.0, min_node_docs=2,
                          concentration_bounds=(1e-3, 1e6))
     X = sp.csr_matrix(np.array([_unit([1, 0.2, 0]), _unit([0.9, 0, 0.3]), _unit([0, 1, 0.1]), _unit([0.1, 0.9, -0.2])]))
     theta = {ROOT: _unit([0, 1, 0]), 1: _unit([1, 0.1, 0])}
-    conc = {ROOT: 4.0, 1: 4.0}
+    conc = {ROOT: 4.0, 1: 9.0}
     past = {ROOT: 2, 1: 3}
     kw = dict(alpha0=1.0, lam=0.5, gamma=0.7, max_depth=2, root_holds_data=True)
     places = [(ROOT, 0), (ROOT, 1), (1, 0)]
@@ -487,7 +490,7 @@ def test_relocation_keeps_the_target():
         docs = DocumentSet(2.0, np.asarray(sub.sum(axis=0)).ravel(), 2.0)
         d = t.depth[b]
         return (collapsed_log_prior(arr, np.zeros_like(pst), pst + now, **kw)
-                + lik.log_marginal(docs, theta[place[0]], conc[place[0]], d))
+                + lik.log_marginal(docs, theta[place[0]], conc_b, d))
 
     logp = np.array([log_target(pl) for pl in places])
     p = np.exp(logp - logp.max())
@@ -499,14 +502,42 @@ def test_relocation_keeps_the_target():
     n_draws = 4000
     for s in rng.choice(3, size=n_draws, p=p):
         t, labels, b = build(places[s])
-        st = MoveState(t, labels, X, dict(past), dict(theta) | {b: _unit([1, 1, 1])}, dict(conc) | {b: 4.0})
+        st = MoveState(t, labels, X, dict(past), dict(theta) | {b: _unit([1, 1, 1])}, dict(conc) | {b: conc_b})
         for _ in range(2):
             accepted += moves.relocate(st, rng) is not None
+        assert st.concentration[b] == conc_b
         par = t.parent[b]
         hist[places.index((par, t.children[par].index(b)))] += 1
     assert accepted > 500
     stat = float(np.sum((hist - p * n_draws) ** 2 / (p * n_draws)))
     assert chi2.sf(stat, df=2) > 1e-3
+
+
+def test_a_merge_scores_the_merged_node_at_its_own_concentration(monkeypatch):
+    """The merge's split state is the current one: a new node whose concentration the chain
+    re-estimated is scored at that concentration, as the target and the z-sweep score it, not
+    at the one a new child of its parent starts with."""
+    from streamtree.inference import split_merge
+    from streamtree.likelihoods.base import document_set
+
+    case = _vmf_case(1, {ROOT: -1}, {ROOT: 3})
+    ratios = []
+    exact = SplitMerge._log_ratio
+    monkeypatch.setattr(SplitMerge, "_log_ratio", lambda *a, **k: ratios.append(exact(*a, **k)) or ratios[-1])
+    monkeypatch.setattr(split_merge, "_log_uniform", lambda rng: np.inf)  # read the ratio, reject
+    docs = document_set(case.X, np.array([0, 1]))
+    own_values = (0.5, 4.0, 40.0)
+    for conc_b in own_values:
+        t = TSSBTree(1)
+        b1, b2 = t.add_child(ROOT, born=1), t.add_child(ROOT, born=1)
+        theta = {ROOT: case.theta[ROOT], b1: _unit([1, 0.1, 0.1]), b2: _unit([0, 1, 0])}
+        st = MoveState(t, np.array([b1, b1, b2, ROOT]), case.X, {ROOT: 3}, theta,
+                       {ROOT: 4.0, b1: conc_b, b2: 4.0})
+        assert SplitMerge(case.lik, case.kw)._merge(st, ROOT, b1, 3, 0, np.random.default_rng(0)) is None
+    marginals = [case.lik.log_marginal(docs, case.theta[ROOT], c, 1) for c in own_values]
+    assert len(ratios) == 3
+    np.testing.assert_allclose(np.diff(ratios), np.diff(marginals), rtol=1e-9)
+    assert abs(marginals[0] - marginals[2]) > 1.0  # the check can tell them apart
 
 
 def test_the_move_index_follows_accepted_moves():

@@ -622,7 +622,6 @@ class EpochSampler:
             if moved is not None:
                 s = st.nodes.slot[moved.node]
                 st.nodes.theta[s] = move.theta[moved.node]
-                st.nodes.concentration[s] = move.concentration[moved.node]
             for proposal in proposals:
                 self._take_move(moves.attempt(move, self.rng, born=epoch, proposal=proposal), move, touched)
         for nid in touched:

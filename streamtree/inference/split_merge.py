@@ -742,7 +742,8 @@ class SplitMerge:
 
     def _log_ratio(self, st: MoveState, split, a: int, b: int, place: tuple, docs: DocumentSet,
                    log_prior: float, n_places: int, log_q: float, theta_b: np.ndarray | None = None,
-                   own: float | None = None, host: FixedNode | None = None) -> float:
+                   own: float | None = None, host: FixedNode | None = None,
+                   conc_b: float | None = None) -> float:
         """log of pi(split) q(merge | split) / (pi(merged) q(split | merged)), with a new node's
         parameter ``theta_b`` drawn from its conditional given its documents ``docs`` and parent:
         the documents' collapsed marginal, plus the link changes of adopted subtrees;
@@ -751,10 +752,16 @@ class SplitMerge:
         ``own``, when given, is the split node's term with its parameter integrated out too
         (:meth:`_own_marginal` of its documents in the split state minus in the merged state),
         in place of ``docs``'s likelihood at its parameter; ``host`` is then the split state's
-        ``a`` when ``b`` is its child (its parameter drawn before the test)."""
+        ``a`` when ``b`` is its child (its parameter drawn before the test).
+
+        ``conc_b``, when given, is an existing new node's own concentration (a merge): the
+        split state is the current one, so ``b``'s documents are scored as the target scores
+        them, at the concentration the chain's update gave ``b``, not at the one a new child
+        of its parent would start with."""
         if place[0] == "new":
             theta_P, conc_c, depth_c = self._new_node(st, place[1])
-            at_b = (host or self._fixed(st, place[1])).log_marginal_below(docs, conc_c, depth_c)
+            at_b = (host or self._fixed(st, place[1])).log_marginal_below(
+                docs, conc_c if conc_b is None else conc_b, depth_c)
             if place[3]:
                 at_b += self._log_adoption(st, split, b, theta_b)
         else:
@@ -896,7 +903,9 @@ class SplitMerge:
         below the depth cap other than ``b``, and a position uniformly among ``P2``'s
         ``len(children) + 1`` slots. ``b``'s parameter is redrawn from its conditional under
         ``P2``, so the ratio holds the collapsed marginals of ``b``'s documents under the old
-        and new parent, the prior ratio and the ratio of the draw probabilities."""
+        and new parent, the prior ratio and the ratio of the draw probabilities. ``b`` keeps
+        its own concentration (both marginals are read at it), so the move back is the same
+        move in reverse."""
         t = st.tree
         idx = self.index(st)
         new_nodes = idx.new_leaves()
@@ -927,7 +936,7 @@ class SplitMerge:
             left_leaf = (t.children[P1] == [b] and P1 != ROOT and st.past.get(P1, 0) == 0
                          and P1 not in st.carried)
             n_new_after += int(left_leaf) - int(P2 in new_nodes)
-        th2, c2, d2 = self._new_node(st, P2)
+        th2, _, d2 = self._new_node(st, P2)
         at_2 = self._marginal(st, b, P2)
         at_1 = at_2 if P2 == P1 else self._marginal(st, b, P1)  # a move among siblings
         log_a = (idx.prior.delta(edit, **self.kw) + at_2 - at_1
@@ -942,16 +951,16 @@ class SplitMerge:
         idx.prior.apply(edit)
         idx.changed()
         idx.forget(b)
-        st.theta[b] = self.lik.sample_node_theta(th2, c2, d2, self._documents(st, b), rng)
-        st.concentration[b] = c2
+        st.theta[b] = self.lik.sample_node_theta(th2, st.concentration[b], d2, self._documents(st, b), rng)
         return MoveResult("relocate", b, P2, rows_b)
 
     def _marginal(self, st: MoveState, b: int, P: int) -> float:
         """The collapsed log marginal of ``b``'s documents as a new child of ``P`` (at ``P``'s
-        depth), remembered until a move changes ``b``'s documents or either node's parameter
-        (a sweep's relocations draw the same few new leaves again and again)."""
-        _, conc, depth = self._new_node(st, P)
-        return self._remembered_marginal(st, (self.lik, b, P, depth), b, P, conc, depth)
+        depth and ``b``'s own concentration), remembered until a move changes ``b``'s documents
+        or either node's parameter (a sweep's relocations draw the same few new leaves again and
+        again)."""
+        depth = st.tree.depth[P] + 1
+        return self._remembered_marginal(st, (self.lik, b, P, depth), b, P, st.concentration[b], depth)
 
     def _remembered_marginal(self, st: MoveState, key: tuple, b: int, P: int, conc: float,
                              depth: int, prev: np.ndarray | None = None) -> float:
@@ -1383,7 +1392,7 @@ class SplitMerge:
         # a merge) runs only when the bound leaves it a chance, and log_a is summed in the order it
         # always was: the same decisions from the same random stream, bit for bit.
         ratio = self._log_ratio(st, t, a, b, place, self._documents(st, b), -idx.prior.delta(edit, **self.kw),
-                                len(places), 0.0, st.theta[b], own)
+                                len(places), 0.0, st.theta[b], own, conc_b=st.concentration[b] if new else None)
         select_merge = self._log_select_merge(len(idx.rows), len(self.partners(st, t, b)), rows_b.size, n_a)
         select_split = self._log_select_split(st.labels.size, n_a + rows_b.size)
         if proposal == "subset":  # the reverse split's probability needs no draws
