@@ -66,7 +66,7 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from connectors.sources.base import SourceError, check_columns, normalise, normalised_schema
-from connectors.sources.files import _COMPRESSED, file_format, format_of, resolve
+from connectors.sources.files import _COMPRESSED, PARQUET_READ, file_format, format_of, resolve
 from connectors.sources.times import UNIT_NAMES, TimeParser
 from streamtree.records import REJECT_SCHEMA, empty_rejects
 
@@ -390,7 +390,7 @@ def _parse(data: bytes, name: str, fmt: str, cols: list[str], text_col: str,
     """The file's table from its (decompressed) bytes."""
     buf = pa.BufferReader(data)
     if fmt == "parquet":
-        return pq.read_table(buf)
+        return pq.read_table(buf, **PARQUET_READ)
     if fmt == "ipc":
         return paipc.open_file(buf).read_all()
     if fmt == "ipc-stream":

@@ -9,6 +9,7 @@ import shutil
 import threading
 import time
 import urllib.request
+from datetime import datetime
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -108,6 +109,16 @@ def test_landing_success_marker(tmp_path):
     ready = zone.poll()
     assert [f.name for f in ready] == ["day=2/part-0.jsonl"]
     assert ready[0].ready_ns > ready[0].mtime_ns  # ordered by the marker
+
+
+def test_a_landed_spark_int96_timestamp_keeps_its_year(tmp_path):
+    """As a replay reads it (a year-9999 INT96 timestamp was read as 1816)."""
+    when = pa.array([datetime(9999, 12, 31), datetime(2026, 3, 1)], pa.timestamp("us"))
+    pq.write_table(pa.table({"text": ["no end", "some words"], "time": when}), f"{tmp_path}/a.parquet",
+                   use_deprecated_int96_timestamps=True)
+    zone = LandingZone(str(tmp_path), settle=0)
+    got = read_landed(zone.fs, zone.poll()[0], text_col="text", time_col="time")
+    assert [t.year for t in got.rows.column("time").to_pylist()] == [9999, 2026]
 
 
 def test_read_landed_formats_partitions_and_errors(tmp_path):

@@ -146,6 +146,17 @@ def test_parquet_files_of_one_folder_are_each_read_with_their_own_time_type(tmp_
     assert {name.split("-", 1)[1].removesuffix(".parquet"): t for name, t in got.items()} == expected
 
 
+def test_spark_int96_timestamps_keep_their_year(tmp_path):
+    """Spark's legacy INT96 timestamps were read in nanoseconds, whose int64 ends in 2262: a
+    year-9999 'no end' date wrapped to 1816 (and a reject named that time)."""
+    when = pa.array([datetime(9999, 12, 31), datetime(2024, 3, 1)], pa.timestamp("us"))
+    pq.write_table(pa.table({"text": ["no end", "some words"], "when": when}), tmp_path / "spark.parquet",
+                   use_deprecated_int96_timestamps=True)
+    for target in (tmp_path / "spark.parquet", tmp_path):
+        out = open_source(str(target), "text", "when").read_all()
+        assert out.column("time").to_pylist() == [utc(9999, 12, 31), utc(2024, 3, 1)]
+
+
 def test_directory_of_jsonl_files(tmp_path):
     d = tmp_path / "j"
     d.mkdir()

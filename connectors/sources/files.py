@@ -42,6 +42,9 @@ from streamtree.records import RejectLog
 logger = logging.getLogger(__name__)
 
 FORMATS = ("parquet", "ipc", "ipc-stream", "jsonl", "csv")
+#: How Parquet files are read: Spark's legacy INT96 timestamps in microseconds, not pyarrow's
+#: default nanoseconds, whose int64 ends in 2262 (a year-9999 "no end" date wrapped to 1816)
+PARQUET_READ = {"coerce_int96_timestamp_unit": "us"}
 _EXTENSIONS = {
     ".parquet": "parquet", ".pq": "parquet",
     ".arrow": "ipc", ".feather": "ipc", ".ipc": "ipc", ".arrows": "ipc-stream",
@@ -201,7 +204,8 @@ class Source:
                 return pajson.open_json(f, read_options=pajson.ReadOptions(block_size=_BLOCK_BYTES)).schema.names
 
     def _dataset(self) -> ds.Dataset:
-        fmt = "parquet" if self.format == "parquet" else "ipc"
+        fmt = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(**PARQUET_READ)) if self.format == "parquet" \
+            else "ipc"
         target = self.root if self.is_dir else self.files[0]
         with self._wrap(target):
             return ds.dataset(target, filesystem=self.fs, format=fmt, partitioning="hive" if self.is_dir else None)
