@@ -5,20 +5,18 @@ multinomial family often grows them, sometimes several in a row (a parent whose 
 all moved to a child it keeps). A relay's subtree holds exactly its child's documents, and a
 node's words are those of its subtree's documents, so a chain of relays reads as the same
 line or box repeated. The views draw a chain and the node it leads to as one entry, the ids
-of the relays shown on the way (``[209] › [212] › [213]``), so no id and no document is
-hidden; :func:`relay_chains` finds the chains, once for both views.
+of the relays shown on the way (``[209] > [212] > [213]`` in ``show``, ``209 › 212 › 213`` in
+the report), so no id and no document is hidden; :func:`relay_chains` finds the chains, once
+for both views.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-#: Separator of the ids of a relay chain, top first (``209 › 212 › 213``).
-CHAIN_SEPARATOR = " › "
-
-#: What a chain of ids means, for the legends of ``show`` and the report.
-RELAY_LEGEND = ("a › b: a holds no documents of its own and b is its only child, so both are drawn as one, "
-                "with b's documents and words")
+#: What a chain ``a > b`` means, for the legends of ``show`` and the report.
+RELAY_LEGEND = ("a holds no documents of its own and b is its only child, so both are drawn as one, with b's "
+                "documents and words")
 
 
 def relay_chains(ids, parents, counts) -> dict[int, tuple[int, ...]]:
