@@ -291,12 +291,15 @@
       { type: "scatter", mode: "lines+markers", x: xs, y: share, name: "share of documents (subtree)",
         hovertemplate: "%{y:.2%}<extra>share</extra>", connectgaps: false, meta: { kind: "lineage-share", node: id } },
       { type: "scatter", mode: "lines+markers", x: xs, y: mass, name: "mass (stick weight)", yaxis: "y2",
-        hovertemplate: "%{y:.4f}<extra>mass</extra>", connectgaps: false, line: { dash: "dot" } },
+        hovertemplate: "%{y:.4g}<extra>mass</extra>", connectgaps: false, line: { dash: "dot" },
+        meta: { kind: "lineage-mass", node: id } },
     ], {
       font: FONT, margin: { l: 60, r: 60, t: 10, b: 60 }, legend: { orientation: "h", y: 1.15 },
-      xaxis: Object.assign(epochAxis(nEpochs, E.label, 30), { tickangle: -45 }),
-      yaxis: { tickformat: ".1%", title: { text: "share" }, rangemode: "tozero" },
-      yaxis2: { overlaying: "y", side: "right", title: { text: "mass" }, rangemode: "tozero", showgrid: false },
+      xaxis: Object.assign(epochAxis(nEpochs, E.label, 30), { tickangle: -45, anchor: "y2" }),
+      // two panels, share above and mass below: on one plot with an axis each, the two points
+      // of a node alive in one epoch (or any two series of one shape) fell on each other
+      yaxis: { tickformat: ".1%", title: { text: "share" }, rangemode: "tozero", domain: [0.55, 1] },
+      yaxis2: { anchor: "x", title: { text: "mass" }, rangemode: "tozero", domain: [0, 0.42] },
     }, CONFIG);
     const evAt = new Map();
     for (const i of own) {
