@@ -78,7 +78,8 @@
   }
   // a node's hover; ``via``: the ids of the relays drawn with it, top first
   function nodeHover(r, extra, via) {
-    const head = via && via.length ? "<b>nodes " + via.concat([N.id[r]]).join(" › ") + "</b>" : "<b>node " + N.id[r] + "</b>";
+    const head = via && via.length ? "<b>nodes " + via.concat([N.id[r]]).join(" › ") + "</b>"
+      : "<b>node " + N.id[r] + "</b>";
     return head + " (" + esc(E.label[N.e[r]]) + ")" + (extra || "") +
       "<br>" + esc(N.words[r]) + "<br>parent " + N.parent[r] + ", depth " + N.depth[r] + ", mass " + N.mass[r] +
       (via && via.length ? "<br>" + via.join(", ") + ": no documents of their own and one child each, drawn with " +
