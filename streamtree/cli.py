@@ -33,6 +33,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from streamtree.relays import RELAY_LEGEND, relay_chains
+
 logger = logging.getLogger(__name__)
 
 EXIT_BUG = 1
@@ -645,7 +647,8 @@ def resolve_epoch(entries: list[dict], text: str) -> dict:
 
 LEGEND = ("* born this epoch, < born by splitting from another node, ^ parent changed; counts are the "
           "epoch's documents in the node's subtree (and at the node itself); words: of word distributions, the "
-          "most frequent terms of those documents; of vMF directions, their largest entries")
+          "most frequent terms of those documents; of vMF directions, their largest entries; "
+          f"[a] > [b]: {RELAY_LEGEND}")
 
 
 def _top_words(top_words: int | None) -> int:
@@ -713,13 +716,25 @@ def format_epoch(stored, vocabulary=None, *, top_words: int | None = None, min_d
     marks = ["<" if nid in split_from else "*" if tree.born[k] == tree.epoch else "^" if nid in moved else " "
              for k, nid in enumerate(tree.node_ids.tolist())]
     shown = _shown_nodes(tree, max_nodes, min_docs, {k for k, m in enumerate(marks) if m != " "})
+    # a run of relays (no documents of their own, one child) is one line with the node it leads to
+    chains = relay_chains(tree.node_ids, tree.parent, tree.counts)
+    end_of = {r: end for end, chain in chains.items() for r in chain}
+    shown |= {row[end_of[int(tree.node_ids[k])]] for k in shown if int(tree.node_ids[k]) in end_of}
+    shown |= {row[r] for k in shown for r in chains.get(int(tree.node_ids[k]), ())}
+    level: dict[int, int] = {}  # the indentation of each line: lines above it, relays not counted
     for k in range(tree.n_nodes):
         nid = int(tree.node_ids[k])
-        if k not in shown:
+        if k not in shown or nid in end_of:
             continue
-        mark = marks[k]
-        note = f" (split from {split_from[nid]})" if nid in split_from else ""
-        lines.append(f"{'    ' * int(tree.depth[k])}{mark}[{nid}] {int(tree.subtree_counts[k])} docs "
+        path = [*chains.get(nid, ()), nid]
+        above = int(tree.parent[row[path[0]]])
+        level[nid] = level.get(above, -1) + 1
+        ids = " > ".join(f"{marks[row[n]] if i == 0 else marks[row[n]].strip()}[{n}]"
+                                   for i, n in enumerate(path))
+        splits = [n for n in path if n in split_from]
+        note = (f" (split from {split_from[nid]})" if splits == [nid] == path else
+                f" ({', '.join(f'{n} split from {split_from[n]}' for n in splits)})" if splits else "")
+        lines.append(f"{'    ' * level[nid]}{ids} {int(tree.subtree_counts[k])} docs "
                      f"({int(tree.counts[k])} here){note}: {' '.join(words[k])}")
     n_hidden = tree.n_nodes - len(shown)
     if n_hidden:

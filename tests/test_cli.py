@@ -53,6 +53,8 @@ def test_replay_and_show_through_the_console(corpus, tmp_path):
 
     r = run_cli("show", uri, "--top-words", "5", "--all")
     assert r.returncode == 0, r.stderr
+    from streamtree.relays import relay_chains
+
     store = SnapshotStore(uri)
     vocab = store.vocabulary()
     for e in store.epochs():
@@ -64,14 +66,35 @@ def test_replay_and_show_through_the_console(corpus, tmp_path):
         ev = store.events(e["epoch"]).to_pylist()
         split_from = {x["node_id"]: x["other_id"] for x in ev if x["event"] == "split_from"}
         moved = {x["node_id"] for x in ev if x["event"] == "parent_changed"}
-        for k in range(tree.n_nodes):  # every node on its own line, indented by depth, with its top words
-            nid = int(tree.node_ids[k])
-            mark = ("<" if nid in split_from else "*" if tree.born[k] == tree.epoch else "^" if nid in moved
+        row = {int(n): k for k, n in enumerate(tree.node_ids)}
+
+        def mark(nid):
+            return ("<" if nid in split_from else "*" if tree.born[row[nid]] == tree.epoch else "^" if nid in moved
                     else " ")
-            note = f" (split from {split_from[nid]})" if nid in split_from else ""
-            line = (f"{'    ' * int(tree.depth[k])}{mark}[{nid}] "
+
+        # every node on a line, indented by its depth less the relays above it, with its top words; a
+        # relay (no documents of its own, one child) is on its child's line, ahead of it
+        chains = relay_chains(tree.node_ids, tree.parent, tree.counts)
+        relays = {r for chain in chains.values() for r in chain}
+        assert len(relays) == sum(int(tree.counts[k]) == 0 and int((tree.parent == tree.node_ids[k]).sum()) == 1
+                                  for k in range(tree.n_nodes))
+        for k in range(tree.n_nodes):
+            nid = int(tree.node_ids[k])
+            if nid in relays:
+                continue
+            path = [*chains.get(nid, ()), nid]
+            ids = mark(path[0]) + " > ".join(f"{mark(n).strip() if i else ''}[{n}]" for i, n in enumerate(path))
+            level, up = 0, int(tree.parent[row[path[0]]])
+            while up != -1:
+                level += up not in relays
+                up = int(tree.parent[row[up]])
+            notes = [f"{n} split from {split_from[n]}" for n in path if n in split_from]
+            note = (f" (split from {split_from[nid]})" if len(path) == 1 and notes else
+                    f" ({', '.join(notes)})" if notes else "")
+            line = (f"{'    ' * level}{ids} "
                     f"{int(tree.subtree_counts[k])} docs ({int(tree.counts[k])} here){note}: {' '.join(words[k])}")
             assert line in r.stdout.splitlines()
+    assert "[a] > [b]: a holds no documents of its own and b is its only child" in r.stdout  # the legend says so
 
 
 def test_published_words_are_the_terms_of_the_documents_below_each_node(corpus, store):
@@ -499,8 +522,9 @@ def test_the_capped_view_does_not_fill_up_with_nodes_the_window_carries_empty():
     vocab = np.array([f"w{i}" for i in range(tree.theta.shape[1])])
     stored = SimpleNamespace(tree=tree, top_words=[], theta_exact=True)
 
-    def listed(text):
-        return [int(m) for m in re.findall(r"\[(\d+)\] \d+ docs", text)]
+    def listed(text):  # the ids on the tree's lines (a relay chain's line lists several)
+        return sorted(int(m) for line in text.splitlines() if " docs (" in line
+                      for m in re.findall(r"\[(\d+)\]", line.split(" docs (")[0]))
 
     capped = format_epoch(stored, vocab, max_nodes=10)
     assert listed(capped) == [0, 1, 3]  # the occupied leaf 3 and its ancestors
@@ -509,7 +533,48 @@ def test_the_capped_view_does_not_fill_up_with_nodes_the_window_carries_empty():
     # an empty node with an event this epoch (here: born) is still listed
     born_empty = SimpleNamespace(tree=dataclasses.replace(tree, born=np.array([0, 1, 7, 3, 4])), top_words=[],
                                  theta_exact=True)
-    assert listed(format_epoch(born_empty, vocab, max_nodes=10)) == [0, 1, 2, 3]
+    # (2 is a relay, no documents and one child: its line is that of 4, the empty leaf it leads to)
+    assert listed(format_epoch(born_empty, vocab, max_nodes=10)) == [0, 1, 2, 3, 4]
+
+
+def test_a_chain_of_empty_single_child_nodes_is_one_line():
+    """Relays (no documents of their own, one child) are drawn on the line of the node they
+    lead to, their ids and marks ahead of it, so no id is hidden and the subtree below is
+    indented as if they were one node. A node with documents or two children is no relay."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    import pyarrow as pa
+
+    from streamtree.cli import LEGEND, format_epoch
+    from test_store import make_tree
+
+    # 0 -> 1 -> 2 -> {3, 4}; 0 -> 5 -> 6 -> 7; 0 -> 8 (3 documents) -> 9; in depth-first order
+    ids, parents = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9], [-1, 0, 1, 2, 2, 0, 5, 6, 0, 8]
+    tree = make_tree(4, ids, parents, [0, 0, 0, 0, 4, 4, 4, 4, 0, 0], label="2004")
+    counts = np.array([0, 0, 0, 6, 2, 0, 0, 5, 3, 1])
+    subtree = np.array([17, 8, 8, 6, 2, 5, 5, 5, 4, 1])
+    tree = dataclasses.replace(tree, counts=counts, subtree_counts=subtree)
+    vocab = np.array([f"w{i}" for i in range(tree.theta.shape[1])])
+    stored = SimpleNamespace(tree=tree, top_words=[[f"t{n}"] for n in ids], theta_exact=True)
+    events = pa.table({"epoch": [4, 4], "node_id": [6, 1], "event": ["split_from", "parent_changed"],
+                       "other_id": [2, 9]})  # as the store gives them
+    text = format_epoch(stored, vocab, events=events, max_nodes=None)
+    assert text.splitlines()[1:6] == [
+        " [0] 17 docs (0 here): t0",
+        "    ^[1] > [2] 8 docs (0 here): t2",            # 1 and 2 are relays: on 2's line, 2's words
+        "         [3] 6 docs (6 here): t3",              # 2's children, one level below it
+        "        *[4] 2 docs (2 here): t4",
+        "    *[5] > <[6] > *[7] 5 docs (5 here) (6 split from 2): t7",  # every id keeps its mark
+    ]
+    assert text.splitlines()[6:8] == ["     [8] 4 docs (3 here): t8", "         [9] 1 docs (1 here): t9"]
+    # capped, a relay on the way to a shown node is on that node's line, and counts as shown
+    capped = format_epoch(stored, vocab, max_nodes=1)
+    assert [line.split(" docs")[0].strip() for line in capped.splitlines()[1:3]] == ["[0] 17", "[1] > [2] 8"]
+    assert "(6 smaller or empty nodes not shown" in capped  # 4, 5, 6, 7, 8, 9: 3 shown, with 0, 1, 2
+    assert "[a] > [b]: a holds no documents of its own and b is its only child" in LEGEND
 
 
 def test_document_concentration_reaches_the_estimator(corpus, tmp_path):

@@ -14,7 +14,8 @@ from streamtree.events import Events
 from streamtree.model import DTSSBP
 from streamtree.records import make_rejects
 from streamtree.report import ReportOptions, read_store, report_data, write_report
-from streamtree.report.data import aggregate_columns, evolution_layout, offered_thresholds, peak_shares
+from streamtree.report.data import (_event_marks, aggregate_columns, band_colours, evolution_layout,
+                                    offered_thresholds, peak_shares)
 from streamtree.synthetic import vmf_tree_corpus
 
 N_EPOCHS = 5
@@ -78,6 +79,54 @@ def test_tiny_layout_exact():
     folded = evolution_layout(cols, shown={0, 1})  # 3 folds into 1, 2 into the root
     assert {k: (v["y0"], v["y1"], v["docs"]) for k, v in folded.items()} == {
         0: ([0.0], [0.4], [4]), 1: ([0.4], [1.0], [6])}
+
+
+def test_a_relay_is_drawn_with_the_node_its_chain_leads_to():
+    """One epoch: 0 -> 1 -> 2 -> {3 (4 documents), 4 (2)} and 0 -> 5 (1). Node 1 holds no
+    documents and has one child: a relay, hovered and marked on 2's band. Folding 3 and 4
+    into 2 gives 2 documents, so 2 stays no relay; folding 2 into 1 ends the chain."""
+    cols = aggregate_columns(np.zeros(6, int), [0, 1, 2, 3, 4, 5], [-1, 0, 1, 2, 2, 0], [0, 0, 0, 4, 2, 1],
+                             [7, 6, 6, 4, 2, 1], [7], 200)
+    bands = evolution_layout(cols, shown={0, 1, 2, 3, 4, 5})
+    assert bands[1]["relay"] == [0] and bands[2]["via"] == {0: [1]}
+    assert all("relay" not in bands[n] and "via" not in bands[n] for n in (0, 3, 4, 5))
+    folded = evolution_layout(cols, shown={0, 1, 2, 5})  # 3 and 4 fold into 2
+    assert folded[1]["relay"] == [0] and folded[2]["docs"] == [6]
+    into_1 = evolution_layout(cols, shown={0, 1, 5})  # 2, 3 and 4 fold into 1: no relay left
+    assert all("relay" not in b and "via" not in b for b in into_1.values())
+    # births of 1 and 2 are one mark, on 2's band; 5's is its own
+    events = {"e": [0, 0, 0], "id": [1, 2, 5], "kind": ["born"] * 3, "other": [-1, -1, -1]}
+    born = _event_marks(bands, events, per_column=1)["born"]
+    assert born["i"] == [[0, 1], [2]]
+    assert born["y"][0] == round((bands[2]["y0"][0] + bands[2]["y1"][0]) / 2, 5)
+
+
+def test_relay_rows_of_the_epoch_view(data):
+    """``nodes.via``: per node row below a relay chain, the rows of the chain in its epoch."""
+    from types import SimpleNamespace
+
+    from streamtree.report.data import _relay_rows
+
+    # epoch 0: 0 -> 1 -> 2 (relay 1); epoch 1: 0 -> 1 -> 2 -> 3, all empty but 3 (relays 0, 1, 2)
+    content = SimpleNamespace(node_id=np.array([0, 1, 2, 0, 1, 2, 3]), node_parent=np.array([-1, 0, 1, -1, 0, 1, 2]),
+                              node_count=np.array([2, 0, 3, 0, 0, 0, 5]))
+    assert _relay_rows(content, np.array([0, 0, 0, 1, 1, 1, 1]), 2) == {2: [1], 6: [3, 4, 5]}
+    assert isinstance(data["nodes"]["via"], dict)  # in the page's data
+
+
+def test_colours_follow_the_branches_below_a_dominant_node():
+    """Root 0 with 1 holding most documents (an internal node) and 9 a few: 1 is trunk (grey),
+    and its children 2 and 3 each get a hue of their own (3, a leaf, though it holds most of
+    1's documents), their children a lighter tint."""
+    from streamtree.report.data import PALETTE, ROOT_COLOUR, _tint
+
+    ids, parents = [0, 1, 2, 3, 4, 9], [-1, 0, 1, 1, 2, 0]
+    counts, subtree = [0, 0, 1, 6, 4, 2], [13, 11, 5, 6, 4, 2]  # 3 holds most of 1's, but is a leaf
+    cols = aggregate_columns(np.zeros(6, int), ids, parents, counts, subtree, [14], 200)
+    colours = band_colours(cols, evolution_layout(cols, shown=set(ids)))
+    assert colours[0] == colours[1] == ROOT_COLOUR
+    assert len({colours[2], colours[3], colours[9]}) == 3 and ROOT_COLOUR not in (colours[2], colours[3], colours[9])
+    assert colours[4] == _tint(colours[2], 0.18) and colours[2].upper() in PALETTE
 
 
 def test_aggregated_columns_sum_documents_and_take_the_last_parent():
@@ -170,7 +219,7 @@ def test_event_marks_and_dendrograms(store, data):
     assert len(split["x"]) == 1 and split["x2"][0] is not None  # the source is shown: a connecting line
     assert "merged_into" not in lay["marks"]  # node 999999 is in no tree: nothing to draw it on
     born = lay["marks"]["born"]
-    assert len(born["x"]) == data["summary"]["event_counts"]["born"]
+    assert sum(len(i) for i in born["i"]) == data["summary"]["event_counts"]["born"]  # every birth, once
     assert [d["label"] for d in data["static"]] == ["2001", "2003"]
     for d in data["static"]:
         tree = store.read(int(d["label"]) - 2000).tree

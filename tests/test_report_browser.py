@@ -10,6 +10,7 @@ import zlib
 import numpy as np
 import pytest
 
+from streamtree.relays import relay_chains
 from streamtree.report import ReportOptions, read_store, report_data, write_report
 from streamtree.report.headless import HeadlessChromium, find_chromium
 from test_report import build_store  # tests/ is on sys.path under pytest
@@ -79,7 +80,8 @@ def plot_data(browser, div: str):
     """The plotly traces a div holds, as drawn (numbers and strings only)."""
     return browser.evaluate(
         f"JSON.parse(JSON.stringify(document.getElementById({div!r}).data.map(t => ({{"
-        "type: t.type, meta: t.meta || null, ids: t.ids || null, x: t.x || null, y: t.y || null}))))")
+        "type: t.type, meta: t.meta || null, ids: t.ids || null, labels: t.labels || null, parents: t.parents || null, "
+        "x: t.x || null, y: t.y || null}))))")
 
 
 def test_page_opens_without_errors_or_network(page):
@@ -106,9 +108,12 @@ def test_evolution_holds_the_bands_and_epochs(page):
     assert len(bands) == n_ids == ev["layouts"][0]["n_bands"]
     assert {t["meta"]["node"] for t in bands} == set(data["nodes"]["id"])
     hover = next(t for t in traces if t["meta"] and t["meta"]["kind"] == "hover")
-    assert len(hover["x"]) == len(data["nodes"]["id"])  # every node of every epoch can be hovered
+    relays = sum(len(b.get("relay", [])) for b in ev["layouts"][0]["bands"])  # hovered with the node below
+    assert len(hover["x"]) == len(data["nodes"]["id"]) - relays  # every other node of every epoch
     marks = {t["meta"]["event"]: len(t["x"]) for t in traces if t["meta"] and t["meta"]["kind"] == "event"}
-    assert marks["born"] == data["summary"]["event_counts"]["born"] and marks["split_from"] == 1
+    drawn = ev["layouts"][0]["marks"]
+    assert marks == {kind: len(m["x"]) for kind, m in drawn.items()} and marks["split_from"] == 1
+    assert sum(len(i) for i in drawn["born"]["i"]) == data["summary"]["event_counts"]["born"]
     assert browser.evaluate("document.getElementById('threshold').options.length") == len(ev["layouts"])
 
 
@@ -119,7 +124,15 @@ def test_epoch_tree_holds_each_epochs_nodes(page):
                          " s.dispatchEvent(new Event('change')); return 1; })()")
         (trace,) = plot_data(browser, "epoch-tree")
         assert trace["type"] == "icicle" and trace["meta"]["epoch"] == i
-        assert sorted(int(x[1:]) for x in trace["ids"]) == sorted(store.nodes(e["epoch"]).column("id").to_pylist())
+        # one box per node, a relay chain's in the box of the node it leads to, named in its label
+        nodes = store.nodes(e["epoch"])
+        chains = relay_chains(*(nodes.column(c).to_numpy() for c in ("id", "parent", "count")))
+        relays = {r for chain in chains.values() for r in chain}
+        assert sorted(int(x[1:]) for x in trace["ids"]) == sorted(set(nodes.column("id").to_pylist()) - relays)
+        for box, label, parent in zip(trace["ids"], trace["labels"], trace["parents"]):
+            path = [*chains.get(int(box[1:]), ()), int(box[1:])]
+            assert label.split(": ")[0] == " › ".join(map(str, path))
+            assert parent == "" or int(parent[1:]) not in relays
     assert browser.evaluate("document.getElementById('epoch').options.length") == len(store.epochs())
     for chart in ("treemap", "sunburst", "icicle"):
         browser.evaluate(f"(() => {{ const s = document.getElementById('epoch-chart'); s.value = '{chart}';"

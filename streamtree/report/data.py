@@ -15,6 +15,11 @@ subtree held at least ``threshold`` of the documents in some column; smaller nod
 into their nearest shown ancestor. Layouts are computed for a ladder of thresholds (the
 page's control), keeping only those that show at most ``max_bands`` bands.
 
+**Relay chains** (:mod:`streamtree.relays`): a node with no documents of its own and one child
+is drawn with the node it leads to, as one box of the epoch's tree and, in a column of the
+evolving tree where it holds nothing after folding and has one shown child, as part of that
+child's band (its hover and its event marks are the child's, naming it).
+
 **Long runs** (more epochs than ``max_columns``) are aggregated: consecutive epochs are
 grouped into ``ceil(n_epochs / max_columns)`` per column; a node's documents are summed over
 its column's epochs, and its parent is the one of the last epoch of the column in which it
@@ -29,6 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from streamtree.events import EVENT_KINDS
+from streamtree.relays import relay_chains
 
 #: Colours of the top-level branches (colour-blind friendly, after Okabe and Ito, and Tol).
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
@@ -228,7 +234,11 @@ def evolution_layout(cols: Columns, shown: set[int]) -> dict[int, dict]:
     down from 0), ``docs`` (documents in the band) and ``row`` (node row for the words).
 
     Roots (parent -1, or a parent absent from the column) are always shown. A hidden
-    entry's documents go to its nearest shown ancestor in that column.
+    entry's documents go to its nearest shown ancestor in that column. Where a shown entry
+    holds no documents after that and has one shown child (a relay), the band's ``relay``
+    lists the entry's position in its lists, and the band of the node the chain leads to has
+    the chain's ids, top first, under that entry's position in ``via`` (both only when there
+    are such entries).
     """
     bands: dict[int, dict] = {}
     starts = np.searchsorted(cols.col, np.arange(cols.n_columns + 1))
@@ -247,6 +257,7 @@ def evolution_layout(cols: Columns, shown: set[int]) -> dict[int, dict]:
                 children.setdefault(par, []).append(j)  # ids ascend within a column: siblings by id
         height = np.zeros(hi - lo, dtype=np.int64)
         order: list[int] = []       # shown entries, depth-first
+        drawn_parent: list[int] = []  # the id of each one's nearest shown ancestor (-1: none)
         seen = np.zeros(hi - lo, dtype=bool)
         stack = [(j, j) for j in reversed(roots)]  # (entry, shown entry that takes its documents)
         while stack:
@@ -256,16 +267,23 @@ def evolution_layout(cols: Columns, shown: set[int]) -> dict[int, dict]:
             seen[j] = True
             nid = ids[j]
             if nid in shown or owner == j:
+                drawn_parent.append(-1 if owner == j else ids[owner])
                 owner = j
                 order.append(j)
             height[owner] += cols.count[lo + j]
             for k in reversed(children.get(nid, [])):
                 stack.append((k, owner))
+        chains = relay_chains([ids[j] for j in order], drawn_parent, height[order])
+        relays = {r for chain in chains.values() for r in chain}
         total = max(int(cols.docs[c]), 1)
         y = 0.0
         for j in order:
             h = height[j] / total
             band = bands.setdefault(ids[j], {"col": [], "y0": [], "y1": [], "docs": [], "row": []})
+            if ids[j] in relays:
+                band.setdefault("relay", []).append(len(band["col"]))
+            if ids[j] in chains:
+                band.setdefault("via", {})[len(band["col"])] = list(chains[ids[j]])
             band["col"].append(c)
             band["y0"].append(round(y, 5))
             band["y1"].append(round(y + h, 5))
@@ -275,29 +293,48 @@ def evolution_layout(cols: Columns, shown: set[int]) -> dict[int, dict]:
     return bands
 
 
-def band_colours(cols: Columns, bands: dict[int, dict], depth_of_row: np.ndarray) -> dict[int, str]:
-    """Each band's colour: its top-level branch (the child of the root it descends from in
-    its largest column), lighter with depth; roots grey."""
+def band_colours(cols: Columns, bands: dict[int, dict]) -> dict[int, str]:
+    """Each band's colour: one hue per branch, lighter with each level below the branch's
+    top; the trunk grey.
+
+    The trunk is the root and, from it down, every child with children of its own whose
+    subtree held more than half of its parent's documents over the run (a node that holds most
+    of the stream, as a general-purpose node under the root often does, would otherwise colour
+    nearly every band alike). A branch is a node below the trunk whose parent is on it. A band's place in the
+    tree is read in the column where its subtree held its largest share.
+    """
+    share = cols.subtree / np.maximum(cols.docs[cols.col], 1)
+    peak: dict[int, tuple[float, int]] = {}  # id -> (largest share, its column)
+    total: dict[int, int] = {}  # id -> documents in its subtree, summed over the columns
     parent_at: dict[tuple[int, int], int] = {}
-    for c, nid, par in zip(cols.col.tolist(), cols.id.tolist(), cols.parent.tolist()):
+    for c, nid, par, s, n in zip(cols.col.tolist(), cols.id.tolist(), cols.parent.tolist(), share.tolist(),
+                                 cols.subtree.tolist()):
         parent_at[(c, nid)] = par
+        total[nid] = total.get(nid, 0) + n
+        if s > peak.get(nid, (-1.0, 0))[0]:
+            peak[nid] = (s, c)
+    parent = {nid: parent_at[(c, nid)] for nid, (_, c) in peak.items()}
+    children: dict[int, list[int]] = {}
+    for nid, par in parent.items():
+        children.setdefault(par, []).append(nid)
+    trunk, todo = set(), [nid for nid, par in parent.items() if par == -1 or par not in parent]
+    while todo:
+        nid = todo.pop()
+        if nid in trunk:
+            continue
+        trunk.add(nid)
+        todo += [k for k in children.get(nid, []) if 2 * total[k] > total[nid] and k in children]
     branch_rank: dict[int, int] = {}
     out = {}
     for nid in sorted(bands):
-        b = bands[nid]
-        k = int(np.argmax(np.asarray(b["y1"]) - np.asarray(b["y0"])))
-        c = b["col"][k]
-        node, par = nid, parent_at.get((c, nid), -1)
-        hops = 0
-        while par != -1 and (c, par) in parent_at and parent_at[(c, par)] != -1 and hops < 64:
-            node, par = par, parent_at[(c, par)]
-            hops += 1
-        if par == -1:
+        node, hops = nid, 0
+        while node not in trunk and parent.get(node, -1) not in trunk and hops < 64:
+            node, hops = parent[node], hops + 1
+        if node in trunk:
             out[nid] = ROOT_COLOUR
             continue
         rank = branch_rank.setdefault(node, len(branch_rank))
-        depth = int(depth_of_row[b["row"][k]])
-        out[nid] = _tint(PALETTE[rank % len(PALETTE)], min(0.55, 0.18 * max(depth - 1, 0)))
+        out[nid] = _tint(PALETTE[rank % len(PALETTE)], min(0.55, 0.18 * hops))
     return out
 
 
@@ -342,7 +379,7 @@ def report_data(content: StoreContent, options: ReportOptions | None = None) -> 
         "e": node_pos.tolist(), "id": content.node_id.tolist(), "parent": content.node_parent.tolist(),
         "depth": content.node_depth.tolist(), "count": content.node_count.tolist(),
         "subtree": content.node_subtree.tolist(), "mass": [float(f"{m:.4g}") for m in content.node_mass.tolist()],
-        "born": content.node_born.tolist(), "words": words,
+        "born": content.node_born.tolist(), "words": words, "via": _relay_rows(content, node_pos, n_epochs),
     }
     ev_pos = [pos_of_epoch.get(int(e), -1) for e in content.event_epoch.tolist()]
     events = {"e": ev_pos, "id": content.event_node.tolist(), "kind": [str(k) for k in content.event_kind],
@@ -371,6 +408,19 @@ def report_data(content: StoreContent, options: ReportOptions | None = None) -> 
     }
 
 
+def _relay_rows(content: StoreContent, node_pos: np.ndarray, n_epochs: int) -> dict[int, list[int]]:
+    """Per node row below a relay chain in its epoch's tree, the rows of the chain, top first
+    (the epoch view draws them as one box)."""
+    via = {}
+    starts = np.searchsorted(node_pos, np.arange(n_epochs + 1))  # rows are in epoch order
+    for lo, hi in zip(starts[:-1].tolist(), starts[1:].tolist()):
+        ids = content.node_id[lo:hi]
+        chains = relay_chains(ids, content.node_parent[lo:hi], content.node_count[lo:hi])
+        row = {nid: lo + k for k, nid in enumerate(ids.tolist())}
+        via.update({row[end]: [row[r] for r in chain] for end, chain in chains.items()})
+    return via
+
+
 def _evolution(content: StoreContent, node_pos: np.ndarray, events: dict, options: ReportOptions) -> dict:
     cols = aggregate_columns(node_pos, content.node_id, content.node_parent, content.node_count,
                              content.node_subtree, content.n_documents, options.max_columns)
@@ -380,7 +430,7 @@ def _evolution(content: StoreContent, node_pos: np.ndarray, events: dict, option
     for t in offered_thresholds(peak, options):
         shown = {nid for nid, s in peak.items() if s >= t} | roots
         bands = evolution_layout(cols, shown)
-        colours = band_colours(cols, bands, content.node_depth)
+        colours = band_colours(cols, bands)
         layouts.append({
             "threshold": t, "n_bands": len(bands), "n_folded": len(peak) - len(bands),
             "bands": [{"id": nid, "colour": colours[nid], **bands[nid]} for nid in sorted(bands)],
@@ -400,8 +450,13 @@ def _evolution(content: StoreContent, node_pos: np.ndarray, events: dict, option
 
 def _event_marks(bands: dict[int, dict], events: dict, per_column: int) -> dict[str, dict]:
     """Where each event of a shown node is drawn: ``x`` (column +- half), ``y`` (band
-    middle), the event's index in ``events``, and for events with another shown node the
-    point of that node (``x2``, ``y2``) for a connecting line."""
+    middle), the indices in ``events`` of the events drawn there (a list: events of one kind
+    at one point, such as the births of a relay chain and of the node it leads to, are one
+    mark), and for events with another shown node the point of that node (``x2``, ``y2``)
+    for a connecting line. A relay's point is that of the node its chain leads to."""
+    end_of = {(b["col"][i], r): nid for nid, b in bands.items() for i, chain in b.get("via", {}).items()
+              for r in chain}
+
     def at(nid: int, col: int, clamp: bool = True):
         b = bands.get(nid)
         if b is None:
@@ -413,7 +468,12 @@ def _event_marks(bands: dict[int, dict], events: dict, per_column: int) -> dict[
             if not clamp:
                 return None
             i = 0
-        return b["col"][i], (b["y0"][i] + b["y1"][i]) / 2
+        col = b["col"][i]
+        end = end_of.get((col, nid))
+        if end is not None:  # a relay there: drawn on the band of the node its chain leads to
+            b = bands[end]
+            i = b["col"].index(col)
+        return col, (b["y0"][i] + b["y1"][i]) / 2
 
     def end(point, mark_col: int, side: float):
         # the other node's end of a connector: the edge of its band that faces the mark's
@@ -423,6 +483,7 @@ def _event_marks(bands: dict[int, dict], events: dict, per_column: int) -> dict[
         return (col + 0.3 if col < mark_col else col - 0.3 if col > mark_col else col + side), y
 
     marks = {k: {"x": [], "y": [], "i": [], "x2": [], "y2": []} for k in EVENT_KINDS}
+    drawn: dict[tuple, int] = {}  # (kind, x, y, x2, y2) -> position of its mark
     for i, (p, nid, kind, other) in enumerate(zip(events["e"], events["id"], events["kind"], events["other"])):
         if p < 0 or nid not in bands:
             continue
@@ -435,10 +496,6 @@ def _event_marks(bands: dict[int, dict], events: dict, per_column: int) -> dict[
             side = -0.3
         if here is None:
             continue
-        m = marks[kind]
-        m["x"].append(here[0] + side)
-        m["y"].append(round(here[1], 5))
-        m["i"].append(i)
         there = None
         if kind == "split_from" and other in bands:
             # the parent where the child left it: in the previous column when the split opens this
@@ -449,8 +506,16 @@ def _event_marks(bands: dict[int, dict], events: dict, per_column: int) -> dict[
             there = at(other, col)
         if there is not None:
             there = end(there, here[0], side)
-        m["x2"].append(None if there is None else there[0])
-        m["y2"].append(None if there is None else round(there[1], 5))
+        point = (here[0] + side, round(here[1], 5), None if there is None else there[0],
+                 None if there is None else round(there[1], 5))
+        m = marks[kind]
+        if (kind, *point) in drawn:
+            m["i"][drawn[kind, *point]].append(i)
+            continue
+        drawn[kind, *point] = len(m["x"])
+        for key, value in zip(("x", "y", "x2", "y2"), point):
+            m[key].append(value)
+        m["i"].append([i])
     return {k: v for k, v in marks.items() if v["x"]}
 
 

@@ -8,6 +8,7 @@ import json
 from importlib import resources
 
 from streamtree import __version__
+from streamtree.relays import RELAY_LEGEND
 
 
 def plotly_js() -> str:
@@ -33,6 +34,7 @@ def _script_json(data: dict) -> str:
 def render(data: dict) -> str:
     """The report page for :func:`streamtree.report.data.report_data`'s ``data``."""
     title = html.escape(data["title"])
+    relays = html.escape(f"a › b (in a label or hover): {RELAY_LEGEND}.")
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -61,7 +63,9 @@ def render(data: dict) -> str:
   documents (its own and those of smaller descendants folded into it). Bands are stacked in tree order, a
   node above its children, so a subtree is one contiguous block. Markers: <span class="m born">&#9654;</span>
   born, <span class="m died">&#10006;</span> died, <span class="m split">&#9664;</span> split from,
-  <span class="m merged">&#9679;</span> merged into, <span class="m moved">&#9670;</span> parent changed.</p>
+  <span class="m merged">&#9679;</span> merged into, <span class="m moved">&#9670;</span> parent changed.
+  A node whose documents all sit below it has a band of no height (hover the top edge of its subtree's block);
+  one that also has a single child is drawn with that child. {relays}</p>
   <div class="controls">
     <label>Fold nodes whose subtree never held at least
       <select id="threshold"></select> of a column's documents</label>
@@ -71,6 +75,7 @@ def render(data: dict) -> str:
 </section>
 <section id="epoch-section">
   <h2>One epoch's tree</h2>
+  <p class="help">One box per node, sized by the documents in its subtree, inside its parent's. {relays}</p>
   <div class="controls">
     <button id="epoch-prev" type="button" title="previous epoch">&#9664;</button>
     <select id="epoch"></select>

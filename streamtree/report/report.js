@@ -25,6 +25,10 @@
     if (!rowsOfId.has(N.id[i])) rowsOfId.set(N.id[i], []);
     rowsOfId.get(N.id[i]).push(i);
   }
+  // relay chains (no documents of their own, one child): N.via maps a node row to the rows of
+  // the relays above it, top first; the epoch view draws them with that node
+  const relayRows = new Set();
+  for (const r in N.via) for (const x of N.via[r]) relayRows.add(x);
   const eventsOfId = new Map(), eventsToId = new Map();
   for (let i = 0; i < EV.id.length; i++) {
     if (!eventsOfId.has(EV.id[i])) eventsOfId.set(EV.id[i], []);
@@ -72,10 +76,14 @@
     for (let i = 0; i < n; i += step) { vals.push(i); text.push(labels[i]); }
     return { tickvals: vals, ticktext: text, range: [-0.6, n - 0.4], zeroline: false, showgrid: false };
   }
-  function nodeHover(r, extra) {
-    return "<b>node " + N.id[r] + "</b> (" + esc(E.label[N.e[r]]) + ")" + (extra || "") +
-      "<br>" + esc(N.words[r]) + "<br>parent " + N.parent[r] + ", depth " + N.depth[r] +
-      ", mass " + N.mass[r];
+  // a node's hover; ``via``: the ids of the relays drawn with it, top first
+  function nodeHover(r, extra, via) {
+    const head = via && via.length ? "<b>nodes " + via.concat([N.id[r]]).join(" › ") + "</b>"
+      : "<b>node " + N.id[r] + "</b>";
+    return head + " (" + esc(E.label[N.e[r]]) + ")" + (extra || "") +
+      "<br>" + esc(N.words[r]) + "<br>parent " + N.parent[r] + ", depth " + N.depth[r] + ", mass " + N.mass[r] +
+      (via && via.length ? "<br>" + via.join(", ") + ": no documents of their own and one child each, drawn with " +
+        N.id[r] : "");
   }
 
   // ---- key figures ---------------------------------------------------------------------
@@ -114,12 +122,14 @@
         }
       }
       let peak = 0;
+      const relay = new Set(b.relay || []);
       for (let j = 0; j < b.col.length; j++) {
         if (b.docs[j] > b.docs[peak]) peak = j;
+        if (relay.has(j)) continue; // hovered on the band of the node its chain leads to
         const docs = ev.column_documents[b.col[j]];
         hx.push(b.col[j]); hy.push((b.y0[j] + b.y1[j]) / 2); hid.push(b.id);
         ht.push(nodeHover(b.row[j], "<br>" + fmt(b.docs[j]) + " documents in the band, " +
-          pct(docs ? b.docs[j] / docs : 0) + " of " + esc(ev.column_labels[b.col[j]])));
+          pct(docs ? b.docs[j] / docs : 0) + " of " + esc(ev.column_labels[b.col[j]]), b.via && b.via[j]));
       }
       traces.push({
         type: "scatter", mode: "lines", x: x, y: y, fill: "toself", fillcolor: b.colour,
@@ -146,9 +156,9 @@
       }
       traces.push({
         type: "scatter", mode: "markers", name: spec.name, x: m.x, y: m.y,
-        customdata: m.i.map((i) => EV.id[i]),
-        text: m.i.map((i) => "node " + EV.id[i] + " " + spec.name + (EV.other[i] >= 0 ? " " + EV.other[i] : "") +
-          " (" + esc(E.label[EV.e[i]]) + ")"),
+        customdata: m.i.map((is) => EV.id[is[0]]),
+        text: m.i.map((is) => is.map((i) => "node " + EV.id[i] + " " + spec.name +
+          (EV.other[i] >= 0 ? " " + EV.other[i] : "") + " (" + esc(E.label[EV.e[i]]) + ")").join("<br>")),
         hovertemplate: "%{text}<extra></extra>",
         marker: { symbol: spec.symbol, color: spec.color, size: 7, line: { width: 0.5, color: "white" } },
         meta: { kind: "event", event: kind },
@@ -191,8 +201,8 @@
   // evolving tree at the finest offered threshold, so both views colour a branch alike
   const bandColour = new Map();
   if (D.evolution) for (const b of D.evolution.layouts[0].bands) bandColour.set(b.id, b.colour);
-  function epochColours(rows) {
-    const parentOf = new Map(rows.map((r) => [N.id[r], N.parent[r]]));
+  function epochColours(rows, all) {
+    const parentOf = new Map(all.map((r) => [N.id[r], N.parent[r]]));
     return rows.map((r) => {
       let id = N.id[r];
       for (let hops = 0; hops < 64 && id >= 0; hops++) {
@@ -203,22 +213,30 @@
     });
   }
   function drawEpoch(e) {
-    const rows = rowsOfEpoch[e], chart = $("epoch-chart").value;
+    const all = rowsOfEpoch[e], chart = $("epoch-chart").value;
+    const rows = all.filter((r) => !relayRows.has(r)); // a relay chain is one box, with the node it leads to
+    const via = (r) => (N.via[r] || []).map((x) => N.id[x]);
     const docs = E.n_documents[e];
     const trace = {
-      type: chart, ids: rows.map((r) => "n" + N.id[r]), labels: rows.map((r) => N.id[r] + ": " +
-        N.words[r].split(" ").slice(0, 3).join(" ")),
-      parents: rows.map((r) => (N.parent[r] < 0 ? "" : "n" + N.parent[r])),
+      type: chart, ids: rows.map((r) => "n" + N.id[r]), labels: rows.map((r) => via(r).concat([N.id[r]]).join(" › ") +
+        ": " + N.words[r].split(" ").slice(0, 3).join(" ")),
+      parents: rows.map((r) => {
+        const top = N.via[r] ? N.via[r][0] : r;
+        return N.parent[top] < 0 ? "" : "n" + N.parent[top];
+      }),
       values: rows.map((r) => N.subtree[r]), branchvalues: "total", customdata: rows.map((r) => N.id[r]),
       text: rows.map((r) => nodeHover(r, "<br>" + fmt(N.subtree[r]) + " documents in the subtree (" +
-        pct(docs ? N.subtree[r] / docs : 0) + "), " + fmt(N.count[r]) + " at the node")),
+        pct(docs ? N.subtree[r] / docs : 0) + "), " + fmt(N.count[r]) + " at the node", via(r))),
       hovertemplate: "%{text}<extra></extra>", textinfo: "label", maxdepth: -1,
-      marker: { colors: epochColours(rows), line: { width: 1, color: "white" } }, meta: { kind: "epoch-tree", epoch: e },
+      marker: { colors: epochColours(rows, all), line: { width: 1, color: "white" } },
+      meta: { kind: "epoch-tree", epoch: e },
     };
     if (chart !== "treemap") trace.insidetextorientation = "horizontal";
     Plotly.react("epoch-tree", [trace], { font: FONT, margin: { l: 4, r: 4, t: 4, b: 4 } }, CONFIG);
     $("epoch").value = String(e);
-    $("epoch-note").textContent = fmt(rows.length) + " nodes, " + fmt(docs) + " documents, " +
+    const relays = all.length - rows.length;
+    $("epoch-note").textContent = fmt(all.length) + " nodes" + (relays ? " (" + fmt(relays) + " of them relays, " +
+      "in the box of the node their chain leads to)" : "") + ", " + fmt(docs) + " documents, " +
       fmt(E.born[e]) + " born, " + fmt(E.died[e]) + " died, " + fmt(E.n_rejects[e]) + " rejects";
   }
   function setupEpoch() {
@@ -291,12 +309,15 @@
       { type: "scatter", mode: "lines+markers", x: xs, y: share, name: "share of documents (subtree)",
         hovertemplate: "%{y:.2%}<extra>share</extra>", connectgaps: false, meta: { kind: "lineage-share", node: id } },
       { type: "scatter", mode: "lines+markers", x: xs, y: mass, name: "mass (stick weight)", yaxis: "y2",
-        hovertemplate: "%{y:.4f}<extra>mass</extra>", connectgaps: false, line: { dash: "dot" } },
+        hovertemplate: "%{y:.4g}<extra>mass</extra>", connectgaps: false, line: { dash: "dot" },
+        meta: { kind: "lineage-mass", node: id } },
     ], {
       font: FONT, margin: { l: 60, r: 60, t: 10, b: 60 }, legend: { orientation: "h", y: 1.15 },
-      xaxis: Object.assign(epochAxis(nEpochs, E.label, 30), { tickangle: -45 }),
-      yaxis: { tickformat: ".1%", title: { text: "share" }, rangemode: "tozero" },
-      yaxis2: { overlaying: "y", side: "right", title: { text: "mass" }, rangemode: "tozero", showgrid: false },
+      xaxis: Object.assign(epochAxis(nEpochs, E.label, 30), { tickangle: -45, anchor: "y2" }),
+      // two panels, share above and mass below: on one plot with an axis each, the two points
+      // of a node alive in one epoch (or any two series of one shape) fell on each other
+      yaxis: { tickformat: ".1%", title: { text: "share" }, rangemode: "tozero", domain: [0.55, 1] },
+      yaxis2: { anchor: "x", title: { text: "mass" }, rangemode: "tozero", domain: [0, 0.42] },
     }, CONFIG);
     const evAt = new Map();
     for (const i of own) {
