@@ -2067,16 +2067,35 @@ class DeepGaussianCase:
     def move_state(self, k, rng):
         """The state ``k`` with every newborn mean drawn from its exact conditional, top down."""
         t0, labels0 = self.states[k]
-        t, labels = self._copy(t0), labels0.copy()
+        return self.with_means(self._copy(t0), labels0.copy(), rng)
+
+    def _conditional(self, tree, labels, c, parent_mean):
+        """Mean and variance of newborn ``c``'s mean given its parent's and the documents below it."""
+        _, m, s = self._below(tree, labels, c)
+        v = self.lik.new_node_prior(tree.depth[c])
+        if s == math.inf:
+            return parent_mean, v
+        pv = 1.0 / (1.0 / v + 1.0 / s)
+        return pv * (parent_mean / v + m / s), pv
+
+    def with_means(self, tree, labels, rng):
+        """``(tree, labels)`` with every newborn mean drawn from its exact conditional, top down."""
         theta = {ROOT: np.array([self.root_mean])}
-        for c in t.preorder()[1:]:
-            mp = float(theta[t.parent[c]][0])
-            _, m, s = self._below(t, labels, c)
-            v = self.lik.new_node_prior(t.depth[c])
-            pv = v if s == math.inf else 1.0 / (1.0 / v + 1.0 / s)
-            pm = mp if s == math.inf else pv * (mp / v + m / s)
+        for c in tree.preorder()[1:]:
+            pm, pv = self._conditional(tree, labels, c, float(theta[tree.parent[c]][0]))
             theta[c] = np.array([pm + math.sqrt(pv) * rng.standard_normal()])
-        return MoveState(t, labels, self.X, dict(self.past), theta, {i: 1.0 / self.s2 for i in t.parent})
+        return MoveState(tree, labels, self.X, dict(self.past), theta, {i: 1.0 / self.s2 for i in tree.parent})
+
+    def residuals(self, st) -> np.ndarray:
+        """Each newborn mean of ``st`` standardised under its exact conditional given its parent's
+        mean and the documents below it (pre-order). Under the target, given the tree and the
+        labels, these are independent standard normals: the top-down draw of
+        :meth:`with_means` read backwards."""
+        t, out = st.tree, []
+        for c in t.preorder()[1:]:
+            pm, pv = self._conditional(t, st.labels, c, float(st.theta[t.parent[c]][0]))
+            out.append((float(st.theta[c][0]) - pm) / math.sqrt(pv))
+        return np.array(out)
 
     def seeds(self):
         out = [(TSSBTree(self.cap), np.zeros(3, dtype=np.int64))]  # all at the root
@@ -2185,3 +2204,85 @@ def test_relocations_balance_pair_by_pair_at_a_depth_three_target(deep_case):
     assert n_pairs > 1000
     assert bound > 1e-3
     assert abs(z) < 4.0
+
+
+# ---------------------------------------------------------------------- parameters after a move
+class GaussianForestCase(NestedCase):
+    """Every forest of newborn nodes holding documents under a fixed root (:class:`NestedCase`'s
+    states) with 1-D Gaussian documents: the target, p(z_window | tree) x data with every
+    newborn mean integrated out, and exact draws of the means given the tree, in closed form
+    (:class:`DeepGaussianCase`). The whole target is enumerated, so a chain can start from
+    exact draws of (labels, tree, means)."""
+
+    def __init__(self, gauss: DeepGaussianCase):
+        self.gauss = gauss
+        super().__init__(gauss.lik, gauss.X, {ROOT: -1}, {ROOT: np.array([gauss.root_mean])}, dict(gauss.past),
+                         gauss.cap, gauss.kw)
+
+    def log_target(self, tree, labels):
+        return self.gauss.log_target(tree, labels)
+
+    def move_state(self, s, rng):
+        tree, labels = self._state_copy(s)
+        return self.gauss.with_means(tree, labels, rng)
+
+
+@pytest.fixture(scope="module")
+def forest_case():
+    """Three spread documents, noisy enough that a new node's mean given its documents leans on
+    its parent link (whose variance depends on depth), the root holding none (depth cap 2)."""
+    gauss = DeepGaussianCase(xs=(-2.5, 0.2, 2.8), cap=2, noise_var=1.5)
+    gauss.kw = dict(gauss.kw, root_holds_data=False)
+    return GaussianForestCase(gauss)
+
+
+def _residual_shift_z(case, moves, steps, n_draws, seed, rounds=2) -> tuple[float, float, dict]:
+    """Draw (labels, tree, means) from the exact target, apply ``rounds`` rounds of ``steps`` and
+    compare the means' standardised residuals (:meth:`DeepGaussianCase.residuals`) after and
+    before: under the target both are standard normals given the state, so the per-draw changes
+    of sum(u^2 - 1) and of sum(u) have mean zero. Returns their self-normalised z-scores and
+    the accepted moves by kind. A rejected move changes nothing, so only accepted moves add
+    noise; a mean drawn from a wrong law after a move shifts the sums."""
+    rng = np.random.default_rng(seed)
+    p = np.exp(case.logp - case.logp.max())
+    p /= p.sum()
+    sq, lin, kinds = [], [], {}
+    for s in rng.choice(len(case.keys), size=n_draws, p=p):
+        st = case.move_state(s, rng)
+        u0 = case.gauss.residuals(st)
+        for _ in range(rounds):
+            for step in steps:
+                res = step(moves, st, rng)
+                if res is not None:
+                    kinds[res.kind] = kinds.get(res.kind, 0) + 1
+        u1 = case.gauss.residuals(st)
+        sq.append(np.sum(u1 ** 2 - 1.0) - np.sum(u0 ** 2 - 1.0))
+        lin.append(u1.sum() - u0.sum())
+    sq, lin = np.array(sq), np.array(lin)
+    return float(sq.sum() / np.sqrt((sq ** 2).sum())), float(lin.sum() / np.sqrt((lin ** 2).sum())), kinds
+
+
+def _attempt(moves, st, rng):
+    return moves.attempt(st, rng, born=1)
+
+
+def _relocate(moves, st, rng):
+    return moves.relocate(st, rng)
+
+
+@pytest.mark.parametrize(("integrated", "steps"), [(False, (_attempt,)), (True, (_attempt,)),
+                                                   (False, (_relocate, _attempt))],
+                         ids=["split node held", "split node integrated", "with relocations"])
+def test_parameters_drawn_after_an_accepted_move_follow_their_conditional(forest_case, integrated, steps):
+    """The moves keep the joint target of (labels, tree, means), not only its (labels, tree)
+    marginal: a split's new node's mean, drawn once the split is accepted; with the split node
+    integrated, its own mean redrawn by the split or the merge; a relocated node's mean, drawn
+    below its new parent. Each is part of the state the next move reads, and a draw from a wrong
+    conditional (another depth, the parent's or the old state's, the mode without noise, none)
+    leaves the (labels, tree) chi-square untouched. Here every mean's residual under its exact
+    conditional is compared after and before the moves (:func:`_residual_shift_z`)."""
+    moves = SplitMerge(forest_case.lik, forest_case.kw, integrate_split_node=integrated)
+    z_sq, z_lin, kinds = _residual_shift_z(forest_case, moves, steps, 10000, 1)
+    assert kinds["split"] > 1500 and kinds["merge"] > 1500
+    assert _relocate not in steps or kinds["relocate"] > 3000
+    assert abs(z_sq) < 4.0 and abs(z_lin) < 4.0
