@@ -2136,13 +2136,20 @@ def deep_case():
     return case
 
 
-def _pairwise_balance(case, step, n_tries, seed, order):
+def _pairwise_balance(case, step, n_tries, seed, order, *more_orders):
     """Apply ``step`` ``n_tries`` times to each explored state (newborn means drawn exactly) and
     test detailed balance pair by pair: given a + b moves between s and t, a (from s) is
     Binomial(a + b, p(t) / (p(s) + p(t))). Returns the Bonferroni bound of the smallest
     exact binomial p-value, the number of pairs, and the z-score of the summed flow over pairs
     whose ``order`` differs, each oriented from the lower to the higher ``order`` (a ratio
-    wrong by a count factor shifts all of these the same way)."""
+    wrong by a count factor shifts all of these the same way); then one such z-score for each
+    of ``more_orders``."""
+    counts = _transition_counts(case, step, n_tries, seed)
+    return _balance_statistics(case, counts, order) + tuple(_balance_statistics(case, counts, o)[2]
+                                                            for o in more_orders)
+
+
+def _transition_counts(case, step, n_tries, seed) -> dict:
     rng = np.random.default_rng(seed)
     counts = {}
     for k in case.explored:
@@ -2152,6 +2159,10 @@ def _pairwise_balance(case, step, n_tries, seed, order):
             step(st, rng)
             k2 = case.add(st.tree, st.labels)
             row[k2] = row.get(k2, 0) + 1
+    return counts
+
+
+def _balance_statistics(case, counts, order):
     pvals, num, var = [], 0.0, 0.0
     rank = {k: order(case.states[k][0]) for k in counts}
     for s in counts:
@@ -2286,3 +2297,146 @@ def test_parameters_drawn_after_an_accepted_move_follow_their_conditional(forest
     assert kinds["split"] > 1500 and kinds["merge"] > 1500
     assert _relocate not in steps or kinds["relocate"] > 3000
     assert abs(z_sq) < 4.0 and abs(z_lin) < 4.0
+
+
+# ---------------------------------------------------------------------- carried lifts at depth 3
+class DeepCarriedCase:
+    """Carried nodes at depth cap 3 for :meth:`SplitMerge.lift_carried`, with 1-D Gaussian means.
+
+    Three carried leaves (``1, 2, 3``: past counts, one document each) under a fixed root, and
+    two carried ids without documents, ``A`` and ``B``, each out of the tree or above a block
+    of siblings: they nest (``A`` above ``B`` above leaves at the cap), so the nodes below the
+    cap (the hosts a return draws from) gain or lose the cap's nodes when a node is removed or
+    returns, and a removal can raise a subtree two levels deep. Every node below the root has
+    two links, parent and time, whose variances depend on depth (``sigma1 != 1``, ``a != 0``):
+    its mean given its parent's is ``N(slope theta_parent + shift, var)``, written out here
+    from :meth:`Gaussian.link_strengths`. Target: p(z_window | tree) x data with every mean but
+    the root's integrated out (closed form by upward messages); states are keyed by the tree
+    (ids are kept), and are those the move reaches from the tree without ``A`` and ``B``."""
+
+    A, B = 4, 5
+    _lnorm = staticmethod(DeepGaussianCase._lnorm)  # read by DeepGaussianCase._mul
+
+    def __init__(self, prev=(0.9, -0.4, 1.3, 1.5, -1.0), noise_var=0.5):
+        self.cap = 3
+        variant = resolve_variant("dtssbp", window=2, max_depth=self.cap, gamma=0.5, xi=0.001)
+        self.lik = Gaussian(variant, 1, sigma0=2.0, sigma1=0.4, eta=0.9, a=0.5, noise_var=noise_var,
+                            min_node_docs=2)
+        self.x = np.array([-1.2, 0.3, 1.6])
+        self.X = self.x.reshape(-1, 1)
+        self.labels = np.array([1, 2, 3], dtype=np.int64)
+        self.s2 = noise_var
+        self.past = {ROOT: 2, 1: 1, 2: 2, 3: 1}
+        self.prev = {i + 1: float(v) for i, v in enumerate(prev)}
+        self.kw = dict(alpha0=3.0, lam=1.0, gamma=1.5, max_depth=self.cap, root_holds_data=True)
+        self.states: dict = {}
+        self.logp: dict = {}
+
+    @staticmethod
+    def key(tree):
+        return tuple(sorted((p, tuple(tree.children[p])) for p in tree.parent))
+
+    def add(self, tree, labels):
+        k = self.key(tree)
+        if k not in self.states:
+            self.states[k] = (DeepGaussianCase._copy(tree), labels.copy())
+            self.logp[k] = self.log_target(tree)
+        return k
+
+    def _link(self, c, depth) -> tuple[float, float, float]:
+        """(slope, shift, var) of node ``c``'s mean given its parent's: the normalised product of
+        N(theta_parent, par) and N(eta prev_c, tim)."""
+        par, tim = self.lik.link_strengths(np.array([depth]))
+        var = 1.0 / (1.0 / par[0] + 1.0 / tim[0])
+        return var / par[0], var / tim[0] * self.lik.eta * self.prev[c], var
+
+    def _below(self, tree, c):
+        """The documents at ``c`` times its children's messages, a function of theta_c: (log K, mean, var)."""
+        f = DeepGaussianCase._docs_factor(self, self.x[self.labels == c])
+        for k in tree.children[c]:
+            K, m, s = self._below(tree, k)
+            slope, shift, var = self._link(k, tree.depth[k])
+            # int N(t_k; slope t_c + shift, var) K N(t_k; m, s) dt_k, as a density in t_c
+            f = DeepGaussianCase._mul(self, f, (K - math.log(slope), (m - shift) / slope, (var + s) / slope ** 2))
+        return f
+
+    def log_target(self, tree):
+        arr = tree.arrays()
+        now = np.array([np.sum(self.labels == i) for i in arr.ids], dtype=float)
+        past = np.array([self.past.get(int(i), 0) for i in arr.ids], dtype=float)
+        out = collapsed_log_prior(arr, np.zeros_like(past), past + now, **self.kw)
+        for c in tree.children[ROOT]:  # the root's mean is 0
+            K, m, s = self._below(tree, c)
+            _, shift, var = self._link(c, 1)
+            out += K + DeepGaussianCase._lnorm(shift, m, var + s)
+        return out
+
+    def move_state(self, k, rng):
+        """State ``k`` with every mean but the root's drawn from its exact conditional, top down."""
+        tree = DeepGaussianCase._copy(self.states[k][0])
+        theta = {ROOT: np.zeros(1)}
+        for c in tree.preorder()[1:]:
+            slope, shift, var = self._link(c, tree.depth[c])
+            mu = slope * float(theta[tree.parent[c]][0]) + shift
+            _, m, s = self._below(tree, c)
+            pv = 1.0 / (1.0 / var + 1.0 / s)
+            theta[c] = np.array([pv * (mu / var + m / s) + math.sqrt(pv) * rng.standard_normal()])
+        previous = {i: Previous(np.array([v]), 1.0 / self.s2, 0) for i, v in self.prev.items()}
+        return MoveState(tree, self.labels.copy(), self.X, dict(self.past), theta,
+                         {i: 1.0 / self.s2 for i in tree.parent}, set(previous), previous)
+
+    def explore(self, seed=0, tries=300):
+        """Breadth-first search of the states the carried lift reaches from the tree without ``A``, ``B``."""
+        rng = np.random.default_rng(seed)
+        moves = SplitMerge(self.lik, self.kw)
+        tree = TSSBTree(self.cap)
+        for _ in range(3):
+            tree.add_child(ROOT)
+        tree.next_id = 6
+        queue, seen = [self.add(tree, self.labels)], {}
+        while queue:
+            k = queue.pop(0)
+            if k in seen:
+                continue
+            seen[k] = None
+            for _ in range(tries):
+                st = self.move_state(k, rng)
+                moves.lift_carried(st, rng)
+                k2 = self.add(st.tree, st.labels)
+                if k2 not in seen:
+                    queue.append(k2)
+        return list(seen)
+
+
+@pytest.fixture(scope="module")
+def deep_carried_case():
+    case = DeepCarriedCase()
+    case.explored = case.explore()
+    return case
+
+
+@pytest.mark.slow  # about 30 s
+def test_carried_lifts_balance_pair_by_pair_at_a_depth_three_target(deep_carried_case):
+    """Removals and returns of carried internal nodes alone (:meth:`SplitMerge.lift_carried`)
+    in detailed balance state pair by pair at depth 3. A return's proposal draws a dormant node,
+    a host among the nodes below the cap and a block of the host's children; the removal that
+    undoes it draws among the removable nodes. Their counts before and after the move enter the
+    ratio, and at depth 3 the hosts after a removal differ from those before by the removed
+    node and by the cap's nodes below it, which rise. Exact binomial tests with a Bonferroni
+    bound, and the summed flow towards more carried nodes in the tree and towards more hosts
+    (a count wrong by a state-dependent factor shifts one of these)."""
+    case = deep_carried_case
+    moves = SplitMerge(case.lik, case.kw)
+
+    def inner(t):
+        return (case.A in t) + (case.B in t)
+
+    def hosts(t):
+        return sum(1 for c in t.parent if t.depth[c] < case.cap)
+
+    bound, n_pairs, z_inner, z_hosts = _pairwise_balance(case, lambda st, rng: moves.lift_carried(st, rng), 1000, 1,
+                                                         inner, hosts)
+    assert len(case.explored) > 40 and n_pairs > 80
+    assert bound > 1e-3
+    assert abs(z_inner) < 4.0 and abs(z_hosts) < 4.0
+
