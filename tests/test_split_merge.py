@@ -31,7 +31,7 @@ from scipy.special import betaln, expit
 from scipy.stats import binomtest, chi2
 
 from streamtree.inference.merge import collapsed_log_prior
-from streamtree.inference.split_merge import EPS, MoveState, Previous, SplitMerge
+from streamtree.inference.split_merge import EPS, EditedTree, MoveState, Previous, SplitMerge
 from streamtree.likelihoods.base import DocumentSet
 from streamtree.likelihoods.gaussian import Gaussian
 from streamtree.likelihoods.multinomial import Multinomial
@@ -2440,3 +2440,99 @@ def test_carried_lifts_balance_pair_by_pair_at_a_depth_three_target(deep_carried
     assert bound > 1e-3
     assert abs(z_inner) < 4.0 and abs(z_hosts) < 4.0
 
+
+# ---------------------------------------------------------------------- subtrees that change depth
+def _deep_chain_state(carried: bool):
+    """A 2-D Gaussian state at depth cap 5 whose links weaken with depth (``sigma1 != 1``,
+    ``a != 0``): ``root - 1 - {2 - 3 - 4, 5}``, documents at 4 and 5, parameters at random.
+    Every node is newborn (``carried`` False), or node 1 is a carried node without documents
+    above a carried chain ``2 - 3 - 4`` and a carried leaf ``5``, each with a previous mean."""
+    variant = resolve_variant("dtssbp", window=2, max_depth=5, gamma=0.5, xi=0.001)
+    lik = Gaussian(variant, 2, sigma0=2.0, sigma1=0.4, eta=0.9, a=0.5, noise_var=0.5, min_node_docs=2)
+    rng = np.random.default_rng(3)
+    tree = TSSBTree(5)
+    n1 = tree.add_child(ROOT, born=1)
+    tree.add_child(tree.add_child(tree.add_child(n1, born=1), born=1), born=1)
+    tree.add_child(n1, born=1)
+    X = rng.normal(size=(3, 2))
+    labels = np.array([4, 4, 5], dtype=np.int64)
+    theta = {i: rng.normal(size=2) for i in tree.parent}
+    conc = {i: 2.0 for i in tree.parent}
+    previous = {i: Previous(rng.normal(size=2), 2.0, 0) for i in (1, 2, 3, 4, 5)} if carried else {}
+    st = MoveState(tree, labels, X, {}, theta, conc, set(previous), previous)
+    kw = dict(alpha0=3.0, lam=1.0, gamma=1.5, max_depth=5, root_holds_data=False)
+    return st, SplitMerge(lik, kw)
+
+
+def _tree_terms(lik, st, tree, theta, marginal=()) -> float:
+    """Sum over every node of ``tree`` but the root of its parent-link log density at ``theta``
+    (with its time link when it has a previous mean), or for the nodes in ``marginal`` of
+    their documents' log marginal, their mean integrated out under those links: the target's
+    link and data terms, written node by node from the family's densities."""
+    out = 0.0
+    for c in tree.preorder()[1:]:
+        P, d = tree.parent[c], tree.depth[c]
+        prev = st.previous[c].theta if c in st.previous else None
+        if c in marginal:
+            rows = np.flatnonzero(st.labels == c)
+            docs = DocumentSet(float(rows.size), st.X[rows].sum(axis=0), float((st.X[rows] ** 2).sum()))
+            out += lik.log_marginal(docs, theta[P], st.concentration[c], d, prev)
+        else:
+            out += lik.log_link(theta[c], theta[P], d, prev)
+    return out
+
+
+def _with_node(st, tree, node, theta_node):
+    """``st`` with ``tree`` (holding ``node``, parameter ``theta_node``) in place of its tree, unindexed."""
+    out = dataclasses.replace(st, tree=tree, theta={**st.theta, node: theta_node},
+                              concentration={**st.concentration, node: 2.0})
+    out.index = None
+    return out
+
+
+def test_an_adopted_subtree_is_rescored_at_every_depth_it_moves_to():
+    """:meth:`SplitMerge._log_adoption` of a new node adopting a chain four deep (a child, its
+    child and so on, each one level lower, where links are weaker) is the whole tree's link log
+    density after the insertion minus before, the new node's own link left out (its draw
+    cancels it), whether its mean is proposed (a split or an insertion: the tree an edit of the
+    live one) or its own (a merge or a lift: the live tree). Leaving out the descendants below
+    the adopted child, or rescoring only one level of them, misses the change of their links'
+    strengths; the (labels, tree) checks at depth 3 pass without them."""
+    st, moves = _deep_chain_state(carried=False)
+    lik, tree = moves.lik, st.tree
+    b, theta_b = tree.next_id, np.array([0.4, -0.7])
+    split_tree = DeepGaussianCase._copy(tree)
+    assert split_tree.add_parent_of_block(ROOT, 0, 1, born=1) == b
+    assert [split_tree.depth[g] for g in (1, 2, 3, 4, 5)] == [2, 3, 4, 5, 3]
+    split = _with_node(st, split_tree, b, theta_b)
+    want = (_tree_terms(lik, split, split_tree, split.theta) - _tree_terms(lik, st, tree, st.theta)
+            - lik.log_link(theta_b, st.theta[ROOT], 1))
+    edit = moves.index(st).prior.edit()
+    edit.insert(b, ROOT, 0, 1)
+    assert moves._log_adoption(st, EditedTree(edit), b, theta_b) == pytest.approx(want, rel=1e-12)
+    assert moves._log_adoption(split, split_tree, b, split.theta[b]) == pytest.approx(want, rel=1e-12)
+
+
+def test_a_carried_lift_rescores_the_raised_subtree_at_every_depth():
+    """:meth:`SplitMerge._log_relink` of a carried node above a carried chain three deep and a
+    carried leaf: its leaf children through their documents' marginals (their means drawn
+    afresh by the move), every other node of its subtree through its parent and time links
+    at its depth, in the tree with the node minus the tree without it, the node's own links
+    left out; the same for a return (the node's mean proposed, the tree an edit of the live
+    one) and a removal (its own mean, the live tree). Leaving out the nodes below the lifted
+    node's children, or their time links, misses the change of those links' strengths."""
+    st, moves = _deep_chain_state(carried=True)
+    lik, tree = moves.lik, st.tree
+    without = DeepGaussianCase._copy(tree)
+    without.merge_into_parent(1)
+    assert [without.depth[g] for g in (2, 3, 4, 5)] == [1, 2, 3, 1]
+    gone = _with_node(st, without, 1, st.theta[1])
+    del gone.theta[1], gone.concentration[1]
+    want = (_tree_terms(lik, st, tree, st.theta, marginal=(5,)) - _tree_terms(lik, gone, without, gone.theta, (5,))
+            - lik.log_link(st.theta[1], st.theta[ROOT], 1, st.previous[1].theta))
+    relink, leaves = moves._log_relink(st, tree, 1, st.theta[1])  # a removal
+    assert relink == pytest.approx(want, rel=1e-12) and leaves == [5]
+    edit = moves.index(gone).prior.edit()
+    edit.insert(1, ROOT, 0, 2)
+    relink, leaves = moves._log_relink(gone, EditedTree(edit), 1, st.theta[1].copy())  # a return
+    assert relink == pytest.approx(want, rel=1e-12) and leaves == [5]
