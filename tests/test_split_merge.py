@@ -2415,7 +2415,7 @@ def deep_carried_case():
     return case
 
 
-@pytest.mark.slow  # about 30 s
+@pytest.mark.slow  # about 60 s
 def test_carried_lifts_balance_pair_by_pair_at_a_depth_three_target(deep_carried_case):
     """Removals and returns of carried internal nodes alone (:meth:`SplitMerge.lift_carried`)
     in detailed balance state pair by pair at depth 3. A return's proposal draws a dormant node,
@@ -2434,7 +2434,7 @@ def test_carried_lifts_balance_pair_by_pair_at_a_depth_three_target(deep_carried
     def hosts(t):
         return sum(1 for c in t.parent if t.depth[c] < case.cap)
 
-    bound, n_pairs, z_inner, z_hosts = _pairwise_balance(case, lambda st, rng: moves.lift_carried(st, rng), 1000, 1,
+    bound, n_pairs, z_inner, z_hosts = _pairwise_balance(case, lambda st, rng: moves.lift_carried(st, rng), 2000, 1,
                                                          inner, hosts)
     assert len(case.explored) > 40 and n_pairs > 80
     assert bound > 1e-3
