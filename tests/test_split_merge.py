@@ -31,7 +31,7 @@ from scipy.special import betaln, expit
 from scipy.stats import binomtest, chi2
 
 from streamtree.inference.merge import collapsed_log_prior
-from streamtree.inference.split_merge import EPS, MoveState, Previous, SplitMerge
+from streamtree.inference.split_merge import EPS, EditedTree, MoveState, Previous, SplitMerge
 from streamtree.likelihoods.base import DocumentSet
 from streamtree.likelihoods.gaussian import Gaussian
 from streamtree.likelihoods.multinomial import Multinomial
@@ -2067,16 +2067,35 @@ class DeepGaussianCase:
     def move_state(self, k, rng):
         """The state ``k`` with every newborn mean drawn from its exact conditional, top down."""
         t0, labels0 = self.states[k]
-        t, labels = self._copy(t0), labels0.copy()
+        return self.with_means(self._copy(t0), labels0.copy(), rng)
+
+    def _conditional(self, tree, labels, c, parent_mean):
+        """Mean and variance of newborn ``c``'s mean given its parent's and the documents below it."""
+        _, m, s = self._below(tree, labels, c)
+        v = self.lik.new_node_prior(tree.depth[c])
+        if s == math.inf:
+            return parent_mean, v
+        pv = 1.0 / (1.0 / v + 1.0 / s)
+        return pv * (parent_mean / v + m / s), pv
+
+    def with_means(self, tree, labels, rng):
+        """``(tree, labels)`` with every newborn mean drawn from its exact conditional, top down."""
         theta = {ROOT: np.array([self.root_mean])}
-        for c in t.preorder()[1:]:
-            mp = float(theta[t.parent[c]][0])
-            _, m, s = self._below(t, labels, c)
-            v = self.lik.new_node_prior(t.depth[c])
-            pv = v if s == math.inf else 1.0 / (1.0 / v + 1.0 / s)
-            pm = mp if s == math.inf else pv * (mp / v + m / s)
+        for c in tree.preorder()[1:]:
+            pm, pv = self._conditional(tree, labels, c, float(theta[tree.parent[c]][0]))
             theta[c] = np.array([pm + math.sqrt(pv) * rng.standard_normal()])
-        return MoveState(t, labels, self.X, dict(self.past), theta, {i: 1.0 / self.s2 for i in t.parent})
+        return MoveState(tree, labels, self.X, dict(self.past), theta, {i: 1.0 / self.s2 for i in tree.parent})
+
+    def residuals(self, st) -> np.ndarray:
+        """Each newborn mean of ``st`` standardised under its exact conditional given its parent's
+        mean and the documents below it (pre-order). Under the target, given the tree and the
+        labels, these are independent standard normals: the top-down draw of
+        :meth:`with_means` read backwards."""
+        t, out = st.tree, []
+        for c in t.preorder()[1:]:
+            pm, pv = self._conditional(t, st.labels, c, float(st.theta[t.parent[c]][0]))
+            out.append((float(st.theta[c][0]) - pm) / math.sqrt(pv))
+        return np.array(out)
 
     def seeds(self):
         out = [(TSSBTree(self.cap), np.zeros(3, dtype=np.int64))]  # all at the root
@@ -2117,13 +2136,20 @@ def deep_case():
     return case
 
 
-def _pairwise_balance(case, step, n_tries, seed, order):
+def _pairwise_balance(case, step, n_tries, seed, order, *more_orders):
     """Apply ``step`` ``n_tries`` times to each explored state (newborn means drawn exactly) and
     test detailed balance pair by pair: given a + b moves between s and t, a (from s) is
     Binomial(a + b, p(t) / (p(s) + p(t))). Returns the Bonferroni bound of the smallest
     exact binomial p-value, the number of pairs, and the z-score of the summed flow over pairs
     whose ``order`` differs, each oriented from the lower to the higher ``order`` (a ratio
-    wrong by a count factor shifts all of these the same way)."""
+    wrong by a count factor shifts all of these the same way); then one such z-score for each
+    of ``more_orders``."""
+    counts = _transition_counts(case, step, n_tries, seed)
+    return _balance_statistics(case, counts, order) + tuple(_balance_statistics(case, counts, o)[2]
+                                                            for o in more_orders)
+
+
+def _transition_counts(case, step, n_tries, seed) -> dict:
     rng = np.random.default_rng(seed)
     counts = {}
     for k in case.explored:
@@ -2133,6 +2159,10 @@ def _pairwise_balance(case, step, n_tries, seed, order):
             step(st, rng)
             k2 = case.add(st.tree, st.labels)
             row[k2] = row.get(k2, 0) + 1
+    return counts
+
+
+def _balance_statistics(case, counts, order):
     pvals, num, var = [], 0.0, 0.0
     rank = {k: order(case.states[k][0]) for k in counts}
     for s in counts:
@@ -2185,3 +2215,324 @@ def test_relocations_balance_pair_by_pair_at_a_depth_three_target(deep_case):
     assert n_pairs > 1000
     assert bound > 1e-3
     assert abs(z) < 4.0
+
+
+# ---------------------------------------------------------------------- parameters after a move
+class GaussianForestCase(NestedCase):
+    """Every forest of newborn nodes holding documents under a fixed root (:class:`NestedCase`'s
+    states) with 1-D Gaussian documents: the target, p(z_window | tree) x data with every
+    newborn mean integrated out, and exact draws of the means given the tree, in closed form
+    (:class:`DeepGaussianCase`). The whole target is enumerated, so a chain can start from
+    exact draws of (labels, tree, means)."""
+
+    def __init__(self, gauss: DeepGaussianCase):
+        self.gauss = gauss
+        super().__init__(gauss.lik, gauss.X, {ROOT: -1}, {ROOT: np.array([gauss.root_mean])}, dict(gauss.past),
+                         gauss.cap, gauss.kw)
+
+    def log_target(self, tree, labels):
+        return self.gauss.log_target(tree, labels)
+
+    def move_state(self, s, rng):
+        tree, labels = self._state_copy(s)
+        return self.gauss.with_means(tree, labels, rng)
+
+
+@pytest.fixture(scope="module")
+def forest_case():
+    """Three spread documents, noisy enough that a new node's mean given its documents leans on
+    its parent link (whose variance depends on depth), the root holding none (depth cap 2)."""
+    gauss = DeepGaussianCase(xs=(-2.5, 0.2, 2.8), cap=2, noise_var=1.5)
+    gauss.kw = dict(gauss.kw, root_holds_data=False)
+    return GaussianForestCase(gauss)
+
+
+def _residual_shift_z(case, moves, steps, n_draws, seed, rounds=2) -> tuple[float, float, dict]:
+    """Draw (labels, tree, means) from the exact target, apply ``rounds`` rounds of ``steps`` and
+    compare the means' standardised residuals (:meth:`DeepGaussianCase.residuals`) after and
+    before: under the target both are standard normals given the state, so the per-draw changes
+    of sum(u^2 - 1) and of sum(u) have mean zero. Returns their self-normalised z-scores and
+    the accepted moves by kind. A rejected move changes nothing, so only accepted moves add
+    noise; a mean drawn from a wrong law after a move shifts the sums."""
+    rng = np.random.default_rng(seed)
+    p = np.exp(case.logp - case.logp.max())
+    p /= p.sum()
+    sq, lin, kinds = [], [], {}
+    for s in rng.choice(len(case.keys), size=n_draws, p=p):
+        st = case.move_state(s, rng)
+        u0 = case.gauss.residuals(st)
+        for _ in range(rounds):
+            for step in steps:
+                res = step(moves, st, rng)
+                if res is not None:
+                    kinds[res.kind] = kinds.get(res.kind, 0) + 1
+        u1 = case.gauss.residuals(st)
+        sq.append(np.sum(u1 ** 2 - 1.0) - np.sum(u0 ** 2 - 1.0))
+        lin.append(u1.sum() - u0.sum())
+    sq, lin = np.array(sq), np.array(lin)
+    return float(sq.sum() / np.sqrt((sq ** 2).sum())), float(lin.sum() / np.sqrt((lin ** 2).sum())), kinds
+
+
+def _attempt(moves, st, rng):
+    return moves.attempt(st, rng, born=1)
+
+
+def _relocate(moves, st, rng):
+    return moves.relocate(st, rng)
+
+
+@pytest.mark.parametrize(("integrated", "steps"), [(False, (_attempt,)), (True, (_attempt,)),
+                                                   (False, (_relocate, _attempt))],
+                         ids=["split node held", "split node integrated", "with relocations"])
+def test_parameters_drawn_after_an_accepted_move_follow_their_conditional(forest_case, integrated, steps):
+    """The moves keep the joint target of (labels, tree, means), not only its (labels, tree)
+    marginal: a split's new node's mean, drawn once the split is accepted; with the split node
+    integrated, its own mean redrawn by the split or the merge; a relocated node's mean, drawn
+    below its new parent. Each is part of the state the next move reads, and a draw from a wrong
+    conditional (another depth, the parent's or the old state's, the mode without noise, none)
+    leaves the (labels, tree) chi-square untouched. Here every mean's residual under its exact
+    conditional is compared after and before the moves (:func:`_residual_shift_z`)."""
+    moves = SplitMerge(forest_case.lik, forest_case.kw, integrate_split_node=integrated)
+    z_sq, z_lin, kinds = _residual_shift_z(forest_case, moves, steps, 10000, 1)
+    assert kinds["split"] > 1500 and kinds["merge"] > 1500
+    assert _relocate not in steps or kinds["relocate"] > 3000
+    assert abs(z_sq) < 4.0 and abs(z_lin) < 4.0
+
+
+# ---------------------------------------------------------------------- carried lifts at depth 3
+class DeepCarriedCase:
+    """Carried nodes at depth cap 3 for :meth:`SplitMerge.lift_carried`, with 1-D Gaussian means.
+
+    Three carried leaves (``1, 2, 3``: past counts, one document each) under a fixed root, and
+    two carried ids without documents, ``A`` and ``B``, each out of the tree or above a block
+    of siblings: they nest (``A`` above ``B`` above leaves at the cap), so the nodes below the
+    cap (the hosts a return draws from) gain or lose the cap's nodes when a node is removed or
+    returns, and a removal can raise a subtree two levels deep. Every node below the root has
+    two links, parent and time, whose variances depend on depth (``sigma1 != 1``, ``a != 0``):
+    its mean given its parent's is ``N(slope theta_parent + shift, var)``, written out here
+    from :meth:`Gaussian.link_strengths`. Target: p(z_window | tree) x data with every mean but
+    the root's integrated out (closed form by upward messages); states are keyed by the tree
+    (ids are kept), and are those the move reaches from the tree without ``A`` and ``B``."""
+
+    A, B = 4, 5
+    _lnorm = staticmethod(DeepGaussianCase._lnorm)  # read by DeepGaussianCase._mul
+
+    def __init__(self, prev=(0.9, -0.4, 1.3, 1.5, -1.0), noise_var=0.5):
+        self.cap = 3
+        variant = resolve_variant("dtssbp", window=2, max_depth=self.cap, gamma=0.5, xi=0.001)
+        self.lik = Gaussian(variant, 1, sigma0=2.0, sigma1=0.4, eta=0.9, a=0.5, noise_var=noise_var,
+                            min_node_docs=2)
+        self.x = np.array([-1.2, 0.3, 1.6])
+        self.X = self.x.reshape(-1, 1)
+        self.labels = np.array([1, 2, 3], dtype=np.int64)
+        self.s2 = noise_var
+        self.past = {ROOT: 2, 1: 1, 2: 2, 3: 1}
+        self.prev = {i + 1: float(v) for i, v in enumerate(prev)}
+        self.kw = dict(alpha0=3.0, lam=1.0, gamma=1.5, max_depth=self.cap, root_holds_data=True)
+        self.states: dict = {}
+        self.logp: dict = {}
+
+    @staticmethod
+    def key(tree):
+        return tuple(sorted((p, tuple(tree.children[p])) for p in tree.parent))
+
+    def add(self, tree, labels):
+        k = self.key(tree)
+        if k not in self.states:
+            self.states[k] = (DeepGaussianCase._copy(tree), labels.copy())
+            self.logp[k] = self.log_target(tree)
+        return k
+
+    def _link(self, c, depth) -> tuple[float, float, float]:
+        """(slope, shift, var) of node ``c``'s mean given its parent's: the normalised product of
+        N(theta_parent, par) and N(eta prev_c, tim)."""
+        par, tim = self.lik.link_strengths(np.array([depth]))
+        var = 1.0 / (1.0 / par[0] + 1.0 / tim[0])
+        return var / par[0], var / tim[0] * self.lik.eta * self.prev[c], var
+
+    def _below(self, tree, c):
+        """The documents at ``c`` times its children's messages, a function of theta_c: (log K, mean, var)."""
+        f = DeepGaussianCase._docs_factor(self, self.x[self.labels == c])
+        for k in tree.children[c]:
+            K, m, s = self._below(tree, k)
+            slope, shift, var = self._link(k, tree.depth[k])
+            # int N(t_k; slope t_c + shift, var) K N(t_k; m, s) dt_k, as a density in t_c
+            f = DeepGaussianCase._mul(self, f, (K - math.log(slope), (m - shift) / slope, (var + s) / slope ** 2))
+        return f
+
+    def log_target(self, tree):
+        arr = tree.arrays()
+        now = np.array([np.sum(self.labels == i) for i in arr.ids], dtype=float)
+        past = np.array([self.past.get(int(i), 0) for i in arr.ids], dtype=float)
+        out = collapsed_log_prior(arr, np.zeros_like(past), past + now, **self.kw)
+        for c in tree.children[ROOT]:  # the root's mean is 0
+            K, m, s = self._below(tree, c)
+            _, shift, var = self._link(c, 1)
+            out += K + DeepGaussianCase._lnorm(shift, m, var + s)
+        return out
+
+    def move_state(self, k, rng):
+        """State ``k`` with every mean but the root's drawn from its exact conditional, top down."""
+        tree = DeepGaussianCase._copy(self.states[k][0])
+        theta = {ROOT: np.zeros(1)}
+        for c in tree.preorder()[1:]:
+            slope, shift, var = self._link(c, tree.depth[c])
+            mu = slope * float(theta[tree.parent[c]][0]) + shift
+            _, m, s = self._below(tree, c)
+            pv = 1.0 / (1.0 / var + 1.0 / s)
+            theta[c] = np.array([pv * (mu / var + m / s) + math.sqrt(pv) * rng.standard_normal()])
+        previous = {i: Previous(np.array([v]), 1.0 / self.s2, 0) for i, v in self.prev.items()}
+        return MoveState(tree, self.labels.copy(), self.X, dict(self.past), theta,
+                         {i: 1.0 / self.s2 for i in tree.parent}, set(previous), previous)
+
+    def explore(self, seed=0, tries=300):
+        """Breadth-first search of the states the carried lift reaches from the tree without ``A``, ``B``."""
+        rng = np.random.default_rng(seed)
+        moves = SplitMerge(self.lik, self.kw)
+        tree = TSSBTree(self.cap)
+        for _ in range(3):
+            tree.add_child(ROOT)
+        tree.next_id = 6
+        queue, seen = [self.add(tree, self.labels)], {}
+        while queue:
+            k = queue.pop(0)
+            if k in seen:
+                continue
+            seen[k] = None
+            for _ in range(tries):
+                st = self.move_state(k, rng)
+                moves.lift_carried(st, rng)
+                k2 = self.add(st.tree, st.labels)
+                if k2 not in seen:
+                    queue.append(k2)
+        return list(seen)
+
+
+@pytest.fixture(scope="module")
+def deep_carried_case():
+    case = DeepCarriedCase()
+    case.explored = case.explore()
+    return case
+
+
+@pytest.mark.slow  # about 60 s
+def test_carried_lifts_balance_pair_by_pair_at_a_depth_three_target(deep_carried_case):
+    """Removals and returns of carried internal nodes alone (:meth:`SplitMerge.lift_carried`)
+    in detailed balance state pair by pair at depth 3. A return's proposal draws a dormant node,
+    a host among the nodes below the cap and a block of the host's children; the removal that
+    undoes it draws among the removable nodes. Their counts before and after the move enter the
+    ratio, and at depth 3 the hosts after a removal differ from those before by the removed
+    node and by the cap's nodes below it, which rise. Exact binomial tests with a Bonferroni
+    bound, and the summed flow towards more carried nodes in the tree and towards more hosts
+    (a count wrong by a state-dependent factor shifts one of these)."""
+    case = deep_carried_case
+    moves = SplitMerge(case.lik, case.kw)
+
+    def inner(t):
+        return (case.A in t) + (case.B in t)
+
+    def hosts(t):
+        return sum(1 for c in t.parent if t.depth[c] < case.cap)
+
+    bound, n_pairs, z_inner, z_hosts = _pairwise_balance(case, lambda st, rng: moves.lift_carried(st, rng), 2000, 1,
+                                                         inner, hosts)
+    assert len(case.explored) > 40 and n_pairs > 80
+    assert bound > 1e-3
+    assert abs(z_inner) < 4.0 and abs(z_hosts) < 4.0
+
+
+# ---------------------------------------------------------------------- subtrees that change depth
+def _deep_chain_state(carried: bool):
+    """A 2-D Gaussian state at depth cap 5 whose links weaken with depth (``sigma1 != 1``,
+    ``a != 0``): ``root - 1 - {2 - 3 - 4, 5}``, documents at 4 and 5, parameters at random.
+    Every node is newborn (``carried`` False), or node 1 is a carried node without documents
+    above a carried chain ``2 - 3 - 4`` and a carried leaf ``5``, each with a previous mean."""
+    variant = resolve_variant("dtssbp", window=2, max_depth=5, gamma=0.5, xi=0.001)
+    lik = Gaussian(variant, 2, sigma0=2.0, sigma1=0.4, eta=0.9, a=0.5, noise_var=0.5, min_node_docs=2)
+    rng = np.random.default_rng(3)
+    tree = TSSBTree(5)
+    n1 = tree.add_child(ROOT, born=1)
+    tree.add_child(tree.add_child(tree.add_child(n1, born=1), born=1), born=1)
+    tree.add_child(n1, born=1)
+    X = rng.normal(size=(3, 2))
+    labels = np.array([4, 4, 5], dtype=np.int64)
+    theta = {i: rng.normal(size=2) for i in tree.parent}
+    conc = {i: 2.0 for i in tree.parent}
+    previous = {i: Previous(rng.normal(size=2), 2.0, 0) for i in (1, 2, 3, 4, 5)} if carried else {}
+    st = MoveState(tree, labels, X, {}, theta, conc, set(previous), previous)
+    kw = dict(alpha0=3.0, lam=1.0, gamma=1.5, max_depth=5, root_holds_data=False)
+    return st, SplitMerge(lik, kw)
+
+
+def _tree_terms(lik, st, tree, theta, marginal=()) -> float:
+    """Sum over every node of ``tree`` but the root of its parent-link log density at ``theta``
+    (with its time link when it has a previous mean), or for the nodes in ``marginal`` of
+    their documents' log marginal, their mean integrated out under those links: the target's
+    link and data terms, written node by node from the family's densities."""
+    out = 0.0
+    for c in tree.preorder()[1:]:
+        P, d = tree.parent[c], tree.depth[c]
+        prev = st.previous[c].theta if c in st.previous else None
+        if c in marginal:
+            rows = np.flatnonzero(st.labels == c)
+            docs = DocumentSet(float(rows.size), st.X[rows].sum(axis=0), float((st.X[rows] ** 2).sum()))
+            out += lik.log_marginal(docs, theta[P], st.concentration[c], d, prev)
+        else:
+            out += lik.log_link(theta[c], theta[P], d, prev)
+    return out
+
+
+def _with_node(st, tree, node, theta_node):
+    """``st`` with ``tree`` (holding ``node``, parameter ``theta_node``) in place of its tree, unindexed."""
+    out = dataclasses.replace(st, tree=tree, theta={**st.theta, node: theta_node},
+                              concentration={**st.concentration, node: 2.0})
+    out.index = None
+    return out
+
+
+def test_an_adopted_subtree_is_rescored_at_every_depth_it_moves_to():
+    """:meth:`SplitMerge._log_adoption` of a new node adopting a chain four deep (a child, its
+    child and so on, each one level lower, where links are weaker) is the whole tree's link log
+    density after the insertion minus before, the new node's own link left out (its draw
+    cancels it), whether its mean is proposed (a split or an insertion: the tree an edit of the
+    live one) or its own (a merge or a lift: the live tree). Leaving out the descendants below
+    the adopted child, or rescoring only one level of them, misses the change of their links'
+    strengths; the (labels, tree) checks at depth 3 pass without them."""
+    st, moves = _deep_chain_state(carried=False)
+    lik, tree = moves.lik, st.tree
+    b, theta_b = tree.next_id, np.array([0.4, -0.7])
+    split_tree = DeepGaussianCase._copy(tree)
+    assert split_tree.add_parent_of_block(ROOT, 0, 1, born=1) == b
+    assert [split_tree.depth[g] for g in (1, 2, 3, 4, 5)] == [2, 3, 4, 5, 3]
+    split = _with_node(st, split_tree, b, theta_b)
+    want = (_tree_terms(lik, split, split_tree, split.theta) - _tree_terms(lik, st, tree, st.theta)
+            - lik.log_link(theta_b, st.theta[ROOT], 1))
+    edit = moves.index(st).prior.edit()
+    edit.insert(b, ROOT, 0, 1)
+    assert moves._log_adoption(st, EditedTree(edit), b, theta_b) == pytest.approx(want, rel=1e-12)
+    assert moves._log_adoption(split, split_tree, b, split.theta[b]) == pytest.approx(want, rel=1e-12)
+
+
+def test_a_carried_lift_rescores_the_raised_subtree_at_every_depth():
+    """:meth:`SplitMerge._log_relink` of a carried node above a carried chain three deep and a
+    carried leaf: its leaf children through their documents' marginals (their means drawn
+    afresh by the move), every other node of its subtree through its parent and time links
+    at its depth, in the tree with the node minus the tree without it, the node's own links
+    left out; the same for a return (the node's mean proposed, the tree an edit of the live
+    one) and a removal (its own mean, the live tree). Leaving out the nodes below the lifted
+    node's children, or their time links, misses the change of those links' strengths."""
+    st, moves = _deep_chain_state(carried=True)
+    lik, tree = moves.lik, st.tree
+    without = DeepGaussianCase._copy(tree)
+    without.merge_into_parent(1)
+    assert [without.depth[g] for g in (2, 3, 4, 5)] == [1, 2, 3, 1]
+    gone = _with_node(st, without, 1, st.theta[1])
+    del gone.theta[1], gone.concentration[1]
+    want = (_tree_terms(lik, st, tree, st.theta, marginal=(5,)) - _tree_terms(lik, gone, without, gone.theta, (5,))
+            - lik.log_link(st.theta[1], st.theta[ROOT], 1, st.previous[1].theta))
+    relink, leaves = moves._log_relink(st, tree, 1, st.theta[1])  # a removal
+    assert relink == pytest.approx(want, rel=1e-12) and leaves == [5]
+    edit = moves.index(gone).prior.edit()
+    edit.insert(1, ROOT, 0, 2)
+    relink, leaves = moves._log_relink(gone, EditedTree(edit), 1, st.theta[1].copy())  # a return
+    assert relink == pytest.approx(want, rel=1e-12) and leaves == [5]
