@@ -420,6 +420,14 @@ def test_version_and_help_show_defaults(capsys):
     assert "(default: auto)" in text and "(default: 0.5)" in text and "(default: 10y)" in text
 
 
+def test_python_m_streamtree_is_the_command():
+    import streamtree
+
+    out = subprocess.run([sys.executable, "-m", "streamtree", "--version"], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == f"streamtree {streamtree.__version__}", out
+
+
 def test_version_and_top_level_help_do_not_import_the_model():
     """``--version`` and ``--help`` print at once: no model, numba or scikit-learn import (the
     commands' options, whose defaults come from the estimator, are only built for a command)."""
