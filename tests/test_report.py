@@ -174,6 +174,15 @@ def test_report_numbers_match_the_store(store, data):
     assert ["replay.source", "planted.parquet"] in s["config"]
 
 
+def test_a_list_of_texts_setting_is_its_items_one_per_line():
+    from streamtree.report.data import _flatten
+
+    rows = _flatten({"replay": {"notes": ["vocabulary: 500 terms", "time unit: s"], "bounds": [0.001, 1e6],
+                                "seed": None}})
+    assert rows == [["replay.bounds", "[0.001, 1000000.0]"], ["replay.notes", "vocabulary: 500 terms\ntime unit: s"],
+                    ["replay.seed", ""]]
+
+
 def test_every_layout_tiles_each_column_with_its_documents(store, data):
     ev = data["evolution"]
     entries = store.epochs()

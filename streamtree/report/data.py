@@ -541,11 +541,15 @@ def _dendrogram(s: StaticContent, content: StoreContent, pos_of_epoch: dict, wor
 
 
 def _flatten(config: dict, prefix: str = "") -> list[list[str]]:
+    """The stored settings as (dotted key, text) rows; a list of texts one item per line (not
+    its Python form, which showed the replay's notes as one bracketed, quoted string)."""
     rows = []
     for k in sorted(config):
         v = config[k]
         if isinstance(v, dict):
             rows += _flatten(v, f"{prefix}{k}.")
+        elif isinstance(v, (list, tuple)) and v and all(isinstance(x, str) for x in v):
+            rows.append([f"{prefix}{k}", "\n".join(map(str, v))])
         else:
             rows.append([f"{prefix}{k}", "" if v is None else str(v)])
     return rows
