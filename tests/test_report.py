@@ -58,6 +58,51 @@ def build_store(path) -> SnapshotStore:
     return store
 
 
+def hand_store(path, epochs, rejects=None) -> SnapshotStore:
+    """A store of hand-made trees, one per entry of ``epochs``: ``(ids, parents, counts)`` or
+    ``(ids, parents, counts, moves)``, with ``moves`` the sampler's ``(node, "split_from" |
+    "merged_into", other)``; events as the model records them (:func:`epoch_events`: a node that
+    merged into another also died). Node ``n``'s word is ``t{n}``; ``rejects`` (reasons) go to
+    the first epoch."""
+    from streamtree.epoch_tree import EpochTree
+    from streamtree.events import epoch_events
+
+    store = SnapshotStore(str(path))
+    prev_ids, prev_parents, born_at = np.zeros(0, np.int64), np.zeros(0, np.int64), {}
+    for t, spec in enumerate(epochs):
+        ids, parents, counts = (np.asarray(x, dtype=np.int64) for x in spec[:3])
+        moves = spec[3] if len(spec) > 3 else []
+        subtree = counts.copy()
+        for k in range(ids.size):  # add each node's documents to its ancestors'
+            up = parents[k]
+            while up != -1:
+                j = int(np.flatnonzero(ids == up)[0])
+                subtree[j] += counts[k]
+                up = parents[j]
+        depth = np.zeros(ids.size, dtype=np.int64)
+        for k in range(ids.size):
+            up, d = parents[k], 0
+            while up != -1:
+                d, up = d + 1, parents[int(np.flatnonzero(ids == up)[0])]
+            depth[k] = d
+        for n in ids.tolist():
+            born_at.setdefault(n, t)
+        theta = np.eye(max(ids.size, 2))[: ids.size]
+        tree = EpochTree(epoch=t, node_ids=ids, parent=parents, depth=depth, mass=np.full(ids.size, 1.0 / (ids.size + 1)),
+                         counts=counts, subtree_counts=subtree, window_counts=counts, theta=theta,
+                         concentration=np.ones(ids.size), born=np.array([born_at[n] for n in ids.tolist()]),
+                         assignments=np.repeat(ids, counts), died=np.setdiff1d(prev_ids, ids), label=f"{2000 + t}")
+        events = epoch_events(t, prev_ids, prev_parents, ids, parents, moves)
+        rej = None
+        if t == 0 and rejects:
+            rej = make_rejects(["src"] * len(rejects), list(range(len(rejects))), [f"r{i}" for i in range(len(rejects))],
+                               list(rejects))
+        store.publish(tree, [f"d{t}-{i}" for i in range(int(counts.sum()))], top_words=[[f"t{n}"] for n in ids],
+                      label=f"{2000 + t}", rejects=rej, events=events)
+        prev_ids, prev_parents = ids, parents
+    return store
+
+
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     return build_store(tmp_path_factory.mktemp("report") / "store")

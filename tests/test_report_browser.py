@@ -177,3 +177,37 @@ def test_screenshot_is_not_blank(page, tmp_path):
     colours = np.unique(img.reshape(-1, 3)[::7], axis=0).shape[0]
     assert not_white > 0.2, f"only {not_white:.1%} of the screenshot is not white"
     assert colours > 50, f"only {colours} colours in the screenshot"
+
+
+def texts(browser, selector: str) -> list[str]:
+    return browser.evaluate(f"[...document.querySelectorAll({selector!r})].map(e => e.textContent)")
+
+
+def test_a_count_of_one_reads_in_the_singular(tmp_path):
+    """One epoch, one node holding one document, one reject: the page says '1 epoch', '1 node',
+    '1 document', '1 band' (not '1 epochs', ...), in its key figures, notes, options and hovers."""
+    from test_report import hand_store
+
+    store = hand_store(tmp_path / "store", [([0], [-1], [1])], rejects=["empty text"])
+    path = write_report(store, tmp_path / "report.html")
+    with HeadlessChromium(width=1280, height=900) as browser:
+        load = browser.load(path)
+        assert load.errors == []
+        figures = texts(browser, "#key-figures .figure")
+        for said in ("1epoch", "1document", "1rejected record", "1node id", "1node over all epochs", "1birth",
+                     "0deaths"):
+            assert said in figures, figures
+        assert browser.evaluate("document.getElementById('evolution-note').textContent") == \
+            "1 band shown, 0 nodes folded"
+        assert texts(browser, "#threshold option") == ["0.00% (1 band)"]
+        assert browser.evaluate("document.getElementById('epoch-note').textContent") == \
+            "1 node, 1 document, 1 born, 0 died, 1 reject"
+        hover = next(t for t in plot_data(browser, "evolution") if t["meta"] and t["meta"]["kind"] == "hover")
+        assert "1 document in the band" in browser.evaluate(
+            "document.getElementById('evolution').data.find(t => t.meta && t.meta.kind === 'hover').text[0]")
+        assert len(hover["x"]) == 1
+        box = browser.evaluate("document.getElementById('epoch-tree').data[0].text[0]")
+        assert "1 document in the subtree" in box and "1 at the node" in box
+        head = browser.evaluate("document.getElementById('lineage-head').textContent")
+        assert "alive in 1 of 1 epoch." in head
+        assert browser.errors() == []
