@@ -33,6 +33,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from streamtree.events import merged_deaths
 from streamtree.relays import RELAY_LEGEND, relay_chains
 from streamtree.wording import counted
 
@@ -707,10 +708,12 @@ def format_epoch(stored, vocabulary=None, *, top_words: int | None = None, min_d
         elif ev["event"] == "merged_into":
             merged.append((ev["node_id"], ev["other_id"]))
     n_docs = int(tree.assignments.shape[0])
+    merged_ids = {int(a) for a, _ in merged}
+    gone = [int(n) for n in tree.died if int(n) not in merged_ids]  # a merge is a node's end: said once, as such
     head = (f"epoch {tree.epoch}" + (f" ({tree.label})" if tree.label else "")
             + f": {counted(n_docs, 'document')}, {counted(tree.n_nodes, 'node')}"
             + (f" ({tree.n_occupied} holding them)" if tree.n_occupied < tree.n_nodes else "")
-            + f"; {len(born)} born, {tree.died.size} died")
+            + f"; {len(born)} born, {len(gone)} died")
     if events is not None:
         head += f", {len(split_from)} split, {len(merged)} merged, {len(moved)} changed parent"
     lines = [head]
@@ -752,8 +755,7 @@ def format_epoch(stored, vocabulary=None, *, top_words: int | None = None, min_d
     plain_born = [said(n) for n in born if n not in split_from]
     if plain_born:
         lines.append("  born: " + cap(plain_born))
-    merged_ids = {int(a) for a, _ in merged}
-    died = [said(int(n), before=True) for n in tree.died if int(n) not in merged_ids]
+    died = [said(n, before=True) for n in gone]
     if died:
         lines.append("  died: " + cap(died))
     if legend:
@@ -782,14 +784,17 @@ def _shown_nodes(tree, max_nodes: int | None, min_docs: int, marked: set[int] = 
 
 
 def format_evolution(store, entries: list[dict]) -> str:
-    """One line for a run: births, deaths, splits, merges and parent changes over ``entries``."""
+    """One line for a run: births, deaths, splits, merges and parent changes over ``entries``
+    (a node that merged is counted as merged, not as died too)."""
     totals = {"born": 0, "died": 0, "split_from": 0, "merged_into": 0, "parent_changed": 0}
     nodes = []
     for entry in entries:
         ev = store.events(entry["epoch"])
         if ev is not None:
-            for kind in ev.column("event").to_pylist():
-                if kind in totals:
+            kinds = ev.column("event").to_pylist()
+            merged_death = merged_deaths(ev.column("epoch").to_numpy(), ev.column("node_id").to_numpy(), kinds)
+            for kind, skip in zip(kinds, merged_death.tolist()):
+                if kind in totals and not skip:
                     totals[kind] += 1
         nodes.append(int(entry.get("n_nodes", 0)))
     span = f"{entries[0]['label']} .. {entries[-1]['label']}" if entries else "no epochs"
@@ -810,6 +815,11 @@ def format_lineage(store, node_id: int, *, top_words: int | None = None) -> str:
     labels = {e["epoch"]: e["label"] for e in store.epochs()}
     vocab = store.vocabulary()
     died = "alive in the last epoch" if rec.died is None else f"gone from epoch {rec.died} ({labels.get(rec.died)})"
+    if rec.died is not None:  # a merge is its end: said as such
+        into = [e["other_id"] for e in store.events(rec.died).to_pylist()
+                if e["node_id"] == int(node_id) and e["event"] == "merged_into"]
+        if into:
+            died = f"merged into node {into[-1]} in epoch {rec.died} ({labels.get(rec.died)})"
     lines = [f"node {node_id}: born in epoch {rec.born} ({labels.get(rec.born)}), {died}"]
     for ep in rec.epochs:
         stored = store.read(ep)

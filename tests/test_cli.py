@@ -668,3 +668,24 @@ def test_a_count_of_one_is_said_in_the_singular():
                             seconds=1.0, fit_seconds=1.0).format()
     assert "documents: 1 fitted of 1 record read" in summary and "vocabulary: 1 term\n" in summary
     assert "1 document/s" not in summary  # a rate is per second, whatever its size
+
+
+def test_a_node_that_merged_is_said_merged_not_also_died(tmp_path, capsys):
+    """The store keeps a merged node's 'died' row beside its 'merged_into' (the data model: it is
+    gone from the tree); show says how it ended once: merged into N, not died as well."""
+    from streamtree.cli import format_lineage
+    from test_report import hand_store
+
+    # 0 -> {1, 2, 3}; then 2 merges into 0 and 3 dies
+    store = hand_store(tmp_path / "store", [([0, 1, 2, 3], [-1, 0, 0, 0], [0, 3, 2, 1]),
+                                            ([0, 1], [-1, 0], [1, 4], [(2, "merged_into", 0)])])
+    assert {(e["node_id"], e["event"]) for e in store.events(1).to_pylist()} >= {(2, "died"), (2, "merged_into")}
+    assert main(["show", store.uri]) == 0
+    out = capsys.readouterr().out
+    head = next(line for line in out.splitlines() if line.startswith("epoch 1 "))
+    assert "1 died, 0 split, 1 merged" in head  # 3 died; 2 merged (and is not counted as died too)
+    assert "  merged: [2] (t2) -> [0] (t0)" in out and "  died: [3] (t3)" in out
+    assert "evolution over 2 epochs (2000 .. 2001): 4 born, 1 died, 0 split, 1 merged" in out
+    lineage = format_lineage(store, 2)
+    assert "merged into node 0 in epoch 1 (2001)" in lineage and "gone from" not in lineage
+    assert "gone from epoch 1 (2001)" in format_lineage(store, 3)

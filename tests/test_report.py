@@ -211,8 +211,10 @@ def test_report_numbers_match_the_store(store, data):
     assert s["n_node_ids"] == len(set(nodes.column("id").to_pylist()))
     assert s["n_rejects"] == 3 and s["rejects_by_reason"] == {"empty text": 2, "unparsable time": 1}
     events = store.events().to_pylist()
-    for kind in ("born", "died", "split_from", "merged_into", "parent_changed"):
-        assert s["event_counts"][kind] == sum(e["event"] == kind for e in events)
+    merges = {(e["epoch"], e["node_id"]) for e in events if e["event"] == "merged_into"}
+    for kind in ("born", "died", "split_from", "merged_into", "parent_changed"):  # a merged node's end: its merge
+        assert s["event_counts"][kind] == sum(e["event"] == kind and not (kind == "died" and (e["epoch"], e["node_id"])
+                                                                          in merges) for e in events)
     assert s["event_counts"]["split_from"] == 1 and s["event_counts"]["merged_into"] == 1
     assert data["epochs"]["born"] == [sum(e["event"] == "born" and e["epoch"] == x["epoch"] for e in events)
                                       for x in entries]
@@ -332,3 +334,23 @@ def test_script_json_cannot_close_the_script_element():
     text = _script_json({"w": "</script><script>alert(1)</script> & <!--"})
     assert "</" not in text and "<!--" not in text
     assert json.loads(text) == {"w": "</script><script>alert(1)</script> & <!--"}
+
+
+def test_a_node_that_merged_ends_as_merged_not_also_died(tmp_path):
+    """The store has a 'died' and a 'merged_into' row for a node that merged; the page's events
+    keep the merge alone (its marks, its lineage and the counts say it once), another death stays."""
+    # 0 -> {1, 2, 3}; then 2 merges into 1 and 3 dies
+    store = hand_store(tmp_path / "store", [([0, 1, 2, 3], [-1, 0, 0, 0], [1, 3, 2, 1]),
+                                            ([0, 1], [-1, 0], [1, 6], [(2, "merged_into", 1)])])
+    stored = [(e["node_id"], e["event"]) for e in store.events(1).to_pylist()]
+    assert (2, "died") in stored and (2, "merged_into") in stored  # the data model keeps both
+    data = report_data(read_store(store))
+    ev = data["events"]
+    ends = sorted((n, k, o) for p, n, k, o in zip(ev["e"], ev["id"], ev["kind"], ev["other"]) if p == 1)
+    assert ends == [(2, "merged_into", 1), (3, "died", -1)]
+    assert data["summary"]["event_counts"]["died"] == 1 and data["summary"]["event_counts"]["merged_into"] == 1
+    assert data["epochs"]["died"] == [0, 1] and data["epochs"]["merged"] == [0, 1]
+    marks = data["evolution"]["layouts"][0]["marks"]
+    died = [ev["id"][i] for group in marks["died"]["i"] for i in group]
+    merged = [ev["id"][i] for group in marks["merged_into"]["i"] for i in group]
+    assert died == [3] and merged == [2]

@@ -201,7 +201,7 @@ def test_a_count_of_one_reads_in_the_singular(tmp_path):
             "1 band shown, 0 nodes folded"
         assert texts(browser, "#threshold option") == ["0.00% (1 band)"]
         assert browser.evaluate("document.getElementById('epoch-note').textContent") == \
-            "1 node, 1 document, 1 born, 0 died, 1 reject"
+            "1 node, 1 document, 1 born, 0 died, 0 merged, 1 reject"
         hover = next(t for t in plot_data(browser, "evolution") if t["meta"] and t["meta"]["kind"] == "hover")
         assert "1 document in the band" in browser.evaluate(
             "document.getElementById('evolution').data.find(t => t.meta && t.meta.kind === 'hover').text[0]")
@@ -210,4 +210,30 @@ def test_a_count_of_one_reads_in_the_singular(tmp_path):
         assert "1 document in the subtree" in box and "1 at the node" in box
         head = browser.evaluate("document.getElementById('lineage-head').textContent")
         assert "alive in 1 of 1 epoch." in head
+        assert browser.errors() == []
+
+
+def test_a_node_that_merged_ends_as_merged_not_also_died(tmp_path):
+    """Node 2 merges into 1 (the store also has its 'died' row), node 3 dies: 2's lineage ends
+    with one row, 'merged into 1'; the evolving tree marks 2's end with the merge alone."""
+    from test_report import hand_store
+
+    store = hand_store(tmp_path / "store", [([0, 1, 2, 3], [-1, 0, 0, 0], [1, 3, 2, 1]),
+                                            ([0, 1], [-1, 0], [1, 6], [(2, "merged_into", 1)])])
+    path = write_report(store, tmp_path / "report.html")
+    with HeadlessChromium(width=1280, height=900) as browser:
+        assert browser.load(path).errors == []
+        for nid, end in ((2, "merged into 1"), (3, "died")):
+            browser.evaluate(f"(() => {{ document.getElementById('node-id').value = '{nid}';"
+                             " document.getElementById('node-show').click(); return 1; })()")
+            rows = browser.evaluate("[...document.querySelectorAll('#lineage-table tr')].slice(1)"
+                                    ".map(tr => tr.lastElementChild.textContent)")
+            assert rows == ["born", end], (nid, rows)
+        marks = browser.evaluate("document.getElementById('evolution').data.filter(t => t.meta && t.meta.kind === "
+                                 "'event').map(t => [t.meta.event, t.customdata])")
+        ends = {kind: ids for kind, ids in marks if kind in ("died", "merged_into")}
+        assert ends == {"died": [3], "merged_into": [2]}
+        assert browser.evaluate("document.getElementById('epoch-next').click() || "
+                                "document.getElementById('epoch-note').textContent").endswith(
+            "0 born, 1 died, 1 merged, 0 rejects")
         assert browser.errors() == []

@@ -20,6 +20,10 @@ is drawn with the node it leads to, as one box of the epoch's tree and, in a col
 evolving tree where it holds nothing after folding and has one shown child, as part of that
 child's band (its hover and its event marks are the child's, naming it).
 
+**Events** are the store's, less the ``died`` row of a node that merged into another in that
+epoch (:func:`~streamtree.events.merged_deaths`): the page says a node's end once, and a merge
+is its end; the counts of deaths are of nodes that ended without merging.
+
 **Long runs** (more epochs than ``max_columns``) are aggregated: consecutive epochs are
 grouped into ``ceil(n_epochs / max_columns)`` per column; a node's documents are summed over
 its column's epochs, and its parent is the one of the last epoch of the column in which it
@@ -33,7 +37,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from streamtree.events import EVENT_KINDS
+from streamtree.events import EVENT_KINDS, merged_deaths
 from streamtree.relays import relay_chains
 
 #: Colours of the top-level branches (colour-blind friendly, after Okabe and Ito, and Tol).
@@ -381,13 +385,17 @@ def report_data(content: StoreContent, options: ReportOptions | None = None) -> 
         "subtree": content.node_subtree.tolist(), "mass": [float(f"{m:.4g}") for m in content.node_mass.tolist()],
         "born": content.node_born.tolist(), "words": words, "via": _relay_rows(content, node_pos, n_epochs),
     }
-    ev_pos = [pos_of_epoch.get(int(e), -1) for e in content.event_epoch.tolist()]
-    events = {"e": ev_pos, "id": content.event_node.tolist(), "kind": [str(k) for k in content.event_kind],
-              "other": content.event_other.tolist()}
-    epochs["born"], epochs["died"] = [0] * n_epochs, [0] * n_epochs
-    for p, kind in zip(ev_pos, events["kind"]):
-        if p >= 0 and kind in ("born", "died"):
-            epochs[kind][p] += 1
+    # a node that merged into another also has a "died" row in the store; the page says its end
+    # once, as the merge (its marks, its lineage, the counts)
+    keep = ~merged_deaths(content.event_epoch, content.event_node, content.event_kind)
+    ev_kind = [str(k) for k in content.event_kind[keep]]
+    ev_pos = [pos_of_epoch.get(int(e), -1) for e in content.event_epoch[keep].tolist()]
+    events = {"e": ev_pos, "id": content.event_node[keep].tolist(), "kind": ev_kind,
+              "other": content.event_other[keep].tolist()}
+    epochs["born"], epochs["died"], epochs["merged"] = [0] * n_epochs, [0] * n_epochs, [0] * n_epochs
+    for p, kind in zip(ev_pos, ev_kind):
+        if p >= 0 and kind in ("born", "died", "merged_into"):
+            epochs["merged" if kind == "merged_into" else kind][p] += 1
 
     evolution = _evolution(content, node_pos, events, options) if n_epochs else None
     return {
@@ -401,7 +409,7 @@ def report_data(content: StoreContent, options: ReportOptions | None = None) -> 
             "n_node_epochs": int(content.node_id.size), "vocabulary_size": content.vocabulary_size,
             "rejects_by_reason": dict(sorted(content.rejects_by_reason.items(), key=lambda kv: (-kv[1], kv[0]))),
             "config": _flatten(content.config), "versions": dict(content.versions),
-            "event_counts": {k: int(np.count_nonzero(content.event_kind == k)) for k in EVENT_KINDS},
+            "event_counts": {k: ev_kind.count(k) for k in EVENT_KINDS},  # "died": not by a merge
         },
         "epochs": epochs, "nodes": nodes, "events": events, "evolution": evolution,
         "static": [_dendrogram(s, content, pos_of_epoch, words) for s in content.static],

@@ -63,7 +63,8 @@ def render(data: dict) -> str:
   documents (its own and those of smaller descendants folded into it). Bands are stacked in tree order, a
   node above its children, so a subtree is one contiguous block. Markers: <span class="m born">&#9654;</span>
   born, <span class="m died">&#10006;</span> died, <span class="m split">&#9664;</span> split from,
-  <span class="m merged">&#9679;</span> merged into, <span class="m moved">&#9670;</span> parent changed.
+  <span class="m merged">&#9679;</span> merged into (a merge is the node's end: it is not marked died too),
+  <span class="m moved">&#9670;</span> parent changed.
   A node whose documents all sit below it has a band of no height (hover the top edge of its subtree's block);
   one that also has a single child is drawn with that child. {relays}</p>
   <div class="controls">

@@ -242,7 +242,8 @@
     $("epoch-note").textContent = count(all.length, "node") + (relays ? " (" + fmt(relays) + " of them " +
       noun(relays, "a relay, in the box of the node its chain leads to", "relays, in the box of the node their chain " +
         "leads to") + ")" : "") + ", " + count(docs, "document") + ", " +
-      fmt(E.born[e]) + " born, " + fmt(E.died[e]) + " died, " + count(E.n_rejects[e], "reject");
+      fmt(E.born[e]) + " born, " + fmt(E.died[e]) + " died, " + fmt(E.merged[e]) + " merged, " +
+      count(E.n_rejects[e], "reject");
   }
   function setupEpoch() {
     const sel = $("epoch");
