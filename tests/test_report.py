@@ -354,3 +354,32 @@ def test_a_node_that_merged_ends_as_merged_not_also_died(tmp_path):
     died = [ev["id"][i] for group in marks["died"]["i"] for i in group]
     merged = [ev["id"][i] for group in marks["merged_into"]["i"] for i in group]
     assert died == [3] and merged == [2]
+
+
+def test_an_empty_node_with_children_is_a_thin_band_not_a_line():
+    """Root 0 holds no documents and has children 1 (6) and 2 (4); 2 holds none and has children
+    3 (2) and 4 (2); 5 is an empty leaf. The two empty internal nodes get a band of
+    ``EMPTY_BAND`` each, the others share the rest by their documents, the column stays tiled; an
+    empty leaf holds nothing and stays flat, and a relay is still drawn with its child."""
+    from streamtree.report.data import EMPTY_BAND
+
+    ids, parents = [0, 1, 2, 3, 4, 5], [-1, 0, 0, 2, 2, 0]
+    cols = aggregate_columns(np.zeros(6, int), ids, parents, [0, 6, 0, 2, 2, 0], [10, 6, 4, 2, 2, 0], [10], 200)
+    bands = evolution_layout(cols, shown=set(ids))
+    rest = 1 - 2 * EMPTY_BAND
+    heights = {n: round(b["y1"][0] - b["y0"][0], 4) for n, b in bands.items()}
+    assert heights == {0: EMPTY_BAND, 1: round(0.6 * rest, 4), 2: EMPTY_BAND, 3: round(0.2 * rest, 4),
+                       4: round(0.2 * rest, 4), 5: 0.0}
+    assert bands[0]["empty"] == {0: 10} and bands[2]["empty"] == {0: 4}  # the documents below each
+    assert all("empty" not in bands[n] for n in (1, 3, 4, 5))
+    assert [bands[n]["docs"][0] for n in ids] == [0, 6, 0, 2, 2, 0]  # the documents are unchanged
+    spans = sorted((b["y0"][0], b["y1"][0]) for b in bands.values())
+    assert spans[0][0] == 0 and abs(spans[-1][1] - 1) < 1e-4
+    assert all(abs(a[1] - b[0]) < 1e-4 for a, b in zip(spans, spans[1:]))
+    # with 3 folded into 2, 2 holds 3's documents: a band of that size
+    folded = evolution_layout(cols, shown={0, 1, 2, 4, 5})
+    assert folded[2]["docs"] == [2] and "empty" not in folded[2]
+    assert folded[0]["empty"] == {0: 10} and round(folded[0]["y1"][0], 4) == EMPTY_BAND
+    relay = evolution_layout(aggregate_columns(np.zeros(3, int), [0, 1, 2], [-1, 0, 1], [0, 0, 5], [5, 5, 5], [5], 200),
+                             shown={0, 1, 2})
+    assert all("empty" not in b for b in relay.values()) and relay[0]["relay"] == [0]

@@ -237,3 +237,26 @@ def test_a_node_that_merged_ends_as_merged_not_also_died(tmp_path):
                                 "document.getElementById('epoch-note').textContent").endswith(
             "0 born, 1 died, 1 merged, 0 rejects")
         assert browser.errors() == []
+
+
+def test_an_empty_node_with_children_is_drawn_as_a_visible_band(tmp_path):
+    """The root holds no documents and has two children: its band (grey, at the top of the
+    column) is a few pixels high on the screen, not a line of no height."""
+    from streamtree.report.data import ROOT_COLOUR
+    from test_report import hand_store
+
+    store = hand_store(tmp_path / "store", [([0, 1, 2], [-1, 0, 0], [0, 6, 4]), ([0, 1, 2], [-1, 0, 0], [0, 5, 5])])
+    path = write_report(store, tmp_path / "report.html")
+    with HeadlessChromium(width=1280, height=900) as browser:
+        assert browser.load(path).errors == []
+        browser.evaluate("document.getElementById('evolution').scrollIntoView() || 1")
+        # the plot area on the page, and the middle of the first column in it
+        x, y, h = browser.evaluate(
+            "(() => { const d = document.getElementById('evolution'), r = d.getBoundingClientRect(),"
+            " s = d._fullLayout._size, xa = d._fullLayout.xaxis;"
+            " return [scrollX + r.left + s.l + xa.l2p(0), scrollY + r.top + s.t, s.h]; })()")
+        img = decode_png(browser.screenshot(clip=(int(x) - 2, int(y), 5, int(h))))
+        grey = np.array([int(ROOT_COLOUR[i:i + 2], 16) for i in (1, 3, 5)])
+        rows = np.abs(img[:, 2, :].astype(int) - grey).max(axis=1) <= 6
+        assert rows[: int(0.05 * h)].sum() >= 4, f"{rows[: int(0.05 * h)].sum()} grey rows at the top of the column"
+        assert browser.errors() == []

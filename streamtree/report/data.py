@@ -44,6 +44,12 @@ from streamtree.relays import relay_chains
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
            "#332288", "#88CCEE", "#44AA99", "#117733", "#999933", "#AA4499", "#882255")
 ROOT_COLOUR = "#9aa0a6"
+#: Height (share of a column) of the band of a node that holds no documents of its own and has two
+#: or more shown children, so it shows as a thin band above its children instead of a line; the
+#: other bands of the column share the rest in proportion to their documents.
+EMPTY_BAND = 0.01
+#: At most this share of a column goes to such bands (each gets less when there are more).
+EMPTY_BANDS_MAX = 0.06
 
 
 @dataclass(frozen=True)
@@ -242,7 +248,10 @@ def evolution_layout(cols: Columns, shown: set[int]) -> dict[int, dict]:
     holds no documents after that and has one shown child (a relay), the band's ``relay``
     lists the entry's position in its lists, and the band of the node the chain leads to has
     the chain's ids, top first, under that entry's position in ``via`` (both only when there
-    are such entries).
+    are such entries). Where it holds none and has two or more shown children, its band is
+    :data:`EMPTY_BAND` high (together at most :data:`EMPTY_BANDS_MAX` of the column), the other
+    bands sharing the rest by their documents, and the band's ``empty`` maps the entry's
+    position to the documents below it in that column.
     """
     bands: dict[int, dict] = {}
     starts = np.searchsorted(cols.col, np.arange(cols.n_columns + 1))
@@ -279,11 +288,23 @@ def evolution_layout(cols: Columns, shown: set[int]) -> dict[int, dict]:
                 stack.append((k, owner))
         chains = relay_chains([ids[j] for j in order], drawn_parent, height[order])
         relays = {r for chain in chains.values() for r in chain}
+        # documents below each shown entry, and its shown children (depth-first: children after parents)
+        below = {ids[j]: 0 for j in order}
+        n_kids = dict.fromkeys(below, 0)
+        for j, up in zip(reversed(order), reversed(drawn_parent)):
+            if up != -1:
+                below[up] += below[ids[j]] + int(height[j])
+                n_kids[up] += 1
+        empty = {ids[j] for j in order if height[j] == 0 and n_kids[ids[j]] >= 2}
         total = max(int(cols.docs[c]), 1)
+        thin = min(EMPTY_BAND, EMPTY_BANDS_MAX / len(empty)) if empty and cols.docs[c] > 0 else 0.0
+        scale = (1.0 - thin * len(empty)) / total
         y = 0.0
         for j in order:
-            h = height[j] / total
+            h = thin if ids[j] in empty else height[j] * scale
             band = bands.setdefault(ids[j], {"col": [], "y0": [], "y1": [], "docs": [], "row": []})
+            if ids[j] in empty:
+                band.setdefault("empty", {})[len(band["col"])] = below[ids[j]]
             if ids[j] in relays:
                 band.setdefault("relay", []).append(len(band["col"]))
             if ids[j] in chains:

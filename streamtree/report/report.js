@@ -131,8 +131,12 @@
         if (relay.has(j)) continue; // hovered on the band of the node its chain leads to
         const docs = ev.column_documents[b.col[j]];
         hx.push(b.col[j]); hy.push((b.y0[j] + b.y1[j]) / 2); hid.push(b.id);
-        ht.push(nodeHover(b.row[j], "<br>" + count(b.docs[j], "document") + " in the band, " +
-          pct(docs ? b.docs[j] / docs : 0) + " of " + esc(ev.column_labels[b.col[j]]), b.via && b.via[j]));
+        const below = b.empty ? b.empty[j] : undefined; // no documents of its own, two or more children
+        ht.push(nodeHover(b.row[j], below !== undefined
+          ? "<br>no documents of its own (a thin band above its children); " + count(below, "document") +
+            " below it, " + pct(docs ? below / docs : 0) + " of " + esc(ev.column_labels[b.col[j]])
+          : "<br>" + count(b.docs[j], "document") + " in the band, " + pct(docs ? b.docs[j] / docs : 0) + " of " +
+            esc(ev.column_labels[b.col[j]]), b.via && b.via[j]));
       }
       traces.push({
         type: "scatter", mode: "lines", x: x, y: y, fill: "toself", fillcolor: b.colour,
