@@ -383,3 +383,22 @@ def test_an_empty_node_with_children_is_a_thin_band_not_a_line():
     relay = evolution_layout(aggregate_columns(np.zeros(3, int), [0, 1, 2], [-1, 0, 1], [0, 0, 5], [5, 5, 5], [5], 200),
                              shown={0, 1, 2})
     assert all("empty" not in b for b in relay.values()) and relay[0]["relay"] == [0]
+
+
+def test_a_merge_into_the_root_is_a_mark_of_its_own_without_a_line():
+    """0 -> {1, 2, 3}; then 2 merges into the root and 3 into 1. The merge into 1 is joined to 1's
+    band by a line; the merge into the root, whose band tops the column, is a mark of its own
+    kind at the end of 2's band, with no line across the bands above it."""
+    from streamtree.report.data import ROOT_MERGE
+
+    bands = {0: {"col": [0, 1], "y0": [0.0, 0.0], "y1": [0.01, 0.01]},
+             1: {"col": [0, 1], "y0": [0.01, 0.01], "y1": [0.4, 1.0]},
+             2: {"col": [0], "y0": [0.4], "y1": [0.8]},
+             3: {"col": [0], "y0": [0.8], "y1": [1.0]}}
+    events = {"e": [1, 1], "id": [2, 3], "kind": ["merged_into", "merged_into"], "other": [0, 1]}
+    marks = _event_marks(bands, events, per_column=1, roots={0})
+    assert marks["merged_into"]["i"] == [[1]] and marks["merged_into"]["x2"] == [0.7]
+    root = marks[ROOT_MERGE]
+    assert root["i"] == [[0]] and (root["x"], root["y"]) == ([0.3], [0.6]) and root["x2"] == [None]
+    # without roots (as before), it would be a line to the root's band
+    assert _event_marks(bands, events, per_column=1)["merged_into"]["x2"] == [0.7, 0.7]

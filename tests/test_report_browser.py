@@ -260,3 +260,29 @@ def test_an_empty_node_with_children_is_drawn_as_a_visible_band(tmp_path):
         rows = np.abs(img[:, 2, :].astype(int) - grey).max(axis=1) <= 6
         assert rows[: int(0.05 * h)].sum() >= 4, f"{rows[: int(0.05 * h)].sum()} grey rows at the top of the column"
         assert browser.errors() == []
+
+
+def test_a_merge_into_the_root_is_a_mark_without_a_line_across_the_view(tmp_path):
+    """2 merges into the root and 3 into 1: 3's merge is joined to 1's band by a dotted line,
+    2's is a mark of its own ('merged into the root', in the legend) with no line to the root's
+    band at the top."""
+    from test_report import hand_store
+
+    store = hand_store(tmp_path / "store", [([0, 1, 2, 3], [-1, 0, 0, 0], [1, 3, 2, 1]),
+                                            ([0, 1], [-1, 0], [2, 5], [(2, "merged_into", 0), (3, "merged_into", 1)])])
+    path = write_report(store, tmp_path / "report.html")
+    with HeadlessChromium(width=1280, height=900) as browser:
+        assert browser.load(path).errors == []
+        traces = browser.evaluate(
+            "document.getElementById('evolution').data.filter(t => t.meta && t.meta.kind.startsWith('event'))"
+            ".map(t => ({kind: t.meta.kind, event: t.meta.event, name: t.name || null, ids: t.customdata || null,"
+            " text: t.text || null, x: t.x}))")
+        marks = {t["event"]: t for t in traces if t["kind"] == "event"}
+        lines = [t for t in traces if t["kind"] == "event-line"]
+        assert marks["merged_into"]["ids"] == [3] and marks["merged_into_root"]["ids"] == [2]
+        assert marks["merged_into_root"]["name"] == "merged into the root"
+        assert marks["merged_into_root"]["text"] == ["node 2 merged into the root (node 0) (2001)"]
+        assert [t["event"] for t in lines] == ["merged_into"] and len(lines[0]["x"]) == 3  # one segment, to 1
+        events = texts(browser, "#events-table td")
+        assert events == ["born", "4", "died", "0", "split from", "0", "merged into", "2", "parent changed", "0"]
+        assert browser.errors() == []

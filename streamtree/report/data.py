@@ -50,6 +50,9 @@ ROOT_COLOUR = "#9aa0a6"
 EMPTY_BAND = 0.01
 #: At most this share of a column goes to such bands (each gets less when there are more).
 EMPTY_BANDS_MAX = 0.06
+#: The marks of merges into the root, a kind of their own: drawn at the merged node's end with
+#: no line to the root's band (which tops every column, so the line would run across the view).
+ROOT_MERGE = "merged_into_root"
 
 
 @dataclass(frozen=True)
@@ -463,7 +466,7 @@ def _evolution(content: StoreContent, node_pos: np.ndarray, events: dict, option
         layouts.append({
             "threshold": t, "n_bands": len(bands), "n_folded": len(peak) - len(bands),
             "bands": [{"id": nid, "colour": colours[nid], **bands[nid]} for nid in sorted(bands)],
-            "marks": _event_marks(bands, events, cols.per_column),
+            "marks": _event_marks(bands, events, cols.per_column, roots),
         })
     readable = [i for i, lay in enumerate(layouts) if lay["n_bands"] <= options.readable_bands]
     labels = content.label
@@ -477,12 +480,13 @@ def _evolution(content: StoreContent, node_pos: np.ndarray, events: dict, option
     }
 
 
-def _event_marks(bands: dict[int, dict], events: dict, per_column: int) -> dict[str, dict]:
+def _event_marks(bands: dict[int, dict], events: dict, per_column: int, roots=frozenset()) -> dict[str, dict]:
     """Where each event of a shown node is drawn: ``x`` (column +- half), ``y`` (band
     middle), the indices in ``events`` of the events drawn there (a list: events of one kind
     at one point, such as the births of a relay chain and of the node it leads to, are one
     mark), and for events with another shown node the point of that node (``x2``, ``y2``)
-    for a connecting line. A relay's point is that of the node its chain leads to."""
+    for a connecting line. A relay's point is that of the node its chain leads to. A merge
+    into one of ``roots`` is a :data:`ROOT_MERGE` mark, with no line."""
     end_of = {(b["col"][i], r): nid for nid, b in bands.items() for i, chain in b.get("via", {}).items()
               for r in chain}
 
@@ -511,7 +515,7 @@ def _event_marks(bands: dict[int, dict], events: dict, per_column: int) -> dict[
         col, y = point
         return (col + 0.3 if col < mark_col else col - 0.3 if col > mark_col else col + side), y
 
-    marks = {k: {"x": [], "y": [], "i": [], "x2": [], "y2": []} for k in EVENT_KINDS}
+    marks = {k: {"x": [], "y": [], "i": [], "x2": [], "y2": []} for k in (*EVENT_KINDS, ROOT_MERGE)}
     drawn: dict[tuple, int] = {}  # (kind, x, y, x2, y2) -> position of its mark
     for i, (p, nid, kind, other) in enumerate(zip(events["e"], events["id"], events["kind"], events["other"])):
         if p < 0 or nid not in bands:
@@ -531,6 +535,8 @@ def _event_marks(bands: dict[int, dict], events: dict, per_column: int) -> dict[
             # column's first epoch and the parent was shown there, else beside the child
             before = at(other, col - 1, clamp=False) if p % per_column == 0 else None
             there = before or at(other, col)
+        elif kind == "merged_into" and other in roots:
+            kind = ROOT_MERGE
         elif kind == "merged_into" and other in bands:
             there = at(other, col)
         if there is not None:

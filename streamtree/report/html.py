@@ -65,7 +65,9 @@ def render(data: dict) -> str:
   documents (its own and those of smaller descendants folded into it). Bands are stacked in tree order, a
   node above its children, so a subtree is one contiguous block. Markers: <span class="m born">&#9654;</span>
   born, <span class="m died">&#10006;</span> died, <span class="m split">&#9664;</span> split from,
-  <span class="m merged">&#9679;</span> merged into (a merge is the node's end: it is not marked died too),
+  <span class="m merged">&#9679;</span> merged into (a merge is the node's end: it is not marked died too;
+  a line joins the node it merged into), <span class="m merged">&#9650;</span> merged into the root (whose band
+  tops the column: no line),
   <span class="m moved">&#9670;</span> parent changed.
   A node whose documents all sit below it and that has two or more children is a thin band above them
   ({thin}% of the column, together at most {thin_max}%, the other bands sharing the rest); one with a single

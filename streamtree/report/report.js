@@ -14,6 +14,8 @@
     died: { name: "died", symbol: "x", color: "#cf222e" },
     split_from: { name: "split from", symbol: "triangle-left", color: "#8250df" },
     merged_into: { name: "merged into", symbol: "circle", color: "#bf8700" },
+    // a merge into the root, whose band tops every column: a mark pointing up, no line across the view
+    merged_into_root: { name: "merged into the root", symbol: "triangle-up", color: "#bf8700", event: "merged_into" },
     parent_changed: { name: "parent changed", symbol: "diamond", color: "#0969da" },
   };
 
@@ -165,7 +167,8 @@
         type: "scatter", mode: "markers", name: spec.name, x: m.x, y: m.y,
         customdata: m.i.map((is) => EV.id[is[0]]),
         text: m.i.map((is) => is.map((i) => "node " + EV.id[i] + " " + spec.name +
-          (EV.other[i] >= 0 ? " " + EV.other[i] : "") + " (" + esc(E.label[EV.e[i]]) + ")").join("<br>")),
+          (EV.other[i] >= 0 ? (spec.event ? " (node " + EV.other[i] + ")" : " " + EV.other[i]) : "") +
+          " (" + esc(E.label[EV.e[i]]) + ")").join("<br>")),
         hovertemplate: "%{text}<extra></extra>",
         marker: { symbol: spec.symbol, color: spec.color, size: 7, line: { width: 0.5, color: "white" } },
         meta: { kind: "event", event: kind },
@@ -431,7 +434,8 @@
     }, CONFIG);
     const reasons = Object.entries(S.rejects_by_reason);
     fillTable($("rejects-table"), ["reason", "records"], reasons.length ? reasons : [["(none)", 0]]);
-    fillTable($("events-table"), ["event", "count"], Object.keys(MARKS).map((k) => [MARKS[k].name, S.event_counts[k]]));
+    fillTable($("events-table"), ["event", "count"], Object.keys(S.event_counts).map((k) => [MARKS[k].name,
+      S.event_counts[k]]));
     fillTable($("config-table"), ["setting", "value"],
       S.config.concat(Object.entries(S.versions).map(([k, v]) => ["version." + k, v])));
   }
