@@ -33,7 +33,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from streamtree.events import merged_deaths
 from streamtree.relays import RELAY_LEGEND, relay_chains
+from streamtree.wording import counted
 
 logger = logging.getLogger(__name__)
 
@@ -706,10 +708,12 @@ def format_epoch(stored, vocabulary=None, *, top_words: int | None = None, min_d
         elif ev["event"] == "merged_into":
             merged.append((ev["node_id"], ev["other_id"]))
     n_docs = int(tree.assignments.shape[0])
+    merged_ids = {int(a) for a, _ in merged}
+    gone = [int(n) for n in tree.died if int(n) not in merged_ids]  # a merge is a node's end: said once, as such
     head = (f"epoch {tree.epoch}" + (f" ({tree.label})" if tree.label else "")
-            + f": {n_docs} documents, {tree.n_nodes} nodes"
+            + f": {counted(n_docs, 'document')}, {counted(tree.n_nodes, 'node')}"
             + (f" ({tree.n_occupied} holding them)" if tree.n_occupied < tree.n_nodes else "")
-            + f"; {len(born)} born, {tree.died.size} died")
+            + f"; {len(born)} born, {len(gone)} died")
     if events is not None:
         head += f", {len(split_from)} split, {len(merged)} merged, {len(moved)} changed parent"
     lines = [head]
@@ -734,12 +738,13 @@ def format_epoch(stored, vocabulary=None, *, top_words: int | None = None, min_d
         splits = [n for n in path if n in split_from]
         note = (f" (split from {split_from[nid]})" if splits == [nid] == path else
                 f" ({', '.join(f'{n} split from {split_from[n]}' for n in splits)})" if splits else "")
-        lines.append(f"{'    ' * level[nid]}{ids} {int(tree.subtree_counts[k])} docs "
+        lines.append(f"{'    ' * level[nid]}{ids} {counted(int(tree.subtree_counts[k]), 'doc')} "
                      f"({int(tree.counts[k])} here){note}: {' '.join(words[k])}")
     n_hidden = tree.n_nodes - len(shown)
     if n_hidden:
-        why = "smaller or empty nodes" if max_nodes is not None else f"nodes with fewer than {min_docs} documents"
-        lines.append(f"  ({n_hidden} {why} not shown; --all shows every node)")
+        why = (counted(n_hidden, "smaller or empty node") if max_nodes is not None else
+               f"{counted(n_hidden, 'node')} with fewer than {counted(min_docs, 'document')}")
+        lines.append(f"  ({why} not shown; --all shows every node)")
     cap = (lambda xs: _capped(xs, max_ids)) if max_ids else (lambda xs: ", ".join(map(str, xs)))
     splits = [f"{said(int(o), before=True) if int(o) in prev_words else f'[{o}]'} -> {said(int(n))}"
               for n, o in split_from.items()]
@@ -750,8 +755,7 @@ def format_epoch(stored, vocabulary=None, *, top_words: int | None = None, min_d
     plain_born = [said(n) for n in born if n not in split_from]
     if plain_born:
         lines.append("  born: " + cap(plain_born))
-    merged_ids = {int(a) for a, _ in merged}
-    died = [said(int(n), before=True) for n in tree.died if int(n) not in merged_ids]
+    died = [said(n, before=True) for n in gone]
     if died:
         lines.append("  died: " + cap(died))
     if legend:
@@ -780,18 +784,21 @@ def _shown_nodes(tree, max_nodes: int | None, min_docs: int, marked: set[int] = 
 
 
 def format_evolution(store, entries: list[dict]) -> str:
-    """One line for a run: births, deaths, splits, merges and parent changes over ``entries``."""
+    """One line for a run: births, deaths, splits, merges and parent changes over ``entries``
+    (a node that merged is counted as merged, not as died too)."""
     totals = {"born": 0, "died": 0, "split_from": 0, "merged_into": 0, "parent_changed": 0}
     nodes = []
     for entry in entries:
         ev = store.events(entry["epoch"])
         if ev is not None:
-            for kind in ev.column("event").to_pylist():
-                if kind in totals:
+            kinds = ev.column("event").to_pylist()
+            merged_death = merged_deaths(ev.column("epoch").to_numpy(), ev.column("node_id").to_numpy(), kinds)
+            for kind, skip in zip(kinds, merged_death.tolist()):
+                if kind in totals and not skip:
                     totals[kind] += 1
         nodes.append(int(entry.get("n_nodes", 0)))
     span = f"{entries[0]['label']} .. {entries[-1]['label']}" if entries else "no epochs"
-    return (f"evolution over {len(entries)} epochs ({span}): {totals['born']} born, {totals['died']} died, "
+    return (f"evolution over {counted(len(entries), 'epoch')} ({span}): {totals['born']} born, {totals['died']} died, "
             f"{totals['split_from']} split, {totals['merged_into']} merged, {totals['parent_changed']} changed "
             f"parent; nodes per epoch {min(nodes, default=0)} .. {max(nodes, default=0)}")
 
@@ -808,13 +815,18 @@ def format_lineage(store, node_id: int, *, top_words: int | None = None) -> str:
     labels = {e["epoch"]: e["label"] for e in store.epochs()}
     vocab = store.vocabulary()
     died = "alive in the last epoch" if rec.died is None else f"gone from epoch {rec.died} ({labels.get(rec.died)})"
+    if rec.died is not None:  # a merge is its end: said as such
+        into = [e["other_id"] for e in store.events(rec.died).to_pylist()
+                if e["node_id"] == int(node_id) and e["event"] == "merged_into"]
+        if into:
+            died = f"merged into node {into[-1]} in epoch {rec.died} ({labels.get(rec.died)})"
     lines = [f"node {node_id}: born in epoch {rec.born} ({labels.get(rec.born)}), {died}"]
     for ep in rec.epochs:
         stored = store.read(ep)
         k = stored.tree.index_of(node_id)
         words = _node_words(stored, vocab, top_words)[k]
         lines.append(f"  epoch {ep} ({labels.get(ep)}): parent {rec.parents[ep]}, "
-                     f"{int(stored.tree.subtree_counts[k])} docs ({int(stored.tree.counts[k])} here): "
+                     f"{counted(int(stored.tree.subtree_counts[k]), 'doc')} ({int(stored.tree.counts[k])} here): "
                      f"{' '.join(words)}")
     for ep, old, new in rec.parent_changes:
         lines.append(f"  parent changed at epoch {ep}: {old} -> {new}")
@@ -1000,7 +1012,7 @@ def _show_static(store, chosen: list[dict], args) -> int:
                   + format_static(snap, store=store, entry=entry, vocabulary=vocab, top_words=args.top_words,
                                   full=args.all))
     if missing:
-        print(f"({want} not computed for {len(missing)} of {len(chosen)} epochs: {_capped(missing)})")
+        print(f"({want} not computed for {len(missing)} of {counted(len(chosen), 'epoch')}: {_capped(missing)})")
     return 0
 
 
@@ -1056,7 +1068,8 @@ def cmd_snapshot(args) -> int:
     h = res.dendrogram.heights
     st = res.stats
     sample = f" (a sample of {st['n_total']})" if st["sampled"] else ""
-    line = (f"epoch {entry['epoch']} ({entry['label']}) {args.method} over {args.over}: {st['n_points']} leaves"
+    line = (f"epoch {entry['epoch']} ({entry['label']}) {args.method} over {args.over}: "
+            f"{counted(st['n_points'], 'leaf', 'leaves')}"
             f"{sample}, {st['components']} SVD dims, heights {h.min():.4g} .. {h.max():.4g}")
     if "dtssbp_purity" in st:
         line += f", dendrogram purity vs dTSSBP nodes {st['dtssbp_purity']:.3f}"
@@ -1191,7 +1204,8 @@ def cmd_assign(args) -> int:
     n_nodes = len(np.unique(node[keep])) if keep.size else 0
     counts = ", ".join(f"{r}: {c}" for r, c in src.rejects.counts.most_common())
     mean = f", mean log density {log_density[keep].mean():.4g}" if keep.size else ""
-    print(f"assigned {keep.size} of {n + n_rej} documents to {n_nodes} nodes of epoch {entry['epoch']} "
+    print(f"assigned {keep.size} of {counted(n + n_rej, 'document')} to {counted(n_nodes, 'node')} of epoch "
+          f"{entry['epoch']} "
           f"({entry['label']}){mean}; empty after vocabulary filtering: {int(empty.sum())}"
           + (f"; unreadable records: {n_rej} ({counts})" if n_rej else ""))
     print(f"written: {args.output}")

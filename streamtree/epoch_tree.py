@@ -8,6 +8,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from streamtree.events import Events
+from streamtree.wording import counted
 
 
 @dataclass(frozen=True)
@@ -232,7 +233,7 @@ class EpochTree:
         if vocabulary is not None:
             words = self.top_words(vocabulary, top_words) if X is None else self.label_words(vocabulary, X, top_words)
         lines = [f"epoch {self.epoch}" + (f" ({self.label})" if self.label else "")
-                 + f": {self.n_nodes} nodes, {int(self.assignments.shape[0])} documents"]
+                 + f": {counted(self.n_nodes, 'node')}, {counted(int(self.assignments.shape[0]), 'document')}"]
         for k in range(self.n_nodes):
             if self.subtree_counts[k] < min_count and self.parent[k] != -1:
                 continue

@@ -66,6 +66,7 @@ from streamtree.records import (
     empty_rejects,
     reject_rows,
 )
+from streamtree.wording import counted
 
 _US = {"s": 1_000_000, "m": 60_000_000, "h": 3_600_000_000, "d": 86_400_000_000, "w": 7 * 86_400_000_000}
 _ALIASES = {"year": "1y", "decade": "10y", "century": "100y", "month": "1mo",
@@ -871,7 +872,7 @@ class EpochReader:
             span = f"{self.spec.label(lo) if lo is not None else '...'} to {self.spec.label(hi) if hi is not None else '...'}"
             how = "auto: the bulk of the rows and its span on either side" if self.time_range.text == "auto" \
                 else f"--time-range {self.time_range.text}"
-            self.notes.append(f"time range {span} ({how}): {n_out} rows outside it rejected as "
+            self.notes.append(f"time range {span} ({how}): {counted(n_out, 'row')} outside it rejected as "
                               f"'{OUT_OF_RANGE}'" + ("; --time-range all keeps them" if n_out else ""))
 
     def _check_span(self, kept: list[int]) -> None:
@@ -891,7 +892,7 @@ class EpochReader:
             return
         first, last = self.spec.label(kept[0]), self.spec.label(kept[-1])
         counts = sorted(((self._hist[k], k) for k in kept), reverse=True)[:3]
-        busiest = ", ".join(f"{self.spec.label(k)} ({n} rows)" for n, k in counts)
+        busiest = ", ".join(f"{self.spec.label(k)} ({counted(n, 'row')})" for n, k in counts)
         raise ValueError(
             f"the rows' times span {n_span:,} epochs of {self.spec.text!r} ({first} to {last}) but only "
             f"{n_held:,} of them hold rows (most: {busiest}), in two groups far apart; fitting every empty epoch "

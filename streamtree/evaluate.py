@@ -87,6 +87,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from streamtree.variants import VARIANTS, resolve_variant
+from streamtree.wording import counted
 
 if TYPE_CHECKING:  # the CLI reads this module's defaults when it builds its parser: keep that import light
     import scipy.sparse as sp
@@ -841,11 +842,11 @@ def describe_split(data: SplitData | list[SplitData], ev: EvaluationConfig) -> t
         n_sel = [s.n_docs("select") for s in splits]
         n_test = [s.n_docs("test") for s in splits]
         head = [
-            f"protocol: documents. {n_ep} epochs ({first.epochs[0].label} .. {first.epochs[-1].label}); "
+            f"protocol: documents. {counted(n_ep, 'epoch')} ({first.epochs[0].label} .. {first.epochs[-1].label}); "
             f"in every epoch {1 - ev.test_fraction - ev.selection_fraction:.0%} training, "
             f"{ev.selection_fraction:.0%} selection and {ev.test_fraction:.0%} test documents, drawn anew for "
-            f"each of {ev.repeats} repeats (repeat r: its own split and sampler seed {ev.seed} + r, shared by "
-            "every model).",
+            f"each of {counted(ev.repeats, 'repeat')} (repeat r: its own split and sampler seed {ev.seed} + r, "
+            "shared by every model).",
             f"selection documents per repeat: {min(n_sel)}-{max(n_sel)}; test documents per repeat: "
             f"{min(n_test)}-{max(n_test)}; vocabulary {min(s.vocabulary_size for s in splits)}-"
             f"{max(s.vocabulary_size for s in splits)} terms (fitted on each split's training documents).",
@@ -858,11 +859,13 @@ def describe_split(data: SplitData | list[SplitData], ev: EvaluationConfig) -> t
     else:
         n_test_2 = first.n_docs("test", range(first.middle, n_ep))
         head = [
-            f"protocol: paper. {n_ep} epochs ({first.epochs[0].label} .. {first.epochs[-1].label}); kappa0 and "
-            f"restart chosen on the first {first.middle} epochs ({first.n_docs('test', range(0, first.middle))} "
-            f"test documents), scored on the last {n_ep - first.middle} ({n_test_2} test documents); "
-            f"{ev.repeats} repeats (seeds vary, the split does not).",
-            f"vocabulary {first.vocabulary_size} terms; dropped as empty after vocabulary filtering: "
+            f"protocol: paper. {counted(n_ep, 'epoch')} ({first.epochs[0].label} .. {first.epochs[-1].label}); "
+            "kappa0 and "
+            f"restart chosen on the first {counted(first.middle, 'epoch')} "
+            f"({counted(first.n_docs('test', range(0, first.middle)), 'test document')}), scored on the last "
+            f"{n_ep - first.middle} ({counted(n_test_2, 'test document')}); "
+            f"{counted(ev.repeats, 'repeat')} (seeds vary, the split does not).",
+            f"vocabulary {counted(first.vocabulary_size, 'term')}; dropped as empty after vocabulary filtering: "
             f"{first.n_dropped_train} training, {first.n_dropped_test} test documents.",
         ]
         score_title = ("log density per test document: mean over epochs of the epoch's mean (each epoch "
@@ -872,7 +875,8 @@ def describe_split(data: SplitData | list[SplitData], ev: EvaluationConfig) -> t
                     + ", ".join(f"{reason}: {n}" for reason, n in first.source_rejects.items()) + ").")
     if first.n_repeated_texts:
         head.append(repeated_texts_line(first))
-    head.append(f"{params['likelihood']} likelihood{_document_model(params)}, {params['n_sweeps']} sweeps/epoch, "
+    head.append(f"{params['likelihood']} likelihood{_document_model(params)}, "
+                f"{counted(params['n_sweeps'], 'sweep')}/epoch, "
                 f"window {params['window']}.")
     return head, score_title
 

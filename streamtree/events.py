@@ -8,7 +8,10 @@ An event is one row ``(epoch, node_id, event, other_id)``:
 * ``merged_into``: ``node_id`` was absorbed by ``other_id``;
 * ``parent_changed``: ``node_id`` is in both trees and its parent is now ``other_id``.
 
-``other_id`` is -1 (null in the stored table) for ``born`` and ``died``. Births, deaths and
+``other_id`` is -1 (null in the stored table) for ``born`` and ``died``. A node that merged
+into another is gone from the tree, so it has both a ``died`` and a ``merged_into`` row; the
+views (``streamtree show``, the report) say how it ended once, as the merge
+(:func:`merged_deaths` finds the ``died`` rows they leave out). Births, deaths and
 parent changes follow from the node ids and parents of two consecutive trees alone
 (:func:`derive_events`); splits and merges need the sampler's knowledge of which move made a
 node, so only the model can record them.
@@ -120,3 +123,27 @@ def epoch_events(epoch: int, prev_ids, prev_parents, ids, parents, moves) -> Eve
     node_id, kind, other = zip(*rows)
     return Events(np.full(len(rows), int(epoch), dtype=np.int64), np.asarray(node_id, dtype=np.int64),
                   np.asarray(kind, dtype=object), np.asarray(other, dtype=np.int64))
+
+
+def merged_deaths(epoch, node_id, event) -> np.ndarray:
+    """Which rows are the ``died`` of a node that merged into another in the same epoch.
+
+    The table keeps both rows (the node is gone from the tree, and the sampler knows where its
+    documents went); a view shows the merge alone, as the node's end.
+
+    Parameters
+    ----------
+    epoch, node_id, event : array-like
+        Aligned event columns (as in :class:`Events` or the stored table).
+
+    Returns
+    -------
+    numpy.ndarray of bool
+        True for each ``died`` row whose ``(epoch, node_id)`` also has a ``merged_into`` row.
+    """
+    epoch = np.asarray(epoch, dtype=np.int64).ravel()
+    node_id = np.asarray(node_id, dtype=np.int64).ravel()
+    event = np.asarray(event, dtype=object).ravel()
+    merged = set(zip(epoch[event == "merged_into"].tolist(), node_id[event == "merged_into"].tolist()))
+    return np.fromiter(((k == "died" and (e, n) in merged) for e, n, k in
+                        zip(epoch.tolist(), node_id.tolist(), event.tolist())), dtype=bool, count=event.size)

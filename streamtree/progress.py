@@ -13,6 +13,7 @@ import time
 
 from tqdm import tqdm
 
+from streamtree.wording import counted
 
 class ReplayProgress:
     """Epoch bar (epochs done, documents/s, live nodes, ETA) and a sweep bar for the current epoch.
@@ -39,14 +40,14 @@ class ReplayProgress:
         if self.sweeps is not None:
             self.sweeps.close()
         self.sweeps = tqdm(total=None, unit="sweep", file=self.stream, disable=self.disable, leave=False,
-                           dynamic_ncols=True, desc=f"  {n_documents} docs", mininterval=self.mininterval)
+                           dynamic_ncols=True, desc=f"  {counted(n_documents, 'doc')}", mininterval=self.mininterval)
 
     def sweep(self, done: int, n_sweeps: int, n_live: int) -> None:
         if self.sweeps is None:
             return
         if self.sweeps.total != n_sweeps:
             self.sweeps.total = n_sweeps
-        self.sweeps.set_postfix_str(f"{n_live} live nodes", refresh=False)
+        self.sweeps.set_postfix_str(counted(n_live, "live node"), refresh=False)
         self.sweeps.update(done - self.sweeps.n)
 
     def __call__(self, p) -> None:  # after each epoch (an EpochProgress)
@@ -57,7 +58,7 @@ class ReplayProgress:
         if self.epochs is None:
             return
         rate = self.documents / max(time.perf_counter() - self.begun, 1e-9)
-        self.epochs.set_postfix_str(f"{rate:.0f} docs/s, {p.n_nodes} nodes", refresh=False)
+        self.epochs.set_postfix_str(f"{rate:.0f} docs/s, {counted(p.n_nodes, 'node')}", refresh=False)
         self.epochs.update(1)
         if p.index + 1 >= p.n_epochs:
             self.close()

@@ -44,6 +44,7 @@ from streamtree.snapshots import StaticOptions, document_directions, snapshot_na
 from streamtree.text import (DEFAULT_MAX_DF, DEFAULT_MAX_FEATURES, DEFAULT_MIN_DF, DEFAULT_TOP_WORDS,
                              DEFAULT_LENGTH_POWER, DEFAULT_WEIGHTING, WEIGHTING_BEFORE_TFIDF,
                              TextVectorizer)
+from streamtree.wording import counted
 
 logger = logging.getLogger(__name__)
 
@@ -235,8 +236,8 @@ class ReplaySummary:
     def format(self) -> str:
         lines = [f"epochs: {self.n_epochs} ({self.n_published} published now"
                  + (", the store was already complete)" if self.complete_before else ")"),
-                 f"documents: {self.n_documents} fitted of {self.n_records} records read",
-                 f"vocabulary: {self.vocabulary_size} terms",
+                 f"documents: {self.n_documents} fitted of {counted(self.n_records, 'record')} read",
+                 f"vocabulary: {counted(self.vocabulary_size, 'term')}",
                  f"rejects: {self.n_rejects}"]
         for reason, n in sorted(self.rejects.items(), key=lambda kv: -kv[1]):
             lines.append(f"  {reason}: {n}")
@@ -277,7 +278,8 @@ def _all_rejected(config: ReplayConfig, src, reader: EpochReader) -> str:
     hint = ("check --time-col and give --time-format (e.g. '%d/%m/%Y') or --time-unit"
             if any(r.endswith("time") for r in counts) else "check the column names and the data")
     notes = "; ".join(src.notes + reader.notes)
-    return (f"{config.source}: every one of the {src.n_read} records was rejected ({shown})"
+    return (f"{config.source}: " + ("the one record read was rejected" if src.n_read == 1 else
+                                    f"every one of the {src.n_read} records was rejected") + f" ({shown})"
             + (f" [{notes}]" if notes else "") + f"; {hint}")
 
 
@@ -306,12 +308,14 @@ def fit_vocabulary(config: ReplayConfig, epochs) -> TextVectorizer:
 
 def vocabulary_note(vec: TextVectorizer) -> str:
     """What the text pipeline chose for this corpus, in one sentence (printed and stored)."""
-    cap = (f"the {vec.max_features_}-term cap chosen for {vec.n_fit_documents_} documents (max_features=auto)"
+    cap = (f"the {vec.max_features_}-term cap chosen for {counted(vec.n_fit_documents_, 'document')} "
+           "(max_features=auto)"
            if vec.max_features == "auto" else f"max_features={vec.max_features}")
     stop = "English and reporting stop words" if vec.stop_words == "english" else "custom stop words"
     weights = ("raw counts" if vec.norm is None else f"{vec.weighting} weights, L2-normalised rows"
                + (f" times (tokens / {vec.reference_length_:g}) ** {vec.length_power:g}" if vec.length_power else ""))
-    return (f"vocabulary: {vec.vocabulary_.shape[0]} terms ({cap}; min_df={vec.min_df}, max_df={vec.max_df}; "
+    return (f"vocabulary: {counted(vec.vocabulary_.shape[0], 'term')} ({cap}; min_df={vec.min_df}, "
+            f"max_df={vec.max_df}; "
             f"{stop}; {weights})")
 
 
@@ -914,8 +918,8 @@ def stderr_progress(stream=None) -> Callable[[EpochProgress], None]:
     def show(p: EpochProgress) -> None:
         rate = p.n_documents / p.seconds if p.seconds > 0 else 0.0
         tag = " (no documents: recorded with the next epoch)" if p.skipped else ""
-        line = (f"[{p.index + 1}/{p.n_epochs}] {p.label}: {p.n_documents} docs, {rate:.0f} docs/s, "
-                f"{p.n_nodes} live nodes, {p.n_rejects} rejects{tag}")
+        line = (f"[{p.index + 1}/{p.n_epochs}] {p.label}: {counted(p.n_documents, 'doc')}, {rate:.0f} docs/s, "
+                f"{counted(p.n_nodes, 'live node')}, {counted(p.n_rejects, 'reject')}{tag}")
         stream.write(("\r\x1b[K" + line) if tty else line + "\n")
         if tty and p.index + 1 >= p.n_epochs:
             stream.write("\n")

@@ -86,6 +86,7 @@ from streamtree.replay import (REPEATED_TEXTS_WARNING, EpochFitter, QuietEpochs,
 from streamtree.text import DEFAULT_MAX_DF, DEFAULT_MAX_FEATURES, DEFAULT_MIN_DF, DEFAULT_TOP_WORDS, DEFAULT_WEIGHTING
 from streamtree.text import TextVectorizer
 from streamtree.watermark import YEAR1_US, Watermark, format_duration, is_idle
+from streamtree.wording import counted
 
 logger = logging.getLogger(__name__)
 
@@ -315,9 +316,10 @@ class ServeSummary:
     def format(self) -> str:
         files = ", ".join(f"{n} {s}" for s, n in sorted(self.files.items())) or "none"
         last = f"epoch {self.last_epoch[0]} ({self.last_epoch[1]})" if self.last_epoch else "no epoch yet"
-        text = (f"files: {files}\nrows read: {self.rows_read}; committed: {self.documents} fitted, {self.rejected} "
-                f"rejects; waiting in open epochs: {self.pending_rows} rows, {self.pending_rejects} rejects\n"
-                f"published now: {self.epochs_published} epochs; the store is committed through {last}")
+        text = (f"files: {files}\nrows read: {self.rows_read}; committed: {self.documents} fitted, "
+                f"{counted(self.rejected, 'reject')}; waiting in open epochs: {counted(self.pending_rows, 'row')}, "
+                f"{counted(self.pending_rejects, 'reject')}\n"
+                f"published now: {counted(self.epochs_published, 'epoch')}; the store is committed through {last}")
         if self.waiting:
             text += ("\nnot read yet (tried again at the next start): "
                      + "; ".join(f"{name}: {why}" for name, why in sorted(self.waiting.items())))
@@ -992,7 +994,7 @@ class Service:
             n = sum(1 for e in self._events if e["kind"] == "file")
             logger.info("stopped (%s): %s; %d rows wait in open epochs; %d files taken since the last commit "
                         "are taken again on restart%s", s.stopped_by, self._where(), s.pending_rows, n,
-                        f"; {len(self._waiting)} files could not be read yet" if self._waiting else "")
+                        f"; {counted(len(self._waiting), 'file')} could not be read yet" if self._waiting else "")
         return s
 
     def _on_signal(self, signum, frame) -> None:

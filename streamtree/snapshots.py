@@ -25,6 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from streamtree.static.dendrogram import Dendrogram
+from streamtree.wording import counted
 
 METHODS = ("bhc", "coalescent", "tmc")
 OVER = ("documents", "nodes")
@@ -227,7 +228,8 @@ def format_static(snap, *, store=None, entry: dict | None = None, vocabulary=Non
     n = linkage.shape[0] + 1
     scalars = {k: v for k, v in snap.stats.items() if np.ndim(v) == 0 and k not in ("method",)}
     shown = ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in scalars.items())
-    lines = [f"{n} leaves, heights {float(np.min(heights)):.4g} .. {float(np.max(heights)):.4g}; {shown}"]
+    lines = [f"{counted(n, 'leaf', 'leaves')}, heights {float(np.min(heights)):.4g} .. "
+             f"{float(np.max(heights)):.4g}; {shown}"]
     k = max(1, min(n_clusters, n))
     labels = fcluster(linkage, t=k, criterion="maxclust") if n > 1 else np.ones(1, dtype=int)
     theta, words_of = _leaf_directions(store, entry, leaf_ids, snap.stats.get("over"), n)
@@ -243,7 +245,7 @@ def format_static(snap, *, store=None, entry: dict | None = None, vocabulary=Non
                 text = ": " + " ".join(vocabulary[np.argsort(-mean, kind="stable")[:top_words]].tolist())
         elif words_of is not None:
             text = ": " + " ".join(words_of(members)[:top_words])
-        lines.append(f"  cluster {rank}: {members.size} leaves{text}")
+        lines.append(f"  cluster {rank}: {counted(members.size, 'leaf', 'leaves')}{text}")
     if full:
         dend = Dendrogram(linkage=linkage, heights=heights)
         lines.append("newick: " + dend.to_newick(labels=leaf_ids, branch_lengths=False))

@@ -92,7 +92,8 @@ def test_replay_and_show_through_the_console(corpus, tmp_path):
             note = (f" (split from {split_from[nid]})" if len(path) == 1 and notes else
                     f" ({', '.join(notes)})" if notes else "")
             line = (f"{'    ' * level}{ids} "
-                    f"{int(tree.subtree_counts[k])} docs ({int(tree.counts[k])} here){note}: {' '.join(words[k])}")
+                    f"{int(tree.subtree_counts[k])} doc{'' if tree.subtree_counts[k] == 1 else 's'} "
+                    f"({int(tree.counts[k])} here){note}: {' '.join(words[k])}")
             assert line in r.stdout.splitlines()
     assert "[a] > [b]: a holds no documents of its own and b is its only child" in r.stdout  # the legend says so
 
@@ -531,8 +532,8 @@ def test_the_capped_view_does_not_fill_up_with_nodes_the_window_carries_empty():
     stored = SimpleNamespace(tree=tree, top_words=[], theta_exact=True)
 
     def listed(text):  # the ids on the tree's lines (a relay chain's line lists several)
-        return sorted(int(m) for line in text.splitlines() if " docs (" in line
-                      for m in re.findall(r"\[(\d+)\]", line.split(" docs (")[0]))
+        return sorted(int(m) for line in text.splitlines() if re.search(r" docs? \(", line)
+                      for m in re.findall(r"\[(\d+)\]", re.split(r" docs? \(", line)[0]))
 
     capped = format_epoch(stored, vocab, max_nodes=10)
     assert listed(capped) == [0, 1, 3]  # the occupied leaf 3 and its ancestors
@@ -577,7 +578,7 @@ def test_a_chain_of_empty_single_child_nodes_is_one_line():
         "        *[4] 2 docs (2 here): t4",
         "    *[5] > <[6] > *[7] 5 docs (5 here) (6 split from 2): t7",  # every id keeps its mark
     ]
-    assert text.splitlines()[6:8] == ["     [8] 4 docs (3 here): t8", "         [9] 1 docs (1 here): t9"]
+    assert text.splitlines()[6:8] == ["     [8] 4 docs (3 here): t8", "         [9] 1 doc (1 here): t9"]
     # capped, a relay on the way to a shown node is on that node's line, and counts as shown
     capped = format_epoch(stored, vocab, max_nodes=1)
     assert [line.split(" docs")[0].strip() for line in capped.splitlines()[1:3]] == ["[0] 17", "[1] > [2] 8"]
@@ -625,3 +626,66 @@ def test_a_library_warning_reads_as_a_warning_line_with_what_to_do(tmp_path, cap
     err = capsys.readouterr().err
     assert "warning: these documents hold a median of fewer than 6 tokens" in err and "group short texts" in err
     assert "UserWarning" not in err and ".py:" not in err  # not Python's source location
+
+
+def test_a_count_of_one_is_said_in_the_singular():
+    """``1 doc``, ``1 node``, ``1 epoch``, ``1 term``: one rule (streamtree.wording) for every
+    count the command line says, not ``1 docs``."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from streamtree.cli import format_epoch, format_evolution
+    from streamtree.replay import ReplaySummary
+    from streamtree.wording import counted
+    from test_store import make_tree
+
+    assert [counted(1, "doc"), counted(0, "doc"), counted(2, "doc")] == ["1 doc", "0 docs", "2 docs"]
+    assert counted(1, "leaf", "leaves") == "1 leaf" and counted(3, "leaf", "leaves") == "3 leaves"
+    assert counted(np.int64(1), "node") == "1 node" and counted(1200, "epoch", spec=",") == "1,200 epochs"
+
+    # 0 -> {1 (one document), 2 (none, a leaf)}; one document in the epoch
+    tree = make_tree(3, [0, 1, 2], [-1, 0, 0], [0, 3, 0], n_docs=1, label="1850s")
+    tree = dataclasses.replace(tree, counts=np.array([0, 1, 0]), subtree_counts=np.array([1, 1, 0]),
+                               assignments=np.array([1]))
+    vocab = np.array([f"w{i}" for i in range(tree.theta.shape[1])])
+    stored = SimpleNamespace(tree=tree, top_words=[["a"], ["b"], ["c"]], theta_exact=True)
+    text = format_epoch(stored, vocab, max_nodes=10)
+    assert text.splitlines()[0].startswith("epoch 3 (1850s): 1 document, 3 nodes (2 holding them); 1 born, 0 died")
+    assert "*[1] 1 doc (1 here): b" in text
+    assert "(1 smaller or empty node not shown; --all shows every node)" in text
+    assert "(1 node with fewer than 1 document not shown" in format_epoch(stored, vocab, min_docs=1)
+    one = make_tree(3, [0], [-1], [3], n_docs=1)
+    one = dataclasses.replace(one, counts=np.array([1]), subtree_counts=np.array([1]), assignments=np.array([0]))
+    assert ": 1 document, 1 node; 1 born" in format_epoch(SimpleNamespace(tree=one, top_words=[["a"]],
+                                                                          theta_exact=True), vocab)
+
+    store = SimpleNamespace(events=lambda epoch: None)
+    line = format_evolution(store, [{"epoch": 3, "label": "1850s", "n_nodes": 1}])
+    assert line.startswith("evolution over 1 epoch (1850s .. 1850s): ")
+    summary = ReplaySummary(n_epochs=1, n_published=1, n_documents=1, n_records=1, vocabulary_size=1,
+                            seconds=1.0, fit_seconds=1.0).format()
+    assert "documents: 1 fitted of 1 record read" in summary and "vocabulary: 1 term\n" in summary
+    assert "1 document/s" not in summary  # a rate is per second, whatever its size
+
+
+def test_a_node_that_merged_is_said_merged_not_also_died(tmp_path, capsys):
+    """The store keeps a merged node's 'died' row beside its 'merged_into' (the data model: it is
+    gone from the tree); show says how it ended once: merged into N, not died as well."""
+    from streamtree.cli import format_lineage
+    from test_report import hand_store
+
+    # 0 -> {1, 2, 3}; then 2 merges into 0 and 3 dies
+    store = hand_store(tmp_path / "store", [([0, 1, 2, 3], [-1, 0, 0, 0], [0, 3, 2, 1]),
+                                            ([0, 1], [-1, 0], [1, 4], [(2, "merged_into", 0)])])
+    assert {(e["node_id"], e["event"]) for e in store.events(1).to_pylist()} >= {(2, "died"), (2, "merged_into")}
+    assert main(["show", store.uri]) == 0
+    out = capsys.readouterr().out
+    head = next(line for line in out.splitlines() if line.startswith("epoch 1 "))
+    assert "1 died, 0 split, 1 merged" in head  # 3 died; 2 merged (and is not counted as died too)
+    assert "  merged: [2] (t2) -> [0] (t0)" in out and "  died: [3] (t3)" in out
+    assert "evolution over 2 epochs (2000 .. 2001): 4 born, 1 died, 0 split, 1 merged" in out
+    lineage = format_lineage(store, 2)
+    assert "merged into node 0 in epoch 1 (2001)" in lineage and "gone from" not in lineage
+    assert "gone from epoch 1 (2001)" in format_lineage(store, 3)

@@ -9,7 +9,7 @@ import pytest
 
 from connectors.stores import SnapshotStore, StoreError
 from connectors.stores.snapshot import EVENT_SCHEMA
-from streamtree.events import Events, derive_events
+from streamtree.events import Events, derive_events, epoch_events
 from test_store import make_tree  # tests/ is on sys.path under pytest
 
 
@@ -167,3 +167,17 @@ def test_model_trees_carry_their_events():
     base = derive_events(1, t0.node_ids, t0.parent, t1.node_ids, t1.parent)
     for kind in ("born", "died", "parent_changed"):
         assert t1.events.of(kind).node_id.tolist() == base.of(kind).node_id.tolist()
+
+
+def test_merged_deaths_are_the_died_rows_of_nodes_that_merged():
+    """A node that merged is gone from the tree: the table has its 'died' and its 'merged_into'
+    rows, and ``merged_deaths`` marks the 'died' one, which the views leave out."""
+    from streamtree.events import merged_deaths
+
+    ev = epoch_events(1, [0, 1, 2, 3], [-1, 0, 0, 0], [0, 1], [-1, 0], [(2, "merged_into", 1)])
+    rows = list(zip(ev.node_id.tolist(), ev.event.tolist()))
+    assert rows == [(2, "died"), (3, "died"), (2, "merged_into")]
+    assert merged_deaths(ev.epoch, ev.node_id, ev.event).tolist() == [True, False, False]
+    # only the same epoch's merge counts; no rows, no marks
+    assert merged_deaths([1, 2], [5, 5], ["merged_into", "died"]).tolist() == [False, False]
+    assert merged_deaths([], [], []).tolist() == []

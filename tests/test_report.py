@@ -58,6 +58,51 @@ def build_store(path) -> SnapshotStore:
     return store
 
 
+def hand_store(path, epochs, rejects=None) -> SnapshotStore:
+    """A store of hand-made trees, one per entry of ``epochs``: ``(ids, parents, counts)`` or
+    ``(ids, parents, counts, moves)``, with ``moves`` the sampler's ``(node, "split_from" |
+    "merged_into", other)``; events as the model records them (:func:`epoch_events`: a node that
+    merged into another also died). Node ``n``'s word is ``t{n}``; ``rejects`` (reasons) go to
+    the first epoch."""
+    from streamtree.epoch_tree import EpochTree
+    from streamtree.events import epoch_events
+
+    store = SnapshotStore(str(path))
+    prev_ids, prev_parents, born_at = np.zeros(0, np.int64), np.zeros(0, np.int64), {}
+    for t, spec in enumerate(epochs):
+        ids, parents, counts = (np.asarray(x, dtype=np.int64) for x in spec[:3])
+        moves = spec[3] if len(spec) > 3 else []
+        subtree = counts.copy()
+        for k in range(ids.size):  # add each node's documents to its ancestors'
+            up = parents[k]
+            while up != -1:
+                j = int(np.flatnonzero(ids == up)[0])
+                subtree[j] += counts[k]
+                up = parents[j]
+        depth = np.zeros(ids.size, dtype=np.int64)
+        for k in range(ids.size):
+            up, d = parents[k], 0
+            while up != -1:
+                d, up = d + 1, parents[int(np.flatnonzero(ids == up)[0])]
+            depth[k] = d
+        for n in ids.tolist():
+            born_at.setdefault(n, t)
+        theta = np.eye(max(ids.size, 2))[: ids.size]
+        tree = EpochTree(epoch=t, node_ids=ids, parent=parents, depth=depth, mass=np.full(ids.size, 1.0 / (ids.size + 1)),
+                         counts=counts, subtree_counts=subtree, window_counts=counts, theta=theta,
+                         concentration=np.ones(ids.size), born=np.array([born_at[n] for n in ids.tolist()]),
+                         assignments=np.repeat(ids, counts), died=np.setdiff1d(prev_ids, ids), label=f"{2000 + t}")
+        events = epoch_events(t, prev_ids, prev_parents, ids, parents, moves)
+        rej = None
+        if t == 0 and rejects:
+            rej = make_rejects(["src"] * len(rejects), list(range(len(rejects))), [f"r{i}" for i in range(len(rejects))],
+                               list(rejects))
+        store.publish(tree, [f"d{t}-{i}" for i in range(int(counts.sum()))], top_words=[[f"t{n}"] for n in ids],
+                      label=f"{2000 + t}", rejects=rej, events=events)
+        prev_ids, prev_parents = ids, parents
+    return store
+
+
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     return build_store(tmp_path_factory.mktemp("report") / "store")
@@ -166,8 +211,10 @@ def test_report_numbers_match_the_store(store, data):
     assert s["n_node_ids"] == len(set(nodes.column("id").to_pylist()))
     assert s["n_rejects"] == 3 and s["rejects_by_reason"] == {"empty text": 2, "unparsable time": 1}
     events = store.events().to_pylist()
-    for kind in ("born", "died", "split_from", "merged_into", "parent_changed"):
-        assert s["event_counts"][kind] == sum(e["event"] == kind for e in events)
+    merges = {(e["epoch"], e["node_id"]) for e in events if e["event"] == "merged_into"}
+    for kind in ("born", "died", "split_from", "merged_into", "parent_changed"):  # a merged node's end: its merge
+        assert s["event_counts"][kind] == sum(e["event"] == kind and not (kind == "died" and (e["epoch"], e["node_id"])
+                                                                          in merges) for e in events)
     assert s["event_counts"]["split_from"] == 1 and s["event_counts"]["merged_into"] == 1
     assert data["epochs"]["born"] == [sum(e["event"] == "born" and e["epoch"] == x["epoch"] for e in events)
                                       for x in entries]
@@ -287,3 +334,71 @@ def test_script_json_cannot_close_the_script_element():
     text = _script_json({"w": "</script><script>alert(1)</script> & <!--"})
     assert "</" not in text and "<!--" not in text
     assert json.loads(text) == {"w": "</script><script>alert(1)</script> & <!--"}
+
+
+def test_a_node_that_merged_ends_as_merged_not_also_died(tmp_path):
+    """The store has a 'died' and a 'merged_into' row for a node that merged; the page's events
+    keep the merge alone (its marks, its lineage and the counts say it once), another death stays."""
+    # 0 -> {1, 2, 3}; then 2 merges into 1 and 3 dies
+    store = hand_store(tmp_path / "store", [([0, 1, 2, 3], [-1, 0, 0, 0], [1, 3, 2, 1]),
+                                            ([0, 1], [-1, 0], [1, 6], [(2, "merged_into", 1)])])
+    stored = [(e["node_id"], e["event"]) for e in store.events(1).to_pylist()]
+    assert (2, "died") in stored and (2, "merged_into") in stored  # the data model keeps both
+    data = report_data(read_store(store))
+    ev = data["events"]
+    ends = sorted((n, k, o) for p, n, k, o in zip(ev["e"], ev["id"], ev["kind"], ev["other"]) if p == 1)
+    assert ends == [(2, "merged_into", 1), (3, "died", -1)]
+    assert data["summary"]["event_counts"]["died"] == 1 and data["summary"]["event_counts"]["merged_into"] == 1
+    assert data["epochs"]["died"] == [0, 1] and data["epochs"]["merged"] == [0, 1]
+    marks = data["evolution"]["layouts"][0]["marks"]
+    died = [ev["id"][i] for group in marks["died"]["i"] for i in group]
+    merged = [ev["id"][i] for group in marks["merged_into"]["i"] for i in group]
+    assert died == [3] and merged == [2]
+
+
+def test_an_empty_node_with_children_is_a_thin_band_not_a_line():
+    """Root 0 holds no documents and has children 1 (6) and 2 (4); 2 holds none and has children
+    3 (2) and 4 (2); 5 is an empty leaf. The two empty internal nodes get a band of
+    ``EMPTY_BAND`` each, the others share the rest by their documents, the column stays tiled; an
+    empty leaf holds nothing and stays flat, and a relay is still drawn with its child."""
+    from streamtree.report.data import EMPTY_BAND
+
+    ids, parents = [0, 1, 2, 3, 4, 5], [-1, 0, 0, 2, 2, 0]
+    cols = aggregate_columns(np.zeros(6, int), ids, parents, [0, 6, 0, 2, 2, 0], [10, 6, 4, 2, 2, 0], [10], 200)
+    bands = evolution_layout(cols, shown=set(ids))
+    rest = 1 - 2 * EMPTY_BAND
+    heights = {n: round(b["y1"][0] - b["y0"][0], 4) for n, b in bands.items()}
+    assert heights == {0: EMPTY_BAND, 1: round(0.6 * rest, 4), 2: EMPTY_BAND, 3: round(0.2 * rest, 4),
+                       4: round(0.2 * rest, 4), 5: 0.0}
+    assert bands[0]["empty"] == {0: 10} and bands[2]["empty"] == {0: 4}  # the documents below each
+    assert all("empty" not in bands[n] for n in (1, 3, 4, 5))
+    assert [bands[n]["docs"][0] for n in ids] == [0, 6, 0, 2, 2, 0]  # the documents are unchanged
+    spans = sorted((b["y0"][0], b["y1"][0]) for b in bands.values())
+    assert spans[0][0] == 0 and abs(spans[-1][1] - 1) < 1e-4
+    assert all(abs(a[1] - b[0]) < 1e-4 for a, b in zip(spans, spans[1:]))
+    # with 3 folded into 2, 2 holds 3's documents: a band of that size
+    folded = evolution_layout(cols, shown={0, 1, 2, 4, 5})
+    assert folded[2]["docs"] == [2] and "empty" not in folded[2]
+    assert folded[0]["empty"] == {0: 10} and round(folded[0]["y1"][0], 4) == EMPTY_BAND
+    relay = evolution_layout(aggregate_columns(np.zeros(3, int), [0, 1, 2], [-1, 0, 1], [0, 0, 5], [5, 5, 5], [5], 200),
+                             shown={0, 1, 2})
+    assert all("empty" not in b for b in relay.values()) and relay[0]["relay"] == [0]
+
+
+def test_a_merge_into_the_root_is_a_mark_of_its_own_without_a_line():
+    """0 -> {1, 2, 3}; then 2 merges into the root and 3 into 1. The merge into 1 is joined to 1's
+    band by a line; the merge into the root, whose band tops the column, is a mark of its own
+    kind at the end of 2's band, with no line across the bands above it."""
+    from streamtree.report.data import ROOT_MERGE
+
+    bands = {0: {"col": [0, 1], "y0": [0.0, 0.0], "y1": [0.01, 0.01]},
+             1: {"col": [0, 1], "y0": [0.01, 0.01], "y1": [0.4, 1.0]},
+             2: {"col": [0], "y0": [0.4], "y1": [0.8]},
+             3: {"col": [0], "y0": [0.8], "y1": [1.0]}}
+    events = {"e": [1, 1], "id": [2, 3], "kind": ["merged_into", "merged_into"], "other": [0, 1]}
+    marks = _event_marks(bands, events, per_column=1, roots={0})
+    assert marks["merged_into"]["i"] == [[1]] and marks["merged_into"]["x2"] == [0.7]
+    root = marks[ROOT_MERGE]
+    assert root["i"] == [[0]] and (root["x"], root["y"]) == ([0.3], [0.6]) and root["x2"] == [None]
+    # without roots (as before), it would be a line to the root's band
+    assert _event_marks(bands, events, per_column=1)["merged_into"]["x2"] == [0.7, 0.7]

@@ -177,3 +177,112 @@ def test_screenshot_is_not_blank(page, tmp_path):
     colours = np.unique(img.reshape(-1, 3)[::7], axis=0).shape[0]
     assert not_white > 0.2, f"only {not_white:.1%} of the screenshot is not white"
     assert colours > 50, f"only {colours} colours in the screenshot"
+
+
+def texts(browser, selector: str) -> list[str]:
+    return browser.evaluate(f"[...document.querySelectorAll({selector!r})].map(e => e.textContent)")
+
+
+def test_a_count_of_one_reads_in_the_singular(tmp_path):
+    """One epoch, one node holding one document, one reject: the page says '1 epoch', '1 node',
+    '1 document', '1 band' (not '1 epochs', ...), in its key figures, notes, options and hovers."""
+    from test_report import hand_store
+
+    store = hand_store(tmp_path / "store", [([0], [-1], [1])], rejects=["empty text"])
+    path = write_report(store, tmp_path / "report.html")
+    with HeadlessChromium(width=1280, height=900) as browser:
+        load = browser.load(path)
+        assert load.errors == []
+        figures = texts(browser, "#key-figures .figure")
+        for said in ("1epoch", "1document", "1rejected record", "1node id", "1node over all epochs", "1birth",
+                     "0deaths"):
+            assert said in figures, figures
+        assert browser.evaluate("document.getElementById('evolution-note').textContent") == \
+            "1 band shown, 0 nodes folded"
+        assert texts(browser, "#threshold option") == ["0.00% (1 band)"]
+        assert browser.evaluate("document.getElementById('epoch-note').textContent") == \
+            "1 node, 1 document, 1 born, 0 died, 0 merged, 1 reject"
+        hover = next(t for t in plot_data(browser, "evolution") if t["meta"] and t["meta"]["kind"] == "hover")
+        assert "1 document in the band" in browser.evaluate(
+            "document.getElementById('evolution').data.find(t => t.meta && t.meta.kind === 'hover').text[0]")
+        assert len(hover["x"]) == 1
+        box = browser.evaluate("document.getElementById('epoch-tree').data[0].text[0]")
+        assert "1 document in the subtree" in box and "1 at the node" in box
+        head = browser.evaluate("document.getElementById('lineage-head').textContent")
+        assert "alive in 1 of 1 epoch." in head
+        assert browser.errors() == []
+
+
+def test_a_node_that_merged_ends_as_merged_not_also_died(tmp_path):
+    """Node 2 merges into 1 (the store also has its 'died' row), node 3 dies: 2's lineage ends
+    with one row, 'merged into 1'; the evolving tree marks 2's end with the merge alone."""
+    from test_report import hand_store
+
+    store = hand_store(tmp_path / "store", [([0, 1, 2, 3], [-1, 0, 0, 0], [1, 3, 2, 1]),
+                                            ([0, 1], [-1, 0], [1, 6], [(2, "merged_into", 1)])])
+    path = write_report(store, tmp_path / "report.html")
+    with HeadlessChromium(width=1280, height=900) as browser:
+        assert browser.load(path).errors == []
+        for nid, end in ((2, "merged into 1"), (3, "died")):
+            browser.evaluate(f"(() => {{ document.getElementById('node-id').value = '{nid}';"
+                             " document.getElementById('node-show').click(); return 1; })()")
+            rows = browser.evaluate("[...document.querySelectorAll('#lineage-table tr')].slice(1)"
+                                    ".map(tr => tr.lastElementChild.textContent)")
+            assert rows == ["born", end], (nid, rows)
+        marks = browser.evaluate("document.getElementById('evolution').data.filter(t => t.meta && t.meta.kind === "
+                                 "'event').map(t => [t.meta.event, t.customdata])")
+        ends = {kind: ids for kind, ids in marks if kind in ("died", "merged_into")}
+        assert ends == {"died": [3], "merged_into": [2]}
+        assert browser.evaluate("document.getElementById('epoch-next').click() || "
+                                "document.getElementById('epoch-note').textContent").endswith(
+            "0 born, 1 died, 1 merged, 0 rejects")
+        assert browser.errors() == []
+
+
+def test_an_empty_node_with_children_is_drawn_as_a_visible_band(tmp_path):
+    """The root holds no documents and has two children: its band (grey, at the top of the
+    column) is a few pixels high on the screen, not a line of no height."""
+    from streamtree.report.data import ROOT_COLOUR
+    from test_report import hand_store
+
+    store = hand_store(tmp_path / "store", [([0, 1, 2], [-1, 0, 0], [0, 6, 4]), ([0, 1, 2], [-1, 0, 0], [0, 5, 5])])
+    path = write_report(store, tmp_path / "report.html")
+    with HeadlessChromium(width=1280, height=900) as browser:
+        assert browser.load(path).errors == []
+        browser.evaluate("document.getElementById('evolution').scrollIntoView() || 1")
+        # the plot area on the page, and the middle of the first column in it
+        x, y, h = browser.evaluate(
+            "(() => { const d = document.getElementById('evolution'), r = d.getBoundingClientRect(),"
+            " s = d._fullLayout._size, xa = d._fullLayout.xaxis;"
+            " return [scrollX + r.left + s.l + xa.l2p(0), scrollY + r.top + s.t, s.h]; })()")
+        img = decode_png(browser.screenshot(clip=(int(x) - 2, int(y), 5, int(h))))
+        grey = np.array([int(ROOT_COLOUR[i:i + 2], 16) for i in (1, 3, 5)])
+        rows = np.abs(img[:, 2, :].astype(int) - grey).max(axis=1) <= 6
+        assert rows[: int(0.05 * h)].sum() >= 4, f"{rows[: int(0.05 * h)].sum()} grey rows at the top of the column"
+        assert browser.errors() == []
+
+
+def test_a_merge_into_the_root_is_a_mark_without_a_line_across_the_view(tmp_path):
+    """2 merges into the root and 3 into 1: 3's merge is joined to 1's band by a dotted line,
+    2's is a mark of its own ('merged into the root', in the legend) with no line to the root's
+    band at the top."""
+    from test_report import hand_store
+
+    store = hand_store(tmp_path / "store", [([0, 1, 2, 3], [-1, 0, 0, 0], [1, 3, 2, 1]),
+                                            ([0, 1], [-1, 0], [2, 5], [(2, "merged_into", 0), (3, "merged_into", 1)])])
+    path = write_report(store, tmp_path / "report.html")
+    with HeadlessChromium(width=1280, height=900) as browser:
+        assert browser.load(path).errors == []
+        traces = browser.evaluate(
+            "document.getElementById('evolution').data.filter(t => t.meta && t.meta.kind.startsWith('event'))"
+            ".map(t => ({kind: t.meta.kind, event: t.meta.event, name: t.name || null, ids: t.customdata || null,"
+            " text: t.text || null, x: t.x}))")
+        marks = {t["event"]: t for t in traces if t["kind"] == "event"}
+        lines = [t for t in traces if t["kind"] == "event-line"]
+        assert marks["merged_into"]["ids"] == [3] and marks["merged_into_root"]["ids"] == [2]
+        assert marks["merged_into_root"]["name"] == "merged into the root"
+        assert marks["merged_into_root"]["text"] == ["node 2 merged into the root (node 0) (2001)"]
+        assert [t["event"] for t in lines] == ["merged_into"] and len(lines[0]["x"]) == 3  # one segment, to 1
+        events = texts(browser, "#events-table td")
+        assert events == ["born", "4", "died", "0", "split from", "0", "merged into", "2", "parent changed", "0"]
+        assert browser.errors() == []

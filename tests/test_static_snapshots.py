@@ -153,7 +153,7 @@ def test_snapshot_command_over_nodes_and_documents_then_show(static_store, capsy
     assert "static tmc-documents:" in out and "static tmc-nodes:" in out and "newick: (" in out
     vocab = set(store.vocabulary().tolist())
     cluster_words = [w for line in out.splitlines() if line.strip().startswith("cluster")
-                     for w in line.split("leaves: ", 1)[1].split()]
+                     for w in line.split(": ", 2)[2].split()]
     assert cluster_words and set(cluster_words) <= vocab
 
 

@@ -20,6 +20,10 @@ is drawn with the node it leads to, as one box of the epoch's tree and, in a col
 evolving tree where it holds nothing after folding and has one shown child, as part of that
 child's band (its hover and its event marks are the child's, naming it).
 
+**Events** are the store's, less the ``died`` row of a node that merged into another in that
+epoch (:func:`~streamtree.events.merged_deaths`): the page says a node's end once, and a merge
+is its end; the counts of deaths are of nodes that ended without merging.
+
 **Long runs** (more epochs than ``max_columns``) are aggregated: consecutive epochs are
 grouped into ``ceil(n_epochs / max_columns)`` per column; a node's documents are summed over
 its column's epochs, and its parent is the one of the last epoch of the column in which it
@@ -33,13 +37,22 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from streamtree.events import EVENT_KINDS
+from streamtree.events import EVENT_KINDS, merged_deaths
 from streamtree.relays import relay_chains
 
 #: Colours of the top-level branches (colour-blind friendly, after Okabe and Ito, and Tol).
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
            "#332288", "#88CCEE", "#44AA99", "#117733", "#999933", "#AA4499", "#882255")
 ROOT_COLOUR = "#9aa0a6"
+#: Height (share of a column) of the band of a node that holds no documents of its own and has two
+#: or more shown children, so it shows as a thin band above its children instead of a line; the
+#: other bands of the column share the rest in proportion to their documents.
+EMPTY_BAND = 0.01
+#: At most this share of a column goes to such bands (each gets less when there are more).
+EMPTY_BANDS_MAX = 0.06
+#: The marks of merges into the root, a kind of their own: drawn at the merged node's end with
+#: no line to the root's band (which tops every column, so the line would run across the view).
+ROOT_MERGE = "merged_into_root"
 
 
 @dataclass(frozen=True)
@@ -238,7 +251,10 @@ def evolution_layout(cols: Columns, shown: set[int]) -> dict[int, dict]:
     holds no documents after that and has one shown child (a relay), the band's ``relay``
     lists the entry's position in its lists, and the band of the node the chain leads to has
     the chain's ids, top first, under that entry's position in ``via`` (both only when there
-    are such entries).
+    are such entries). Where it holds none and has two or more shown children, its band is
+    :data:`EMPTY_BAND` high (together at most :data:`EMPTY_BANDS_MAX` of the column), the other
+    bands sharing the rest by their documents, and the band's ``empty`` maps the entry's
+    position to the documents below it in that column.
     """
     bands: dict[int, dict] = {}
     starts = np.searchsorted(cols.col, np.arange(cols.n_columns + 1))
@@ -275,11 +291,23 @@ def evolution_layout(cols: Columns, shown: set[int]) -> dict[int, dict]:
                 stack.append((k, owner))
         chains = relay_chains([ids[j] for j in order], drawn_parent, height[order])
         relays = {r for chain in chains.values() for r in chain}
+        # documents below each shown entry, and its shown children (depth-first: children after parents)
+        below = {ids[j]: 0 for j in order}
+        n_kids = dict.fromkeys(below, 0)
+        for j, up in zip(reversed(order), reversed(drawn_parent)):
+            if up != -1:
+                below[up] += below[ids[j]] + int(height[j])
+                n_kids[up] += 1
+        empty = {ids[j] for j in order if height[j] == 0 and n_kids[ids[j]] >= 2}
         total = max(int(cols.docs[c]), 1)
+        thin = min(EMPTY_BAND, EMPTY_BANDS_MAX / len(empty)) if empty and cols.docs[c] > 0 else 0.0
+        scale = (1.0 - thin * len(empty)) / total
         y = 0.0
         for j in order:
-            h = height[j] / total
+            h = thin if ids[j] in empty else height[j] * scale
             band = bands.setdefault(ids[j], {"col": [], "y0": [], "y1": [], "docs": [], "row": []})
+            if ids[j] in empty:
+                band.setdefault("empty", {})[len(band["col"])] = below[ids[j]]
             if ids[j] in relays:
                 band.setdefault("relay", []).append(len(band["col"]))
             if ids[j] in chains:
@@ -381,13 +409,17 @@ def report_data(content: StoreContent, options: ReportOptions | None = None) -> 
         "subtree": content.node_subtree.tolist(), "mass": [float(f"{m:.4g}") for m in content.node_mass.tolist()],
         "born": content.node_born.tolist(), "words": words, "via": _relay_rows(content, node_pos, n_epochs),
     }
-    ev_pos = [pos_of_epoch.get(int(e), -1) for e in content.event_epoch.tolist()]
-    events = {"e": ev_pos, "id": content.event_node.tolist(), "kind": [str(k) for k in content.event_kind],
-              "other": content.event_other.tolist()}
-    epochs["born"], epochs["died"] = [0] * n_epochs, [0] * n_epochs
-    for p, kind in zip(ev_pos, events["kind"]):
-        if p >= 0 and kind in ("born", "died"):
-            epochs[kind][p] += 1
+    # a node that merged into another also has a "died" row in the store; the page says its end
+    # once, as the merge (its marks, its lineage, the counts)
+    keep = ~merged_deaths(content.event_epoch, content.event_node, content.event_kind)
+    ev_kind = [str(k) for k in content.event_kind[keep]]
+    ev_pos = [pos_of_epoch.get(int(e), -1) for e in content.event_epoch[keep].tolist()]
+    events = {"e": ev_pos, "id": content.event_node[keep].tolist(), "kind": ev_kind,
+              "other": content.event_other[keep].tolist()}
+    epochs["born"], epochs["died"], epochs["merged"] = [0] * n_epochs, [0] * n_epochs, [0] * n_epochs
+    for p, kind in zip(ev_pos, ev_kind):
+        if p >= 0 and kind in ("born", "died", "merged_into"):
+            epochs["merged" if kind == "merged_into" else kind][p] += 1
 
     evolution = _evolution(content, node_pos, events, options) if n_epochs else None
     return {
@@ -401,7 +433,7 @@ def report_data(content: StoreContent, options: ReportOptions | None = None) -> 
             "n_node_epochs": int(content.node_id.size), "vocabulary_size": content.vocabulary_size,
             "rejects_by_reason": dict(sorted(content.rejects_by_reason.items(), key=lambda kv: (-kv[1], kv[0]))),
             "config": _flatten(content.config), "versions": dict(content.versions),
-            "event_counts": {k: int(np.count_nonzero(content.event_kind == k)) for k in EVENT_KINDS},
+            "event_counts": {k: ev_kind.count(k) for k in EVENT_KINDS},  # "died": not by a merge
         },
         "epochs": epochs, "nodes": nodes, "events": events, "evolution": evolution,
         "static": [_dendrogram(s, content, pos_of_epoch, words) for s in content.static],
@@ -434,7 +466,7 @@ def _evolution(content: StoreContent, node_pos: np.ndarray, events: dict, option
         layouts.append({
             "threshold": t, "n_bands": len(bands), "n_folded": len(peak) - len(bands),
             "bands": [{"id": nid, "colour": colours[nid], **bands[nid]} for nid in sorted(bands)],
-            "marks": _event_marks(bands, events, cols.per_column),
+            "marks": _event_marks(bands, events, cols.per_column, roots),
         })
     readable = [i for i, lay in enumerate(layouts) if lay["n_bands"] <= options.readable_bands]
     labels = content.label
@@ -448,12 +480,13 @@ def _evolution(content: StoreContent, node_pos: np.ndarray, events: dict, option
     }
 
 
-def _event_marks(bands: dict[int, dict], events: dict, per_column: int) -> dict[str, dict]:
+def _event_marks(bands: dict[int, dict], events: dict, per_column: int, roots=frozenset()) -> dict[str, dict]:
     """Where each event of a shown node is drawn: ``x`` (column +- half), ``y`` (band
     middle), the indices in ``events`` of the events drawn there (a list: events of one kind
     at one point, such as the births of a relay chain and of the node it leads to, are one
     mark), and for events with another shown node the point of that node (``x2``, ``y2``)
-    for a connecting line. A relay's point is that of the node its chain leads to."""
+    for a connecting line. A relay's point is that of the node its chain leads to. A merge
+    into one of ``roots`` is a :data:`ROOT_MERGE` mark, with no line."""
     end_of = {(b["col"][i], r): nid for nid, b in bands.items() for i, chain in b.get("via", {}).items()
               for r in chain}
 
@@ -482,7 +515,7 @@ def _event_marks(bands: dict[int, dict], events: dict, per_column: int) -> dict[
         col, y = point
         return (col + 0.3 if col < mark_col else col - 0.3 if col > mark_col else col + side), y
 
-    marks = {k: {"x": [], "y": [], "i": [], "x2": [], "y2": []} for k in EVENT_KINDS}
+    marks = {k: {"x": [], "y": [], "i": [], "x2": [], "y2": []} for k in (*EVENT_KINDS, ROOT_MERGE)}
     drawn: dict[tuple, int] = {}  # (kind, x, y, x2, y2) -> position of its mark
     for i, (p, nid, kind, other) in enumerate(zip(events["e"], events["id"], events["kind"], events["other"])):
         if p < 0 or nid not in bands:
@@ -502,6 +535,8 @@ def _event_marks(bands: dict[int, dict], events: dict, per_column: int) -> dict[
             # column's first epoch and the parent was shown there, else beside the child
             before = at(other, col - 1, clamp=False) if p % per_column == 0 else None
             there = before or at(other, col)
+        elif kind == "merged_into" and other in roots:
+            kind = ROOT_MERGE
         elif kind == "merged_into" and other in bands:
             there = at(other, col)
         if there is not None:

@@ -9,6 +9,7 @@ from importlib import resources
 
 from streamtree import __version__
 from streamtree.relays import RELAY_LEGEND
+from streamtree.report.data import EMPTY_BAND, EMPTY_BANDS_MAX
 
 
 def plotly_js() -> str:
@@ -35,6 +36,7 @@ def render(data: dict) -> str:
     """The report page for :func:`streamtree.report.data.report_data`'s ``data``."""
     title = html.escape(data["title"])
     relays = html.escape(f"a › b (in a label or hover): {RELAY_LEGEND}.")
+    thin, thin_max = f"{100 * EMPTY_BAND:g}", f"{100 * EMPTY_BANDS_MAX:g}"
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -63,9 +65,14 @@ def render(data: dict) -> str:
   documents (its own and those of smaller descendants folded into it). Bands are stacked in tree order, a
   node above its children, so a subtree is one contiguous block. Markers: <span class="m born">&#9654;</span>
   born, <span class="m died">&#10006;</span> died, <span class="m split">&#9664;</span> split from,
-  <span class="m merged">&#9679;</span> merged into, <span class="m moved">&#9670;</span> parent changed.
-  A node whose documents all sit below it has a band of no height (hover the top edge of its subtree's block);
-  one that also has a single child is drawn with that child. {relays}</p>
+  <span class="m merged">&#9679;</span> merged into (a merge is the node's end: it is not marked died too;
+  a line joins the node it merged into), <span class="m merged">&#9650;</span> merged into the root (whose band
+  tops the column: no line),
+  <span class="m moved">&#9670;</span> parent changed.
+  A node whose documents all sit below it and that has two or more children is a thin band above them
+  ({thin}% of the column, together at most {thin_max}%, the other bands sharing the rest); one with a single
+  child is drawn with that child.
+  {relays}</p>
   <div class="controls">
     <label>Fold nodes whose subtree never held at least
       <select id="threshold"></select> of a column's documents</label>

@@ -14,6 +14,8 @@
     died: { name: "died", symbol: "x", color: "#cf222e" },
     split_from: { name: "split from", symbol: "triangle-left", color: "#8250df" },
     merged_into: { name: "merged into", symbol: "circle", color: "#bf8700" },
+    // a merge into the root, whose band tops every column: a mark pointing up, no line across the view
+    merged_into_root: { name: "merged into the root", symbol: "triangle-up", color: "#bf8700", event: "merged_into" },
     parent_changed: { name: "parent changed", symbol: "diamond", color: "#0969da" },
   };
 
@@ -44,6 +46,9 @@
   const esc = (s) => String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
   const pct = (x) => (100 * x).toFixed(x < 0.01 ? 2 : 1) + "%";
   const fmt = (n) => Number(n).toLocaleString("en");
+  // a noun after a count, singular for exactly one (the rule of streamtree.wording.counted)
+  const noun = (n, one, many) => (Number(n) === 1 ? one : many || one + "s");
+  const count = (n, one, many) => fmt(n) + " " + noun(n, one, many);
   function el(tag, text, cls) {
     const e = document.createElement(tag);
     if (text !== undefined && text !== null) e.textContent = text;
@@ -90,16 +95,16 @@
   function keyFigures() {
     const S = D.summary;
     const items = [
-      [fmt(S.n_epochs), "epochs"], [fmt(S.n_documents), "documents"], [fmt(S.n_rejects), "rejected records"],
-      [fmt(S.n_node_ids), "node ids"], [fmt(S.n_node_epochs), "nodes over all epochs"],
-      [S.vocabulary_size === null ? "-" : fmt(S.vocabulary_size), "terms"],
-      [fmt(S.event_counts.born), "births"], [fmt(S.event_counts.died), "deaths"],
-      [fmt(S.event_counts.split_from), "splits"], [fmt(S.event_counts.merged_into), "merges"],
-      [fmt(S.event_counts.parent_changed), "parent changes"],
+      [S.n_epochs, "epoch"], [S.n_documents, "document"], [S.n_rejects, "rejected record"],
+      [S.n_node_ids, "node id"], [S.n_node_epochs, "node over all epochs", "nodes over all epochs"],
+      [S.vocabulary_size, "term"],
+      [S.event_counts.born, "birth"], [S.event_counts.died, "death"],
+      [S.event_counts.split_from, "split"], [S.event_counts.merged_into, "merge"],
+      [S.event_counts.parent_changed, "parent change"],
     ];
-    $("key-figures").replaceChildren(...items.map(([v, t]) => {
+    $("key-figures").replaceChildren(...items.map(([v, one, many]) => {
       const d = el("div", null, "figure");
-      d.append(el("b", v), el("span", t));
+      d.append(el("b", v === null ? "-" : fmt(v)), el("span", v === null ? noun(2, one, many) : noun(v, one, many)));
       return d;
     }));
   }
@@ -128,8 +133,12 @@
         if (relay.has(j)) continue; // hovered on the band of the node its chain leads to
         const docs = ev.column_documents[b.col[j]];
         hx.push(b.col[j]); hy.push((b.y0[j] + b.y1[j]) / 2); hid.push(b.id);
-        ht.push(nodeHover(b.row[j], "<br>" + fmt(b.docs[j]) + " documents in the band, " +
-          pct(docs ? b.docs[j] / docs : 0) + " of " + esc(ev.column_labels[b.col[j]]), b.via && b.via[j]));
+        const below = b.empty ? b.empty[j] : undefined; // no documents of its own, two or more children
+        ht.push(nodeHover(b.row[j], below !== undefined
+          ? "<br>no documents of its own (a thin band above its children); " + count(below, "document") +
+            " below it, " + pct(docs ? below / docs : 0) + " of " + esc(ev.column_labels[b.col[j]])
+          : "<br>" + count(b.docs[j], "document") + " in the band, " + pct(docs ? b.docs[j] / docs : 0) + " of " +
+            esc(ev.column_labels[b.col[j]]), b.via && b.via[j]));
       }
       traces.push({
         type: "scatter", mode: "lines", x: x, y: y, fill: "toself", fillcolor: b.colour,
@@ -158,7 +167,8 @@
         type: "scatter", mode: "markers", name: spec.name, x: m.x, y: m.y,
         customdata: m.i.map((is) => EV.id[is[0]]),
         text: m.i.map((is) => is.map((i) => "node " + EV.id[i] + " " + spec.name +
-          (EV.other[i] >= 0 ? " " + EV.other[i] : "") + " (" + esc(E.label[EV.e[i]]) + ")").join("<br>")),
+          (EV.other[i] >= 0 ? (spec.event ? " (node " + EV.other[i] + ")" : " " + EV.other[i]) : "") +
+          " (" + esc(E.label[EV.e[i]]) + ")").join("<br>")),
         hovertemplate: "%{text}<extra></extra>",
         marker: { symbol: spec.symbol, color: spec.color, size: 7, line: { width: 0.5, color: "white" } },
         meta: { kind: "event", event: kind },
@@ -175,15 +185,16 @@
       legend: { orientation: "h", y: 1.06, x: 0 }, plot_bgcolor: "#fbfbfc",
     };
     Plotly.react("evolution", evolutionTraces(lay), layout, CONFIG);
-    $("evolution-note").textContent = fmt(lay.n_bands) + " bands shown, " + fmt(lay.n_folded) + " nodes folded" +
-      (ev.per_column > 1 ? "; " + ev.per_column + " consecutive epochs per column (" + fmt(nEpochs) + " epochs)" : "");
+    $("evolution-note").textContent = count(lay.n_bands, "band") + " shown, " + count(lay.n_folded, "node") + " folded" +
+      (ev.per_column > 1 ? "; " + ev.per_column + " consecutive epochs per column (" + count(nEpochs, "epoch") + ")"
+        : "");
   }
   function setupEvolution() {
     const ev = D.evolution;
     if (!ev) { $("evolution-note").textContent = "no published epochs"; return; }
     const sel = $("threshold");
     ev.layouts.forEach((lay, i) => {
-      const o = el("option", pct(lay.threshold) + " (" + lay.n_bands + " bands)");
+      const o = el("option", pct(lay.threshold) + " (" + count(lay.n_bands, "band") + ")");
       o.value = String(i);
       sel.appendChild(o);
     });
@@ -225,7 +236,7 @@
         return N.parent[top] < 0 ? "" : "n" + N.parent[top];
       }),
       values: rows.map((r) => N.subtree[r]), branchvalues: "total", customdata: rows.map((r) => N.id[r]),
-      text: rows.map((r) => nodeHover(r, "<br>" + fmt(N.subtree[r]) + " documents in the subtree (" +
+      text: rows.map((r) => nodeHover(r, "<br>" + count(N.subtree[r], "document") + " in the subtree (" +
         pct(docs ? N.subtree[r] / docs : 0) + "), " + fmt(N.count[r]) + " at the node", via(r))),
       hovertemplate: "%{text}<extra></extra>", textinfo: "label", maxdepth: -1,
       marker: { colors: epochColours(rows, all), line: { width: 1, color: "white" } },
@@ -235,9 +246,11 @@
     Plotly.react("epoch-tree", [trace], { font: FONT, margin: { l: 4, r: 4, t: 4, b: 4 } }, CONFIG);
     $("epoch").value = String(e);
     const relays = all.length - rows.length;
-    $("epoch-note").textContent = fmt(all.length) + " nodes" + (relays ? " (" + fmt(relays) + " of them relays, " +
-      "in the box of the node their chain leads to)" : "") + ", " + fmt(docs) + " documents, " +
-      fmt(E.born[e]) + " born, " + fmt(E.died[e]) + " died, " + fmt(E.n_rejects[e]) + " rejects";
+    $("epoch-note").textContent = count(all.length, "node") + (relays ? " (" + fmt(relays) + " of them " +
+      noun(relays, "a relay, in the box of the node its chain leads to", "relays, in the box of the node their chain " +
+        "leads to") + ")" : "") + ", " + count(docs, "document") + ", " +
+      fmt(E.born[e]) + " born, " + fmt(E.died[e]) + " died, " + fmt(E.merged[e]) + " merged, " +
+      count(E.n_rejects[e], "reject");
   }
   function setupEpoch() {
     const sel = $("epoch");
@@ -279,7 +292,7 @@
     p1.append(el("b", "node " + id), (bornHere ? " born in " + E.label[N.e[first]]
       : " first seen in " + E.label[N.e[first]] + " (born in epoch " + N.born[first] + ")") +
       ", last seen in " + E.label[N.e[last]] + (N.e[last] === nEpochs - 1 ? " (alive)" : "") + "; alive in " +
-      rows.length + " of " + nEpochs + " epochs. Words at its peak: ");
+      rows.length + " of " + count(nEpochs, "epoch") + ". Words at its peak: ");
     let peak = first;
     for (const r of rows) if (N.subtree[r] / Math.max(1, E.n_documents[N.e[r]]) > N.subtree[peak] / Math.max(1, E.n_documents[N.e[peak]])) peak = r;
     p1.append(el("i", N.words[peak]));
@@ -379,7 +392,7 @@
         : { tickvals: s.leaf_x, ticktext: s.leaf_labels.map(esc), tickangle: -60, showgrid: false, zeroline: false },
       yaxis: { title: { text: "merge height" }, zeroline: false },
     }, CONFIG);
-    $("static-note").textContent = s.n_leaves + " leaves" + (s.over ? " (" + s.over + ")" : "") +
+    $("static-note").textContent = count(s.n_leaves, "leaf", "leaves") + (s.over ? " (" + s.over + ")" : "") +
       (many ? "; hover the leaves for their names" : "");
   }
   function setupStatic() {
@@ -405,12 +418,13 @@
     const S = D.summary, xs = [...Array(nEpochs).keys()];
     Plotly.react("documents-plot", [
       { type: "bar", x: xs, y: E.n_documents, name: "documents fitted", marker: { color: "#0072B2" },
-        text: E.label, textposition: "none", hovertemplate: "%{text}: %{y} documents<extra></extra>",
+        text: E.label.map((l, e) => l + ": " + count(E.n_documents[e], "document")), textposition: "none",
+        hovertemplate: "%{text}<extra></extra>",
         meta: { kind: "documents" } },
       { type: "bar", x: xs, y: E.n_rejects, name: "records rejected", marker: { color: "#D55E00" },
         text: E.label, textposition: "none", hovertemplate: "%{text}: %{y} rejected<extra></extra>" },
       { type: "scatter", mode: "lines", x: xs, y: E.n_nodes, name: "nodes", yaxis: "y2", line: { color: "#009E73" },
-        text: E.label, hovertemplate: "%{text}: %{y} nodes<extra></extra>" },
+        text: E.label.map((l, e) => l + ": " + count(E.n_nodes[e], "node")), hovertemplate: "%{text}<extra></extra>" },
     ], {
       font: FONT, barmode: "stack", margin: { l: 60, r: 60, t: 10, b: 60 }, legend: { orientation: "h", y: 1.15 },
       xaxis: Object.assign(epochAxis(nEpochs, E.label, 30), { tickangle: -45 }),
@@ -420,7 +434,8 @@
     }, CONFIG);
     const reasons = Object.entries(S.rejects_by_reason);
     fillTable($("rejects-table"), ["reason", "records"], reasons.length ? reasons : [["(none)", 0]]);
-    fillTable($("events-table"), ["event", "count"], Object.keys(MARKS).map((k) => [MARKS[k].name, S.event_counts[k]]));
+    fillTable($("events-table"), ["event", "count"], Object.keys(S.event_counts).map((k) => [MARKS[k].name,
+      S.event_counts[k]]));
     fillTable($("config-table"), ["setting", "value"],
       S.config.concat(Object.entries(S.versions).map(([k, v]) => ["version." + k, v])));
   }
