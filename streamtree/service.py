@@ -9,10 +9,11 @@ Processing is a deterministic function of the sequence of landed files
 -----------------------------------------------------------------------
 Files are taken one at a time in the order they landed (see :mod:`connectors.landing`).
 After each file the watermark moves and every epoch it closed is fitted and published; a row for an already closed epoch is late (rejected, or moved to the
-next open epoch with ``late_policy="next-epoch"``). Within an epoch, rows are fitted in
-``(file name, position)`` order, the order of a replay of the same folder, whatever order the
-files came in. So the published epochs depend only on the file sequence (and on idle
-closes, which are logged as events), not on poll timing.
+next open epoch with ``late_policy="next-epoch"``). Within an epoch, rows are fitted in the
+canonical order of :data:`streamtree.epochs.ROW_ORDER` (file name, then position in the file),
+the order of a replay of the same folder, whatever order the files came in and however many
+polls, ``--once`` runs or restarts took them. So the published epochs depend only on the file
+sequence (and on idle closes, which are logged as events), not on poll timing.
 
 Two bounds keep a stray time from taking the stream over: a row dated more than
 ``future_tolerance`` after its file landed is a ``future time`` reject (a live stream cannot
@@ -731,9 +732,8 @@ class Service:
         if self._target is None or through > self._target:
             self._target = through
         for ep in self.bucketer.pop_through(through):
-            # Replay order: by file name, then position, whatever order the files came in.
-            rows = ep.rows.sort_by([("source", "ascending"), ("position", "ascending")]) if ep.n_rows else ep.rows
-            self._queue.append(Epoch(ep.index, ep.key, ep.label, rows, ep.rejects))
+            # its rows in ROW_ORDER, a replay's order, whatever order the files came in
+            self._queue.append(ep)
             if self.vectorizer is None and not self._warm_up():
                 if self._stop.is_set():  # nothing of the warm-up is committed: a restart derives it again
                     raise _StopNow()

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from connectors.sources import open_source
-from streamtree.epochs import Bucketer, EpochSpec, IdWindow, bucket
+from streamtree.epochs import ROW_ORDER, Bucketer, EpochReader, EpochSpec, IdWindow, bucket, in_row_order
 from streamtree.records import REJECT_SCHEMA, make_rejects
 
 SOTU = Path(__file__).resolve().parents[1] / "examples" / "data" / "sotu_paragraphs.parquet"
@@ -164,6 +164,46 @@ def test_out_of_order_rows_and_empty_epochs():
     for e in eps:
         assert sorted(e.rows.column("id").to_pylist()) == sorted(
             f"d{i}" for i, y in enumerate(years) if y // 10 == e.key)
+
+
+def _file_rows(source: str, days: list[int]) -> pa.Table:
+    """Rows of file ``source``, the i-th dated 2026-03-``days[i]``."""
+    n = len(days)
+    return pa.table({"source": pa.array([source] * n), "position": pa.array(np.arange(n, dtype=np.int64)),
+                     "id": pa.array([f"{source}:{i}" for i in range(n)]), "text": pa.array(["x"] * n),
+                     "time": pa.array([datetime(2026, 3, d, 12, tzinfo=UTC) for d in days],
+                                      pa.timestamp("us", tz="UTC"))})
+
+
+def test_epochs_come_with_their_rows_in_one_canonical_order():
+    """Whatever order files arrive in, in batches, over a stream's closes or a replay's reading,
+    an epoch's rows come by file name, then position in the file (ROW_ORDER): the order the
+    seeded sampler visits them in. Before, a bucketer yielded them in arrival order, and only
+    the service sorted them, in a place of its own."""
+    days = {"b.jsonl": [2, 1, 2, 1], "a.jsonl": [1, 2, 2], "c/x.jsonl": [1, 1], "c.jsonl": [2, 1]}
+    files = {name: _file_rows(name, d) for name, d in days.items()}
+
+    def ids(names, day):  # by (file name, position): "c.jsonl" before "c/x.jsonl", as '.' < '/'
+        return [f"{n}:{p}" for n in sorted(names) for p, d in enumerate(days[n]) if d == day]
+
+    assert ids(days, 1) == ["a.jsonl:0", "b.jsonl:1", "b.jsonl:3", "c.jsonl:1", "c/x.jsonl:0", "c/x.jsonl:1"]
+    for order in (["b.jsonl", "a.jsonl", "c/x.jsonl", "c.jsonl"], ["c.jsonl", "c/x.jsonl", "b.jsonl", "a.jsonl"]):
+        b = Bucketer("1d")  # a stream: day 1 closes after the second file, day 2 at the end
+        for i, name in enumerate(order):
+            b.add(files[name].slice(0, 1))
+            b.add(files[name].slice(1))
+            if i == 1:
+                (first,) = list(b.pop_through(b.spec.keys(_file_rows("f", [1]))[0]))
+        (second,) = list(b.drain())
+        assert first.rows.column("id").to_pylist() == ids(order[:2], 1)
+        assert second.rows.column("id").to_pylist() == ids(days, 2)
+        drained = list(bucket([files[n] for n in order], "1d"))  # all at once
+        assert [e.rows.column("id").to_pylist() for e in drained] == [ids(days, 1), ids(days, 2)]
+        with EpochReader([files[n] for n in order], "1d", time_range="all") as reader:  # a replay's reading
+            assert [e.rows.column("id").to_pylist() for e in reader.epochs()] == [ids(days, 1), ids(days, 2)]
+    # rows already in order come back as they are, not copied
+    rows = pa.concat_tables([files["a.jsonl"], files["b.jsonl"]])
+    assert in_row_order(rows) is rows and ROW_ORDER == (("source", "ascending"), ("position", "ascending"))
 
 
 def test_column_epochs_do_not_fill_gaps():
