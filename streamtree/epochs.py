@@ -427,6 +427,36 @@ class Bucketer:
             for key, part in _split(placed, keys):
                 self._rejects.setdefault(key, []).append(part)
 
+    def waiting_with_ids(self, ids) -> pa.Table:
+        """The rows waiting in open epochs whose ``id`` is among ``ids`` (possibly none)."""
+        return self._with_ids(ids, pop=False)
+
+    def pop_ids(self, ids) -> pa.Table:
+        """Remove and return the rows waiting in open epochs whose ``id`` is among ``ids``: a
+        streaming consumer that keeps, of two rows with one id, the first in :data:`ROW_ORDER`
+        takes out the one that came first but is not."""
+        return self._with_ids(ids, pop=True)
+
+    def _with_ids(self, ids, pop: bool) -> pa.Table:
+        wanted = pa.array(list(ids), pa.string())
+        found = []
+        for key in sorted(self._rows):
+            parts = self._rows[key]
+            hits = [np.asarray(pc.is_in(t.column("id"), value_set=wanted).to_numpy(zero_copy_only=False), dtype=bool)
+                    for t in parts]
+            found += [t.filter(pa.array(h)) for t, h in zip(parts, hits) if h.any()]
+            if pop and any(h.any() for h in hits):
+                kept = [t.filter(pa.array(~h)) if h.any() else t for t, h in zip(parts, hits)]
+                kept = [t for t in kept if t.num_rows]
+                if kept:
+                    self._rows[key] = kept
+                else:
+                    del self._rows[key]
+        out = pa.concat_tables(found) if found else (self._schema or pa.schema([])).empty_table()
+        if pop:
+            self.n_rows -= out.num_rows
+        return out
+
     def pop_rows_before(self, key: int) -> pa.Table | None:
         """Remove and return the pending rows of the epochs before ``key`` (None if there are
         none), and send their filed rejects with the next epoch yielded: a streaming consumer
