@@ -122,6 +122,80 @@ def in_row_order(rows: pa.Table) -> pa.Table:
     return rows.take(order)
 
 
+#: ``--epoch`` values offered when a replay's rows fall into too few epochs, widest first (what
+#: :func:`suggest_epoch` chooses from)
+EPOCH_CHOICES = ("100y", "10y", "5y", "2y", "year", "6mo", "3mo", "month", "2w", "1w", "1d", "6h", "1h", "15min",
+                 "1min", "10s", "1s")
+_DAY_US = 86_400_000_000
+
+
+def epochs_spanned(spec: "EpochSpec", first_us: int, last_us: int) -> int:
+    """How many epochs of ``spec`` (a time spec) run from the one holding ``first_us`` to the
+    one holding ``last_us`` (microseconds since 1970), both included: what a replay of rows
+    between those times fits, empty epochs included."""
+    keys = spec.time_keys(pa.array([first_us, last_us], pa.int64()).cast(TIME_TYPE))
+    return int(keys[1] - keys[0]) + 1
+
+
+def nominal_width_us(spec: "EpochSpec") -> int:
+    """The length of one epoch of a time spec in microseconds (years of 365.2425 days, months of
+    a twelfth of that)."""
+    if spec.kind == "fixed":
+        return spec.width
+    if spec.kind == "years":
+        return int(spec.width * 365.2425 * _DAY_US)
+    if spec.kind == "months":
+        return int(spec.width * 365.2425 / 12 * _DAY_US)
+    raise ValueError("column epochs have no width")
+
+
+#: what times may be dated to, coarsest first: each an ``--epoch`` of :data:`EPOCH_CHOICES`
+RESOLUTIONS = ("year", "month", "1d", "1h", "1min", "1s")
+
+
+def time_resolution(times) -> str | None:
+    """The coarsest of :data:`RESOLUTIONS` on whose starts every time of ``times`` (a timestamp
+    array without nulls) falls: ``"year"`` for times that are years (January 1, midnight),
+    ``"1d"`` for dates; None for times finer than seconds (or no times)."""
+    if isinstance(times, pa.ChunkedArray):
+        times = times.combine_chunks()
+    if len(times) == 0:
+        return None
+    us = int64_values(times)
+    for unit in ("1s", "1min", "1h", "1d"):
+        if np.any(us % EpochSpec.parse(unit).width):
+            finer = RESOLUTIONS.index(unit) + 1
+            return RESOLUTIONS[finer] if finer < len(RESOLUTIONS) else None
+    if np.any(int64_values(pc.day(times)) != 1):
+        return "1d"
+    return "month" if np.any(int64_values(pc.month(times)) != 1) else "year"
+
+
+def finer_resolution(a: str | None, b: str | None) -> str | None:
+    """The finer of two :func:`time_resolution` results (None is the finest)."""
+    if a is None or b is None:
+        return None
+    return max(a, b, key=RESOLUTIONS.index)
+
+
+def suggest_epoch(first_us: int, last_us: int, at_least: int = 5, resolution: str | None = None
+                  ) -> tuple[str, int] | None:
+    """The widest spec of :data:`EPOCH_CHOICES` that cuts the times ``first_us`` to ``last_us``
+    into at least ``at_least`` epochs, with how many it makes; failing that the finest, if it
+    makes more than one; None if no choice separates them (times within one second). Never one
+    finer than the times' ``resolution`` (:func:`time_resolution`: years are not cut into
+    months, most of which no row would fall in)."""
+    finest = None
+    for text in EPOCH_CHOICES:
+        n = epochs_spanned(EpochSpec.parse(text), first_us, last_us)
+        if n >= at_least:
+            return text, n
+        finest = (text, n)
+        if text == resolution:
+            break
+    return finest if finest is not None and finest[1] > 1 else None
+
+
 @dataclass(frozen=True)
 class EpochSpec:
     """How rows map to epochs (see the module docstring).
@@ -845,6 +919,12 @@ class EpochReader:
         self._reject_keys: dict[int, list[pa.Table]] = {}
         self._unplaced: list[pa.Table] = []
         self._out_of_range: list[int] = []
+        self._times: dict[int, tuple[int, int]] = {}  # key -> earliest and latest time of its rows
+        #: the earliest and latest time of the rows kept (microseconds since 1970), after
+        #: :meth:`scan`; None for rows without times
+        self.time_span_us: tuple[int, int] | None = None
+        #: what the rows' times are dated to (:func:`time_resolution`), after :meth:`scan`
+        self.time_resolution: str | None = None
         self._scanned = False
 
     # ---- pass 1 ----------------------------------------------------------------------
@@ -862,6 +942,9 @@ class EpochReader:
                     self._rejects.append(reject_rows(table.filter(pa.array(~fresh)), DUPLICATE_ID))
                     table = table.filter(pa.array(fresh))
             keys = self.spec.keys(table)
+            if "time" in table.column_names and (self.n_rows == 0 or self.time_resolution is not None):
+                here = time_resolution(table.column("time"))
+                self.time_resolution = here if self.n_rows == 0 else finer_resolution(self.time_resolution, here)
             uniq, counts = np.unique(keys, return_counts=True)
             for k, c in zip(uniq.tolist(), counts.tolist()):
                 self._hist[k] = self._hist.get(k, 0) + c
@@ -869,6 +952,10 @@ class EpochReader:
             for key, part in _split(table, keys):
                 self._mem.setdefault(key, []).append(part)
                 self._mem_bytes += part.nbytes
+                if "time" in part.column_names:
+                    t = int64_values(part.column("time"))
+                    lo, hi = self._times.get(key, (int(t.min()), int(t.max())))
+                    self._times[key] = (min(lo, int(t.min())), max(hi, int(t.max())))
             if self._mem_bytes > self.memory_bytes:
                 self._spill()
         log = getattr(self.source, "rejects", None)
@@ -922,6 +1009,8 @@ class EpochReader:
         # dated centuries away would otherwise publish every empty epoch in between): one before
         # it goes with the first epoch, as rejects without a time do, one after it with the last
         kept = sorted(k for k in self._hist if inside(k))
+        if kept and all(k in self._times for k in kept):
+            self.time_span_us = (min(self._times[k][0] for k in kept), max(self._times[k][1] for k in kept))
         for key, part in _split(placed, reject_keys):
             if not kept or not inside(key) or key < kept[0]:
                 self._unplaced.append(part)

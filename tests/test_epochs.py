@@ -11,7 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from connectors.sources import open_source
-from streamtree.epochs import ROW_ORDER, Bucketer, EpochReader, EpochSpec, IdWindow, bucket, in_row_order
+from streamtree.epochs import (ROW_ORDER, Bucketer, EpochReader, EpochSpec, IdWindow, bucket, in_row_order,
+                               suggest_epoch, time_resolution)
 from streamtree.records import REJECT_SCHEMA, make_rejects
 
 SOTU = Path(__file__).resolve().parents[1] / "examples" / "data" / "sotu_paragraphs.parquet"
@@ -204,6 +205,26 @@ def test_epochs_come_with_their_rows_in_one_canonical_order():
     # rows already in order come back as they are, not copied
     rows = pa.concat_tables([files["a.jsonl"], files["b.jsonl"]])
     assert in_row_order(rows) is rows and ROW_ORDER == (("source", "ascending"), ("position", "ascending"))
+
+
+def test_a_reader_knows_the_span_and_resolution_of_its_times_for_a_better_epoch():
+    """What the replay's hint on too few epochs reads: the earliest and latest time of the rows
+    kept and what they are dated to, and the widest --epoch cutting them into several."""
+    years = [datetime(y, 1, 1, tzinfo=UTC) for y in (1793, 1790, 1791)]
+    with EpochReader([rows(years[:2]), rows(years[2:])], "10y") as reader:
+        reader.scan()
+        assert reader.n_epochs == 1 and reader.time_resolution == "year"
+        first, last = reader.time_span_us
+        assert (EPOCH0 + timedelta(microseconds=first), EPOCH0 + timedelta(microseconds=last)) == (years[1], years[0])
+    assert suggest_epoch(first, last, resolution="year") == ("year", 4)  # not months no row falls in
+    assert suggest_epoch(first, last) == ("6mo", 7)
+    at = lambda *a: pa.array([datetime(*a, tzinfo=UTC)], pa.timestamp("us", tz="UTC"))  # noqa: E731
+    assert [time_resolution(at(*a)) for a in [(1790, 3, 1), (1790, 3, 2), (1790, 3, 2, 5), (1790, 3, 2, 5, 1),
+                                              (1790, 3, 2, 5, 1, 2), (1790, 3, 2, 5, 1, 2, 500)]] == \
+        ["month", "1d", "1h", "1min", "1s", None]
+    with EpochReader([rows(None, epochs=[1, 2])], "column") as reader:
+        reader.scan()
+        assert reader.time_span_us is None and reader.time_resolution is None
 
 
 def test_column_epochs_do_not_fill_gaps():
