@@ -122,6 +122,12 @@ def in_row_order(rows: pa.Table) -> pa.Table:
     return rows.take(order)
 
 
+def row_key(source: str, position: int) -> tuple[str, int]:
+    """A row's place in :data:`ROW_ORDER` as a Python sort key (Python compares strings by code
+    point, as Arrow compares their UTF-8 bytes), for code that compares single rows."""
+    return source, int(position)
+
+
 #: ``--epoch`` values offered when a replay's rows fall into too few epochs, widest first (what
 #: :func:`suggest_epoch` chooses from)
 EPOCH_CHOICES = ("100y", "10y", "5y", "2y", "year", "6mo", "3mo", "month", "2w", "1w", "1d", "6h", "1h", "15min",
@@ -942,7 +948,8 @@ class EpochReader:
                     self._rejects.append(reject_rows(table.filter(pa.array(~fresh)), DUPLICATE_ID))
                     table = table.filter(pa.array(fresh))
             keys = self.spec.keys(table)
-            if "time" in table.column_names and (self.n_rows == 0 or self.time_resolution is not None):
+            timed = table.num_rows and "time" in table.column_names
+            if timed and (self.n_rows == 0 or self.time_resolution is not None):
                 here = time_resolution(table.column("time"))
                 self.time_resolution = here if self.n_rows == 0 else finer_resolution(self.time_resolution, here)
             uniq, counts = np.unique(keys, return_counts=True)

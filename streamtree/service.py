@@ -77,7 +77,8 @@ from connectors.sources.files import file_format
 from connectors.sources.times import TimeParser
 from connectors.stores.ledger import LEDGER_TABLE, ledger_table, read_ledger
 from connectors.stores.snapshot import SnapshotStore, StoreError
-from streamtree.epochs import LATE_POLICIES, Bucketer, Epoch, EpochSpec, IdWindow, TimeRange, int64_values
+from streamtree.epochs import (LATE_POLICIES, Bucketer, Epoch, EpochSpec, IdWindow, TimeRange, int64_values,
+                               row_key)
 from streamtree.records import (DEFAULT_DUPLICATE_TEXTS, DUPLICATE_ID, EMPTY_AFTER_VOCABULARY, FUTURE_TIME,
                                 OUT_OF_RANGE, REJECT_SCHEMA, _reason_kind, make_rejects, reject_rows)
 from streamtree.model import RUN_LOCATION_PARAMS
@@ -660,7 +661,7 @@ class Service:
         where this file's row will wait in an open epoch too: a late row cannot take the place
         of one waiting, and the rows of closed epochs (queued for the warm-up, or published) stay."""
         first = np.zeros(len(ids), dtype=bool)  # the first row of each id in this file
-        first[sorted({x: i for i, x in reversed(list(enumerate(ids)))}.values())] = True
+        first[np.unique(np.asarray(ids, dtype=object), return_index=True)[1]] = True
         closed = self.bucketer.closed_through
         can = ~fresh & first & (np.ones(len(ids), dtype=bool) if closed is None else self.spec.keys(rows) > closed)
         if not can.any():
@@ -669,7 +670,8 @@ class Service:
                                                     rows.column("position").to_numpy()[can].tolist())}
         waiting = self.bucketer.waiting_with_ids(list(position))
         after = [x for x, src, pos in zip(waiting.column("id").to_pylist(), waiting.column("source").to_pylist(),
-                                          waiting.column("position").to_pylist()) if (name, position[x]) < (src, pos)]
+                                          waiting.column("position").to_pylist())
+                 if row_key(name, position[x]) < row_key(src, pos)]
         if not after:
             return fresh
         displaced = self.bucketer.pop_ids(after)
