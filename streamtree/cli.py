@@ -850,7 +850,7 @@ def _replay_config(args, model: dict | None = None):
 
 def cmd_replay(args) -> int:
     from streamtree.progress import ReplayProgress
-    from streamtree.replay import replay
+    from streamtree.replay import ReplayConfig, replay
 
     config = _replay_config(args)
     if config.time_col is None and config.epoch_col is None:
@@ -879,8 +879,60 @@ def cmd_replay(args) -> int:
     for note in summary.notes:
         sys.stderr.write(f"note: {note}\n")
     print(summary.format())
+    hint = few_epochs_hint(summary.n_epochs, summary.time_span_us, config.epoch, summary.time_resolution,
+                           default=config.epoch == ReplayConfig.epoch)
+    if hint:
+        print(f"hint: {hint}")
     print(f"store: {args.store}")
     return 0
+
+
+def _span_words(us: int) -> str:
+    """A duration in microseconds in words: ``"3.2 years"``, ``"6 days"``, ``"5 hours"``."""
+    seconds = us / 1e6
+    for unit, n in (("year", 365.2425 * 86400), ("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= n:
+            x = seconds / n
+            shown = f"{x:.1f}".rstrip("0").rstrip(".") if x < 10 else f"{x:.0f}"
+            return f"{shown} {unit}{'' if shown == '1' else 's'}"
+    return f"{seconds:g} seconds"
+
+
+def few_epochs_hint(n_epochs: int, time_span_us, epoch: str, resolution: str | None = None, *,
+                    default: bool = False) -> str | None:
+    """What the replay summary adds when the rows fell into one epoch, or into two while they
+    span less than one epoch (they straddle a boundary): so few epochs show no evolution, which
+    usually means the ``--epoch`` (by default a decade) is too wide for the data. Says how many
+    epochs were made, the rows' time span (``[first, last]`` in microseconds), and an ``--epoch``
+    that would make several, none finer than what the times are dated to (``resolution``, see
+    :func:`streamtree.epochs.time_resolution`); None when the epochs are many enough, are given
+    by a column, or the rows carry no times."""
+    from streamtree.epochs import EpochSpec, nominal_width_us, suggest_epoch
+
+    try:
+        spec = EpochSpec.parse(epoch)
+    except (TypeError, ValueError):
+        return None
+    if spec.kind == "column" or not time_span_us or n_epochs < 1 or n_epochs > 2:
+        return None
+    first, last = (int(t) for t in time_span_us)
+    span = last - first
+    if n_epochs == 2 and span >= nominal_width_us(spec):
+        return None
+    unit = "D" if span >= 2 * 86_400_000_000 else "s"
+    when = lambda us: str(np.datetime_as_string(np.datetime64(us, "us"), unit=unit))  # noqa: E731
+    made = (f"{n_epochs} epoch{'s' * (n_epochs != 1)} of --epoch {epoch}{' (the default)' if default else ''}")
+    if span == 0:
+        return (f"the replay made {made}: every document has the same time ({when(first)}), so no --epoch "
+                "makes more; check --time-col, or give each document its epoch with --epoch column and --epoch-col")
+    said = (f"the replay made {made} for documents spanning {_span_words(span)} ({when(first)} .. {when(last)})"
+            + (", less than one epoch" if span < nominal_width_us(spec) else "")
+            + f", so the trees show {'no' if n_epochs == 1 else 'little'} evolution")
+    better = suggest_epoch(first, last, resolution=resolution)
+    if better is None:
+        return said + "; they lie within a second of one another, which no --epoch separates"
+    text, n = better
+    return said + f"; --epoch {text} would make {n} epochs (others: year, 10y, month, 3mo, 1w, 1d, 6h, 15min ...)"
 
 
 def serve_config(args):

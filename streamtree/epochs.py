@@ -20,6 +20,23 @@ An :class:`EpochSpec` maps each row to an integer epoch *key* and each key to a 
 
 Calendar fields are taken in UTC.
 
+The order of an epoch's rows
+----------------------------
+The sampler is seeded, and it visits an epoch's documents in their row order, so that order is
+part of what a seed reproduces. Every epoch is yielded with its rows in one canonical order,
+:data:`ROW_ORDER`: by ``source`` (the file's path below the source folder, or below the
+landing folder of a service), then ``position`` (the record's index in its file). It is a
+total order (no two rows share a file and a position), it depends only on the files and not
+on how or when they were read, and it is the order in which a replay reads a folder (files in
+sorted path order, each from its first record). So a replay of a folder and a service taking
+the same files in any landing order, over any number of polls and restarts, fit an epoch's
+rows in the same order, and the same seed gives the same trees (with the same vocabulary, and
+no row late for the service). It is applied in
+one place, :func:`in_row_order`, where :class:`Bucketer` and :class:`EpochReader` yield an
+epoch. (Ordering by time first was not chosen: it adds nothing to a total order, since times
+tie, often, in data dated by day or year, and it would reorder every replay written so far,
+so that a resumed store would continue in another order than it began.)
+
 Bucketing and empty epochs
 --------------------------
 :class:`Bucketer` groups rows by key with vectorised numpy/pyarrow operations (a stable
@@ -87,6 +104,103 @@ EMPTY_SPAN_RATIO = 100
 EMPTY_EPOCH_SECONDS = 0.0017
 #: What :meth:`Bucketer.add` does with a row of an epoch that is already closed.
 LATE_POLICIES = ("reject", "next-epoch")
+#: The canonical order of an epoch's rows (``pyarrow`` sort keys): by source file name, then
+#: position in the file; see the module docstring and :func:`in_row_order`.
+ROW_ORDER = (("source", "ascending"), ("position", "ascending"))
+
+
+def in_row_order(rows: pa.Table) -> pa.Table:
+    """``rows`` (normalised rows of one epoch) in :data:`ROW_ORDER`: the one place that decides
+    the order in which an epoch's documents are fitted. Rows already in that order, as a
+    replay reads them, come back as they are (no copy); tables without ``source`` and
+    ``position`` columns too."""
+    if rows.num_rows < 2 or not {"source", "position"} <= set(rows.column_names):
+        return rows
+    order = pc.sort_indices(rows, sort_keys=list(ROW_ORDER))
+    idx = np.asarray(order.to_numpy(zero_copy_only=False), dtype=np.int64)
+    if np.array_equal(idx, np.arange(idx.size)):
+        return rows
+    return rows.take(order)
+
+
+def row_key(source: str, position: int) -> tuple[str, int]:
+    """A row's place in :data:`ROW_ORDER` as a Python sort key (Python compares strings by code
+    point, as Arrow compares their UTF-8 bytes), for code that compares single rows."""
+    return source, int(position)
+
+
+#: ``--epoch`` values offered when a replay's rows fall into too few epochs, widest first (what
+#: :func:`suggest_epoch` chooses from)
+EPOCH_CHOICES = ("100y", "10y", "5y", "2y", "year", "6mo", "3mo", "month", "2w", "1w", "1d", "6h", "1h", "15min",
+                 "1min", "10s", "1s")
+_DAY_US = 86_400_000_000
+
+
+def epochs_spanned(spec: "EpochSpec", first_us: int, last_us: int) -> int:
+    """How many epochs of ``spec`` (a time spec) run from the one holding ``first_us`` to the
+    one holding ``last_us`` (microseconds since 1970), both included: what a replay of rows
+    between those times fits, empty epochs included."""
+    keys = spec.time_keys(pa.array([first_us, last_us], pa.int64()).cast(TIME_TYPE))
+    return int(keys[1] - keys[0]) + 1
+
+
+def nominal_width_us(spec: "EpochSpec") -> int:
+    """The length of one epoch of a time spec in microseconds (years of 365.2425 days, months of
+    a twelfth of that)."""
+    if spec.kind == "fixed":
+        return spec.width
+    if spec.kind == "years":
+        return int(spec.width * 365.2425 * _DAY_US)
+    if spec.kind == "months":
+        return int(spec.width * 365.2425 / 12 * _DAY_US)
+    raise ValueError("column epochs have no width")
+
+
+#: what times may be dated to, coarsest first: each an ``--epoch`` of :data:`EPOCH_CHOICES`
+RESOLUTIONS = ("year", "month", "1d", "1h", "1min", "1s")
+
+
+def time_resolution(times) -> str | None:
+    """The coarsest of :data:`RESOLUTIONS` on whose starts every time of ``times`` (a timestamp
+    array without nulls) falls: ``"year"`` for times that are years (January 1, midnight),
+    ``"1d"`` for dates; None for times finer than seconds (or no times)."""
+    if isinstance(times, pa.ChunkedArray):
+        times = times.combine_chunks()
+    if len(times) == 0:
+        return None
+    us = int64_values(times)
+    for unit in ("1s", "1min", "1h", "1d"):
+        if np.any(us % EpochSpec.parse(unit).width):
+            finer = RESOLUTIONS.index(unit) + 1
+            return RESOLUTIONS[finer] if finer < len(RESOLUTIONS) else None
+    if np.any(int64_values(pc.day(times)) != 1):
+        return "1d"
+    return "month" if np.any(int64_values(pc.month(times)) != 1) else "year"
+
+
+def finer_resolution(a: str | None, b: str | None) -> str | None:
+    """The finer of two :func:`time_resolution` results (None is the finest)."""
+    if a is None or b is None:
+        return None
+    return max(a, b, key=RESOLUTIONS.index)
+
+
+def suggest_epoch(first_us: int, last_us: int, at_least: int = 5, resolution: str | None = None
+                  ) -> tuple[str, int] | None:
+    """The widest spec of :data:`EPOCH_CHOICES` that cuts the times ``first_us`` to ``last_us``
+    into at least ``at_least`` epochs, with how many it makes; failing that the finest, if it
+    makes more than one; None if no choice separates them (times within one second). Never one
+    finer than the times' ``resolution`` (:func:`time_resolution`: years are not cut into
+    months, most of which no row would fall in)."""
+    finest = None
+    for text in EPOCH_CHOICES:
+        n = epochs_spanned(EpochSpec.parse(text), first_us, last_us)
+        if n >= at_least:
+            return text, n
+        finest = (text, n)
+        if text == resolution:
+            break
+    return finest if finest is not None and finest[1] > 1 else None
 
 
 @dataclass(frozen=True)
@@ -250,7 +364,8 @@ class Epoch:
         From the :class:`EpochSpec`.
     rows : pyarrow.Table
         Normalised rows (``source``, ``position``, ``id``, ``text``, ``time``/``epoch``),
-        in arrival order; zero rows for an empty epoch.
+        in :data:`ROW_ORDER` (by file name, then position in the file) as :class:`Bucketer`
+        and :class:`EpochReader` yield them; zero rows for an empty epoch.
     rejects : pyarrow.Table
         Rejects filed under this epoch (schema :data:`streamtree.records.REJECT_SCHEMA`).
     """
@@ -393,6 +508,36 @@ class Bucketer:
             for key, part in _split(placed, keys):
                 self._rejects.setdefault(key, []).append(part)
 
+    def waiting_with_ids(self, ids) -> pa.Table:
+        """The rows waiting in open epochs whose ``id`` is among ``ids`` (possibly none)."""
+        return self._with_ids(ids, pop=False)
+
+    def pop_ids(self, ids) -> pa.Table:
+        """Remove and return the rows waiting in open epochs whose ``id`` is among ``ids``: a
+        streaming consumer that keeps, of two rows with one id, the first in :data:`ROW_ORDER`
+        takes out the one that came first but is not."""
+        return self._with_ids(ids, pop=True)
+
+    def _with_ids(self, ids, pop: bool) -> pa.Table:
+        wanted = pa.array(list(ids), pa.string())
+        found = []
+        for key in sorted(self._rows):
+            parts = self._rows[key]
+            hits = [np.asarray(pc.is_in(t.column("id"), value_set=wanted).to_numpy(zero_copy_only=False), dtype=bool)
+                    for t in parts]
+            found += [t.filter(pa.array(h)) for t, h in zip(parts, hits) if h.any()]
+            if pop and any(h.any() for h in hits):
+                kept = [t.filter(pa.array(~h)) if h.any() else t for t, h in zip(parts, hits)]
+                kept = [t for t in kept if t.num_rows]
+                if kept:
+                    self._rows[key] = kept
+                else:
+                    del self._rows[key]
+        out = pa.concat_tables(found) if found else (self._schema or pa.schema([])).empty_table()
+        if pop:
+            self.n_rows -= out.num_rows
+        return out
+
     def pop_rows_before(self, key: int) -> pa.Table | None:
         """Remove and return the pending rows of the epochs before ``key`` (None if there are
         none), and send their filed rejects with the next epoch yielded: a streaming consumer
@@ -497,7 +642,7 @@ class Bucketer:
     def _emit(self, key: int) -> Epoch:
         parts = self._rows.pop(key, [])
         if parts:
-            rows = pa.concat_tables(parts)
+            rows = in_row_order(pa.concat_tables(parts))
         elif self._schema is not None:
             rows = self._schema.empty_table()
         else:
@@ -781,6 +926,12 @@ class EpochReader:
         self._reject_keys: dict[int, list[pa.Table]] = {}
         self._unplaced: list[pa.Table] = []
         self._out_of_range: list[int] = []
+        self._times: dict[int, tuple[int, int]] = {}  # key -> earliest and latest time of its rows
+        #: the earliest and latest time of the rows kept (microseconds since 1970), after
+        #: :meth:`scan`; None for rows without times
+        self.time_span_us: tuple[int, int] | None = None
+        #: what the rows' times are dated to (:func:`time_resolution`), after :meth:`scan`
+        self.time_resolution: str | None = None
         self._scanned = False
 
     # ---- pass 1 ----------------------------------------------------------------------
@@ -798,6 +949,10 @@ class EpochReader:
                     self._rejects.append(reject_rows(table.filter(pa.array(~fresh)), DUPLICATE_ID))
                     table = table.filter(pa.array(fresh))
             keys = self.spec.keys(table)
+            timed = table.num_rows and "time" in table.column_names
+            if timed and (self.n_rows == 0 or self.time_resolution is not None):
+                here = time_resolution(table.column("time"))
+                self.time_resolution = here if self.n_rows == 0 else finer_resolution(self.time_resolution, here)
             uniq, counts = np.unique(keys, return_counts=True)
             for k, c in zip(uniq.tolist(), counts.tolist()):
                 self._hist[k] = self._hist.get(k, 0) + c
@@ -805,6 +960,10 @@ class EpochReader:
             for key, part in _split(table, keys):
                 self._mem.setdefault(key, []).append(part)
                 self._mem_bytes += part.nbytes
+                if "time" in part.column_names:
+                    t = int64_values(part.column("time"))
+                    lo, hi = self._times.get(key, (int(t.min()), int(t.max())))
+                    self._times[key] = (min(lo, int(t.min())), max(hi, int(t.max())))
             if self._mem_bytes > self.memory_bytes:
                 self._spill()
         log = getattr(self.source, "rejects", None)
@@ -858,6 +1017,8 @@ class EpochReader:
         # dated centuries away would otherwise publish every empty epoch in between): one before
         # it goes with the first epoch, as rejects without a time do, one after it with the last
         kept = sorted(k for k in self._hist if inside(k))
+        if kept and all(k in self._times for k in kept):
+            self.time_span_us = (min(self._times[k][0] for k in kept), max(self._times[k][1] for k in kept))
         for key, part in _split(placed, reject_keys):
             if not kept or not inside(key) or key < kept[0]:
                 self._unplaced.append(part)
@@ -923,8 +1084,8 @@ class EpochReader:
                 with pa.OSFile(path, "rb") as f:
                     parts.append(pa.Table.from_batches([pa.ipc.open_file(f).get_batch(index[key])]))
         parts.extend(self._mem.get(key, []))
-        if parts:
-            return pa.concat_tables(parts)
+        if parts:  # read in this order already (files in sorted path order): checked, not copied
+            return in_row_order(pa.concat_tables(parts))
         return self._schema.empty_table() if self._schema is not None else pa.table({})
 
     def epochs(self, start: int = 0) -> Iterator[Epoch]:

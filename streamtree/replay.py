@@ -228,6 +228,11 @@ class ReplaySummary:
     fit_seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
     complete_before: bool = False  # resume of a store that was already complete
+    #: the earliest and latest time of the rows kept (microseconds since 1970); None without a
+    #: time column, and for a store whose summary was written before it was recorded
+    time_span_us: list[int] | None = None
+    #: what those times are dated to (:func:`streamtree.epochs.time_resolution`: "year", "1d" ...)
+    time_resolution: str | None = None
 
     @property
     def n_rejects(self) -> int:
@@ -607,6 +612,8 @@ def _replay(store, config, mode, progress, static, start) -> ReplaySummary:
         n_repeated_texts=t["repeated_texts"], duplicate_texts=config.duplicate_texts,
         vocabulary_size=int(vec.vocabulary_.shape[0]), seconds=time.perf_counter() - start,
         fit_seconds=t["fit_seconds"], notes=notes,
+        time_span_us=None if reader.time_span_us is None else list(reader.time_span_us),
+        time_resolution=reader.time_resolution,
     )
     # the store's totals; what this invocation published is not a property of the store
     store.finish({k: v for k, v in asdict(summary).items() if k not in ("n_published", "complete_before")})

@@ -9,10 +9,11 @@ Processing is a deterministic function of the sequence of landed files
 -----------------------------------------------------------------------
 Files are taken one at a time in the order they landed (see :mod:`connectors.landing`).
 After each file the watermark moves and every epoch it closed is fitted and published; a row for an already closed epoch is late (rejected, or moved to the
-next open epoch with ``late_policy="next-epoch"``). Within an epoch, rows are fitted in
-``(file name, position)`` order, the order of a replay of the same folder, whatever order the
-files came in. So the published epochs depend only on the file sequence (and on idle
-closes, which are logged as events), not on poll timing.
+next open epoch with ``late_policy="next-epoch"``). Within an epoch, rows are fitted in the
+canonical order of :data:`streamtree.epochs.ROW_ORDER` (file name, then position in the file),
+the order of a replay of the same folder, whatever order the files came in and however many
+polls, ``--once`` runs or restarts took them. So the published epochs depend only on the file
+sequence (and on idle closes, which are logged as events), not on poll timing.
 
 Two bounds keep a stray time from taking the stream over: a row dated more than
 ``future_tolerance`` after its file landed is a ``future time`` reject (a live stream cannot
@@ -76,7 +77,8 @@ from connectors.sources.files import file_format
 from connectors.sources.times import TimeParser
 from connectors.stores.ledger import LEDGER_TABLE, ledger_table, read_ledger
 from connectors.stores.snapshot import SnapshotStore, StoreError
-from streamtree.epochs import LATE_POLICIES, Bucketer, Epoch, EpochSpec, IdWindow, TimeRange, int64_values
+from streamtree.epochs import (LATE_POLICIES, Bucketer, Epoch, EpochSpec, IdWindow, TimeRange, int64_values,
+                               row_key)
 from streamtree.records import (DEFAULT_DUPLICATE_TEXTS, DUPLICATE_ID, EMPTY_AFTER_VOCABULARY, FUTURE_TIME,
                                 OUT_OF_RANGE, REJECT_SCHEMA, _reason_kind, make_rejects, reject_rows)
 from streamtree.model import RUN_LOCATION_PARAMS
@@ -635,10 +637,17 @@ class Service:
     def _reject_taken_ids(self, name: str, rows: pa.Table) -> pa.Table:
         """``rows`` without those whose id a row took before (waiting in an open epoch, or a
         document of the last ``id_window`` published epochs) or earlier in the file: rejects
-        ``duplicate id``, as a replay's, the first kept."""
+        ``duplicate id``, as a replay's, the first kept. Of two rows with one id that would both
+        wait in open epochs, the one kept is the first in :data:`~streamtree.epochs.ROW_ORDER`
+        (file name, then position), as in a replay of the folder, whichever landed first: the
+        one waiting becomes the reject if this file comes before its own (:meth:`_first_in_order`)."""
         if self._ids is None or rows.num_rows == 0:
             return rows
-        fresh = self._ids.fresh(rows.column("id").to_pylist())
+        ids = rows.column("id").to_pylist()
+        fresh = self._ids.fresh(ids)
+        if fresh.all():
+            return rows
+        fresh = self._first_in_order(name, rows, ids, fresh)
         if fresh.all():
             return rows
         self.bucketer.add_rejects(reject_rows(rows.filter(pa.array(~fresh)), DUPLICATE_ID))
@@ -646,6 +655,36 @@ class Service:
                        "last %d published epochs) and are rejects '%s'; the first is kept", name, int((~fresh).sum()),
                        self.config.id_window, DUPLICATE_ID)
         return rows.filter(pa.array(fresh))
+
+    def _first_in_order(self, name: str, rows: pa.Table, ids: list, fresh: np.ndarray) -> np.ndarray:
+        """``fresh`` with the rows of file ``name`` that repeat the id of a row waiting in an open
+        epoch but come before it in ROW_ORDER marked fresh, that row taken out of its epoch as a
+        ``duplicate id`` reject instead (its id given up: the row of this file takes it). Only
+        where this file's row will wait in an open epoch too: a late row cannot take the place
+        of one waiting, and the rows of closed epochs (queued for the warm-up, or published) stay."""
+        first = np.zeros(len(ids), dtype=bool)  # the first row of each id in this file
+        first[np.unique(np.asarray(ids, dtype=object), return_index=True)[1]] = True
+        closed = self.bucketer.closed_through
+        can = ~fresh & first & (np.ones(len(ids), dtype=bool) if closed is None else self.spec.keys(rows) > closed)
+        if not can.any():
+            return fresh
+        position = {ids[i]: int(p) for i, p in zip(np.flatnonzero(can).tolist(),
+                                                    rows.column("position").to_numpy()[can].tolist())}
+        waiting = self.bucketer.waiting_with_ids(list(position))
+        after = [x for x, src, pos in zip(waiting.column("id").to_pylist(), waiting.column("source").to_pylist(),
+                                          waiting.column("position").to_pylist())
+                 if row_key(name, position[x]) < row_key(src, pos)]
+        if not after:
+            return fresh
+        displaced = self.bucketer.pop_ids(after)
+        self._ids.release(displaced.column("id").to_pylist())
+        self.bucketer.add_rejects(reject_rows(displaced, DUPLICATE_ID))
+        logger.info("%s: %d rows repeat the id of a row waiting in an open epoch from a file after it in name order "
+                    "(%s): those rows become the rejects '%s', as in a replay, which keeps the first in file order",
+                    name, displaced.num_rows, ", ".join(sorted(set(displaced.column("source").to_pylist()))),
+                    DUPLICATE_ID)
+        taken = set(after)
+        return fresh | (can & np.fromiter((x in taken for x in ids), dtype=bool, count=len(ids)))
 
     def _future_limit_us(self, landed: LandedFile) -> int | None:
         """The latest time a row of ``landed`` may hold: when the file landed plus the future
@@ -733,9 +772,8 @@ class Service:
         if self._target is None or through > self._target:
             self._target = through
         for ep in self.bucketer.pop_through(through):
-            # Replay order: by file name, then position, whatever order the files came in.
-            rows = ep.rows.sort_by([("source", "ascending"), ("position", "ascending")]) if ep.n_rows else ep.rows
-            self._queue.append(Epoch(ep.index, ep.key, ep.label, rows, ep.rejects))
+            # its rows in ROW_ORDER, a replay's order, whatever order the files came in
+            self._queue.append(ep)
             if self.vectorizer is None and not self._warm_up():
                 if self._stop.is_set():  # nothing of the warm-up is committed: a restart derives it again
                     raise _StopNow()

@@ -275,6 +275,43 @@ def test_rejects_reach_the_summary_and_the_store(tmp_path, capsys):
     assert sorted(rj.column("reason").to_pylist()) == ["empty after vocabulary filtering", "empty text"]
 
 
+def test_a_replay_into_one_epoch_says_so_with_an_epoch_that_makes_several(tmp_path, capsys):
+    """Data spanning less than one epoch of the default --epoch (a decade) fits one tree, which
+    shows no evolution: the summary says how many epochs it made, the data's time span, and an
+    --epoch that makes several (never finer than the times are dated to: years are not cut into
+    months), also when a complete store is resumed. Before, it said nothing of it."""
+    from service_corpus import day_rows, write_jsonl
+
+    for d in range(1, 7):
+        write_jsonl(str(tmp_path / "days" / f"day{d}.jsonl"), day_rows(d, 10, 0))
+    argv = ["replay", str(tmp_path / "days"), "--text-col", "text", "--time-col", "time", "--quiet",
+            "--store", str(tmp_path / "s"), "--sweeps", "2", "--min-df", "1"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "epochs: 1 (1 published now)" in out
+    hint = [line for line in out.splitlines() if line.startswith("hint: ")]
+    assert len(hint) == 1, out
+    assert hint[0].startswith("hint: the replay made 1 epoch of --epoch 10y (the default) for documents spanning "
+                              "5.") and "(2026-03-01 .. 2026-03-06), less than one epoch" in hint[0]
+    assert "no evolution; --epoch 1d would make 6 epochs" in hint[0]
+    assert main([*argv, "--resume"]) == 0  # the store's summary keeps the span
+    out = capsys.readouterr().out
+    assert "the store was already complete" in out and hint[0] in out.splitlines()
+    assert main([*argv[:-6], "--store", str(tmp_path / "d"), "--epoch", "1d", "--sweeps", "2", "--min-df", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "epochs: 6 (6 published now)" in out and "hint" not in out
+    # years: two epochs of 10y across a decade's end, over 4 years: --epoch year, not 6mo
+    words = ["war army navy", "tax budget revenue", "school teacher college"]
+    rows = {"text": [words[i % 3] + f" extra{i % 4}" for i in range(40)], "year": [1797 + i % 5 for i in range(40)]}
+    pq.write_table(pa.table(rows), tmp_path / "years.parquet")
+    assert main(["replay", str(tmp_path / "years.parquet"), "--text-col", "text", "--time-col", "year", "--quiet",
+                 "--store", str(tmp_path / "y"), "--sweeps", "2", "--min-df", "1"]) == 0
+    out = capsys.readouterr().out
+    assert ("hint: the replay made 2 epochs of --epoch 10y (the default) for documents spanning 4 years "
+            "(1797-01-01 .. 1801-01-01), less than one epoch, so the trees show little evolution; --epoch year "
+            "would make 5 epochs") in out
+
+
 def call(argv) -> int:
     """main()'s exit status, whether it returns it or argparse exits."""
     try:

@@ -11,7 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from connectors.sources import open_source
-from streamtree.epochs import Bucketer, EpochSpec, IdWindow, bucket
+from streamtree.epochs import (ROW_ORDER, Bucketer, EpochReader, EpochSpec, IdWindow, bucket, in_row_order,
+                               suggest_epoch, time_resolution)
 from streamtree.records import REJECT_SCHEMA, make_rejects
 
 SOTU = Path(__file__).resolve().parents[1] / "examples" / "data" / "sotu_paragraphs.parquet"
@@ -164,6 +165,66 @@ def test_out_of_order_rows_and_empty_epochs():
     for e in eps:
         assert sorted(e.rows.column("id").to_pylist()) == sorted(
             f"d{i}" for i, y in enumerate(years) if y // 10 == e.key)
+
+
+def _file_rows(source: str, days: list[int]) -> pa.Table:
+    """Rows of file ``source``, the i-th dated 2026-03-``days[i]``."""
+    n = len(days)
+    return pa.table({"source": pa.array([source] * n), "position": pa.array(np.arange(n, dtype=np.int64)),
+                     "id": pa.array([f"{source}:{i}" for i in range(n)]), "text": pa.array(["x"] * n),
+                     "time": pa.array([datetime(2026, 3, d, 12, tzinfo=UTC) for d in days],
+                                      pa.timestamp("us", tz="UTC"))})
+
+
+def test_epochs_come_with_their_rows_in_one_canonical_order():
+    """Whatever order files arrive in, in batches, over a stream's closes or a replay's reading,
+    an epoch's rows come by file name, then position in the file (ROW_ORDER): the order the
+    seeded sampler visits them in. Before, a bucketer yielded them in arrival order, and only
+    the service sorted them, in a place of its own."""
+    days = {"b.jsonl": [2, 1, 2, 1], "a.jsonl": [1, 2, 2], "c/x.jsonl": [1, 1], "c.jsonl": [2, 1]}
+    files = {name: _file_rows(name, d) for name, d in days.items()}
+
+    def ids(names, day):  # by (file name, position): "c.jsonl" before "c/x.jsonl", as '.' < '/'
+        return [f"{n}:{p}" for n in sorted(names) for p, d in enumerate(days[n]) if d == day]
+
+    assert ids(days, 1) == ["a.jsonl:0", "b.jsonl:1", "b.jsonl:3", "c.jsonl:1", "c/x.jsonl:0", "c/x.jsonl:1"]
+    for order in (["b.jsonl", "a.jsonl", "c/x.jsonl", "c.jsonl"], ["c.jsonl", "c/x.jsonl", "b.jsonl", "a.jsonl"]):
+        b = Bucketer("1d")  # a stream: day 1 closes after the second file, day 2 at the end
+        for i, name in enumerate(order):
+            b.add(files[name].slice(0, 1))
+            b.add(files[name].slice(1))
+            if i == 1:
+                (first,) = list(b.pop_through(b.spec.keys(_file_rows("f", [1]))[0]))
+        (second,) = list(b.drain())
+        assert first.rows.column("id").to_pylist() == ids(order[:2], 1)
+        assert second.rows.column("id").to_pylist() == ids(days, 2)
+        drained = list(bucket([files[n] for n in order], "1d"))  # all at once
+        assert [e.rows.column("id").to_pylist() for e in drained] == [ids(days, 1), ids(days, 2)]
+        with EpochReader([files[n] for n in order], "1d", time_range="all") as reader:  # a replay's reading
+            assert [e.rows.column("id").to_pylist() for e in reader.epochs()] == [ids(days, 1), ids(days, 2)]
+    # rows already in order come back as they are, not copied
+    rows = pa.concat_tables([files["a.jsonl"], files["b.jsonl"]])
+    assert in_row_order(rows) is rows and ROW_ORDER == (("source", "ascending"), ("position", "ascending"))
+
+
+def test_a_reader_knows_the_span_and_resolution_of_its_times_for_a_better_epoch():
+    """What the replay's hint on too few epochs reads: the earliest and latest time of the rows
+    kept and what they are dated to, and the widest --epoch cutting them into several."""
+    years = [datetime(y, 1, 1, tzinfo=UTC) for y in (1793, 1790, 1791)]
+    with EpochReader([rows(years[:2]), rows(years[2:])], "10y") as reader:
+        reader.scan()
+        assert reader.n_epochs == 1 and reader.time_resolution == "year"
+        first, last = reader.time_span_us
+        assert (EPOCH0 + timedelta(microseconds=first), EPOCH0 + timedelta(microseconds=last)) == (years[1], years[0])
+    assert suggest_epoch(first, last, resolution="year") == ("year", 4)  # not months no row falls in
+    assert suggest_epoch(first, last) == ("6mo", 7)
+    at = lambda *a: pa.array([datetime(*a, tzinfo=UTC)], pa.timestamp("us", tz="UTC"))  # noqa: E731
+    assert [time_resolution(at(*a)) for a in [(1790, 3, 1), (1790, 3, 2), (1790, 3, 2, 5), (1790, 3, 2, 5, 1),
+                                              (1790, 3, 2, 5, 1, 2), (1790, 3, 2, 5, 1, 2, 500)]] == \
+        ["month", "1d", "1h", "1min", "1s", None]
+    with EpochReader([rows(None, epochs=[1, 2])], "column") as reader:
+        reader.scan()
+        assert reader.time_span_us is None and reader.time_resolution is None
 
 
 def test_column_epochs_do_not_fill_gaps():

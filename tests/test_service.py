@@ -321,6 +321,47 @@ def test_once_runs_equal_replay_and_each_other(corpus, tmp_path):
     assert [e["kind"] for e in ledger.to_pylist()].count("idle") == 1
 
 
+def _trees(uri) -> list[tuple]:
+    """Per published epoch: what :func:`store_epochs` compares, and the nodes' document counts."""
+    store = SnapshotStore(str(uri))
+    counts = [(store.read(e["epoch"]).tree.counts.tolist(), store.read(e["epoch"]).tree.subtree_counts.tolist())
+              for e in store.epochs()]
+    return list(zip(store_epochs(uri), counts))
+
+
+def test_the_order_files_land_in_changes_no_tree(tmp_path):
+    """Files each holding rows of several days, landed in two orders other than their names'
+    and in batches, one --once run each: every epoch's rows are fitted in the canonical order
+    (file name, then position in the file), so both services publish the trees of a replay of
+    the folder (node ids, parents, counts, assignments, document ids), with no row dropped or
+    fitted twice."""
+    import random
+
+    src = tmp_path / "src"
+    names = ["c.jsonl", "a.jsonl", "d.jsonl", "b.jsonl"]
+    for i, name in enumerate(names):
+        rows = [r for d in (1, 2, 3) for r in day_rows(d, 8, seed=i + 1)]
+        random.Random(i).shuffle(rows)
+        write_jsonl(str(src / name), rows)
+    replay(ReplayConfig(source=str(src), text_col="text", time_col="time", epoch="1d", model=dict(MODEL), min_df=1),
+           str(tmp_path / "replay"))
+    want = _trees(tmp_path / "replay")
+    assert [len(t[0][6]) for t in want] == [32, 32, 32]
+    for tag, batches in (("one", [["d.jsonl", "c.jsonl"], ["b.jsonl"], ["a.jsonl"]]),
+                         ("two", [["b.jsonl"], ["d.jsonl", "a.jsonl", "c.jsonl"]])):
+        land = tmp_path / f"land-{tag}"
+        os.makedirs(land)
+        for i, batch in enumerate(batches):
+            for name in batch:
+                shutil.copy(src / name, land / name)
+                time.sleep(0.01)
+            last = i == len(batches) - 1
+            _once(_config(land, tmp_path / tag, vocabulary_from=str(tmp_path / "replay"),
+                          allowed_lateness=3 * 86400, idle_timeout=1e-3 if last else None))
+        assert _trees(tmp_path / tag) == want, tag
+        assert store_rejects(tmp_path / tag) == []
+
+
 def test_restarts_keep_no_ready_times_of_published_epochs(corpus, tmp_path):
     """A commit's state keeps the ready times of open epochs only. Before, it kept the epoch it
     published too, and a restart restored that key for good: every restart added one more key
@@ -971,3 +1012,52 @@ def test_a_row_repeating_a_taken_id_is_a_duplicate_id_reject(tmp_path):
                   late_policy="next-epoch", idle_timeout=1e-3))
     docs = [d for e in store_epochs(tmp_path / "short") for d in e[6]]
     assert docs.count("d1-0") == 2 and docs.count("d2-0") == 1
+
+
+def test_of_two_rows_with_one_id_the_first_in_file_order_is_kept_whichever_landed_first(tmp_path):
+    """With --id-col, two files holding rows with the same ids (a re-export, say), landed in the
+    order opposite to their names', one --once run each: while both copies wait in open epochs,
+    the one kept is the first in file-name order, as a replay keeps it, and the other is the
+    'duplicate id' reject, so the trees do not depend on which file landed first. Before, the
+    copy that landed first was kept, and the trees differed from the replay's. A copy in a
+    published epoch stays (a later file's row is then the reject)."""
+    def rows(name, seed):
+        out = [dict(r, id=f"{name}-{d}-{i}") for d in (1, 2, 3) for i, r in enumerate(day_rows(d, 8, seed))]
+        return out + [{"id": "shared-1", "text": f"tax budget from {name}", "time": "2026-03-02T05:00:00Z"},
+                      {"id": "shared-2", "text": f"army navy from {name}", "time": "2026-03-03T06:00:00Z"}]
+
+    src = tmp_path / "src"
+    files = {"b.jsonl": rows("b", 1),
+             "a.jsonl": rows("a", 2) + [{"id": "shared-1", "text": "a second copy in a", "time": "2026-03-01T07:00:00Z"}]}
+    for name, r in files.items():
+        write_jsonl(str(src / name), r)
+    replay(ReplayConfig(source=str(src), text_col="text", time_col="time", id_col="id", epoch="1d",
+                        model=dict(MODEL), min_df=1), str(tmp_path / "replay"))
+    assert store_rejects(tmp_path / "replay") == [("shared-1", "duplicate id")] * 2 + [("shared-2", "duplicate id")]
+    for tag, order in (("reversed", ["b.jsonl", "a.jsonl"]), ("named", ["a.jsonl", "b.jsonl"])):
+        land = tmp_path / f"land-{tag}"
+        os.makedirs(land)
+        for i, name in enumerate(order):
+            shutil.copy(src / name, land / name)
+            _once(_config(land, tmp_path / tag, id_col="id", vocabulary_from=str(tmp_path / "replay"),
+                          allowed_lateness=3 * 86400, idle_timeout=1e-3 if i == len(order) - 1 else None))
+        assert _trees(tmp_path / tag) == _trees(tmp_path / "replay"), tag
+        assert store_rejects(tmp_path / tag) == store_rejects(tmp_path / "replay"), tag
+        store = SnapshotStore(str(tmp_path / tag))
+        texts = [r["text"] for e in store.epochs() for r in (store.rejects(e["epoch"]) or pa.table({"id": []})).to_pylist()
+                 if r["id"] == "shared-2"]
+        assert texts == ["army navy from b"]  # b's copy is the reject, a's the document
+    # day 2 published before a.jsonl lands (no lateness allowed): b's copy of shared-1 stays, a's
+    # is the reject; day 3 is still open, so a's copy of shared-2 takes the place of b's
+    land = tmp_path / "land-late"
+    os.makedirs(land)
+    write_jsonl(str(land / "b.jsonl"), files["b.jsonl"] + [{"id": "b-4", "text": "tax", "time": "2026-03-03T20:00:00Z"}])
+    _once(_config(land, tmp_path / "late", id_col="id", vocabulary_from=str(tmp_path / "replay")))
+    shutil.copy(src / "a.jsonl", land / "a.jsonl")
+    _once(_config(land, tmp_path / "late", id_col="id", vocabulary_from=str(tmp_path / "replay"), idle_timeout=1e-3))
+    store = SnapshotStore(str(tmp_path / "late"))
+    rejects = sorted((r["id"], r["source"], r["reason"]) for e in store.epochs()
+                     for r in (store.rejects(e["epoch"]) or pa.table({"id": []})).to_pylist() if r["id"].startswith("shared"))
+    assert rejects == [("shared-1", "a.jsonl", "duplicate id")] * 2 + [("shared-2", "b.jsonl", "duplicate id")]
+    docs = {d: e[1] for e in store_epochs(tmp_path / "late") for d in e[6]}
+    assert docs["shared-1"] == "2026-03-02" and docs["shared-2"] == "2026-03-03"
