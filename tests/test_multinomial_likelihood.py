@@ -1,6 +1,7 @@
 """The multinomial likelihood object: its z-kernel columns, its predictive pmf, planted recovery."""
 
 import itertools
+import pickle
 
 import numpy as np
 import pytest
@@ -8,7 +9,7 @@ import scipy.sparse as sp
 from sklearn.metrics import adjusted_rand_score
 
 from streamtree import DTSSBP
-from streamtree.inference.enumerated import score_rows
+from streamtree.inference.enumerated import DIRICHLET, Candidates, score_rows
 from streamtree.likelihoods.multinomial import Multinomial
 from streamtree.likelihoods.multinomial_math import new_node_log_marginal
 from streamtree.tree import TSSBTree
@@ -40,6 +41,67 @@ def test_kernel_columns_are_multinomial_and_dirichlet_multinomial():
     for i in range(X.shape[0]):
         _, lognorm = score_rows(X[i], cand, None)
         assert lognorm[0] == pytest.approx(np.logaddexp.reduce(want[i]), abs=1e-10)
+
+
+def _wire(obj):
+    """``obj`` pickled as Ray stores it (protocol 5, arrays out of band): the head and the array buffers."""
+    buffers = []
+    head = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+    return head, buffers
+
+
+@pytest.mark.parametrize("layout", ["rows", "sampler"])
+def test_kernel_candidates_travel_without_placeholder_parameters(layout):
+    """The kernel's candidates travel (to a Ray shard) as theta, one strength per placeholder and
+    the floor: neither the placeholders' (P, V) Dirichlet parameters nor log theta, so what a
+    shard receives is theta's K x V doubles and per-column vectors. The receiver rebuilds both
+    with the kernel's bits (the arithmetic it has always done), so its scores and draws are the
+    driver's."""
+    rng = np.random.default_rng(7)
+    V = 400
+    tree = TSSBTree(3)
+    a = tree.add_child(0)
+    tree.add_child(0)
+    tree.add_child(tree.add_child(a))
+    arrays = tree.arrays()
+    K = arrays.size
+    theta = rng.dirichlet(np.full(V, 0.2), size=K)
+    if layout == "sampler":  # the epoch sampler hands theta as the transposed view of a (V, K) buffer
+        theta = np.ascontiguousarray(theta.T).T
+    log_mass = np.log(rng.dirichlet(np.ones(K)))
+    log_res = np.log(rng.uniform(0.01, 0.1, size=K))
+    log_res[arrays.depth == 3] = -np.inf  # at the depth cap: no placeholder
+    lik = family(V, kappa0=40.0, kappa1=0.7)
+    cand, ph_rows = lik.kernel(arrays, theta, np.full(K, 30.0), log_mass, log_res)
+    P = ph_rows.size
+    assert 0 < P < K
+
+    # the kernel's arithmetic from before the candidates travelled as their parts
+    strength = np.array([lik.new_node_prior(int(d) + 1) for d in arrays.depth[ph_rows]])
+    alpha = strength[:, None] * theta[ph_rows] + lik.floor
+    assert np.array_equal(cand.ph_alpha, alpha) and cand.ph_alpha.flags.c_contiguous
+    assert np.array_equal(cand.ph_b, alpha.sum(axis=1))
+    assert np.array_equal(cand.coef_T, np.ascontiguousarray(np.log(theta).T))
+
+    head, buffers = _wire(cand)
+    sizes = sorted(memoryview(b).nbytes for b in buffers)
+    assert [n for n in sizes if n >= 8 * V] == [8 * K * V]  # theta alone: no (P, V) array, no log theta
+    assert len(head) + sum(sizes) < 8 * K * V + 40 * (K + P) + 2048
+
+    sent = pickle.loads(head, buffers=buffers)  # what a shard holds: the rest rebuilt on arrival
+    for name in ("coef_T", "ph_alpha", "ph_b", "live_a", "ph_a", "ph_parent", "theta_T", "ph_strength"):
+        assert np.array_equal(getattr(sent, name), getattr(cand, name)), name
+    assert sent.coef_T.flags.c_contiguous and sent.ph_alpha.flags.c_contiguous
+    X = sp.csr_matrix(rng.poisson(0.05, size=(30, V)).astype(float) + np.eye(30, V))
+    u = rng.random(X.shape[0])
+    want = score_rows(X, cand, u)
+    got = score_rows(X, sent, u)
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+    # candidates given their parameters whole travel whole
+    whole = Candidates(DIRICHLET, cand.coef_T, cand.live_a, cand.live_b, cand.live_c, cand.ph_parent, cand.ph_a,
+                       cand.ph_b, cand.ph_c, ph_alpha=alpha)
+    assert [n for n in sorted(memoryview(b).nbytes for b in _wire(whole)[1]) if n >= 8 * V] == sorted(
+        [8 * K * V, 8 * P * V])
 
 
 def compositions(n, V):

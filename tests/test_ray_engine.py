@@ -640,6 +640,44 @@ def test_own_node_adjustments_survive_actor_crashes(ray_cluster):
     assert_same_trees(model, local)
 
 
+class _WireChecked(RayEngine):
+    """Checks the candidates every sweep puts into the object store for the shards."""
+
+    placeholders = 0
+
+    def sweep(self, cand, own=None, adjust=None):
+        import ray
+
+        buffers = []  # the arrays as Ray stores them: out-of-band buffers of pickle protocol 5
+        pickle.dumps(cand, protocol=5, buffer_callback=buffers.append)
+        wide = [memoryview(b).nbytes for b in buffers if memoryview(b).nbytes >= 8 * cand.dim]
+        assert wide == [8 * cand.n_live * cand.dim]  # theta alone: no (P, V) array, no log theta
+        got = ray.get(ray.put(cand))  # a shard's copy: what was left out is rebuilt, bit for bit
+        for name in ("coef_T", "ph_alpha", "ph_b"):
+            assert np.array_equal(getattr(got, name), getattr(cand, name)), name
+        self.placeholders += cand.n_placeholders
+        return super().sweep(cand, own, adjust)
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("concentration", [None, "auto"])
+def test_multinomial_broadcast_holds_theta_and_no_placeholder_parameters(ray_cluster, concentration):
+    """The multinomial's candidates reach the shards as theta, the placeholders' strengths and
+    the floor (the vMF's K x V doubles, not (K + P) x V); the shards build the placeholders'
+    Dirichlet parameters themselves, and the trees are the local engine's."""
+    epochs = _bursty_epochs(np.random.default_rng(2))
+    params = dict(likelihood="multinomial", document_concentration=concentration, n_sweeps=N_SWEEPS, max_depth=2,
+                  n_shards=2, random_state=1)
+    local = DTSSBP(**params).fit(epochs)
+    engine = _WireChecked(n_shards=2)
+    try:
+        model = DTSSBP(**params, engine=engine).fit(epochs)
+    finally:
+        engine.close()
+    assert engine.placeholders > 0
+    assert_same_trees(model, local)
+
+
 _DEFAULT_PATH = """
 import json, os, sys
 import numpy as np

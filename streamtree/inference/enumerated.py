@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import weakref
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 import scipy.sparse as sp
@@ -72,7 +72,12 @@ class Candidates:
       lgamma(alpha_w)]`` over the row's non-zero counts, with ``alpha = ph_alpha[j]``,
       ``A = ph_b[j] = sum(alpha)`` and ``n_x`` the row's total count: log mass plus the
       Dirichlet-multinomial marginal when ``ph_a`` holds the log mass (the multinomial
-      coefficient, equal for every column, is left out).
+      coefficient, equal for every column, is left out). Made by :meth:`Candidates.dirichlet`,
+      they also hold the parts ``coef_T`` and ``ph_alpha`` are built from: the live columns'
+      word distributions ``theta_T`` (p, K) (``coef_T`` is their log), a strength per
+      placeholder ``ph_strength`` and the floor ``ph_floor``, with ``ph_alpha[j] =
+      ph_strength[j] theta_T[:, ph_parent[j]] + ph_floor``. Such candidates travel as their
+      parts, and a receiver (a Ray shard) rebuilds the rest (:meth:`__reduce__`).
 
     VMF rows of norm ``w`` other than 1 are documents of weight ``w`` (concentration ``beta w``
     at a node of concentration ``beta``): :func:`score_rows` then scores them exactly (compiled,
@@ -94,10 +99,49 @@ class Candidates:
     ph_table: np.ndarray | None = None
     ph_alpha: np.ndarray | None = None  # DIRICHLET: (P, p) Dirichlet parameters
     normalized: bool = True  # VMF: whether live_a and ph_a hold the log normalisers of beta and b
+    # DIRICHLET, the parts coef_T and ph_alpha are built from (Candidates.dirichlet): the live
+    # columns' word distributions (p, K), C-contiguous (as the vMF's coef_T, possibly a view of
+    # the caller's array), a strength per placeholder (P,) and the floor
+    theta_T: np.ndarray | None = None
+    ph_strength: np.ndarray | None = None
+    ph_floor: float = 0.0
 
     def __post_init__(self) -> None:
         if self.kind == DIRICHLET and self.ph_alpha is None:
             raise ValueError("DIRICHLET candidates need ph_alpha")
+        if (self.theta_T is None) != (self.ph_strength is None) or (self.theta_T is not None
+                                                                    and self.kind != DIRICHLET):
+            raise ValueError("theta_T and ph_strength go together, in DIRICHLET candidates only")
+
+    @classmethod
+    def dirichlet(cls, theta: np.ndarray, log_mass: np.ndarray, ph_parent: np.ndarray, ph_log_mass: np.ndarray,
+                  ph_strength: np.ndarray, floor: float) -> "Candidates":
+        """DIRICHLET candidates of live columns with word distributions ``theta`` (K, p) and log
+        masses ``log_mass``, and of placeholders below the live columns ``ph_parent`` with log
+        masses ``ph_log_mass`` and Dirichlet parameters ``ph_strength[j] theta[ph_parent[j]] +
+        floor``. They hold their parts (``theta_T``, ``ph_strength``, ``ph_floor``) and travel as
+        those alone (:meth:`__reduce__`)."""
+        theta_T = np.ascontiguousarray(np.asarray(theta, dtype=np.float64).T)  # no copy for a transposed buffer
+        ph_parent = np.asarray(ph_parent, dtype=np.int64)
+        ph_strength = np.asarray(ph_strength, dtype=np.float64)
+        alpha = dirichlet_alpha(theta_T, ph_parent, ph_strength, floor)
+        K, P = theta_T.shape[1], ph_parent.shape[0]
+        return cls(DIRICHLET, dirichlet_coefficients(theta_T), np.asarray(log_mass, np.float64), np.ones(K),
+                   np.zeros(K), ph_parent, np.asarray(ph_log_mass, dtype=np.float64), alpha.sum(axis=1),
+                   np.zeros(P), ph_alpha=alpha, theta_T=theta_T, ph_strength=ph_strength, ph_floor=float(floor))
+
+    def __reduce__(self):
+        # What travels (to a Ray shard each sweep, into a pickle). Candidates holding their parts
+        # leave out coef_T and ph_alpha, which _arrived rebuilds with the functions that built
+        # them here: theta's K x p doubles and P strengths travel, not (K + P) x p. theta, not
+        # its log: exp(log theta) misses theta's last bit for most terms, so the parameters and
+        # their sums could not be rebuilt exactly from the log, and the parents' rows beside it
+        # would cost the P x p this saves. The receiver's NumPy log gives the sender's bits
+        # where both run the same NumPy on the same instruction set (on one machine always).
+        state = {f.name: getattr(self, f.name) for f in fields(self)}
+        if self.theta_T is not None:
+            state["coef_T"] = state["ph_alpha"] = None
+        return _arrived, (state,)
 
     @property
     def n_live(self) -> int:
@@ -114,6 +158,29 @@ class Candidates:
     @property
     def dim(self) -> int:
         return int(self.coef_T.shape[0])
+
+
+def dirichlet_coefficients(theta_T: np.ndarray) -> np.ndarray:
+    """The coefficients ``log theta`` (p, K) of DIRICHLET candidates given by ``theta_T`` (p, K)."""
+    return np.log(theta_T)
+
+
+def dirichlet_alpha(theta_T: np.ndarray, ph_parent: np.ndarray, strength: np.ndarray, floor: float) -> np.ndarray:
+    """Placeholder ``j``'s Dirichlet parameter ``strength[j] theta[ph_parent[j]] + floor`` for
+    every ``j``, from the live columns' distributions ``theta_T`` (p, K): a C-contiguous (P, p)
+    array (the parents' rows gathered, then scaled and floored: the values, and the layout
+    whose row sums give ``ph_b``, on the driver and on every shard)."""
+    return np.asarray(strength, dtype=np.float64)[:, None] * theta_T.T[ph_parent] + floor
+
+
+def _arrived(state: dict) -> Candidates:
+    """Candidates as :meth:`Candidates.__reduce__` sent them, with what was left out rebuilt
+    from their parts: the coefficients and the placeholders' parameters."""
+    if state["theta_T"] is not None and state["coef_T"] is None:
+        theta_T = state["theta_T"]
+        state = dict(state, coef_T=dirichlet_coefficients(theta_T),
+                     ph_alpha=dirichlet_alpha(theta_T, state["ph_parent"], state["ph_strength"], state["ph_floor"]))
+    return Candidates(**state)
 
 
 #: how far a unit row's norm may be from 1 (the vMF's input check without document weights)

@@ -39,7 +39,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.special import gammaln
 
-from streamtree.inference.enumerated import DIRICHLET, Candidates, as_csr, row_sums
+from streamtree.inference.enumerated import Candidates, as_csr, row_sums
 from streamtree.inference.threads import dealt_by_cost, in_row_ranges
 from streamtree.likelihoods.base import (DocumentSet, FixedNode, LaunchScan, Likelihood, RowBlock, WordTopics,
                                         argmax_log_scale, compact_rows, csr_rows_dot, finite_csr)
@@ -127,11 +127,9 @@ class Multinomial(WordTopics, Likelihood):
     def kernel(self, arrays, theta, concentration, log_mass, log_residual, *, normalized=True):
         ph_rows = np.flatnonzero(np.isfinite(log_residual))
         strength = np.array([self.new_node_prior(int(d) + 1) for d in arrays.depth[ph_rows]], dtype=np.float64)
-        alpha = strength[:, None] * theta[ph_rows] + self.floor
-        K = theta.shape[0]
-        cand = Candidates(DIRICHLET, np.ascontiguousarray(np.log(theta).T), np.asarray(log_mass, np.float64),
-                          np.ones(K), np.zeros(K), ph_rows.astype(np.int64), log_residual[ph_rows].astype(np.float64),
-                          alpha.sum(axis=1), np.zeros(ph_rows.size), ph_alpha=np.ascontiguousarray(alpha))
+        # a placeholder's Dirichlet is strength * phi_parent + floor: the candidates travel as
+        # theta, the strengths and the floor, and the (P, V) parameters are built on arrival
+        cand = Candidates.dirichlet(theta, log_mass, ph_rows, log_residual[ph_rows], strength, self.floor)
         return cand, ph_rows
 
     def own_node_adjustment(self, X, own, arrays, theta, sums, counts, concentration, prev_theta, has_prev,
