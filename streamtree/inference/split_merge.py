@@ -68,9 +68,10 @@ happens if ``i`` is in ``b``). The probabilities of both draws, in the merged an
 split state, enter the acceptance ratio; drawing nodes rather than documents makes merges of
 small nodes as frequent as those of large ones.
 
-* a split draw: propose a split of ``a``. Choose uniformly among the places
-  allowed in the current state (new child of ``a`` at each position if ``a`` is below the
-  depth cap, new child of ``a``'s parent at each position, each empty kept child or sibling);
+* a split draw: propose a split of ``a``. Choose a place allowed in the current state: a
+  kind uniformly (a new child of ``a``, if ``a`` is below the depth cap; a new child of
+  ``a``'s parent; each empty kept child or sibling, a kind of its own), then a place of that
+  kind uniformly (each position and adopted block of a new node: :func:`place_log_prob`);
   ``i`` stays, ``j`` moves. For a new node, a *launch* allocation of ``a``'s other documents
   is drawn from per-document probabilities comparing ``a``'s parameter with a seed parameter
   (:meth:`Likelihood.seed_child_theta` of ``x_j``). Then :data:`LAUNCH_SCANS` restricted
@@ -113,6 +114,7 @@ Nothing here depends on the observation family: all of it goes through the
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -193,6 +195,30 @@ _NO_ROWS = np.zeros(0, dtype=np.int64)
 # log of the same float64 values, computed once into a table and looked up, gives the same
 # numbers in a tenth of the time.
 _log_counts = np.zeros(0)
+
+
+def _place_kind(place: tuple) -> tuple:
+    """A place's kind: ``("new", P)``, a new child of ``P`` at any position and with any block
+    of adopted children, or the place itself, an empty kept node (each its own kind)."""
+    return place[:2] if place[0] == "new" else place
+
+
+def draw_place(places: list[tuple], rng: np.random.Generator) -> tuple:
+    """A split's place: a kind uniformly among those of ``places``, then a place of that kind
+    uniformly. Drawn uniformly over places, a split would go mostly to new siblings (a parent's
+    every position and block of adopted children) and rarely to a new child of the split node
+    itself, which is how a topic's sub-topic is found (2 of 13 draws on a planted tree's depth-1
+    nodes); each empty kept node is a kind of its own, so it keeps a share of its own."""
+    kinds = list(dict.fromkeys(map(_place_kind, places)))
+    kind = kinds[int(rng.integers(len(kinds)))]
+    among = [pl for pl in places if _place_kind(pl) == kind]
+    return among[int(rng.integers(len(among)))]
+
+
+def place_log_prob(place: tuple, places: list[tuple]) -> float:
+    """log of the probability that :func:`draw_place` draws ``place`` from ``places``."""
+    sizes = Counter(map(_place_kind, places))
+    return -math.log(len(sizes) * sizes[_place_kind(place)])
 
 
 def _log_count(n: int) -> float:
@@ -741,13 +767,14 @@ class SplitMerge:
                                         np.ascontiguousarray(to_new, dtype=np.bool_), EPS))
 
     def _log_ratio(self, st: MoveState, split, a: int, b: int, place: tuple, docs: DocumentSet,
-                   log_prior: float, n_places: int, log_q: float, theta_b: np.ndarray | None = None,
+                   log_prior: float, log_place: float, log_q: float, theta_b: np.ndarray | None = None,
                    own: float | None = None, host: FixedNode | None = None,
                    conc_b: float | None = None) -> float:
         """log of pi(split) q(merge | split) / (pi(merged) q(split | merged)), with a new node's
         parameter ``theta_b`` drawn from its conditional given its documents ``docs`` and parent:
         the documents' collapsed marginal, plus the link changes of adopted subtrees;
-        ``log_prior`` is the collapsed prior's log ratio and ``split`` the split state's tree.
+        ``log_prior`` is the collapsed prior's log ratio, ``split`` the split state's tree and
+        ``log_place`` the log probability that the split draws ``place`` (:func:`place_log_prob`).
 
         ``own``, when given, is the split node's term with its parameter integrated out too
         (:meth:`_own_marginal` of its documents in the split state minus in the merged state),
@@ -767,7 +794,7 @@ class SplitMerge:
         else:
             at_b = self._fixed(st, b).documents(docs)
         data = at_b + own if own is not None else at_b - self._fixed(st, a).documents(docs)
-        return log_prior + data + _log_count(n_places) - log_q
+        return log_prior + data - log_place - log_q
 
     # ------------------------------------------------------------------ the split node's own parameter
     def collapses(self, st: MoveState, merged, a: int, place: tuple) -> bool:
@@ -1279,7 +1306,7 @@ class SplitMerge:
         places = self.places(st, st.tree, lambda x: x in idx.rows, a)
         if not places:
             return None
-        place = places[int(rng.integers(len(places)))]
+        place = draw_place(places, rng)
         rows_a = idx.of(a)
         keep = (rows_a != i) & (rows_a != j)
         others = rows_a[keep]
@@ -1326,7 +1353,8 @@ class SplitMerge:
         t = st.tree
         n_partners = (len(t.children[place[1]]) - place[3] + 1 if place[0] == "new"
                       else len(t.children[t.parent[b]]))
-        log_a = (self._log_ratio(st, split, a, b, place, docs, idx.prior.delta(edit, **self.kw), len(places),
+        log_a = (self._log_ratio(st, split, a, b, place, docs, idx.prior.delta(edit, **self.kw),
+                                 place_log_prob(place, places),
                                  log_q, theta_b, own, host)
                  + self._log_select_merge(len(idx.rows) + 1, n_partners, rows_b.size, n_a - rows_b.size)
                  - self._log_select_split(st.labels.size, n_a))
@@ -1392,7 +1420,8 @@ class SplitMerge:
         # a merge) runs only when the bound leaves it a chance, and log_a is summed in the order it
         # always was: the same decisions from the same random stream, bit for bit.
         ratio = self._log_ratio(st, t, a, b, place, self._documents(st, b), -idx.prior.delta(edit, **self.kw),
-                                len(places), 0.0, st.theta[b], own, conc_b=st.concentration[b] if new else None)
+                                place_log_prob(place, places), 0.0, st.theta[b], own,
+                                conc_b=st.concentration[b] if new else None)
         select_merge = self._log_select_merge(len(idx.rows), len(self.partners(st, t, b)), rows_b.size, n_a)
         select_split = self._log_select_split(st.labels.size, n_a + rows_b.size)
         if proposal == "subset":  # the reverse split's probability needs no draws
