@@ -12,6 +12,15 @@ by decade), and 3 nodes held these epochs (median), with or without the exact ca
 Scoring each document at its own node without its own counts passes it again (median 4
 occupied nodes, mean ARI 0.144 on these seeds; by a small margin: seeds 4 and 5 give 0.118
 and 0.087).
+
+Those bounds (median 4 occupied nodes, mean ARI 0.11) were read at seeds 2 and 3 alone, and
+held there by the choice of seeds: at seeds 0-7 the same code gave a mean ARI of 0.098 and a
+median of 3 occupied nodes (a mean of 3.50; per seed 0.057-0.150). When a split came to draw
+its place's kind first (each empty kept node a kind of its own), seeds 2 and 3 fell to 0.100
+while seeds 0-7 rose to 0.103 (3.59 nodes). The test now reads seeds 0-7, with bounds set
+against the failure it guards (2-3 nodes, ARI 0.05-0.06) rather than at one pair of seeds:
+a mean ARI of 0.08 and a mean of 3.2 occupied nodes (seed noise moves the mean of 8 seeds by
+about 0.012 in ARI and 0.16 in nodes, so the failure sits 2 of those below the ARI bound).
 """
 
 import numpy as np
@@ -25,7 +34,7 @@ from streamtree.synthetic import planted_dirichlet_tree
 @pytest.mark.slow
 def test_small_epochs_keep_a_tree_that_follows_the_planted_nodes():
     aris, occupied = [], []
-    for seed in (2, 3):
+    for seed in range(8):
         corpus = planted_dirichlet_tree(np.random.default_rng(seed), n_features=1000, n_documents=60, n_epochs=8,
                                         doc_length=(30, 100))
         model = DTSSBP(max_depth=3, random_state=seed)
@@ -35,5 +44,5 @@ def test_small_epochs_keep_a_tree_that_follows_the_planted_nodes():
                 continue  # the first epoch has no window behind it
             aris.append(adjusted_rand_score(corpus.labels[t], tree.assignments))
             occupied.append(int((tree.counts > 0).sum()))
-    assert np.median(occupied) >= 4, occupied
-    assert np.mean(aris) >= 0.11, np.round(aris, 3)
+    assert np.mean(occupied) >= 3.2, occupied
+    assert np.mean(aris) >= 0.08, np.round(aris, 3)
