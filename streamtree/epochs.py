@@ -418,6 +418,13 @@ class Epoch:
 class Bucketer:
     """Group normalised rows by epoch key; see the module docstring.
 
+    The rows waiting in open epochs are kept as the parts they arrived in, each under a part
+    number, per epoch key. :meth:`waiting_with_ids` and :meth:`pop_ids` look ids up in an index
+    of the waiting rows' ids to the parts holding them, built at the first look-up (a replay,
+    which never looks ids up, never builds it) and then kept as rows are added, popped and
+    emitted, so that a look-up reads only the parts that hold one of its ids, however many
+    files wait in the open epochs.
+
     Parameters
     ----------
     spec : EpochSpec or str
@@ -426,7 +433,10 @@ class Bucketer:
 
     def __init__(self, spec: EpochSpec | str) -> None:
         self.spec = EpochSpec.parse(spec) if isinstance(spec, str) else spec
-        self._rows: dict[int, list[pa.Table]] = {}
+        self._rows: dict[int, dict[int, pa.Table]] = {}  # key -> {part number: rows}, in arrival order
+        self._part_key: dict[int, int] = {}  # part number -> its key
+        self._next_part = 0
+        self._id_parts: dict[str, list[int]] | None = None  # id -> numbers of the parts holding it
         self._rejects: dict[int, list[pa.Table]] = {}
         self._unplaced: list[pa.Table] = []
         self._schema: pa.Schema | None = None
@@ -480,7 +490,53 @@ class Bucketer:
                 table, keys = table.filter(pa.array(~is_late)), keys[~is_late]
         self.n_rows += table.num_rows
         for key, part in _split(table, keys):
-            self._rows.setdefault(key, []).append(part)
+            self._store(key, part)
+
+    def _store(self, key: int, part: pa.Table) -> None:
+        """File waiting rows under ``key`` as a new part (indexed, once the index exists)."""
+        number = self._next_part
+        self._next_part += 1
+        self._rows.setdefault(key, {})[number] = part
+        self._part_key[number] = key
+        if self._id_parts is not None:
+            self._index(number, part)
+
+    def _index(self, number: int, part: pa.Table) -> None:
+        index = self._id_parts
+        for x in part.column("id").to_pylist():
+            if x is None:
+                continue
+            held = index.get(x)
+            if held is None:
+                index[x] = [number]
+            elif held[-1] != number:  # an id twice in one part: the part once
+                held.append(number)
+
+    def _unindex(self, number: int, part: pa.Table) -> None:
+        index = self._id_parts
+        for x in part.column("id").to_pylist():
+            held = index.get(x)
+            if held is not None and number in held:
+                held.remove(number)
+                if not held:
+                    del index[x]
+
+    def _pop_key(self, key: int) -> list[pa.Table]:
+        """Remove and return the parts waiting under ``key`` (none: an empty list)."""
+        parts = self._rows.pop(key, {})
+        for number, part in parts.items():
+            del self._part_key[number]
+            if self._id_parts is not None:
+                self._unindex(number, part)
+        return list(parts.values())
+
+    def _id_index(self) -> dict[str, list[int]]:
+        if self._id_parts is None:
+            self._id_parts = {}
+            for parts in self._rows.values():
+                for number, part in parts.items():
+                    self._index(number, part)
+        return self._id_parts
 
     def add_rejects(self, rejects: pa.Table, place: bool = True) -> None:
         """File source rejects under their epoch (by ``time``/``epoch``) or the next one yielded;
@@ -519,20 +575,27 @@ class Bucketer:
         return self._with_ids(ids, pop=True)
 
     def _with_ids(self, ids, pop: bool) -> pa.Table:
-        wanted = pa.array(list(ids), pa.string())
+        ids = list(dict.fromkeys(ids))
+        index = self._id_index()
+        # the parts holding one of the ids, in key order and, within a key, in arrival order
+        numbers = sorted({(self._part_key[n], n) for x in ids for n in index.get(x, ())})
+        wanted = pa.array(ids, pa.string())
         found = []
-        for key in sorted(self._rows):
-            parts = self._rows[key]
-            hits = [np.asarray(pc.is_in(t.column("id"), value_set=wanted).to_numpy(zero_copy_only=False), dtype=bool)
-                    for t in parts]
-            found += [t.filter(pa.array(h)) for t, h in zip(parts, hits) if h.any()]
-            if pop and any(h.any() for h in hits):
-                kept = [t.filter(pa.array(~h)) if h.any() else t for t, h in zip(parts, hits)]
-                kept = [t for t in kept if t.num_rows]
-                if kept:
-                    self._rows[key] = kept
+        for key, number in numbers:
+            part = self._rows[key][number]
+            hit = np.asarray(pc.is_in(part.column("id"), value_set=wanted).to_numpy(zero_copy_only=False), dtype=bool)
+            found.append(part.filter(pa.array(hit)))
+            if pop:
+                kept = part.filter(pa.array(~hit))
+                if kept.num_rows:
+                    self._rows[key][number] = kept
                 else:
-                    del self._rows[key]
+                    del self._rows[key][number], self._part_key[number]
+                    if not self._rows[key]:
+                        del self._rows[key]
+        if pop:  # every row of these ids is out: every part holding one was read
+            for x in ids:
+                index.pop(x, None)
         out = pa.concat_tables(found) if found else (self._schema or pa.schema([])).empty_table()
         if pop:
             self.n_rows -= out.num_rows
@@ -548,7 +611,7 @@ class Bucketer:
             self._unplaced.extend(self._rejects.pop(k))
         if not keys:
             return None
-        out = pa.concat_tables([t for k in keys for t in self._rows.pop(k)])
+        out = pa.concat_tables([t for k in keys for t in self._pop_key(k)])
         self.n_rows -= out.num_rows
         return out
 
@@ -614,7 +677,7 @@ class Bucketer:
         next epoch keeps its own time), and the rejects waiting for the next epoch."""
         scalars = {"next_index": self._next_index, "closed_through": self._closed_through,
                    "max_key": self._max_key, "n_rows": self.n_rows, "n_late": self.n_late, "n_moved": self.n_moved}
-        rows = _keyed(self._rows, self._schema)
+        rows = _keyed({k: list(parts.values()) for k, parts in self._rows.items()}, self._schema)
         rejects = _keyed(self._rejects, REJECT_SCHEMA)
         unplaced = pa.concat_tables(self._unplaced) if self._unplaced else empty_rejects()
         return scalars, rows, rejects, unplaced
@@ -631,7 +694,7 @@ class Bucketer:
         if "key" in rows.column_names and rows.num_columns > 1:
             b._schema = rows.schema.remove(rows.schema.get_field_index("key"))
             for key, part in _split(rows.drop_columns(["key"]), int64_values(rows.column("key"))):
-                b._rows.setdefault(key, []).append(part)
+                b._store(key, part)
         for key, part in _split(rejects.select(REJECT_SCHEMA.names).cast(REJECT_SCHEMA),
                                 int64_values(rejects.column("key"))):
             b._rejects.setdefault(key, []).append(part)
@@ -640,7 +703,7 @@ class Bucketer:
         return b
 
     def _emit(self, key: int) -> Epoch:
-        parts = self._rows.pop(key, [])
+        parts = self._pop_key(key)
         if parts:
             rows = in_row_order(pa.concat_tables(parts))
         elif self._schema is not None:
