@@ -164,34 +164,50 @@ def time_resolution(times) -> str | None:
     """The coarsest of :data:`RESOLUTIONS` on whose starts every time of ``times`` (a timestamp
     array without nulls) falls: ``"year"`` for times that are years (January 1, midnight),
     ``"1d"`` for dates; None for times finer than seconds (or no times)."""
+    levels = resolution_levels(times)
+    return resolution_of_level(int(levels.max())) if levels.size else None
+
+
+def resolution_levels(times) -> np.ndarray:
+    """Per time of ``times`` (a timestamp array without nulls), the position in
+    :data:`RESOLUTIONS` of the coarsest on whose starts it falls, ``len(RESOLUTIONS)`` for a
+    time finer than seconds: the largest over some times is what they are dated to together
+    (:func:`resolution_of_level`)."""
     if isinstance(times, pa.ChunkedArray):
         times = times.combine_chunks()
-    if len(times) == 0:
-        return None
     us = int64_values(times)
-    for unit in ("1s", "1min", "1h", "1d"):
-        if np.any(us % EpochSpec.parse(unit).width):
-            finer = RESOLUTIONS.index(unit) + 1
-            return RESOLUTIONS[finer] if finer < len(RESOLUTIONS) else None
-    if np.any(int64_values(pc.day(times)) != 1):
-        return "1d"
-    return "month" if np.any(int64_values(pc.month(times)) != 1) else "year"
+    level = np.full(us.size, RESOLUTIONS.index("year"), dtype=np.int8)
+    undecided = np.ones(us.size, dtype=bool)
+    for unit in ("1s", "1min", "1h", "1d"):  # finest first: a time off the second is off the minute too
+        off = undecided & (us % EpochSpec.parse(unit).width != 0)
+        level[off] = RESOLUTIONS.index(unit) + 1
+        undecided &= ~off
+    if undecided.any():  # whole days: dates, months or years
+        days = times.filter(pa.array(undecided))
+        at = np.flatnonzero(undecided)
+        not_first = int64_values(pc.day(days)) != 1
+        level[at[not_first]] = RESOLUTIONS.index("1d")
+        not_january = ~not_first & (int64_values(pc.month(days)) != 1)
+        level[at[not_january]] = RESOLUTIONS.index("month")
+    return level
 
 
-def finer_resolution(a: str | None, b: str | None) -> str | None:
-    """The finer of two :func:`time_resolution` results (None is the finest)."""
-    if a is None or b is None:
-        return None
-    return max(a, b, key=RESOLUTIONS.index)
+def resolution_of_level(level: int) -> str | None:
+    """The :data:`RESOLUTIONS` entry at ``level`` (see :func:`resolution_levels`); None past the
+    finest (times finer than seconds)."""
+    return RESOLUTIONS[level] if level < len(RESOLUTIONS) else None
 
 
 def suggest_epoch(first_us: int, last_us: int, at_least: int = 5, resolution: str | None = None
                   ) -> tuple[str, int] | None:
     """The widest spec of :data:`EPOCH_CHOICES` that cuts the times ``first_us`` to ``last_us``
     into at least ``at_least`` epochs, with how many it makes; failing that the finest, if it
-    makes more than one; None if no choice separates them (times within one second). Never one
-    finer than the times' ``resolution`` (:func:`time_resolution`: years are not cut into
-    months, most of which no row would fall in)."""
+    makes more than one; None for times less than one second apart (the finest choice, a second,
+    would only cut them when they straddle a second's start: no useful epoch separates them).
+    Never one finer than the times' ``resolution`` (:func:`time_resolution`: years are not cut
+    into months, most of which no row would fall in)."""
+    if last_us - first_us < _US["s"]:
+        return None
     finest = None
     for text in EPOCH_CHOICES:
         n = epochs_spanned(EpochSpec.parse(text), first_us, last_us)
@@ -990,10 +1006,11 @@ class EpochReader:
         self._unplaced: list[pa.Table] = []
         self._out_of_range: list[int] = []
         self._times: dict[int, tuple[int, int]] = {}  # key -> earliest and latest time of its rows
+        self._levels: dict[int, int] = {}  # key -> what its rows' times are dated to (resolution_levels)
         #: the earliest and latest time of the rows kept (microseconds since 1970), after
         #: :meth:`scan`; None for rows without times
         self.time_span_us: tuple[int, int] | None = None
-        #: what the rows' times are dated to (:func:`time_resolution`), after :meth:`scan`
+        #: what the times of the rows kept are dated to (:func:`time_resolution`), after :meth:`scan`
         self.time_resolution: str | None = None
         self._scanned = False
 
@@ -1012,13 +1029,14 @@ class EpochReader:
                     self._rejects.append(reject_rows(table.filter(pa.array(~fresh)), DUPLICATE_ID))
                     table = table.filter(pa.array(fresh))
             keys = self.spec.keys(table)
-            timed = table.num_rows and "time" in table.column_names
-            if timed and (self.n_rows == 0 or self.time_resolution is not None):
-                here = time_resolution(table.column("time"))
-                self.time_resolution = here if self.n_rows == 0 else finer_resolution(self.time_resolution, here)
-            uniq, counts = np.unique(keys, return_counts=True)
+            uniq, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
             for k, c in zip(uniq.tolist(), counts.tolist()):
                 self._hist[k] = self._hist.get(k, 0) + c
+            if "time" in table.column_names:  # per key: the time range decides which keys are kept
+                levels = np.zeros(uniq.size, dtype=np.int8)
+                np.maximum.at(levels, inverse.ravel(), resolution_levels(table.column("time")))
+                for k, v in zip(uniq.tolist(), levels.tolist()):
+                    self._levels[k] = max(self._levels.get(k, v), v)
             self.n_rows += table.num_rows
             for key, part in _split(table, keys):
                 self._mem.setdefault(key, []).append(part)
@@ -1082,6 +1100,7 @@ class EpochReader:
         kept = sorted(k for k in self._hist if inside(k))
         if kept and all(k in self._times for k in kept):
             self.time_span_us = (min(self._times[k][0] for k in kept), max(self._times[k][1] for k in kept))
+            self.time_resolution = resolution_of_level(max(self._levels[k] for k in kept))
         for key, part in _split(placed, reject_keys):
             if not kept or not inside(key) or key < kept[0]:
                 self._unplaced.append(part)

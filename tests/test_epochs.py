@@ -228,6 +228,30 @@ def test_a_reader_knows_the_span_and_resolution_of_its_times_for_a_better_epoch(
         assert reader.time_span_us is None and reader.time_resolution is None
 
 
+def test_a_readers_time_resolution_is_that_of_the_rows_kept():
+    """The rows' span and what their times are dated to are both those of the rows the time range
+    keeps: years, though a row out of range (rejected) is dated to the second. Before, the
+    resolution was read before the range was decided, from every row (here: "1s", so that the hint
+    could offer months no kept row falls in). Times under a second apart get no --epoch."""
+    years = [datetime(1790 + i % 4, 1, 1, tzinfo=UTC) for i in range(40)]
+    stray = [datetime(2500, 3, 2, 5, 1, 2, tzinfo=UTC)]
+    with EpochReader([rows(years[:20]), rows(years[20:] + stray)], "10y") as reader:
+        reader.scan()
+        assert reader.key_range[1] is not None and reader.n_epochs == 1  # the stray row is out of range
+        first, last = reader.time_span_us
+        assert EPOCH0 + timedelta(microseconds=last) == datetime(1793, 1, 1, tzinfo=UTC)
+        assert reader.time_resolution == "year"
+    with EpochReader([rows(years[:20]), rows([datetime(1791, 3, 1, tzinfo=UTC)] + years[20:] + stray)], "10y") as reader:
+        reader.scan()
+        assert reader.time_resolution == "month"  # a kept row dated to a month
+    with EpochReader([rows(years + stray)], "10y", time_range="all") as reader:
+        reader.scan()
+        assert reader.time_resolution == "1s"  # all kept
+    t0 = int((datetime(2000, 1, 1, tzinfo=UTC) - EPOCH0) // timedelta(microseconds=1))
+    assert suggest_epoch(t0 - 100_000, t0 + 100_000) is None  # straddles a second's start: 1s would make 2
+    assert suggest_epoch(t0, t0 + 999_999) is None and suggest_epoch(t0, t0 + 1_000_000) == ("1s", 2)
+
+
 def test_column_epochs_do_not_fill_gaps():
     t = rows(None, epochs=[1800, 1790, 1820, 1790])
     eps = list(bucket([t], "column"))
