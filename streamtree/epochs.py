@@ -452,7 +452,8 @@ class Bucketer:
         self._rows: dict[int, dict[int, pa.Table]] = {}  # key -> {part number: rows}, in arrival order
         self._part_key: dict[int, int] = {}  # part number -> its key
         self._next_part = 0
-        self._id_parts: dict[str, list[int]] | None = None  # id -> numbers of the parts holding it
+        # id -> the number of the part holding it, or a list of them (an id in several parts)
+        self._id_parts: dict[str, int | list[int]] | None = None
         self._rejects: dict[int, list[pa.Table]] = {}
         self._unplaced: list[pa.Table] = []
         self._schema: pa.Schema | None = None
@@ -515,43 +516,66 @@ class Bucketer:
         self._rows.setdefault(key, {})[number] = part
         self._part_key[number] = key
         if self._id_parts is not None:
-            self._index(number, part)
+            self._index({number: part})
 
-    def _index(self, number: int, part: pa.Table) -> None:
+    @staticmethod
+    def _ids_of(parts: dict[int, pa.Table]) -> tuple[list, list[int]]:
+        """The ids of ``parts`` (number -> rows) and, aligned, the number of each one's part."""
+        ids: list = []
+        numbers: list[int] = []
+        for number, part in parts.items():
+            ids += part.column("id").to_pylist()
+            numbers += [number] * part.num_rows
+        return ids, numbers
+
+    def _index(self, parts: dict[int, pa.Table]) -> None:
+        """Add the ids of ``parts`` (number -> rows) to the index: each id maps to its part's
+        number, or to a list of numbers when several parts hold it."""
         index = self._id_parts
-        for x in part.column("id").to_pylist():
-            if x is None:
-                continue
+        ids, numbers = self._ids_of(parts)
+        new = dict(zip(ids, numbers))
+        if len(new) == len(ids) and None not in new and new.keys().isdisjoint(index.keys()):
+            index.update(new)  # the usual case: ids not yet held, each once
+            return
+        for x, number in zip(ids, numbers):
             held = index.get(x)
+            if x is None or held == number:
+                continue
             if held is None:
-                index[x] = [number]
-            elif held[-1] != number:  # an id twice in one part: the part once
+                index[x] = number
+            elif not isinstance(held, list):
+                index[x] = [held, number]
+            elif number not in held:
                 held.append(number)
 
-    def _unindex(self, number: int, part: pa.Table) -> None:
+    def _unindex(self, parts: dict[int, pa.Table]) -> None:
+        """Take the ids of ``parts`` (number -> rows), which leave the bucketer, out of the index."""
         index = self._id_parts
-        for x in part.column("id").to_pylist():
-            held = index.get(x)
-            if held is not None and number in held:
-                held.remove(number)
-                if not held:
-                    del index[x]
+        for x, number in zip(*self._ids_of(parts)):
+            held = index.pop(x, None)
+            if held is None or held == number:
+                continue
+            if not isinstance(held, list):  # held by another part only
+                index[x] = held
+                continue
+            left = [n for n in held if n != number]  # the id is in other parts too: they stay
+            index[x] = left if len(left) > 1 else left[0]
 
     def _pop_key(self, key: int) -> list[pa.Table]:
         """Remove and return the parts waiting under ``key`` (none: an empty list)."""
         parts = self._rows.pop(key, {})
-        for number, part in parts.items():
+        for number in parts:
             del self._part_key[number]
-            if self._id_parts is not None:
-                self._unindex(number, part)
+        if parts and self._id_parts is not None:
+            self._unindex(parts)
         return list(parts.values())
 
-    def _id_index(self) -> dict[str, list[int]]:
+    def _id_index(self) -> dict[str, int | list[int]]:
         if self._id_parts is None:
             self._id_parts = {}
-            for parts in self._rows.values():
-                for number, part in parts.items():
-                    self._index(number, part)
+            parts = {n: t for held in self._rows.values() for n, t in held.items()}
+            if parts:
+                self._index(parts)
         return self._id_parts
 
     def add_rejects(self, rejects: pa.Table, place: bool = True) -> None:
@@ -594,7 +618,9 @@ class Bucketer:
         ids = list(dict.fromkeys(ids))
         index = self._id_index()
         # the parts holding one of the ids, in key order and, within a key, in arrival order
-        numbers = sorted({(self._part_key[n], n) for x in ids for n in index.get(x, ())})
+        held = (index.get(x) for x in ids)
+        numbers = sorted({(self._part_key[n], n) for h in held if h is not None
+                          for n in (h if isinstance(h, list) else (h,))})
         wanted = pa.array(ids, pa.string())
         found = []
         for key, number in numbers:
