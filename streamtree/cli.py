@@ -919,7 +919,13 @@ def few_epochs_hint(n_epochs: int, time_span_us, epoch: str, resolution: str | N
     span = last - first
     if n_epochs == 2 and span >= nominal_width_us(spec):
         return None
-    unit = "D" if span >= 2 * 86_400_000_000 else "s"
+    # the ends as finely as shows them apart (and a single time as finely as it is given)
+    if span >= 2 * 86_400_000_000:
+        unit = "D"
+    elif span >= 1_000_000 or (first % 1_000_000 == 0 and last % 1_000_000 == 0):
+        unit = "s"
+    else:
+        unit = "ms" if first % 1000 == 0 and last % 1000 == 0 else "us"
     when = lambda us: str(np.datetime_as_string(np.datetime64(us, "us"), unit=unit))  # noqa: E731
     made = (f"{n_epochs} epoch{'s' * (n_epochs != 1)} of --epoch {epoch}{' (the default)' if default else ''}")
     if span == 0:

@@ -52,7 +52,9 @@ class EpochTree:
     assignments : ndarray of int64, shape (n_documents,)
         Node id of each row of the epoch's input matrix.
     died : ndarray of int64
-        Ids of nodes alive at the previous epoch that are gone after this one.
+        Ids of nodes alive at the previous epoch that are gone after this one, those that merged
+        into another included (the data model: they are gone from the tree); the views count a
+        merge as the node's end, not also as a death (:attr:`merged`, :attr:`died_unmerged`).
     label : str or None
         Optional human label of the epoch (e.g. ``"1790s"``).
     events : Events
@@ -87,6 +89,22 @@ class EpochTree:
         """Nodes holding documents of this epoch, themselves or below them. The others are
         alive only through the stick window's past documents and die when those leave it."""
         return int(np.count_nonzero(self.subtree_counts))
+
+    @property
+    def merged(self) -> dict[int, int]:
+        """The nodes of the previous tree that merged into another in this epoch, each with the
+        node it merged into (from :attr:`events`: none when they hold no merges)."""
+        merges = self.events.event == "merged_into"
+        return dict(zip(self.events.node_id[merges].tolist(), self.events.other_id[merges].tolist()))
+
+    @property
+    def died_unmerged(self) -> np.ndarray:
+        """:attr:`died` less the nodes that merged into another: the deaths the views count
+        (``streamtree show``, the report, :meth:`format`), a merge being the node's end."""
+        merged = self.merged
+        if not merged:
+            return self.died
+        return self.died[np.fromiter((int(n) not in merged for n in self.died.tolist()), dtype=bool, count=self.died.size)]
 
     def index_of(self, node_id: int) -> int:
         """Row of ``node_id`` in the per-node arrays (KeyError if absent)."""
@@ -227,7 +245,9 @@ class EpochTree:
         Each line: indentation by depth, node id, documents in the subtree, documents at the
         node, mass, and (with a vocabulary) words: each node's :meth:`label_words` given the
         epoch's input ``X`` (as a store shows word distributions), else its theta's largest
-        entries (as a store shows vMF directions). ``*`` marks nodes born in this epoch.
+        entries (as a store shows vMF directions). ``*`` marks nodes born in this epoch. The
+        nodes of the previous epoch that are gone end the text: ``merged: 2 -> 1`` for those
+        merged into another, ``died:`` for the others (a merged node is not listed as died too).
         """
         words = None
         if vocabulary is not None:
@@ -243,6 +263,9 @@ class EpochTree:
             if words is not None:
                 text += "  " + " ".join(words[k])
             lines.append(text)
-        if self.died.size:
-            lines.append("died: " + ", ".join(str(int(i)) for i in self.died))
+        merged, died = self.merged, self.died_unmerged
+        if merged:
+            lines.append("merged: " + ", ".join(f"{a} -> {b}" for a, b in merged.items()))
+        if died.size:
+            lines.append("died: " + ", ".join(str(int(i)) for i in died))
         return "\n".join(lines)

@@ -164,34 +164,50 @@ def time_resolution(times) -> str | None:
     """The coarsest of :data:`RESOLUTIONS` on whose starts every time of ``times`` (a timestamp
     array without nulls) falls: ``"year"`` for times that are years (January 1, midnight),
     ``"1d"`` for dates; None for times finer than seconds (or no times)."""
+    levels = resolution_levels(times)
+    return resolution_of_level(int(levels.max())) if levels.size else None
+
+
+def resolution_levels(times) -> np.ndarray:
+    """Per time of ``times`` (a timestamp array without nulls), the position in
+    :data:`RESOLUTIONS` of the coarsest on whose starts it falls, ``len(RESOLUTIONS)`` for a
+    time finer than seconds: the largest over some times is what they are dated to together
+    (:func:`resolution_of_level`)."""
     if isinstance(times, pa.ChunkedArray):
         times = times.combine_chunks()
-    if len(times) == 0:
-        return None
     us = int64_values(times)
-    for unit in ("1s", "1min", "1h", "1d"):
-        if np.any(us % EpochSpec.parse(unit).width):
-            finer = RESOLUTIONS.index(unit) + 1
-            return RESOLUTIONS[finer] if finer < len(RESOLUTIONS) else None
-    if np.any(int64_values(pc.day(times)) != 1):
-        return "1d"
-    return "month" if np.any(int64_values(pc.month(times)) != 1) else "year"
+    level = np.full(us.size, RESOLUTIONS.index("year"), dtype=np.int8)
+    undecided = np.ones(us.size, dtype=bool)
+    for unit in ("1s", "1min", "1h", "1d"):  # finest first: a time off the second is off the minute too
+        off = undecided & (us % EpochSpec.parse(unit).width != 0)
+        level[off] = RESOLUTIONS.index(unit) + 1
+        undecided &= ~off
+    if undecided.any():  # whole days: dates, months or years
+        days = times.filter(pa.array(undecided))
+        at = np.flatnonzero(undecided)
+        not_first = int64_values(pc.day(days)) != 1
+        level[at[not_first]] = RESOLUTIONS.index("1d")
+        not_january = ~not_first & (int64_values(pc.month(days)) != 1)
+        level[at[not_january]] = RESOLUTIONS.index("month")
+    return level
 
 
-def finer_resolution(a: str | None, b: str | None) -> str | None:
-    """The finer of two :func:`time_resolution` results (None is the finest)."""
-    if a is None or b is None:
-        return None
-    return max(a, b, key=RESOLUTIONS.index)
+def resolution_of_level(level: int) -> str | None:
+    """The :data:`RESOLUTIONS` entry at ``level`` (see :func:`resolution_levels`); None past the
+    finest (times finer than seconds)."""
+    return RESOLUTIONS[level] if level < len(RESOLUTIONS) else None
 
 
 def suggest_epoch(first_us: int, last_us: int, at_least: int = 5, resolution: str | None = None
                   ) -> tuple[str, int] | None:
     """The widest spec of :data:`EPOCH_CHOICES` that cuts the times ``first_us`` to ``last_us``
     into at least ``at_least`` epochs, with how many it makes; failing that the finest, if it
-    makes more than one; None if no choice separates them (times within one second). Never one
-    finer than the times' ``resolution`` (:func:`time_resolution`: years are not cut into
-    months, most of which no row would fall in)."""
+    makes more than one; None for times less than one second apart (the finest choice, a second,
+    would only cut them when they straddle a second's start: no useful epoch separates them).
+    Never one finer than the times' ``resolution`` (:func:`time_resolution`: years are not cut
+    into months, most of which no row would fall in)."""
+    if last_us - first_us < _US["s"]:
+        return None
     finest = None
     for text in EPOCH_CHOICES:
         n = epochs_spanned(EpochSpec.parse(text), first_us, last_us)
@@ -418,6 +434,13 @@ class Epoch:
 class Bucketer:
     """Group normalised rows by epoch key; see the module docstring.
 
+    The rows waiting in open epochs are kept as the parts they arrived in, each under a part
+    number, per epoch key. :meth:`waiting_with_ids` and :meth:`pop_ids` look ids up in an index
+    of the waiting rows' ids to the parts holding them, built at the first look-up (a replay,
+    which never looks ids up, never builds it) and then kept as rows are added, popped and
+    emitted, so that a look-up reads only the parts that hold one of its ids, however many
+    files wait in the open epochs.
+
     Parameters
     ----------
     spec : EpochSpec or str
@@ -426,7 +449,11 @@ class Bucketer:
 
     def __init__(self, spec: EpochSpec | str) -> None:
         self.spec = EpochSpec.parse(spec) if isinstance(spec, str) else spec
-        self._rows: dict[int, list[pa.Table]] = {}
+        self._rows: dict[int, dict[int, pa.Table]] = {}  # key -> {part number: rows}, in arrival order
+        self._part_key: dict[int, int] = {}  # part number -> its key
+        self._next_part = 0
+        # id -> the number of the part holding it, or a list of them (an id in several parts)
+        self._id_parts: dict[str, int | list[int]] | None = None
         self._rejects: dict[int, list[pa.Table]] = {}
         self._unplaced: list[pa.Table] = []
         self._schema: pa.Schema | None = None
@@ -480,7 +507,76 @@ class Bucketer:
                 table, keys = table.filter(pa.array(~is_late)), keys[~is_late]
         self.n_rows += table.num_rows
         for key, part in _split(table, keys):
-            self._rows.setdefault(key, []).append(part)
+            self._store(key, part)
+
+    def _store(self, key: int, part: pa.Table) -> None:
+        """File waiting rows under ``key`` as a new part (indexed, once the index exists)."""
+        number = self._next_part
+        self._next_part += 1
+        self._rows.setdefault(key, {})[number] = part
+        self._part_key[number] = key
+        if self._id_parts is not None:
+            self._index({number: part})
+
+    @staticmethod
+    def _ids_of(parts: dict[int, pa.Table]) -> tuple[list, list[int]]:
+        """The ids of ``parts`` (number -> rows) and, aligned, the number of each one's part."""
+        ids: list = []
+        numbers: list[int] = []
+        for number, part in parts.items():
+            ids += part.column("id").to_pylist()
+            numbers += [number] * part.num_rows
+        return ids, numbers
+
+    def _index(self, parts: dict[int, pa.Table]) -> None:
+        """Add the ids of ``parts`` (number -> rows) to the index: each id maps to its part's
+        number, or to a list of numbers when several parts hold it."""
+        index = self._id_parts
+        ids, numbers = self._ids_of(parts)
+        new = dict(zip(ids, numbers))
+        if len(new) == len(ids) and None not in new and new.keys().isdisjoint(index.keys()):
+            index.update(new)  # the usual case: ids not yet held, each once
+            return
+        for x, number in zip(ids, numbers):
+            held = index.get(x)
+            if x is None or held == number:
+                continue
+            if held is None:
+                index[x] = number
+            elif not isinstance(held, list):
+                index[x] = [held, number]
+            elif number not in held:
+                held.append(number)
+
+    def _unindex(self, parts: dict[int, pa.Table]) -> None:
+        """Take the ids of ``parts`` (number -> rows), which leave the bucketer, out of the index."""
+        index = self._id_parts
+        for x, number in zip(*self._ids_of(parts)):
+            held = index.pop(x, None)
+            if held is None or held == number:
+                continue
+            if not isinstance(held, list):  # held by another part only
+                index[x] = held
+                continue
+            left = [n for n in held if n != number]  # the id is in other parts too: they stay
+            index[x] = left if len(left) > 1 else left[0]
+
+    def _pop_key(self, key: int) -> list[pa.Table]:
+        """Remove and return the parts waiting under ``key`` (none: an empty list)."""
+        parts = self._rows.pop(key, {})
+        for number in parts:
+            del self._part_key[number]
+        if parts and self._id_parts is not None:
+            self._unindex(parts)
+        return list(parts.values())
+
+    def _id_index(self) -> dict[str, int | list[int]]:
+        if self._id_parts is None:
+            self._id_parts = {}
+            parts = {n: t for held in self._rows.values() for n, t in held.items()}
+            if parts:
+                self._index(parts)
+        return self._id_parts
 
     def add_rejects(self, rejects: pa.Table, place: bool = True) -> None:
         """File source rejects under their epoch (by ``time``/``epoch``) or the next one yielded;
@@ -519,20 +615,29 @@ class Bucketer:
         return self._with_ids(ids, pop=True)
 
     def _with_ids(self, ids, pop: bool) -> pa.Table:
-        wanted = pa.array(list(ids), pa.string())
+        ids = list(dict.fromkeys(ids))
+        index = self._id_index()
+        # the parts holding one of the ids, in key order and, within a key, in arrival order
+        held = (index.get(x) for x in ids)
+        numbers = sorted({(self._part_key[n], n) for h in held if h is not None
+                          for n in (h if isinstance(h, list) else (h,))})
+        wanted = pa.array(ids, pa.string())
         found = []
-        for key in sorted(self._rows):
-            parts = self._rows[key]
-            hits = [np.asarray(pc.is_in(t.column("id"), value_set=wanted).to_numpy(zero_copy_only=False), dtype=bool)
-                    for t in parts]
-            found += [t.filter(pa.array(h)) for t, h in zip(parts, hits) if h.any()]
-            if pop and any(h.any() for h in hits):
-                kept = [t.filter(pa.array(~h)) if h.any() else t for t, h in zip(parts, hits)]
-                kept = [t for t in kept if t.num_rows]
-                if kept:
-                    self._rows[key] = kept
+        for key, number in numbers:
+            part = self._rows[key][number]
+            hit = np.asarray(pc.is_in(part.column("id"), value_set=wanted).to_numpy(zero_copy_only=False), dtype=bool)
+            found.append(part.filter(pa.array(hit)))
+            if pop:
+                kept = part.filter(pa.array(~hit))
+                if kept.num_rows:
+                    self._rows[key][number] = kept
                 else:
-                    del self._rows[key]
+                    del self._rows[key][number], self._part_key[number]
+                    if not self._rows[key]:
+                        del self._rows[key]
+        if pop:  # every row of these ids is out: every part holding one was read
+            for x in ids:
+                index.pop(x, None)
         out = pa.concat_tables(found) if found else (self._schema or pa.schema([])).empty_table()
         if pop:
             self.n_rows -= out.num_rows
@@ -548,7 +653,7 @@ class Bucketer:
             self._unplaced.extend(self._rejects.pop(k))
         if not keys:
             return None
-        out = pa.concat_tables([t for k in keys for t in self._rows.pop(k)])
+        out = pa.concat_tables([t for k in keys for t in self._pop_key(k)])
         self.n_rows -= out.num_rows
         return out
 
@@ -614,7 +719,7 @@ class Bucketer:
         next epoch keeps its own time), and the rejects waiting for the next epoch."""
         scalars = {"next_index": self._next_index, "closed_through": self._closed_through,
                    "max_key": self._max_key, "n_rows": self.n_rows, "n_late": self.n_late, "n_moved": self.n_moved}
-        rows = _keyed(self._rows, self._schema)
+        rows = _keyed({k: list(parts.values()) for k, parts in self._rows.items()}, self._schema)
         rejects = _keyed(self._rejects, REJECT_SCHEMA)
         unplaced = pa.concat_tables(self._unplaced) if self._unplaced else empty_rejects()
         return scalars, rows, rejects, unplaced
@@ -631,7 +736,7 @@ class Bucketer:
         if "key" in rows.column_names and rows.num_columns > 1:
             b._schema = rows.schema.remove(rows.schema.get_field_index("key"))
             for key, part in _split(rows.drop_columns(["key"]), int64_values(rows.column("key"))):
-                b._rows.setdefault(key, []).append(part)
+                b._store(key, part)
         for key, part in _split(rejects.select(REJECT_SCHEMA.names).cast(REJECT_SCHEMA),
                                 int64_values(rejects.column("key"))):
             b._rejects.setdefault(key, []).append(part)
@@ -640,7 +745,7 @@ class Bucketer:
         return b
 
     def _emit(self, key: int) -> Epoch:
-        parts = self._rows.pop(key, [])
+        parts = self._pop_key(key)
         if parts:
             rows = in_row_order(pa.concat_tables(parts))
         elif self._schema is not None:
@@ -927,10 +1032,11 @@ class EpochReader:
         self._unplaced: list[pa.Table] = []
         self._out_of_range: list[int] = []
         self._times: dict[int, tuple[int, int]] = {}  # key -> earliest and latest time of its rows
+        self._levels: dict[int, int] = {}  # key -> what its rows' times are dated to (resolution_levels)
         #: the earliest and latest time of the rows kept (microseconds since 1970), after
         #: :meth:`scan`; None for rows without times
         self.time_span_us: tuple[int, int] | None = None
-        #: what the rows' times are dated to (:func:`time_resolution`), after :meth:`scan`
+        #: what the times of the rows kept are dated to (:func:`time_resolution`), after :meth:`scan`
         self.time_resolution: str | None = None
         self._scanned = False
 
@@ -949,13 +1055,14 @@ class EpochReader:
                     self._rejects.append(reject_rows(table.filter(pa.array(~fresh)), DUPLICATE_ID))
                     table = table.filter(pa.array(fresh))
             keys = self.spec.keys(table)
-            timed = table.num_rows and "time" in table.column_names
-            if timed and (self.n_rows == 0 or self.time_resolution is not None):
-                here = time_resolution(table.column("time"))
-                self.time_resolution = here if self.n_rows == 0 else finer_resolution(self.time_resolution, here)
-            uniq, counts = np.unique(keys, return_counts=True)
+            uniq, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
             for k, c in zip(uniq.tolist(), counts.tolist()):
                 self._hist[k] = self._hist.get(k, 0) + c
+            if "time" in table.column_names:  # per key: the time range decides which keys are kept
+                levels = np.zeros(uniq.size, dtype=np.int8)
+                np.maximum.at(levels, inverse.ravel(), resolution_levels(table.column("time")))
+                for k, v in zip(uniq.tolist(), levels.tolist()):
+                    self._levels[k] = max(self._levels.get(k, v), v)
             self.n_rows += table.num_rows
             for key, part in _split(table, keys):
                 self._mem.setdefault(key, []).append(part)
@@ -1019,6 +1126,7 @@ class EpochReader:
         kept = sorted(k for k in self._hist if inside(k))
         if kept and all(k in self._times for k in kept):
             self.time_span_us = (min(self._times[k][0] for k in kept), max(self._times[k][1] for k in kept))
+            self.time_resolution = resolution_of_level(max(self._levels[k] for k in kept))
         for key, part in _split(placed, reject_keys):
             if not kept or not inside(key) or key < kept[0]:
                 self._unplaced.append(part)

@@ -484,8 +484,9 @@ class DTSSBP(BaseEstimator):
         self._last_tree = tree
         self.kappa0_ = getattr(self.likelihood_, "kappa0", None)
         self.predictive_ = self._predictive_kernel(normalized=True)
-        logger.info("epoch %s: %d documents, %d nodes (%d born, %d died) in %.2fs", epoch, X.shape[0],
-                    tree.n_nodes, int(np.sum(tree.born == epoch)), tree.died.size, time.perf_counter() - start)
+        logger.info("epoch %s: %d documents, %d nodes (%d born, %d died, %d merged) in %.2fs", epoch, X.shape[0],
+                    tree.n_nodes, int(np.sum(tree.born == epoch)), tree.died_unmerged.size, len(tree.merged),
+                    time.perf_counter() - start)
         return self
 
     def _sample_epoch(self, X, epoch: int, label: str | None, callback, last: EpochTree | None) -> EpochTree:

@@ -312,6 +312,31 @@ def test_a_replay_into_one_epoch_says_so_with_an_epoch_that_makes_several(tmp_pa
             "would make 5 epochs") in out
 
 
+def test_the_few_epochs_hint_for_times_under_a_second_apart_suggests_no_epoch_and_shows_them_apart():
+    """Times less than a second apart: no --epoch separates them usefully (1s cuts them only when
+    they straddle a second's start), and the ends are printed finely enough to differ. Before,
+    the hint said they spanned 0.2 seconds, offered --epoch 1s for 2 epochs, and printed both
+    ends to the second."""
+    from datetime import datetime, timedelta, timezone
+
+    from streamtree.cli import few_epochs_hint
+
+    def us(*a):
+        return (datetime(*a, tzinfo=timezone.utc) - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(microseconds=1)
+
+    straddling = few_epochs_hint(2, [us(1999, 12, 31, 23, 59, 59, 900_000), us(2000, 1, 1, 0, 0, 0, 100_000)], "10y",
+                                 None, default=True)
+    assert "spanning 0.2 seconds (1999-12-31T23:59:59.900 .. 2000-01-01T00:00:00.100)" in straddling
+    assert "--epoch 1s" not in straddling and "within a second of one another, which no --epoch separates" in straddling
+    within = few_epochs_hint(1, [us(2000, 1, 1, 0, 0, 0, 100_001), us(2000, 1, 1, 0, 0, 0, 900_000)], "1s", None)
+    assert "(2000-01-01T00:00:00.100001 .. 2000-01-01T00:00:00.900000)" in within
+    # a second or more apart: to the second, and an --epoch
+    apart = few_epochs_hint(1, [us(2000, 1, 1, 0, 0, 0, 900_000), us(2000, 1, 1, 0, 0, 5, 100_000)], "10y", None)
+    assert "(2000-01-01T00:00:00 .. 2000-01-01T00:00:05)" in apart and "--epoch 1s would make 6 epochs" in apart
+    same = few_epochs_hint(1, [us(2000, 1, 1, 0, 0, 0, 250_000)] * 2, "10y", None)
+    assert "every document has the same time (2000-01-01T00:00:00.250)" in same
+
+
 def call(argv) -> int:
     """main()'s exit status, whether it returns it or argparse exits."""
     try:

@@ -122,3 +122,19 @@ def test_a_one_document_node_lists_the_epochs_common_terms_first():
     ], dtype=np.float64))
     tree = dataclasses.replace(tree, assignments=np.array([1, 2, 2]))
     assert tree.label_words(VOCAB, X, n=3)[tree.index_of(1)] == ["d", "c", "a"]  # held by 3, 2, 1 documents
+
+
+def test_a_node_that_merged_is_listed_as_merged_not_also_died():
+    """The tree's ``died`` keeps every node gone since the previous epoch (the data model); its
+    text and counts say a merged node's end once, as the merge, as ``streamtree show`` and the
+    report do. Before, ``format`` listed it under 'died' and said nothing of the merge."""
+    from streamtree.events import epoch_events
+
+    tree = make_tree(1, [0, 1], [-1, 0], [0, 0], died=[2, 3])
+    events = epoch_events(1, [0, 1, 2, 3], [-1, 0, 0, 0], [0, 1], [-1, 0], [(2, "merged_into", 1)])
+    tree = dataclasses.replace(tree, events=events)
+    assert tree.merged == {2: 1} and tree.died_unmerged.tolist() == [3] and tree.died.tolist() == [2, 3]
+    assert tree.format().splitlines()[-2:] == ["merged: 2 -> 1", "died: 3"]
+    # without recorded merges (a tree read back without its events), every gone node died
+    plain = make_tree(1, [0, 1], [-1, 0], [0, 0], died=[2, 3])
+    assert plain.merged == {} and plain.died_unmerged.tolist() == [2, 3] and plain.format().endswith("died: 2, 3")

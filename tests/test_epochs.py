@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -227,6 +228,30 @@ def test_a_reader_knows_the_span_and_resolution_of_its_times_for_a_better_epoch(
         assert reader.time_span_us is None and reader.time_resolution is None
 
 
+def test_a_readers_time_resolution_is_that_of_the_rows_kept():
+    """The rows' span and what their times are dated to are both those of the rows the time range
+    keeps: years, though a row out of range (rejected) is dated to the second. Before, the
+    resolution was read before the range was decided, from every row (here: "1s", so that the hint
+    could offer months no kept row falls in). Times under a second apart get no --epoch."""
+    years = [datetime(1790 + i % 4, 1, 1, tzinfo=UTC) for i in range(40)]
+    stray = [datetime(2500, 3, 2, 5, 1, 2, tzinfo=UTC)]
+    with EpochReader([rows(years[:20]), rows(years[20:] + stray)], "10y") as reader:
+        reader.scan()
+        assert reader.key_range[1] is not None and reader.n_epochs == 1  # the stray row is out of range
+        first, last = reader.time_span_us
+        assert EPOCH0 + timedelta(microseconds=last) == datetime(1793, 1, 1, tzinfo=UTC)
+        assert reader.time_resolution == "year"
+    with EpochReader([rows(years[:20]), rows([datetime(1791, 3, 1, tzinfo=UTC)] + years[20:] + stray)], "10y") as reader:
+        reader.scan()
+        assert reader.time_resolution == "month"  # a kept row dated to a month
+    with EpochReader([rows(years + stray)], "10y", time_range="all") as reader:
+        reader.scan()
+        assert reader.time_resolution == "1s"  # all kept
+    t0 = int((datetime(2000, 1, 1, tzinfo=UTC) - EPOCH0) // timedelta(microseconds=1))
+    assert suggest_epoch(t0 - 100_000, t0 + 100_000) is None  # straddles a second's start: 1s would make 2
+    assert suggest_epoch(t0, t0 + 999_999) is None and suggest_epoch(t0, t0 + 1_000_000) == ("1s", 2)
+
+
 def test_column_epochs_do_not_fill_gaps():
     t = rows(None, epochs=[1800, 1790, 1820, 1790])
     eps = list(bucket([t], "column"))
@@ -326,6 +351,79 @@ def test_pop_rows_before_takes_the_old_rows_out_of_a_streams_first_epoch():
     eps = list(b.pop_through(b.max_key))
     assert [(e.label, e.n_rows) for e in eps] == [("2026-03-01", 1), ("2026-03-02", 1)]
     assert eps[0].rejects.column("position").to_pylist() == [0]
+
+
+def _scan_with_ids(b: Bucketer, ids) -> list:
+    """The waiting rows holding one of ``ids``, read from every part: (key, source, position, id)."""
+    return [(key, s, p, x) for key in sorted(b._rows) for part in b._rows[key].values()
+            for s, p, x in zip(part.column("source").to_pylist(), part.column("position").to_pylist(),
+                               part.column("id").to_pylist()) if x in ids]
+
+
+def _index_from_scratch(b: Bucketer) -> dict:
+    index: dict = {}
+    for parts in b._rows.values():
+        for number, part in parts.items():
+            for x in part.column("id").to_pylist():
+                index.setdefault(x, set()).add(number)
+    return {x: sorted(n) for x, n in index.items()}
+
+
+def test_the_waiting_ids_index_stays_that_of_the_waiting_rows(monkeypatch):
+    """Looking ids up reads only the parts that hold them (not every file waiting in the open
+    epochs), and the index of waiting ids stays the one a scan would build through adds, look-ups,
+    pops, old rows taken out, epochs emitted, and a restore."""
+    rng = np.random.default_rng(3)
+    spec = EpochSpec.parse("1d")
+    day0 = datetime(2026, 3, 1, 12, tzinfo=UTC)
+
+    def file(f, n, days):
+        return pa.table({"source": pa.array([f"f{f:04d}"] * n), "position": pa.array(np.arange(n, dtype=np.int64)),
+                         "id": pa.array([f"x{int(i)}" for i in rng.integers(0, 60, n)]),
+                         "text": pa.array(["t"] * n),
+                         "time": pa.array([day0 + timedelta(days=int(d)) for d in rng.integers(0, days, n)],
+                                          pa.timestamp("us", tz="UTC"))})
+
+    def check(b):
+        for ids in (["x1"], ["x2", "x3", "x2"], ["nope"]):
+            got = b.waiting_with_ids(ids)
+            keys = spec.keys(got) if got.num_rows else []
+            assert [(int(k), s, p, x) for k, s, p, x in zip(keys, got.column("source").to_pylist(),
+                    got.column("position").to_pylist(), got.column("id").to_pylist())] == _scan_with_ids(b, ids)
+        assert {x: sorted(n) if isinstance(n, list) else [n] for x, n in b._id_parts.items()} == _index_from_scratch(b)
+        assert set(b._part_key) == {n for parts in b._rows.values() for n in parts}
+
+    b = Bucketer(spec)
+    for f in range(40):
+        b.add(file(f, 5, 3))
+    calls = []
+    is_in = pc.is_in
+    monkeypatch.setattr(pc, "is_in", lambda *a, **k: calls.append(1) or is_in(*a, **k))
+    wanted = _scan_with_ids(b, ["x7"])
+    b.waiting_with_ids(["x7"])
+    assert 0 < len(calls) <= len({(s, k) for k, s, _, _ in wanted}) < 40
+    monkeypatch.undo()
+    check(b)
+    for step in range(30):
+        op = step % 5
+        if op == 0:
+            b.add(file(100 + step, int(rng.integers(1, 8)), 4))
+        elif op == 1:
+            ids = ["x4", f"x{step}", "x5"]
+            expected = _scan_with_ids(b, ids)
+            popped = b.pop_ids(ids)
+            assert list(zip(popped.column("source").to_pylist(), popped.column("position").to_pylist())) == \
+                [(s, p) for _, s, p, _ in expected]
+            assert _scan_with_ids(b, ids) == []
+        elif op == 2 and step == 12:
+            b.pop_rows_before(min(b._rows) + 1)
+        elif op == 3 and step >= 18:
+            list(b.pop_through(min(b._rows)))
+        elif op == 4:
+            state = b.state()
+            b = Bucketer.restore(spec, *state)
+            assert b._id_parts is None  # built again at the first look-up
+        check(b)
 
 
 def test_id_window_remembers_waiting_ids_and_the_last_published_epochs():

@@ -288,3 +288,35 @@ def test_gaussian_evolving_tree_figure2():
     assert t0.parent[t0.index_of(majors[0]["A1"])] == majors[0]["A"]
     for name in ("A", "B"):
         assert t0.parent[t0.index_of(majors[0][name])] == majors[0]["root"]
+
+
+def test_the_epoch_log_line_counts_a_merged_node_as_merged_not_also_died(caplog, monkeypatch):
+    """The per-epoch log line counts as ``streamtree show`` and the report do: a node that merged
+    into another is a merge, not also a death (the tree's ``died`` keeps it, as the store does)."""
+    import dataclasses
+    import logging
+
+    from streamtree.events import Events
+
+    epochs = small_vmf_epochs(n_epochs=2)
+    model = DTSSBP(likelihood="vmf", kappa0=1e3, n_sweeps=3, random_state=0)
+    model.partial_fit(epochs[0])
+    sample = model._sample_epoch
+
+    def with_a_merge(*args, **kwargs):  # the sampler's tree, with one more node gone by a merge into the root
+        tree = sample(*args, **kwargs)
+        gone, root, ev = 10**6, int(tree.node_ids[tree.parent == -1][0]), tree.events
+        events = Events(np.append(ev.epoch, [tree.epoch] * 2), np.append(ev.node_id, [gone, gone]),
+                        np.append(ev.event, np.array(["died", "merged_into"], dtype=object)),
+                        np.append(ev.other_id, [-1, root]))
+        return dataclasses.replace(tree, died=np.append(tree.died, gone), events=events)
+
+    monkeypatch.setattr(model, "_sample_epoch", with_a_merge)
+    with caplog.at_level(logging.INFO, logger="streamtree.model"):
+        model.partial_fit(epochs[1], epoch=1)
+    tree = model.trees_[-1]
+    merged = len(tree.merged)
+    assert merged >= 1 and tree.died_unmerged.size == tree.died.size - merged
+    line = [r.getMessage() for r in caplog.records if r.getMessage().startswith("epoch 1:")]
+    assert len(line) == 1
+    assert f"({int(np.sum(tree.born == 1))} born, {tree.died.size - merged} died, {merged} merged)" in line[0], line

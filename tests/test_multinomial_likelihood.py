@@ -104,6 +104,39 @@ def test_kernel_candidates_travel_without_placeholder_parameters(layout):
         [8 * K * V, 8 * P * V])
 
 
+def test_candidates_travel_as_their_parts_only_while_they_hold_what_the_parts_give():
+    """Candidates travel as theta, the strengths and the floor only while coef_T and ph_alpha are
+    the arrays built from them: candidates given other coefficients or parameters by
+    ``dataclasses.replace`` travel whole, as they are (before, the receiver rebuilt them from
+    theta, silently other than the sender's). A receiver's candidates, sent on, travel as parts
+    again; the view of the caller's theta they hold is read-only, the caller's array is not."""
+    import dataclasses
+
+    rng = np.random.default_rng(0)
+    K, V = 5, 300
+    buffer = np.ascontiguousarray(rng.dirichlet(np.ones(V), size=K).T)  # (V, K), as the epoch sampler keeps it
+    cand = Candidates.dirichlet(buffer.T, np.log(np.full(K, 1 / K)), np.array([0, 2, 2]), np.zeros(3),
+                                np.array([1.0, 2.0, 3.0]), 0.01)
+    assert np.shares_memory(cand.theta_T, buffer) and not cand.theta_T.flags.writeable and buffer.flags.writeable
+
+    def wide(c):  # the arrays of V entries or more a pickle carries
+        return sorted(n for n in (memoryview(b).nbytes for b in _wire(c)[1]) if n >= 8 * V)
+
+    assert wide(cand) == [8 * K * V]
+    other_coef = np.ascontiguousarray(np.log(rng.dirichlet(np.ones(V), size=K).T))
+    other_alpha = np.ascontiguousarray(cand.ph_alpha * 2.0)
+    for changed in (dataclasses.replace(cand, coef_T=other_coef), dataclasses.replace(cand, ph_alpha=other_alpha),
+                    dataclasses.replace(cand, ph_floor=0.5)):
+        back = pickle.loads(pickle.dumps(changed))
+        for name in ("coef_T", "ph_alpha", "ph_b", "theta_T", "ph_strength"):
+            assert np.array_equal(getattr(back, name), getattr(changed, name)), name
+        assert back.ph_floor == changed.ph_floor and wide(changed) == sorted([8 * K * V] * 2 + [8 * 3 * V])
+    sent = pickle.loads(pickle.dumps(cand))
+    assert wide(sent) == [8 * K * V]  # rebuilt on arrival: sent on as its parts
+    twice = pickle.loads(pickle.dumps(sent))
+    assert np.array_equal(twice.coef_T, cand.coef_T) and np.array_equal(twice.ph_alpha, cand.ph_alpha)
+
+
 def compositions(n, V):
     for cut in itertools.combinations(range(n + V - 1), V - 1):
         bars = (-1,) + cut + (n + V - 1,)

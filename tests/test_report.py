@@ -356,6 +356,28 @@ def test_a_node_that_merged_ends_as_merged_not_also_died(tmp_path):
     assert died == [3] and merged == [2]
 
 
+
+def test_a_merge_into_a_former_root_is_not_drawn_as_a_merge_into_the_root(tmp_path):
+    """The root's published id changes (0, then 5, 0 staying as its child): in 2002, 2 merges into
+    0, the root of 2000 only, which is a merge into a node (a line to 0's band), not into the root;
+    in 2003, 1 merges into 5, the root then, which is the root's mark."""
+    from streamtree.report.data import ROOT_MERGE
+
+    store = hand_store(tmp_path / "store", [([0, 1, 2, 3], [-1, 0, 0, 0], [1, 3, 2, 1]),
+                                            ([0, 1, 2, 5], [5, 5, 5, -1], [3, 3, 2, 1]),
+                                            ([0, 1, 5], [5, 5, -1], [5, 3, 1], [(2, "merged_into", 0)]),
+                                            ([0, 5], [5, -1], [5, 4], [(1, "merged_into", 5)])])
+    data = report_data(read_store(store))
+    ev = data["events"]
+    for lay in data["evolution"]["layouts"]:
+        marks = lay["marks"]
+        kinds = {(ev["e"][i], ev["id"][i]): k for k, m in marks.items() for group in m["i"] for i in group}
+        assert kinds[2, 2] == "merged_into" and kinds[3, 1] == ROOT_MERGE
+        merge = next(i for i, row in enumerate(zip(ev["e"], ev["id"], ev["kind"])) if row == (2, 2, "merged_into"))
+        into_node = marks["merged_into"]["i"].index([merge])
+        assert marks["merged_into"]["x2"][into_node] is not None  # joined to 0's band
+
+
 def test_an_empty_node_with_children_is_a_thin_band_not_a_line():
     """Root 0 holds no documents and has children 1 (6) and 2 (4); 2 holds none and has children
     3 (2) and 4 (2); 5 is an empty leaf. The two empty internal nodes get a band of
@@ -396,7 +418,7 @@ def test_a_merge_into_the_root_is_a_mark_of_its_own_without_a_line():
              2: {"col": [0], "y0": [0.4], "y1": [0.8]},
              3: {"col": [0], "y0": [0.8], "y1": [1.0]}}
     events = {"e": [1, 1], "id": [2, 3], "kind": ["merged_into", "merged_into"], "other": [0, 1]}
-    marks = _event_marks(bands, events, per_column=1, roots={0})
+    marks = _event_marks(bands, events, per_column=1, roots={(0, 0), (1, 0)})
     assert marks["merged_into"]["i"] == [[1]] and marks["merged_into"]["x2"] == [0.7]
     root = marks[ROOT_MERGE]
     assert root["i"] == [[0]] and (root["x"], root["y"]) == ([0.3], [0.6]) and root["x2"] == [None]

@@ -79,6 +79,15 @@ class Candidates:
       ph_strength[j] theta_T[:, ph_parent[j]] + ph_floor``. Such candidates travel as their
       parts, and a receiver (a Ray shard) rebuilds the rest (:meth:`__reduce__`).
 
+      The invariant that allows it: ``coef_T`` and ``ph_alpha`` are what the parts give. The
+      candidates remember the two arrays :meth:`dirichlet` built (or a receiver rebuilt), and
+      travel as their parts only while they still hold those very arrays: candidates made
+      otherwise, or with other fields by ``dataclasses.replace``, travel whole, as they are.
+      ``theta_T`` may be a view of the caller's array (the epoch sampler's buffer, reused from
+      sweep to sweep; the view itself is read-only): the caller must not change that array
+      while the candidates are in use, up to their last pickling (for Ray, the sweep's
+      broadcast), or a receiver would rebuild the coefficients from the changed values.
+
     VMF rows of norm ``w`` other than 1 are documents of weight ``w`` (concentration ``beta w``
     at a node of concentration ``beta``): :func:`score_rows` then scores them exactly (compiled,
     :func:`_weighted_vmf_rows`), ``log C_p(beta w)`` in place of ``log C_p(beta)`` where
@@ -122,13 +131,27 @@ class Candidates:
         floor``. They hold their parts (``theta_T``, ``ph_strength``, ``ph_floor``) and travel as
         those alone (:meth:`__reduce__`)."""
         theta_T = np.ascontiguousarray(np.asarray(theta, dtype=np.float64).T)  # no copy for a transposed buffer
+        theta_T.flags.writeable = False  # our view (or copy): the caller's array keeps its flags
         ph_parent = np.asarray(ph_parent, dtype=np.int64)
         ph_strength = np.asarray(ph_strength, dtype=np.float64)
         alpha = dirichlet_alpha(theta_T, ph_parent, ph_strength, floor)
         K, P = theta_T.shape[1], ph_parent.shape[0]
         return cls(DIRICHLET, dirichlet_coefficients(theta_T), np.asarray(log_mass, np.float64), np.ones(K),
                    np.zeros(K), ph_parent, np.asarray(ph_log_mass, dtype=np.float64), alpha.sum(axis=1),
-                   np.zeros(P), ph_alpha=alpha, theta_T=theta_T, ph_strength=ph_strength, ph_floor=float(floor))
+                   np.zeros(P), ph_alpha=alpha, theta_T=theta_T, ph_strength=ph_strength,
+                   ph_floor=float(floor))._built_from_parts()
+
+    def _built_from_parts(self) -> "Candidates":
+        """These candidates, marked as holding the coef_T and ph_alpha their parts give (the arrays
+        themselves are remembered: another instance, from ``dataclasses.replace`` say, is not marked)."""
+        object.__setattr__(self, "_parts_give", (self.coef_T, self.ph_alpha))
+        return self
+
+    @property
+    def _travels_as_parts(self) -> bool:
+        built = self.__dict__.get("_parts_give")
+        return (self.theta_T is not None and built is not None and built[0] is self.coef_T
+                and built[1] is self.ph_alpha)
 
     def __reduce__(self):
         # What travels (to a Ray shard each sweep, into a pickle). Candidates holding their parts
@@ -138,8 +161,10 @@ class Candidates:
         # their sums could not be rebuilt exactly from the log, and the parents' rows beside it
         # would cost the P x p this saves. The receiver's NumPy log gives the sender's bits
         # where both run the same NumPy on the same instruction set (on one machine always).
+        # Only while they hold the arrays built from the parts (see the class docstring); other
+        # candidates travel as they are.
         state = {f.name: getattr(self, f.name) for f in fields(self)}
-        if self.theta_T is not None:
+        if self._travels_as_parts:
             state["coef_T"] = state["ph_alpha"] = None
         return _arrived, (state,)
 
@@ -180,6 +205,7 @@ def _arrived(state: dict) -> Candidates:
         theta_T = state["theta_T"]
         state = dict(state, coef_T=dirichlet_coefficients(theta_T),
                      ph_alpha=dirichlet_alpha(theta_T, state["ph_parent"], state["ph_strength"], state["ph_floor"]))
+        return Candidates(**state)._built_from_parts()  # sent on, they travel as their parts again
     return Candidates(**state)
 
 

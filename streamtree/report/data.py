@@ -457,10 +457,12 @@ def _evolution(content: StoreContent, node_pos: np.ndarray, events: dict, option
     cols = aggregate_columns(node_pos, content.node_id, content.node_parent, content.node_count,
                              content.node_subtree, content.n_documents, options.max_columns)
     peak = peak_shares(cols)
-    roots = set(cols.id[cols.parent == -1].tolist())
+    is_root = cols.parent == -1
+    # the root per column: its published id can change from one epoch to the next (a hand-over)
+    roots = set(zip(cols.col[is_root].tolist(), cols.id[is_root].tolist()))
     layouts = []
     for t in offered_thresholds(peak, options):
-        shown = {nid for nid, s in peak.items() if s >= t} | roots
+        shown = {nid for nid, s in peak.items() if s >= t} | {nid for _, nid in roots}
         bands = evolution_layout(cols, shown)
         colours = band_colours(cols, bands)
         layouts.append({
@@ -486,7 +488,9 @@ def _event_marks(bands: dict[int, dict], events: dict, per_column: int, roots=fr
     at one point, such as the births of a relay chain and of the node it leads to, are one
     mark), and for events with another shown node the point of that node (``x2``, ``y2``)
     for a connecting line. A relay's point is that of the node its chain leads to. A merge
-    into one of ``roots`` is a :data:`ROOT_MERGE` mark, with no line."""
+    into the root of its column, ``(column, id)`` in ``roots``, is a :data:`ROOT_MERGE` mark,
+    with no line (a merge into a node that was a root in another column only is not: the
+    root's id can change between epochs)."""
     end_of = {(b["col"][i], r): nid for nid, b in bands.items() for i, chain in b.get("via", {}).items()
               for r in chain}
 
@@ -535,7 +539,7 @@ def _event_marks(bands: dict[int, dict], events: dict, per_column: int, roots=fr
             # column's first epoch and the parent was shown there, else beside the child
             before = at(other, col - 1, clamp=False) if p % per_column == 0 else None
             there = before or at(other, col)
-        elif kind == "merged_into" and other in roots:
+        elif kind == "merged_into" and (col, other) in roots:
             kind = ROOT_MERGE
         elif kind == "merged_into" and other in bands:
             there = at(other, col)
