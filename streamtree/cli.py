@@ -927,7 +927,7 @@ def few_epochs_hint(n_epochs: int, time_span_us, epoch: str, resolution: str | N
     else:
         unit = "ms" if first % 1000 == 0 and last % 1000 == 0 else "us"
     when = lambda us: str(np.datetime_as_string(np.datetime64(us, "us"), unit=unit))  # noqa: E731
-    made = (f"{n_epochs} epoch{'s' * (n_epochs != 1)} of --epoch {epoch}{' (the default)' if default else ''}")
+    made = f"{counted(n_epochs, 'epoch')} of --epoch {epoch}{' (the default)' if default else ''}"
     if span == 0:
         return (f"the replay made {made}: every document has the same time ({when(first)}), so no --epoch "
                 "makes more; check --time-col, or give each document its epoch with --epoch column and --epoch-col")
