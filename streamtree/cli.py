@@ -214,8 +214,9 @@ def _add_source_args(p: argparse.ArgumentParser) -> None:
                    help="times kept: auto (reject rows far outside the bulk as 'out of range'), all, or "
                         "START..END with years or ISO dates, e.g. 1790..2020")
     _add_format_args(p)
-    p.add_argument("--epoch", default=ReplayConfig.epoch, help="epoch width: 10y, year, month, 1w (ISO weeks from Monday, labelled by their Monday), "
-                                                           "1d, 1h, column ...")
+    # None when not given, so that the few-epochs hint can tell the default from a typed value
+    p.add_argument("--epoch", help="epoch width: 10y, year, month, 1w (ISO weeks from Monday, labelled by their "
+                                   f"Monday), 1d, 1h, column ... (default: {ReplayConfig.epoch})")
     _add_vocabulary_args(p)
 
 
@@ -839,8 +840,9 @@ def _replay_config(args, model: dict | None = None):
 
     return ReplayConfig(
         source=args.source, text_col=args.text_col, time_col=args.time_col, id_col=args.id_col,
-        epoch_col=args.epoch_col, epoch=args.epoch, time_unit=args.time_unit, time_format=args.time_format,
-        time_range=args.time_range, format=args.format, delimiter=args.delimiter, min_df=args.min_df,
+        epoch_col=args.epoch_col, epoch=ReplayConfig.epoch if args.epoch is None else args.epoch,
+        time_unit=args.time_unit, time_format=args.time_format, time_range=args.time_range,
+        format=args.format, delimiter=args.delimiter, min_df=args.min_df,
         max_df=args.max_df, max_features=args.max_features, weighting=args.weighting,
         top_words=_top_words(getattr(args, "top_words", None)),
         model=_model_options(args) if model is None else model,
@@ -850,7 +852,7 @@ def _replay_config(args, model: dict | None = None):
 
 def cmd_replay(args) -> int:
     from streamtree.progress import ReplayProgress
-    from streamtree.replay import ReplayConfig, replay
+    from streamtree.replay import replay
 
     config = _replay_config(args)
     if config.time_col is None and config.epoch_col is None:
@@ -880,7 +882,7 @@ def cmd_replay(args) -> int:
         sys.stderr.write(f"note: {note}\n")
     print(summary.format())
     hint = few_epochs_hint(summary.n_epochs, summary.time_span_us, config.epoch, summary.time_resolution,
-                           default=config.epoch == ReplayConfig.epoch)
+                           default=args.epoch is None)
     if hint:
         print(f"hint: {hint}")
     print(f"store: {args.store}")

@@ -312,6 +312,26 @@ def test_a_replay_into_one_epoch_says_so_with_an_epoch_that_makes_several(tmp_pa
             "would make 5 epochs") in out
 
 
+def test_the_few_epochs_hint_calls_the_epoch_the_default_only_when_it_was_not_given(tmp_path, capsys):
+    """``--epoch 10y`` typed out is the user's choice, though it equals the default: the hint
+    names it without "(the default)". Before, it compared the value with the default, so a
+    typed --epoch 10y read "(the default)" too."""
+    from service_corpus import day_rows, write_jsonl
+
+    write_jsonl(str(tmp_path / "days" / "day1.jsonl"), day_rows(1, 10, 0))
+    write_jsonl(str(tmp_path / "days" / "day2.jsonl"), day_rows(2, 10, 0))
+    argv = ["replay", str(tmp_path / "days"), "--text-col", "text", "--time-col", "time", "--quiet",
+            "--sweeps", "2", "--min-df", "1"]
+    assert main([*argv, "--store", str(tmp_path / "given"), "--epoch", "10y"]) == 0
+    hint = [line for line in capsys.readouterr().out.splitlines() if line.startswith("hint: ")]
+    assert len(hint) == 1, hint
+    assert hint[0].startswith("hint: the replay made 1 epoch of --epoch 10y for documents spanning ")
+    assert main([*argv, "--store", str(tmp_path / "not-given")]) == 0
+    hint = [line for line in capsys.readouterr().out.splitlines() if line.startswith("hint: ")]
+    assert len(hint) == 1, hint
+    assert hint[0].startswith("hint: the replay made 1 epoch of --epoch 10y (the default) for documents spanning ")
+
+
 def test_the_few_epochs_hint_for_times_under_a_second_apart_suggests_no_epoch_and_shows_them_apart():
     """Times less than a second apart: no --epoch separates them usefully (1s cuts them only when
     they straddle a second's start), and the ends are printed finely enough to differ. Before,
