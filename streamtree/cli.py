@@ -901,12 +901,13 @@ def _span_words(us: int) -> str:
 
 
 def few_epochs_hint(n_epochs: int, time_span_us, epoch: str, resolution: str | None = None, *,
-                    default: bool = False) -> str | None:
-    """What the replay summary adds when the rows fell into one epoch, or into two while they
+                    default: bool = False, made_by: str = "the replay") -> str | None:
+    """What replay and evaluate add when the rows fell into one epoch, or into two while they
     span less than one epoch (they straddle a boundary): so few epochs show no evolution, which
     usually means the ``--epoch`` (by default a decade) is too wide for the data. Says how many
-    epochs were made, the rows' time span (``[first, last]`` in microseconds), and an ``--epoch``
-    that would make several, none finer than what the times are dated to (``resolution``, see
+    epochs ``made_by`` made (``default``: the ``--epoch`` was not given), the rows' time span
+    (``[first, last]`` in microseconds), and an ``--epoch`` that would make several, none finer
+    than what the times are dated to (``resolution``, see
     :func:`streamtree.epochs.time_resolution`); None when the epochs are many enough, are given
     by a column, or the rows carry no times."""
     from streamtree.epochs import EpochSpec, nominal_width_us, suggest_epoch
@@ -931,9 +932,9 @@ def few_epochs_hint(n_epochs: int, time_span_us, epoch: str, resolution: str | N
     when = lambda us: str(np.datetime_as_string(np.datetime64(us, "us"), unit=unit))  # noqa: E731
     made = f"{counted(n_epochs, 'epoch')} of --epoch {epoch}{' (the default)' if default else ''}"
     if span == 0:
-        return (f"the replay made {made}: every document has the same time ({when(first)}), so no --epoch "
+        return (f"{made_by} made {made}: every document has the same time ({when(first)}), so no --epoch "
                 "makes more; check --time-col, or give each document its epoch with --epoch column and --epoch-col")
-    said = (f"the replay made {made} for documents spanning {_span_words(span)} ({when(first)} .. {when(last)})"
+    said = (f"{made_by} made {made} for documents spanning {_span_words(span)} ({when(first)} .. {when(last)})"
             + (", less than one epoch" if span < nominal_width_us(spec) else "")
             + f", so the trees show {'no' if n_epochs == 1 else 'little'} evolution")
     better = suggest_epoch(first, last, resolution=resolution)
@@ -1295,7 +1296,15 @@ def cmd_evaluate(args) -> int:
     ev = EvaluationConfig(**protocol, max_docs_per_epoch=args.max_docs_per_epoch, max_epochs=args.max_epochs,
                           model=model)
     log = None if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
-    results, splits = load_and_evaluate(config, ev, log=log)
+
+    def hint(n_epochs: int, time_span_us: tuple[int, int] | None, resolution: str | None) -> None:
+        # said once the source is bucketed, not after the runs: one epoch may not be worth them
+        said = few_epochs_hint(n_epochs, time_span_us, config.epoch, resolution, default=args.epoch is None,
+                               made_by="the evaluation")
+        if said:
+            print(f"hint: {said}", flush=True)
+
+    results, splits = load_and_evaluate(config, ev, log=log, on_epochs=hint)
     print(format_results(results, splits, ev))
     return 0
 

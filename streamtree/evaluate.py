@@ -283,13 +283,26 @@ class PairedDifference:
 
 
 # ----------------------------------------------------------------------------- splitting
-def read_evaluation_epochs(config: ReplayConfig, ev: EvaluationConfig) -> list:
-    """Read and bucket the source once; the splits are drawn from these epochs."""
+def read_evaluation_epochs(config: ReplayConfig, ev: EvaluationConfig,
+                           on_epochs: Callable[[int, tuple[int, int] | None, str | None], None] | None = None
+                           ) -> list:
+    """Read and bucket the source once; the splits are drawn from these epochs.
+
+    ``on_epochs``, if given, is called once the source is bucketed (before ``ev.max_epochs``
+    leaves any out) with the number of epochs, the earliest and latest time of the rows kept
+    (microseconds since 1970; None without times) and what those times are dated to
+    (:func:`streamtree.epochs.time_resolution`), as a replay's summary reports them: e.g. to
+    say at once that the epochs are too few to show evolution.
+    """
     import pyarrow as pa
 
-    from streamtree.replay import read_epochs
+    from streamtree.replay import open_epochs
 
-    epochs, _ = read_epochs(config)
+    reader, _ = open_epochs(config)
+    with reader:
+        epochs = list(reader.epochs())
+    if on_epochs is not None:
+        on_epochs(len(epochs), reader.time_span_us, reader.time_resolution)
     if ev.max_epochs is not None and len(epochs) > ev.max_epochs:
         # the source's rejects are reported whole: those filed with the epochs left out go with
         # the last one kept (where they are counted, not fitted)
@@ -760,10 +773,12 @@ def evaluate(data: SplitData | list[SplitData], ev: EvaluationConfig,
     return _evaluate_documents(splits, ev, log)
 
 
-def load_and_evaluate(config: ReplayConfig, ev: EvaluationConfig,
-                      log: Callable[[str], None] | None = None) -> tuple[list[ModelResult], list[SplitData]]:
-    """Read the source once, draw the protocol's split(s) and run it."""
-    epochs = read_evaluation_epochs(config, ev)
+def load_and_evaluate(config: ReplayConfig, ev: EvaluationConfig, log: Callable[[str], None] | None = None,
+                      on_epochs: Callable[[int, tuple[int, int] | None, str | None], None] | None = None
+                      ) -> tuple[list[ModelResult], list[SplitData]]:
+    """Read the source once, draw the protocol's split(s) and run it (``on_epochs``: see
+    :func:`read_evaluation_epochs`)."""
+    epochs = read_evaluation_epochs(config, ev, on_epochs)
     n_splits = ev.repeats if ev.protocol == "documents" else 1
     splits = [split_epochs(epochs, config, ev, r) for r in range(n_splits)]
     return evaluate(splits if ev.protocol == "documents" else splits[0], ev, log), splits

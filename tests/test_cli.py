@@ -332,6 +332,31 @@ def test_the_few_epochs_hint_calls_the_epoch_the_default_only_when_it_was_not_gi
     assert hint[0].startswith("hint: the replay made 1 epoch of --epoch 10y (the default) for documents spanning ")
 
 
+def test_an_evaluation_on_one_epoch_says_so_with_an_epoch_that_makes_several(tmp_path, capsys):
+    """evaluate buckets its source as replay does and gives the same hint when the epochs are
+    too few, as soon as they are made (before the runs, and before the paper protocol's error
+    for too few epochs, whose advice it makes concrete). Before, it said nothing of it."""
+    from service_corpus import day_rows, write_jsonl
+
+    for d in range(1, 7):
+        write_jsonl(str(tmp_path / "days" / f"day{d}.jsonl"), day_rows(d, 10, 0))
+    argv = ["evaluate", str(tmp_path / "days"), "--text-col", "text", "--time-col", "time", "--quiet",
+            "--min-df", "1", "--variants", "dtssbp", "--max-depth", "2", "--repeats", "1", "--kappa0-grid", "100",
+            "--sweeps", "2"]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    hint = [line for line in lines if line.startswith("hint: ")]
+    assert len(hint) == 1 and lines[0] == hint[0], lines
+    assert hint[0].startswith("hint: the evaluation made 1 epoch of --epoch 10y (the default) for documents "
+                              "spanning 5.") and "no evolution; --epoch 1d would make 6 epochs" in hint[0]
+    assert lines[1].startswith("protocol: documents. 1 epoch ")
+    assert main([*argv, "--protocol", "paper"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == [hint[0]] and "at least 2 epochs with documents, found 1" in captured.err
+    assert main([*argv, "--epoch", "1d"]) == 0
+    assert "hint" not in capsys.readouterr().out
+
+
 def test_the_few_epochs_hint_for_times_under_a_second_apart_suggests_no_epoch_and_shows_them_apart():
     """Times less than a second apart: no --epoch separates them usefully (1s cuts them only when
     they straddle a second's start), and the ends are printed finely enough to differ. Before,
