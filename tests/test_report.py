@@ -424,3 +424,31 @@ def test_a_merge_into_the_root_is_a_mark_of_its_own_without_a_line():
     assert root["i"] == [[0]] and (root["x"], root["y"]) == ([0.3], [0.6]) and root["x2"] == [None]
     # without roots (as before), it would be a line to the root's band
     assert _event_marks(bands, events, per_column=1)["merged_into"]["x2"] == [0.7, 0.7]
+
+
+def test_a_column_of_several_epochs_has_one_root_when_the_root_takes_another_id(tmp_path):
+    """The root's published id changes only by a hand-over in which the root is the heir: it
+    takes a child's id and that child goes on under the root's old id, in the same tree. A column
+    of several epochs takes each id's parent from the id's last epoch in the column, so it has one
+    root, the root of its last epoch, whose band tops it; a column of the same tree over its
+    epochs draws what a column of one of them draws."""
+    # 0 -> {1 -> 3, 2}; then the root is published as 1 and its child 1 as 0: 1 -> {0 -> 3, 2}
+    after = ([0, 1, 2, 3], [1, -1, 1, 0], [1, 5, 3, 1])
+    content = read_store(hand_store(tmp_path / "store", [([0, 1, 2, 3], [-1, 0, 0, 1], [2, 4, 3, 1]),
+                                                        after, after, after]))
+
+    def spans(max_columns: int, col: int) -> dict[int, tuple]:
+        bands = report_data(content, ReportOptions(max_columns=max_columns))["evolution"]["layouts"][0]["bands"]
+        return {b["id"]: (b["y0"][i], b["y1"][i], b["docs"][i]) for b in bands for i, c in enumerate(b["col"])
+                if c == col}
+
+    pos = np.repeat(np.arange(4), 4)
+    cols = aggregate_columns(pos, content.node_id, content.node_parent, content.node_count, content.node_subtree,
+                             content.n_documents, max_columns=2)
+    roots = [(c, i) for c, i, p in zip(cols.col.tolist(), cols.id.tolist(), cols.parent.tolist()) if p == -1]
+    assert roots == [(0, 1), (1, 1)]  # (column, id)
+    # the hand-over's column: the root (1) on top, each id's documents summed over the two epochs
+    assert spans(2, 0) == {1: (0.0, 0.45, 9), 0: (0.45, 0.6, 3), 3: (0.6, 0.7, 2), 2: (0.7, 1.0, 6)}
+    # two epochs of one tree: the shares of one of them, twice the documents
+    one = spans(4, 2)
+    assert spans(2, 1) == {nid: (y0, y1, 2 * docs) for nid, (y0, y1, docs) in one.items()}
