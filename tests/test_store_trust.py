@@ -369,6 +369,43 @@ def test_a_reader_of_several_files_racing_a_replacement_reads_one_run(tmp_path, 
         assert sorted(got.column("id").to_pylist()) == ids
 
 
+class _AppearingFolder:
+    """A store's file system on which ``folder`` is created while a reader lists it: Arrow then
+    fails the listing as not found, though asked to allow a missing folder, because the folder
+    exists by the time it checks."""
+
+    def __init__(self, fs, folder: str) -> None:
+        self._fs, self.folder = fs, folder
+
+    def get_file_info(self, what):
+        if isinstance(what, pafs.FileSelector) and what.base_dir == self.folder and not os.path.exists(self.folder):
+            os.makedirs(self.folder)
+            raise FileNotFoundError(errno.ENOENT, f"Cannot list directory '{self.folder}'. Detail: [errno 2] No "
+                                                  "such file or directory")
+        return self._fs.get_file_info(what)
+
+    def __getattr__(self, name):
+        return getattr(self._fs, name)
+
+
+@pytest.mark.parametrize("folder", ["store", "commits"])
+def test_a_reader_racing_the_creation_of_a_folder_of_the_store_reads_what_was_there(tmp_path, folder):
+    """A reader polling a store while a writer creates it (a service or replay starting) or creates
+    its commits folder (the first commit) reads the store as it was when listed: no epochs. Before,
+    it failed with 'cannot list: No such file or directory'."""
+    root = tmp_path / "store"
+    if folder == "commits":
+        writer = SnapshotStore(str(root))
+        with writer.writer("new"):
+            writer.begin({"run": "new"}, vocab6())
+    reader = SnapshotStore(str(root))
+    appearing = str(root if folder == "store" else root / "commits")
+    reader.fs = _AppearingFolder(reader.fs, appearing)
+    assert reader.epochs() == []
+    assert os.path.isdir(appearing)  # the race happened
+    assert reader.epochs() == []  # and the folder now there reads alike
+
+
 def test_a_crash_after_setting_aside_is_cleaned_by_the_next_commit(tmp_path):
     store = SnapshotStore(str(tmp_path))
     store.publish(make_tree(0, [0], [-1], [0]), list("abcde"))

@@ -497,6 +497,11 @@ class SnapshotStore:
     def _ls(self, path: str) -> list[pafs.FileInfo]:
         try:
             return self.fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+        except FileNotFoundError:
+            # The folder appeared while it was listed (a writer creating the store, or its commits
+            # folder at the first commit): Arrow then reports the failed listing, not an empty one.
+            # It held nothing when it was listed.
+            return []
         except OSError as exc:
             raise StoreAccessError(f"{path}: cannot list: {os_reason(exc)}") from None
 
