@@ -376,31 +376,41 @@ def test_restarts_keep_no_ready_times_of_published_epochs(corpus, tmp_path):
     assert list(last["state"]["service"]["epoch_ready_ns"]) == [str(last["key"] + 1)]  # day 4, still open
 
 
-def test_idle_timeout_counts_from_arrival_not_from_modification_time(corpus, tmp_path):
+def test_idle_timeout_counts_from_arrival_not_from_modification_time(corpus, tmp_path, caplog):
     """Files copied in with their hour-old modification times kept: the stream is idle only
-    --idle-timeout after the service saw them arrive. Before, it counted from the preserved
-    times and closed the newest epoch as soon as the files were taken."""
+    --idle-timeout after they landed (their status-change time, the service's idle clock). Before,
+    it counted from the preserved times and closed the newest epoch as soon as the files were taken.
+
+    Timed on the wall clock, as the service times it: from the landing time it reads off the files
+    to its log record of the idle close, written after it decided. A stopwatch started after the
+    files landed started late by however long a loaded machine took to get there (and failed a
+    service that was right), and counted the fits besides. The idle clock committed for a restart
+    is the landing time, which fails the old defect however slow the machine."""
     land, store = tmp_path / "land", tmp_path / "store"
     os.makedirs(land)
     old = time.time() - 3600
     for d in (1, 2):
         shutil.copy(f"{corpus}/all/day{d}.jsonl", land / f"day{d}.jsonl")
         os.utime(land / f"day{d}.jsonl", (old, old))
+    landed_ns = max(os.stat(land / f"day{d}.jsonl").st_ctime_ns for d in (1, 2))
     timeout = 1.5
     service = Service(_config(land, store, vocabulary_from=f"{corpus}/replay", idle_timeout=timeout))
     labels = lambda: [e["label"] for e in SnapshotStore(str(store)).epochs()]  # noqa: E731
-    started = time.monotonic()
     thread = threading.Thread(target=service.run, kwargs={"install_signals": False})
-    thread.start()
-    try:
-        while len(labels()) < 2 and time.monotonic() - started < 120:
-            time.sleep(0.02)
-        waited = time.monotonic() - started
-    finally:
-        service.request_stop("test")
-        thread.join(120)
+    with caplog.at_level("INFO", logger="streamtree.service"):
+        thread.start()
+        try:
+            deadline = time.monotonic() + 120
+            while len(labels()) < 2 and time.monotonic() < deadline:
+                time.sleep(0.02)
+        finally:
+            service.request_stop("test")
+            thread.join(120)
     assert labels() == ["2026-03-01", "2026-03-02"]  # day 2 closed by the idle timeout ...
-    assert waited >= timeout  # ... counted from the arrival
+    idle = [r for r in caplog.records if r.getMessage().startswith("stream idle for")]
+    assert len(idle) == 1 and idle[0].created - landed_ns / 1e9 >= timeout  # ... counted from the arrival ...
+    last = SnapshotStore(str(store)).last_commit()
+    assert last["state"]["service"]["last_arrival_ns"] == landed_ns  # ... not from the modification time
     assert [e["kind"] for e in read_ledger(SnapshotStore(str(store))).to_pylist()].count("idle") == 1
 
 
