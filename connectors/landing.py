@@ -50,7 +50,6 @@ cannot lose a file. An event library would only shorten the latency below the po
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import time
@@ -66,7 +65,7 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from connectors.sources.base import SourceError, check_columns, normalise, normalised_schema
-from connectors.sources.files import _COMPRESSED, PARQUET_READ, file_format, format_of, resolve
+from connectors.sources.files import _CODECS, PARQUET_READ, content_digest, file_format, format_of, resolve
 from connectors.sources.times import UNIT_NAMES, TimeParser
 from streamtree.records import REJECT_SCHEMA, empty_rejects
 
@@ -74,7 +73,6 @@ logger = logging.getLogger(__name__)
 
 SUCCESS_MARKER = "_SUCCESS"
 PARTIAL_SUFFIXES = (".tmp", ".part", ".partial", ".inprogress", ".crdownload", ".swp", "~")
-_CODECS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".lz4": "lz4"}
 _BLOCK_BYTES = 4 << 20
 
 
@@ -283,8 +281,9 @@ def read_landed(
     Without it the file decides alone, as a file of its own.
 
     The file is read into memory once and, if its name ends in ``.gz``, ``.bz2``, ``.zst`` or
-    ``.lz4``, decompressed once; its content (decompressed) gives the hash (sha256) of the
-    ledger, so a compressed copy of an ingested file is a duplicate, and is parsed from
+    ``.lz4``, decompressed once; its content (decompressed) gives the hash of the ledger
+    (:func:`~connectors.sources.files.content_digest`, by which a replay compares the files of
+    its source too), so a compressed copy of an ingested file is a duplicate, and is parsed from
     memory, so a file that fails anywhere contributes no row.
     Hive partition keys in its folder names (``year=1790/part.parquet``) are columns like
     the file's own (as strings, which the time and id parsing accept).
@@ -307,7 +306,7 @@ def read_landed(
         # an empty file that stayed empty (or whose folder is marked complete): Spark writes
         # them for empty partitions. Taken, with no rows, and ledgered like any other
         schema = normalised_schema(time_col is not None, epoch_col is not None)
-        return LandedRead(schema.empty_table(), empty_rejects(), 0, hashlib.sha256(b"").hexdigest(), parser)
+        return LandedRead(schema.empty_table(), empty_rejects(), 0, content_digest([]), parser)
     try:
         # compression=None: pyarrow would otherwise decompress by the extension already, and
         # the bytes are decompressed here, once, for every format
@@ -320,7 +319,7 @@ def read_landed(
         raise LandingNotReady(name, "it changed while it was read (still being written?); it is read once its "
                                     "size and modification time hold still")
     data = _decompressed(data, name)
-    digest = hashlib.sha256(data).hexdigest()
+    digest = content_digest([data])
     mapped = {"text": text_col, "time": time_col, "id": id_col, "epoch": epoch_col}
     cols = list(dict.fromkeys(c for c in mapped.values() if c is not None))
     try:
@@ -469,8 +468,6 @@ def _mtime_ns(info: pafs.FileInfo) -> int:
     ns = info.mtime_ns
     return int(ns) if ns is not None else 0
 
-
-assert set(_CODECS) == set(_COMPRESSED)
 
 __all__ = ["LandedFile", "LandedRead", "LandingError", "LandingNotReady", "LandingZone", "PARTIAL_SUFFIXES",
            "SUCCESS_MARKER", "read_landed"]

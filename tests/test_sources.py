@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from datetime import date, datetime, timezone
 from pathlib import Path
 
@@ -13,7 +15,7 @@ import pyarrow.feather as feather
 import pyarrow.parquet as pq
 import pytest
 
-from connectors.sources import SourceError, open_source
+from connectors.sources import Source, SourceError, open_source
 from streamtree.records import REJECT_SCHEMA
 
 SOTU = Path(__file__).resolve().parents[1] / "examples" / "data" / "sotu_paragraphs.parquet"
@@ -164,6 +166,23 @@ def test_directory_of_jsonl_files(tmp_path):
     (d / "a.jsonl").write_text('{"t": "first file", "y": 2000}\n{"t": "still first", "y": 2000}\n')
     out = open_source(str(d), "t", "y").read_all()
     assert out.column("id").to_pylist() == ["a.jsonl:0", "a.jsonl:1", "b.jsonl:0"]
+
+
+def test_a_file_holding_an_earlier_files_content_is_skipped_when_asked(tmp_path, monkeypatch):
+    """Parquet files of a directory (read as one dataset): a byte copy of an earlier file is not
+    read with ``skip_duplicate_files`` (as a replay reads its source) and is read without. Only
+    files that may be copies are hashed: those whose size another file has."""
+    pq.write_table(pa.table({"text": ["a b", "c d"], "year": [1990, 1991]}), tmp_path / "a.parquet")
+    shutil.copy(tmp_path / "a.parquet", tmp_path / "b.parquet")
+    pq.write_table(pa.table({"text": ["e f"], "year": [1992]}), tmp_path / "c.parquet")
+    assert os.path.getsize(tmp_path / "c.parquet") != os.path.getsize(tmp_path / "a.parquet")
+    hashed, digest = [], Source._digest
+    monkeypatch.setattr(Source, "_digest", lambda self, path: hashed.append(os.path.basename(path)) or digest(self, path))
+    src = open_source(str(tmp_path), "text", "year", skip_duplicate_files=True)
+    assert src.duplicate_files == {"b.parquet": "a.parquet"} and hashed == ["a.parquet", "b.parquet"]
+    assert src.read_all().column("id").to_pylist() == ["a.parquet:0", "a.parquet:1", "c.parquet:0"]
+    every = open_source(str(tmp_path), "text", "year")
+    assert every.duplicate_files == {} and every.read_all().num_rows == 5
 
 
 # ---- time interpretation ------------------------------------------------------------------

@@ -12,6 +12,10 @@ one after the other in sorted path order; within a file rows keep their order, s
 ``position`` column (0-based record index within the file) and the default ids
 ``"<file>:<position>"`` are stable across runs.
 
+A directory read with ``skip_duplicate_files`` (as a replay reads its source) skips a file whose
+content is that of an earlier file in path order (:func:`content_digest`: a re-delivery, which a
+service skips too), with a warning naming both (:attr:`Source.duplicate_files`).
+
 Format notes: CSV files need a header row; the text column is read as bytes and checked for
 UTF-8 by us (so a bad row is rejected, not the file). JSON Lines are parsed by pyarrow, which
 infers one type per field: a field must keep one JSON type throughout a file (a time that
@@ -25,9 +29,11 @@ and a file lacking a mapped column is an error naming that file.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -51,7 +57,11 @@ _EXTENSIONS = {
     ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl",
     ".csv": "csv", ".tsv": "csv",
 }
-_COMPRESSED = (".gz", ".bz2", ".zst", ".lz4")
+#: pyarrow's codec of each extension of a compressed file (``.csv.gz`` is gzip-compressed CSV)
+_CODECS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".lz4": "lz4"}
+_COMPRESSED = tuple(_CODECS)
+#: bytes of a file hashed at a time (:meth:`Source._digest`)
+_DIGEST_CHUNK = 1 << 20
 _BLOCK_BYTES = 4 << 20
 _IPC_FILE_MAGIC = b"ARROW1"
 
@@ -80,6 +90,27 @@ def canonical_uri(uri: str) -> str:
     return f"{scheme}://{path.rstrip('/')}"
 
 
+def codec_of(path: str) -> str | None:
+    """pyarrow's codec of a file compressed as its name says (``.jsonl.gz``: gzip), or None."""
+    name = path.lower()
+    return next((codec for ext, codec in _CODECS.items() if name.endswith(ext)), None)
+
+
+def content_digest(chunks: Iterable[bytes]) -> str:
+    """The identity of a data file's content: the sha256 (hex) of its bytes, decompressed where its
+    name says it is compressed, given as ``chunks`` in order.
+
+    Files with one digest hold the same data whatever their names and compression; the later one is
+    a re-delivery. A service skips a landed file whose digest a file it ingested has (ledger status
+    ``duplicate``), and a replay skips a file of its source whose digest an earlier file in path
+    order has (``skip_duplicate_files`` of :func:`open_source`), so both fit the data once.
+    """
+    digest = hashlib.sha256()
+    for chunk in chunks:
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
 def format_of(path: str) -> str | None:
     """The format implied by a file name (``.csv.gz`` is CSV), or None."""
     name = path.lower()
@@ -102,7 +133,7 @@ class Source:
     """
 
     def __init__(self, uri, text_col, time_col, id_col, epoch_col, batch_size, time_unit, fmt, time_format=None,
-                 delimiter=None):
+                 delimiter=None, skip_duplicate_files=False):
         self.uri = uri
         self.delimiter = delimiter
         self.text_col = text_col
@@ -114,16 +145,22 @@ class Source:
         self.time_format = time_format
         self.time_parser = TimeParser(time_unit, time_format)
         self.fs, self.root = resolve(uri)
-        self.files, self.is_dir = self._discover()
+        self._sizes, self.is_dir = self._discover()
+        self.files = list(self._sizes)
         self.format = fmt or self._detect_format()
         self.schema = normalised_schema(time_col is not None, epoch_col is not None)
         self.rejects = RejectLog()
         self.n_read = 0
         self.n_rows = 0
         self._check_columns()
+        skipped = self._find_duplicates() if skip_duplicate_files else {}
+        self._skipped = set(skipped)
+        #: the files skipped because an earlier file holds their content: name -> that file's name
+        self.duplicate_files = {self._relative(p): self._relative(first) for p, first in skipped.items()}
 
     # ---- discovery -------------------------------------------------------------------
-    def _discover(self) -> tuple[list[str], bool]:
+    def _discover(self) -> tuple[dict[str, int | None], bool]:
+        """The source's files (path -> size, in path order) and whether the source is a directory."""
         try:
             info = self.fs.get_file_info(self.root)
         except OSError as exc:
@@ -131,16 +168,43 @@ class Source:
         if info.type == pafs.FileType.NotFound:
             raise SourceError(self.uri, "no such file or directory")
         if info.type == pafs.FileType.File:
-            return [self.root], False
+            return {self.root: info.size}, False
         selector = pafs.FileSelector(self.root, recursive=True)
-        files = sorted(
-            f.path for f in self.fs.get_file_info(selector)
+        files = {
+            f.path: f.size for f in sorted(self.fs.get_file_info(selector), key=lambda f: f.path)
             if f.type == pafs.FileType.File
             and not any(part.startswith((".", "_")) for part in self._relative(f.path).split("/"))
-        )
+        }
         if not files:
             raise SourceError(self.uri, "directory holds no data files")
         return files, True
+
+    def _find_duplicates(self) -> dict[str, str]:
+        """Each file whose content (:func:`content_digest`) an earlier file in path order holds,
+        to that earlier file, with a warning. Only files that may hold another's content are
+        hashed: every file where some file is compressed, else those whose size another file has."""
+        if len(self.files) < 2:
+            return {}
+        sizes = Counter(self._sizes.values())
+        compressed = any(codec_of(p) is not None for p in self.files)
+        first: dict[str, str] = {}  # digest -> the first file holding it
+        found = {}
+        for path in self.files:
+            if not compressed and sizes[self._sizes[path]] < 2:
+                continue
+            digest = self._digest(path)
+            if digest not in first:
+                first[digest] = path
+                continue
+            found[path] = first[digest]
+            logger.warning("%s has the same content as %s, which comes before it in name order: skipped (a "
+                           "re-delivery; a service skips it too)", self._relative(path), self._relative(first[digest]))
+        return found
+
+    def _digest(self, path: str) -> str:
+        """:func:`content_digest` of the file at ``path``, read (and decompressed) a chunk at a time."""
+        with self._wrap(path), self.fs.open_input_stream(path, compression=codec_of(path)) as f:
+            return content_digest(iter(lambda: f.read(_DIGEST_CHUNK), b""))
 
     def _relative(self, path: str) -> str:
         # Path below the source root for directories, the bare file name for a single file.
@@ -253,6 +317,8 @@ class Source:
             dataset = self._dataset()
             scan_options = ds.ParquetFragmentScanOptions(pre_buffer=False) if fmt == "parquet" else None
             for fragment in sorted(dataset.get_fragments(), key=lambda fr: fr.path):
+                if fragment.path in self._skipped:
+                    continue
                 with self._wrap(fragment.path):
                     # The dataset schema comes from the first file; check each file's own.
                     keys = ds.get_partition_keys(fragment.partition_expression)
@@ -276,6 +342,8 @@ class Source:
                         yield fragment.path, batch
             return
         for path in self.files:
+            if path in self._skipped:
+                continue
             with self._wrap(path), contextlib.ExitStack() as stack:
                 f = stack.enter_context(self._open_text(path) if fmt in ("csv", "jsonl")
                                         else self.fs.open_input_stream(path))
@@ -391,6 +459,7 @@ def open_source(
     format: str | None = None,
     time_format: str | None = None,
     delimiter: str | None = None,
+    skip_duplicate_files: bool = False,
 ) -> Source:
     """Open a file source and map its columns.
 
@@ -424,6 +493,10 @@ def open_source(
     delimiter : str, optional
         Field delimiter of CSV files, one character (default ``,``, or a tab for ``.tsv``
         files and ``format="tsv"``).
+    skip_duplicate_files : bool, default False
+        Skip a file of a directory whose content (:func:`content_digest`) an earlier file in
+        path order holds, as a service skips a re-delivered file; each is logged as a warning
+        naming both and listed in :attr:`Source.duplicate_files`.
 
     Raises
     ------
@@ -442,4 +515,5 @@ def open_source(
     format, delimiter = file_format(format, delimiter)
     if time_format is not None and (not isinstance(time_format, str) or "%" not in time_format):
         raise ValueError(f"time_format must be a strptime pattern such as '%d/%m/%Y', got {time_format!r}")
-    return Source(uri, text_col, time_col, id_col, epoch_col, batch_size, time_unit, format, time_format, delimiter)
+    return Source(uri, text_col, time_col, id_col, epoch_col, batch_size, time_unit, format, time_format, delimiter,
+                  skip_duplicate_files)
