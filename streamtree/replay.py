@@ -8,12 +8,15 @@ epoch's rejects, ``DTSSBP.partial_fit``, publish (tree, document ids, top words,
 the model checkpoint, in one atomic commit) -> summary.
 
 Every input record ends up either assigned to a node of some epoch's tree or in a rejects
-table of the store, with its reason. Epochs with no documents and no rejects are fitted
-(the stick window moves on) but not written as folders: the next published epoch records
-the run (``empty_before``). Each publish is atomic, so an interrupted replay leaves the
-store readable at the last published epoch; ``mode="resume"`` continues from the model
-checkpoint committed with that epoch, without refitting anything before it, and gives a
-store identical to an uninterrupted run. Resuming a complete store returns at once.
+table of the store, with its reason; a file of the source whose content an earlier file (in
+name order) holds is skipped, as a service skips such a re-delivery
+(:func:`connectors.sources.files.content_digest`), and logged and named in the summary and the
+store. Epochs with no documents and no rejects are fitted (the stick window moves on) but not
+written as folders: the next published epoch records the run (``empty_before``). Each publish
+is atomic, so an interrupted replay leaves the store readable at the last published epoch;
+``mode="resume"`` continues from the model checkpoint committed with that epoch, without
+refitting anything before it, and gives a store identical to an uninterrupted run. Resuming a
+complete store returns at once.
 """
 
 from __future__ import annotations
@@ -233,6 +236,8 @@ class ReplaySummary:
     time_span_us: list[int] | None = None
     #: what those times are dated to (:func:`streamtree.epochs.time_resolution`: "year", "1d" ...)
     time_resolution: str | None = None
+    #: files skipped because an earlier file holds their content: name -> that file's name
+    duplicate_files: dict[str, str] = field(default_factory=dict)
 
     @property
     def n_rejects(self) -> int:
@@ -241,9 +246,11 @@ class ReplaySummary:
     def format(self) -> str:
         lines = [f"epochs: {self.n_epochs} ({self.n_published} published now"
                  + (", the store was already complete)" if self.complete_before else ")"),
-                 f"documents: {self.n_documents} fitted of {counted(self.n_records, 'record')} read",
-                 f"vocabulary: {counted(self.vocabulary_size, 'term')}",
-                 f"rejects: {self.n_rejects}"]
+                 f"documents: {self.n_documents} fitted of {counted(self.n_records, 'record')} read"]
+        if self.duplicate_files:
+            lines.append(f"duplicate files skipped: {len(self.duplicate_files)} (same content as an earlier file: "
+                         f"{duplicates_note(self.duplicate_files)})")
+        lines += [f"vocabulary: {counted(self.vocabulary_size, 'term')}", f"rejects: {self.n_rejects}"]
         for reason, n in sorted(self.rejects.items(), key=lambda kv: -kv[1]):
             lines.append(f"  {reason}: {n}")
         if self.n_empty_after_filter and EMPTY_AFTER_VOCABULARY not in self.rejects:
@@ -256,8 +263,16 @@ class ReplaySummary:
         return "\n".join(lines)
 
 
+def duplicates_note(duplicate_files: dict[str, str], shown: int = 3) -> str:
+    """``"b.jsonl = a.jsonl, ..."``: files skipped for the content of an earlier file, the first
+    ``shown`` of them."""
+    pairs = [f"{name} = {first}" for name, first in sorted(duplicate_files.items())]
+    return ", ".join(pairs[:shown]) + (f" and {len(pairs) - shown} more" if len(pairs) > shown else "")
+
+
 def open_epochs(config: ReplayConfig) -> tuple[EpochReader, object]:
-    """Open the source and read it once into an :class:`EpochReader` (and return the source).
+    """Open the source and read it once into an :class:`EpochReader` (and return the source). A
+    file whose content an earlier file holds is skipped (:attr:`Source.duplicate_files`).
 
     Raises SourceError for unreadable sources and ValueError for bad epoch or time settings.
     """
@@ -267,7 +282,7 @@ def open_epochs(config: ReplayConfig) -> tuple[EpochReader, object]:
     time_range = TimeRange.parse(config.time_range)
     src = open_source(config.source, config.text_col, config.time_col, config.id_col, config.epoch_col,
                       batch_size=config.batch_size, time_unit=config.time_unit, time_format=config.time_format,
-                      format=config.format, delimiter=config.delimiter)
+                      format=config.format, delimiter=config.delimiter, skip_duplicate_files=True)
     reader = EpochReader(src, spec, time_range=time_range, unique_ids=config.id_col is not None).scan()
     for note in src.notes + reader.notes:
         logger.info("%s", note)
@@ -568,6 +583,7 @@ def _replay(store, config, mode, progress, static, start) -> ReplaySummary:
         notes = src.notes + reader.notes
         if begin.resume_from is not None:
             _check_source(store, src, stored_files)
+            _check_duplicates(store, src)
             if store.keep_checkpoints == "all" and store.kept_checkpoints() == "latest":
                 raise StoreError(f"{store.uri}: the store was written keeping the latest epoch's checkpoint only "
                                  "(the older ones are gone), so a resume cannot keep every epoch's: resume "
@@ -598,7 +614,8 @@ def _replay(store, config, mode, progress, static, start) -> ReplaySummary:
             first = 0
         notes = notes + [vocabulary_note(vec)]  # on resume too: the summaries of both runs agree
         run = _Run(store, config, vec, model, reader, totals, progress, static,
-                   begun=begin.resume_from is not None, source_files=src.fingerprint(), notes=notes)
+                   begun=begin.resume_from is not None, source_files=src.fingerprint(),
+                   duplicate_files=src.duplicate_files, notes=notes)
         try:
             n_published = run.fit(first)
         finally:
@@ -613,7 +630,7 @@ def _replay(store, config, mode, progress, static, start) -> ReplaySummary:
         vocabulary_size=int(vec.vocabulary_.shape[0]), seconds=time.perf_counter() - start,
         fit_seconds=t["fit_seconds"], notes=notes,
         time_span_us=None if reader.time_span_us is None else list(reader.time_span_us),
-        time_resolution=reader.time_resolution,
+        time_resolution=reader.time_resolution, duplicate_files=dict(src.duplicate_files),
     )
     # the store's totals; what this invocation published is not a property of the store
     store.finish({k: v for k, v in asdict(summary).items() if k not in ("n_published", "complete_before")})
@@ -644,19 +661,37 @@ def _check_source(store: SnapshotStore, src, stored_files) -> None:
                          f"added, removed or rewritten, e.g. {changed[0]!r}); use --overwrite to replay it again")
 
 
+def _check_duplicates(store: SnapshotStore, src) -> None:
+    """A resume reads the files the store was begun with: a store written before a file holding
+    the content of an earlier one was skipped fitted it, and would go on without it."""
+    stored, now = store.config().get("duplicate_files"), src.duplicate_files
+    if (stored or {}) == now:
+        return
+    if stored is None:
+        raise StoreError(f"{store.uri}: the store was written fitting every file of the source, and "
+                         f"{counted(len(now), 'file')} of them hold the content of an earlier one "
+                         f"({duplicates_note(now)}), which a replay now skips as a re-delivery; replay it again "
+                         "with --overwrite")
+    raise StoreError(f"{store.uri}: the store was begun skipping {duplicates_note(stored) or 'no file'} for the "
+                     f"content of an earlier file, but the source now has {duplicates_note(now) or 'none'}; "
+                     "replay it again with --overwrite")
+
+
 class _Run:
     """The epoch loop of one replay (fresh or resumed)."""
 
-    def __init__(self, store, config, vec, model, reader, totals, progress, static, *, begun, source_files, notes):
+    def __init__(self, store, config, vec, model, reader, totals, progress, static, *, begun, source_files,
+                 duplicate_files, notes):
         self.store, self.config, self.vec, self.model, self.reader = store, config, vec, model, reader
         self.totals, self.progress, self.static = totals, progress, static
-        self.begun, self.source_files, self.notes = begun, source_files, notes
+        self.begun, self.source_files, self.duplicate_files, self.notes = begun, source_files, duplicate_files, notes
 
     def _begin(self) -> None:
         # the static options too: what the run was begun with (each commit records those in force)
         self.store.begin({"replay": self.config.identity(), "engine": self.config.engine,
                           "streamtree": streamtree.__version__, "source_files": self.source_files,
-                          "notes": self.notes, "static": None if self.static is None else asdict(self.static)},
+                          "duplicate_files": self.duplicate_files, "notes": self.notes,
+                          "static": None if self.static is None else asdict(self.static)},
                          self.vec)
         self.begun = True
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import shutil
 import subprocess
 import sys
 
@@ -355,6 +356,23 @@ def test_an_evaluation_on_one_epoch_says_so_with_an_epoch_that_makes_several(tmp
     assert captured.out.splitlines() == [hint[0]] and "at least 2 epochs with documents, found 1" in captured.err
     assert main([*argv, "--epoch", "1d"]) == 0
     assert "hint" not in capsys.readouterr().out
+
+
+def test_a_replay_says_which_files_it_skipped_for_the_content_of_an_earlier_one(tmp_path):
+    """A file re-delivered under another name: the console warns naming both files and the
+    summary counts the files skipped, as the service's ledger records a duplicate."""
+    from service_corpus import day_rows, write_jsonl
+
+    for d in (1, 2):
+        write_jsonl(str(tmp_path / "days" / f"day{d}.jsonl"), day_rows(d, 10, 0))
+    shutil.copy(tmp_path / "days" / "day1.jsonl", tmp_path / "days" / "resent-day1.jsonl")
+    r = run_cli("replay", str(tmp_path / "days"), "--text-col", "text", "--time-col", "time", "--epoch", "1d",
+                "--store", str(tmp_path / "s"), "--sweeps", "2", "--min-df", "1")
+    assert r.returncode == 0, r.stderr
+    assert "documents: 20 fitted of 20 records read\nduplicate files skipped: 1 (same content as an earlier file: " \
+           "resent-day1.jsonl = day1.jsonl)\n" in r.stdout
+    warned = [line for line in r.stderr.splitlines() if line.startswith("WARNING")]
+    assert len(warned) == 1 and "resent-day1.jsonl has the same content as day1.jsonl" in warned[0]
 
 
 def test_the_few_epochs_hint_for_times_under_a_second_apart_suggests_no_epoch_and_shows_them_apart():

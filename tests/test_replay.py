@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from service_corpus import MODEL, day_rows, store_epochs, write_jsonl
 
 from connectors.sources import SourceError
 from connectors.stores.snapshot import SnapshotStore, StoreError
@@ -173,6 +176,77 @@ def test_repeated_texts_are_counted_and_fitted_or_rejected(tmp_path):
         replay(config(tmp_path / "c.parquet", **kw), uri, mode="resume")
     with pytest.raises(ValueError, match="duplicate_texts must be one of"):
         config(tmp_path / "c.parquet", duplicate_texts="drop")
+
+
+def _days_with_copies(root: Path) -> tuple[Path, Path]:
+    """``root/one``: three daily files; ``root/two``: the same with two re-deliveries, a copy of
+    day 2 under a name after it and a gzip-compressed copy of day 1."""
+    one, two = root / "one", root / "two"
+    for d in (1, 2, 3):
+        write_jsonl(str(one / f"day{d}.jsonl"), day_rows(d, 20, 0))
+    shutil.copytree(one, two)
+    shutil.copy(two / "day2.jsonl", two / "resent-day2.jsonl")
+    with gzip.open(two / "day1.jsonl.gz", "wb") as f:
+        f.write((two / "day1.jsonl").read_bytes())
+    return one, two
+
+
+def _days_config(src: Path) -> ReplayConfig:
+    return ReplayConfig(source=str(src), text_col="text", time_col="time", epoch="1d", model=dict(MODEL), min_df=1)
+
+
+def test_a_file_holding_an_earlier_files_content_is_skipped_as_a_service_skips_it(tmp_path, caplog):
+    """A re-delivered file (a copy under another name, compressed or not) is not read twice: the
+    replay gives the trees of the folder without it, as a service taking the folder does, warns
+    naming both files, and says so in its summary and the store."""
+    one, two = _days_with_copies(tmp_path)
+    replay(_days_config(one), str(tmp_path / "store-one"))
+    with caplog.at_level("WARNING", logger="connectors.sources.files"):
+        summary = replay(_days_config(two), str(tmp_path / "store-two"))
+    assert store_epochs(tmp_path / "store-two") == store_epochs(tmp_path / "store-one")
+    skipped = {"day1.jsonl.gz": "day1.jsonl", "resent-day2.jsonl": "day2.jsonl"}
+    assert summary.duplicate_files == skipped
+    assert summary.n_records == summary.n_documents == 60  # the records of the files read
+    warned = sorted(r.getMessage() for r in caplog.records if "same content" in r.getMessage())
+    assert len(warned) == 2
+    assert warned[0].startswith("day1.jsonl.gz has the same content as day1.jsonl, ")
+    assert warned[1].startswith("resent-day2.jsonl has the same content as day2.jsonl, ")
+    assert ("duplicate files skipped: 2 (same content as an earlier file: day1.jsonl.gz = day1.jsonl, "
+            "resent-day2.jsonl = day2.jsonl)") in summary.format()
+    store = SnapshotStore(str(tmp_path / "store-two"))
+    assert store.config()["duplicate_files"] == skipped
+    assert store.manifest()["complete"]["summary"]["duplicate_files"] == skipped
+    again = replay(_days_config(two), str(tmp_path / "store-two"), mode="resume")  # complete: its summary
+    assert again.complete_before and again.duplicate_files == skipped
+
+
+def test_a_resume_reads_the_files_its_store_was_begun_with(tmp_path):
+    """Resuming a store whose replay skipped files for their content skips them again, and gives
+    the store of an uninterrupted run; a store written before such files were skipped fitted them,
+    so resuming it without them is refused, saying what to do."""
+    _, two = _days_with_copies(tmp_path)
+    uri = str(tmp_path / "part")
+
+    def interrupt(p):
+        if p.index == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        replay(_days_config(two), uri, progress=interrupt)
+    assert replay(_days_config(two), uri, mode="resume").n_published == 1
+    replay(_days_config(two), str(tmp_path / "whole"))
+    assert store_epochs(uri) == store_epochs(tmp_path / "whole")
+
+    with pytest.raises(KeyboardInterrupt):
+        replay(_days_config(two), uri, mode="overwrite", progress=interrupt)
+    store = SnapshotStore(uri)
+    with store.writer("older streamtree"):  # what a store begun before files were skipped records
+        store.set_config({k: v for k, v in store.config().items() if k != "duplicate_files"})
+    with pytest.raises(StoreError, match=r"written fitting every file of the source, and 2 files of them hold the "
+                                         r"content of an earlier one \(day1.jsonl.gz = day1.jsonl, resent-day2.jsonl "
+                                         r"= day2.jsonl\).*replay it again with --overwrite"):
+        replay(_days_config(two), uri, mode="resume")
+    assert [e["label"] for e in SnapshotStore(uri).epochs()] == ["2026-03-01", "2026-03-02"]
 
 
 def interrupted_replay(corpus, uri: str) -> None:

@@ -272,14 +272,19 @@ def _once(config, **kw) -> Service:
     return service
 
 
+def _replay_days(source, store) -> None:
+    """Replay a folder of daily files as the services they are compared with fit them."""
+    replay(ReplayConfig(source=str(source), text_col="text", time_col="time", epoch="1d", model=dict(MODEL),
+                        min_df=1), str(store))
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     """Six daily files and a replay of them (whose vocabulary the service borrows)."""
     base = tmp_path_factory.mktemp("corpus")
     for d in DAYS:
         write_jsonl(f"{base}/all/day{d}.jsonl", day_rows(d, 25, 0))
-    replay(ReplayConfig(source=f"{base}/all", text_col="text", time_col="time", epoch="1d",
-                        model=dict(max_depth=2, n_sweeps=3), min_df=1), f"{base}/replay")
+    _replay_days(f"{base}/all", f"{base}/replay")
     return base
 
 
@@ -298,10 +303,16 @@ def test_a_borrowed_vocabulary_must_make_the_rows_the_model_reads(corpus, tmp_pa
 
 def test_once_runs_equal_replay_and_each_other(corpus, tmp_path):
     land = tmp_path / "land"
-    # one run over everything, closing the last epoch as idle
+    # one run over everything, closing the last epoch as idle; a copy of day 3 re-delivered under
+    # another name is skipped, by the service and by a replay of the landing folder alike
     _land_in_order(f"{corpus}/all", land)
+    shutil.copy(land / "day3.jsonl", land / "resent-day3.jsonl")
     _once(_config(land, tmp_path / "one", vocabulary_from=f"{corpus}/replay", idle_timeout=1e-3))
     assert store_epochs(tmp_path / "one") == store_epochs(f"{corpus}/replay")
+    statuses = {e["name"]: e["status"] for e in read_ledger(SnapshotStore(str(tmp_path / "one"))).to_pylist()}
+    assert statuses["resent-day3.jsonl"] == "duplicate"
+    _replay_days(land, tmp_path / "replayed")
+    assert store_epochs(tmp_path / "replayed") == store_epochs(f"{corpus}/replay")
     # files arriving in three batches, in reverse order within a batch (allowed two days late),
     # one --once run each
     land2 = tmp_path / "land2"
