@@ -53,7 +53,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-import urllib.parse
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -65,7 +64,8 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from connectors.sources.base import SourceError, check_columns, normalise, normalised_schema
-from connectors.sources.files import _CODECS, PARQUET_READ, content_digest, file_format, format_of, resolve
+from connectors.sources.files import (_CODECS, PARQUET_READ, content_digest, file_format, format_of, partition_keys,
+                                      resolve)
 from connectors.sources.times import UNIT_NAMES, TimeParser
 from streamtree.records import REJECT_SCHEMA, empty_rejects
 
@@ -286,7 +286,8 @@ def read_landed(
     its source too), so a compressed copy of an ingested file is a duplicate, and is parsed from
     memory, so a file that fails anywhere contributes no row.
     Hive partition keys in its folder names (``year=1790/part.parquet``) are columns like
-    the file's own (as strings, which the time and id parsing accept).
+    the file's own (as strings, which the time and id parsing accept), and part of its hash: the
+    same bytes in another partition are other rows, not a duplicate.
 
     Raises
     ------
@@ -306,7 +307,8 @@ def read_landed(
         # an empty file that stayed empty (or whose folder is marked complete): Spark writes
         # them for empty partitions. Taken, with no rows, and ledgered like any other
         schema = normalised_schema(time_col is not None, epoch_col is not None)
-        return LandedRead(schema.empty_table(), empty_rejects(), 0, content_digest([]), parser)
+        return LandedRead(schema.empty_table(), empty_rejects(), 0,
+                          content_digest([], partition_keys=partition_keys(name)), parser)
     try:
         # compression=None: pyarrow would otherwise decompress by the extension already, and
         # the bytes are decompressed here, once, for every format
@@ -319,7 +321,7 @@ def read_landed(
         raise LandingNotReady(name, "it changed while it was read (still being written?); it is read once its "
                                     "size and modification time hold still")
     data = _decompressed(data, name)
-    digest = content_digest([data])
+    digest = content_digest([data], partition_keys=partition_keys(name))
     mapped = {"text": text_col, "time": time_col, "id": id_col, "epoch": epoch_col}
     cols = list(dict.fromkeys(c for c in mapped.values() if c is not None))
     try:
@@ -434,14 +436,10 @@ def _csv_parse(lower_name: str, delimiter: str | None = None) -> pacsv.ParseOpti
 
 
 def _add_partition_keys(table: pa.Table, name: str, cols: list[str]) -> pa.Table:
-    """Constant columns for hive keys ``k=v`` in the folder names that the file lacks."""
-    for part in name.split("/")[:-1]:
-        if "=" not in part:
-            continue
-        key, value = part.split("=", 1)
-        key = urllib.parse.unquote(key)
+    """Constant columns for the mapped hive keys ``k=v`` in the folder names that the file lacks
+    (:func:`~connectors.sources.files.partition_keys`)."""
+    for key, value in partition_keys(name).items():
         if key in cols and key not in table.column_names:
-            value = urllib.parse.unquote(value)
             table = table.append_column(key, pa.array([value] * table.num_rows, pa.string()))
     return table
 

@@ -6,6 +6,8 @@ import json
 import os
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from connectors.stores.snapshot import SnapshotStore
 
@@ -37,6 +39,18 @@ def write_jsonl(path: str, rows: list[dict]) -> None:
         for r in rows:
             f.write(json.dumps(r) + "\n")
     os.replace(tmp, path)
+
+
+def write_partition_copies(root: str) -> None:
+    """A hive-partitioned folder whose two files are byte-identical: ``year=2020/part-0.parquet``
+    (20 texts, no time column: the year is the folder's) and a copy as ``year=2021/part-0.parquet``,
+    so the same texts are rows of 2020 and of 2021."""
+    first, second = (os.path.join(root, f"year={y}", "part-0.parquet") for y in (2020, 2021))
+    for path in (first, second):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    pq.write_table(pa.table({"text": [r["text"] for r in day_rows(1, 20, 0)]}), first)
+    with open(first, "rb") as src, open(second, "wb") as dst:
+        dst.write(src.read())
 
 
 def store_epochs(uri: str) -> list[tuple]:

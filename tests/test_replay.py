@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from service_corpus import MODEL, day_rows, store_epochs, write_jsonl
+from service_corpus import MODEL, day_rows, store_epochs, write_jsonl, write_partition_copies
 
 from connectors.sources import SourceError
 from connectors.stores.snapshot import SnapshotStore, StoreError
@@ -247,6 +247,28 @@ def test_a_resume_reads_the_files_its_store_was_begun_with(tmp_path):
                                          r"= day2.jsonl\).*replay it again with --overwrite"):
         replay(_days_config(two), uri, mode="resume")
     assert [e["label"] for e in SnapshotStore(uri).epochs()] == ["2026-03-01", "2026-03-02"]
+
+
+def test_byte_identical_files_in_two_partitions_are_two_files_a_copy_within_one_is_not(tmp_path, caplog):
+    """``year=2020/part-0.parquet`` and ``year=2021/part-0.parquet`` hold the same bytes but not the
+    same rows: the folder gives each its year. Both are fitted, each in its year, with no warning.
+    Before, the second was skipped as a re-delivery of the first, and 2021 lost its rows. A copy
+    within one partition still holds that partition's rows again, and is skipped."""
+    root = tmp_path / "parts"
+    write_partition_copies(str(root))
+    cfg = ReplayConfig(source=str(root), text_col="text", time_col="year", epoch="1y", model=dict(MODEL), min_df=1)
+    with caplog.at_level("WARNING", logger="connectors.sources.files"):
+        summary = replay(cfg, str(tmp_path / "both"))
+    assert not [r.getMessage() for r in caplog.records]
+    assert summary.duplicate_files == {} and summary.n_records == summary.n_documents == 40
+    epochs = store_epochs(tmp_path / "both")
+    assert [(label, sorted({d.split(":")[0] for d in ids})) for _, label, *_, ids in epochs] == [
+        ("2020", ["year=2020/part-0.parquet"]), ("2021", ["year=2021/part-0.parquet"])]
+
+    shutil.copy(root / "year=2021" / "part-0.parquet", root / "year=2021" / "part-1.parquet")
+    summary = replay(cfg, str(tmp_path / "copied"))
+    assert summary.duplicate_files == {"year=2021/part-1.parquet": "year=2021/part-0.parquet"}
+    assert store_epochs(tmp_path / "copied") == epochs
 
 
 def interrupted_replay(corpus, uri: str) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import gzip
+import hashlib
 import json
 import os
 import shutil
@@ -14,9 +16,11 @@ from datetime import datetime
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from service_corpus import MODEL, assert_events_follow_the_published_trees, day_rows, store_epochs, store_rejects, write_jsonl
+from service_corpus import (MODEL, assert_events_follow_the_published_trees, day_rows, store_epochs, store_rejects,
+                            write_jsonl, write_partition_copies)
 
 from connectors.landing import LandingError, LandingNotReady, LandingZone, read_landed
+from connectors.sources.files import content_digest
 from connectors.stores.ledger import read_ledger
 from connectors.stores.snapshot import SnapshotStore, StoreBusyError, StoreError
 from streamtree.replay import ReplayConfig, replay
@@ -183,6 +187,23 @@ def test_compressed_landed_files_are_read_as_replay_reads_them(tmp_path):
         read_landed(zone.fs, files["broken.jsonl.gz"], **kw)
 
 
+def test_the_hash_of_a_landed_file_covers_its_partition_keys(tmp_path):
+    """The ledger's hash of a landed file is the sha256 of its bytes (decompressed) where no folder
+    of its names a partition key, as ledgers always held it. Partition keys are columns of its
+    rows, so they count: the same bytes in ``year=2020`` and ``year=2021`` are two files, a copy
+    in one partition (compressed, under another name) is one, as a replay compares them."""
+    data = b'{"text": "tax budget", "time": "2026-03-01"}\n'
+    for name in ("a.jsonl", "year=2020/a.jsonl", "year=2021/a.jsonl", "year=2021/b.jsonl.gz"):
+        os.makedirs(tmp_path / os.path.dirname(name), exist_ok=True)
+        (tmp_path / name).write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    zone = LandingZone(str(tmp_path), settle=0)
+    sha = {f.name: read_landed(zone.fs, f, text_col="text", time_col="time").sha256 for f in zone.poll()}
+    assert sha["a.jsonl"] == hashlib.sha256(data).hexdigest()
+    assert len({sha["a.jsonl"], sha["year=2020/a.jsonl"], sha["year=2021/a.jsonl"]}) == 3
+    assert sha["year=2021/b.jsonl.gz"] == sha["year=2021/a.jsonl"] == content_digest([data],
+                                                                                   partition_keys={"year": "2021"})
+
+
 def test_files_that_cannot_be_read_yet_are_not_read_as_unreadable(tmp_path):
     """An empty file, and a file that changed between its listing and its read (a writer still
     at it), are not ready yet rather than unreadable: the service leaves them for a later poll.
@@ -330,6 +351,34 @@ def test_once_runs_equal_replay_and_each_other(corpus, tmp_path):
     assert sorted(e["name"] for e in files) == [f"day{d}.jsonl" for d in DAYS]
     assert {e["status"] for e in files} == {"ingested"}
     assert [e["kind"] for e in ledger.to_pylist()].count("idle") == 1
+
+
+def _partitions_config(land, store, **kw) -> ServeConfig:
+    return _config(land, store, time_col="year", epoch="1y", idle_timeout=1e-3, **kw)
+
+
+def _file_statuses(store) -> dict[str, tuple[str, str | None]]:
+    return {e["name"]: (e["status"], e["detail"]) for e in read_ledger(SnapshotStore(str(store))).to_pylist()
+            if e["kind"] == "file"}
+
+
+def test_byte_identical_files_in_two_partitions_are_both_ingested(tmp_path):
+    """``year=2020/part-0.parquet`` and ``year=2021/part-0.parquet`` hold the same bytes, but their
+    rows are of two years: the service ingests both, and publishes the trees a replay of the folder
+    does. Before, the second was a ``duplicate`` and 2021 lost its rows. A copy landed within one
+    partition is still a duplicate."""
+    land = tmp_path / "land"
+    write_partition_copies(str(land))
+    time.sleep(0.01)
+    shutil.copy(land / "year=2021" / "part-0.parquet", land / "year=2021" / "part-1.parquet")
+    replay(ReplayConfig(source=str(land), text_col="text", time_col="year", epoch="1y", model=dict(MODEL), min_df=1),
+           str(tmp_path / "replay"))
+    _once(_partitions_config(land, tmp_path / "store", vocabulary_from=str(tmp_path / "replay")))
+    assert _file_statuses(tmp_path / "store") == {
+        "year=2020/part-0.parquet": ("ingested", None), "year=2021/part-0.parquet": ("ingested", None),
+        "year=2021/part-1.parquet": ("duplicate", "year=2021/part-0.parquet")}
+    assert [e["label"] for e in SnapshotStore(str(tmp_path / "store")).epochs()] == ["2020", "2021"]
+    assert store_epochs(tmp_path / "store") == store_epochs(tmp_path / "replay")
 
 
 def _trees(uri) -> list[tuple]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import json
 import os
 import shutil
@@ -16,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from connectors.sources import Source, SourceError, open_source
+from connectors.sources.files import content_digest, partition_keys
 from streamtree.records import REJECT_SCHEMA
 
 SOTU = Path(__file__).resolve().parents[1] / "examples" / "data" / "sotu_paragraphs.parquet"
@@ -183,6 +186,39 @@ def test_a_file_holding_an_earlier_files_content_is_skipped_when_asked(tmp_path,
     assert src.read_all().column("id").to_pylist() == ["a.parquet:0", "a.parquet:1", "c.parquet:0"]
     every = open_source(str(tmp_path), "text", "year")
     assert every.duplicate_files == {} and every.read_all().num_rows == 5
+
+
+def test_the_content_of_a_file_is_its_bytes_and_its_partition_keys():
+    """A file's partition keys are the ``key=value`` folder names of its path (URL-decoded), the
+    columns readers add to its rows; its digest is the sha256 of its bytes where it has none (as
+    ledgers recorded it), and covers the keys, in any order, where it has some."""
+    data = b'{"text": "a b", "time": "2020-05-01"}\n'
+    assert content_digest([data]) == content_digest([data[:7], data[7:]], partition_keys={}) \
+        == hashlib.sha256(data).hexdigest()
+    assert partition_keys("part-0.jsonl") == partition_keys("raw/2020/part-0.jsonl") == {}
+    keys = partition_keys("year=2020/raw/month=05/part-0.jsonl")
+    assert keys == {"year": "2020", "month": "05"} and list(keys) == ["year", "month"]
+    assert partition_keys("city=S%C3%A3o%20Paulo/x.jsonl") == {"city": "S\u00e3o Paulo"}
+    in_2020 = content_digest([data], partition_keys=keys)
+    in_2021 = content_digest([data], partition_keys={"year": "2021", "month": "05"})
+    assert in_2020 not in (content_digest([data]), in_2021)
+    assert in_2020 == content_digest([data[:3], data[3:]], partition_keys={"month": "05", "year": "2020"})
+    assert len(in_2020) == 64
+
+
+def test_files_in_two_partitions_are_not_copies_of_each_other(tmp_path):
+    """Byte-identical files under ``year=2020`` and ``year=2021`` hold rows of two partitions: both
+    are read, with ``skip_duplicate_files`` too. A copy within one partition (under another name,
+    gzip-compressed) is skipped as before."""
+    write = lambda path, data: (path.parent.mkdir(parents=True, exist_ok=True), path.write_bytes(data))  # noqa: E731
+    data = b'{"text": "a b", "time": "2020-05-01"}\n{"text": "c d", "time": "2020-06-01"}\n'
+    write(tmp_path / "year=2020" / "a.jsonl", data)
+    write(tmp_path / "year=2021" / "a.jsonl", data)
+    write(tmp_path / "year=2021" / "b.jsonl.gz", gzip.compress(data))
+    src = open_source(str(tmp_path), "text", "time", skip_duplicate_files=True)
+    assert src.duplicate_files == {"year=2021/b.jsonl.gz": "year=2021/a.jsonl"}
+    assert src.read_all().column("id").to_pylist() == ["year=2020/a.jsonl:0", "year=2020/a.jsonl:1",
+                                                       "year=2021/a.jsonl:0", "year=2021/a.jsonl:1"]
 
 
 # ---- time interpretation ------------------------------------------------------------------

@@ -30,10 +30,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import logging
 import os
+import urllib.parse
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -96,19 +98,51 @@ def codec_of(path: str) -> str | None:
     return next((codec for ext, codec in _CODECS.items() if name.endswith(ext)), None)
 
 
-def content_digest(chunks: Iterable[bytes]) -> str:
+def partition_keys(name: str) -> dict[str, str]:
+    """The hive partition keys of a data file, from its ``name`` below the source or landing folder:
+    each folder name ``key=value``, URL-decoded as pyarrow's hive partitioning decodes it, in path
+    order (the first where a key repeats): ``{"year": "1790"}`` for ``year=1790/part-0.parquet``.
+    They are columns of the file's rows (a landed file's where the file lacks them, a Parquet or
+    Arrow dataset's), so they are part of its content (:func:`content_digest`)."""
+    keys: dict[str, str] = {}
+    for part in name.split("/")[:-1]:
+        if "=" in part:
+            key, value = part.split("=", 1)
+            keys.setdefault(urllib.parse.unquote(key), urllib.parse.unquote(value))
+    return keys
+
+
+def content_digest(chunks: Iterable[bytes], partition_keys: Mapping[str, str] | None = None) -> str:
     """The identity of a data file's content: the sha256 (hex) of its bytes, decompressed where its
-    name says it is compressed, given as ``chunks`` in order.
+    name says it is compressed, given as ``chunks`` in order, and of its ``partition_keys``
+    (:func:`partition_keys` of its name).
 
     Files with one digest hold the same data whatever their names and compression; the later one is
     a re-delivery. A service skips a landed file whose digest a file it ingested has (ledger status
     ``duplicate``), and a replay skips a file of its source whose digest an earlier file in path
     order has (``skip_duplicate_files`` of :func:`open_source`), so both fit the data once.
+
+    The partition keys count because readers make them columns of the file's rows: byte-identical
+    files in ``year=2020/`` and ``year=2021/`` hold rows of two years, and differ, whether or not a
+    column is mapped to the key; a copy in the same partition (anywhere, for files with no
+    partition key), under another name or compressed, does not. A file with no partition key has
+    the sha256 of its bytes, as service ledgers recorded every file before partition keys
+    counted; with keys it has :func:`partitioned_digest` of that.
     """
     digest = hashlib.sha256()
     for chunk in chunks:
         digest.update(chunk)
-    return digest.hexdigest()
+    return partitioned_digest(digest.hexdigest(), partition_keys or {})
+
+
+def partitioned_digest(sha256: str, partition_keys: Mapping[str, str]) -> str:
+    """The :func:`content_digest` of a file whose bytes have the hex ``sha256`` and that has the
+    ``partition_keys``: that sha256 where it has none, else the sha256 of a header, the keys and
+    values sorted by key (JSON) and the bytes' sha256."""
+    if not partition_keys:
+        return sha256
+    keys = json.dumps(sorted(partition_keys.items()), ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(b"partitioned file\n" + keys.encode() + b"\n" + bytes.fromhex(sha256)).hexdigest()
 
 
 def format_of(path: str) -> str | None:
@@ -182,15 +216,19 @@ class Source:
     def _find_duplicates(self) -> dict[str, str]:
         """Each file whose content (:func:`content_digest`) an earlier file in path order holds,
         to that earlier file, with a warning. Only files that may hold another's content are
-        hashed: every file where some file is compressed, else those whose size another file has."""
+        hashed: those that share their partition keys with another file and, unless some file is
+        compressed, their size too."""
         if len(self.files) < 2:
             return {}
-        sizes = Counter(self._sizes.values())
+        keys = {path: partition_keys(self._relative(path)) for path in self.files}  # {} but in a directory
         compressed = any(codec_of(p) is not None for p in self.files)
+        group = {path: (tuple(sorted(keys[path].items())), None if compressed else self._sizes[path])
+                 for path in self.files}
+        groups = Counter(group.values())
         first: dict[str, str] = {}  # digest -> the first file holding it
         found = {}
         for path in self.files:
-            if not compressed and sizes[self._sizes[path]] < 2:
+            if groups[group[path]] < 2:
                 continue
             digest = self._digest(path)
             if digest not in first:
@@ -202,9 +240,11 @@ class Source:
         return found
 
     def _digest(self, path: str) -> str:
-        """:func:`content_digest` of the file at ``path``, read (and decompressed) a chunk at a time."""
+        """:func:`content_digest` of the file at ``path`` (with the partition keys of its name below
+        the source), read (and decompressed) a chunk at a time."""
         with self._wrap(path), self.fs.open_input_stream(path, compression=codec_of(path)) as f:
-            return content_digest(iter(lambda: f.read(_DIGEST_CHUNK), b""))
+            return content_digest(iter(lambda: f.read(_DIGEST_CHUNK), b""),
+                                  partition_keys=partition_keys(self._relative(path)))
 
     def _relative(self, path: str) -> str:
         # Path below the source root for directories, the bare file name for a single file.

@@ -22,7 +22,9 @@ LEDGER_TABLE = "ledger"
 #: or ``"unreadable"`` (the error in ``detail``); ``"changed"`` records, once per name, a file
 #: taken before whose size or modification time has changed since (status ``"not read"``: each
 #: file is read once; its new size and time, the old ones in ``detail``); ``close_through`` is
-#: the epoch key an idle close closed through.
+#: the epoch key an idle close closed through. ``sha256`` is a file's content digest
+#: (:func:`~connectors.sources.files.content_digest`: of its bytes, decompressed, and of its
+#: partition keys where it has some).
 LEDGER_SCHEMA = pa.schema([
     pa.field("seq", pa.int64(), nullable=False),
     pa.field("kind", pa.string(), nullable=False),
