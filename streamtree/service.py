@@ -73,7 +73,7 @@ import pyarrow as pa
 
 import streamtree
 from connectors.landing import LandedFile, LandedRead, LandingError, LandingNotReady, LandingZone, read_landed
-from connectors.sources.files import file_format
+from connectors.sources.files import file_format, partition_keys, partitioned_digest
 from connectors.sources.times import TimeParser
 from connectors.stores.ledger import LEDGER_TABLE, ledger_table, read_ledger
 from connectors.stores.snapshot import SnapshotStore, StoreError
@@ -518,6 +518,12 @@ class Service:
                 self._taken[ev["name"]] = (ev["size"], ev["mtime_ns"])
                 if ev["status"] == "ingested":
                     self._hashes[ev["sha256"]] = ev["name"]
+                    # a ledger written before partition keys counted holds the hash of a partitioned
+                    # file's bytes alone: a copy landing in its partition has this digest (derived
+                    # from a digest that already counts them, it matches no file)
+                    keys = partition_keys(ev["name"])
+                    if keys:
+                        self._hashes.setdefault(partitioned_digest(ev["sha256"], keys), ev["name"])
         m, tot = self.metrics, self._totals
         m.rows_read.inc(tot["rows_read"])
         m.documents.inc(tot["documents"])

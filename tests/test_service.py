@@ -19,6 +19,7 @@ import pytest
 from service_corpus import (MODEL, assert_events_follow_the_published_trees, day_rows, store_epochs, store_rejects,
                             write_jsonl, write_partition_copies)
 
+import connectors.landing
 from connectors.landing import LandingError, LandingNotReady, LandingZone, read_landed
 from connectors.sources.files import content_digest
 from connectors.stores.ledger import read_ledger
@@ -379,6 +380,34 @@ def test_byte_identical_files_in_two_partitions_are_both_ingested(tmp_path):
         "year=2021/part-1.parquet": ("duplicate", "year=2021/part-0.parquet")}
     assert [e["label"] for e in SnapshotStore(str(tmp_path / "store")).epochs()] == ["2020", "2021"]
     assert store_epochs(tmp_path / "store") == store_epochs(tmp_path / "replay")
+
+
+def test_a_ledger_of_byte_hashes_still_knows_a_partitioned_files_copy(tmp_path, monkeypatch):
+    """A ledger written before partition keys counted holds a partitioned file's hash of its bytes
+    alone. Resumed on it, the service still takes a copy of that file landed in its partition for
+    a duplicate, and ingests the same bytes landed in another partition."""
+    parts, land, store = tmp_path / "parts", tmp_path / "land", tmp_path / "store"
+    write_partition_copies(str(parts))
+    replay(ReplayConfig(source=str(parts), text_col="text", time_col="year", epoch="1y", model=dict(MODEL), min_df=1),
+           str(tmp_path / "replay"))
+    cfg = _partitions_config(land, store, vocabulary_from=str(tmp_path / "replay"))
+    data = (parts / "year=2020" / "part-0.parquet").read_bytes()
+    os.makedirs(land / "year=2020")
+    (land / "year=2020" / "part-0.parquet").write_bytes(data)
+    with monkeypatch.context() as m:  # the hash before partition keys counted
+        m.setattr(connectors.landing, "content_digest", lambda chunks, partition_keys=None: content_digest(chunks))
+        _once(cfg)
+    ledger = read_ledger(SnapshotStore(str(store))).to_pylist()
+    assert [(e["name"], e["sha256"]) for e in ledger if e["kind"] == "file"] == [
+        ("year=2020/part-0.parquet", hashlib.sha256(data).hexdigest())]
+    (land / "year=2020" / "part-1.parquet").write_bytes(data)
+    os.makedirs(land / "year=2021")
+    (land / "year=2021" / "part-0.parquet").write_bytes(data)
+    _once(cfg)
+    statuses = _file_statuses(store)
+    assert statuses["year=2020/part-1.parquet"] == ("duplicate", "year=2020/part-0.parquet")
+    assert statuses["year=2021/part-0.parquet"] == ("ingested", None)
+    assert [e["label"] for e in SnapshotStore(str(store)).epochs()] == ["2020", "2021"]
 
 
 def _trees(uri) -> list[tuple]:

@@ -138,7 +138,8 @@ def content_digest(chunks: Iterable[bytes], partition_keys: Mapping[str, str] | 
 def partitioned_digest(sha256: str, partition_keys: Mapping[str, str]) -> str:
     """The :func:`content_digest` of a file whose bytes have the hex ``sha256`` and that has the
     ``partition_keys``: that sha256 where it has none, else the sha256 of a header, the keys and
-    values sorted by key (JSON) and the bytes' sha256."""
+    values sorted by key (JSON) and the bytes' sha256. (A service resuming on a ledger written
+    before partition keys counted derives the digest of its partitioned files with it.)"""
     if not partition_keys:
         return sha256
     keys = json.dumps(sorted(partition_keys.items()), ensure_ascii=False, separators=(",", ":"))
