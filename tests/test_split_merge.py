@@ -1484,6 +1484,7 @@ def test_launch_scans_find_a_split_of_close_topics(seed):
     single, scanned = agreement(0), agreement(3)
     assert scanned > single + 0.08
     assert scanned > 0.7
+    assert agreement(lik.launch_scans) > 0.7  # the family's own number of scans too
 
 
 def test_the_launch_odds_and_modes_agree_with_the_family():
@@ -1606,7 +1607,7 @@ def test_a_proposals_launch_draws_its_scans_one_after_another():
     """A new node's launch from a proposal equals its definition written out: the seed's odds
     against ``a``, then per scan ``others.size`` fresh uniforms (in that order from the
     generator) and the launch scan's odds of the launch they make."""
-    from streamtree.inference.split_merge import EPS, LAUNCH_SCANS
+    from streamtree.inference.split_merge import EPS
     from streamtree.likelihoods.base import RowBlock, launch_probabilities
 
     variant = resolve_variant("dtssbp", window=2, max_depth=3, gamma=0.5, xi=0.001)
@@ -1619,6 +1620,7 @@ def test_a_proposals_launch_draws_its_scans_one_after_another():
     labels = np.where(np.arange(40) < 30, a, ROOT)
     st = MoveState(tree, labels, X, {}, {k: rng.dirichlet(np.ones(30)) for k in (ROOT, a)}, {ROOT: 20.0, a: 20.0})
     moves = SplitMerge(lik, kw)
+    assert moves.launch_scans == lik.launch_scans  # the family's by default
     rows_a = np.flatnonzero(labels == a)
     i, j = int(rows_a[4]), int(rows_a[11])
     others = rows_a[(rows_a != i) & (rows_a != j)]
@@ -1632,7 +1634,7 @@ def test_a_proposals_launch_draws_its_scans_one_after_another():
         conc, depth = moves._new_node(st, place[1])[1:]
         scan = parent.launch_scan(X, others, j, i, conc, depth)
         want = scan.seed_scores(st.theta[a]) - lik.block_log_likelihood(RowBlock(X, others), st.theta[a], 20.0)
-        for _ in range(LAUNCH_SCANS + 1):
+        for _ in range(moves.launch_scans + 1):
             want = scan.log_odds(draws.random(others.size) < launch_probabilities(want, EPS))
         assert np.array_equal(got, want)
 

@@ -74,7 +74,7 @@ small nodes as frequent as those of large ones.
   kind uniformly (each position and adopted block of a new node: :func:`place_log_prob`);
   ``i`` stays, ``j`` moves. For a new node, a *launch* allocation of ``a``'s other documents
   is drawn from per-document probabilities comparing ``a``'s parameter with a seed parameter
-  (:meth:`Likelihood.seed_child_theta` of ``x_j``). Then :data:`LAUNCH_SCANS` restricted
+  (:meth:`Likelihood.seed_child_theta` of ``x_j``). Then :attr:`Likelihood.launch_scans` restricted
   scans (Jain and Neal's intermediate scans): each gives the two groups, ``j`` with the
   launched documents and ``i`` with the others, their posterior modes as new children of the
   place's parent and redraws the launch from the per-document odds between them
@@ -133,12 +133,6 @@ ANCHOR = -1
 
 #: floor on every per-document allocation probability of a split proposal
 EPS = 1e-3
-#: restricted scans of a new node's launch (Jain and Neal's intermediate scans): each refits
-#: the two groups' posterior modes and redraws the launch from their log-odds. A launch from a
-#: single seed document, fitted once, is too noisy to find topics that differ by a few nats a
-#: document; three scans raised the planted trees' mean ARI from 0.61 (one launch compared
-#: with the merged node) to 0.74 over five seeds (BENCHMARKS.md)
-LAUNCH_SCANS = 3
 #: how a split allocates the split node's other documents (:meth:`SplitMerge.attempt`)
 PROPOSALS = ("launch", "subset")
 #: the fewest documents a subset split moves (and a subset merge joins). Smaller groups are the
@@ -520,8 +514,9 @@ class SplitMerge:
     likelihood : Likelihood
     stick_kwargs : dict
         ``alpha0, lam, gamma, max_depth, root_holds_data`` of the stick prior.
-    launch_scans : int
-        Restricted scans of a new node's launch (:data:`LAUNCH_SCANS`).
+    launch_scans : int, optional
+        Restricted scans of a new node's launch; by default the family's
+        (:attr:`Likelihood.launch_scans`).
     freeze_carried : bool
         Carried nodes keep their parameters (parameters frozen after their birth epoch): a
         split or merge never draws a carried node's parameter afresh (:meth:`collapses`).
@@ -532,9 +527,11 @@ class SplitMerge:
         The fewest documents the subset proposal moves (:data:`SUBSET_MIN_DOCS`).
     """
 
-    def __init__(self, likelihood: Likelihood, stick_kwargs: dict, launch_scans: int = LAUNCH_SCANS,
+    def __init__(self, likelihood: Likelihood, stick_kwargs: dict, launch_scans: int | None = None,
                  freeze_carried: bool = False, integrate_split_node: bool = False,
                  subset_min_docs: int = SUBSET_MIN_DOCS) -> None:
+        if launch_scans is None:
+            launch_scans = likelihood.launch_scans
         if launch_scans < 0:
             raise ValueError(f"launch_scans must be >= 0, got {launch_scans}")
         self.lik = likelihood

@@ -489,6 +489,12 @@ class Likelihood(ABC):
     #: whether the family's set scores read :attr:`DocumentSet.terms` (building them costs a
     #: little on every set, so only families that read them ask for them)
     sets_need_terms = False
+    #: restricted scans of a split proposal's launch (Jain and Neal's intermediate scans): each
+    #: refits the two groups' posterior modes and redraws the launch from their log-odds. A launch
+    #: from one seed document, fitted once, is too noisy to find topics that differ by a few nats a
+    #: document; three scans raised the planted trees' mean ARI from 0.61 (no scan) to 0.74 over
+    #: five seeds. A family sets its own where its launches grow more slowly (BENCHMARKS.md)
+    launch_scans: ClassVar[int] = 3
     #: estimator parameters the family reads (their values come from ``DTSSBP.get_params()``)
     params: ClassVar[tuple[str, ...]] = ()
 

@@ -74,6 +74,10 @@ class Multinomial(WordTopics, Likelihood):
     # a node with children sits near uniform under its children's Dirichlet links, and leans to
     # the terms they lack where they also link their previous selves (BENCHMARKS.md, "Node labels")
     labels_from_documents = True
+    # a launch's seed charges every token its document lacks, so a group grows by a few
+    # near-copies of that document a scan: ten scans let it reach a sub-topic's size
+    # (BENCHMARKS.md, "Ten launch scans for word distributions")
+    launch_scans = 10
     params = ("kappa0", "kappa1", "a", "min_node_docs", "document_concentration")
     #: the chain's ``hyper`` entry holding the document concentration ``s`` in use
     DOCUMENT_HYPER = "document_concentration"
