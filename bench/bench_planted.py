@@ -160,7 +160,8 @@ def run_size(n_features: int, n_documents: int, args, likelihoods: list[str]) ->
         km_cpu.append(time.process_time() - c0)
         km_ari.append(adjusted_rand_score(corpus.labels[t], km.labels_))
     for likelihood in likelihoods:
-        params = {"likelihood": likelihood, "max_depth": args.max_depth, "random_state": args.seed}
+        params = {"likelihood": likelihood, "max_depth": args.max_depth,
+                  "random_state": args.seed + args.chain_offset}
         if args.sweeps is not None:
             params["n_sweeps"] = args.sweeps
         if likelihood == "vmf" and not args.length_power:
@@ -299,6 +300,9 @@ def main() -> None:
     p.add_argument("--seeds", default=None,
                    help="several seeds, e.g. 0-7 or 0,2,5: each seed's table, then the figures over "
                         "the seeds (chains differ by up to 0.1 in ARI: judge a change over 8 or more)")
+    p.add_argument("--chain-offset", type=int, default=0,
+                   help="the model's random_state is the seed plus this: the same corpora with other chains, "
+                        "to see how far a change's figures move by its random stream alone (default 0)")
     p.add_argument("--length-power", type=float, default=DEFAULT_LENGTH_POWER,
                    help="vMF: document weight = (tokens / first epoch's median) ** this; 0 for unit rows "
                         f"(default: the product's, {DEFAULT_LENGTH_POWER:g})")
