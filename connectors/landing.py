@@ -64,8 +64,8 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from connectors.sources.base import SourceError, check_columns, normalise, normalised_schema
-from connectors.sources.files import (_CODECS, PARQUET_READ, content_digest, file_format, format_of, partition_keys,
-                                      resolve)
+from connectors.sources.files import (_CODECS, PARQUET_READ, codec_of, content_digest, file_format, format_of,
+                                      partition_keys, resolve)
 from connectors.sources.times import UNIT_NAMES, TimeParser
 from streamtree.records import REJECT_SCHEMA, empty_rejects
 
@@ -418,15 +418,15 @@ def _parse(data: bytes, name: str, fmt: str, cols: list[str], text_col: str,
 
 def _decompressed(data: bytes, name: str) -> bytes:
     """``data`` decompressed by the name's extension (as it is when the name has none)."""
-    lower = name.lower()
-    for ext, codec in _CODECS.items():
-        if lower.endswith(ext):
-            try:
-                with pa.CompressedInputStream(pa.BufferReader(data), codec) as stream:
-                    return stream.read()
-            except (pa.ArrowException, OSError) as exc:
-                raise LandingError(name, f"cannot decompress it as {codec} (its name ends in {ext}): {exc}") from None
-    return data
+    codec = codec_of(name)
+    if codec is None:
+        return data
+    try:
+        with pa.CompressedInputStream(pa.BufferReader(data), codec) as stream:
+            return stream.read()
+    except (pa.ArrowException, OSError) as exc:
+        ext = "." + name.lower().rsplit(".", 1)[-1]
+        raise LandingError(name, f"cannot decompress it as {codec} (its name ends in {ext}): {exc}") from None
 
 
 def _csv_parse(lower_name: str, delimiter: str | None = None) -> pacsv.ParseOptions:

@@ -221,7 +221,7 @@ class Source:
         compressed, their size too."""
         if len(self.files) < 2:
             return {}
-        keys = {path: partition_keys(self._relative(path)) for path in self.files}  # {} but in a directory
+        keys = {path: partition_keys(self._relative(path)) for path in self.files}
         compressed = any(codec_of(p) is not None for p in self.files)
         group = {path: (tuple(sorted(keys[path].items())), None if compressed else self._sizes[path])
                  for path in self.files}
