@@ -35,12 +35,15 @@ Figures per epoch, with their targets:
 Usage: python bench/bench_planted.py [--sizes 2000x5000[,V x N ...]] [--all-sizes]
        [--generator dirichlet|mixture] [--branch-share 0.3] [--mass-concentration 3] [--median-length 50]
        [--likelihood vmf[,multinomial]] [--max-depth 3] [--epochs 3] [--sweeps N]
-       [--seed 0 | --seeds 0-7] [--length-power 0.5] [--split-node fixed|integrated]
+       [--seed 0 | --seeds 0-7] [--chain-offset 0[,1000,2000]] [--length-power 0.5]
+       [--split-node fixed|integrated]
 
 With ``--seeds``, each seed's table is followed by the figures over the seeds: targets met in
 all, and mean +- sd over the seeds of ARI, node ratio (all epochs and epoch 0) and ids kept.
 Two chains of equal quality differ by up to 0.1 in ARI, so a change to the model is judged over
-several seeds (8 or more), not one.
+several seeds (8 or more), not one. Over 8 seeds a count of targets still moves by 2-7 of 64 with
+the chain alone: ``--chain-offset 0,1000,2000`` runs every seed at three chains (same corpora)
+and ends with the spread over the chains, the yardstick for a change.
 """
 
 from __future__ import annotations
@@ -143,9 +146,15 @@ class RunFigures:
     cpu: float = 0.0
 
 
+def run_key(likelihood: str, offset: int, offsets: list[int]) -> str:
+    """The name of one chain's figures: the likelihood, and its chain offset when several are run."""
+    return likelihood if len(offsets) == 1 else f"{likelihood}, chain offset {offset}"
+
+
 def run_size(n_features: int, n_documents: int, args, likelihoods: list[str]) -> dict[str, RunFigures]:
-    """Fit each likelihood on one planted corpus (seed ``args.seed``), print the per-epoch
-    table, and return the figures by likelihood (a likelihood the model rejects is left out)."""
+    """Fit each likelihood on one planted corpus (seed ``args.seed``) at each chain offset, print
+    the per-epoch tables, and return the figures by :func:`run_key` (a likelihood the model
+    rejects is left out)."""
     figures: dict[str, RunFigures] = {}
     corpus = make_corpus(args, n_features, n_documents)
     true_k = [np.unique(lab).size for lab in corpus.labels]
@@ -159,9 +168,8 @@ def run_size(n_features: int, n_documents: int, args, likelihoods: list[str]) ->
         km = KMeans(n_clusters=true_k[t], random_state=args.seed).fit(X)
         km_cpu.append(time.process_time() - c0)
         km_ari.append(adjusted_rand_score(corpus.labels[t], km.labels_))
-    for likelihood in likelihoods:
-        params = {"likelihood": likelihood, "max_depth": args.max_depth,
-                  "random_state": args.seed + args.chain_offset}
+    for likelihood, offset in ((lik, off) for lik in likelihoods for off in args.chain_offsets):
+        params = {"likelihood": likelihood, "max_depth": args.max_depth, "random_state": args.seed + offset}
         if args.sweeps is not None:
             params["n_sweeps"] = args.sweeps
         if likelihood == "vmf" and not args.length_power:
@@ -237,13 +245,14 @@ def run_size(n_features: int, n_documents: int, args, likelihoods: list[str]) ->
                 print("   " + note)
             print(f"   {sum(met)} of {len(met)} per-epoch targets met")
             fig.met, fig.targets = int(sum(met)), len(met)
-            figures[likelihood] = fig
+            figures[run_key(likelihood, offset, args.chain_offsets)] = fig
         model.close()
     return figures
 
 
-def parse_seeds(text: str) -> list[int]:
-    """``"0-7"``, ``"0,2,5"`` or a mix (``"0-3,8"``) as a list of seeds."""
+def parse_seeds(text: str, option: str = "--seeds") -> list[int]:
+    """``"0-7"``, ``"0,2,5"`` or a mix (``"0-3,8"``) as a list of integers (seeds, or chain
+    offsets for ``option="--chain-offset"``)."""
     out: list[int] = []
     for part in text.split(","):
         part = part.strip()
@@ -253,9 +262,9 @@ def parse_seeds(text: str) -> list[int]:
         try:
             out.extend(range(int(lo), int(hi) + 1) if sep else [int(lo)])
         except ValueError:
-            raise SystemExit(f"--seeds: {part!r} is not a seed or a range like 0-7") from None
+            raise SystemExit(f"{option}: {part!r} is not an integer or a range like 0-7") from None
     if not out:
-        raise SystemExit("--seeds: no seed given")
+        raise SystemExit(f"{option}: nothing given")
     return out
 
 
@@ -276,6 +285,29 @@ def print_over_seeds(size: str, seeds: list[int], runs: list[dict[str, RunFigure
               f"nodes >= 1% / truth {stat([np.mean(f.node_ratio) for f in figs])}, epoch 0 "
               f"{stat([f.node_ratio[0] for f in figs])}; ids kept {stat(kept) if kept else '-'}; "
               f"CPU {stat([f.cpu for f in figs])} s a seed")
+
+
+def print_over_chains(size: str, likelihoods: list[str], offsets: list[int],
+                      runs: list[dict[str, RunFigures]]) -> None:
+    """Per likelihood, each chain offset's figures over the seeds and their spread over the
+    chains: a change to the model is judged against how far its figures move by the random
+    stream alone."""
+    print(f"\n== {size}: over the chains (offsets {offsets}; each chain's figures over all the seeds)")
+
+    def spread(values: list[float], digits: int) -> str:
+        v = np.array(values, dtype=float)
+        return f"{v.mean():.{digits}f} +- {v.std(ddof=1) if v.size > 1 else 0.0:.{digits}f}"
+
+    for likelihood in likelihoods:
+        chains = [[r[key] for r in runs if key in r] for key in (run_key(likelihood, o, offsets) for o in offsets)]
+        if not all(chains):
+            continue  # a likelihood the model rejects
+        met = [sum(f.met for f in figs) for figs in chains]
+        ari = [np.mean([np.mean(f.ari) for f in figs]) for figs in chains]
+        epoch0 = [np.mean([f.node_ratio[0] for f in figs]) for figs in chains]
+        print(f"   {likelihood}: targets met {' / '.join(map(str, met))} of {sum(f.targets for f in chains[0])} "
+              f"(mean {spread(met, 1)}); ARI {' / '.join(f'{a:.3f}' for a in ari)} (mean {spread(ari, 3)}); "
+              f"epoch-0 nodes / truth {' / '.join(f'{e:.3f}' for e in epoch0)} (mean {spread(epoch0, 3)})")
 
 
 def main() -> None:
@@ -300,9 +332,10 @@ def main() -> None:
     p.add_argument("--seeds", default=None,
                    help="several seeds, e.g. 0-7 or 0,2,5: each seed's table, then the figures over "
                         "the seeds (chains differ by up to 0.1 in ARI: judge a change over 8 or more)")
-    p.add_argument("--chain-offset", type=int, default=0,
+    p.add_argument("--chain-offset", default="0",
                    help="the model's random_state is the seed plus this: the same corpora with other chains, "
-                        "to see how far a change's figures move by its random stream alone (default 0)")
+                        "to see how far a change's figures move by its random stream alone; several, e.g. "
+                        "0,1000,2000, run every seed at each and end with the spread over the chains (default 0)")
     p.add_argument("--length-power", type=float, default=DEFAULT_LENGTH_POWER,
                    help="vMF: document weight = (tokens / first epoch's median) ** this; 0 for unit rows "
                         f"(default: the product's, {DEFAULT_LENGTH_POWER:g})")
@@ -312,6 +345,7 @@ def main() -> None:
                    help="multinomial: bursty (DCM) documents, 'auto' or a number s, or 'none' for "
                         "independent tokens (default: the model's, auto)")
     args = p.parse_args()
+    args.chain_offsets = parse_seeds(args.chain_offset, "--chain-offset")
     sizes = args.sizes.split(",") + (OTHER_SIZES.split(",") if args.all_sizes else [])
     likelihoods = [s.strip() for s in args.likelihood.split(",") if s.strip()]
     for size in sizes:
@@ -319,12 +353,12 @@ def main() -> None:
             v, n = (int(x) for x in size.lower().split("x"))
         except ValueError:
             raise SystemExit(f"--sizes: {size!r} is not VxN, e.g. 2000x5000") from None
-        if args.seeds is None:
-            run_size(v, n, args, likelihoods)
-            continue
-        seeds = parse_seeds(args.seeds)
+        seeds = [args.seed] if args.seeds is None else parse_seeds(args.seeds)
         runs = [run_size(v, n, argparse.Namespace(**{**vars(args), "seed": seed}), likelihoods) for seed in seeds]
-        print_over_seeds(size, seeds, runs)
+        if args.seeds is not None:
+            print_over_seeds(size, seeds, runs)
+        if len(args.chain_offsets) > 1:
+            print_over_chains(size, likelihoods, args.chain_offsets, runs)
 
 
 if __name__ == "__main__":
