@@ -250,7 +250,7 @@ def run_size(n_features: int, n_documents: int, args, likelihoods: list[str]) ->
     return figures
 
 
-def parse_seeds(text: str, option: str = "--seeds") -> list[int]:
+def parse_integers(text: str, option: str = "--seeds") -> list[int]:
     """``"0-7"``, ``"0,2,5"`` or a mix (``"0-3,8"``) as a list of integers (seeds, or chain
     offsets for ``option="--chain-offset"``)."""
     out: list[int] = []
@@ -345,7 +345,7 @@ def main() -> None:
                    help="multinomial: bursty (DCM) documents, 'auto' or a number s, or 'none' for "
                         "independent tokens (default: the model's, auto)")
     args = p.parse_args()
-    args.chain_offsets = parse_seeds(args.chain_offset, "--chain-offset")
+    args.chain_offsets = parse_integers(args.chain_offset, "--chain-offset")
     sizes = args.sizes.split(",") + (OTHER_SIZES.split(",") if args.all_sizes else [])
     likelihoods = [s.strip() for s in args.likelihood.split(",") if s.strip()]
     for size in sizes:
@@ -353,7 +353,7 @@ def main() -> None:
             v, n = (int(x) for x in size.lower().split("x"))
         except ValueError:
             raise SystemExit(f"--sizes: {size!r} is not VxN, e.g. 2000x5000") from None
-        seeds = [args.seed] if args.seeds is None else parse_seeds(args.seeds)
+        seeds = [args.seed] if args.seeds is None else parse_integers(args.seeds)
         runs = [run_size(v, n, argparse.Namespace(**{**vars(args), "seed": seed}), likelihoods) for seed in seeds]
         if args.seeds is not None:
             print_over_seeds(size, seeds, runs)
