@@ -40,7 +40,7 @@ from sklearn.metrics import adjusted_rand_score
 from sklearn.preprocessing import normalize
 
 import streamtree  # noqa: F401  (configures numba's cache before any model import)
-from bench_planted import parse_seeds
+from bench_planted import parse_integers
 from streamtree.model import DTSSBP
 
 EM_STARTS = 3
@@ -92,7 +92,7 @@ def main() -> None:
     args = p.parse_args()
     settings = {} if args.split_node is None else {"split_node": args.split_node}
     lengths = [float(s) for s in args.lengths.split(",") if s.strip()]
-    seeds = parse_seeds(args.seeds)
+    seeds = parse_integers(args.seeds)
     likelihoods = [s.strip() for s in args.likelihood.split(",") if s.strip()]
     k = args.topics
     print(f"== short documents: {k} flat topics, Dirichlet({args.topic_concentration:g}) over "
