@@ -64,8 +64,8 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from connectors.sources.base import SourceError, check_columns, normalise, normalised_schema
-from connectors.sources.files import (_CODECS, PARQUET_READ, codec_of, content_digest, file_format, format_of,
-                                      partition_keys, resolve)
+from connectors.sources.files import (PARQUET_READ, codec_of, content_digest, csv_parse_options, file_format,
+                                      format_of, partition_keys, resolve)
 from connectors.sources.times import UNIT_NAMES, TimeParser
 from streamtree.records import REJECT_SCHEMA, empty_rejects
 
@@ -396,21 +396,18 @@ def _parse(data: bytes, name: str, fmt: str, cols: list[str], text_col: str,
         return paipc.open_file(buf).read_all()
     if fmt == "ipc-stream":
         return paipc.open_stream(buf).read_all()
-    lower = name.lower()
-    for ext in _CODECS:
-        lower = lower.removesuffix(ext)
     if fmt == "jsonl":
         return pajson.read_json(pa.BufferReader(data), read_options=pajson.ReadOptions(block_size=_BLOCK_BYTES))
     # CSV as a replay's source reads it: mapped columns as text, the text as bytes (checked for
     # UTF-8 by the normalisation, so one bad row is a reject and not a failed file). The header
     # comes from the first block only.
     present = pacsv.open_csv(pa.BufferReader(data), read_options=pacsv.ReadOptions(block_size=_BLOCK_BYTES),
-                             parse_options=_csv_parse(lower, delimiter)).schema.names
+                             parse_options=csv_parse_options(name, delimiter)).schema.names
     types = {c: pa.string() for c in cols if c in present}
     if text_col in types:
         types[text_col] = pa.binary()
     return pacsv.read_csv(pa.BufferReader(data), read_options=pacsv.ReadOptions(block_size=_BLOCK_BYTES),
-                          parse_options=_csv_parse(lower, delimiter),
+                          parse_options=csv_parse_options(name, delimiter),
                           convert_options=pacsv.ConvertOptions(
                               include_columns=[c for c in cols if c in present], column_types=types,
                               null_values=[""], strings_can_be_null=True))
@@ -427,12 +424,6 @@ def _decompressed(data: bytes, name: str) -> bytes:
     except (pa.ArrowException, OSError) as exc:
         ext = "." + name.lower().rsplit(".", 1)[-1]
         raise LandingError(name, f"cannot decompress it as {codec} (its name ends in {ext}): {exc}") from None
-
-
-def _csv_parse(lower_name: str, delimiter: str | None = None) -> pacsv.ParseOptions:
-    if delimiter is None:
-        delimiter = "\t" if lower_name.endswith(".tsv") else ","
-    return pacsv.ParseOptions(delimiter=delimiter, newlines_in_values=True)
 
 
 def _add_partition_keys(table: pa.Table, name: str, cols: list[str]) -> pa.Table:

@@ -168,15 +168,19 @@ def test_compressed_landed_files_are_read_as_replay_reads_them(tmp_path):
     rows = day_rows(1, 5, 0)
     write_jsonl(str(plain / "a.jsonl"), rows)
     pacsv.write_csv(pa.Table.from_pylist(rows), plain / "b.csv")
+    # tab-separated, as its name says under the compression extension
+    pacsv.write_csv(pa.Table.from_pylist(rows), plain / "c.TSV", write_options=pacsv.WriteOptions(delimiter="\t"))
     os.makedirs(root)
-    for name, codec in (("a.jsonl.gz", "gzip"), ("a.jsonl.zst", "zstd"), ("b.csv.bz2", "bz2"), ("b.csv.lz4", "lz4")):
+    compressed = (("a.jsonl.gz", "gzip"), ("a.jsonl.zst", "zstd"), ("b.csv.bz2", "bz2"), ("b.csv.lz4", "lz4"),
+                  ("c.TSV.gz", "gzip"))
+    for name, codec in compressed:
         with pa.CompressedOutputStream(str(root / name), codec) as out:
             out.write((plain / name.rsplit(".", 1)[0]).read_bytes())
     (root / "broken.jsonl.gz").write_bytes(b"not gzip at all")
     zone = LandingZone(str(root), settle=0)
     files = {f.name: f for f in zone.poll()}
     kw = dict(text_col="text", time_col="time")
-    for name in ("a.jsonl.gz", "a.jsonl.zst", "b.csv.bz2", "b.csv.lz4"):
+    for name, _ in compressed:
         got = read_landed(zone.fs, files[name], **kw)
         replayed = open_source(str(root / name), **kw).read_all()
         assert got.n_read == 5 and got.rows.drop_columns(["source", "id"]).equals(

@@ -18,7 +18,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from connectors.sources import Source, SourceError, open_source
-from connectors.sources.files import content_digest, partition_keys
+from connectors.sources.files import (codec_of, content_digest, csv_parse_options, format_of, partition_keys,
+                                     uncompressed_name)
 from streamtree.records import REJECT_SCHEMA
 
 SOTU = Path(__file__).resolve().parents[1] / "examples" / "data" / "sotu_paragraphs.parquet"
@@ -93,6 +94,31 @@ def test_parquet_ipc_file_ipc_stream_jsonl_csv(tmp_path):
     assert open_source(str(tmp_path / "s.arrow"), "body", "when").format == "ipc-stream"
     # And the file: URI form goes through pyarrow.fs.
     check3(open_source((tmp_path / "d.parquet").as_uri(), "body", "when", id_col="doc"))
+
+
+def test_a_file_name_gives_its_codec_its_format_and_its_csv_delimiter():
+    """A name ends in at most one compression extension, read once: the format and a CSV file's
+    delimiter come from the name under it, in any case."""
+    assert uncompressed_name("In/Speeches.TSV.gz") == "in/speeches.tsv"
+    assert uncompressed_name("a.parquet") == "a.parquet"
+    assert [codec_of(n) for n in ("a.csv.gz", "a.jsonl.BZ2", "a.csv.zst", "a.csv.lz4", "a.csv")] == [
+        "gzip", "bz2", "zstd", "lz4", None]
+    assert [format_of(n) for n in ("a.csv.gz", "A.TSV.bz2", "a.ndjson.zst", "a.pq", "a.arrows", "a.txt")] == [
+        "csv", "csv", "jsonl", "parquet", "ipc-stream", None]
+    # two compression extensions: the file is decompressed once (as gzip), which leaves lz4 data
+    assert codec_of("a.csv.lz4.gz") == "gzip" and format_of("a.csv.lz4.gz") is None
+    assert csv_parse_options("a.tsv.gz").delimiter == "\t" and csv_parse_options("a.csv.gz").delimiter == ","
+    assert csv_parse_options("a.tsv", delimiter=";").delimiter == ";"
+    assert csv_parse_options("a.csv").newlines_in_values
+
+
+def test_tab_separated_files_compressed_or_not(tmp_path):
+    t = table3()
+    tsv = "doc\tbody\twhen\n" + "\n".join(f"{r['doc']}\t{r['body']}\t{r['when']}" for r in t.to_pylist()) + "\n"
+    (tmp_path / "d.tsv").write_text(tsv)
+    (tmp_path / "e.TSV.gz").write_bytes(gzip.compress(tsv.encode()))
+    for name in ("d.tsv", "e.TSV.gz"):
+        check3(open_source(str(tmp_path / name), "body", "when", id_col="doc"))
 
 
 def test_row_positions_and_default_ids_across_row_groups(tmp_path):

@@ -61,7 +61,6 @@ _EXTENSIONS = {
 }
 #: pyarrow's codec of each extension of a compressed file (``.csv.gz`` is gzip-compressed CSV)
 _CODECS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".lz4": "lz4"}
-_COMPRESSED = tuple(_CODECS)
 #: bytes of a file hashed at a time (:meth:`Source._digest`)
 _DIGEST_CHUNK = 1 << 20
 _BLOCK_BYTES = 4 << 20
@@ -96,6 +95,21 @@ def codec_of(path: str) -> str | None:
     """pyarrow's codec of a file compressed as its name says (``.jsonl.gz``: gzip), or None."""
     name = path.lower()
     return next((codec for ext, codec in _CODECS.items() if name.endswith(ext)), None)
+
+
+def uncompressed_name(path: str) -> str:
+    """The name in lower case without the compression extension :func:`codec_of` reads
+    (``Speeches.TSV.gz``: ``speeches.tsv``): the name of the data once decompressed."""
+    name = path.lower()
+    return next((name[: -len(ext)] for ext in _CODECS if name.endswith(ext)), name)
+
+
+def csv_parse_options(path: str, delimiter: str | None = None) -> pacsv.ParseOptions:
+    """How a CSV file is parsed: the ``delimiter`` given, else a tab for a ``.tsv`` file
+    (compressed or not) and a comma otherwise; quoted values may span lines."""
+    if delimiter is None:
+        delimiter = "\t" if uncompressed_name(path).endswith(".tsv") else ","
+    return pacsv.ParseOptions(delimiter=delimiter, newlines_in_values=True)
 
 
 def partition_keys(name: str) -> dict[str, str]:
@@ -148,11 +162,7 @@ def partitioned_digest(sha256: str, partition_keys: Mapping[str, str]) -> str:
 
 def format_of(path: str) -> str | None:
     """The format implied by a file name (``.csv.gz`` is CSV), or None."""
-    name = path.lower()
-    for ext in _COMPRESSED:
-        if name.endswith(ext):
-            name = name[: -len(ext)]
-    return _EXTENSIONS.get(os.path.splitext(name)[1])
+    return _EXTENSIONS.get(os.path.splitext(uncompressed_name(path))[1])
 
 
 class Source:
@@ -303,7 +313,8 @@ class Source:
         if fmt == "csv":
             with self._wrap(path):
                 with self._open_text(path) as f:
-                    return pacsv.open_csv(f, read_options=self._csv_read(), parse_options=self._csv_parse(path)).schema.names
+                    return pacsv.open_csv(f, read_options=self._csv_read(),
+                                          parse_options=csv_parse_options(path, self.delimiter)).schema.names
         with self._wrap(path):
             with self._open_text(path) as f:
                 return pajson.open_json(f, read_options=pajson.ReadOptions(block_size=_BLOCK_BYTES)).schema.names
@@ -340,14 +351,6 @@ class Source:
 
     def _csv_read(self) -> pacsv.ReadOptions:
         return pacsv.ReadOptions(block_size=_BLOCK_BYTES)
-
-    def _csv_parse(self, path: str) -> pacsv.ParseOptions:
-        name = path.lower()
-        for ext in _COMPRESSED:
-            name = name.removesuffix(ext)
-        if self.delimiter is not None:
-            return pacsv.ParseOptions(delimiter=self.delimiter, newlines_in_values=True)
-        return pacsv.ParseOptions(delimiter="\t" if name.endswith(".tsv") else ",", newlines_in_values=True)
 
     # ---- reading ---------------------------------------------------------------------
     def _raw(self) -> Iterator[tuple[str, pa.RecordBatch]]:
@@ -394,7 +397,7 @@ class Source:
                     mapped = {c: pa.string() for c in cols}
                     mapped[self.text_col] = pa.binary()  # validated by us: invalid UTF-8 -> reject
                     reader = pacsv.open_csv(
-                        f, read_options=self._csv_read(), parse_options=self._csv_parse(path),
+                        f, read_options=self._csv_read(), parse_options=csv_parse_options(path, self.delimiter),
                         convert_options=pacsv.ConvertOptions(
                             include_columns=cols, column_types=mapped,
                             null_values=[""], strings_can_be_null=True,
