@@ -49,6 +49,7 @@ and ends with the spread over the chains, the yardstick for a change.
 from __future__ import annotations
 
 import argparse
+import itertools
 import time
 from dataclasses import dataclass, field
 
@@ -168,7 +169,7 @@ def run_size(n_features: int, n_documents: int, args, likelihoods: list[str]) ->
         km = KMeans(n_clusters=true_k[t], random_state=args.seed).fit(X)
         km_cpu.append(time.process_time() - c0)
         km_ari.append(adjusted_rand_score(corpus.labels[t], km.labels_))
-    for likelihood, offset in ((lik, off) for lik in likelihoods for off in args.chain_offsets):
+    for likelihood, offset in itertools.product(likelihoods, args.chain_offsets):
         params = {"likelihood": likelihood, "max_depth": args.max_depth, "random_state": args.seed + offset}
         if args.sweeps is not None:
             params["n_sweeps"] = args.sweeps

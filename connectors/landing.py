@@ -64,8 +64,8 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from connectors.sources.base import SourceError, check_columns, normalise, normalised_schema
-from connectors.sources.files import (PARQUET_READ, codec_of, content_digest, csv_parse_options, file_format,
-                                      format_of, partition_keys, resolve)
+from connectors.sources.files import (PARQUET_READ, codec_of, compression_extension, content_digest,
+                                      csv_parse_options, file_format, format_of, partition_keys, resolve)
 from connectors.sources.times import UNIT_NAMES, TimeParser
 from streamtree.records import REJECT_SCHEMA, empty_rejects
 
@@ -422,8 +422,8 @@ def _decompressed(data: bytes, name: str) -> bytes:
         with pa.CompressedInputStream(pa.BufferReader(data), codec) as stream:
             return stream.read()
     except (pa.ArrowException, OSError) as exc:
-        ext = "." + name.lower().rsplit(".", 1)[-1]
-        raise LandingError(name, f"cannot decompress it as {codec} (its name ends in {ext}): {exc}") from None
+        raise LandingError(name, f"cannot decompress it as {codec} (its name ends in "
+                                 f"{compression_extension(name)}): {exc}") from None
 
 
 def _add_partition_keys(table: pa.Table, name: str, cols: list[str]) -> pa.Table:

@@ -91,17 +91,24 @@ def canonical_uri(uri: str) -> str:
     return f"{scheme}://{path.rstrip('/')}"
 
 
+def compression_extension(path: str) -> str | None:
+    """The compression extension a file's name ends in, in lower case (``a.JSONL.GZ``: ``.gz``),
+    or None: the one reading of it behind :func:`codec_of` and :func:`uncompressed_name`."""
+    name = path.lower()
+    return next((ext for ext in _CODECS if name.endswith(ext)), None)
+
+
 def codec_of(path: str) -> str | None:
     """pyarrow's codec of a file compressed as its name says (``.jsonl.gz``: gzip), or None."""
-    name = path.lower()
-    return next((codec for ext, codec in _CODECS.items() if name.endswith(ext)), None)
+    ext = compression_extension(path)
+    return None if ext is None else _CODECS[ext]
 
 
 def uncompressed_name(path: str) -> str:
-    """The name in lower case without the compression extension :func:`codec_of` reads
-    (``Speeches.TSV.gz``: ``speeches.tsv``): the name of the data once decompressed."""
-    name = path.lower()
-    return next((name[: -len(ext)] for ext in _CODECS if name.endswith(ext)), name)
+    """The name in lower case without its compression extension (``Speeches.TSV.gz``:
+    ``speeches.tsv``): the name of the data once decompressed."""
+    name, ext = path.lower(), compression_extension(path)
+    return name if ext is None else name[: -len(ext)]
 
 
 def csv_parse_options(path: str, delimiter: str | None = None) -> pacsv.ParseOptions:
