@@ -104,19 +104,42 @@ def epoch_events(epoch: int, prev_ids, prev_parents, ids, parents, moves) -> Eve
     were accepted. A ``split_from`` is kept when its node was born in this epoch and is in this
     tree; a ``merged_into`` when its node was in the previous tree and is not in this one (the
     last such move of a node wins). Rows are ordered by :data:`EVENT_KINDS`, then node id.
+
+    Every ``other_id`` names a node of one of the two trees, so a reader can look it up. The
+    chain may pass through nodes that live only within the epoch (born by one move and gone by
+    another); an event that names one is traced to a node of the trees: a split to where the
+    transient node itself was split from (``36`` split from ``35``, which was split from ``7``
+    and then merged away: ``36`` split from ``7``), a merge to where the transient node went.
+    A split or merge that cannot be traced so is left out (the node is still ``born`` or
+    ``died``).
     """
     base = derive_events(epoch, prev_ids, prev_parents, ids, parents)
     now = set(np.asarray(ids, dtype=np.int64).tolist())
     before = set(np.asarray(prev_ids, dtype=np.int64).tolist())
+    known = now | before
     last: dict[tuple[int, str], int] = {}
+    source: dict[int, int] = {}  # every node's last split origin and merge target, transient ones too
+    target: dict[int, int] = {}
     for node, kind, other in moves:
         node, other = int(node), int(other)
+        (source if kind == "split_from" else target)[node] = other
         if kind == "split_from" and node in now and node not in before:
             last[(node, kind)] = other
         elif kind == "merged_into" and node in before and node not in now:
             last[(node, kind)] = other
+
+    def traced(node: int, links: dict[int, int]) -> int | None:
+        seen = set()
+        while node not in known and node in links and node not in seen:
+            seen.add(node)
+            node = links[node]
+        return node if node in known else None
+
     rows = list(zip(base.node_id.tolist(), base.event.tolist(), base.other_id.tolist()))
-    rows += [(n, k, o) for (n, k), o in last.items()]
+    for (n, k), o in last.items():
+        o = traced(o, source if k == "split_from" else target)
+        if o is not None and o != n:
+            rows.append((n, k, o))
     rows.sort(key=lambda r: (EVENT_KINDS.index(r[1]), r[0]))
     if not rows:
         return Events.empty()

@@ -164,6 +164,10 @@ def test_model_trees_carry_their_events():
     assert set(t0.events.of("born").node_id.tolist()) == set(t0.node_ids.tolist())
     splits = t0.events.of("split_from")
     assert len(splits) > 0 and set(splits.node_id.tolist()) <= set(t0.node_ids.tolist())
+    for prev, tree in ((None, t0), (t0, t1)):  # every event names nodes of its two trees
+        known = set(tree.node_ids.tolist()) | (set() if prev is None else set(prev.node_ids.tolist()))
+        ev = tree.events
+        assert set(ev.other_id[ev.other_id >= 0].tolist()) <= known
     base = derive_events(1, t0.node_ids, t0.parent, t1.node_ids, t1.parent)
     for kind in ("born", "died", "parent_changed"):
         assert t1.events.of(kind).node_id.tolist() == base.of(kind).node_id.tolist()
@@ -181,3 +185,21 @@ def test_merged_deaths_are_the_died_rows_of_nodes_that_merged():
     # only the same epoch's merge counts; no rows, no marks
     assert merged_deaths([1, 2], [5, 5], ["merged_into", "died"]).tolist() == [False, False]
     assert merged_deaths([], [], []).tolist() == []
+
+
+def test_epoch_events_name_only_nodes_of_the_two_trees():
+    """A move may name a node that lived only within the epoch; its events are traced to a
+    node a reader can look up: a split to where the transient node was split from, a merge to
+    where it went, and left out when neither is known."""
+    moves = [(35, "split_from", 7), (36, "split_from", 35), (35, "merged_into", 13),  # 35 transient
+             (40, "split_from", 39),  # 39 transient, its origin unknown: 40 is only born
+             (41, "split_from", 42), (42, "split_from", 41),  # a cycle of transients
+             (5, "merged_into", 50), (50, "merged_into", 13),  # 5 merged into a transient 50
+             (6, "merged_into", 60)]  # ... into one whose end is unknown
+    ev = epoch_events(2, [0, 5, 6, 7, 13], [-1, 0, 0, 0, 0], [0, 7, 13, 36, 40, 41],
+                      [-1, 0, 0, 7, 0, 0], moves)
+    rows = list(zip(ev.node_id.tolist(), ev.event.tolist(), ev.other_id.tolist()))
+    assert (36, "split_from", 7) in rows and (5, "merged_into", 13) in rows
+    assert not [r for r in rows if r[0] in (40, 41, 6) and r[1] in ("split_from", "merged_into")]
+    known = {0, 5, 6, 7, 13, 36, 40, 41}
+    assert {o for _, k, o in rows if k in ("split_from", "merged_into", "parent_changed")} <= known
