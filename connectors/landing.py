@@ -325,9 +325,9 @@ def read_landed(
     mapped = {"text": text_col, "time": time_col, "id": id_col, "epoch": epoch_col}
     cols = list(dict.fromkeys(c for c in mapped.values() if c is not None))
     try:
-        table = _parse(data, name, landed.format, cols, text_col, delimiter)
+        table, present = _parse(data, name, landed.format, cols, text_col, delimiter)
         table = _add_partition_keys(table, name, cols)
-        check_columns(name, table.column_names, mapped)
+        check_columns(name, present + [c for c in table.column_names if c not in present], mapped)
     except LandingError:
         raise
     except SourceError as exc:
@@ -387,17 +387,25 @@ def _read_alone(times: pa.ChunkedArray, batch_size: int, stream: TimeParser, alo
 
 
 def _parse(data: bytes, name: str, fmt: str, cols: list[str], text_col: str,
-           delimiter: str | None = None) -> pa.Table:
-    """The file's table from its (decompressed) bytes."""
+           delimiter: str | None = None) -> tuple[pa.Table, list[str]]:
+    """The file's table from its (decompressed) bytes, and the names of all the columns the file
+    holds (a CSV's table keeps only the mapped ones; an error about a missing column lists all)."""
     buf = pa.BufferReader(data)
     if fmt == "parquet":
-        return pq.read_table(buf, **PARQUET_READ)
-    if fmt == "ipc":
-        return paipc.open_file(buf).read_all()
-    if fmt == "ipc-stream":
-        return paipc.open_stream(buf).read_all()
-    if fmt == "jsonl":
-        return pajson.read_json(pa.BufferReader(data), read_options=pajson.ReadOptions(block_size=_BLOCK_BYTES))
+        table = pq.read_table(buf, **PARQUET_READ)
+    elif fmt == "ipc":
+        table = paipc.open_file(buf).read_all()
+    elif fmt == "ipc-stream":
+        table = paipc.open_stream(buf).read_all()
+    elif fmt == "jsonl":
+        table = pajson.read_json(pa.BufferReader(data), read_options=pajson.ReadOptions(block_size=_BLOCK_BYTES))
+    else:
+        return _parse_csv(data, name, cols, text_col, delimiter)
+    return table, table.column_names
+
+
+def _parse_csv(data: bytes, name: str, cols: list[str], text_col: str,
+               delimiter: str | None) -> tuple[pa.Table, list[str]]:
     # CSV as a replay's source reads it: mapped columns as text, the text as bytes (checked for
     # UTF-8 by the normalisation, so one bad row is a reject and not a failed file). The header
     # comes from the first block only.
@@ -406,11 +414,12 @@ def _parse(data: bytes, name: str, fmt: str, cols: list[str], text_col: str,
     types = {c: pa.string() for c in cols if c in present}
     if text_col in types:
         types[text_col] = pa.binary()
-    return pacsv.read_csv(pa.BufferReader(data), read_options=pacsv.ReadOptions(block_size=_BLOCK_BYTES),
-                          parse_options=csv_parse_options(name, delimiter),
-                          convert_options=pacsv.ConvertOptions(
-                              include_columns=[c for c in cols if c in present], column_types=types,
-                              null_values=[""], strings_can_be_null=True))
+    table = pacsv.read_csv(pa.BufferReader(data), read_options=pacsv.ReadOptions(block_size=_BLOCK_BYTES),
+                           parse_options=csv_parse_options(name, delimiter),
+                           convert_options=pacsv.ConvertOptions(
+                               include_columns=[c for c in cols if c in present], column_types=types,
+                               null_values=[""], strings_can_be_null=True))
+    return table, present
 
 
 def _decompressed(data: bytes, name: str) -> bytes:

@@ -575,7 +575,8 @@ class Service:
         if error is not None:
             msg = str(error).split(": ", 1)[-1]
             event.update(status="unreadable", detail=msg)
-            logger.warning("landing: %s is unreadable, recorded as a reject: %s", landed.name, msg)
+            logger.warning("landing: %s is unreadable, recorded as a reject: %s (a file is read once: land the "
+                           "corrected data under a new name)", landed.name, msg)
             reason = f"{UNREADABLE_FILE} '{msg}'"
             self.bucketer.add_rejects(make_rejects(source=[landed.name], position=[None], id=[None], reason=[reason]))
         else:

@@ -6,6 +6,7 @@ import dataclasses
 import gzip
 import hashlib
 import json
+import logging
 import os
 import shutil
 import threading
@@ -154,6 +155,11 @@ def test_read_landed_formats_partitions_and_errors(tmp_path):
         read_landed(zone.fs, files["bad.parquet"], **kw)
     with pytest.raises(LandingError, match="column 'body' not found"):
         read_landed(zone.fs, files["a.jsonl"], text_col="body", time_col="time")
+    # a CSV's error lists every column it holds, the ones not mapped too
+    with pytest.raises(LandingError, match=r"d\.csv: time column 'posted' not found; columns present: 'text', 'time'$"):
+        read_landed(zone.fs, files["d.csv"], text_col="text", time_col="posted")
+    with pytest.raises(LandingError, match=r"text column 'body' not found; columns present: 'text', 'time'$"):
+        read_landed(zone.fs, files["d.csv"], text_col="body", time_col="time")
 
 
 def test_compressed_landed_files_are_read_as_replay_reads_them(tmp_path):
@@ -543,7 +549,7 @@ def test_rows_the_warm_up_vocabulary_cannot_read_are_warned_about(corpus, tmp_pa
     assert "--vocabulary-from" in warned[0]
 
 
-def test_late_duplicate_and_unreadable_files(corpus, tmp_path):
+def test_late_duplicate_and_unreadable_files(corpus, tmp_path, caplog):
     land = tmp_path / "land"
     for d in (1, 2, 3):
         shutil.copy(f"{corpus}/all/day{d}.jsonl", land / f"day{d}.jsonl") if land.exists() else \
@@ -556,7 +562,10 @@ def test_late_duplicate_and_unreadable_files(corpus, tmp_path):
     shutil.copy(f"{corpus}/all/day1.jsonl", land / "copy-of-day1.jsonl")
     (land / "broken.parquet").write_bytes(b"PAR1 truncated")
     write_jsonl(str(land / "day4.jsonl"), day_rows(4, 25, 0))
-    service = _once(cfg)
+    with caplog.at_level(logging.WARNING, logger="streamtree.service"):
+        service = _once(cfg)
+    assert any("broken.parquet is unreadable" in r.getMessage() and "under a new name" in r.getMessage()
+               for r in caplog.records)  # what to do about it
     rejects = store_rejects(tmp_path / "store")
     assert ("late.jsonl:0", "late row for a closed epoch") in rejects
     assert any(src == "broken.parquet" and reason.startswith("unreadable file") for src, reason in rejects)
