@@ -34,7 +34,7 @@ import scipy.sparse as sp
 
 import streamtree
 from connectors.sources import open_source
-from connectors.sources.files import canonical_uri
+from connectors.sources.files import canonical_uri, nesting
 from connectors.stores.snapshot import (THETA_STORAGE, CheckpointNotKeptError, CorruptStoreError, SnapshotStore,
                                        StoreError)
 from streamtree.epochs import Epoch, EpochReader, EpochSpec, TimeRange
@@ -556,6 +556,12 @@ def replay(
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    where = nesting(config.source, store_uri)
+    if where is not None:
+        # before the store is created: its own files would be read as data (or its clean-up
+        # would touch the source's)
+        raise StoreError(f"{store_uri}: the store {where} the source {config.source}; put the store outside it "
+                         "(a replay would read the store's own files as data)")
     start = time.perf_counter()
     store = SnapshotStore(store_uri, **theta_storage(config.model_params()),
                           keep_checkpoints=keep_checkpoints)

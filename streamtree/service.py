@@ -60,7 +60,6 @@ from __future__ import annotations
 import errno
 import json
 import logging
-import os
 import signal
 import threading
 import time
@@ -73,7 +72,7 @@ import pyarrow as pa
 
 import streamtree
 from connectors.landing import LandedFile, LandedRead, LandingError, LandingNotReady, LandingZone, read_landed
-from connectors.sources.files import file_format, partition_keys, partitioned_digest
+from connectors.sources.files import file_format, nesting, partition_keys, partitioned_digest
 from connectors.sources.times import TimeParser
 from connectors.stores.ledger import LEDGER_TABLE, ledger_table, read_ledger
 from connectors.stores.snapshot import SnapshotStore, StoreError
@@ -420,18 +419,8 @@ class Service:
         """The store and the landing directory must not hold one another: the service would
         read its own store's files as landed data (documents fitted twice, every manifest a
         reject), or the store's clean-up would touch landed files."""
-        a, b = self.landing, self.store
-        if a.fs.type_name != b.fs.type_name:
-            return
-        if a.fs.type_name == "local":
-            land, store = os.path.realpath(a.root).rstrip("/"), os.path.realpath(b.root).rstrip("/")
-        else:  # the URIs as given: two servers may share a bucket path
-            land, store = self.config.landing.rstrip("/"), self.config.store.rstrip("/")
-        below = store[len(land) + 1:].split("/") if store.startswith(land + "/") else []
-        if any(p.startswith((".", "_")) for p in below):
-            return  # under a hidden or _-prefixed folder, which the landing never reads
-        if store == land or below or land.startswith(store + "/"):
-            where = "is" if store == land else "is inside" if below else "holds"
+        where = nesting(self.config.landing, self.config.store)
+        if where is not None:
             raise StoreError(f"{self.config.store}: the store {where} the landing directory {self.config.landing}; "
                              "put the store outside it (the service would read its own files as landed data)")
 

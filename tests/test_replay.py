@@ -481,3 +481,22 @@ def test_epochs_are_compared_by_meaning_not_spelling(corpus, tmp_path):
         assert same_identity({**base, "epoch": stored}, {**base, "epoch": now}), (stored, now)
     for stored, now in (("1M", "1mo"), ("15m", "15h"), ("10y", "1y")):
         assert not same_identity({**base, "epoch": stored}, {**base, "epoch": now}), (stored, now)
+
+
+def test_the_store_and_the_source_stay_apart(tmp_path):
+    """A store inside the source folder would have its own files read as data on the next run,
+    and a store holding the source could touch it: the replay refuses either before it writes
+    anything. A hidden or _-prefixed folder of the source is never read, so a store may live there."""
+    src = tmp_path / "src"
+    write_jsonl(str(src / "day1.jsonl"), day_rows(1, 20, 0))
+    (tmp_path / "link").symlink_to(src)
+    cfg = _days_config(src)
+    for store, where in ((src / "out", "is inside"), (src, "is"), (tmp_path / "link" / "out", "is inside"),
+                         (tmp_path, "holds")):
+        with pytest.raises(StoreError, match=f"the store {where} the source .*put the store outside it"):
+            replay(cfg, str(store))
+    assert sorted(p.name for p in src.iterdir()) == ["day1.jsonl"]
+    with pytest.raises(StoreError, match="the store holds the source"):
+        replay(_days_config(src / "day1.jsonl"), str(src))
+    summary = replay(cfg, str(src / "_stores" / "run"))
+    assert summary.n_published == 1 and sorted(p.name for p in src.iterdir()) == ["_stores", "day1.jsonl"]

@@ -91,6 +91,20 @@ def canonical_uri(uri: str) -> str:
     return f"{scheme}://{path.rstrip('/')}"
 
 
+def nesting(data_uri: str, store_uri: str) -> str | None:
+    """How a store's location sits against a data location's (a source or a landing folder),
+    compared as :func:`canonical_uri` spells them: ``"is"`` (the same), ``"is inside"``,
+    ``"holds"``, or None when they are apart. A store under a hidden or ``_``-prefixed folder of
+    the data counts as apart: no reader of the data opens those."""
+    data, store = canonical_uri(data_uri).rstrip("/"), canonical_uri(store_uri).rstrip("/")
+    if store == data:
+        return "is"
+    if store.startswith(data + "/"):
+        below = store[len(data) + 1:].split("/")
+        return None if any(p.startswith((".", "_")) for p in below) else "is inside"
+    return "holds" if data.startswith(store + "/") else None
+
+
 def compression_extension(path: str) -> str | None:
     """The compression extension a file's name ends in, in lower case (``a.JSONL.GZ``: ``.gz``),
     or None: the one reading of it behind :func:`codec_of` and :func:`uncompressed_name`."""
