@@ -499,3 +499,43 @@ def test_iso_string_variants():
     assert to_utc_timestamps(pa.array(["0800", "1790"]))[0].to_pylist() == [utc(800, 1, 1), utc(1790, 1, 1)]
     assert to_utc_timestamps(pa.array(["-1.5", "1773482400"]))[0].to_pylist() == [
         utc(1969, 12, 31, 23, 59, 58, 500000), utc(2026, 3, 14, 10)]
+
+
+def test_a_folder_may_mix_formats_and_other_files(tmp_path, caplog):
+    """A folder of CSV, JSON Lines, Parquet (one under a hive folder) and Arrow files is read as a
+    service's landing reads it: every file in its own format, in path order, hive keys included;
+    a file that is not a data file (no known extension) is left out with a warning and a note.
+    ``--format`` still reads every file as that one format."""
+    root = tmp_path / "mixed"
+    (root / "year=2021").mkdir(parents=True)
+    (root / "a.csv").write_text("text,year\nalpha beta,2020\ngamma delta,2020\n")
+    (root / "b.jsonl").write_text(json.dumps({"text": "epsilon zeta", "year": 2020}) + "\n")
+    pq.write_table(pa.table({"text": ["eta theta", "iota kappa"]}), root / "year=2021" / "c.parquet")
+    feather.write_feather(pa.table({"text": ["lambda mu"], "year": [2022]}), root / "d.arrow")
+    (root / "README.txt").write_text("where these came from")
+    with caplog.at_level("WARNING", logger="connectors.sources.files"):
+        src = open_source(str(root), "text", "year", time_unit="year")
+    assert src.format == "mixed" and src.ignored == ["README.txt"]
+    assert any("ignoring 1 file that is not a data file" in r.getMessage() and "README.txt" in r.getMessage()
+               for r in caplog.records)
+    assert any("ignored 1 file" in n and "README.txt" in n for n in src.notes)
+    rows = src.read_all()
+    assert rows.column("source").to_pylist() == ["a.csv", "a.csv", "b.jsonl", "d.arrow", "year=2021/c.parquet",
+                                                 "year=2021/c.parquet"]
+    assert rows.column("text").to_pylist() == ["alpha beta", "gamma delta", "epsilon zeta", "lambda mu",
+                                               "eta theta", "iota kappa"]
+    assert [t.year for t in rows.column("time").to_pylist()] == [2020, 2020, 2020, 2022, 2021, 2021]
+    assert src.rejects.total == 0
+    # a mapped column missing from one format's files names that file
+    (root / "b.jsonl").write_text(json.dumps({"body": "epsilon zeta", "year": 2020}) + "\n")
+    with pytest.raises(SourceError, match=r"b\.jsonl: text column 'text' not found"):
+        open_source(str(root), "text", "year", time_unit="year").read_all()
+    # --format: every file is read as that format, so the others are reported, not skipped
+    with pytest.raises(SourceError, match="not a valid or readable"):
+        open_source(str(root), "text", "year", time_unit="year", format="csv").read_all()
+    # a folder with no data file at all says what it holds
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "README.txt").write_text("nothing here")
+    with pytest.raises(SourceError, match="holds no data files .*README.txt.*--format"):
+        open_source(str(other), "text", "year")

@@ -46,6 +46,7 @@ import pyarrow.json as pajson
 from connectors.sources.base import SourceError, check_columns, normalise, normalised_schema
 from connectors.sources.times import TIME_UNITS, TimeParser
 from streamtree.records import RejectLog
+from streamtree.wording import counted
 
 logger = logging.getLogger(__name__)
 
@@ -212,8 +213,13 @@ class Source:
         self.time_parser = TimeParser(time_unit, time_format)
         self.fs, self.root = resolve(uri)
         self._sizes, self.is_dir = self._discover()
-        self.files = list(self._sizes)
-        self.format = fmt or self._detect_format()
+        #: files of a folder that are not data files (no known extension): left out, with a warning
+        self.ignored: list[str] = []
+        #: each file's format: ``fmt`` for all when given, else each file's own (a folder may mix them)
+        self.formats = self._detect_formats(fmt)
+        self.files = list(self.formats)
+        found = set(self.formats.values())
+        self.format = found.pop() if len(found) == 1 else "mixed"
         self.schema = normalised_schema(time_col is not None, epoch_col is not None)
         self.rejects = RejectLog()
         self.n_read = 0
@@ -283,19 +289,27 @@ class Source:
         prefix = self.root.rstrip("/") + "/"
         return path[len(prefix):] if path.startswith(prefix) else os.path.basename(path)
 
-    def _detect_format(self) -> str:
-        found = {format_of(f) for f in self.files}
-        if None in found:
-            unknown = next(f for f in self.files if format_of(f) is None)
-            if len(self.files) == 1:
-                return self._sniff(unknown)
-            raise SourceError(unknown, "unknown file type (expected .parquet, .arrow, .arrows, .jsonl, .csv, .tsv); pass format= (--format)")
-        if len(found) > 1:
-            raise SourceError(self.uri, f"directory mixes formats {sorted(found)}; pass format= or split it")
-        fmt = found.pop()
-        if fmt == "ipc" and not self.is_dir:
-            fmt = self._sniff(self.files[0])
-        return fmt
+    def _detect_formats(self, fmt: str | None) -> dict[str, str]:
+        files = list(self._sizes)
+        if fmt is not None:
+            return dict.fromkeys(files, fmt)
+        if not self.is_dir:
+            found = format_of(files[0])
+            # a file without a known extension, or an .arrow file (an IPC file or stream), is
+            # told by its first bytes
+            return {files[0]: self._sniff(files[0]) if found in (None, "ipc") else found}
+        out = {f: format_of(f) for f in files}
+        self.ignored = [self._relative(f) for f, k in out.items() if k is None]
+        if self.ignored:
+            logger.warning("%s: ignoring %s (expected .parquet, .arrow, .arrows, .jsonl, .csv, .tsv; pass "
+                           "--format to read every file as one format): %s", self.uri, self._ignored_text(),
+                           ", ".join(self.ignored[:5]) + (", ..." if len(self.ignored) > 5 else ""))
+        out = {f: k for f, k in out.items() if k is not None}
+        if not out:
+            raise SourceError(self.uri, f"directory holds no data files (expected .parquet, .arrow, .arrows, .jsonl, "
+                                        f".csv, .tsv; it holds {', '.join(self.ignored[:5])}); pass --format to "
+                                        "read them as one format")
+        return out
 
     def _sniff(self, path: str) -> str:
         # Arrow IPC files start with the magic "ARROW1"; a stream starts with a message.
@@ -319,14 +333,15 @@ class Source:
         return list(dict.fromkeys(c for c in self._mapped().values() if c is not None))
 
     def _check_columns(self) -> None:
-        names = self._present_columns()
-        check_columns(self.files[0] if not self.is_dir else self.uri, names, self._mapped())
+        # each format's first file (or its dataset's schema); every file is checked again as it is read
+        for fmt, path in {fmt: path for path, fmt in reversed(self.formats.items())}.items():
+            names = self._present_columns(fmt, path)
+            check_columns(self.files[0] if not self.is_dir else self.uri if self.format != "mixed" else path,
+                          names, self._mapped())
 
-    def _present_columns(self) -> list[str]:
-        fmt = self.format
+    def _present_columns(self, fmt: str, path: str) -> list[str]:
         if fmt in ("parquet", "ipc"):
-            return self._dataset().schema.names
-        path = self.files[0]
+            return self._dataset(fmt).schema.names
         if fmt == "ipc-stream":
             with self._wrap(path):
                 with self.fs.open_input_stream(path) as f:
@@ -340,15 +355,21 @@ class Source:
             with self._open_text(path) as f:
                 return pajson.open_json(f, read_options=pajson.ReadOptions(block_size=_BLOCK_BYTES)).schema.names
 
-    def _dataset(self) -> ds.Dataset:
-        fmt = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(**PARQUET_READ)) if self.format == "parquet" \
+    def _dataset(self, fmt: str) -> ds.Dataset:
+        """The dataset of the source's files of format ``fmt`` (``parquet`` or ``ipc``), with the
+        hive keys of their folders below the root."""
+        kind = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(**PARQUET_READ)) if fmt == "parquet" \
             else "ipc"
-        target = self.root if self.is_dir else self.files[0]
-        with self._wrap(target):
-            return ds.dataset(target, filesystem=self.fs, format=fmt, partitioning="hive" if self.is_dir else None)
+        if not self.is_dir:
+            with self._wrap(self.files[0], fmt):
+                return ds.dataset(self.files[0], filesystem=self.fs, format=kind)
+        files = [f for f in self.files if self.formats[f] == fmt]
+        with self._wrap(self.root if len(files) == len(self.files) else files[0], fmt):
+            return ds.dataset(files, filesystem=self.fs, format=kind, partitioning="hive",
+                              partition_base_dir=self.root)
 
-    def _wrap(self, path: str):
-        return _Wrap(path, self.format)
+    def _wrap(self, path: str, fmt: str | None = None):
+        return _Wrap(path, fmt or self.formats.get(path, self.format))
 
     def _open_text(self, path: str):
         return self.fs.open_input_stream(path, compression="detect")
@@ -377,60 +398,68 @@ class Source:
     def _raw(self) -> Iterator[tuple[str, pa.RecordBatch]]:
         """(file path, raw batch) pairs, in file order and row order."""
         cols = self._columns()
-        fmt = self.format
-        if fmt in ("parquet", "ipc"):
-            dataset = self._dataset()
-            scan_options = ds.ParquetFragmentScanOptions(pre_buffer=False) if fmt == "parquet" else None
-            for fragment in sorted(dataset.get_fragments(), key=lambda fr: fr.path):
-                if fragment.path in self._skipped:
-                    continue
-                with self._wrap(fragment.path):
-                    # The dataset schema comes from the first file; check each file's own.
-                    keys = ds.get_partition_keys(fragment.partition_expression)
-                    present = fragment.physical_schema.names + [
-                        n for n in keys if n not in fragment.physical_schema.names]
-                    check_columns(fragment.path, present, self._mapped())
-                    # Each file is read with its own column types: the dataset's (the first
-                    # file's) would cast another file's integer seconds to a timestamp in
-                    # microseconds, or fail a string column of zoned times; the rows are
-                    # normalised batch by batch, whatever each file's types.
-                    own = pa.schema([fragment.physical_schema.field(n) if n in fragment.physical_schema.names
-                                     else dataset.schema.field(n) for n in cols])
-                    # No read-ahead and no Parquet pre-buffering: with pyarrow's defaults the
-                    # scanner holds many batches and the raw column chunks of the whole file
-                    # in memory (measured: ~the file size), which undoes the bounded memory.
-                    scanner = ds.Scanner.from_fragment(
-                        fragment, schema=own, columns=cols, batch_size=self.batch_size,
-                        batch_readahead=0, fragment_scan_options=scan_options,
-                    )
-                    for batch in scanner.to_batches():
-                        yield fragment.path, batch
-            return
+        fragments = {}
+        for fmt in sorted({"parquet", "ipc"} & set(self.formats.values())):
+            dataset = self._dataset(fmt)
+            fragments.update({fr.path: (fr, dataset, fmt) for fr in dataset.get_fragments()})
         for path in self.files:
             if path in self._skipped:
                 continue
-            with self._wrap(path), contextlib.ExitStack() as stack:
-                f = stack.enter_context(self._open_text(path) if fmt in ("csv", "jsonl")
-                                        else self.fs.open_input_stream(path))
-                if fmt == "ipc-stream":
-                    reader = pa.ipc.open_stream(f)
-                elif fmt == "csv":
-                    mapped = {c: pa.string() for c in cols}
-                    mapped[self.text_col] = pa.binary()  # validated by us: invalid UTF-8 -> reject
-                    reader = pacsv.open_csv(
-                        f, read_options=self._csv_read(), parse_options=csv_parse_options(path, self.delimiter),
-                        convert_options=pacsv.ConvertOptions(
-                            include_columns=cols, column_types=mapped,
-                            null_values=[""], strings_can_be_null=True,
-                        ),
-                    )
-                else:
-                    reader = self._json_reader(path, f, stack)
-                check_columns(path, reader.schema.names, self._mapped())
-                for batch in reader:
-                    batch = batch.select(cols)
-                    for off in range(0, batch.num_rows, self.batch_size):
-                        yield path, batch.slice(off, self.batch_size)
+            if path in fragments:
+                yield from self._fragment_batches(*fragments[path], cols)
+            else:
+                yield from self._file_batches(path, self.formats[path], cols)
+
+    def _fragment_batches(self, fragment, dataset: ds.Dataset, fmt: str,
+                          cols: list[str]) -> Iterator[tuple[str, pa.RecordBatch]]:
+        """A Parquet or IPC file's batches, read through its dataset's fragment."""
+        scan_options = ds.ParquetFragmentScanOptions(pre_buffer=False) if fmt == "parquet" else None
+        with self._wrap(fragment.path, fmt):
+            # The dataset schema comes from the first file; check each file's own.
+            keys = ds.get_partition_keys(fragment.partition_expression)
+            present = fragment.physical_schema.names + [
+                n for n in keys if n not in fragment.physical_schema.names]
+            check_columns(fragment.path, present, self._mapped())
+            # Each file is read with its own column types: the dataset's (the first
+            # file's) would cast another file's integer seconds to a timestamp in
+            # microseconds, or fail a string column of zoned times; the rows are
+            # normalised batch by batch, whatever each file's types.
+            own = pa.schema([fragment.physical_schema.field(n) if n in fragment.physical_schema.names
+                             else dataset.schema.field(n) for n in cols])
+            # No read-ahead and no Parquet pre-buffering: with pyarrow's defaults the
+            # scanner holds many batches and the raw column chunks of the whole file
+            # in memory (measured: ~the file size), which undoes the bounded memory.
+            scanner = ds.Scanner.from_fragment(
+                fragment, schema=own, columns=cols, batch_size=self.batch_size,
+                batch_readahead=0, fragment_scan_options=scan_options,
+            )
+            for batch in scanner.to_batches():
+                yield fragment.path, batch
+
+    def _file_batches(self, path: str, fmt: str, cols: list[str]) -> Iterator[tuple[str, pa.RecordBatch]]:
+        """A CSV, JSON Lines or IPC stream file's batches."""
+        with self._wrap(path, fmt), contextlib.ExitStack() as stack:
+            f = stack.enter_context(self._open_text(path) if fmt in ("csv", "jsonl")
+                                    else self.fs.open_input_stream(path))
+            if fmt == "ipc-stream":
+                reader = pa.ipc.open_stream(f)
+            elif fmt == "csv":
+                mapped = {c: pa.string() for c in cols}
+                mapped[self.text_col] = pa.binary()  # validated by us: invalid UTF-8 -> reject
+                reader = pacsv.open_csv(
+                    f, read_options=self._csv_read(), parse_options=csv_parse_options(path, self.delimiter),
+                    convert_options=pacsv.ConvertOptions(
+                        include_columns=cols, column_types=mapped,
+                        null_values=[""], strings_can_be_null=True,
+                    ),
+                )
+            else:
+                reader = self._json_reader(path, f, stack)
+            check_columns(path, reader.schema.names, self._mapped())
+            for batch in reader:
+                batch = batch.select(cols)
+                for off in range(0, batch.num_rows, self.batch_size):
+                    yield path, batch.slice(off, self.batch_size)
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         positions: dict[str, int] = {}
@@ -453,7 +482,15 @@ class Source:
     @property
     def notes(self) -> list[str]:
         """What the source chose automatically (time units, formats), one sentence each."""
-        return [f"time column {self.time_col!r}: {n}" for n in self.time_parser.notes]
+        notes = [f"time column {self.time_col!r}: {n}" for n in self.time_parser.notes]
+        if self.ignored:
+            notes.append(f"ignored {self._ignored_text()}: {', '.join(self.ignored[:5])}"
+                         f"{', ...' if len(self.ignored) > 5 else ''}")
+        return notes
+
+    def _ignored_text(self) -> str:
+        n = len(self.ignored)
+        return f"{counted(n, 'file')} that {'is not a data file' if n == 1 else 'are not data files'}"
 
     def fingerprint(self) -> list[list]:
         """``[relative path, size, mtime in ns]`` of each file: cheap (no data is read) and it
