@@ -96,6 +96,11 @@ EXIT_ABANDONED = 130
 #: share of an epoch's rows left without a vocabulary term from which the service warns that the
 #: vocabulary fixed at the warm-up no longer fits the stream
 EMPTY_ROWS_WARNING = 0.2
+#: a word the vocabulary lacks is warned about once it is in this share of an epoch's rows, and
+#: in at least UNKNOWN_TERM_DOCUMENTS of them: as common as a topic's own words are in a topic
+#: holding a few percent of the stream (a new topic's words, which the fixed vocabulary cannot see)
+UNKNOWN_TERM_SHARE = 0.02
+UNKNOWN_TERM_DOCUMENTS = 5
 
 
 @dataclass
@@ -394,6 +399,7 @@ class Service:
         self.fitter: EpochFitter | None = None
         self._queue: deque[Epoch] = deque()  # closed epochs waiting to be fitted (warm-up)
         self._warmup_n = 0  # documents of the queued epochs for the warm-up vocabulary
+        self._unknown_warned: set[str] = set()  # words outside the vocabulary already warned about
         self._events: list[dict] = []  # taken since the last commit
         self._seq = 0
         self._target: int | None = None  # the epoch key the watermark closes through
@@ -800,14 +806,30 @@ class Service:
         return True
 
     def _warn_vocabulary(self, ep: Epoch, n_empty: int) -> None:
-        """Warn when many of an epoch's rows hold no term of the vocabulary: it was fixed on the
-        warm-up epochs (or another store), and a stream whose words move on loses ever more
-        rows to the reject ``empty after vocabulary filtering``."""
+        """Warn when the vocabulary no longer fits the stream: it was fixed on the warm-up
+        epochs (or another store), so words that come later are invisible to the model. Two
+        signs: many of an epoch's rows hold no term of it (they become the reject ``empty after
+        vocabulary filtering``), or words it lacks have become common (a new topic's; its
+        documents are then fitted on their other words only). Each such word is named once."""
+        refresh = ("serve a new store with a larger --warmup-docs, or with --vocabulary-from a replay of recent "
+                   "data")
         if ep.n_rows and n_empty >= EMPTY_ROWS_WARNING * ep.n_rows:
             logger.warning("epoch %s: %d of %d rows (%.0f%%) hold no term of the store's vocabulary and are "
-                           "rejects (%s); if the stream's words have moved on since the warm-up, serve a new "
-                           "store with a larger --warmup-docs, or with --vocabulary-from a replay of recent data",
-                           ep.label, n_empty, ep.n_rows, 100 * n_empty / ep.n_rows, EMPTY_AFTER_VOCABULARY)
+                           "rejects (%s); if the stream's words have moved on since the warm-up, %s",
+                           ep.label, n_empty, ep.n_rows, 100 * n_empty / ep.n_rows, EMPTY_AFTER_VOCABULARY,
+                           refresh)
+        if not ep.n_rows:
+            return
+        new = [(t, c) for t, c in self.vectorizer.unknown_terms(ep.rows.column("text"), UNKNOWN_TERM_SHARE,
+                                                                 UNKNOWN_TERM_DOCUMENTS)
+               if t not in self._unknown_warned]
+        if new:
+            self._unknown_warned.update(t for t, _ in new)
+            shown = ", ".join(f"{t} ({c})" for t, c in new[:8]) + (", ..." if len(new) > 8 else "")
+            logger.warning("epoch %s: %s common in its %d rows %s not in the store's vocabulary (rows holding "
+                           "each): %s; the model cannot see them (a new topic's?): to follow them, %s",
+                           ep.label, counted(len(new), "word"), ep.n_rows, "is" if len(new) == 1 else "are", shown,
+                           refresh)
 
     def _fit(self, ep: Epoch) -> None:
         """Fit the first queued epoch and commit it (the queue still holds it while fitting)."""

@@ -17,6 +17,7 @@ import hashlib
 import json
 import numbers
 import re
+from collections import Counter
 from collections.abc import Iterable
 
 import numpy as np
@@ -263,6 +264,31 @@ class TextVectorizer(TransformerMixin, BaseEstimator):
         """``fit(texts).transform(texts)``, tokenising only once."""
         # CountVectorizer's fitted columns are the sorted terms, i.e. vocabulary_ order.
         return self._finish(self._fit(_as_list(texts)))
+
+    def unknown_terms(self, texts: Iterable[str], min_share: float, min_documents: int) -> list[tuple[str, int]]:
+        """Terms of ``texts`` the fixed vocabulary lacks that are common in them: in at least
+        ``min_share`` of the texts and ``min_documents`` of them, and in no more than half of
+        what ``max_df`` allows. Tokenised as a fit would (stop words out). A vocabulary fixed on
+        earlier texts cannot see words that come later (a new topic's): this says which have
+        come. The bound at half ``max_df`` leaves out the words the fit dropped as too common,
+        which come back at about that share, while a new topic's words, most of them rarer than
+        its commonest, are still found.
+
+        Returns
+        -------
+        list of (term, documents), most documents first
+        """
+        self._check_fitted()
+        texts = _as_list(texts)
+        analyse = self._counter().build_analyzer()
+        known = set(self.vocabulary_.tolist())
+        seen: Counter = Counter()
+        for text in texts:
+            seen.update(set(analyse(text)) - known)
+        n = len(texts)
+        most = (self.max_df * n if isinstance(self.max_df, float) else self.max_df) / 2
+        least = max(min_documents, min_share * n)
+        return sorted(((t, c) for t, c in seen.items() if least <= c <= most), key=lambda tc: (-tc[1], tc[0]))
 
     @staticmethod
     def empty_rows(X: sp.csr_matrix) -> np.ndarray:

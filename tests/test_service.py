@@ -549,6 +549,26 @@ def test_rows_the_warm_up_vocabulary_cannot_read_are_warned_about(corpus, tmp_pa
     assert "--vocabulary-from" in warned[0]
 
 
+def test_words_the_warm_up_vocabulary_lacks_are_named_once_they_are_common(tmp_path, caplog):
+    """A new topic's documents also hold known words, so they are not rejects, but the words
+    that mark them are invisible to the model: the log names those words, each once, with what
+    to do. Words as rare as noise, and days written in the warm-up's words, are not named."""
+    land = tmp_path / "land"
+    new_topic = [{"text": f"quasar nebula galaxy {w} the people", "time": f"2026-03-0{d}T12:00:00Z"}
+                 for d in (2, 3) for w in ("orbit", "comet", "pulsar", "orbit", "comet", "pulsar", "orbit", "comet")]
+    write_jsonl(str(land / "day1.jsonl"), day_rows(1, 60, 0))
+    write_jsonl(str(land / "day2.jsonl"), day_rows(2, 60, 0) + new_topic[:8]
+                + [{"text": "tax budget zeppelin", "time": "2026-03-02T13:00:00Z"}])
+    write_jsonl(str(land / "day3.jsonl"), day_rows(3, 60, 0) + new_topic[8:])
+    with caplog.at_level("WARNING", logger="streamtree.service"):
+        _once(_config(land, tmp_path / "store", idle_timeout=1e-3, warmup_docs=30))
+    warned = [r.getMessage() for r in caplog.records if "not in the store's vocabulary" in r.getMessage()]
+    assert len(warned) == 1, warned
+    assert warned[0].startswith("epoch 2026-03-02: 3 words common in its 69 rows are not in the store's vocabulary")
+    assert "galaxy (8), nebula (8), quasar (8);" in warned[0] and "--vocabulary-from" in warned[0]
+    assert not any(w in warned[0] for w in ("zeppelin", "orbit", "comet", "pulsar"))  # in 1-3 rows a day
+
+
 def test_late_duplicate_and_unreadable_files(corpus, tmp_path, caplog):
     land = tmp_path / "land"
     for d in (1, 2, 3):
