@@ -455,8 +455,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--epoch", help="epoch index or label whose tree is used (default: the latest)")
     a.add_argument("-o", "--output", required=True, help="Parquet file to write")
     a.add_argument("--text-col", help="column holding the document text (default: the stored replay's)")
-    a.add_argument("--time-col", help="column holding the document time (default: the stored replay's; "
-                                      "times are only checked, not used)")
+    a.add_argument("--time-col", help="column holding the document time, to check each row's (a row whose time "
+                                      "cannot be read is then a reject); times play no part in an assignment, "
+                                      "and by default none is read")
     a.add_argument("--id-col", help="column holding document ids (default: the stored replay's, else <file>:<row>)")
     a.add_argument("--time-unit", default="auto", choices=TIME_UNITS,
                    help="how numeric times are read")
@@ -1223,14 +1224,13 @@ def cmd_assign(args) -> int:
               "ones (see SnapshotStore.read)", file=sys.stderr)
     stored = dict(store.config().get("replay") or {})
     text_col = args.text_col or stored.get("text_col")
-    time_col = args.time_col or stored.get("time_col")
+    # times play no part in an assignment: read (and each row's checked) only when asked for
+    time_col = args.time_col or None
     id_col = args.id_col or stored.get("id_col")
     if text_col is None:
         raise _UserError("no text column", "assign", "give --text-col")
-    if time_col is None:
-        raise _UserError("no time column", "assign", "give --time-col (the column holding each document's time)")
     src = open_source(args.source, text_col, time_col, id_col, time_unit=args.time_unit, format=args.format,
-                      time_format=args.time_format, delimiter=args.delimiter)
+                      time_format=args.time_format, delimiter=args.delimiter, untimed=True)
     rows = src.read_all()
     ids = rows.column("id").to_pylist()
     X = vec.transform(rows.column("text"))

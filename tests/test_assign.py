@@ -158,6 +158,15 @@ def test_assign_cli_errors(sou_store, tmp_path, capsys):
     assert main(["assign", uri, str(corpus), "--epoch", "nope", "-o", str(tmp_path / "o.parquet")]) == 2
     assert "no published epoch 'nope'" in capsys.readouterr().err
     assert main(["assign", uri, str(corpus), "--text-col", "body", "-o", str(tmp_path / "o.parquet")]) == 2
+    # times play no part: a source without the replay's time column is assigned all the same,
+    # and one given with --time-col must be there
+    untimed = tmp_path / "untimed.parquet"
+    pq.write_table(pq.read_table(corpus).drop_columns(["year"]).slice(0, 5), untimed)
+    capsys.readouterr()
+    assert main(["assign", uri, str(untimed), "-o", str(tmp_path / "u.parquet")]) == 0
+    assert "assigned 5 of 5 documents" in capsys.readouterr().out
+    assert main(["assign", uri, str(untimed), "--time-col", "year", "-o", str(tmp_path / "u.parquet")]) == 2
+    assert "time column 'year' not found" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("likelihood", ["vmf", "multinomial"])

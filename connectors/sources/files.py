@@ -562,6 +562,7 @@ def open_source(
     time_format: str | None = None,
     delimiter: str | None = None,
     skip_duplicate_files: bool = False,
+    untimed: bool = False,
 ) -> Source:
     """Open a file source and map its columns.
 
@@ -599,6 +600,9 @@ def open_source(
         Skip a file of a directory whose content (:func:`content_digest`) an earlier file in
         path order holds, as a service skips a re-delivered file; each is logged as a warning
         naming both and listed in :attr:`Source.duplicate_files`.
+    untimed : bool, default False
+        Rows may have no time at all (neither ``time_col`` nor ``epoch_col``): for documents that
+        are scored, not bucketed into epochs.
 
     Raises
     ------
@@ -608,7 +612,7 @@ def open_source(
     """
     if not isinstance(text_col, str) or not text_col:
         raise ValueError("text_col must be a column name")
-    if time_col is None and epoch_col is None:
+    if time_col is None and epoch_col is None and not untimed:
         raise ValueError("give time_col, epoch_col, or both")
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
