@@ -293,6 +293,9 @@ def open_epochs(config: ReplayConfig) -> tuple[EpochReader, object]:
 
 
 def _all_rejected(config: ReplayConfig, src, reader: EpochReader) -> str:
+    if src.n_read == 0:
+        return (f"{config.source}: holds no records (an empty file, or a header only); check that it is the "
+                "file you meant")
     counts = reader.reject_counts()
     shown = ", ".join(f"{reason}: {n}" for reason, n in counts.most_common())
     hint = ("check --time-col and give --time-format (e.g. '%d/%m/%Y') or --time-unit"
@@ -565,10 +568,16 @@ def replay(
     start = time.perf_counter()
     store = SnapshotStore(store_uri, **theta_storage(config.model_params()),
                           keep_checkpoints=keep_checkpoints)
-    store.check_writable()  # before the source is read
-    kw = {} if lease_timeout is None else {"timeout": lease_timeout}
-    with store.writer("replay", **kw):
-        return _replay(store, config, mode, progress, static, start)
+    created = not store.exists()
+    try:
+        store.check_writable()  # before the source is read
+        kw = {} if lease_timeout is None else {"timeout": lease_timeout}
+        with store.writer("replay", **kw):
+            return _replay(store, config, mode, progress, static, start)
+    except BaseException:
+        if created:  # a run that stopped before writing anything leaves no empty folder behind
+            store.discard_if_empty()
+        raise
 
 
 def _replay(store, config, mode, progress, static, start) -> ReplaySummary:

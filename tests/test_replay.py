@@ -500,3 +500,23 @@ def test_the_store_and_the_source_stay_apart(tmp_path):
         replay(_days_config(src / "day1.jsonl"), str(src))
     summary = replay(cfg, str(src / "_stores" / "run"))
     assert summary.n_published == 1 and sorted(p.name for p in src.iterdir()) == ["_stores", "day1.jsonl"]
+
+
+def test_a_replay_that_reads_nothing_says_so_and_leaves_no_folder(tmp_path):
+    """A header-only file is named as holding no records, not as 'every one of 0 records
+    rejected'; a replay that stops before writing anything removes the store folder it created,
+    and keeps one that was there before."""
+    src = tmp_path / "header.csv"
+    src.write_text("text,time\n")
+    cfg = ReplayConfig(source=str(src), text_col="text", time_col="time", epoch="1d", model=dict(MODEL), min_df=1)
+    with pytest.raises(ValueError, match=r"header\.csv: holds no records \(an empty file, or a header only\)"):
+        replay(cfg, str(tmp_path / "new-store"))
+    assert not (tmp_path / "new-store").exists()
+    with pytest.raises(SourceError, match="text column 'body' not found"):
+        replay(ReplayConfig(source=str(src), text_col="body", time_col="time", epoch="1d", model=dict(MODEL)),
+               str(tmp_path / "new-store"))
+    assert not (tmp_path / "new-store").exists()
+    (tmp_path / "mine").mkdir()
+    with pytest.raises(ValueError, match="holds no records"):
+        replay(cfg, str(tmp_path / "mine"))
+    assert (tmp_path / "mine").is_dir()

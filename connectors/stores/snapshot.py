@@ -506,6 +506,23 @@ class SnapshotStore:
             raise StoreAccessError(f"{path}: cannot list: {os_reason(exc)}") from None
 
     # ---- writer side: checks, lease, clean-up --------------------------------------------
+    def exists(self) -> bool:
+        """Whether anything (a directory or a file) is at the store's location."""
+        try:
+            return self.fs.get_file_info(self.root).type != pafs.FileType.NotFound
+        except OSError as exc:
+            raise StoreAccessError(f"{self.root}: cannot stat: {os_reason(exc)}") from None
+
+    def discard_if_empty(self) -> None:
+        """Remove the store's directory if it holds nothing: for a run that created it and
+        stopped before it wrote anything (a source it could not read). Anything in it is kept."""
+        if self._ls(self.root):
+            return
+        try:
+            self.fs.delete_dir(self.root)
+        except OSError as exc:
+            logger.warning("%s: could not remove the empty store directory: %s", self.root, os_reason(exc))
+
     def check_writable(self) -> None:
         """Fail early, with one line naming the path, if the store cannot be written here:
         a file in the way, no permission, a read-only or full file system, or a directory
