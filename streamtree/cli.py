@@ -999,22 +999,31 @@ def _where_store_stands(uri: str) -> str:
 
 def _read_store(uri: str):
     """The snapshot store a reading command (show, snapshot, report, assign) names as its first
-    argument; a local file there is a usage error saying so (these commands have no --store)."""
-    from connectors.stores.snapshot import SnapshotStore
+    argument, and its published epochs; a local file there is a usage error saying so (these
+    commands have no --store), and a store with no published epoch an error saying why."""
+    from connectors.stores.snapshot import SnapshotStore, StoreError
 
     if os.path.isfile(uri):
         raise _UserError(f"{uri} is a file, not a snapshot store", "STORE",
                          "give the folder that replay or serve wrote (their --store)")
-    return SnapshotStore(uri)
+    store = SnapshotStore(uri)
+    entries = store.epochs()
+    if entries:
+        return store, entries
+    config = store.config() if store.exists() else {}
+    if "serve" in config:
+        why = ("a service writes it and has published no epoch yet: it fits its vocabulary once --warmup-docs "
+               "documents have arrived (default 1000), then publishes each epoch as it closes; its log and "
+               "metrics show how far it is")
+    elif "replay" in config:
+        why = "a replay began it and published no epoch yet (still running, or stopped: --resume continues it)"
+    else:
+        why = "is this a store? run `streamtree replay` or `streamtree serve` first"
+    raise StoreError(f"{uri}: no published epochs ({why})")
 
 
 def cmd_show(args) -> int:
-    from connectors.stores.snapshot import StoreError
-
-    store = _read_store(args.store)
-    entries = store.epochs()
-    if not entries:
-        raise StoreError(f"{args.store}: no published epochs (is this a store? run `streamtree replay` first)")
+    store, entries = _read_store(args.store)
     if args.node is not None:
         print(format_lineage(store, args.node, top_words=args.top_words))
         return 0
@@ -1085,15 +1094,12 @@ def _capped(items, limit: int = 8) -> str:
 
 
 def cmd_report(args) -> int:
-    from connectors.stores.snapshot import StoreError
     from streamtree.report import ReportOptions, write_report
 
     if os.path.isdir(args.output):
         raise _UserError(f"{args.output} is a folder", "-o/--output",
                          f"name the HTML file to write, e.g. {os.path.join(args.output, 'report.html')}")
-    store = _read_store(args.store)
-    if not store.epochs():
-        raise StoreError(f"{args.store}: no published epochs (is this a store? run `streamtree replay` first)")
+    store, _ = _read_store(args.store)
     options = ReportOptions(top_words=args.top_words, max_columns=args.max_columns, max_bands=args.max_bands,
                             readable_bands=min(ReportOptions.readable_bands, args.max_bands))
     path = write_report(store, args.output, options)
@@ -1102,15 +1108,11 @@ def cmd_report(args) -> int:
 
 
 def cmd_snapshot(args) -> int:
-    from connectors.stores.snapshot import StoreError
     from streamtree.snapshots import METHODS, document_directions, snapshot_name, static_snapshot
 
     if args.method not in METHODS:
         raise _UserError(f"unknown method {args.method!r}", "--method", f"choose from {', '.join(METHODS)}")
-    store = _read_store(args.store)
-    entries = store.epochs()
-    if not entries:
-        raise StoreError(f"{args.store}: no published epochs (is this a store? run `streamtree replay` first)")
+    store, entries = _read_store(args.store)
     entry = resolve_epoch(entries, args.epoch)
     stored = store.read(entry["epoch"])
     rng = np.random.default_rng([args.seed, int(entry["epoch"])])
@@ -1208,10 +1210,7 @@ def cmd_assign(args) -> int:
     from streamtree.replay import StoredTreeModel, load_model
     from streamtree.text import TextVectorizer
 
-    store = _read_store(args.store)
-    entries = store.epochs()
-    if not entries:
-        raise StoreError(f"{args.store}: no published epochs (is this a store? run `streamtree replay` first)")
+    store, entries = _read_store(args.store)
     entry = entries[-1] if args.epoch is None else resolve_epoch(entries, args.epoch)
     vec = store.vectorizer()
     if vec is None:

@@ -1193,3 +1193,19 @@ def test_of_two_rows_with_one_id_the_first_in_file_order_is_kept_whichever_lande
     assert rejects == [("shared-1", "a.jsonl", "duplicate id")] * 2 + [("shared-2", "b.jsonl", "duplicate id")]
     docs = {d: e[1] for e in store_epochs(tmp_path / "late") for d in e[6]}
     assert docs["shared-1"] == "2026-03-02" and docs["shared-2"] == "2026-03-03"
+
+
+def test_reading_a_store_before_its_first_epoch_says_why_it_is_empty(tmp_path, capsys):
+    """A service still gathering its warm-up documents has published nothing: `show` says
+    so, with what it waits for, where it would say 'is this a store?' of a folder of nothing."""
+    from streamtree.cli import main
+
+    land = tmp_path / "land"
+    write_jsonl(str(land / "day1.jsonl"), day_rows(1, 20, 0))
+    _once(_config(land, tmp_path / "store", warmup_docs=1000))
+    assert main(["show", str(tmp_path / "store")]) == 2
+    err = capsys.readouterr().err
+    assert "no published epochs (a service writes it and has published no epoch yet" in err
+    assert "--warmup-docs" in err
+    assert main(["show", str(tmp_path / "nothing")]) == 2
+    assert "no published epochs (is this a store?" in capsys.readouterr().err
