@@ -259,7 +259,14 @@ class ReplaySummary:
         if repeated:
             lines.append(f"repeated texts: {repeated}")
         rate = self.n_documents / self.fit_seconds if self.fit_seconds > 0 else float("nan")
-        lines.append(f"time: {self.seconds:.1f}s ({self.fit_seconds:.1f}s fitting, {rate:.0f} documents/s)")
+        fitting = f"{self.fit_seconds:.1f}s fitting, {rate:.0f} documents/s"
+        if self.complete_before:
+            lines.append(f"time: {self.seconds:.1f}s (nothing left to fit; the replay that wrote the store: {fitting})")
+        elif self.n_published < self.n_epochs:  # a resume: the fitting time is the whole replay's
+            lines.append(f"time: {self.seconds:.1f}s this run, for {self.n_published} of the {self.n_epochs} "
+                         f"epochs (the whole replay so far: {fitting})")
+        else:
+            lines.append(f"time: {self.seconds:.1f}s ({fitting})")
         return "\n".join(lines)
 
 

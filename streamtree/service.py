@@ -1048,8 +1048,9 @@ class Service:
         s.waiting = dict(self._waiting)
         if not s.abandoned:
             n = sum(1 for e in self._events if e["kind"] == "file")
-            logger.info("stopped (%s): %s; %d rows wait in open epochs; %d files taken since the last commit "
-                        "are taken again on restart%s", s.stopped_by, self._where(), s.pending_rows, n,
+            logger.info("stopped (%s): %s; %d rows wait in open epochs; %s taken since the last commit "
+                        "are taken again on restart%s", s.stopped_by, self._where(), s.pending_rows,
+                        counted(n, "file"),
                         f"; {counted(len(self._waiting), 'file')} could not be read yet" if self._waiting else "")
         return s
 

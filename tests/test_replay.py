@@ -520,3 +520,17 @@ def test_a_replay_that_reads_nothing_says_so_and_leaves_no_folder(tmp_path):
     with pytest.raises(ValueError, match="holds no records"):
         replay(cfg, str(tmp_path / "mine"))
     assert (tmp_path / "mine").is_dir()
+
+
+def test_the_summary_time_line_says_whose_time_it_is():
+    """A resume's wall time is its own, its fitting time the whole replay's: the line says which,
+    so fitting never reads as longer than the run."""
+    from streamtree.replay import ReplaySummary
+
+    base = dict(n_epochs=4, n_documents=400, n_records=400, seconds=21.0, fit_seconds=40.0)
+    whole = ReplaySummary(n_published=4, **base).format().splitlines()[-1]
+    assert whole == "time: 21.0s (40.0s fitting, 10 documents/s)"
+    resumed = ReplaySummary(n_published=1, **base).format().splitlines()[-1]
+    assert resumed == "time: 21.0s this run, for 1 of the 4 epochs (the whole replay so far: 40.0s fitting, 10 documents/s)"
+    done = ReplaySummary(n_published=0, complete_before=True, **base).format().splitlines()[-1]
+    assert done.startswith("time: 21.0s (nothing left to fit; the replay that wrote the store: 40.0s fitting")
