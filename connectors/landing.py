@@ -65,7 +65,8 @@ import pyarrow.parquet as pq
 
 from connectors.sources.base import SourceError, check_columns, normalise, normalised_schema
 from connectors.sources.files import (PARQUET_READ, codec_of, compression_extension, content_digest,
-                                      csv_parse_options, file_format, format_of, partition_keys, resolve)
+                                      csv_parse_options, file_format, format_of, misnamed, partition_keys,
+                                      resolve)
 from connectors.sources.times import UNIT_NAMES, TimeParser
 from streamtree.records import REJECT_SCHEMA, empty_rejects
 
@@ -390,6 +391,9 @@ def _parse(data: bytes, name: str, fmt: str, cols: list[str], text_col: str,
            delimiter: str | None = None) -> tuple[pa.Table, list[str]]:
     """The file's table from its (decompressed) bytes, and the names of all the columns the file
     holds (a CSV's table keeps only the mapped ones; an error about a missing column lists all)."""
+    message = misnamed(data[:8], fmt)
+    if message is not None:
+        raise LandingError(name, message)
     buf = pa.BufferReader(data)
     if fmt == "parquet":
         table = pq.read_table(buf, **PARQUET_READ)

@@ -501,11 +501,12 @@ def _start(store: SnapshotStore, config: ReplayConfig, mode: str) -> _Start:
         raise StoreError(f"{store.uri}: the store holds a replay with a different configuration "
                          f"({identity_differences(stored, config.identity(), ReplayConfig)}); cannot resume it: give "
                          "the store's settings, or use --overwrite or another --store")
-    what = "the same" if same else "a different"
+    what = "the same configuration" if same else \
+        f"a different configuration ({identity_differences(stored, config.identity(), ReplayConfig)})"
     hint = "--resume to finish it, " if same else ""
     state = "complete" if manifest.get("complete") else "unfinished"
     raise StoreError(f"{store.uri}: the store already holds {store.count_published()} published epochs of "
-                     f"{what} configuration ({state}, through {last['label']}); pass {hint}--overwrite to replace "
+                     f"{what}, {state}, through {last['label']}; pass {hint}--overwrite to replace "
                      "them, or choose another --store")
 
 

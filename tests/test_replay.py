@@ -288,6 +288,9 @@ def test_refuse_resume_overwrite(corpus, replayed, tmp_path):
         replay(config(corpus), uri)
     with pytest.raises(StoreError, match="different configuration"):
         replay(config(corpus, kappa0=10.0), uri, mode="resume")
+    # refused, it also says what differs
+    with pytest.raises(StoreError, match=r"of a different configuration \(epoch: '10y' in the store, '20y' now\)"):
+        replay(config(corpus, epoch="20y"), uri)
 
     # an interrupt after the second epoch leaves a readable store at that epoch ...
     part = str(tmp_path / "part")

@@ -1209,3 +1209,10 @@ def test_reading_a_store_before_its_first_epoch_says_why_it_is_empty(tmp_path, c
     assert "--warmup-docs" in err
     assert main(["show", str(tmp_path / "nothing")]) == 2
     assert "no published epochs (is this a store?" in capsys.readouterr().err
+
+
+def test_a_landed_parquet_file_named_csv_is_unreadable_with_a_reason(tmp_path):
+    pq.write_table(pa.table({"text": ["a b"], "time": ["2026-03-01"]}), tmp_path / "x.csv")
+    zone = LandingZone(str(tmp_path), settle=0)
+    with pytest.raises(LandingError, match=r"x\.csv: holds a Parquet file, not CSV as its name says"):
+        read_landed(zone.fs, zone.poll()[0], text_col="text", time_col="time")

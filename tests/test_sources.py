@@ -539,3 +539,23 @@ def test_a_folder_may_mix_formats_and_other_files(tmp_path, caplog):
     (other / "README.txt").write_text("nothing here")
     with pytest.raises(SourceError, match="holds no data files .*README.txt.*--format"):
         open_source(str(other), "text", "year")
+
+
+def test_a_file_named_for_another_format_or_delimiter_gets_an_error_that_says_so(tmp_path):
+    """A Parquet file named .csv (or .jsonl) would list its binary header as column names, and a
+    semicolon-separated CSV read with commas has one column: each error says what is wrong."""
+    pq.write_table(pa.table({"text": ["a b"], "year": [2020]}), tmp_path / "data.csv")
+    with pytest.raises(SourceError, match=r"data\.csv: holds a Parquet file, not CSV as its name says: rename "
+                                          r"it to end in \.parquet, or pass --format parquet"):
+        open_source(str(tmp_path / "data.csv"), "text", "year")
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "a.jsonl").write_text(json.dumps({"text": "a b", "year": 2020}) + "\n")
+    feather.write_feather(pa.table({"text": ["c d"], "year": [2021]}), folder / "b.jsonl")
+    with pytest.raises(SourceError, match=r"b\.jsonl: holds an Arrow IPC file, not JSON Lines"):
+        open_source(str(folder), "text", "year").read_all()
+    (tmp_path / "semi.csv").write_text("text;year\nalpha beta;2020\n")
+    with pytest.raises(SourceError, match="the header reads as one column, so the file may be delimited by ';': "
+                                          "pass --delimiter ';'"):
+        open_source(str(tmp_path / "semi.csv"), "text", "year")
+    assert open_source(str(tmp_path / "semi.csv"), "text", "year", delimiter=";").read_all().num_rows == 1

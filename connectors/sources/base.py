@@ -43,11 +43,20 @@ class SourceError(Exception):
 
 
 def check_columns(path: str, present: list[str], wanted: dict[str, str | None]) -> None:
-    """Raise :class:`SourceError` naming any mapped column absent from ``present``."""
+    """Raise :class:`SourceError` naming any mapped column absent from ``present`` (with a hint
+    when a one-column header looks like several run together: a delimiter other than the one
+    the file was read with)."""
     for role, name in wanted.items():
         if name is not None and name not in present:
+            hint = ""
+            if len(present) == 1:
+                found = next((d for d in (";", "\t", "|", ",") if d in present[0]), None)
+                if found is not None:
+                    shown = "tab" if found == "\t" else found
+                    hint = (f"; the header reads as one column, so the file may be delimited by {shown!r}: "
+                            f"pass --delimiter {shown!r}")
             raise SourceError(
-                path, f"{role} column {name!r} not found; columns present: {', '.join(map(repr, present))}"
+                path, f"{role} column {name!r} not found; columns present: {', '.join(map(repr, present))}{hint}"
             )
 
 

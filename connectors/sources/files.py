@@ -106,6 +106,20 @@ def nesting(data_uri: str, store_uri: str) -> str | None:
     return "holds" if data.startswith(store + "/") else None
 
 
+def misnamed(head: bytes, fmt: str) -> str | None:
+    """What to tell a user whose file named as text (CSV, JSON Lines) starts with the bytes of
+    a binary format (``head``: its first bytes, decompressed), or None when it does not."""
+    if fmt not in ("csv", "jsonl"):
+        return None
+    kind = ("a Parquet", ".parquet", "parquet") if head.startswith(b"PAR1") else \
+        ("an Arrow IPC", ".arrow", "ipc") if head.startswith(_IPC_FILE_MAGIC) else None
+    if kind is None:
+        return None
+    what = "CSV" if fmt == "csv" else "JSON Lines"
+    return (f"holds {kind[0]} file, not {what} as its name says: rename it to end in {kind[1]}, or pass "
+            f"--format {kind[2]}")
+
+
 def compression_extension(path: str) -> str | None:
     """The compression extension a file's name ends in, in lower case (``a.JSONL.GZ``: ``.gz``),
     or None: the one reading of it behind :func:`codec_of` and :func:`uncompressed_name`."""
@@ -339,7 +353,18 @@ class Source:
             check_columns(self.files[0] if not self.is_dir else self.uri if self.format != "mixed" else path,
                           names, self._mapped())
 
+    def _check_named_format(self, path: str, fmt: str) -> None:
+        """A text file (CSV, JSON Lines) that is really Parquet or Arrow is an error saying so,
+        where parsing it as text would list its binary header as column names."""
+        if fmt not in ("csv", "jsonl"):
+            return
+        with self._wrap(path, fmt), self._open_text(path) as f:
+            message = misnamed(f.read(8), fmt)
+        if message is not None:
+            raise SourceError(path, message)
+
     def _present_columns(self, fmt: str, path: str) -> list[str]:
+        self._check_named_format(path, fmt)
         if fmt in ("parquet", "ipc"):
             return self._dataset(fmt).schema.names
         if fmt == "ipc-stream":
@@ -438,6 +463,13 @@ class Source:
 
     def _file_batches(self, path: str, fmt: str, cols: list[str]) -> Iterator[tuple[str, pa.RecordBatch]]:
         """A CSV, JSON Lines or IPC stream file's batches."""
+        try:
+            yield from self._read_file(path, fmt, cols)
+        except SourceError:
+            self._check_named_format(path, fmt)  # the clearer error, if that is what is wrong
+            raise
+
+    def _read_file(self, path: str, fmt: str, cols: list[str]) -> Iterator[tuple[str, pa.RecordBatch]]:
         with self._wrap(path, fmt), contextlib.ExitStack() as stack:
             f = stack.enter_context(self._open_text(path) if fmt in ("csv", "jsonl")
                                     else self.fs.open_input_stream(path))
