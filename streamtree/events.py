@@ -103,7 +103,9 @@ def epoch_events(epoch: int, prev_ids, prev_parents, ids, parents, moves) -> Eve
     ``moves`` holds ``(node_id, "split_from" | "merged_into", other_id)`` in the order they
     were accepted. A ``split_from`` is kept when its node was born in this epoch and is in this
     tree; a ``merged_into`` when its node was in the previous tree and is not in this one (the
-    last such move of a node wins). Rows are ordered by :data:`EVENT_KINDS`, then node id.
+    last such move of a node wins). The first epoch of a stream (no previous tree) has births
+    only: its tree is where the stream starts, and how the sampler grew it from one node is no
+    change a reader could follow. Rows are ordered by :data:`EVENT_KINDS`, then node id.
 
     Every ``other_id`` names a node of one of the two trees, so a reader can look it up. The
     chain may pass through nodes that live only within the epoch (born by one move and gone by
@@ -116,6 +118,8 @@ def epoch_events(epoch: int, prev_ids, prev_parents, ids, parents, moves) -> Eve
     base = derive_events(epoch, prev_ids, prev_parents, ids, parents)
     now = set(np.asarray(ids, dtype=np.int64).tolist())
     before = set(np.asarray(prev_ids, dtype=np.int64).tolist())
+    if not before:
+        return base
     known = now | before
     last: dict[tuple[int, str], int] = {}
     source: dict[int, int] = {}  # every node's last split origin and merge target, transient ones too

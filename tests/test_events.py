@@ -158,12 +158,17 @@ def test_model_trees_carry_their_events():
     rng = np.random.default_rng(3)
     corpus = vmf_tree_corpus(rng, p=200, branching=(3, 2), kappa=20.0, beta=300.0, docs_per_node=40)
     X = sp.csr_matrix(corpus.X)
+    labels = np.asarray(corpus.labels)
+    later = np.isin(labels, np.unique(labels)[-3:])  # three nodes whose documents come in epoch 1
     m = DTSSBP(likelihood="vmf", n_sweeps=8, max_depth=2, kappa0=100.0, random_state=0)
-    t0 = m.partial_fit(X).trees_[-1]
+    t0 = m.partial_fit(X[~later]).trees_[-1]
     t1 = m.partial_fit(X).trees_[-1]
+    # the first epoch is where the stream starts: every node is born, and nothing split or merged
     assert set(t0.events.of("born").node_id.tolist()) == set(t0.node_ids.tolist())
-    splits = t0.events.of("split_from")
-    assert len(splits) > 0 and set(splits.node_id.tolist()) <= set(t0.node_ids.tolist())
+    assert len(t0.events) == t0.n_nodes
+    # the new documents' nodes split from the ones they were in before their split move
+    splits = t1.events.of("split_from")
+    assert len(splits) > 0 and set(splits.node_id.tolist()) <= set(t1.events.of("born").node_id.tolist())
     for prev, tree in ((None, t0), (t0, t1)):  # every event names nodes of its two trees
         known = set(tree.node_ids.tolist()) | (set() if prev is None else set(prev.node_ids.tolist()))
         ev = tree.events
