@@ -1118,6 +1118,72 @@ def test_lifts_and_insertions_of_empty_nodes_keep_the_windowed_target(empty_case
     assert abs(_empty_share_z(empty_case, hist)) < 4.0
 
 
+class _Scripted:
+    """A generator whose ``random`` and ``integers`` draws are given (the move's choices), the
+    rest drawn by a real one (the new node's parameter)."""
+
+    def __init__(self, uniforms, indices, seed=0):
+        self._u, self._i = list(uniforms), list(indices)
+        self._rng = np.random.default_rng(seed)
+
+    def random(self, *args, **kwargs):
+        return self._u.pop(0)
+
+    def integers(self, n, *args, **kwargs):
+        i = self._i.pop(0)
+        assert 0 <= i < n
+        return i
+
+    def __getattr__(self, name):
+        return getattr(self._rng, name)
+
+
+class _Accepting:
+    """Stands for the move's log uniform: records each log acceptance ratio it is compared
+    with and lets the move through."""
+
+    def __init__(self):
+        self.log_a: list[float] = []
+
+    def __call__(self, rng):
+        return self
+
+    def __ge__(self, log_a):
+        self.log_a.append(float(log_a))
+        return False
+
+
+def test_an_insertion_and_the_lift_that_undoes_it_have_opposite_log_ratios(empty_case, monkeypatch):
+    """Exactness pair by pair, with no sampling noise: for every state, host and block, the
+    insertion of an empty node and the lift of that node back out have log acceptance ratios
+    that sum to zero (each side's prior change, links and draw counts read in its own state).
+    A count read in the wrong state (the hosts before the lift in place of after it) is off by
+    a fraction of a nat, which the chain-level checks cannot resolve."""
+    import streamtree.inference.split_merge as sm
+
+    accept = _Accepting()
+    monkeypatch.setattr(sm, "_log_uniform", accept)
+    moves = SplitMerge(empty_case.lik, empty_case.kw)
+    rng = np.random.default_rng(0)
+    pairs = 0
+    for s in range(len(empty_case.keys)):
+        st0 = empty_case.move_state(s, rng)
+        hosts, _ = moves.index(st0).hosts()
+        for h, host in enumerate(hosts):
+            for b in range(len(moves._blocks(st0, st0.tree, host))):
+                st = copy.deepcopy(st0)
+                res = moves.lift(st, _Scripted([0.25], [h, b], seed=s), born=1)
+                assert res is not None and res.kind == "insert"
+                empty = moves.empty_inner(st)
+                back = moves.lift(st, _Scripted([0.75], [empty.index(res.node)]), born=1)
+                assert back is not None and back.kind == "lift"
+                forward, reverse = accept.log_a[-2:]
+                assert forward + reverse == pytest.approx(0.0, abs=1e-9), (s, host, b)
+                assert empty_case.key(st.tree, st.labels) == empty_case.key(st0.tree, st0.labels)
+                pairs += 1
+    assert pairs > 100
+
+
 def test_dropping_the_lifted_childrens_links_is_detected(empty_case, monkeypatch):
     """The check has power against the children's link term: scored without it (a lifted or
     adopted child's parameter judged as if its parent did not change), lifts are accepted too
@@ -2427,6 +2493,65 @@ class DeepCarriedCase:
                 if k2 not in seen:
                     queue.append(k2)
         return list(seen)
+
+
+def _restore_remove_pairs(moves, st0, key, accept, levels: int, seed: int = 0) -> int:
+    """For every dormant node, host and block of ``st0``: return the node there, then remove it
+    again; the two log acceptance ratios must sum to zero and the removal must give ``st0`` back.
+    With ``levels > 1``, the same from every state a return reaches. The pairs checked."""
+    n = 0
+    dormant = moves.dormant(st0)
+    hosts, _ = moves.index(st0).hosts()
+    for di, d in enumerate(dormant):
+        for h, P in enumerate(hosts):
+            for b in range(len(moves._deeper_blocks(st0, P))):
+                st = copy.deepcopy(st0)
+                res = moves.lift_carried(st, _Scripted([0.25], [di, h, b], seed=seed + n))
+                assert res is not None and res.kind == "restore"
+                after = copy.deepcopy(st)
+                removable = moves.removable_carried(st)
+                back = moves.lift_carried(st, _Scripted([0.75], [removable.index(d)], seed=seed + n))
+                assert back is not None and back.kind == "lift"
+                forward, reverse = accept.log_a[-2:]
+                assert forward + reverse == pytest.approx(0.0, abs=1e-9), (key(st0.tree), d, P, b)
+                assert key(st.tree) == key(st0.tree)
+                n += 1
+                if levels > 1:
+                    n += _restore_remove_pairs(moves, after, key, accept, levels - 1, seed + 1000 * n)
+    return n
+
+
+def test_a_carried_nodes_return_and_its_removal_have_opposite_log_ratios(carried_case, monkeypatch):
+    """Exactness pair by pair at cap 2, with no sampling noise: a dormant carried node's return
+    above every block of every host, and its removal back out, have log acceptance ratios that
+    sum to zero (a draw count read in the wrong state is a fraction of a nat, which the
+    chain-level checks resolve only in their slow runs)."""
+    import streamtree.inference.split_merge as sm
+
+    accept = _Accepting()
+    monkeypatch.setattr(sm, "_log_uniform", accept)
+    moves = SplitMerge(carried_case.lik, carried_case.kw)
+    rng = np.random.default_rng(1)
+    n = sum(_restore_remove_pairs(moves, carried_case.move_state(s, rng), carried_case.key, accept, 1)
+            for s in range(len(carried_case.states)))
+    assert n > 25
+
+
+def test_carried_returns_and_removals_at_depth_three_have_opposite_log_ratios(monkeypatch):
+    """The same at cap 3, two carried nodes nesting: a removal raises a subtree two levels deep,
+    so the cap's nodes join the hosts and the links of the nodes below the top change depth."""
+    import streamtree.inference.split_merge as sm
+
+    case = DeepCarriedCase()
+    accept = _Accepting()
+    monkeypatch.setattr(sm, "_log_uniform", accept)
+    moves = SplitMerge(case.lik, case.kw)
+    tree = TSSBTree(case.cap)
+    for _ in range(3):
+        tree.add_child(ROOT)
+    tree.next_id = 6
+    st = case.move_state(case.add(tree, case.labels), np.random.default_rng(2))
+    assert _restore_remove_pairs(moves, st, case.key, accept, 2) > 40
 
 
 @pytest.fixture(scope="module")
