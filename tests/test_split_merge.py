@@ -30,6 +30,7 @@ from scipy.stats import beta as beta_dist
 from scipy.special import betaln, expit
 from scipy.stats import binomtest, chi2
 
+import streamtree.inference.split_merge as sm
 from streamtree.inference.merge import collapsed_log_prior
 from streamtree.inference.split_merge import EPS, EditedTree, MoveState, Previous, SplitMerge
 from streamtree.likelihoods.base import DocumentSet
@@ -339,6 +340,70 @@ def test_subset_proposals_keep_the_target(make, floor):
                                        subset_min_docs=floor)
     assert accepted > 250
     assert pval > 1e-3
+
+
+def _split_and_merge_back(moves, st0, i: int, kind: int, among: int, size: int, accept, seed: int):
+    """A subset split of ``i``'s node (``j`` the first other document there), at the
+    ``among``-th place of the ``kind``-th kind, sending ``size`` of the other documents, then the
+    merge that undoes it (drawing a document of each side: for a subset split only their counts
+    enter the ratio); (the two log ratios, the state after the merge), or None where the draws
+    make no split."""
+    st = copy.deepcopy(st0)
+    split = moves.attempt(st, _Scripted([0.25], [i, 0, kind, among, size], seed=seed), born=1, proposal="subset")
+    if split is None:
+        return None
+    assert split.kind == "split"
+    b, a = split.node, split.other
+    idx = moves.index(st)
+    rows_a, rows_b = idx.of(a), idx.of(b)
+    j = int(rows_b[0])
+    occupied = list(idx.occupied())
+    partners = moves.partners(st, st.tree, b)
+    k_i = next(k for k in range(rows_a.size + rows_b.size - 1)
+               if int(sm._kth_of_union(rows_a, rows_b, j, k)) == i)
+    draws = [occupied.index(b), partners.index(a), int(np.flatnonzero(rows_b == j)[0]), k_i]
+    merge = moves.attempt(st, _Scripted([0.75], draws), born=1, proposal="subset")
+    assert merge is not None and merge.kind == "merge"
+    return accept.log_a[-2], accept.log_a[-1], st
+
+
+
+@pytest.mark.parametrize("make", [_root_and_newborn_case, _kept_child_case, _multinomial_flat_case],
+                         ids=["root and newborns", "kept child", "multinomial"])
+def test_a_subset_split_and_the_merge_that_undoes_it_have_opposite_log_ratios(make, monkeypatch):
+    """Exactness pair by pair, with no sampling noise: from every state, a subset split of every
+    document's node, at every place and subset size, and the merge that undoes it have log
+    acceptance ratios that sum to zero (each side's draw counts, partners and place probability
+    read in its own state), and the merge gives the state back. A count off by one in one
+    direction (a kept node's partners when a split refills it) shows at once."""
+    case = make()
+    accept = _Accepting()
+    monkeypatch.setattr(sm, "_log_uniform", accept)
+    moves = SplitMerge(case.lik, case.kw, integrate_split_node=case.integrated, subset_min_docs=1)
+    rng = np.random.default_rng(0)
+    pairs = refills = 0
+    for s, state in enumerate(case.states):
+        st0 = case.move_state(state, rng)
+        idx = moves.index(st0)
+        for i in range(st0.labels.size):
+            a = int(st0.labels[i])
+            rows_a = idx.of(a)
+            if rows_a.size < 2:
+                continue
+            places = moves.places(st0, st0.tree, lambda x: x in idx.rows, a)
+            kinds = list(dict.fromkeys(map(sm._place_kind, places)))
+            for kind, key in enumerate(kinds):
+                for among in range(sum(sm._place_kind(pl) == key for pl in places)):
+                    for size in range(rows_a.size - 1):
+                        got = _split_and_merge_back(moves, st0, i, kind, among, size, accept, seed=s)
+                        if got is None:
+                            continue
+                        forward, reverse, st = got
+                        assert forward + reverse == pytest.approx(0.0, abs=1e-9), (s, i, key, among, size)
+                        assert case.canonical(st.tree, st.labels) == case.canonical(st0.tree, st0.labels)
+                        pairs += 1
+                        refills += key[0] == "old"
+    assert pairs > 200 and (refills > 0 or make is not _kept_child_case)
 
 
 def test_the_subset_proposal_moves_no_fewer_documents_than_its_floor():
@@ -1127,11 +1192,16 @@ class _Scripted:
         self._rng = np.random.default_rng(seed)
 
     def random(self, *args, **kwargs):
-        return self._u.pop(0)
+        # the move's own draws are scalars, in order; once they are spent (or for arrays) the
+        # draws are a parameter's, from the real generator
+        return self._u.pop(0) if self._u and not args and not kwargs else self._rng.random(*args, **kwargs)
 
-    def integers(self, n, *args, **kwargs):
+    def integers(self, low, high=None, *args, **kwargs):
+        if not self._i or args or kwargs:
+            return self._rng.integers(low, high, *args, **kwargs)
+        low, high = (0, low) if high is None else (low, high)
         i = self._i.pop(0)
-        assert 0 <= i < n
+        assert low <= i < high
         return i
 
     def __getattr__(self, name):
@@ -1159,8 +1229,6 @@ def test_an_insertion_and_the_lift_that_undoes_it_have_opposite_log_ratios(empty
     that sum to zero (each side's prior change, links and draw counts read in its own state).
     A count read in the wrong state (the hosts before the lift in place of after it) is off by
     a fraction of a nat, which the chain-level checks cannot resolve."""
-    import streamtree.inference.split_merge as sm
-
     accept = _Accepting()
     monkeypatch.setattr(sm, "_log_uniform", accept)
     moves = SplitMerge(empty_case.lik, empty_case.kw)
@@ -1430,8 +1498,6 @@ def test_dropping_a_term_of_the_carried_lift_is_detected(monkeypatch, dropped, a
 
 
 def test_log_count_is_numpys_log_of_the_count():
-    import streamtree.inference.split_merge as sm
-
     sm._log_counts = np.zeros(0)  # the table grows as larger counts come
     counts = list(range(0, 3000)) + [4095, 4096, 70_001, 3]
     with np.errstate(divide="ignore"):
@@ -2526,8 +2592,6 @@ def test_a_carried_nodes_return_and_its_removal_have_opposite_log_ratios(carried
     above every block of every host, and its removal back out, have log acceptance ratios that
     sum to zero (a draw count read in the wrong state is a fraction of a nat, which the
     chain-level checks resolve only in their slow runs)."""
-    import streamtree.inference.split_merge as sm
-
     accept = _Accepting()
     monkeypatch.setattr(sm, "_log_uniform", accept)
     moves = SplitMerge(carried_case.lik, carried_case.kw)
@@ -2540,8 +2604,6 @@ def test_a_carried_nodes_return_and_its_removal_have_opposite_log_ratios(carried
 def test_carried_returns_and_removals_at_depth_three_have_opposite_log_ratios(monkeypatch):
     """The same at cap 3, two carried nodes nesting: a removal raises a subtree two levels deep,
     so the cap's nodes join the hosts and the links of the nodes below the top change depth."""
-    import streamtree.inference.split_merge as sm
-
     case = DeepCarriedCase()
     accept = _Accepting()
     monkeypatch.setattr(sm, "_log_uniform", accept)
