@@ -342,48 +342,76 @@ def test_subset_proposals_keep_the_target(make, floor):
     assert pval > 1e-3
 
 
-def _split_and_merge_back(moves, st0, i: int, kind: int, among: int, size: int, accept, seed: int):
-    """A subset split of ``i``'s node (``j`` the first other document there), at the
-    ``among``-th place of the ``kind``-th kind, sending ``size`` of the other documents, then the
-    merge that undoes it (drawing a document of each side: for a subset split only their counts
-    enter the ratio); (the two log ratios, the state after the merge), or None where the draws
-    make no split."""
+def _split_and_merge_back(moves, st0, i: int, kind: int, among: int, size: int | None, accept, seed: int):
+    """A split of ``i``'s node (``j`` the first other document there) at the ``among``-th place
+    of the ``kind``-th kind, a subset of ``size`` of the other documents (``None``: a launch),
+    then the merge that undoes it, drawing the same ``i`` and ``j`` and, for a launch, the same
+    launch uniforms (the launch is an auxiliary variable of the merged state); (the two log
+    ratios, the state after the merge), or None where the draws make no split."""
     st = copy.deepcopy(st0)
-    split = moves.attempt(st, _Scripted([0.25], [i, 0, kind, among, size], seed=seed), born=1, proposal="subset")
+    proposal = "launch" if size is None else "subset"
+    first = len(accept.log_a)
+    split_draws = _Scripted([0.25], [i, 0, kind, among] + ([] if size is None else [size]), seed=seed)
+    split = moves.attempt(st, split_draws, born=1, proposal=proposal)
     if split is None:
         return None
     assert split.kind == "split"
     b, a = split.node, split.other
     idx = moves.index(st)
     rows_a, rows_b = idx.of(a), idx.of(b)
-    j = int(rows_b[0])
+    j = int(next(r for r in moves.index(st0).of(a) if r != i))
     occupied = list(idx.occupied())
     partners = moves.partners(st, st.tree, b)
     k_i = next(k for k in range(rows_a.size + rows_b.size - 1)
                if int(sm._kth_of_union(rows_a, rows_b, j, k)) == i)
     draws = [occupied.index(b), partners.index(a), int(np.flatnonzero(rows_b == j)[0]), k_i]
-    merge = moves.attempt(st, _Scripted([0.75], draws), born=1, proposal="subset")
+    merge = moves.attempt(st, _Scripted([0.75], draws, arrays=split_draws.drawn[:1]), born=1, proposal=proposal)
     assert merge is not None and merge.kind == "merge"
-    return accept.log_a[-2], accept.log_a[-1], st
+    return accept.log_a[first], accept.log_a[-1], st
 
 
 
+@pytest.mark.parametrize("proposal", ["subset", "launch"])
 @pytest.mark.parametrize("make", [_root_and_newborn_case, _kept_child_case, _multinomial_flat_case],
                          ids=["root and newborns", "kept child", "multinomial"])
-def test_a_subset_split_and_the_merge_that_undoes_it_have_opposite_log_ratios(make, monkeypatch):
-    """Exactness pair by pair, with no sampling noise: from every state, a subset split of every
-    document's node, at every place and subset size, and the merge that undoes it have log
-    acceptance ratios that sum to zero (each side's draw counts, partners and place probability
-    read in its own state), and the merge gives the state back. A count off by one in one
-    direction (a kept node's partners when a split refills it) shows at once."""
+def test_a_split_and_the_merge_that_undoes_it_have_opposite_log_ratios(make, proposal, monkeypatch):
+    """Exactness pair by pair, with no sampling noise: from every state, a split of every
+    document's node at every place (and, for subset proposals, every subset size), and the merge
+    that undoes it have log acceptance ratios that sum to zero (each side's draw counts,
+    partners, place probability and proposal probability read in its own state), and the merge
+    gives the state back. A count off by one in one direction (a kept node's partners when a
+    split refills it) shows at once."""
     case = make()
     accept = _Accepting()
     monkeypatch.setattr(sm, "_log_uniform", accept)
+    pairs, refills = _split_merge_pairs(case, accept, proposal)
+    assert pairs > (200 if proposal == "subset" else 80) and (refills > 0 or make is not _kept_child_case)
+
+
+@pytest.mark.parametrize("proposal", ["subset", "launch"])
+def test_splits_that_adopt_children_and_the_merges_that_lift_them_have_opposite_log_ratios(alike_case, proposal,
+                                                                                          monkeypatch):
+    """The same below a cap of 2, where a split's new node may adopt a block of siblings and
+    the merge that undoes it lifts them back: the adopted children's links and the place's block
+    enter both ratios."""
+    accept = _Accepting()
+    monkeypatch.setattr(sm, "_log_uniform", accept)
+    pairs, _ = _split_merge_pairs(alike_case, accept, proposal, adopting=True)
+    assert pairs > 40
+
+
+def _split_merge_pairs(case, accept, proposal: str, adopting: bool = False) -> tuple[int, int]:
+    """Every split-and-merge-back pair of :func:`_split_and_merge_back` from every state of
+    ``case`` (a :class:`Case` or a :class:`NestedCase`), its two log ratios checked to cancel and
+    the state checked to come back; the pairs and the refills of kept nodes among them (with
+    ``adopting``, only the pairs whose new node adopts children are counted)."""
     moves = SplitMerge(case.lik, case.kw, integrate_split_node=case.integrated, subset_min_docs=1)
     rng = np.random.default_rng(0)
+    nested = isinstance(case, NestedCase)
+    key = case.key if nested else case.canonical
     pairs = refills = 0
-    for s, state in enumerate(case.states):
-        st0 = case.move_state(state, rng)
+    for s in range(len(case.keys if nested else case.states)):
+        st0 = case.move_state(s, rng) if nested else case.move_state(case.states[s], rng)
         idx = moves.index(st0)
         for i in range(st0.labels.size):
             a = int(st0.labels[i])
@@ -392,18 +420,20 @@ def test_a_subset_split_and_the_merge_that_undoes_it_have_opposite_log_ratios(ma
                 continue
             places = moves.places(st0, st0.tree, lambda x: x in idx.rows, a)
             kinds = list(dict.fromkeys(map(sm._place_kind, places)))
-            for kind, key in enumerate(kinds):
-                for among in range(sum(sm._place_kind(pl) == key for pl in places)):
-                    for size in range(rows_a.size - 1):
+            for kind, kind_key in enumerate(kinds):
+                for among, place in enumerate(pl for pl in places if sm._place_kind(pl) == kind_key):
+                    for size in range(rows_a.size - 1) if proposal == "subset" else (None,):
                         got = _split_and_merge_back(moves, st0, i, kind, among, size, accept, seed=s)
                         if got is None:
                             continue
                         forward, reverse, st = got
-                        assert forward + reverse == pytest.approx(0.0, abs=1e-9), (s, i, key, among, size)
-                        assert case.canonical(st.tree, st.labels) == case.canonical(st0.tree, st0.labels)
+                        assert forward + reverse == pytest.approx(0.0, abs=1e-9), (s, i, kind_key, among, size)
+                        assert key(st.tree, st.labels) == key(st0.tree, st0.labels)
+                        if adopting and not (place[0] == "new" and place[3] > 0):
+                            continue
                         pairs += 1
-                        refills += key[0] == "old"
-    assert pairs > 200 and (refills > 0 or make is not _kept_child_case)
+                        refills += place[0] == "old"
+    return pairs, refills
 
 
 def test_the_subset_proposal_moves_no_fewer_documents_than_its_floor():
@@ -1187,14 +1217,20 @@ class _Scripted:
     """A generator whose ``random`` and ``integers`` draws are given (the move's choices), the
     rest drawn by a real one (the new node's parameter)."""
 
-    def __init__(self, uniforms, indices, seed=0):
-        self._u, self._i = list(uniforms), list(indices)
+    def __init__(self, uniforms, indices, seed=0, arrays=()):
+        self._u, self._i, self._arrays = list(uniforms), list(indices), list(arrays)
         self._rng = np.random.default_rng(seed)
+        self.drawn: list[np.ndarray] = []  # the arrays of uniforms drawn, in order
 
     def random(self, *args, **kwargs):
-        # the move's own draws are scalars, in order; once they are spent (or for arrays) the
-        # draws are a parameter's, from the real generator
-        return self._u.pop(0) if self._u and not args and not kwargs else self._rng.random(*args, **kwargs)
+        # the move's own draws are scalars, in order; once they are spent the draws are a
+        # parameter's, from the real generator. Arrays (a launch's uniforms) are those given,
+        # in order, then fresh ones; each is kept in ``drawn``
+        if not args and not kwargs:
+            return self._u.pop(0) if self._u else self._rng.random()
+        out = self._arrays.pop(0) if self._arrays else self._rng.random(*args, **kwargs)
+        self.drawn.append(out)
+        return out
 
     def integers(self, low, high=None, *args, **kwargs):
         if not self._i or args or kwargs:
