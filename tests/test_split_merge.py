@@ -14,6 +14,11 @@ every parameter but the root's is part of the state and integrated out in the ta
 assignments from that exact marginal and the parameters from their conditionals, apply
 split-merge attempts, and compare the distribution of the resulting assignments with the target
 by a chi-square test.
+
+The chain checks cannot resolve a ratio wrong by a fraction of a nat. Pair by pair, with the
+moves' draws scripted, every move and the move that undoes it must have log acceptance ratios
+that sum to zero (:class:`_Scripted`, :class:`_Accepting`): that catches a count read in the
+wrong state exactly, though not a term both directions share, which the chain checks judge.
 """
 
 from __future__ import annotations
