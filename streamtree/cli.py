@@ -673,7 +673,8 @@ def _node_words(stored, vocabulary, top_words: int) -> list[list[str]]:
 
 
 def format_epoch(stored, vocabulary=None, *, top_words: int | None = None, min_docs: int = 0, events=None,
-                 max_nodes: int | None = None, previous=None, legend: bool = False, max_ids: int | None = 8) -> str:
+                 max_nodes: int | None = None, previous=None, legend: bool = False, max_ids: int | None = 8,
+                 remembered: dict[int, list[str]] | None = None) -> str:
     """One epoch's tree in the style of the dTSSBP paper's Figures 4 and 5, with what changed.
 
     One line per node, indented by depth: a mark (``*`` born this epoch, ``<`` split from
@@ -685,7 +686,10 @@ def format_epoch(stored, vocabulary=None, *, top_words: int | None = None, min_d
     nodes with fewer documents in their subtree. Then the evolution since the previous epoch:
     splits and merges with their words, births and deaths (``previous``, the previous
     :class:`~connectors.stores.snapshot.StoredEpoch`, gives the words of nodes that died or
-    merged). Id lists are capped at ``max_ids`` (None: all). ``legend`` appends :data:`LEGEND`.
+    merged; ``remembered`` words, where it has a node's, name it instead: a node's words in its
+    last epoch can be those of a few leftover documents, and :func:`cmd_show` remembers each
+    node's words from the epoch its subtree held the most documents). Id lists are capped at
+    ``max_ids`` (None: all). ``legend`` appends :data:`LEGEND`.
     """
     tree = stored.tree
     top_words = _top_words(top_words)
@@ -697,7 +701,8 @@ def format_epoch(stored, vocabulary=None, *, top_words: int | None = None, min_d
     row = {int(n): i for i, n in enumerate(tree.node_ids)}
 
     def said(nid: int, *, before: bool = False) -> str:
-        w = prev_words.get(nid) if before else (words[row[nid]] if nid in row else prev_words.get(nid))
+        w = ((remembered or {}).get(nid) or prev_words.get(nid)) if before else \
+            (words[row[nid]] if nid in row else prev_words.get(nid))
         return f"[{nid}]" + (f" ({' '.join(w[:4])})" if w else "")
 
     born = [int(n) for n, b in zip(tree.node_ids, tree.born) if b == tree.epoch]
@@ -1036,13 +1041,27 @@ def cmd_show(args) -> int:
     if chosen[0]["epoch"] != entries[0]["epoch"]:
         before = [e for e in entries if e["epoch"] < chosen[0]["epoch"]]
         previous = store.read(before[-1]["epoch"]) if before else None
+    # each node's words from the epoch its subtree held the most documents: the name a node that
+    # dies or merges is given (its last epoch's words can be a few leftover documents')
+    peak: dict[int, tuple[int, list[str]]] = {}
+
+    def remember(stored) -> None:
+        tree = stored.tree
+        for nid, n, w in zip(tree.node_ids.tolist(), tree.subtree_counts.tolist(),
+                             _node_words(stored, vocab, _top_words(args.top_words))):
+            if w and n >= peak.get(nid, (-1, None))[0]:
+                peak[nid] = (n, w)
+
+    if previous is not None:
+        remember(previous)
     for i, entry in enumerate(chosen):
         if i:
             print()
         stored = store.read(entry["epoch"])
         print(format_epoch(stored, vocab, top_words=args.top_words, min_docs=args.min_docs,
                            events=store.events(entry["epoch"]), max_nodes=max_nodes, previous=previous,
-                           max_ids=None if args.all else 8))
+                           max_ids=None if args.all else 8, remembered={k: w for k, (_, w) in peak.items()}))
+        remember(stored)
         previous = stored
     print()
     if len(chosen) > 1:

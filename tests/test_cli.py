@@ -814,3 +814,19 @@ def test_a_node_that_merged_is_said_merged_not_also_died(tmp_path, capsys):
     lineage = format_lineage(store, 2)
     assert "merged into node 0 in epoch 1 (2001)" in lineage and "gone from" not in lineage
     assert "gone from epoch 1 (2001)" in format_lineage(store, 3)
+
+
+def test_a_node_that_ended_is_named_by_the_words_it_had_at_its_peak(tmp_path, capsys):
+    """A node's last epoch may hold only a few leftover documents, whose words say little: a
+    death or merge names the node by remembered words where there are some (show remembers
+    each node's words from the epoch its subtree held the most documents), else by its last."""
+    from streamtree.cli import format_epoch
+    from test_report import hand_store
+
+    store = hand_store(tmp_path / "store", [([0, 1, 2, 3], [-1, 0, 0, 0], [0, 3, 2, 1]),
+                                            ([0, 1], [-1, 0], [1, 4], [(2, "merged_into", 0)])])
+    before, now = store.read(0), store.read(1)
+    text = format_epoch(now, store.vocabulary(), events=store.events(1), previous=before,
+                        remembered={3: ["election", "vote"]})
+    assert "  died: [3] (election vote)" in text and "  merged: [2] (t2) -> [0] (t0)" in text
+    assert main(["show", store.uri]) == 0 and "  died: [3] (t3)" in capsys.readouterr().out
