@@ -29,7 +29,7 @@ import signal
 import sys
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -672,6 +672,31 @@ def _node_words(stored, vocabulary, top_words: int) -> list[list[str]]:
     return tree.top_words(vocabulary, top_words) if from_theta else [w[:top_words] for w in stored.top_words]
 
 
+def format_epochs(store, entries: list[dict], vocabulary=None, *, previous=None, top_words: int | None = None,
+                  min_docs: int = 0, max_nodes: int | None = None, max_ids: int | None = 8) -> Iterator[str]:
+    """:func:`format_epoch` of each of ``entries`` (``previous``: the stored epoch before the
+    first, if any), a node that dies or merges named by its words from the epoch its subtree
+    held the most documents (its last epoch's can be those of a few leftover documents)."""
+    peak: dict[int, tuple[int, list[str]]] = {}
+
+    def remember(stored) -> None:
+        tree = stored.tree
+        for nid, n, w in zip(tree.node_ids.tolist(), tree.subtree_counts.tolist(),
+                             _node_words(stored, vocabulary, _top_words(top_words))):
+            if w and n >= peak.get(nid, (-1, None))[0]:
+                peak[nid] = (n, w)
+
+    if previous is not None:
+        remember(previous)
+    for entry in entries:
+        stored = store.read(entry["epoch"])
+        yield format_epoch(stored, vocabulary, top_words=top_words, min_docs=min_docs,
+                           events=store.events(entry["epoch"]), max_nodes=max_nodes, previous=previous,
+                           max_ids=max_ids, remembered={k: w for k, (_, w) in peak.items()})
+        remember(stored)
+        previous = stored
+
+
 def format_epoch(stored, vocabulary=None, *, top_words: int | None = None, min_docs: int = 0, events=None,
                  max_nodes: int | None = None, previous=None, legend: bool = False, max_ids: int | None = 8,
                  remembered: dict[int, list[str]] | None = None) -> str:
@@ -687,8 +712,8 @@ def format_epoch(stored, vocabulary=None, *, top_words: int | None = None, min_d
     splits and merges with their words, births and deaths (``previous``, the previous
     :class:`~connectors.stores.snapshot.StoredEpoch`, gives the words of nodes that died or
     merged; ``remembered`` words, where it has a node's, name it instead: a node's words in its
-    last epoch can be those of a few leftover documents, and :func:`cmd_show` remembers each
-    node's words from the epoch its subtree held the most documents). Id lists are capped at
+    last epoch can be those of a few leftover documents, and :func:`format_epochs` remembers
+    each node's words from the epoch its subtree held the most documents). Id lists are capped at
     ``max_ids`` (None: all). ``legend`` appends :data:`LEGEND`.
     """
     tree = stored.tree
@@ -1041,28 +1066,12 @@ def cmd_show(args) -> int:
     if chosen[0]["epoch"] != entries[0]["epoch"]:
         before = [e for e in entries if e["epoch"] < chosen[0]["epoch"]]
         previous = store.read(before[-1]["epoch"]) if before else None
-    # each node's words from the epoch its subtree held the most documents: the name a node that
-    # dies or merges is given (its last epoch's words can be a few leftover documents')
-    peak: dict[int, tuple[int, list[str]]] = {}
-
-    def remember(stored) -> None:
-        tree = stored.tree
-        for nid, n, w in zip(tree.node_ids.tolist(), tree.subtree_counts.tolist(),
-                             _node_words(stored, vocab, _top_words(args.top_words))):
-            if w and n >= peak.get(nid, (-1, None))[0]:
-                peak[nid] = (n, w)
-
-    if previous is not None:
-        remember(previous)
-    for i, entry in enumerate(chosen):
+    texts = format_epochs(store, chosen, vocab, previous=previous, top_words=args.top_words,
+                          min_docs=args.min_docs, max_nodes=max_nodes, max_ids=None if args.all else 8)
+    for i, text in enumerate(texts):
         if i:
             print()
-        stored = store.read(entry["epoch"])
-        print(format_epoch(stored, vocab, top_words=args.top_words, min_docs=args.min_docs,
-                           events=store.events(entry["epoch"]), max_nodes=max_nodes, previous=previous,
-                           max_ids=None if args.all else 8, remembered={k: w for k, (_, w) in peak.items()}))
-        remember(stored)
-        previous = stored
+        print(text)
     print()
     if len(chosen) > 1:
         print(format_evolution(store, chosen))

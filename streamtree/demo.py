@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from streamtree.cli import LEGEND, _kappa0, _max_features, format_epoch, format_evolution
+from streamtree.cli import LEGEND, _kappa0, _max_features, format_epochs, format_evolution
 from streamtree.progress import ReplayProgress
 from streamtree.replay import REPLAY_SEED, ReplayConfig, replay
 from streamtree.text import DEFAULT_MAX_FEATURES
@@ -89,13 +89,9 @@ def main(argv: list[str] | None = None) -> int:
 
     store = SnapshotStore(args.store)
     vocab = store.vocabulary()
-    previous = None
     entries = store.epochs()
-    for entry in entries:
-        stored = store.read(entry["epoch"])
-        print(format_epoch(stored, vocab, top_words=args.top_words, events=store.events(entry["epoch"]),
-                           max_nodes=args.nodes, previous=previous, max_ids=4))
-        previous = stored
+    for text in format_epochs(store, entries, vocab, top_words=args.top_words, max_nodes=args.nodes, max_ids=4):
+        print(text)
     print()
     print(format_evolution(store, entries))
     print(f"({LEGEND})")
