@@ -405,6 +405,50 @@ def test_splits_that_adopt_children_and_the_merges_that_lift_them_have_opposite_
     assert pairs > 40
 
 
+def _host_draw(moves, st, b: int, P: int) -> int:
+    """The draw :meth:`SplitMerge.relocate` makes to pick ``P`` among the hosts without ``b``."""
+    below, at = moves.index(st).hosts()
+    m = below.index(P)
+    return m - 1 if b in at and m > at[b] else m
+
+
+@pytest.mark.parametrize("nested", [False, True], ids=["root and newborns", "nested, empty newborns"])
+def test_a_relocation_and_the_relocation_back_have_opposite_log_ratios(nested, request, monkeypatch):
+    """Pair by pair, as for the other moves: every new leaf moved to every host and slot, then
+    moved back, with log acceptance ratios that sum to zero and the state given back."""
+    case = request.getfixturevalue("empty_case") if nested else _root_and_newborn_case()
+    accept = _Accepting()
+    monkeypatch.setattr(sm, "_log_uniform", accept)
+    moves = SplitMerge(case.lik, case.kw)
+    rng = np.random.default_rng(0)
+    key = case.key if nested else case.canonical
+    pairs = 0
+    # every state of the flat case; every sixteenth of the nested one's 774 (some 450 pairs)
+    for s in range(0, len(case.keys), 16) if nested else range(len(case.states)):
+        st0 = case.move_state(s, rng) if nested else case.move_state(case.states[s], rng)
+        idx = moves.index(st0)
+        leaves = idx.new_leaves()
+        below, _ = idx.hosts()
+        for n_b, b in enumerate(leaves):
+            P1, k1 = st0.tree.parent[b], st0.tree.children[st0.tree.parent[b]].index(b)
+            for P2 in [P for P in below if P != b]:
+                for k2 in range(len(st0.tree.children[P2]) + (P2 != P1)):
+                    st = copy.deepcopy(st0)
+                    first = len(accept.log_a)
+                    there = moves.relocate(st, _Scripted([], [n_b, _host_draw(moves, st0, b, P2), k2], seed=s))
+                    if there is None:  # no move (the same slot, or a parent left with nothing)
+                        assert len(accept.log_a) == first
+                        continue
+                    n_back = moves.index(st).new_leaves().index(b)
+                    back = moves.relocate(st, _Scripted([], [n_back, _host_draw(moves, st, b, P1), k1], seed=s))
+                    assert back is not None
+                    forward, reverse = accept.log_a[first], accept.log_a[-1]
+                    assert forward + reverse == pytest.approx(0.0, abs=1e-9), (s, b, P2, k2)
+                    assert key(st.tree, st.labels) == key(st0.tree, st0.labels)
+                    pairs += 1
+    assert pairs > 250
+
+
 def _split_merge_pairs(case, accept, proposal: str, adopting: bool = False) -> tuple[int, int]:
     """Every split-and-merge-back pair of :func:`_split_and_merge_back` from every state of
     ``case`` (a :class:`Case` or a :class:`NestedCase`), its two log ratios checked to cancel and
