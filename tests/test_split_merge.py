@@ -412,6 +412,16 @@ def _host_draw(moves, st, b: int, P: int) -> int:
     return m - 1 if b in at and m > at[b] else m
 
 
+def _move_states(case, rng, every: int = 1):
+    """``(s, state)`` for every ``every``-th state ``s`` of ``case`` (a :class:`Case` or a
+    :class:`NestedCase`), its parameters drawn, and the function that keys a state."""
+    nested = isinstance(case, NestedCase)
+    n = len(case.keys) if nested else len(case.states)
+    states = ((s, case.move_state(s, rng) if nested else case.move_state(case.states[s], rng))
+              for s in range(0, n, every))
+    return states, case.key if nested else case.canonical
+
+
 @pytest.mark.parametrize("nested", [False, True], ids=["root and newborns", "nested, empty newborns"])
 def test_a_relocation_and_the_relocation_back_have_opposite_log_ratios(nested, request, monkeypatch):
     """Pair by pair, as for the other moves: every new leaf moved to every host and slot, then
@@ -420,12 +430,10 @@ def test_a_relocation_and_the_relocation_back_have_opposite_log_ratios(nested, r
     accept = _Accepting()
     monkeypatch.setattr(sm, "_log_uniform", accept)
     moves = SplitMerge(case.lik, case.kw)
-    rng = np.random.default_rng(0)
-    key = case.key if nested else case.canonical
-    pairs = 0
     # every state of the flat case; every sixteenth of the nested one's 774 (some 450 pairs)
-    for s in range(0, len(case.keys), 16) if nested else range(len(case.states)):
-        st0 = case.move_state(s, rng) if nested else case.move_state(case.states[s], rng)
+    states, key = _move_states(case, np.random.default_rng(0), 16 if nested else 1)
+    pairs = 0
+    for s, st0 in states:
         idx = moves.index(st0)
         leaves = idx.new_leaves()
         below, _ = idx.hosts()
@@ -455,12 +463,9 @@ def _split_merge_pairs(case, accept, proposal: str, adopting: bool = False) -> t
     the state checked to come back; the pairs and the refills of kept nodes among them (with
     ``adopting``, only the pairs whose new node adopts children are counted)."""
     moves = SplitMerge(case.lik, case.kw, integrate_split_node=case.integrated, subset_min_docs=1)
-    rng = np.random.default_rng(0)
-    nested = isinstance(case, NestedCase)
-    key = case.key if nested else case.canonical
+    states, key = _move_states(case, np.random.default_rng(0))
     pairs = refills = 0
-    for s in range(len(case.keys if nested else case.states)):
-        st0 = case.move_state(s, rng) if nested else case.move_state(case.states[s], rng)
+    for s, st0 in states:
         idx = moves.index(st0)
         for i in range(st0.labels.size):
             a = int(st0.labels[i])

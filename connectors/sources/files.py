@@ -348,10 +348,16 @@ class Source:
 
     def _check_columns(self) -> None:
         # each format's first file (or its dataset's schema); every file is checked again as it is read
-        for fmt, path in {fmt: path for path, fmt in reversed(self.formats.items())}.items():
-            names = self._present_columns(fmt, path)
-            check_columns(self.files[0] if not self.is_dir else self.uri if self.format != "mixed" else path,
-                          names, self._mapped())
+        first: dict[str, str] = {}
+        for path, fmt in self.formats.items():
+            first.setdefault(fmt, path)
+        for fmt, path in first.items():
+            try:
+                check_columns(self.uri if self.is_dir and self.format != "mixed" else path,
+                              self._present_columns(fmt, path), self._mapped())
+            except SourceError:
+                self._check_named_format(path, fmt)  # the clearer error, if that is what is wrong
+                raise
 
     def _check_named_format(self, path: str, fmt: str) -> None:
         """A text file (CSV, JSON Lines) that is really Parquet or Arrow is an error saying so,
@@ -364,7 +370,6 @@ class Source:
             raise SourceError(path, message)
 
     def _present_columns(self, fmt: str, path: str) -> list[str]:
-        self._check_named_format(path, fmt)
         if fmt in ("parquet", "ipc"):
             return self._dataset(fmt).schema.names
         if fmt == "ipc-stream":
