@@ -32,8 +32,16 @@ Figures per epoch, with their targets:
   documents against the others;
 * CPU seconds of the epoch's ``partial_fit`` and of k-means.
 
+Printed below the table, per epoch and over the seeds: whether the model's top-level branches
+(the subtrees below the root's children) group the true nodes as the true tree does, over the
+pairs of true nodes that map to two different model nodes: how many pairs from different true
+branches the model joins in one branch (unrelated topics under a common parent), and how many
+pairs from one true branch it keeps in one. ``--generator mixture --leaves-per-branch 1`` gives
+a flat truth, where every pair is in different branches.
+
 Usage: python bench/bench_planted.py [--sizes 2000x5000[,V x N ...]] [--all-sizes]
        [--generator dirichlet|mixture] [--branch-share 0.3] [--mass-concentration 3] [--median-length 50]
+       [--branches 5] [--leaves-per-branch 4]
        [--likelihood vmf[,multinomial]] [--max-depth 3] [--epochs 3] [--sweeps N]
        [--seed 0 | --seeds 0-7] [--chain-offset 0[,1000,2000]] [--length-power 0.5]
        [--split-node fixed|integrated]
@@ -102,6 +110,43 @@ def majority_map(true: np.ndarray, found: np.ndarray) -> dict[int, int]:
     return out
 
 
+def top_branches(parent: dict[int, int]) -> dict[int, int]:
+    """Each node id -> the root's child its branch hangs from (the root -> itself)."""
+    out: dict[int, int] = {}
+    for node in parent:
+        g = node
+        while parent[g] >= 0 and parent[parent[g]] >= 0:
+            g = parent[g]
+        out[node] = g
+    return out
+
+
+def branch_agreement(true_parent: dict[int, int], model_parent: dict[int, int],
+                     mapping: dict[int, int]) -> tuple[int, int, int, int]:
+    """Whether the model's top-level branches group the true nodes as the truth does, over the
+    pairs of true nodes (not the root) that map to two different model nodes: (pairs in
+    different true branches that the model puts in one branch, such pairs; pairs in one true
+    branch that the model keeps in one branch, such pairs). A model node at the root is in no
+    branch. Unrelated topics joined under one empty parent show in the first figure, a lost
+    hierarchy in the second."""
+    true_top, model_top = top_branches(true_parent), top_branches(model_parent)
+    nodes = sorted(t for t in mapping if true_parent.get(t, -1) >= 0)
+    joined = apart = kept = together = 0
+    for a, b in itertools.combinations(nodes, 2):
+        ma, mb = mapping[a], mapping[b]
+        if ma == mb:
+            continue
+        one_branch = (model_parent.get(ma, -1) >= 0 and model_parent.get(mb, -1) >= 0
+                      and model_top[ma] == model_top[mb])
+        if true_top[a] == true_top[b]:
+            together += 1
+            kept += one_branch
+        else:
+            apart += 1
+            joined += one_branch
+    return joined, apart, kept, together
+
+
 def ids_kept(prev: dict[int, int], now: dict[int, int]) -> tuple[int, int, int, int]:
     """Between two epochs' majority maps: (kept, surviving, distinct model ids the survivors map
     to now, kept one-to-one), where a kept id counts one-to-one when no other survivor maps to
@@ -131,7 +176,8 @@ def make_corpus(args, n_features: int, n_documents: int):
         return planted_dirichlet_tree(rng, n_features=n_features, n_documents=n_documents, n_epochs=args.epochs)
     return planted_topic_mixture(rng, n_features=n_features, n_documents=n_documents, n_epochs=args.epochs,
                                  branch_share=args.branch_share, mass_concentration=args.mass_concentration,
-                                 median_length=args.median_length)
+                                 median_length=args.median_length, n_branches=args.branches,
+                                 leaves_per_branch=args.leaves_per_branch)
 
 
 @dataclass
@@ -142,6 +188,10 @@ class RunFigures:
     kmeans_ari: list[float] = field(default_factory=list)
     node_ratio: list[float] = field(default_factory=list)
     kept_share: list[float] = field(default_factory=list)  # epochs 1.. only
+    joined: list[int] = field(default_factory=list)  # per epoch: branch_agreement's four counts
+    apart: list[int] = field(default_factory=list)
+    together_kept: list[int] = field(default_factory=list)
+    together: list[int] = field(default_factory=list)
     met: int = 0
     targets: int = 0
     cpu: float = 0.0
@@ -221,6 +271,15 @@ def run_size(n_features: int, n_documents: int, args, likelihoods: list[str]) ->
             fig.kmeans_ari.append(km_ari[t])
             fig.node_ratio.append(ratio)
             maps.append(majority_map(labels, found))
+            true_parent = dict(enumerate(corpus.parent.tolist()))
+            model_parent = dict(zip(tree.node_ids.tolist(), tree.parent.tolist()))
+            joined, apart, kept_in, together = branch_agreement(true_parent, model_parent, maps[-1])
+            fig.joined.append(joined)
+            fig.apart.append(apart)
+            fig.together_kept.append(kept_in)
+            fig.together.append(together)
+            notes.append(f"epoch {t}: top-level branches: {joined} of {apart} pairs of true nodes in different "
+                         f"branches joined in one; {kept_in} of {together} pairs in one branch kept in one")
             if t:
                 kept, surv, distinct, strict = ids_kept(maps[-2], maps[-1])
                 share = kept / max(surv, 1)
@@ -286,6 +345,11 @@ def print_over_seeds(size: str, seeds: list[int], runs: list[dict[str, RunFigure
               f"nodes >= 1% / truth {stat([np.mean(f.node_ratio) for f in figs])}, epoch 0 "
               f"{stat([f.node_ratio[0] for f in figs])}; ids kept {stat(kept) if kept else '-'}; "
               f"CPU {stat([f.cpu for f in figs])} s a seed")
+        joined, apart = sum(sum(f.joined) for f in figs), sum(sum(f.apart) for f in figs)
+        kept_in, together = sum(sum(f.together_kept) for f in figs), sum(sum(f.together) for f in figs)
+        print(f"   {likelihood}: top-level branches over all epochs: {joined} of {apart} pairs of true nodes in "
+              f"different branches joined in one ({joined / max(apart, 1):.1%}); {kept_in} of {together} pairs "
+              f"in one branch kept in one ({kept_in / max(together, 1):.1%})")
 
 
 def print_over_chains(size: str, likelihoods: list[str], offsets: list[int],
@@ -324,6 +388,10 @@ def main() -> None:
     p.add_argument("--mass-concentration", type=float, default=3.0,
                    help="mixture: Dirichlet concentration of the leaf masses (small: a few dominant leaves)")
     p.add_argument("--median-length", type=float, default=50.0, help="mixture: median document length in tokens")
+    p.add_argument("--branches", type=int, default=5, help="mixture: branches below the root")
+    p.add_argument("--leaves-per-branch", type=int, default=4,
+                   help="mixture: leaves of each branch (1: a flat tree of unrelated topics, each the only "
+                        "leaf of its branch, whose topic then only adds words of its own)")
     p.add_argument("--likelihood", default="vmf",
                    help="comma-separated likelihoods to compare, e.g. vmf,multinomial (default vmf)")
     p.add_argument("--max-depth", type=int, default=3)
