@@ -34,6 +34,15 @@ from streamtree.likelihoods import DEFAULT_LIKELIHOOD, LIKELIHOODS
 # Words of two or more letters in any script: digits and underscores are separators, so
 # numbers ("1790", "$5") never become terms.
 TOKEN_PATTERN = r"(?u)\b[^\W\d_]{2,}\b"
+#: Runs of the scripts written without spaces between words: Chinese characters (and Japanese
+#: kanji) and the Japanese kana. The token pattern takes a whole sentence of them as one token,
+#: which no other document repeats, so such documents were all but lost to ``min_df``.
+UNSPACED_RUN = re.compile(r"[\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+#: how a run of :data:`UNSPACED_RUN` characters becomes terms: ``"bigrams"``, each pair of
+#: neighbouring characters (the usual way to index Chinese and Japanese without a dictionary:
+#: most words are one or two characters, and a pair inside a longer word still marks it);
+#: ``"runs"``, the whole run as one term (what vocabularies stored before kept)
+UNSPACED_TERMS = ("bigrams", "runs")
 _META_KEY = b"streamtree.vectorizer"
 #: Web addresses (a scheme such as ``https://``, a leading ``www.``, or a bare host name under a
 #: common top-level domain, with what follows it: ``github.com:user/repo``), and e-mail addresses.
@@ -57,6 +66,10 @@ DEFAULT_MAX_FEATURES = "auto"
 #: Union corpus (NPMI 0.147-0.150 against 0.127-0.132, higher in 18-20 of 24 decades, two seeds;
 #: BENCHMARKS.md). The multinomial reads raw counts and ignores it.
 DEFAULT_WEIGHTING = "tfidf"
+#: how Chinese and Japanese text becomes terms (:data:`UNSPACED_TERMS`)
+DEFAULT_UNSPACED_TERMS = "bigrams"
+#: ... in vocabularies and stores written before character pairs
+UNSPACED_TERMS_BEFORE_BIGRAMS = "runs"
 #: the weighting of vocabularies and stores written before tf-idf became the default
 WEIGHTING_BEFORE_TFIDF = "tf"
 #: vMF rows: a document's weight (its row's norm) is ``(L / L_ref) ** length_power``, L its token
@@ -126,6 +139,12 @@ class TextVectorizer(TransformerMixin, BaseEstimator):
         Lower-case before tokenising.
     token_pattern : str, default :data:`TOKEN_PATTERN`
         Regular expression for tokens (Unicode-aware).
+    unspaced_terms : {"bigrams", "runs"}, default="bigrams"
+        Chinese and Japanese text (:data:`UNSPACED_RUN`), written without spaces between
+        words: ``"bigrams"`` makes each pair of neighbouring characters of a token's run a
+        term (``"東京タワー"``: ``東京``, ``京タ``, ``タワ``, ``ワー``; a lone character is
+        dropped, as a one-letter word is), the rest of the token going through
+        ``token_pattern`` again; ``"runs"`` keeps a token whole.
     strip_addresses : bool, default=True
         Remove web and e-mail addresses (:data:`ADDRESS_PATTERN`) before tokenising.
     norm : {"l2"} or None, default=None
@@ -169,6 +188,7 @@ class TextVectorizer(TransformerMixin, BaseEstimator):
         stop_words: str | list[str] | None = "english",
         lowercase: bool = True,
         token_pattern: str = TOKEN_PATTERN,
+        unspaced_terms: str = DEFAULT_UNSPACED_TERMS,
         strip_addresses: bool = True,
         norm: str | None = DEFAULT_NORM,
         weighting: str = DEFAULT_WEIGHTING,
@@ -180,6 +200,7 @@ class TextVectorizer(TransformerMixin, BaseEstimator):
         self.stop_words = stop_words
         self.lowercase = lowercase
         self.token_pattern = token_pattern
+        self.unspaced_terms = unspaced_terms
         self.strip_addresses = strip_addresses
         self.norm = norm
         self.weighting = weighting
@@ -192,6 +213,7 @@ class TextVectorizer(TransformerMixin, BaseEstimator):
         "stop_words": [StrOptions({"english"}), list, None],
         "lowercase": ["boolean"],
         "token_pattern": [str],
+        "unspaced_terms": [StrOptions(set(UNSPACED_TERMS))],
         "strip_addresses": ["boolean"],
         "norm": [StrOptions({"l2"}), None],
         "weighting": [StrOptions({"tf", "tfidf"})],
@@ -210,8 +232,12 @@ class TextVectorizer(TransformerMixin, BaseEstimator):
         # scikit-learn's own preprocessing (lower-casing) unless addresses are removed first
         preprocessor = (functools.partial(_without_addresses, lowercase=self.lowercase)
                         if self.strip_addresses else None)
+        pattern = {"token_pattern": self.token_pattern}
+        if self.unspaced_terms == "bigrams":
+            pattern = {"tokenizer": functools.partial(_terms, pattern=re.compile(self.token_pattern)),
+                       "token_pattern": None}
         return CountVectorizer(
-            lowercase=self.lowercase, preprocessor=preprocessor, token_pattern=self.token_pattern, stop_words=stop,
+            lowercase=self.lowercase, preprocessor=preprocessor, **pattern, stop_words=stop,
             min_df=self.min_df, max_df=self.max_df, max_features=max_features,
             vocabulary=vocabulary, dtype=np.float64,
         )
@@ -336,6 +362,7 @@ class TextVectorizer(TransformerMixin, BaseEstimator):
         params.setdefault("strip_addresses", False)
         params.setdefault("weighting", WEIGHTING_BEFORE_TFIDF)  # so were those stored before tf-idf existed
         params.setdefault("length_power", LENGTH_POWER_BEFORE_WEIGHTS)  # and before documents had weights
+        params.setdefault("unspaced_terms", UNSPACED_TERMS_BEFORE_BIGRAMS)  # and before character pairs
         vec = cls(**params)
         order = np.argsort(np.asarray(table.column("index").to_numpy(), dtype=np.int64), kind="stable")
         vec.vocabulary_ = np.asarray(table.column("term").to_pylist(), dtype=str)[order]
@@ -378,6 +405,25 @@ def weighted_rows(counts, *, idf: np.ndarray | None = None, length_power: float 
         X = sp.csr_matrix(sp.diags((lengths / ref) ** length_power) @ X)
         X.sort_indices()
     return sp.csr_matrix(X)
+
+
+def _terms(text: str, pattern: re.Pattern) -> list[str]:
+    """The tokens of ``pattern`` in ``text``, each run of :data:`UNSPACED_RUN` characters in
+    them cut into its pairs of neighbouring characters (the rest of the token read by
+    ``pattern`` again)."""
+    tokens = pattern.findall(text)
+    if not UNSPACED_RUN.search(text):  # most texts: one scan, and the tokens as they are
+        return tokens
+    out: list[str] = []
+    for token in tokens:
+        start = 0
+        for run in UNSPACED_RUN.finditer(token):
+            out.extend(pattern.findall(token[start:run.start()]))
+            chars = run.group()
+            out.extend(chars[i:i + 2] for i in range(len(chars) - 1))
+            start = run.end()
+        out.extend(pattern.findall(token[start:]) if start else [token])
+    return out
 
 
 def _without_addresses(text: str, lowercase: bool) -> str:

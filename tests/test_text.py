@@ -262,3 +262,54 @@ def test_vocabularies_stored_before_addresses_were_removed_keep_them():
     assert TextVectorizer.from_arrow(older).weighting == "tf"
     np.testing.assert_array_equal(TextVectorizer.from_arrow(older).transform(["tax war war"]).toarray(),
                                   tf.transform(["tax war war"]).toarray())
+
+
+def test_chinese_and_japanese_text_becomes_pairs_of_characters():
+    """Text written without spaces between words is one token a sentence under the token
+    pattern: each run of its characters becomes the pairs of neighbouring characters, the
+    token's other letters going through the pattern again; other text is tokenised as before."""
+    v = TextVectorizer(min_df=1, max_df=1.0, stop_words=None)
+    assert v.fit(["我喜欢猫。她喜欢狗！"]).vocabulary_.tolist() == sorted(["我喜", "喜欢", "欢猫", "她喜", "欢狗"])
+    assert v.fit(["東京タワー"]).vocabulary_.tolist() == sorted(["東京", "京タ", "タワ", "ワー"])
+    assert v.fit(["新iPhone手机 很好 猫"]).vocabulary_.tolist() == sorted(["iphone", "手机", "很好"])  # a lone 新, 猫: no pair
+    X = v.fit(["很好很好"]).transform(["很好很好"])
+    assert X.toarray().tolist() == [[1.0, 2.0]]  # columns 好很, 很好: 好很 once, 很好 twice
+    english = ["Taxes fall and the war ends", "war and peace; taxes rise"]
+    runs = TextVectorizer(min_df=1, max_df=1.0, stop_words=None, unspaced_terms="runs")
+    assert v.fit(english).vocabulary_.tolist() == runs.fit(english).vocabulary_.tolist()
+    np.testing.assert_array_equal(v.transform(english).toarray(), runs.transform(english).toarray())
+    assert runs.fit(["我喜欢猫。她喜欢狗！"]).vocabulary_.tolist() == ["她喜欢狗", "我喜欢猫"]
+
+
+def test_vocabularies_stored_before_character_pairs_keep_whole_runs():
+    import json
+
+    table = TextVectorizer(min_df=1, max_df=1.0, unspaced_terms="runs").fit(["我喜欢猫", "我喜欢猫 她喜欢狗"]).to_arrow()
+    meta = json.loads(table.schema.metadata[b"streamtree.vectorizer"])
+    del meta["params"]["unspaced_terms"]
+    old = TextVectorizer.from_arrow(table.replace_schema_metadata({b"streamtree.vectorizer": json.dumps(meta).encode()}))
+    assert old.unspaced_terms == "runs"
+    assert old.transform(["我喜欢猫"]).toarray().tolist() == [[0.0, 1.0]]
+    assert TextVectorizer.from_arrow(TextVectorizer(min_df=1).fit(["猫狗", "狗猫"]).to_arrow()).unspaced_terms == "bigrams"
+
+
+def test_a_chinese_corpus_is_fitted_rather_than_rejected():
+    """Three topics of two-character words written without spaces: read as character pairs
+    every document keeps terms and the default model separates the topics; read as whole runs
+    (the former tokenising) nearly every document is empty after vocabulary filtering."""
+    from sklearn.metrics import adjusted_rand_score
+
+    from streamtree.model import DTSSBP
+
+    words = [["天气", "下雨", "台风", "气温", "预报"], ["比赛", "球队", "进球", "教练", "联赛"],
+             ["股票", "市场", "投资", "价格", "银行"]]
+    rng = np.random.default_rng(0)
+    topics = rng.integers(3, size=300)
+    texts = ["".join(rng.choice(words[k], size=int(rng.integers(4, 9)))) + "。" for k in topics]
+    runs = TextVectorizer(unspaced_terms="runs")
+    assert TextVectorizer.empty_rows(runs.fit_transform(texts)).mean() > 0.9
+    vec = TextVectorizer()
+    X = vec.fit_transform(texts)
+    assert not TextVectorizer.empty_rows(X).any()
+    tree = DTSSBP(max_depth=2, random_state=0).partial_fit(X).trees_[-1]
+    assert adjusted_rand_score(topics, tree.assignments) > 0.9
