@@ -306,6 +306,13 @@ def test_missing_column_names_it_and_lists_present(tmp_path, name):
         open_source(str(path), "body", "when", id_col="doc_id")
 
 
+def test_a_text_column_of_token_lists_says_to_join_them(tmp_path):
+    path = tmp_path / "tokens.parquet"
+    pq.write_table(pa.table({"tokens": [["storm", "rain"], ["goal"]], "year": [1800, 1801]}), path)
+    with pytest.raises(SourceError, match=r"text column 'tokens' holds lists \(list<.*join each row's tokens"):
+        open_source(str(path), "tokens", "year").read_all()
+
+
 def test_not_parquet_and_corrupt_files(tmp_path):
     bogus = tmp_path / "fake.parquet"
     bogus.write_text("text,year\nhello,1790\n")

@@ -188,6 +188,10 @@ def _decode_text(values: pa.Array, source: str, name: str) -> tuple[pa.Array, np
         raw = values
     elif pa.types.is_null(t):
         return pa.nulls(len(values), pa.string()), np.zeros(len(values), dtype=bool)
+    elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        # pre-tokenised text: joining it here would split its tokens again by other rules
+        raise SourceError(source, f"text column {name!r} holds lists ({t}), not text: join each row's tokens "
+                                  f"into one string first (for example pyarrow.compute.binary_join(column, ' '))")
     else:
         raise SourceError(source, f"text column {name!r} has type {t}; expected a string or binary column")
     try:
