@@ -102,3 +102,22 @@ def test_exchanges_of_published_ids_stay_a_permutation():
     st.exchange_published(3, 4)
     st.exchange_published(1, 3)
     assert all(st.published_id(i) == i for i in range(5)) and not st.published
+
+
+def test_topics_that_do_not_change_keep_their_ids():
+    """Four topics, each uniform over 60 words of its own and the same in every epoch: their
+    top ten words are reordered by sampling noise alone, which a count of shared top words took
+    for a change of subject (every leaf a new id every epoch); the weight of the birth top
+    words does not change, so every node holding documents keeps its id."""
+    rng = np.random.default_rng(0)
+    words = rng.permutation(600).reshape(10, 60)[:4]
+    model = DTSSBP(max_depth=2, random_state=0, n_sweeps=20)
+    for t in range(3):
+        topic = rng.integers(4, size=240)
+        rows = [np.bincount(rng.choice(words[k], size=60), minlength=600) for k in topic]
+        tree = model.partial_fit(np.array(rows, dtype=np.float64), epoch=t).trees_[-1]
+        if t:
+            holding = set(np.unique(tree.assignments).tolist())
+            born = set(tree.events.of("born").node_id.tolist())
+            assert not holding & born, (t, holding, born)
+            assert not len(tree.events.of("died")), t

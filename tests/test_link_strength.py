@@ -157,7 +157,11 @@ def test_gaussian_has_no_kappa0():
 
 
 def test_word_topics_recognise_a_node_by_its_birth_top_words():
-    from streamtree.likelihoods.base import MIN_SHARED_TOP_WORDS, TOP_WORDS
+    """A node is recognised while 3 of its birth top words are still among its top ten, or
+    while they still carry 60% of the weight its top words carry now: a topic spread evenly over
+    many words keeps its id when noise reorders its top ten, and loses it when its weight moves
+    to other words."""
+    from streamtree.likelihoods.base import MIN_SHARED_TOP_WORDS, MIN_TOP_WEIGHT_SHARE, TOP_WORDS
 
     lik = VonMisesFisher(VARIANT, 40, kappa0=1.0, kappa1=1.0, a=0.0, min_node_docs=2,
                          concentration_bounds=(1e-3, 1e6))
@@ -166,8 +170,21 @@ def test_word_topics_recognise_a_node_by_its_birth_top_words():
     np.testing.assert_array_equal(sig, np.arange(TOP_WORDS))
     for shared in range(TOP_WORDS + 1):
         now = theta.copy()
-        now[shared:TOP_WORDS] = 0.0  # words shared..9 leave the top 10
+        now[shared:TOP_WORDS] = 0.0  # words shared..9 leave the top 10, and their weight with them
+        assert now[:TOP_WORDS].sum() < MIN_TOP_WEIGHT_SHARE * np.sort(now)[-TOP_WORDS:].sum() or shared >= 3
         assert lik.recognises(sig, now) == (shared >= MIN_SHARED_TOP_WORDS)
+    # flat over 30 words: the birth top ten fall out of the top ten by noise but keep their weight
+    rng = np.random.default_rng(0)
+    flat = np.r_[np.full(30, 1.0), np.zeros(10)]
+    sig = lik.identity_signature(flat + rng.normal(0, 1e-3, 40))
+    now = flat + rng.normal(0, 1e-3, 40)
+    now[sig.astype(int)] -= 2e-3  # every birth top word just below the rest
+    assert not set(sig.astype(int)) & set(np.argsort(-now)[:TOP_WORDS].tolist())
+    assert lik.recognises(sig, now)
+    half = now.copy()
+    half[sig.astype(int)] *= 0.59  # their weight below 60% of the top words' now
+    assert not lik.recognises(sig, half)
+    assert not lik.recognises(lik.identity_signature(flat), np.r_[np.zeros(10), np.full(30, 1.0)])
 
 
 @pytest.mark.parametrize("likelihood", ["vmf", "multinomial"])

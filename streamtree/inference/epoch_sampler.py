@@ -659,7 +659,8 @@ class EpochSampler:
         * it holds at least :data:`IDENTITY_MIN_DOCS` documents of this epoch (evidence: with
           fewer, its parameter is mostly the prior its links give it), and
         * the family no longer recognises it: for word families (vMF, multinomial) fewer than
-          3 of the 10 top words it had when its id was born are still among its top 10
+          3 of the 10 top words it had when its id was born are still among its top 10 and
+          those words carry less than 60% of the weight its top 10 carry now
           (:class:`~streamtree.likelihoods.base.WordTopics`). The comparison is with the id's
           birth, not with the previous epoch, so a node cannot drift away a few words per
           epoch under one id. Families without such a signature (Gaussian) use the drift

@@ -54,8 +54,10 @@ def finite_csr(X) -> sp.csr_matrix:
 #: words that describe a topic: a node of a word family is known by its largest parameter entries
 TOP_WORDS = 10
 #: a word-family node whose id keeps fewer of its birth top words than this has changed
-#: beyond recognition (2 of 10 shared is a Jaccard index of 0.11)
+#: beyond recognition (2 of 10 shared is a Jaccard index of 0.11) ...
 MIN_SHARED_TOP_WORDS = 3
+#: ... unless those words still carry at least this share of the weight its top words carry now
+MIN_TOP_WEIGHT_SHARE = 0.6
 
 
 def top_words(theta: np.ndarray, n: int = TOP_WORDS) -> np.ndarray:
@@ -66,18 +68,26 @@ def top_words(theta: np.ndarray, n: int = TOP_WORDS) -> np.ndarray:
 class WordTopics:
     """Identity by top words, for families whose parameters are weights over a vocabulary.
 
-    A node is recognised while at least :data:`MIN_SHARED_TOP_WORDS` of the
-    :data:`TOP_WORDS` words it had when its id was born are still among its top words: what a
-    reader sees of a topic is its top words, and a label that keeps fewer than a third of them
-    names something else.
+    A node is recognised while at least :data:`MIN_SHARED_TOP_WORDS` of the :data:`TOP_WORDS`
+    words it had when its id was born are still among its top words (what a reader sees of a
+    topic is its top words, and a label that keeps fewer than a third of them names something
+    else), or while those words still carry :data:`MIN_TOP_WEIGHT_SHARE` of the weight its top
+    words carry now. The second test is for topics spread evenly over many words, which
+    reorder their top ten by sampling noise alone: the count alone took them for new topics
+    every epoch (four topics each uniform over 200 words, the same every year: every leaf a
+    new id each year), while their birth words keep their weight.
     """
 
     def identity_signature(self, theta: np.ndarray) -> np.ndarray:
         return top_words(theta).astype(np.float64)
 
     def recognises(self, signature: np.ndarray, theta_now: np.ndarray) -> bool:
-        shared = np.intersect1d(signature.astype(np.int64), top_words(theta_now, signature.size)).size
-        return shared >= min(MIN_SHARED_TOP_WORDS, signature.size)
+        birth, n = signature.astype(np.int64), signature.size
+        if np.intersect1d(birth, top_words(theta_now, n)).size >= min(MIN_SHARED_TOP_WORDS, n):
+            return True
+        weight = np.maximum(np.asarray(theta_now, dtype=np.float64), 0.0)  # a direction's negative parts: none
+        top_now = float(np.partition(weight, weight.size - n)[weight.size - n:].sum()) if n else 0.0
+        return top_now > 0.0 and float(weight[birth].sum()) >= MIN_TOP_WEIGHT_SHARE * top_now
 
 
 #: search range of an estimated link strength ``kappa0`` (``kappa0="auto"``)
