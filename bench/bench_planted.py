@@ -213,6 +213,7 @@ def run_size(n_features: int, n_documents: int, args, likelihoods: list[str]) ->
           f"true nodes per epoch {true_k}, births {[b.tolist() for b in corpus.born[1:]]}, "
           f"deaths {[d.tolist() for d in corpus.died[1:]]}")
     km_ari, km_cpu = [], []
+    true_parent = dict(enumerate(corpus.parent.tolist()))
     for t, counts in enumerate(corpus.counts):
         X = normalize(counts.astype(np.float64), norm="l2", axis=1)
         c0 = time.process_time()
@@ -271,7 +272,6 @@ def run_size(n_features: int, n_documents: int, args, likelihoods: list[str]) ->
             fig.kmeans_ari.append(km_ari[t])
             fig.node_ratio.append(ratio)
             maps.append(majority_map(labels, found))
-            true_parent = dict(enumerate(corpus.parent.tolist()))
             model_parent = dict(zip(tree.node_ids.tolist(), tree.parent.tolist()))
             joined, apart, kept_in, together = branch_agreement(true_parent, model_parent, maps[-1])
             fig.joined.append(joined)

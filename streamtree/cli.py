@@ -726,8 +726,10 @@ def format_epoch(stored, vocabulary=None, *, top_words: int | None = None, min_d
     row = {int(n): i for i, n in enumerate(tree.node_ids)}
 
     def said(nid: int, *, before: bool = False) -> str:
-        w = ((remembered or {}).get(nid) or prev_words.get(nid)) if before else \
-            (words[row[nid]] if nid in row else prev_words.get(nid))
+        if before:
+            w = (remembered or {}).get(nid) or prev_words.get(nid)
+        else:
+            w = words[row[nid]] if nid in row else prev_words.get(nid)
         return f"[{nid}]" + (f" ({' '.join(w[:4])})" if w else "")
 
     born = [int(n) for n, b in zip(tree.node_ids, tree.born) if b == tree.epoch]

@@ -30,12 +30,11 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.fs as pafs
 import scipy.sparse as sp
 
 import streamtree
-from connectors.sources import SourceError, open_source
-from connectors.sources.files import canonical_uri, nesting, resolve
+from connectors.sources import open_source
+from connectors.sources.files import canonical_uri, exists, nesting
 from connectors.stores.snapshot import (THETA_STORAGE, CheckpointNotKeptError, CorruptStoreError, SnapshotStore,
                                        StoreError)
 from streamtree.epochs import Epoch, EpochReader, EpochSpec, TimeRange
@@ -569,7 +568,7 @@ def replay(
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     where = nesting(config.source, store_uri)
-    if where is not None and _exists(config.source):
+    if where is not None and exists(config.source):
         # before the store is created: its own files would be read as data (or its clean-up
         # would touch the source's); a source that is not there is the source's error, later
         raise StoreError(f"{store_uri}: the store {where} the source {config.source}; put the store outside it "
@@ -587,15 +586,6 @@ def replay(
         if created:  # a run that stopped before writing anything leaves no empty folder behind
             store.discard_if_empty()
         raise
-
-
-def _exists(uri: str) -> bool:
-    """Whether anything is at ``uri`` (True when that cannot be told)."""
-    try:
-        fs, path = resolve(uri)
-        return fs.get_file_info(path).type != pafs.FileType.NotFound
-    except (SourceError, OSError):
-        return True
 
 
 def _replay(store, config, mode, progress, static, start) -> ReplaySummary:

@@ -232,12 +232,12 @@ class TextVectorizer(TransformerMixin, BaseEstimator):
         # scikit-learn's own preprocessing (lower-casing) unless addresses are removed first
         preprocessor = (functools.partial(_without_addresses, lowercase=self.lowercase)
                         if self.strip_addresses else None)
-        pattern = {"token_pattern": self.token_pattern}
+        tokenising = {"token_pattern": self.token_pattern}
         if self.unspaced_terms == "bigrams":
-            pattern = {"tokenizer": functools.partial(_terms, pattern=re.compile(self.token_pattern)),
-                       "token_pattern": None}
+            tokenising = {"tokenizer": functools.partial(_terms, pattern=re.compile(self.token_pattern)),
+                          "token_pattern": None}
         return CountVectorizer(
-            lowercase=self.lowercase, preprocessor=preprocessor, **pattern, stop_words=stop,
+            lowercase=self.lowercase, preprocessor=preprocessor, **tokenising, stop_words=stop,
             min_df=self.min_df, max_df=self.max_df, max_features=max_features,
             vocabulary=vocabulary, dtype=np.float64,
         )

@@ -106,6 +106,15 @@ def nesting(data_uri: str, store_uri: str) -> str | None:
     return "holds" if data.startswith(store + "/") else None
 
 
+def exists(uri: str) -> bool:
+    """Whether anything is at ``uri`` (True when that cannot be told)."""
+    try:
+        fs, path = resolve(uri)
+        return fs.get_file_info(path).type != pafs.FileType.NotFound
+    except (SourceError, OSError):
+        return True
+
+
 def misnamed(head: bytes, fmt: str) -> str | None:
     """What to tell a user whose file named as text (CSV, JSON Lines) starts with the bytes of
     a binary format (``head``: its first bytes, decompressed), or None when it does not."""

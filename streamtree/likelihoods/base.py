@@ -86,7 +86,7 @@ class WordTopics:
         if np.intersect1d(birth, top_words(theta_now, n)).size >= min(MIN_SHARED_TOP_WORDS, n):
             return True
         weight = np.maximum(np.asarray(theta_now, dtype=np.float64), 0.0)  # a direction's negative parts: none
-        top_now = float(np.partition(weight, weight.size - n)[weight.size - n:].sum()) if n else 0.0
+        top_now = float(np.partition(weight, weight.size - n)[weight.size - n:].sum())  # n >= 1 here
         return top_now > 0.0 and float(weight[birth].sum()) >= MIN_TOP_WEIGHT_SHARE * top_now
 
 
