@@ -14,7 +14,8 @@ views (``streamtree show``, the report) say how it ended once, as the merge
 (:func:`merged_deaths` finds the ``died`` rows they leave out). Births, deaths and
 parent changes follow from the node ids and parents of two consecutive trees alone
 (:func:`derive_events`); splits and merges need the sampler's knowledge of which move made a
-node, so only the model can record them.
+node or where a new node's documents were in the previous tree, so only the model can record
+them.
 
 Pure: arrays in, arrays out.
 """
@@ -97,8 +98,9 @@ def derive_events(epoch: int, prev_ids, prev_parents, ids, parents) -> Events:
     return Events(np.full(node_id.size, int(epoch), dtype=np.int64), node_id, kind, other)
 
 
-def epoch_events(epoch: int, prev_ids, prev_parents, ids, parents, moves) -> Events:
-    """All events of an epoch: :func:`derive_events` plus the sampler's accepted moves.
+def epoch_events(epoch: int, prev_ids, prev_parents, ids, parents, moves, origins=()) -> Events:
+    """All events of an epoch: :func:`derive_events`, the sampler's accepted moves and the
+    splits its documents show.
 
     ``moves`` holds ``(node_id, "split_from" | "merged_into", other_id)`` in the order they
     were accepted. A ``split_from`` is kept when its node was born in this epoch and is in this
@@ -114,6 +116,14 @@ def epoch_events(epoch: int, prev_ids, prev_parents, ids, parents, moves) -> Eve
     and then merged away: ``36`` split from ``7``), a merge to where the transient node went.
     A split or merge that cannot be traced so is left out (the node is still ``born`` or
     ``died``).
+
+    ``origins`` holds ``(node_id, other_id)`` pairs: a node born in this epoch whose documents
+    were at ``other_id`` in the previous tree (the sampler's lineage of the epoch's documents,
+    :meth:`~streamtree.inference.epoch_sampler.EpochSampler._split_origins`). Where its node
+    is born now and its origin is another node of the two trees, the origin is the node's
+    ``split_from`` in place of any the moves give it: a move names where the chain made the
+    node, often another node born in the same epoch, and the origin where its documents were
+    before.
     """
     base = derive_events(epoch, prev_ids, prev_parents, ids, parents)
     now = set(np.asarray(ids, dtype=np.int64).tolist())
@@ -121,13 +131,14 @@ def epoch_events(epoch: int, prev_ids, prev_parents, ids, parents, moves) -> Eve
     if not before:
         return base
     known = now | before
+    origin = {int(n): int(o) for n, o in origins if n in now and n not in before and o in known and o != n}
     last: dict[tuple[int, str], int] = {}
     source: dict[int, int] = {}  # every node's last split origin and merge target, transient ones too
     target: dict[int, int] = {}
     for node, kind, other in moves:
         node, other = int(node), int(other)
         (source if kind == "split_from" else target)[node] = other
-        if kind == "split_from" and node in now and node not in before:
+        if kind == "split_from" and node in now and node not in before and node not in origin:
             last[(node, kind)] = other
         elif kind == "merged_into" and node in before and node not in now:
             last[(node, kind)] = other
@@ -144,6 +155,7 @@ def epoch_events(epoch: int, prev_ids, prev_parents, ids, parents, moves) -> Eve
         o = traced(o, source if k == "split_from" else target)
         if o is not None and o != n:
             rows.append((n, k, o))
+    rows += [(n, "split_from", o) for n, o in origin.items()]
     rows.sort(key=lambda r: (EVENT_KINDS.index(r[1]), r[0]))
     if not rows:
         return Events.empty()

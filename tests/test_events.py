@@ -208,3 +208,114 @@ def test_epoch_events_name_only_nodes_of_the_two_trees():
     assert not [r for r in rows if r[0] in (40, 41, 6) and r[1] in ("split_from", "merged_into")]
     known = {0, 5, 6, 7, 13, 36, 40, 41}
     assert {o for _, k, o in rows if k in ("split_from", "merged_into", "parent_changed")} <= known
+
+
+def test_epoch_events_read_origins_before_the_moves():
+    """A born node's origin by its documents is its split, in place of the move's; a move
+    still names the split of a node without one; an origin outside the two trees, of a node
+    not born now, or of a node from itself is left out."""
+    moves = [(36, "split_from", 41), (40, "split_from", 39), (44, "split_from", 13), (42, "split_from", 7)]
+    origins = [(36, 13), (40, 13), (41, 7), (42, 99), (7, 13), (43, 43)]
+    ev = epoch_events(2, [0, 7, 13], [-1, 0, 0], [0, 7, 13, 36, 40, 41, 42, 43, 44],
+                      [-1, 0, 0, 7, 13, 7, 0, 0, 0], moves, origins)
+    splits = {n: o for n, k, o in zip(ev.node_id.tolist(), ev.event.tolist(), ev.other_id.tolist())
+              if k == "split_from"}
+    assert splits == {36: 13, 40: 13, 41: 7, 42: 7, 44: 13}
+    # no previous tree, no splits
+    ev = epoch_events(0, [], [], [0, 36], [-1, 0], [], [(36, 0)])
+    assert ev.of("split_from").node_id.size == 0
+
+
+def _divided_topic(seed: int):
+    """Two epochs of word counts: topics A, B, C and D, then C divided into C1 and C2 (each
+    half of C's words at C's weights, plus words of its own), D with 30 of its 100 words
+    replaced, and a new topic E."""
+    rng = np.random.default_rng(seed)
+    V, n, length = 700, 150, 60
+    w = {k: rng.dirichlet(np.full(100, 0.8)) for k in "ABCD"}
+
+    def topic(words, weights):
+        v = np.zeros(V)
+        v[words] = weights
+        return v / v.sum()
+
+    def half(lo, hi, new):
+        own = 0.3 * w["C"][lo:hi].sum() * rng.dirichlet(np.ones(20))
+        return topic(np.r_[200 + lo:200 + hi, new:new + 20], np.r_[w["C"][lo:hi], own])
+
+    A, B, C = topic(np.arange(100), w["A"]), topic(np.arange(100, 200), w["B"]), topic(np.arange(200, 300), w["C"])
+    epochs = [dict(A=A, B=B, C=C, D=topic(np.arange(300, 400), w["D"])),
+              dict(A=A, B=B, C1=half(0, 50, 400), C2=half(50, 100, 420),
+                   D=topic(np.r_[300:370, 440:470], w["D"]),
+                   E=topic(np.arange(500, 600), rng.dirichlet(np.full(100, 0.8))))]
+    out = []
+    for ep in epochs:
+        labels = np.repeat(list(ep), n)
+        out.append((np.stack([rng.multinomial(length, ep[k]) for k in labels]).astype(float), labels))
+    return out
+
+
+def _fit_divided(seed: int):
+    import scipy.sparse as sp
+
+    from streamtree import DTSSBP
+
+    epochs = _divided_topic(seed)
+    model = DTSSBP(max_depth=3, random_state=seed)
+    for t, (X, _) in enumerate(epochs):
+        model.partial_fit(sp.csr_matrix(X), epoch=t)
+    return model, [labels for _, labels in epochs]
+
+
+def _majority(tree, labels, k) -> int:
+    ids, counts = np.unique(np.asarray(tree.assignments)[labels == k], return_counts=True)
+    return int(ids[np.argmax(counts)])
+
+
+def _splits(tree) -> dict[int, int]:
+    ev = tree.events
+    return {int(n): int(o) for n, k, o in zip(ev.node_id, ev.event, ev.other_id) if k == "split_from"}
+
+
+def test_a_divided_topic_is_split_from_its_old_id(monkeypatch):
+    """The part of a divided topic that gets a new id is split from a node of the topic's
+    chain in the previous tree, whichever move made it; new content is not split from a node
+    of the previous tree."""
+    model, labels = _fit_divided(4)
+    t0, t1 = model.trees_
+    splits, born = _splits(t1), set(t1.events.of("born").node_id.tolist())
+    chain = [_majority(t0, labels[0], "C")]
+    while t0.parent[t0.index_of(chain[-1])] > 0:
+        chain.append(int(t0.parent[t0.index_of(chain[-1])]))
+    parts = [_majority(t1, labels[1], k) for k in ("C1", "C2")]
+    new = set(parts) & born
+    assert parts[0] != parts[1] and new  # a part may also go on under an id of C's chain
+    for node in parts:
+        assert node in chain or splits.get(node) in chain, (node, splits, chain)
+    assert splits.get(_majority(t1, labels[1], "E"), -1) not in set(t0.node_ids.tolist())
+
+    # power: the moves alone name a node made in the same epoch
+    from streamtree.inference.epoch_sampler import EpochSampler
+
+    monkeypatch.setattr(EpochSampler, "_split_origins", lambda self, X, epoch, current, previous: [])
+    plain, _ = _fit_divided(4)
+    assert plain.trees_[1].node_ids.tolist() == t1.node_ids.tolist()  # the same chain
+    assert not [n for n in new if _splits(plain.trees_[1]).get(n) in chain]
+
+
+def test_a_node_left_with_past_documents_is_split_from_the_id_it_handed_over(monkeypatch):
+    """A topic whose words moved on goes on under its id in a new node; the node left with
+    only the past documents published under that id is split from it, not born from nothing."""
+    model, labels = _fit_divided(0)
+    t0, t1 = model.trees_
+    splits, parents = _splits(t1), set(t1.parent.tolist())
+    left = [int(i) for i, n, b in zip(t1.node_ids, t1.counts, t1.born) if b == 1 and n == 0 and i not in parents]
+    assert left and all(splits.get(h, -1) in set(t0.node_ids.tolist()) for h in left)
+    assert all(t1.window_counts[t1.index_of(h)] > 0 for h in left)
+
+    from streamtree.inference.epoch_sampler import EpochSampler
+
+    monkeypatch.setattr(EpochSampler, "_split_origins", lambda self, X, epoch, current, previous: [])
+    plain, _ = _fit_divided(0)
+    assert plain.trees_[1].node_ids.tolist() == t1.node_ids.tolist()
+    assert not set(left) & set(_splits(plain.trees_[1]))

@@ -48,6 +48,7 @@ from streamtree.inference.split_merge import MoveResult, MoveState, Previous, Sp
 from streamtree.inference.sticks import log_masses, mean_sticks, sample_sticks, stick_params
 from streamtree.inference.zsweep import ZSweeper
 from streamtree.likelihoods.base import DocumentSet, Likelihood, document_set
+from streamtree.relays import relay_chains
 from streamtree.tree import ROOT, TreeArrays, TSSBTree
 from streamtree.window import WindowedCounts, subtree_sums
 
@@ -390,6 +391,8 @@ class EpochSampler:
         self.lineage = np.zeros(0, dtype=np.int64)  # each document's node in the previous tree (_lineage)
         self.moves: list[tuple[int, str, int]] = []  # (node, event, other node) of accepted moves
         self.renamed: dict[int, int] = {}  # old id -> new id under the identity rule
+        self.prev_names: dict[int, int] = {}  # node id -> the id the previous tree published it under
+        self.handed: list[tuple[int, int]] = []  # (carried node, heir) of each published id handed over
         self._buffers: dict[str, np.ndarray] = {}  # work matrices reused across sweeps (see _work)
 
     # ------------------------------------------------------------------ the epoch
@@ -414,6 +417,7 @@ class EpochSampler:
             self.prev_concentration = st.nodes.concentration.copy()
             self.prev_slot = dict(st.nodes.slot)
             self.prev_born = dict(st.tree.born)
+            self.prev_names = {i: st.published_id(i) for i in st.tree.parent}
         self.lineage = self._lineage(X, previous) if previous is not None and n else np.zeros(0, dtype=np.int64)
         current: dict[int, int] = {ROOT: n} if previous is None else {}
         col_ids = np.zeros(0, dtype=np.int64)
@@ -470,7 +474,8 @@ class EpochSampler:
         self._sign_new_nodes()
         labels = self.labels_now if n else np.zeros(0, dtype=np.int64)
         prev_ids = set(previous.node_ids.tolist()) if previous is not None else set()
-        tree = self._epoch_tree(epoch, label, current, labels, prev_ids, previous)
+        origins = self._split_origins(rows, epoch, current, previous) if n and previous is not None else []
+        tree = self._epoch_tree(epoch, label, current, labels, prev_ids, previous, origins)
         st.window.commit(current)
         self._cull({})
         self._sign_new_nodes()  # forgets the signatures of nodes that fell out of the window
@@ -782,9 +787,60 @@ class EpochSampler:
             if seen[c] > 1 or seen[b] > 1:
                 continue
             st.exchange_published(c, b)
+            self.handed.append((c, b))
             self.moves = [m for m in self.moves if {m[0], m[2]} != {b, c}]  # b's birth from c is c going on
             logger.debug("epoch %d: node %d is published as %d, the id of node %d whose documents it holds",
                          epoch, b, st.published_id(b), c)
+
+    def _split_origins(self, X, epoch: int, current: dict[int, int], previous: EpochTree) -> list[tuple[int, int]]:
+        """Where the nodes published as new in this epoch came from, by their documents:
+        ``(published id, id in the previous tree)`` pairs for :func:`~streamtree.events.epoch_events`,
+        which reads them as the nodes' splits, before any the moves record.
+
+        * A node ``b`` born in this epoch (not renamed by the identity rule) holding at least
+          :data:`IDENTITY_MIN_DOCS` documents, more than half of them documents the previous
+          tree gives to one carried node ``c`` other than the root (:meth:`_lineage`), and
+          recognised as ``c``'s content (:meth:`_recognised`, the identity rule's test), split
+          from ``c``. The moves name where the chain made a node, often a node that lived only
+          within the epoch and so is no split a reader can follow; a topic that divides shows
+          as new children beside its old leaf, or as its id handed to one part
+          (:meth:`_hand_over_ids`) and a new node for the other. New content the previous
+          tree had to give to some node is not recognised, so it stays born. A document
+          given to a relay of the previous tree (an empty node with one child, whose
+          parameter is close to its child's, :mod:`streamtree.relays`) counts for the node
+          its chain leads to.
+        * A carried node that handed its published id to its heir and holds no documents of
+          this epoch and no children is left with the past documents the previous tree
+          published under that id (a topic whose words moved faster than its time link
+          allows goes on in a new node, the heir): it split from the heir's id.
+        """
+        st = self.state
+        name = st.published_id
+        out: list[tuple[int, int]] = []
+        renamed = set(self.renamed.values())
+        lineage, now = self.lineage, self.labels_now
+        if lineage.shape == now.shape and lineage.size:
+            internal = {pid: i for i, pid in self.prev_names.items()}
+            end = {internal[r]: internal[n] for n, chain in
+                   relay_chains(previous.node_ids, previous.parent, previous.counts).items()
+                   for r in chain if r in internal and n in internal}
+            nodes, where = np.unique(lineage, return_inverse=True)
+            lineage = np.array([end.get(int(c), int(c)) for c in nodes], dtype=np.int64)[where.ravel()]
+            (src, dst), moved = np.unique(np.stack([lineage, now]), axis=1, return_counts=True)
+            for b in st.tree.preorder()[1:]:
+                n_b = current.get(b, 0)
+                if n_b < IDENTITY_MIN_DOCS or b in renamed or st.published_birth(b) != epoch:
+                    continue
+                mine = dst == b
+                k = int(np.argmax(moved[mine]))
+                c, n_c = int(src[mine][k]), int(moved[mine][k])
+                if (2 * n_c > n_b and c != ROOT and c in self.prev_slot and c in self.prev_names
+                        and self._recognised(X, c, b)):
+                    out.append((name(b), self.prev_names[c]))
+        for c, b in self.handed:
+            if c in st.tree and not current.get(c, 0) and not st.tree.children[c]:
+                out.append((name(c), name(b)))
+        return out
 
     def _sign_new_nodes(self) -> None:
         """Record the identity signature of every node without one (born this epoch, or given a
@@ -1051,7 +1107,7 @@ class EpochSampler:
         if adjustment is not None:
             self.own_scoring = (own, adjustment)
 
-    def _epoch_tree(self, epoch, label, current, labels, prev_ids, previous) -> EpochTree:
+    def _epoch_tree(self, epoch, label, current, labels, prev_ids, previous, origins) -> EpochTree:
         st = self.state
         arrays = st.tree.arrays()
         ids = arrays.ids
@@ -1068,7 +1124,7 @@ class EpochSampler:
         prev_par = (np.zeros(0, dtype=np.int64) if previous is None else
                     np.array([previous.parent[previous.index_of(int(i))] for i in prev_tree_ids], dtype=np.int64))
         moves = [(name(int(a)), e, name(int(b))) for a, e, b in self.moves]
-        events = epoch_events(epoch, prev_tree_ids, prev_par, pub, parent, moves)
+        events = epoch_events(epoch, prev_tree_ids, prev_par, pub, parent, moves, origins)
         if st.published and labels.size:
             used, where = np.unique(labels, return_inverse=True)
             labels = np.array([name(int(i)) for i in used], dtype=np.int64)[where.ravel()]
