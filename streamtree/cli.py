@@ -273,6 +273,10 @@ def _add_vocabulary_args(p: argparse.ArgumentParser, what: str = "") -> None:
                         "between 500 and 20000) or all")
     p.add_argument("--weighting", choices=["tf", "tfidf"], default=defaults.DEFAULT_WEIGHTING,
                    help=f"{what}term weights before L2 normalisation (vmf only)")
+    p.add_argument("--unspaced-terms", choices=defaults.UNSPACED_TERMS, default=defaults.DEFAULT_UNSPACED_TERMS,
+                   help=f"{what}Chinese and Japanese, written without spaces: bigrams (each pair of neighbouring "
+                        "characters is a term) or runs (a whole run of such characters is one term, as "
+                        f"pre-segmented text wants) (default: {defaults.DEFAULT_UNSPACED_TERMS})")
 
 
 #: DTSSBP keyword arguments the model options set (each option's ``dest`` is the parameter's name)
@@ -877,7 +881,7 @@ def _replay_config(args, model: dict | None = None):
         time_unit=args.time_unit, time_format=args.time_format, time_range=args.time_range,
         format=args.format, delimiter=args.delimiter, min_df=args.min_df,
         max_df=args.max_df, max_features=args.max_features, weighting=args.weighting,
-        top_words=_top_words(getattr(args, "top_words", None)),
+        unspaced_terms=args.unspaced_terms, top_words=_top_words(getattr(args, "top_words", None)),
         model=_model_options(args) if model is None else model,
         duplicate_texts=getattr(args, "duplicate_texts", ReplayConfig.duplicate_texts),
     )
@@ -992,8 +996,8 @@ def serve_config(args):
         late_policy=args.late_policy, idle_timeout=args.idle_timeout, poll_interval=args.poll_interval,
         settle=args.settle, require_success=args.require_success, vocabulary_from=args.vocabulary_from,
         warmup_docs=args.warmup_docs, min_df=args.min_df, max_df=args.max_df, max_features=args.max_features,
-        weighting=args.weighting, time_format=args.time_format, time_range=args.time_range,
-        future_tolerance=args.future_tolerance, max_backlog=args.max_backlog, id_window=args.id_window,
+        weighting=args.weighting, unspaced_terms=args.unspaced_terms, time_format=args.time_format,
+        time_range=args.time_range, future_tolerance=args.future_tolerance, max_backlog=args.max_backlog, id_window=args.id_window,
         format=args.format, delimiter=args.delimiter, top_words=args.top_words, model=model,
         duplicate_texts=args.duplicate_texts)
 

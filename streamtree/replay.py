@@ -45,7 +45,7 @@ from streamtree.records import (DEFAULT_DUPLICATE_TEXTS, DUPLICATE_TEXT, DUPLICA
                                 RejectLog)
 from streamtree.snapshots import StaticOptions, document_directions, snapshot_name, static_snapshot
 from streamtree.text import (DEFAULT_MAX_DF, DEFAULT_MAX_FEATURES, DEFAULT_MIN_DF, DEFAULT_TOP_WORDS,
-                             DEFAULT_LENGTH_POWER, DEFAULT_WEIGHTING, WEIGHTING_BEFORE_TFIDF,
+                             DEFAULT_LENGTH_POWER, DEFAULT_UNSPACED_TERMS, DEFAULT_WEIGHTING, WEIGHTING_BEFORE_TFIDF,
                              TextVectorizer)
 from streamtree.wording import counted
 
@@ -79,18 +79,20 @@ def text_model_params(model: dict) -> dict:
     return params
 
 
-def text_vectorizer(model_params: dict, min_df, max_df, max_features, weighting=DEFAULT_WEIGHTING) -> TextVectorizer:
+def text_vectorizer(model_params: dict, min_df, max_df, max_features, weighting=DEFAULT_WEIGHTING,
+                    unspaced_terms=DEFAULT_UNSPACED_TERMS) -> TextVectorizer:
     """The unfitted vectoriser for a model of :func:`text_model_params` whose rows suit the
     model's likelihood (its ``text_norm``), with documents weighted by length where the model
     reads row norms as weights (``document_weights``, by default;
-    :data:`~streamtree.text.DEFAULT_LENGTH_POWER`), unit rows where it requires them."""
+    :data:`~streamtree.text.DEFAULT_LENGTH_POWER`), unit rows where it requires them; Chinese
+    and Japanese as ``unspaced_terms`` says (:class:`~streamtree.text.TextVectorizer`)."""
     from streamtree.likelihoods import LIKELIHOODS
 
     family = LIKELIHOODS[model_params["likelihood"]]
     weighted = "document_weights" in family.params and reads_document_weights(model_params["document_weights"])
     power = DEFAULT_LENGTH_POWER if weighted else 0.0  # 0: unit rows
     return TextVectorizer(min_df=min_df, max_df=max_df, max_features=max_features, norm=family.text_norm,
-                          weighting=weighting, length_power=power)
+                          weighting=weighting, length_power=power, unspaced_terms=unspaced_terms)
 
 
 def row_form(vec: TextVectorizer) -> str:
@@ -159,6 +161,8 @@ class ReplayConfig:
     max_df: int | float = DEFAULT_MAX_DF
     max_features: int | str | None = DEFAULT_MAX_FEATURES
     weighting: str = DEFAULT_WEIGHTING
+    #: Chinese and Japanese runs as character pairs or whole (``TextVectorizer(unspaced_terms)``)
+    unspaced_terms: str = DEFAULT_UNSPACED_TERMS
     top_words: int = DEFAULT_TOP_WORDS
     batch_size: int = 8192
     model: dict = field(default_factory=dict)
@@ -189,15 +193,16 @@ class ReplayConfig:
         return self.model_params()["engine"]
 
     def vectorizer(self) -> TextVectorizer:
-        return text_vectorizer(self.model_params(), self.min_df, self.max_df, self.max_features, self.weighting)
+        return text_vectorizer(self.model_params(), self.min_df, self.max_df, self.max_features, self.weighting,
+                               self.unspaced_terms)
 
     def identity(self) -> dict:
         """The settings that must match for a resume: everything but where it runs, with the
         source spelled canonically (relative or absolute paths of one file are the same)."""
         d = {k: v for k, v in asdict(self).items() if k not in RUN_LOCATION}
         d["source"] = canonical_uri(self.source)
-        return settings_identity(d, ReplayConfig, ("format", "delimiter", "duplicate_texts"), self.model_params(),
-                                 self.epoch)
+        return settings_identity(d, ReplayConfig, ("format", "delimiter", "duplicate_texts", "unspaced_terms"),
+                                 self.model_params(), self.epoch)
 
 
 @dataclass

@@ -84,7 +84,8 @@ from streamtree.model import RUN_LOCATION_PARAMS
 from streamtree.replay import (REPEATED_TEXTS_WARNING, EpochFitter, QuietEpochs, check_duplicate_texts,
                                identity_differences, repeated_texts_note, row_form, same_identity, settings_identity,
                                stored_identity, text_model_params, text_vectorizer, theta_storage, vocabulary_texts)
-from streamtree.text import DEFAULT_MAX_DF, DEFAULT_MAX_FEATURES, DEFAULT_MIN_DF, DEFAULT_TOP_WORDS, DEFAULT_WEIGHTING
+from streamtree.text import (DEFAULT_MAX_DF, DEFAULT_MAX_FEATURES, DEFAULT_MIN_DF, DEFAULT_TOP_WORDS,
+                             DEFAULT_UNSPACED_TERMS, DEFAULT_WEIGHTING)
 from streamtree.text import TextVectorizer
 from streamtree.watermark import YEAR1_US, Watermark, format_duration, is_idle
 from streamtree.wording import counted
@@ -131,6 +132,7 @@ class ServeConfig:
     max_df: int | float = DEFAULT_MAX_DF
     max_features: int | str | None = DEFAULT_MAX_FEATURES
     weighting: str = DEFAULT_WEIGHTING
+    unspaced_terms: str = DEFAULT_UNSPACED_TERMS
     time_format: str | None = None
     time_range: str = "all"
     #: seconds a row's time may lie after its file landed (clock skew, time zones) before it is a
@@ -191,7 +193,7 @@ class ServeConfig:
         """What must match for a restart to continue a store (not where or how often it runs, nor
         the guards against bad rows)."""
         d = {k: v for k, v in asdict(self).items() if k not in self._RUNTIME + self._GUARDS}
-        added = ("time_format", "time_range", "format", "delimiter", "duplicate_texts")
+        added = ("time_format", "time_range", "format", "delimiter", "duplicate_texts", "unspaced_terms")
         return settings_identity(d, ServeConfig, added, self.model_params(), self.epoch)
 
     def model_params(self) -> dict:
@@ -199,7 +201,8 @@ class ServeConfig:
         return text_model_params(self.model)
 
     def vectorizer(self) -> TextVectorizer:
-        return text_vectorizer(self.model_params(), self.min_df, self.max_df, self.max_features, self.weighting)
+        return text_vectorizer(self.model_params(), self.min_df, self.max_df, self.max_features, self.weighting,
+                               self.unspaced_terms)
 
 
 # ------------------------------------------------------------------------------ metrics

@@ -830,3 +830,33 @@ def test_a_node_that_ended_is_named_by_the_words_it_had_at_its_peak(tmp_path, ca
                         remembered={3: ["election", "vote"]})
     assert "  died: [3] (election vote)" in text and "  merged: [2] (t2) -> [0] (t0)" in text
     assert main(["show", store.uri]) == 0 and "  died: [3] (t3)" in capsys.readouterr().out
+
+
+def test_unspaced_terms_reach_the_vectoriser_and_the_identity(corpus, tmp_path):
+    """``--unspaced-terms`` sets how replay, serve and evaluate read Chinese and Japanese; the
+    default is not recorded in a store's identity (stores written before it still match), and
+    another value is, so a resume with it is told apart."""
+    from streamtree.cli import _replay_config, build_parser, serve_config
+    from streamtree.replay import identity_differences
+
+    parser = build_parser()
+    src = ["--text-col", "text", "--time-col", "year"]
+    plain = _replay_config(parser.parse_args(["replay", str(corpus), *src, "--store", "r"]))
+    runs = _replay_config(parser.parse_args(["replay", str(corpus), *src, "--store", "r", "--unspaced-terms", "runs"]))
+    assert plain.vectorizer().unspaced_terms == "bigrams" and runs.vectorizer().unspaced_terms == "runs"
+    assert "unspaced_terms" not in plain.identity() and runs.identity()["unspaced_terms"] == "runs"
+    assert identity_differences(plain.identity(), runs.identity()) == "unspaced_terms: None in the store, 'runs' now"
+    ev = _replay_config(parser.parse_args(["evaluate", str(corpus), *src, "--unspaced-terms", "runs"]))
+    assert ev.vectorizer().unspaced_terms == "runs"
+    served = serve_config(parser.parse_args(["serve", str(tmp_path / "in"), "--store", str(tmp_path / "s"), *src,
+                                             "--unspaced-terms", "runs"]))
+    assert served.vectorizer().unspaced_terms == "runs" and served.identity()["unspaced_terms"] == "runs"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["replay", str(corpus), *src, "--store", "r", "--unspaced-terms", "words"])
+    # end to end: the store's vocabulary keeps whole runs
+    uri = str(tmp_path / "store")
+    assert main(["replay", str(corpus), *src, "--epoch", "10y", "--quiet", "--store", uri, *FAST,
+                 "--unspaced-terms", "runs"]) == 0
+    from connectors.stores import SnapshotStore
+
+    assert SnapshotStore(uri).vectorizer().unspaced_terms == "runs"
