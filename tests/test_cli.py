@@ -57,7 +57,6 @@ def test_replay_and_show_through_the_console(corpus, tmp_path):
     from streamtree.relays import relay_chains
 
     store = SnapshotStore(uri)
-    vocab = store.vocabulary()
     for e in store.epochs():
         stored = store.read(e["epoch"])
         tree = stored.tree
@@ -577,8 +576,6 @@ def test_version_and_top_level_help_do_not_import_the_model():
 def test_every_option_of_every_command_names_its_default():
     """Options that take a value and are not required say what happens when they are not given,
     including defaults of 0 (which argparse's formatter would skip, since 0 == False)."""
-    import argparse
-
     from streamtree.cli import build_parser
 
     commands = build_parser()._subparsers._group_actions[0].choices
