@@ -42,6 +42,7 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
+from bench_planted import parse_integers, top_branches
 from streamtree import DTSSBP
 
 V = 2000
@@ -120,18 +121,6 @@ def topic_of(tree, labels: np.ndarray) -> dict[int, str]:
     return {n: c.most_common(1)[0][0] for n, c in seen.items()}
 
 
-def top_branch(tree) -> dict[int, int]:
-    """Each node's top-level branch: its ancestor among the root's children (the root: itself)."""
-    index = {int(n): k for k, n in enumerate(tree.node_ids)}
-    out = {}
-    for n in tree.node_ids.tolist():
-        at = n
-        while tree.parent[index[at]] != -1 and tree.parent[index[int(tree.parent[index[at]])]] != -1:
-            at = int(tree.parent[index[at]])
-        out[n] = at
-    return out
-
-
 def measure(stream: Stream, model: DTSSBP, args) -> collections.Counter:
     out: collections.Counter = collections.Counter()
     trees = model.trees_
@@ -167,7 +156,7 @@ def measure(stream: Stream, model: DTSSBP, args) -> collections.Counter:
                                "born" if node in born else "under an old id")] += 1
         if t >= args.birth:  # the topics E shares its top-level branch with
             z = np.asarray(tree.assignments)
-            branch = top_branch(tree)
+            branch = top_branches(dict(zip(tree.node_ids.tolist(), tree.parent.tolist())))
             mine = branch[int(collections.Counter(z[stream.labels[t] == "E"].tolist()).most_common(1)[0][0])]
             others = {k for k in np.unique(stream.labels[t]) if k != "E" and
                       branch[int(collections.Counter(z[stream.labels[t] == k].tolist()).most_common(1)[0][0])] == mine}
@@ -182,11 +171,6 @@ def measure(stream: Stream, model: DTSSBP, args) -> collections.Counter:
     return out
 
 
-def seeds_of(text: str) -> list[int]:
-    lo, _, hi = text.partition("-")
-    return list(range(int(lo), int(hi or lo) + 1))
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", default="0-5")
@@ -199,7 +183,7 @@ def main() -> None:
     p.add_argument("--max-depth", type=int, default=3)
     args = p.parse_args()
     total: collections.Counter = collections.Counter()
-    for seed in seeds_of(args.seeds):
+    for seed in parse_integers(args.seeds):
         stream = Stream(np.random.default_rng(seed), epochs=args.epochs, documents=args.documents, drift=args.drift,
                         birth=args.birth, division=args.division, death=args.death)
         cpu = time.process_time()

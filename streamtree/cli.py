@@ -998,9 +998,8 @@ def serve_config(args):
         warmup_docs=args.warmup_docs, min_df=args.min_df, max_df=args.max_df, max_features=args.max_features,
         weighting=args.weighting, unspaced_terms=args.unspaced_terms, time_format=args.time_format,
         time_range=args.time_range, future_tolerance=args.future_tolerance, max_backlog=args.max_backlog,
-        id_window=args.id_window,
-        format=args.format, delimiter=args.delimiter, top_words=args.top_words, model=model,
-        duplicate_texts=args.duplicate_texts)
+        id_window=args.id_window, format=args.format, delimiter=args.delimiter, top_words=args.top_words,
+        model=model, duplicate_texts=args.duplicate_texts)
 
 
 def cmd_serve(args) -> int:

@@ -727,7 +727,7 @@ class EpochSampler:
         st, lik = self.state, self.likelihood
         log_pi, log_res, arrays = predictive_masses(previous, self.settings.with_hyper(st.hyper))
         cand, _ = lik.kernel(arrays, previous.theta, previous.concentration, log_pi, log_res, normalized=True)
-        internal = {st.published_id(i): i for i in st.tree.parent}
+        internal = {pid: i for i, pid in self.prev_names.items()}
         node = np.array([internal.get(int(p), -1) for p in previous.node_ids], dtype=np.int64)
         out = np.empty(X.shape[0], dtype=np.int64)
         for lo in range(0, X.shape[0], block):
