@@ -1198,20 +1198,21 @@ def test_the_vmf_integral_against_children_is_the_quadrature(carried):
     assert lik.linked_log_marginal(docs, parent, beta, depth, prev, None) == lik.log_marginal(docs, parent, beta, depth, prev)
 
 
-def _nested_chain(case, n_draws, seed, moves=None, rounds=3, lifts_only=False, lifts=True):
+def _nested_chain(case, n_draws, seed, moves=None, rounds=3, lifts_only=False, lifts=True, steps=None):
     """Draw states from the exact target, apply ``rounds`` rounds of (relocation, split-merge
-    attempt, insertion or lift of an empty node), of the last alone (``lifts_only``) or of the
-    first two (``lifts=False``) to each; the chi-square p-value of the result against the
-    target, the accepted moves by kind (``"lift merge"``: a split-merge merge that lifted the
-    merged node's children; ``"adopt split"``: a split whose new node adopted children) and
-    the final states' histogram."""
+    attempt, insertion or lift of an empty node), of the last alone (``lifts_only``), of the
+    first two (``lifts=False``) or of the given moves' ``steps`` to each; the chi-square
+    p-value of the result against the target, the accepted moves by kind (``"lift merge"``: a
+    split-merge merge that lifted the merged node's children; ``"adopt split"``: a split whose
+    new node adopted children) and the final states' histogram."""
     rng = np.random.default_rng(seed)
     p = np.exp(case.logp - case.logp.max())
     p /= p.sum()
     moves = moves or SplitMerge(case.lik, case.kw, integrate_split_node=case.integrated)
     hist = np.zeros(len(case.keys))
     kinds: dict[str, int] = {}
-    steps = (moves.lift,) if lifts_only else (moves.relocate, moves.attempt) + ((moves.lift,) if lifts else ())
+    if steps is None:
+        steps = (moves.lift,) if lifts_only else (moves.relocate, moves.attempt) + ((moves.lift,) if lifts else ())
     for s in rng.choice(len(case.keys), size=n_draws, p=p):
         st = case.move_state(s, rng)
         for _ in range(rounds):
@@ -1265,6 +1266,94 @@ def test_lifts_and_insertions_of_empty_nodes_keep_the_windowed_target(empty_case
     assert kinds["lift"] > 300 and kinds["insert"] > 300 and kinds["lift merge"] >= 10
     assert pval > 1e-3
     assert abs(_empty_share_z(empty_case, hist)) < 4.0
+
+
+def test_rehangs_keep_the_windowed_target(empty_case):
+    """A new leaf at the depth cap moved below another host through fresh relays, its old
+    relays removed (reversible jump, relays proposed from parts of the leaf's documents):
+    alone, from states drawn from the target, the move leaves p(z_window | tree) x data
+    invariant, every newborn parameter integrated (a relay by quadrature against its child)."""
+    moves = SplitMerge(empty_case.lik, empty_case.kw)
+    pval, kinds, hist = _nested_chain(empty_case, 8000, 6, moves=moves, rounds=4, steps=(moves.rehang,))
+    assert kinds["rehang"] > 1000
+    assert pval > 1e-3
+    assert abs(_empty_share_z(empty_case, hist)) < 4.0
+
+
+@pytest.mark.slow  # about 2 minutes
+def test_rehangs_keep_the_windowed_target_on_the_circle():
+    """The same for the vMF on the circle (p = 2), where a relay's proposal density (its
+    parent link times its documents' likelihood over their marginal) reads the family's
+    normalisers: the move alone keeps the target, newborn directions integrated."""
+    base = _nested_vmf_case()
+    case = NestedCase(base.lik, base.X, base.fixed_parent, base.theta, base.past, base.max_depth, base.kw,
+                      empty=True, circle=True)
+    moves = SplitMerge(case.lik, case.kw)
+    pval, kinds, hist = _nested_chain(case, 2500, 7, moves=moves, rounds=3, steps=(moves.rehang,))
+    assert kinds["rehang"] > 1000
+    assert pval > 1e-3
+    assert abs(_empty_share_z(case, hist)) < 4.0
+
+
+@pytest.mark.slow  # about 20 s
+def test_a_rehang_without_its_relay_proposal_densities_is_detected(empty_case, monkeypatch):
+    """The check has power: scored without the relays' link-against-proposal terms (as if a
+    relay's parameter cost nothing), rehangs move the chain off the target."""
+    monkeypatch.setattr(SplitMerge, "_relay_terms", lambda self, *args: 0.0)
+    moves = SplitMerge(empty_case.lik, empty_case.kw)
+    pval, kinds, hist = _nested_chain(empty_case, 8000, 6, moves=moves, rounds=4, steps=(moves.rehang,))
+    assert kinds["rehang"] > 1000
+    assert pval < 1e-6 or abs(_empty_share_z(empty_case, hist)) > 6.0
+
+
+def _rehang_host_draw(moves, st, b: int, P: int) -> tuple[int, int]:
+    """The two draws :meth:`SplitMerge.rehang` makes to pick host ``P`` for leaf ``b``: a depth
+    among the hosts outside ``b``'s relays, then ``P`` among those at that depth."""
+    out = set(moves.relays_above(st, b))
+    hosts = [h for h in moves.index(st).hosts()[0] if h not in out]
+    depths = sorted({st.tree.depth[h] for h in hosts})
+    level = [h for h in hosts if st.tree.depth[h] == st.tree.depth[P]]
+    return depths.index(st.tree.depth[P]), level.index(P)
+
+
+def test_a_rehang_and_the_rehang_back_have_opposite_log_ratios(empty_case, monkeypatch):
+    """Pair by pair: every new leaf at the cap without relays, moved to every host and
+    position (relays made where the host is above the cap's parent), then moved back (those
+    relays removed), with log acceptance ratios that sum to zero and the state given back."""
+    accept = _Accepting()
+    monkeypatch.setattr(sm, "_log_uniform", accept)
+    moves = SplitMerge(empty_case.lik, empty_case.kw)
+    pairs = made = 0
+    for s in range(len(empty_case.keys)):
+        st0 = empty_case.move_state(s, np.random.default_rng(s))
+        t0 = st0.tree
+        leaves = [c for c in moves.index(st0).new_leaves() if t0.depth[c] == t0.max_depth]
+        for n_b, b in enumerate(leaves):
+            if moves.relays_above(st0, b):
+                continue
+            T, k1 = t0.parent[b], t0.children[t0.parent[b]].index(b)
+            for P2 in moves.index(st0).hosts()[0]:
+                for k2 in range(len(t0.children[P2]) + (P2 != T)):
+                    st = copy.deepcopy(st0)
+                    first = len(accept.log_a)
+                    there = moves.rehang(st, _Scripted([], [n_b, *_rehang_host_draw(moves, st0, b, P2), k2], seed=s),
+                                         born=1)
+                    if there is None:
+                        assert len(accept.log_a) == first
+                        continue
+                    assert there.kind == "rehang" and not there.removed
+                    made += len(there.added)
+                    assert all(st.tree.children[r] for r in there.added)
+                    cap = st.tree.max_depth
+                    n_back = [c for c in moves.index(st).new_leaves() if st.tree.depth[c] == cap].index(b)
+                    back = moves.rehang(st, _Scripted([], [n_back, *_rehang_host_draw(moves, st, b, T), k1], seed=s),
+                                        born=1)
+                    assert back is not None and set(back.removed) == set(there.added) and not back.added
+                    assert accept.log_a[first] + accept.log_a[-1] == pytest.approx(0.0, abs=1e-9), (s, b, P2, k2)
+                    assert empty_case.key(st.tree, st.labels) == empty_case.key(t0, st0.labels)
+                    assert set(st.theta) == set(st0.theta)
+                    pairs += 1
+    assert pairs > 100 and made > 50
 
 
 class _Scripted:

@@ -18,7 +18,10 @@ its own, past or current: removed, it waits out of the tree with its id and its 
 may come back above a block of siblings. A carried node's parameter has two links, to its
 parent and to its own previous-epoch parameter, and the target's link factor for it is their
 normalised product (:meth:`Likelihood.log_link` with ``theta_prev``, the prior that
-:meth:`Likelihood.log_marginal` integrates against).
+:meth:`Likelihood.log_marginal` integrates against). :meth:`SplitMerge.rehang` moves a new leaf
+at the depth cap below another host through a fresh chain of empty nodes down to the cap,
+removing those above it: a new topic's branch of its own, which the other moves can build
+only one level at a time, each level off the cap costing every document of the leaf.
 
 Target. The joint posterior of the epoch's assignments ``z``, the tree's shape and the node
 parameters given the parameters of every node the move does not create and the past window
@@ -142,6 +145,15 @@ PROPOSALS = ("launch", "subset")
 #: bounds); over more seeds no floor does as well there and slightly better on the other
 #: benches (BENCHMARKS.md, "Subset split proposals")
 SUBSET_MIN_DOCS = 10
+#: the share of a rehung leaf's documents that the lowest relay of its new chain is proposed
+#: from (:meth:`SplitMerge.rehang`; relay ``k`` of ``L``, counted from the top, from the
+#: ``k / L`` part of it): relays proposed between the host and the leaf rather than at either
+#: end. On the scripted-event stream's new topic (83 documents, word distributions at
+#: ``kappa0 = 1000``, two relays below the root) the log ratio of the move out of an unrelated
+#: branch was -1,164 nats with relays drawn from their links alone, -385 from 2 and 6 of its
+#: documents, +81 from 8 and 25 (this share gives 12 and 25) and +66 from 16 and 40
+#: (BENCHMARKS.md, "A new topic's own branch")
+RELAY_SHARE = 0.3
 
 
 @dataclass
@@ -234,6 +246,14 @@ def subset_log_q(n_others: int, k: int, low: int = 0) -> float:
         raise ValueError(f"subset_log_q needs 0 <= low <= k <= n_others, got low={low}, k={k}, n_others={n_others}")
     return -(math.log(n_others - low + 1) + math.lgamma(n_others + 1) - math.lgamma(k + 1)
              - math.lgamma(n_others - k + 1))
+
+
+def relay_documents(rows: np.ndarray, k: int, n_relays: int) -> np.ndarray:
+    """The rows of a leaf (``rows``, ascending) that relay ``k`` of ``n_relays`` above it is
+    proposed from (:meth:`SplitMerge.rehang`): ``RELAY_SHARE * k / n_relays`` of them, rounded,
+    evenly spaced. A function of the rows alone, so a move and its reverse read the same."""
+    n = int(round(RELAY_SHARE * k / n_relays * rows.size))
+    return rows[(np.arange(n) * rows.size) // n] if n else rows[:0]
 
 
 def _log_uniform(rng: np.random.Generator) -> float:
@@ -494,9 +514,11 @@ def _union_without(A, B, i, j):
 @dataclass(frozen=True)
 class MoveResult:
     """An accepted move: ``kind`` is ``"split"``, ``"merge"``, ``"relocate"`` (``other``: the new
-    parent), ``"insert"`` or ``"lift"`` (an empty node added below or removed into ``other``,
-    no rows), ``"restore"`` (a removed carried node back below ``other``, no rows); ``node`` the node that received or gave away the documents, ``other`` the node it
-    split from or merged into, ``rows`` the moved rows."""
+    parent), ``"rehang"`` (``other``: the new host; ``added`` and ``removed``: the relays),
+    ``"insert"`` or ``"lift"`` (an empty node added below or removed into ``other``, no rows),
+    ``"restore"`` (a removed carried node back below ``other``, no rows); ``node`` the node that
+    received or gave away the documents, ``other`` the node it split from or merged into,
+    ``rows`` the moved rows."""
 
     kind: str
     node: int
@@ -504,6 +526,10 @@ class MoveResult:
     rows: np.ndarray
     #: nodes whose parameter the move drew afresh (their new value is in the state's ``theta``)
     redrawn: tuple[int, ...] = ()
+    #: empty nodes the move made (their parameters and concentrations are in the state's) and
+    #: removed (a ``"rehang"``'s new and old relays)
+    added: tuple[int, ...] = ()
+    removed: tuple[int, ...] = ()
 
 
 class SplitMerge:
@@ -977,6 +1003,143 @@ class SplitMerge:
         idx.forget(b)
         st.theta[b] = self.lik.sample_node_theta(th2, st.concentration[b], d2, self._documents(st, b), rng)
         return MoveResult("relocate", b, P2, rows_b)
+
+    def relays_above(self, st: MoveState, b: int) -> list[int]:
+        """The relays above ``b``, top first: its nearest ancestors, upwards, that were born in
+        this epoch and hold nothing but the one child on the way to ``b`` (no documents, past
+        or current, and no other child)."""
+        t, idx = st.tree, self.index(st)
+        out = []
+        c, p = b, t.parent[b]
+        while (p != ROOT and t.children[p] == [c] and p not in idx.rows and not st.past.get(p, 0)
+               and p not in st.carried):
+            out.append(p)
+            c, p = p, t.parent[p]
+        out.reverse()
+        return out
+
+    def _relay_terms(self, st: MoveState, rows_b: np.ndarray, host: int, thetas: list[np.ndarray],
+                     conc_b: float) -> float:
+        """``sum_k log link(theta_k | theta_{k-1}) - log q(theta_k)`` over a chain of relays
+        below ``host`` with parameters ``thetas`` (top first), where ``q`` draws relay ``k`` of
+        ``L`` from its parent's link and the ``k / L`` part of :data:`RELAY_SHARE` of the leaf's
+        documents (:func:`relay_documents`): by Bayes, each term is the documents' marginal
+        below the relay's parent minus their likelihood at the relay."""
+        out, parent, depth = 0.0, st.theta[host], st.tree.depth[host]
+        for k, theta in enumerate(thetas, 1):
+            docs = document_set(st.X, relay_documents(rows_b, k, len(thetas)), self.lik.sets_need_terms)
+            out += (self.lik.log_marginal(docs, parent, conc_b, depth + k)
+                    - self.lik.log_likelihood(docs, theta, conc_b))
+            parent = theta
+        return out
+
+    def rehang(self, st: MoveState, rng: np.random.Generator, *, born: int = 0) -> MoveResult | None:
+        """Move a new leaf at the depth cap below another host, through a fresh chain of relays
+        down to the cap (reversible jump, exact).
+
+        A topic that appears in an epoch whose tree already reaches the cap can only start as
+        a child of a node one level above it, inside some unrelated branch: a branch of its
+        own needs empty internal nodes above it (relays), and neither the split-merge moves
+        nor :meth:`relocate` (which keeps a leaf's depth only among parents one level above
+        the cap) nor :meth:`lift` (which inserts one relay at a time, the leaf first lifted
+        off the cap) make them in one step. This move does.
+
+        Draw ``b`` uniformly among the new leaves at the cap; its chain is
+        :meth:`relays_above` it, hung below ``T``. Draw a depth uniformly among those of the
+        nodes below the cap outside that chain, a host ``P2`` uniformly among those nodes at
+        that depth (so that the few shallow hosts, the root among them, are drawn as often as
+        the many deep ones) and a position uniformly among ``P2``'s children once the chain
+        has left. The proposal removes ``b``'s relays and hangs
+        ``b`` below ``P2`` through ``cap - depth(P2) - 1`` new relays, each parameter drawn
+        from its parent link and a part of ``b``'s documents (:func:`relay_documents`). The
+        ratio holds the collapsed prior's change, ``b``'s collapsed marginal below its new
+        and its old parent, and for each relay made or removed its link against its proposal
+        density (:meth:`_relay_terms`). The leaves at the cap and the hosts outside the chain
+        are the same before and after, so the draw probabilities differ only in the counts
+        of hosts at ``P2``'s and ``T``'s depths and of positions. A move that would leave
+        ``T`` as an empty leaf, or leave ``P2`` holding nothing but the new chain (so that the
+        chain would run on above it), is not proposed: its reverse could not be drawn. ``b``'s
+        parameter is redrawn below its new parent, as :meth:`relocate` does."""
+        t = st.tree
+        cap = t.max_depth
+        if cap is None:
+            return None
+        idx = self.index(st)
+        leaves = [c for c in idx.new_leaves() if t.depth[c] == cap]
+        if not leaves:
+            return None
+        b = leaves[int(rng.integers(len(leaves)))]
+        relays = self.relays_above(st, b)
+        top = relays[0] if relays else b
+        T = t.parent[top]
+        out = set(relays)
+        by_depth: dict[int, list[int]] = {}
+        for h in idx.hosts()[0]:
+            if h not in out:
+                by_depth.setdefault(t.depth[h], []).append(h)
+        depths = sorted(by_depth)
+        hosts = by_depth[depths[int(rng.integers(len(depths)))]]
+        P2 = hosts[int(rng.integers(len(hosts)))]
+        k1 = t.children[T].index(top)
+        slots2 = len(t.children[P2]) + (0 if P2 == T else 1)
+        k2 = int(rng.integers(slots2))
+        if P2 == T and k2 == k1:
+            return None
+
+        def holds_nothing(x: int) -> bool:
+            return x != ROOT and x not in idx.rows and not st.past.get(x, 0)
+
+        if P2 != T and ((t.children[T] == [top] and holds_nothing(T))  # T left an empty leaf
+                        or (not t.children[P2] and holds_nothing(P2))):  # P2 would become a relay
+            return None
+        rows_b = idx.of(b)
+        conc_b = st.concentration[b]
+        n_new = cap - t.depth[P2] - 1
+        new_ids = list(range(t.next_id, t.next_id + n_new))  # bottom first, as inserted below
+        edit = idx.prior.edit()
+        edit.add(b, 0.0, -float(rows_b.size))
+        edit.lift(b)
+        for r in reversed(relays):
+            edit.lift(r)
+        edit.insert(b, P2, k2)
+        for c in new_ids:
+            edit.insert(c, P2, k2, 1)
+        edit.add(b, 0.0, float(rows_b.size))
+        thetas, parent = [], st.theta[P2]
+        for k in range(1, n_new + 1):  # top first
+            docs = document_set(st.X, relay_documents(rows_b, k, n_new), self.lik.sets_need_terms)
+            parent = self.lik.sample_node_theta(parent, conc_b, t.depth[P2] + k, docs, rng)
+            thetas.append(parent)
+        bottom_old = relays[-1] if relays else T
+        at_new = (self.lik.log_marginal(self._documents(st, b), thetas[-1], conc_b, cap) if thetas
+                  else self._marginal(st, b, P2))
+        log_a = (idx.prior.delta(edit, **self.kw) + at_new - self._marginal(st, b, bottom_old)
+                 + self._relay_terms(st, rows_b, P2, thetas, conc_b)
+                 - self._relay_terms(st, rows_b, T, [st.theta[r] for r in relays], conc_b)
+                 + _log_count(len(hosts)) - _log_count(len(by_depth[t.depth[T]]))
+                 + _log_count(slots2) - _log_count(len(t.children[T])))  # T's positions once the chain has left
+        if _log_uniform(rng) >= log_a:
+            return None
+        t.children[t.parent[b]].remove(b)
+        if relays:
+            t.remove_subtree(top)
+        for r in relays:
+            del st.theta[r], st.concentration[r]
+            idx.forget(r)
+        t.children[P2].insert(k2, b)
+        t.parent[b] = P2
+        t.depth[b] = t.depth[P2] + 1
+        for c in new_ids:
+            t.add_parent_of_block(P2, k2, 1, born=born, node_id=None)
+        for k, c in enumerate(reversed(new_ids), 1):  # top first
+            st.theta[c] = thetas[k - 1]
+            st.concentration[c] = self.lik.new_node_concentration(st.concentration[t.parent[c]], t.depth[c])
+        idx.prior.apply(edit)
+        idx.changed()
+        idx.forget(b)
+        parent_b = t.parent[b]
+        st.theta[b] = self.lik.sample_node_theta(st.theta[parent_b], conc_b, cap, self._documents(st, b), rng)
+        return MoveResult("rehang", b, P2, rows_b, added=tuple(new_ids), removed=tuple(relays))
 
     def _marginal(self, st: MoveState, b: int, P: int) -> float:
         """The collapsed log marginal of ``b``'s documents as a new child of ``P`` (at ``P``'s
