@@ -351,4 +351,6 @@ def test_a_new_topic_gets_a_branch_of_its_own(monkeypatch):
 
     monkeypatch.setattr(SplitMerge, "rehang", lambda self, st, rng, born=0: None)
     plain = [_own_branch(*_fit_divided(seed), "E") for seed in seeds]
-    assert sum(own) >= 7 and sum(own) >= sum(plain) + 4, (own, plain)
+    # margins for chains that other changes of the random stream reshuffle: 10 and 3 would
+    # need to fall to 5 or meet within 2 (about 2% and 4% at those rates)
+    assert sum(own) >= 6 and sum(own) >= sum(plain) + 3, (own, plain)

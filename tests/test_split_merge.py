@@ -1343,7 +1343,7 @@ def test_a_rehang_and_the_rehang_back_have_opposite_log_ratios(empty_case, monke
                         continue
                     assert there.kind == "rehang" and not there.removed
                     made += len(there.added)
-                    assert all(st.tree.children[r] for r in there.added)
+                    assert moves.relays_above(st, b) == list(reversed(there.added))  # the chain, top first
                     cap = st.tree.max_depth
                     n_back = [c for c in moves.index(st).new_leaves() if st.tree.depth[c] == cap].index(b)
                     back = moves.rehang(st, _Scripted([], [n_back, *_rehang_host_draw(moves, st, b, T), k1], seed=s),
@@ -1354,6 +1354,96 @@ def test_a_rehang_and_the_rehang_back_have_opposite_log_ratios(empty_case, monke
                     assert set(st.theta) == set(st0.theta)
                     pairs += 1
     assert pairs > 100 and made > 50
+
+
+def _deep_relay_state(rng):
+    """Depth cap 4, word distributions over four terms: below the root a leaf under three
+    new relays and a carried child holding a new node with documents, which holds a relay
+    above a leaf and a leaf of its own; parameters drawn from their conditionals."""
+    variant = resolve_variant("dtssbp", window=2, max_depth=4, gamma=0.5, xi=0.001)
+    lik = Multinomial(variant, 4, kappa0=5.0, kappa1=0.75, a=-3.0, min_node_docs=2)
+    kw = dict(alpha0=3.0, lam=1.0, gamma=1.5, max_depth=4, root_holds_data=False)
+    t = TSSBTree(4)
+    c = t.add_child(ROOT)
+    r = t.add_child(t.add_child(t.add_child(ROOT, born=1), born=1), born=1)
+    b = t.add_child(r, born=1)
+    x = t.add_child(c, born=1)
+    y = t.add_child(x, born=1)
+    z, v, w = t.add_child(y, born=1), t.add_child(x, born=1), t.add_child(c, born=1)
+    labels = np.array([b] * 6 + [x] * 3 + [z] * 3 + [v] * 2 + [w] * 2)
+    X = sp.csr_matrix(rng.integers(0, 4, size=(labels.size, 4)).astype(float) + np.eye(4)[rng.integers(0, 4, labels.size)])
+    theta, conc = {ROOT: np.full(4, 0.25), c: rng.dirichlet(np.full(4, 3.0))}, {ROOT: 1.0, c: 1.0}
+    for nid in t.preorder():
+        if nid not in theta:
+            conc[nid] = lik.new_node_concentration(conc[t.parent[nid]], t.depth[nid])
+            docs = DocumentSet(0.0, np.asarray(X[labels == nid].sum(axis=0), dtype=float).ravel())
+            theta[nid] = lik.sample_node_theta(theta[t.parent[nid]], conc[nid], t.depth[nid], docs, rng)
+    return lik, kw, MoveState(t, labels, X, {ROOT: 2, c: 3}, theta, conc, {c})
+
+
+def test_a_rehangs_log_ratio_is_the_target_change_recomputed_from_scratch(monkeypatch):
+    """Chains of up to three relays made and removed at once (depth cap 4): for every leaf,
+    host and position, the move's log ratio equals one computed here from its parts, each in
+    its own state: the collapsed prior of both trees, the leaf's marginal below its new and
+    old parent, every relay's parent link, the relays' proposal densities read as Dirichlet
+    densities (not through the likelihood's marginals), and the counts of hosts at the drawn
+    depth and of positions."""
+    from scipy.stats import dirichlet
+
+    accept = _Accepting()
+    monkeypatch.setattr(sm, "_log_uniform", accept)
+    lik, kw, st0 = _deep_relay_state(np.random.default_rng(3))
+    moves = SplitMerge(lik, kw)
+    t0, cap = st0.tree, 4
+
+    def target(st, b, chain, host):
+        arr = st.tree.arrays()
+        counts = np.array([st.past.get(int(i), 0) + np.sum(st.labels == i) for i in arr.ids], dtype=float)
+        out = collapsed_log_prior(arr, np.zeros_like(counts), counts, **kw)
+        parent = host
+        for r in chain:  # top first
+            out += lik.log_link(st.theta[r], st.theta[parent], st.tree.depth[r])
+            parent = r
+        docs = DocumentSet(0.0, np.asarray(st.X[st.labels == b].sum(axis=0), dtype=float).ravel())
+        return out + lik.log_marginal(docs, st.theta[parent], st.concentration[b], cap)
+
+    def log_q(st, b, chain, host):
+        out, parent = 0.0, host
+        rows = np.flatnonzero(st.labels == b)
+        for k, r in enumerate(chain, 1):
+            part = np.asarray(st.X[sm.relay_documents(rows, k, len(chain))].sum(axis=0), dtype=float).ravel()
+            out += dirichlet.logpdf(st.theta[r], lik._linked_prior(st.theta[parent], st.tree.depth[r], None) + part)
+            parent = r
+        return out
+
+    def hosts_at(st, chain, depth):
+        return sum(1 for h in moves.index(st).hosts()[0] if h not in chain and st.tree.depth[h] == depth)
+
+    checked, sizes = 0, set()
+    leaves = [c for c in moves.index(st0).new_leaves() if t0.depth[c] == cap]
+    for n_b, b in enumerate(leaves):
+        chain0 = moves.relays_above(st0, b)
+        T = t0.parent[chain0[0] if chain0 else b]
+        for P2 in [h for h in moves.index(st0).hosts()[0] if h not in chain0]:
+            for k2 in range(len(t0.children[P2]) + (P2 != T)):
+                st = copy.deepcopy(st0)
+                res = moves.rehang(st, _Scripted([], [n_b, *_rehang_host_draw(moves, st0, b, P2), k2], seed=k2),
+                                   born=1)
+                if res is None:
+                    continue
+                chain = list(reversed(res.added))
+                assert moves.relays_above(st, b) == chain and res.removed == tuple(chain0)
+                gone = 1 if P2 == T else 0  # the chain's own slot, when it stays below the same host
+                expected = (target(st, b, chain, P2) - target(st0, b, chain0, T)
+                            - log_q(st, b, chain, P2) + log_q(st0, b, chain0, T)
+                            + np.log(hosts_at(st0, set(chain0), t0.depth[P2]))
+                            - np.log(hosts_at(st, set(chain), st.tree.depth[T]))
+                            + np.log(len(t0.children[P2]) - gone + 1) - np.log(len(st.tree.children[T]) - gone + 1))
+                assert accept.log_a[-1] == pytest.approx(expected, abs=1e-8), (b, P2, k2)
+                checked += 1
+                sizes.add((len(res.removed), len(res.added)))
+    assert checked >= 20
+    assert {(3, 0), (3, 2), (1, 0), (1, 3)} <= sizes, sizes  # (relays removed, relays made)
 
 
 class _Scripted:
