@@ -1273,11 +1273,17 @@ def test_rehangs_keep_the_windowed_target(empty_case):
     relays removed (reversible jump, relays proposed from parts of the leaf's documents):
     alone, from states drawn from the target, the move leaves p(z_window | tree) x data
     invariant, every newborn parameter integrated (a relay by quadrature against its child)."""
-    moves = SplitMerge(empty_case.lik, empty_case.kw)
-    pval, kinds, hist = _nested_chain(empty_case, 8000, 6, moves=moves, rounds=4, steps=(moves.rehang,))
+    _rehangs_keep_the_target(empty_case, 8000, 6, rounds=4)
+
+
+def _rehangs_keep_the_target(case, n_draws: int, seed: int, rounds: int) -> None:
+    """Rehangs alone, from states drawn from ``case``'s target: over a thousand accepted, the
+    final states following the target (chi-square, and the share holding an empty node)."""
+    moves = SplitMerge(case.lik, case.kw)
+    pval, kinds, hist = _nested_chain(case, n_draws, seed, moves=moves, rounds=rounds, steps=(moves.rehang,))
     assert kinds["rehang"] > 1000
     assert pval > 1e-3
-    assert abs(_empty_share_z(empty_case, hist)) < 4.0
+    assert abs(_empty_share_z(case, hist)) < 4.0
 
 
 @pytest.mark.slow  # about 2 minutes
@@ -1288,11 +1294,7 @@ def test_rehangs_keep_the_windowed_target_on_the_circle():
     base = _nested_vmf_case()
     case = NestedCase(base.lik, base.X, base.fixed_parent, base.theta, base.past, base.max_depth, base.kw,
                       empty=True, circle=True)
-    moves = SplitMerge(case.lik, case.kw)
-    pval, kinds, hist = _nested_chain(case, 2500, 7, moves=moves, rounds=3, steps=(moves.rehang,))
-    assert kinds["rehang"] > 1000
-    assert pval > 1e-3
-    assert abs(_empty_share_z(case, hist)) < 4.0
+    _rehangs_keep_the_target(case, 2500, 7, rounds=3)
 
 
 @pytest.mark.slow  # about 20 s
