@@ -97,6 +97,35 @@ def test_tables_read_each_document_at_its_own_node():
     assert T[0, 0] == 50 and T[1, 0] == 1
 
 
+def test_tables_are_drawn_entry_by_entry_from_the_uniforms_in_storage_order():
+    """Rows are drawn in the order of their nodes, yet each entry reads the uniforms it would
+    read in storage order: the tables equal a plain loop over the entries with the same
+    generator's uniforms (nodes interleaved, so the two orders differ)."""
+    rng = np.random.default_rng(5)
+    counts = rng.poisson(1.5, size=(30, 12)).astype(float)
+    counts[4] = 0.0
+    X = sp.csr_matrix(counts)
+    theta = rng.dirichlet(np.ones(12), size=3)
+    nodes = np.array([2, 0, 1] * 10)
+    s = 2.0
+    T = draw_tables(X, theta, nodes, s, np.random.default_rng(9))
+    u = np.random.default_rng(9).random(int(np.maximum(X.data - 1, 0).sum()))
+    expected, pos = np.empty_like(X.data), 0
+    for r in range(X.shape[0]):
+        for k in range(X.indptr[r], X.indptr[r + 1]):
+            a = s * theta[nodes[r], X.indices[k]]
+            expected[k] = 1 + sum(u[pos + i - 1] * (a + i) < a for i in range(1, int(X.data[k])))
+            pos += int(X.data[k]) - 1
+    assert np.array_equal(T.data, expected)
+
+
+@pytest.mark.parametrize("bad", [2.5, np.nan])
+def test_table_draws_refuse_counts_that_are_not_integers(bad):
+    X = sp.csr_matrix(np.array([[3.0, 1.0], [bad, 2.0]]))
+    with pytest.raises(ValueError, match="integer counts"):
+        draw_tables(X, np.full((1, 2), 0.5), np.zeros(2, dtype=np.int64), 1.0, np.random.default_rng(0))
+
+
 def augmented_terms(x: np.ndarray, s: float):
     """Every table-count vector t of counts x (1 <= t_w <= x_w where x_w > 0), with
     log[Gamma(s) / Gamma(s + n) prod_w S(x_w, t_w) s^t_w], the node-free part of p(x, t | phi, s)."""

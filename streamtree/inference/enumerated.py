@@ -691,6 +691,15 @@ def row_sums(X) -> np.ndarray:
     return _csr_row_reduce(X, X.data)
 
 
+def rows_by_node(node_of_row: np.ndarray) -> np.ndarray:
+    """The rows in the order of their node (stable; rows without one, ``-1``, first), for kernels
+    that read each row's node's parameter row at the row's terms: in this order a node's row is
+    read from cache by all its documents in turn, where in storage order every row's reads go to
+    memory (a K x V matrix of doubles at V = 20,000 and K ~ 200 is 32 MB). The results are the
+    same, row by row."""
+    return np.argsort(np.asarray(node_of_row), kind="stable").astype(np.int64, copy=False)
+
+
 def row_sq_norms(X) -> np.ndarray:
     """||x_n||^2 per row for dense or CSR input (for CSR, the values of
     ``X.multiply(X).sum(axis=1)``)."""

@@ -37,7 +37,7 @@ from numba import njit
 from scipy.special import gammaln
 
 from streamtree.elementary import log_many_nb
-from streamtree.inference.enumerated import as_csr, row_sums
+from streamtree.inference.enumerated import as_csr, row_sums, rows_by_node
 from streamtree.inference.hyper import slice_step
 from streamtree.inference.threads import in_row_ranges
 from streamtree.likelihoods.base import argmax_log_scale
@@ -52,14 +52,16 @@ DCM_LOG_EPS = -60.0
 
 
 @njit(cache=True, nogil=True)
-def _tables_nb(indptr, indices, data, node_of_row, theta, s, u, out, r0, r1, pos):
-    """Table counts of the non-zeros of rows ``r0:r1`` of a CSR count matrix, customer by
-    customer: the ``i``-th repeat (``i >= 1``) of word ``w`` opens a table with probability
+def _tables_nb(indptr, indices, data, node_of_row, theta, s, u, first, out, order, r0, r1):
+    """Table counts of the non-zeros of the rows ``order[r0:r1]`` of a CSR count matrix, customer
+    by customer: the ``i``-th repeat (``i >= 1``) of word ``w`` opens a table with probability
     ``a / (a + i)``, ``a = s theta[node_of_row[r], w]``; ``u`` holds one uniform per repeat, in
-    storage order, and row ``r0``'s first is ``u[pos]``. Returns the position after the last
-    one read."""
-    for r in range(r0, r1):
+    storage order, and row ``r``'s first is ``u[first[r]]``, so a row's tables do not depend on
+    the order the rows are drawn in."""
+    for i in range(r0, r1):
+        r = order[i]
         row = theta[node_of_row[r]]
+        pos = first[r]
         for k in range(indptr[r], indptr[r + 1]):
             x = int(data[k])
             if x == 0:  # a stored zero: no customers, no tables
@@ -67,12 +69,19 @@ def _tables_nb(indptr, indices, data, node_of_row, theta, s, u, out, r0, r1, pos
                 continue
             a = s * row[indices[k]]
             t = 1  # the first customer always opens a table
-            for i in range(1, x):
-                if u[pos] * (a + i) < a:
+            for j in range(1, x):
+                if u[pos] * (a + j) < a:
                     t += 1
                 pos += 1
             out[k] = t
-    return pos
+
+
+@njit(cache=True, nogil=True)
+def _all_integers(values) -> bool:
+    for v in values:
+        if v != math.floor(v):  # NaN is not an integer either
+            return False
+    return True
 
 
 def draw_tables(X: sp.csr_matrix, theta: np.ndarray, node_of_row: np.ndarray, s: float,
@@ -83,26 +92,28 @@ def draw_tables(X: sp.csr_matrix, theta: np.ndarray, node_of_row: np.ndarray, s:
     ``X`` holds integer counts; ``theta`` rows are strictly positive word distributions and
     ``node_of_row[r]`` the row of ``theta`` that document ``r``'s node has. Entries equal to 1
     always give one table and use no random number; stored zeros give none. Rows are drawn in
-    ranges on the fitting threads, each from its own stretch of one array of uniforms: the
-    same tables on any thread count."""
+    the order of their nodes (:func:`rows_by_node`), in ranges on the fitting threads, each row
+    from its own stretch of one array of uniforms: the same tables in any order and on any
+    thread count."""
     data = np.asarray(X.data, dtype=np.float64)
-    repeats = np.zeros(data.size + 1)
-    np.cumsum(np.maximum(data - 1.0, 0.0), out=repeats[1:])
-    n_uniforms = int(repeats[-1])
-    u = rng.random(n_uniforms)
+    if not _all_integers(data):
+        raise ValueError("table draws need integer counts")
+    repeats = np.zeros(data.size + 1, dtype=np.int64)
+    np.cumsum(np.maximum(data - 1.0, 0.0).astype(np.int64), out=repeats[1:])
+    u = rng.random(int(repeats[-1]))
     out = np.empty_like(data)
     indptr = X.indptr.astype(np.int64, copy=False)
     indices = X.indices.astype(np.int64, copy=False)
+    first = repeats[indptr[:-1]]
     node_of_row = np.ascontiguousarray(node_of_row, dtype=np.int64)
+    order = rows_by_node(node_of_row)
     theta = np.ascontiguousarray(theta, np.float64)
 
     def run(r0: int, r1: int) -> float:
-        start, stop = int(repeats[indptr[r0]]), int(repeats[indptr[r1]])
-        return float(_tables_nb(indptr, indices, data, node_of_row, theta, float(s), u, out, r0, r1, start) != stop)
+        _tables_nb(indptr, indices, data, node_of_row, theta, float(s), u, first, out, order, r0, r1)
+        return 0.0
 
-    misread = in_row_ranges(X.shape[0], run)
-    if misread:  # a range read other than its own uniforms: counts that are not integers
-        raise ValueError("table draws need integer counts")
+    in_row_ranges(X.shape[0], run)
     return sp.csr_matrix((out, X.indices, X.indptr), shape=X.shape)
 
 

@@ -39,7 +39,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.special import gammaln
 
-from streamtree.inference.enumerated import Candidates, as_csr, row_sums
+from streamtree.inference.enumerated import Candidates, as_csr, row_sums, rows_by_node
 from streamtree.inference.threads import dealt_by_cost, in_row_ranges
 from streamtree.likelihoods.base import (DocumentSet, FixedNode, LaunchScan, Likelihood, RowBlock, WordTopics,
                                         argmax_log_scale, compact_rows, csr_rows_dot, finite_csr)
@@ -161,9 +161,11 @@ class Multinomial(WordTopics, Likelihood):
         indptr, indices = X.indptr.astype(np.int64), X.indices.astype(np.int64)
         theta = np.ascontiguousarray(theta)
         out = np.empty(own.size)
+        order = rows_by_node(own)
 
         def run(r0: int, r1: int) -> float:  # rows are independent: ranges on the fitting threads
-            own_node_adjustment_nb(indptr, indices, fitted, values, own, theta, totals, self.floor, r0, r1, out)
+            own_node_adjustment_nb(indptr, indices, fitted, values, own, theta, totals, self.floor, order, r0, r1,
+                                   out)
             return 0.0
 
         in_row_ranges(own.size, run)

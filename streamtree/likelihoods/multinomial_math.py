@@ -1087,15 +1087,16 @@ def log_rising_factorial(a: ArrayLike, x: ArrayLike) -> np.ndarray:
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def own_node_adjustment_nb(indptr, indices, fitted, scored, own, theta, totals, floor, r0, r1, out):
+def own_node_adjustment_nb(indptr, indices, fitted, scored, own, theta, totals, floor, order, r0, r1, out):
     """Per CSR row with a node ``k = own[r] >= 0``: the log likelihood of its ``scored`` values at
     the node's pseudo-counts ``m = theta[k] * T`` (``T = totals[k]``) once its ``fitted`` values
     ``x`` have left them, minus that at ``m``:
     ``sum_w y_w [log(m_w - x_w) - log(m_w)] - L_y log((T - L_x) / T)``, every pseudo-count kept
     at ``floor`` or more; 0 for rows without a node. ``fitted`` and ``scored`` are the values of
     two matrices with the pattern ``indptr``/``indices`` (the same array for most families).
-    Rows ``r0:r1`` into ``out``."""
-    for r in range(r0, r1):
+    The rows ``order[r0:r1]`` into ``out`` (:func:`rows_by_node` keeps ``theta[k]`` in cache)."""
+    for i in range(r0, r1):
+        r = order[i]
         k = own[r]
         if k < 0:
             out[r] = 0.0
