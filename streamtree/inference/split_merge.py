@@ -1018,16 +1018,21 @@ class SplitMerge:
         out.reverse()
         return out
 
-    def _relay_terms(self, st: MoveState, rows_b: np.ndarray, host: int, thetas: list[np.ndarray],
+    def _relay_sets(self, st: MoveState, rows_b: np.ndarray, n_relays: int) -> list[DocumentSet]:
+        """The document sets a chain of ``n_relays`` relays above a leaf with rows ``rows_b``
+        draws its parameters from, top first (:func:`relay_documents`)."""
+        return [document_set(st.X, relay_documents(rows_b, k, n_relays), self.lik.sets_need_terms)
+                for k in range(1, n_relays + 1)]
+
+    def _relay_terms(self, st: MoveState, sets: list[DocumentSet], host: int, thetas: list[np.ndarray],
                      conc_b: float) -> float:
         """``sum_k log link(theta_k | theta_{k-1}) - log q(theta_k)`` over a chain of relays
         below ``host`` with parameters ``thetas`` (top first), where ``q`` draws relay ``k`` of
         ``L`` from its parent's link and the ``k / L`` part of :data:`RELAY_SHARE` of the leaf's
-        documents (:func:`relay_documents`): by Bayes, each term is the documents' marginal
-        below the relay's parent minus their likelihood at the relay."""
+        documents, ``sets[k - 1]`` (:meth:`_relay_sets`): by Bayes, each term is the documents'
+        marginal below the relay's parent minus their likelihood at the relay."""
         out, parent, depth = 0.0, st.theta[host], st.tree.depth[host]
-        for k, theta in enumerate(thetas, 1):
-            docs = document_set(st.X, relay_documents(rows_b, k, len(thetas)), self.lik.sets_need_terms)
+        for k, (theta, docs) in enumerate(zip(thetas, sets, strict=True), 1):
             out += (self.lik.log_marginal(docs, parent, conc_b, depth + k)
                     - self.lik.log_likelihood(docs, theta, conc_b))
             parent = theta
@@ -1106,16 +1111,17 @@ class SplitMerge:
             edit.insert(c, P2, k2, 1)
         edit.add(b, 0.0, float(rows_b.size))
         thetas, parent = [], st.theta[P2]
-        for k in range(1, n_new + 1):  # top first
-            docs = document_set(st.X, relay_documents(rows_b, k, n_new), self.lik.sets_need_terms)
+        new_sets = self._relay_sets(st, rows_b, n_new)
+        for k, docs in enumerate(new_sets, 1):  # top first
             parent = self.lik.sample_node_theta(parent, conc_b, t.depth[P2] + k, docs, rng)
             thetas.append(parent)
         bottom_old = relays[-1] if relays else T
+        old_sets = new_sets if len(relays) == n_new else self._relay_sets(st, rows_b, len(relays))
         at_new = (self.lik.log_marginal(self._documents(st, b), thetas[-1], conc_b, cap) if thetas
                   else self._marginal(st, b, P2))
         log_a = (idx.prior.delta(edit, **self.kw) + at_new - self._marginal(st, b, bottom_old)
-                 + self._relay_terms(st, rows_b, P2, thetas, conc_b)
-                 - self._relay_terms(st, rows_b, T, [st.theta[r] for r in relays], conc_b)
+                 + self._relay_terms(st, new_sets, P2, thetas, conc_b)
+                 - self._relay_terms(st, old_sets, T, [st.theta[r] for r in relays], conc_b)
                  + _log_count(len(hosts)) - _log_count(len(by_depth[t.depth[T]]))
                  + _log_count(slots2) - _log_count(len(t.children[T])))  # T's positions once the chain has left
         if _log_uniform(rng) >= log_a:
