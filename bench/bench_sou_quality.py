@@ -69,6 +69,7 @@ from sou_corpus import SouCorpus, load_sou
 
 from streamtree.coherence import topic_npmi
 from streamtree.model import DTSSBP
+from streamtree.records import DEFAULT_DUPLICATE_TEXTS, DUPLICATE_TEXTS
 from streamtree.text import DEFAULT_LENGTH_POWER, reference_length, weighted_rows
 
 N_TOP_NODES = 20
@@ -297,6 +298,9 @@ def main() -> None:
     p.add_argument("--max-depth", type=int, default=3, help="model depth cap (default 3, the demo's)")
     p.add_argument("--sweeps", type=int, default=None, help="Gibbs sweeps per decade (default: the model's)")
     p.add_argument("--decades", default=None, help="subset: first N decades, or labels like 1790s,1800s")
+    p.add_argument("--duplicate-texts", default=DEFAULT_DUPLICATE_TEXTS, choices=DUPLICATE_TEXTS,
+                   help="paragraphs repeating an earlier one's text in their decade: keep fits them, the others "
+                        f"leave them out (default: the product's, {DEFAULT_DUPLICATE_TEXTS})")
     p.add_argument("--hlda-iter", type=int, default=500, help="HLDA training iterations (default 500)")
     p.add_argument("--hlda-fit", default="all,per-decade",
                    help="HLDA protocols, comma-separated: all (one HLDA on all decades), per-decade "
@@ -320,7 +324,7 @@ def main() -> None:
     if not fit_modes or set(fit_modes) - {"all", "per-decade"}:
         p.error(f"--hlda-fit: expected all, per-decade or all,per-decade, got {args.hlda_fit!r}")
 
-    corpus = load_sou(decades=args.decades)
+    corpus = load_sou(decades=args.decades, duplicate_texts=args.duplicate_texts)
     reference = corpus.all_counts()
     print(f"== SOU quality: {len(corpus.labels)} decades ({corpus.labels[0]}-{corpus.labels[-1]}), "
           f"{corpus.n_documents} paragraphs, {corpus.vocabulary.size} terms; NPMI of the top-{N_TOP_WORDS} words "

@@ -228,7 +228,9 @@ def _add_duplicate_texts_arg(p: argparse.ArgumentParser) -> None:
                    help="a row whose text repeats an earlier row's in its epoch: keep (fit it as a document of "
                         "its own; how many is reported: replay's summary, serve's log, evaluate's output) or "
                         "reject (use the first of each text; the others are filed as rejects, or left out of an "
-                        f"evaluation) (default: {DEFAULT_DUPLICATE_TEXTS})")
+                        "evaluation) or collapse (fit the first of each text once and publish every copy at its "
+                        "node: nothing rejected, the counts hold the copies; left out of an evaluation) "
+                        f"(default: {DEFAULT_DUPLICATE_TEXTS})")
 
 
 def _add_format_args(p: argparse.ArgumentParser) -> None:

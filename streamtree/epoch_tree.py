@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import scipy.sparse as sp
 
 from streamtree.events import Events
+from streamtree.window import subtree_sums
 from streamtree.wording import counted
 
 
@@ -105,6 +106,24 @@ class EpochTree:
         if not merged:
             return self.died
         return self.died[np.fromiter((int(n) not in merged for n in self.died.tolist()), dtype=bool, count=self.died.size)]
+
+    def with_copies(self, source: np.ndarray) -> "EpochTree":
+        """This tree over more documents, each a copy of one it was fitted on: document ``r`` of
+        the result is at the node of this tree's document ``source[r]``. :attr:`counts` and
+        :attr:`subtree_counts` count every document of the result; the fit's own figures
+        (:attr:`mass`, :attr:`window_counts`, the parameters) are this tree's."""
+        by_id = np.argsort(self.node_ids)
+
+        def rows_of(ids: np.ndarray) -> np.ndarray:
+            return by_id[np.searchsorted(self.node_ids, ids, sorter=by_id)]
+
+        assignments = np.asarray(self.assignments)[np.asarray(source, dtype=np.int64)]
+        counts = np.bincount(rows_of(assignments), minlength=self.n_nodes).astype(np.int64)
+        parent_index = np.full(self.n_nodes, -1, dtype=np.int64)
+        has_parent = self.parent >= 0
+        parent_index[has_parent] = rows_of(self.parent[has_parent])
+        return replace(self, assignments=assignments, counts=counts,
+                       subtree_counts=subtree_sums(parent_index, counts).astype(np.int64))
 
     def index_of(self, node_id: int) -> int:
         """Row of ``node_id`` in the per-node arrays (KeyError if absent)."""

@@ -419,16 +419,20 @@ class Epoch:
         return Epoch(self.index, self.key, self.label, self.rows.filter(pa.array(~mask)),
                      pa.concat_tables([self.rejects, moved]))
 
+    def first_of_text(self) -> np.ndarray:
+        """For each row, the index of the first row of the epoch with exactly its text (its own
+        index for the first of each text)."""
+        if not self.rows.num_rows:
+            return np.zeros(0, dtype=np.int64)
+        codes = pc.dictionary_encode(self.rows.column("text"), null_encoding="encode").combine_chunks().indices
+        codes = np.asarray(codes.to_numpy(zero_copy_only=False), dtype=np.int64)
+        _, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+        return first[inverse].astype(np.int64)
+
     def repeated_texts(self) -> np.ndarray:
         """Boolean mask of the rows whose text is exactly that of an earlier row of the epoch
         (the first of each text is not marked)."""
-        if not self.rows.num_rows:
-            return np.zeros(0, dtype=bool)
-        codes = pc.dictionary_encode(self.rows.column("text"), null_encoding="encode").combine_chunks().indices
-        codes = np.asarray(codes.to_numpy(zero_copy_only=False), dtype=np.int64)
-        repeated = np.ones(codes.size, dtype=bool)
-        repeated[np.unique(codes, return_index=True)[1]] = False
-        return repeated
+        return self.first_of_text() != np.arange(self.rows.num_rows)
 
 
 class Bucketer:

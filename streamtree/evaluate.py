@@ -189,7 +189,8 @@ class SplitData:
     repeat: int = 0
     n_dropped_select: int = 0
     #: rows that repeated an earlier row's text in their epoch (left out under
-    #: ``duplicate_texts="reject"``; else those among the rows drawn, split like any other)
+    #: ``duplicate_texts`` ``"reject"`` or ``"collapse"``, which fit each text once; under
+    #: ``"keep"`` those among the rows drawn, split like any other)
     n_repeated_texts: int = 0
     repeats_left_out: bool = False
     #: source rows rejected before any split (empty text, bad time, repeated id...), by reason
@@ -340,7 +341,7 @@ def split_epochs(epochs: list, config: ReplayConfig, ev: EvaluationConfig, repea
     for ep in epochs:
         source_rejects.add(ep.rejects)
         repeated = ep.repeated_texts()
-        if config.duplicate_texts == "reject":
+        if config.duplicate_texts != "keep":  # each text is fitted once: a copy is neither trained nor held out
             ep = ep.reject(repeated, DUPLICATE_TEXT)
             n_repeated += int(repeated.sum())
         order = rng.permutation(ep.n_rows)
@@ -397,7 +398,7 @@ def split_epochs(epochs: list, config: ReplayConfig, ev: EvaluationConfig, repea
             continue  # the model's first epoch needs documents
         out.append(SplitEpoch(ep.index, ep.label, Xtr, Xte, Xsel if documents else None))
     data = SplitData(out, p, dropped["train"], dropped["test"], ev.protocol, repeat, dropped["select"], n_repeated,
-                     config.duplicate_texts == "reject", dict(source_rejects.counts.most_common()))
+                     config.duplicate_texts != "keep", dict(source_rejects.counts.most_common()))
     if documents:
         n_sel, n_test = data.n_docs("select"), data.n_docs("test")
         if n_sel < 2 or n_test < 2:
@@ -837,13 +838,13 @@ def repeated_texts_line(data: SplitData) -> str:
 
     said = f"{data.n_repeated_texts} rows repeat the text of an earlier row of their epoch"
     if data.repeats_left_out:
-        return f"{said}: left out (--duplicate-texts reject)."
+        return f"{said}: left out, each text fitted and scored once (--duplicate-texts reject or collapse)."
     n = sum(data.n_docs(p) for p in ("train", "select", "test"))
     if data.n_repeated_texts < REPEATED_TEXTS_WARNING * n:
         return f"{said}, split like any other document."
     return (f"{said}: split like any other document, so a copy held out with its twin in training makes the "
-            "held-out score optimistic, most for models that fit single documents; --duplicate-texts reject "
-            "leaves them out.")
+            "held-out score optimistic, most for models that fit single documents; --duplicate-texts collapse "
+            "(or reject) leaves them out.")
 
 
 def describe_split(data: SplitData | list[SplitData], ev: EvaluationConfig) -> tuple[list[str], str]:

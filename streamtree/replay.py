@@ -41,8 +41,8 @@ from streamtree.epochs import Epoch, EpochReader, EpochSpec, TimeRange
 from streamtree.events import epoch_events
 from streamtree.likelihoods.vmf import reads_document_weights
 from streamtree.model import DTSSBP, RUN_LOCATION_PARAMS
-from streamtree.records import (DEFAULT_DUPLICATE_TEXTS, DUPLICATE_TEXT, DUPLICATE_TEXTS, EMPTY_AFTER_VOCABULARY,
-                                RejectLog)
+from streamtree.records import (DEFAULT_DUPLICATE_TEXTS, DUPLICATE_TEXT, DUPLICATE_TEXTS,
+                                DUPLICATE_TEXTS_BEFORE_COLLAPSE, EMPTY_AFTER_VOCABULARY, RejectLog)
 from streamtree.snapshots import StaticOptions, document_directions, snapshot_name, static_snapshot
 from streamtree.text import (DEFAULT_MAX_DF, DEFAULT_MAX_FEATURES, DEFAULT_MIN_DF, DEFAULT_TOP_WORDS,
                              DEFAULT_LENGTH_POWER, DEFAULT_UNSPACED_TERMS, DEFAULT_WEIGHTING, WEIGHTING_BEFORE_TFIDF,
@@ -57,7 +57,7 @@ RUN_LOCATION = ("engine", "batch_size")
 
 
 #: share of the documents repeating an earlier document's text in their epoch from which a
-#: replay's summary and an evaluation advise --duplicate-texts reject and a service warns
+#: replay's summary and an evaluation advise --duplicate-texts collapse and a service warns (under "keep")
 REPEATED_TEXTS_WARNING = 0.1
 
 #: the seed of a replay unless one is given: a replay is reproducible (and resumable) by default
@@ -249,9 +249,12 @@ class ReplaySummary:
         return sum(self.rejects.values())
 
     def format(self) -> str:
+        documents = f"{self.n_documents} fitted"
+        if self.duplicate_texts == "collapse" and self.n_repeated_texts:  # copies are published, not fitted
+            documents = f"{self.n_documents} published ({self.n_documents - self.n_repeated_texts} distinct texts fitted)"
         lines = [f"epochs: {self.n_epochs} ({self.n_published} published now"
                  + (", the store was already complete)" if self.complete_before else ")"),
-                 f"documents: {self.n_documents} fitted of {counted(self.n_records, 'record')} read"]
+                 f"documents: {documents} of {counted(self.n_records, 'record')} read"]
         if self.duplicate_files:
             lines.append(f"duplicate files skipped: {len(self.duplicate_files)} (same content as an earlier file: "
                          f"{duplicates_note(self.duplicate_files)})")
@@ -361,12 +364,12 @@ def check_duplicate_texts(value: str) -> None:
 
 def vocabulary_texts(epochs, duplicate_texts: str) -> list[pa.Array]:
     """The text chunks a vocabulary is fitted on: every row of ``epochs`` (an iterable of
-    :class:`~streamtree.epochs.Epoch`), or under ``duplicate_texts="reject"`` the first row of
-    each text in each epoch (the rows that will be fitted)."""
+    :class:`~streamtree.epochs.Epoch`), or under ``duplicate_texts`` ``"reject"`` or
+    ``"collapse"`` the first row of each text in each epoch (the rows that will be fitted)."""
     chunks = []
     for ep in epochs:
         texts = ep.rows.column("text")
-        if duplicate_texts == "reject":
+        if duplicate_texts != "keep":
             texts = texts.filter(pa.array(~ep.repeated_texts()))
         chunks.extend(texts.chunks)
     return chunks
@@ -380,12 +383,16 @@ def repeated_texts_note(n_repeated: int, n_documents: int, duplicate_texts: str)
     if duplicate_texts == "reject":
         return (f"{n_repeated} rows repeated the text of an earlier row of their epoch and were filed as "
                 f"rejects ({DUPLICATE_TEXT!r}); the first of each was fitted")
+    if duplicate_texts == "collapse":
+        return (f"{n_repeated} of the {n_documents} documents repeat the text of an earlier document of their "
+                "epoch: each text was fitted once and its copies published at its node")
     said = (f"{n_repeated} of the {n_documents} documents repeat the text of an earlier document of their "
             "epoch and were fitted as documents of their own")
     if n_repeated < REPEATED_TEXTS_WARNING * n_documents:
         return said
     return (f"{said}: copies count as independent evidence, which splits a topic into nodes of near copies; "
-            "--duplicate-texts reject fits the first of each and files the others as rejects")
+            "--duplicate-texts collapse fits each text once and publishes every copy at its node (reject "
+            "files the copies as rejects instead)")
 
 
 def settings_identity(settings: dict, config_class: type, added: tuple[str, ...], model_params: dict,
@@ -398,12 +405,21 @@ def settings_identity(settings: dict, config_class: type, added: tuple[str, ...]
     reads it back."""
     d = dict(settings)
     for name in added:
-        if d[name] == getattr(config_class, name):
+        if d[name] == setting_before_added(name, config_class):
             d.pop(name)
     drop_unset_weighting(d, model_params)
     record_week_origin(d, epoch)
     d["model"] = identity_model(model_params)
     return json.loads(json.dumps(d, default=str))
+
+
+def setting_before_added(name: str, config_class: type):
+    """The value of setting ``name`` in stores whose identity does not record it: the value
+    stores had before it was recorded (its default then), which for ``duplicate_texts`` is not
+    the default now."""
+    if name == "duplicate_texts":
+        return DUPLICATE_TEXTS_BEFORE_COLLAPSE
+    return getattr(config_class, name, None)
 
 
 def identity_model(params: dict) -> dict:
@@ -456,7 +472,7 @@ def identity_differences(stored: dict, now: dict, config_class: type | None = No
         if key == "weighting" and identity.get(key) is None:
             return WEIGHTING_BEFORE_TFIDF
         if key not in identity and config_class is not None:
-            return getattr(config_class, key, None)
+            return setting_before_added(key, config_class)
         return identity.get(key)
 
     found = []
@@ -855,8 +871,10 @@ class EpochFitter:
 
     Rows whose text repeats an earlier row's in the epoch become, under
     ``duplicate_texts="reject"``, rejects of their epoch
-    (:data:`~streamtree.records.DUPLICATE_TEXT`); :attr:`last_repeated` counts them, or under
-    ``"keep"`` those of them that are fitted. Rows empty after vocabulary filtering become
+    (:data:`~streamtree.records.DUPLICATE_TEXT`); under ``"collapse"`` documents that the
+    model does not fit, published at the node of their text's first row
+    (:meth:`published_tree`); :attr:`last_repeated` counts the rejected ones, or under
+    ``"keep"`` and ``"collapse"`` those of them that are documents. Rows empty after vocabulary filtering become
     rejects of their epoch. Until the model has seen a document (it needs some in its first
     epoch), epochs without documents are not fitted: :meth:`fit` returns None and their
     rejects are carried into the next epoch's.
@@ -904,21 +922,40 @@ class EpochFitter:
         n_repeated = int(repeated.sum() if reject else (repeated & ~empty).sum())
         return ep, X, int(empty.sum()), n_repeated
 
+    def fitted_rows(self, ep: Epoch) -> tuple[np.ndarray, np.ndarray] | None:
+        """Under ``"collapse"``, for the documents of ``ep`` (as :meth:`documents` returns it):
+        the rows the model fits, the first of each text, and for every row the place among
+        those of its text's first row; otherwise None (every document is fitted)."""
+        if self.duplicate_texts != "collapse":
+            return None
+        first = ep.first_of_text()
+        fitted = np.flatnonzero(first == np.arange(first.size))
+        return fitted, np.searchsorted(fitted, first)
+
+    def published_tree(self, ep: Epoch, tree):
+        """The tree the model fitted on ``ep``'s documents as published: under ``"collapse"``
+        with every copy at its text's node (:meth:`EpochTree.with_copies`), else as fitted."""
+        rows = self.fitted_rows(ep)
+        return tree if rows is None else tree.with_copies(rows[1])
+
     def fit(self, ep: Epoch, callback=None) -> FittedEpoch | None:
         """Fit one epoch; ``callback(sweeps_done, n_sweeps, n_live)`` follows its sweeps."""
         ep, X, n_empty, self.last_repeated = self.documents(ep)
         self.n_empty += n_empty
         if self.last_repeated:
             logger.debug("epoch %s: %d rows repeat the text of an earlier row of the epoch (%s)", ep.label,
-                         self.last_repeated, "rejected" if self.duplicate_texts == "reject" else "fitted")
+                         self.last_repeated, {"reject": "rejected", "collapse": "fitted once"}.get(
+                             self.duplicate_texts, "fitted"))
         rejects = pa.concat_tables(self.carried + [ep.rejects]) if self.carried else ep.rejects
         if X.shape[0] == 0 and not hasattr(self.model, "trees_"):
             self.carried = [rejects]
             return None
         self.carried = []
-        self.model.partial_fit(X, epoch=ep.index, label=ep.label, callback=callback)
+        rows = self.fitted_rows(ep)
+        self.model.partial_fit(X if rows is None else X[rows[0]], epoch=ep.index, label=ep.label, callback=callback)
         by_documents = type(self.model.likelihood_).labels_from_documents
-        return FittedEpoch(ep, self.model.trees_[-1], X, rejects, self.vectorizer.vocabulary_ if by_documents else None)
+        return FittedEpoch(ep, self.published_tree(ep, self.model.trees_[-1]), X, rejects,
+                           self.vectorizer.vocabulary_ if by_documents else None)
 
 
 def _static_in_force(store: SnapshotStore, last: dict, given: StaticOptions | None) -> StaticOptions | None:
@@ -957,7 +994,7 @@ def _finish_static(store: SnapshotStore, opts: StaticOptions | None, reader: Epo
                          "the store is damaged: replay it again with --overwrite")
     ep, X, _, _ = fitter.documents(next(reader.epochs(start=int(last["epoch"]))))
     logger.info("epoch %s: writing the static %s snapshot the stopped run did not write", ep.label, opts.method)
-    _write_static(store, opts, ep, tree, X, seed)
+    _write_static(store, opts, ep, fitter.published_tree(ep, tree), X, seed)
 
 
 def _write_static(store: SnapshotStore, opts: StaticOptions, ep: Epoch, tree, X, seed: int) -> None:

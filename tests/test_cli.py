@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import shutil
@@ -43,7 +44,7 @@ def test_replay_and_show_through_the_console(corpus, tmp_path):
                 "--store", uri, *FAST)
     assert r.returncode == 0, r.stderr
     assert "epochs: 3 (3 published now)" in r.stdout
-    fitted = int(r.stdout.split("documents: ")[1].split(" fitted of 200 records read")[0])
+    fitted = int(re.search(r"documents: (\d+) (?:fitted|published) .*of 200 records read", r.stdout).group(1))
     rejected = int(r.stdout.split("rejects: ")[1].split("\n")[0])
     assert fitted + rejected == 200
     if rejected:  # the slice has no other rejects, and the reason is said once
@@ -264,7 +265,8 @@ def test_existing_store_is_refused_with_advice(corpus, store, capsys):
 
 
 def test_rejects_reach_the_summary_and_the_store(tmp_path, capsys):
-    rows = {"text": ["war army navy peace"] * 5 + ["", "zebra"], "year": [1801] * 5 + [1802, 1803]}
+    texts = ["war army navy peace", "war army navy", "army navy peace", "war navy peace", "war army peace"]
+    rows = {"text": texts + ["", "zebra"], "year": [1801] * 5 + [1802, 1803]}
     pq.write_table(pa.table(rows), tmp_path / "c.parquet")
     uri = str(tmp_path / "s")
     assert main(["replay", str(tmp_path / "c.parquet"), "--text-col", "text", "--time-col", "year",
@@ -719,7 +721,7 @@ def test_document_concentration_reaches_the_estimator(corpus, tmp_path):
     args = parser.parse_args(["serve", str(tmp_path / "in"), "--store", str(tmp_path / "s"), *src,
                               "--document-concentration", "3.5"])
     assert serve_config(args).model["document_concentration"] == 3.5
-    assert serve_config(args).duplicate_texts == "keep"
+    assert serve_config(args).duplicate_texts == "collapse"
     args = parser.parse_args(["serve", str(tmp_path / "in"), "--store", str(tmp_path / "s"), *src,
                               "--duplicate-texts", "reject"])
     assert serve_config(args).duplicate_texts == "reject"
@@ -727,8 +729,11 @@ def test_document_concentration_reaches_the_estimator(corpus, tmp_path):
     args = parser.parse_args(["replay", str(corpus), *src, "--store", str(tmp_path / "r"), "--duplicate-texts",
                               "reject"])
     assert _replay_config(args).duplicate_texts == "reject"
+    args = parser.parse_args(["replay", str(corpus), *src, "--store", str(tmp_path / "r"), "--duplicate-texts",
+                              "collapse"])
+    assert _replay_config(args).duplicate_texts == "collapse"
     args = parser.parse_args(["replay", str(corpus), *src, "--store", str(tmp_path / "r")])
-    assert _replay_config(args).duplicate_texts == "keep"
+    assert _replay_config(args).duplicate_texts == "collapse"
     assert "document_concentration" not in _replay_config(args).model  # unset: the estimator's default
     with pytest.raises(SystemExit):
         parser.parse_args(["replay", str(corpus), *src, "--store", "x", "--document-concentration", "-1"])
@@ -741,7 +746,8 @@ def test_document_concentration_reaches_the_estimator(corpus, tmp_path):
 
 def test_a_library_warning_reads_as_a_warning_line_with_what_to_do(tmp_path, capsys):
     words = ["war", "army", "navy", "peace", "trade", "bank", "tax", "farm", "ship", "port"]
-    rows = {"text": [" ".join(words[(i + k) % 10] for k in range(3)) for i in range(40)], "year": [1801] * 40}
+    texts = [" ".join(c) for c in itertools.combinations(words, 3)][::3][:40]  # 40 distinct three-word texts
+    rows = {"text": texts, "year": [1801] * 40}
     pq.write_table(pa.table(rows), tmp_path / "c.parquet")
     assert main(["replay", str(tmp_path / "c.parquet"), "--text-col", "text", "--time-col", "year", "--quiet",
                  "--store", str(tmp_path / "s"), "--sweeps", "2", "--max-df", "1.0"]) == 0

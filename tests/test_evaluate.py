@@ -45,7 +45,8 @@ def test_paper_split_is_ninety_ten_disjoint_and_subsampled(corpus):
         # documents empty after the (training) vocabulary are dropped, and counted
         assert e.X_test.shape[0] <= n_test and e.X_train.shape[0] <= n - n_test
     kept = sum(e.X_train.shape[0] + e.X_test.shape[0] for e in data.epochs)
-    assert kept + data.n_dropped_train + data.n_dropped_test == full.num_rows
+    assert data.repeats_left_out  # the default fits each text once: its copies are counted, not split
+    assert kept + data.n_dropped_train + data.n_dropped_test + data.n_repeated_texts == full.num_rows
     small = load_split_epochs(cfg(corpus), EvaluationConfig(seed=5, max_docs_per_epoch=20, max_epochs=3,
                                                             protocol="paper"))
     assert len(small.epochs) == 3
@@ -112,8 +113,8 @@ def test_paper_protocol_needs_test_documents_in_each_half(tmp_path):
     texts = ["war army navy peace treaty"] * 60 + ["war army"] * 3
     pq.write_table(pa.table({"text": texts, "year": years}), tmp_path / "skew.parquet")
     with pytest.raises(ValueError, match=r"each half needs an epoch with test documents; found 2 of 2 and 0 of 3"):
-        load_split_epochs(cfg(tmp_path / "skew.parquet", id_col=None, max_df=1.0, min_df=1, epoch="year"),
-                          EvaluationConfig(protocol="paper"))
+        load_split_epochs(cfg(tmp_path / "skew.parquet", id_col=None, max_df=1.0, min_df=1, epoch="year",
+                              duplicate_texts="keep"), EvaluationConfig(protocol="paper"))
 
 
 def test_too_few_epochs_is_a_clear_error(tmp_path):
@@ -172,11 +173,12 @@ def test_repeated_texts_are_counted_and_left_out_when_asked(tmp_path):
     copies = t.slice(t.num_rows - 60, 60)  # 60 rows of the last month, again
     pq.write_table(pa.concat_tables([t, copies]), path)
     ev = EvaluationConfig()
-    kept = load_split_epochs(skewed_cfg(path), ev)
+    keep = ReplayConfig(**{**skewed_cfg(path).__dict__, "duplicate_texts": "keep"})
+    kept = load_split_epochs(keep, ev)
     assert kept.n_repeated_texts == 60 and not kept.repeats_left_out
     assert sum(kept.n_docs(p) for p in ("train", "select", "test")) == n + 60
     assert "held-out score optimistic" in repeated_texts_line(kept)  # 60 of 522: with the advice
-    few = load_split_epochs(skewed_cfg(path), EvaluationConfig(max_docs_per_epoch=60))
+    few = load_split_epochs(keep, EvaluationConfig(max_docs_per_epoch=60))
     assert 0 < few.n_repeated_texts < 60  # those among the rows drawn
     import dataclasses
 
@@ -186,9 +188,13 @@ def test_repeated_texts_are_counted_and_left_out_when_asked(tmp_path):
     assert "optimistic" in repeated_texts_line(dataclasses.replace(few, n_repeated_texts=int(0.1 * n_few) + 1))
     config = ReplayConfig(**{**skewed_cfg(path).__dict__, "duplicate_texts": "reject"})
     left = load_split_epochs(config, ev)
+    assert load_split_epochs(skewed_cfg(path), ev).repeats_left_out  # the default, collapse, leaves them out
     assert left.n_repeated_texts == 60 and left.repeats_left_out
     assert sum(left.n_docs(p) for p in ("train", "select", "test")) == n
-    assert "left out (--duplicate-texts reject)" in repeated_texts_line(left)
+    assert "left out, each text fitted and scored once" in repeated_texts_line(left)
+    collapsed = load_split_epochs(ReplayConfig(**{**config.__dict__, "duplicate_texts": "collapse"}), ev)
+    assert collapsed.repeats_left_out  # each text is fitted once: no copy is trained or held out
+    assert all(np.array_equal(a.X_train.toarray(), b.X_train.toarray()) for a, b in zip(left.epochs, collapsed.epochs))
 
 
 def test_source_rejects_are_counted_by_reason_over_the_whole_source(tmp_path):
@@ -197,7 +203,8 @@ def test_source_rejects_are_counted_by_reason_over_the_whole_source(tmp_path):
     rows += [{"text": "", "date": "2020-03-20"}]  # filed with March
     path = tmp_path / "src.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    config = ReplayConfig(source=str(path), text_col="text", time_col="date", epoch="month", min_df=1, max_df=1.0)
+    config = ReplayConfig(source=str(path), text_col="text", time_col="date", epoch="month", min_df=1, max_df=1.0,
+                          duplicate_texts="keep")
     data = load_split_epochs(config, EvaluationConfig())
     assert data.source_rejects == {"unparsable time": 3, "empty text": 1}
     cut = load_split_epochs(config, EvaluationConfig(max_epochs=2))  # March left out: its rejects still count
@@ -227,7 +234,8 @@ def test_document_splits_are_disjoint_and_vary_with_the_repeat(corpus):
     assert any(x.X_test.shape != y.X_test.shape or (x.X_test != y.X_test).nnz for x, y in zip(a0.epochs, a1.epochs))
     for data in (a0, a1):
         kept = sum(data.n_docs(p) for p in ("train", "select", "test"))
-        assert kept + data.n_dropped_train + data.n_dropped_select + data.n_dropped_test == full.num_rows
+        left_out = data.n_repeated_texts if data.repeats_left_out else 0  # copies of a text fitted once
+        assert kept + data.n_dropped_train + data.n_dropped_select + data.n_dropped_test + left_out == full.num_rows
     # the three parts of an epoch are disjoint: as many distinct rows as rows (texts are distinct paragraphs)
     e = a0.epochs[1]
     rows = sp.vstack([e.X_train, e.X_select, e.X_test]).toarray()

@@ -110,7 +110,9 @@ def test_rejects_are_counted_and_stored(tmp_path):
     }
     pq.write_table(pa.table(rows), tmp_path / "c.parquet")
     uri = str(tmp_path / "s")
-    summary = replay(config(tmp_path / "c.parquet", max_features=None, min_df=2, max_df=1.0), uri)
+    # the repeated texts are fitted as documents of their own: the vocabulary's min_df=2 counts them
+    summary = replay(config(tmp_path / "c.parquet", max_features=None, min_df=2, max_df=1.0, duplicate_texts="keep"),
+                     uri)
     assert summary.rejects == {EMPTY_TEXT: 1, MISSING_TIME: 1, EMPTY_AFTER_VOCABULARY: 2}
     assert summary.n_empty_after_filter == 2
     assert summary.n_documents == 12
@@ -138,10 +140,10 @@ def test_repeated_texts_are_counted_and_fitted_or_rejected(tmp_path):
             "year": [1791] * 5 + [1801] * 3 + [1801] * 2}
     pq.write_table(pa.table(rows), tmp_path / "c.parquet")
     kw = dict(max_features=None, min_df=2, max_df=1.0)
-    kept = replay(config(tmp_path / "c.parquet", **kw), str(tmp_path / "keep"))
+    kept = replay(config(tmp_path / "c.parquet", duplicate_texts="keep", **kw), str(tmp_path / "keep"))
     assert kept.n_repeated_texts == 3 and kept.n_documents == 8 and kept.rejects == {EMPTY_AFTER_VOCABULARY: 2}
     assert "repeated texts: 3 of the 8 documents repeat" in kept.format()
-    assert "--duplicate-texts reject fits the first" in kept.format()  # 3 of 8: with the advice
+    assert "--duplicate-texts collapse fits each text once" in kept.format()  # 3 of 8: with the advice
     from streamtree.replay import repeated_texts_note
 
     assert repeated_texts_note(3, 100, "keep").endswith("fitted as documents of their own")  # 3%: counted only
@@ -168,14 +170,60 @@ def test_repeated_texts_are_counted_and_fitted_or_rejected(tmp_path):
     assert sorted(fitted) == ["d0", "d3", "d4", "d5", "d6"]  # the first of each text in each epoch
     assert filed == {"d1": DUPLICATE_TEXT, "d2": DUPLICATE_TEXT, "d7": DUPLICATE_TEXT, "d8": EMPTY_AFTER_VOCABULARY,
                      "d9": DUPLICATE_TEXT}
-    # the setting is part of what a resume must match; the default is not recorded (older stores match)
-    assert "duplicate_texts" not in config(tmp_path / "c.parquet").identity()
+    # the setting is part of what a resume must match; "keep", what stores fitted before the setting
+    # was recorded, is not recorded (older stores match it), the default "collapse" is
+    assert "duplicate_texts" not in config(tmp_path / "c.parquet", duplicate_texts="keep").identity()
+    assert config(tmp_path / "c.parquet").identity()["duplicate_texts"] == "collapse"
     assert cfg.identity()["duplicate_texts"] == "reject"
-    # the store's setting and the default, both named (the default is not recorded in an identity)
-    with pytest.raises(StoreError, match="duplicate_texts: 'reject' in the store, 'keep' now"):
+    # the store's setting and the default, both named
+    with pytest.raises(StoreError, match="duplicate_texts: 'reject' in the store, 'collapse' now"):
         replay(config(tmp_path / "c.parquet", **kw), uri, mode="resume")
+    # a store that records no setting was fitted keeping its copies: resumed at the default, both named
+    with pytest.raises(StoreError, match="duplicate_texts: 'keep' in the store, 'collapse' now"):
+        replay(config(tmp_path / "c.parquet", **kw), str(tmp_path / "keep"), mode="resume")
     with pytest.raises(ValueError, match="duplicate_texts must be one of"):
         config(tmp_path / "c.parquet", duplicate_texts="drop")
+
+
+def test_collapsed_repeats_are_fitted_once_and_published_at_their_texts_node(tmp_path):
+    """Under --duplicate-texts collapse the model fits what reject fits (the same trees), and
+    every copy is published as a document at its text's node: nothing is filed as a reject, and
+    the published counts hold the copies."""
+    texts = (["war army navy quokka"] * 3 + ["war army peace treaty", "taxes revenue debt"]
+             + ["war army peace treaty", "taxes revenue debt treasury", "taxes revenue debt treasury"]
+             + ["the and of"] * 2)
+    rows = {"doc_id": [f"d{i}" for i in range(len(texts))], "text": texts,
+            "year": [1791] * 5 + [1801] * 3 + [1801] * 2}
+    pq.write_table(pa.table(rows), tmp_path / "c.parquet")
+    kw = dict(max_features=None, min_df=2, max_df=1.0)
+    rejected = replay(config(tmp_path / "c.parquet", duplicate_texts="reject", **kw), str(tmp_path / "reject"))
+    cfg = config(tmp_path / "c.parquet", duplicate_texts="collapse", **kw)
+    collapsed = replay(cfg, str(tmp_path / "collapse"))
+    assert collapsed.n_documents == 8 and collapsed.rejects == {EMPTY_AFTER_VOCABULARY: 2}
+    assert collapsed.n_repeated_texts == 3 and "fitted once and its copies published" in collapsed.format()
+    assert "documents: 8 published (5 distinct texts fitted) of 10 records read" in collapsed.format()
+    assert rejected.n_documents == 5
+    a, b = SnapshotStore(str(tmp_path / "reject")), SnapshotStore(str(tmp_path / "collapse"))
+    assert a.vocabulary().tolist() == b.vocabulary().tolist()  # each text counted once, as fitted
+    node_of = {}
+    for ea, eb in zip(a.epochs(), b.epochs(), strict=True):
+        ta, tb = a.read(ea["epoch"]), b.read(eb["epoch"])
+        for name in ("node_ids", "parent", "theta", "mass", "window_counts"):
+            assert np.array_equal(getattr(ta.tree, name), getattr(tb.tree, name)), name
+        node_of.update(zip(tb.doc_ids.tolist(), tb.tree.assignments.tolist()))
+        fitted = dict(zip(ta.doc_ids.tolist(), ta.tree.assignments.tolist()))
+        assert all(node_of[d] == n for d, n in fitted.items())  # the fitted rows where reject has them
+        assert tb.tree.counts.sum() == tb.doc_ids.size
+        at = {int(n): i for i, n in enumerate(tb.tree.node_ids)}
+        assert tb.tree.subtree_counts[0] == tb.doc_ids.size  # the root's subtree holds every document
+        for n, c in zip(tb.tree.node_ids, tb.tree.counts):
+            assert c == sum(1 for x in tb.tree.assignments if x == n)
+            kids = tb.tree.children(int(n))
+            assert tb.tree.subtree_counts[at[int(n)]] == c + sum(tb.tree.subtree_counts[at[int(k)]] for k in kids)
+        assert tb.rejects is None or DUPLICATE_TEXT not in tb.rejects.column("reason").to_pylist()
+    assert sorted(node_of) == ["d0", "d1", "d2", "d3", "d4", "d5", "d6", "d7"]
+    assert node_of["d1"] == node_of["d2"] == node_of["d0"] and node_of["d7"] == node_of["d6"]
+    assert cfg.identity()["duplicate_texts"] == "collapse"
 
 
 def _days_with_copies(root: Path) -> tuple[Path, Path]:

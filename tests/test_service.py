@@ -855,24 +855,34 @@ def test_repeated_texts_rejected_as_replay_does_or_kept_with_a_warning(tmp_path,
                   duplicate_texts="reject"))
     assert store_epochs(tmp_path / "store") == store_epochs(tmp_path / "replay")
     assert [r for _, r in store_rejects(tmp_path / "store")] == [DUPLICATE_TEXT] * 20
-    # a restart with the other setting is refused, naming both values (the default is not recorded)
-    with pytest.raises(StoreError, match="duplicate_texts: 'reject' in the store, 'keep' now"):
+    # a restart with the other setting (the default) is refused, naming both values
+    with pytest.raises(StoreError, match="duplicate_texts: 'reject' in the store, 'collapse' now"):
         _once(_config(land, tmp_path / "store", vocabulary_from=str(tmp_path / "replay"), idle_timeout=1e-3))
     with caplog.at_level("WARNING", logger="streamtree.service"):
-        _once(_config(land, tmp_path / "kept", vocabulary_from=str(tmp_path / "replay"), idle_timeout=1e-3))
+        _once(_config(land, tmp_path / "kept", vocabulary_from=str(tmp_path / "replay"), idle_timeout=1e-3,
+                      duplicate_texts="keep"))
     warned = [r.getMessage() for r in caplog.records if "repeat the text" in r.getMessage()]
     assert len(warned) == 2 and "10 of the 35 documents" in warned[0]
     assert store_rejects(tmp_path / "kept") == []
+    # collapsed as replay collapses them: every copy published at its text's node, none filed
+    replay(ReplayConfig(source=str(src), text_col="text", time_col="time", epoch="1d", model=model, min_df=1,
+                        duplicate_texts="collapse"), str(tmp_path / "replay_collapsed"))
+    _once(_config(land, tmp_path / "collapsed", vocabulary_from=str(tmp_path / "replay_collapsed"),
+                  idle_timeout=1e-3, duplicate_texts="collapse"))
+    collapsed = store_epochs(tmp_path / "collapsed")
+    assert collapsed == store_epochs(tmp_path / "replay_collapsed")
+    assert store_rejects(tmp_path / "collapsed") == [] and sum(len(e[-1]) for e in collapsed) == 70
 
 
 def test_warm_up_counts_the_rows_that_will_be_fitted(tmp_path):
-    """Under --duplicate-texts reject a copy is not a warm-up document: 2 days of 25 texts, each
-    day with 10 copies, reach 60 documents only when the copies count."""
+    """Under --duplicate-texts reject or collapse a copy is not a warm-up document (the vocabulary
+    counts each text once, as the fit does): 2 days of 25 texts, each day with 10 copies, reach 60
+    documents only when the copies count."""
     land = tmp_path / "land"
     for d in (1, 2, 3):
         rows = day_rows(d, 25, 7)
         write_jsonl(str(land / f"day{d}.jsonl"), rows + rows[:10])
-    for mode, fitted in (("keep", True), ("reject", False)):
+    for mode, fitted in (("keep", True), ("reject", False), ("collapse", False)):
         _once(_config(land, tmp_path / mode, warmup_docs=60, duplicate_texts=mode, min_df=1))
         # day 3 stays open (no idle timeout): days 1-2 are the closed warm-up epochs
         assert (SnapshotStore(str(tmp_path / mode)).vectorizer() is not None) == fitted, mode
