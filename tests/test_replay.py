@@ -129,17 +129,22 @@ def test_rejects_are_counted_and_stored(tmp_path):
                    "stop": ("1800s", EMPTY_AFTER_VOCABULARY), "rare": ("1800s", EMPTY_AFTER_VOCABULARY)}
 
 
-def test_repeated_texts_are_counted_and_fitted_or_rejected(tmp_path):
-    # "quokka" is in one distinct text only, repeated three times in its decade; the other texts
-    # repeat across decades, which is not a repeat within an epoch
-    # "the and of" is left empty by the vocabulary: its copy is no document
+def _repeated_texts_source(tmp_path) -> dict:
+    """Ten rows over two decades, written to ``c.parquet``; returns the vocabulary settings.
+    "quokka" is in one distinct text only, repeated three times in its decade (d0-d2); the other
+    texts repeat across decades, which is not a repeat within an epoch, apart from d7, a copy of
+    d6; "the and of" is left empty by the vocabulary: its copy is no document."""
     texts = (["war army navy quokka"] * 3 + ["war army peace treaty", "taxes revenue debt"]
              + ["war army peace treaty", "taxes revenue debt treasury", "taxes revenue debt treasury"]
              + ["the and of"] * 2)
     rows = {"doc_id": [f"d{i}" for i in range(len(texts))], "text": texts,
             "year": [1791] * 5 + [1801] * 3 + [1801] * 2}
     pq.write_table(pa.table(rows), tmp_path / "c.parquet")
-    kw = dict(max_features=None, min_df=2, max_df=1.0)
+    return dict(max_features=None, min_df=2, max_df=1.0)
+
+
+def test_repeated_texts_are_counted_and_fitted_or_rejected(tmp_path):
+    kw = _repeated_texts_source(tmp_path)
     kept = replay(config(tmp_path / "c.parquet", duplicate_texts="keep", **kw), str(tmp_path / "keep"))
     assert kept.n_repeated_texts == 3 and kept.n_documents == 8 and kept.rejects == {EMPTY_AFTER_VOCABULARY: 2}
     assert "repeated texts: 3 of the 8 documents repeat" in kept.format()
@@ -189,13 +194,7 @@ def test_collapsed_repeats_are_fitted_once_and_published_at_their_texts_node(tmp
     """Under --duplicate-texts collapse the model fits what reject fits (the same trees), and
     every copy is published as a document at its text's node: nothing is filed as a reject, and
     the published counts hold the copies."""
-    texts = (["war army navy quokka"] * 3 + ["war army peace treaty", "taxes revenue debt"]
-             + ["war army peace treaty", "taxes revenue debt treasury", "taxes revenue debt treasury"]
-             + ["the and of"] * 2)
-    rows = {"doc_id": [f"d{i}" for i in range(len(texts))], "text": texts,
-            "year": [1791] * 5 + [1801] * 3 + [1801] * 2}
-    pq.write_table(pa.table(rows), tmp_path / "c.parquet")
-    kw = dict(max_features=None, min_df=2, max_df=1.0)
+    kw = _repeated_texts_source(tmp_path)
     rejected = replay(config(tmp_path / "c.parquet", duplicate_texts="reject", **kw), str(tmp_path / "reject"))
     cfg = config(tmp_path / "c.parquet", duplicate_texts="collapse", **kw)
     collapsed = replay(cfg, str(tmp_path / "collapse"))
