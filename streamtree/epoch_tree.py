@@ -41,7 +41,9 @@ class EpochTree:
     subtree_counts : ndarray of int64, shape (K,)
         Documents of this epoch assigned to the node or any descendant.
     window_counts : ndarray of int64, shape (K,)
-        Documents at the node summed over the stick window (past epochs plus this one).
+        Documents at the node summed over the stick window (past epochs plus this one), as the
+        model fitted them: where repeated texts are fitted once and their copies published
+        (:meth:`with_copies`), each text once, so fewer than :attr:`counts` can hold.
     theta : ndarray of float64, shape (K, p)
         Node parameters: unit mean directions (vMF), means (Gaussian) or word distributions
         (multinomial).

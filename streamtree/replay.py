@@ -227,8 +227,9 @@ class ReplaySummary:
     n_records: int
     rejects: dict[str, int] = field(default_factory=dict)
     n_empty_after_filter: int = 0
-    #: rows that repeated an earlier row's text in their epoch (fitted, or rejected when asked);
-    #: None for a store resumed from one written before they were counted
+    #: rows that repeated an earlier row's text in their epoch (published at their text's node,
+    #: fitted, or rejected: :data:`~streamtree.records.DUPLICATE_TEXTS`); None for a store
+    #: resumed from one written before they were counted
     n_repeated_texts: int | None = 0
     duplicate_texts: str = DEFAULT_DUPLICATE_TEXTS
     vocabulary_size: int = 0
@@ -249,9 +250,9 @@ class ReplaySummary:
         return sum(self.rejects.values())
 
     def format(self) -> str:
-        documents = f"{self.n_documents} fitted"
-        if self.duplicate_texts == "collapse" and self.n_repeated_texts:  # copies are published, not fitted
-            documents = f"{self.n_documents} published ({self.n_documents - self.n_repeated_texts} distinct texts fitted)"
+        copies = (self.n_repeated_texts or 0) if self.duplicate_texts == "collapse" else 0  # published, not fitted
+        fitted = self.n_documents - copies
+        documents = f"{self.n_documents} published ({fitted} distinct texts fitted)" if copies else f"{fitted} fitted"
         lines = [f"epochs: {self.n_epochs} ({self.n_published} published now"
                  + (", the store was already complete)" if self.complete_before else ")"),
                  f"documents: {documents} of {counted(self.n_records, 'record')} read"]
@@ -266,7 +267,7 @@ class ReplaySummary:
         repeated = repeated_texts_note(self.n_repeated_texts, self.n_documents, self.duplicate_texts)
         if repeated:
             lines.append(f"repeated texts: {repeated}")
-        rate = self.n_documents / self.fit_seconds if self.fit_seconds > 0 else float("nan")
+        rate = fitted / self.fit_seconds if self.fit_seconds > 0 else float("nan")
         fitting = f"{self.fit_seconds:.1f}s fitting, {rate:.0f} documents/s"
         if self.complete_before:
             lines.append(f"time: {self.seconds:.1f}s (nothing left to fit; the replay that wrote the store: {fitting})")
@@ -803,6 +804,9 @@ class FittedEpoch:
     #: the terms of X's columns, to label nodes by their documents (None: the store labels them
     #: by theta, for families that do not label by documents)
     vocabulary: np.ndarray | None = None
+    #: the rows of X the model fitted when it did not fit them all (repeated texts fitted once):
+    #: the label words read those, so that a text's copies do not outweigh other texts
+    fitted_rows: np.ndarray | None = None
 
     @property
     def n_documents(self) -> int:
@@ -810,11 +814,14 @@ class FittedEpoch:
 
     def publish(self, store: SnapshotStore, *, n_top_words: int, **commit) -> None:
         """Publish to ``store`` with each node's label words (``EpochTree.label_words``: the
-        terms of the documents in its subtree; without a :attr:`vocabulary`, the store's
+        terms of the fitted documents in its subtree; without a :attr:`vocabulary`, the store's
         default, theta's largest entries); ``commit`` goes to ``SnapshotStore.publish``
         (``state``, ``checkpoint``, ``tables``: what is committed with the epoch)."""
         ep = self.epoch
-        words = None if self.vocabulary is None else self.tree.label_words(self.vocabulary, self.X, n_top_words)
+        tree, X = self.tree, self.X
+        if self.fitted_rows is not None:
+            tree, X = replace(tree, assignments=np.asarray(tree.assignments)[self.fitted_rows]), X[self.fitted_rows]
+        words = None if self.vocabulary is None else tree.label_words(self.vocabulary, X, n_top_words)
         store.publish(self.tree, ep.rows.column("id").to_pylist(), top_words=words, n_top_words=n_top_words,
                       rejects=self.rejects, key=ep.key, label=ep.label, events=self.tree.events, **commit)
 
@@ -887,7 +894,8 @@ class EpochFitter:
         self.duplicate_texts = duplicate_texts
         self.carried: list[pa.Table] = []
         self.n_empty = 0
-        #: the last epoch's rows repeating an earlier row's text: rejected, or kept and fitted
+        #: the last epoch's rows repeating an earlier row's text: rejected, or documents (fitted
+        #: under "keep", published at their text's node under "collapse")
         self.last_repeated = 0
 
     def documents(self, ep: Epoch) -> tuple[Epoch, sp.csr_matrix, int, int]:
@@ -932,10 +940,10 @@ class EpochFitter:
         fitted = np.flatnonzero(first == np.arange(first.size))
         return fitted, np.searchsorted(fitted, first)
 
-    def published_tree(self, ep: Epoch, tree):
-        """The tree the model fitted on ``ep``'s documents as published: under ``"collapse"``
-        with every copy at its text's node (:meth:`EpochTree.with_copies`), else as fitted."""
-        rows = self.fitted_rows(ep)
+    @staticmethod
+    def published_tree(tree, rows: tuple[np.ndarray, np.ndarray] | None):
+        """The tree the model fitted as published: with every copy at its text's node
+        (:meth:`EpochTree.with_copies`) when :meth:`fitted_rows` gave ``rows``, else as fitted."""
         return tree if rows is None else tree.with_copies(rows[1])
 
     def fit(self, ep: Epoch, callback=None) -> FittedEpoch | None:
@@ -954,8 +962,8 @@ class EpochFitter:
         rows = self.fitted_rows(ep)
         self.model.partial_fit(X if rows is None else X[rows[0]], epoch=ep.index, label=ep.label, callback=callback)
         by_documents = type(self.model.likelihood_).labels_from_documents
-        return FittedEpoch(ep, self.published_tree(ep, self.model.trees_[-1]), X, rejects,
-                           self.vectorizer.vocabulary_ if by_documents else None)
+        return FittedEpoch(ep, self.published_tree(self.model.trees_[-1], rows), X, rejects,
+                           self.vectorizer.vocabulary_ if by_documents else None, None if rows is None else rows[0])
 
 
 def _static_in_force(store: SnapshotStore, last: dict, given: StaticOptions | None) -> StaticOptions | None:
@@ -994,7 +1002,7 @@ def _finish_static(store: SnapshotStore, opts: StaticOptions | None, reader: Epo
                          "the store is damaged: replay it again with --overwrite")
     ep, X, _, _ = fitter.documents(next(reader.epochs(start=int(last["epoch"]))))
     logger.info("epoch %s: writing the static %s snapshot the stopped run did not write", ep.label, opts.method)
-    _write_static(store, opts, ep, fitter.published_tree(ep, tree), X, seed)
+    _write_static(store, opts, ep, fitter.published_tree(tree, fitter.fitted_rows(ep)), X, seed)
 
 
 def _write_static(store: SnapshotStore, opts: StaticOptions, ep: Epoch, tree, X, seed: int) -> None:
@@ -1074,6 +1082,12 @@ def load_model(store_uri: str, epoch: int | None = None, **overrides) -> DTSSBP:
     further epochs. An older epoch of a store that kept only the latest checkpoint comes back
     as a :class:`StoredTreeModel`, which scores documents against that epoch's stored tree but
     cannot be fitted further.
+
+    A model from a checkpoint holds its trees as fitted: where repeated texts were fitted once
+    (``duplicate_texts="collapse"``), the last tree's assignments are those of the fitted rows,
+    each text once, while the store's tree (``SnapshotStore.read``), and so a
+    :class:`StoredTreeModel`'s, assigns every published document, copies included. Join
+    assignments to document ids through the store.
     """
     store = SnapshotStore(store_uri)
     try:

@@ -149,7 +149,8 @@ class ServeConfig:
     top_words: int = DEFAULT_TOP_WORDS
     batch_size: int = 8192
     model: dict = field(default_factory=dict)
-    #: rows repeating an earlier row's text in their epoch: fitted (``"keep"``) or rejected
+    #: rows repeating an earlier row's text in their epoch: fitted once and published at their
+    #: text's node (``"collapse"``), fitted (``"keep"``) or rejected (``"reject"``)
     duplicate_texts: str = DEFAULT_DUPLICATE_TEXTS
 
     _RUNTIME = ("landing", "store", "poll_interval", "settle", "batch_size", "idle_timeout")

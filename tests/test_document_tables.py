@@ -119,7 +119,7 @@ def test_tables_are_drawn_entry_by_entry_from_the_uniforms_in_storage_order():
     assert np.array_equal(T.data, expected)
 
 
-@pytest.mark.parametrize("bad", [2.5, np.nan])
+@pytest.mark.parametrize("bad", [2.5, np.nan, np.inf])
 def test_table_draws_refuse_counts_that_are_not_integers(bad):
     X = sp.csr_matrix(np.array([[3.0, 1.0], [bad, 2.0]]))
     with pytest.raises(ValueError, match="integer counts"):

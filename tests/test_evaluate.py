@@ -194,6 +194,7 @@ def test_repeated_texts_are_counted_and_left_out_when_asked(tmp_path):
     assert "left out, each text fitted and scored once" in repeated_texts_line(left)
     collapsed = load_split_epochs(ReplayConfig(**{**config.__dict__, "duplicate_texts": "collapse"}), ev)
     assert collapsed.repeats_left_out  # each text is fitted once: no copy is trained or held out
+    assert len(collapsed.epochs) == len(left.epochs) > 1
     assert all(np.array_equal(a.X_train.toarray(), b.X_train.toarray()) for a, b in zip(left.epochs, collapsed.epochs))
 
 

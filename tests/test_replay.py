@@ -209,6 +209,7 @@ def test_collapsed_repeats_are_fitted_once_and_published_at_their_texts_node(tmp
         ta, tb = a.read(ea["epoch"]), b.read(eb["epoch"])
         for name in ("node_ids", "parent", "theta", "mass", "window_counts"):
             assert np.array_equal(getattr(ta.tree, name), getattr(tb.tree, name)), name
+        assert ta.top_words == tb.top_words  # labels read each text once: copies do not outweigh others
         node_of.update(zip(tb.doc_ids.tolist(), tb.tree.assignments.tolist()))
         fitted = dict(zip(ta.doc_ids.tolist(), ta.tree.assignments.tolist()))
         assert all(node_of[d] == n for d, n in fitted.items())  # the fitted rows where reject has them

@@ -79,7 +79,7 @@ def _tables_nb(indptr, indices, data, node_of_row, theta, s, u, first, out, orde
 @njit(cache=True, nogil=True)
 def _all_integers(values) -> bool:
     for v in values:
-        if v != math.floor(v):  # NaN is not an integer either
+        if not math.isfinite(v) or v != math.floor(v):
             return False
     return True
 
