@@ -114,16 +114,11 @@ class EpochTree:
         the result is at the node of this tree's document ``source[r]``. :attr:`counts` and
         :attr:`subtree_counts` count every document of the result; the fit's own figures
         (:attr:`mass`, :attr:`window_counts`, the parameters) are this tree's."""
-        by_id = np.argsort(self.node_ids)
-
-        def rows_of(ids: np.ndarray) -> np.ndarray:
-            return by_id[np.searchsorted(self.node_ids, ids, sorter=by_id)]
-
         assignments = np.asarray(self.assignments)[np.asarray(source, dtype=np.int64)]
-        counts = np.bincount(rows_of(assignments), minlength=self.n_nodes).astype(np.int64)
+        counts = np.bincount(self._rows(assignments, "documents are at"), minlength=self.n_nodes).astype(np.int64)
         parent_index = np.full(self.n_nodes, -1, dtype=np.int64)
         has_parent = self.parent >= 0
-        parent_index[has_parent] = rows_of(self.parent[has_parent])
+        parent_index[has_parent] = self._rows(self.parent[has_parent], "nodes have as parents")
         return replace(self, assignments=assignments, counts=counts,
                        subtree_counts=subtree_sums(parent_index, counts).astype(np.int64))
 
@@ -152,12 +147,15 @@ class EpochTree:
     def _rows(self, node_ids, what: str) -> np.ndarray:
         """The rows of ``node_ids`` in the per-node arrays (a ValueError naming any the tree
         does not hold, and ``what`` refers to them)."""
-        row = {int(n): k for k, n in enumerate(self.node_ids)}
-        unknown = sorted({int(n) for n in node_ids} - set(row))
-        if unknown:
+        ids = np.asarray(node_ids, dtype=np.int64).ravel()
+        by_id = np.argsort(self.node_ids)
+        rows = by_id[np.minimum(np.searchsorted(self.node_ids, ids, sorter=by_id), self.n_nodes - 1)]
+        held = self.node_ids[rows] == ids
+        if not held.all():
+            unknown = sorted(set(ids[~held].tolist()))
             raise ValueError(f"epoch {self.epoch}: {what} {len(unknown)} node ids the tree does not hold, "
                              f"e.g. {unknown[:5]}")
-        return np.array([row[int(n)] for n in node_ids], dtype=np.int64)
+        return rows.astype(np.int64, copy=False)
 
     def _below(self, at: np.ndarray, weights: np.ndarray | None = None) -> sp.csr_matrix:
         """(K, len(at)): entry (k, i) is ``weights[i]`` (default 1) when item ``i``, at row
