@@ -75,10 +75,9 @@ def scored_not_taken(moves: SplitMerge, place: tuple, allocation=None):
     exact_ratio, exact_probs, exact_uniform = SplitMerge._log_ratio, split_merge.launch_probabilities, \
         split_merge._log_uniform
 
-    def ratio(self, st, split, a, b, pl, docs, log_prior, n_places, log_q, *rest, **kw):
-        out = exact_ratio(self, st, split, a, b, pl, docs, log_prior, n_places, log_q, *rest, **kw)
-        seen.update(ratio=out - split_merge._log_count(n_places), target=out - split_merge._log_count(n_places) + log_q,
-                    size=docs.n)
+    def ratio(self, st, split, a, b, pl, docs, log_prior, log_place, log_q, *rest, **kw):
+        out = exact_ratio(self, st, split, a, b, pl, docs, log_prior, log_place, log_q, *rest, **kw)
+        seen.update(ratio=out + log_place, target=out + log_place + log_q, size=docs.n)
         return out
 
     SplitMerge._log_ratio = ratio
