@@ -162,6 +162,8 @@ def main() -> None:
     summary: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for seed in _seeds(args.seeds):
         corpus = planted_dirichlet_tree(np.random.default_rng(seed), n_features=2000, n_documents=5000, n_epochs=1)
+        if int(corpus.depth[corpus.node_ids[0]].max()) > args.max_depth:
+            p.error(f"the planted tree is {int(corpus.depth.max())} deep: --max-depth must be at least that")
         truth = corpus.labels[0]
         true_big = big_nodes(truth)
         true_inner = inner_share(truth, corpus.parent[corpus.node_ids[0]])
