@@ -1,4 +1,4 @@
-"""Is a planted-tree miss the target's or the search's? The first epoch from the root and from the planted tree.
+"""Where a planted-tree miss comes from: the first epoch from the root, from the planted tree, from a k-means tree.
 
 Corpus: the first epoch of :func:`streamtree.synthetic.planted_dirichlet_tree` (as
 ``bench_planted.py``: V 2,000, 5,000 documents, 31 true nodes of depth up to 3, documents at
