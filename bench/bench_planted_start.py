@@ -51,7 +51,7 @@ from sklearn.metrics import adjusted_rand_score
 from sklearn.preprocessing import normalize
 
 import streamtree  # noqa: F401  (configures numba's cache before any model import)
-from bench_planted import big_nodes, model_input
+from bench_planted import big_nodes, model_input, parse_integers
 from streamtree.inference.epoch_sampler import EpochSampler
 from streamtree.model import DTSSBP
 from streamtree.synthetic import PlantedTreeCorpus, planted_dirichlet_tree
@@ -59,13 +59,6 @@ from streamtree.text import reference_length
 from streamtree.tree import ROOT
 
 KMEANS_SEED = 0
-
-
-def _seeds(text: str) -> list[int]:
-    if "-" in text:
-        lo, hi = text.split("-")
-        return list(range(int(lo), int(hi) + 1))
-    return [int(s) for s in text.split(",")]
 
 
 def plant(state, likelihood, X, corpus: PlantedTreeCorpus, epoch: int) -> None:
@@ -165,7 +158,7 @@ def main() -> None:
     print(f"{'seed':>4} {'family':>12} {'start':>8} {'nodes>=1%':>10} {'truth':>5} {'ratio':>6} {'ARI':>6} "
           f"{'live K':>6} {'at inner':>8} {'truth':>6} {'CPU s':>6}")
     summary: dict[tuple[str, str], list[tuple[float, float]]] = {}
-    for seed in _seeds(args.seeds):
+    for seed in parse_integers(args.seeds):
         corpus = planted_dirichlet_tree(np.random.default_rng(seed), n_features=2000, n_documents=5000, n_epochs=1)
         if int(corpus.depth[corpus.node_ids[0]].max()) > args.max_depth:
             p.error(f"the planted tree is {int(corpus.depth.max())} deep: --max-depth must be at least that")
@@ -179,9 +172,10 @@ def main() -> None:
         makers = {"root": None,
                   "planted": lambda st, lik, X, epoch: plant(st, lik, X, corpus, epoch),
                   "kmeans": lambda st, lik, X, epoch: plant_kmeans(st, lik, X, branching, epoch)}
+        counts = corpus.counts[0]
+        inputs = {f: model_input(counts, f, reference=reference_length(counts)) for f in likelihoods}
         for likelihood, start in ((f, s) for f in likelihoods for s in starts):
-            counts = corpus.counts[0]
-            X = model_input(counts, likelihood, reference=reference_length(counts))
+            X = inputs[likelihood]
             params = {"likelihood": likelihood, "max_depth": args.max_depth, "random_state": seed}
             if args.sweeps is not None:
                 params["n_sweeps"] = args.sweeps
