@@ -457,13 +457,13 @@ def test_a_relocation_and_the_relocation_back_have_opposite_log_ratios(nested, r
     assert pairs > 250
 
 
-def _split_merge_pairs(case, accept, proposal: str, adopting: bool = False) -> tuple[int, int]:
-    """Every split-and-merge-back pair of :func:`_split_and_merge_back` from every state of
-    ``case`` (a :class:`Case` or a :class:`NestedCase`), its two log ratios checked to cancel and
-    the state checked to come back; the pairs and the refills of kept nodes among them (with
-    ``adopting``, only the pairs whose new node adopts children are counted)."""
+def _split_merge_pairs(case, accept, proposal: str, adopting: bool = False, every: int = 1) -> tuple[int, int]:
+    """Every split-and-merge-back pair of :func:`_split_and_merge_back` from every (``every``-th)
+    state of ``case`` (a :class:`Case` or a :class:`NestedCase`), its two log ratios checked to
+    cancel and the state checked to come back; the pairs and the refills of kept nodes among
+    them (with ``adopting``, only the pairs whose new node adopts children are counted)."""
     moves = SplitMerge(case.lik, case.kw, integrate_split_node=case.integrated, subset_min_docs=1)
-    states, key = _move_states(case, np.random.default_rng(0))
+    states, key = _move_states(case, np.random.default_rng(0), every)
     pairs = refills = 0
     for s, st0 in states:
         idx = moves.index(st0)
@@ -1286,15 +1286,38 @@ def _rehangs_keep_the_target(case, n_draws: int, seed: int, rounds: int) -> None
     assert abs(_empty_share_z(case, hist)) < 4.0
 
 
+def _nested_vmf_empty_case():
+    """:func:`_nested_vmf_case` with empty newborn internal nodes in its states, the split
+    node held at its parameter (the default moves). Its target takes about a minute of
+    quadrature to build."""
+    base = _nested_vmf_case()
+    return NestedCase(base.lik, base.X, base.fixed_parent, base.theta, base.past, base.max_depth, base.kw,
+                      empty=True, circle=True)
+
+
+@pytest.fixture(scope="module")
+def vmf_empty_case():
+    return _nested_vmf_empty_case()
+
+
 @pytest.mark.slow  # about 2 minutes
-def test_rehangs_keep_the_windowed_target_on_the_circle():
+def test_rehangs_keep_the_windowed_target_on_the_circle(vmf_empty_case):
     """The same for the vMF on the circle (p = 2), where a relay's proposal density (its
     parent link times its documents' likelihood over their marginal) reads the family's
     normalisers: the move alone keeps the target, newborn directions integrated."""
-    base = _nested_vmf_case()
-    case = NestedCase(base.lik, base.X, base.fixed_parent, base.theta, base.past, base.max_depth, base.kw,
-                      empty=True, circle=True)
-    _rehangs_keep_the_target(case, 2500, 7, rounds=3)
+    _rehangs_keep_the_target(vmf_empty_case, 2500, 7, rounds=3)
+
+
+@pytest.mark.slow  # about 2 minutes
+def test_vmf_lifts_and_adopting_splits_keep_the_windowed_target_on_the_circle(vmf_empty_case):
+    """vMF on the circle: insertions and lifts of empty nodes (a direction drawn from its parent
+    link, its adopted children's links scored at the draw), and splits whose new node adopts
+    children with the merges that lift them, beside relocations, leave p(z_window | tree) x
+    data invariant, newborn directions integrated (by quadrature)."""
+    pval, kinds, hist = _nested_chain(vmf_empty_case, 1500, 9, rounds=3)
+    assert kinds["lift"] > 50 and kinds["insert"] > 50 and kinds["adopt split"] >= 1, kinds
+    assert pval > 1e-3
+    assert abs(_empty_share_z(vmf_empty_case, hist)) < 4.0
 
 
 @pytest.mark.slow  # about 20 s
@@ -1500,12 +1523,30 @@ def test_an_insertion_and_the_lift_that_undoes_it_have_opposite_log_ratios(empty
     that sum to zero (each side's prior change, links and draw counts read in its own state).
     A count read in the wrong state (the hosts before the lift in place of after it) is off by
     a fraction of a nat, which the chain-level checks cannot resolve."""
+    assert _insertion_lift_pairs(empty_case, monkeypatch) > 100
+
+
+@pytest.mark.slow  # about 1 minute
+def test_vmf_insertions_and_adopting_splits_have_opposite_log_ratios_to_their_undoing(vmf_empty_case, monkeypatch):
+    """The same pair checks for the vMF, whose link densities and normalisers differ from the
+    word distributions': an insertion and its lift, an adopting split and its merge (every
+    fifth state, for time)."""
+    assert _insertion_lift_pairs(vmf_empty_case, monkeypatch, every=5) > 20
+    accept = _Accepting()
+    monkeypatch.setattr(sm, "_log_uniform", accept)
+    pairs, _ = _split_merge_pairs(vmf_empty_case, accept, "launch", adopting=True, every=5)
+    assert pairs > 5
+
+
+def _insertion_lift_pairs(empty_case, monkeypatch, every: int = 1) -> int:
+    """Every insertion-and-lift-back pair from every ``every``-th state of ``empty_case``, their
+    two log ratios checked to cancel and the state checked to come back; the pairs."""
     accept = _Accepting()
     monkeypatch.setattr(sm, "_log_uniform", accept)
     moves = SplitMerge(empty_case.lik, empty_case.kw)
     rng = np.random.default_rng(0)
     pairs = 0
-    for s in range(len(empty_case.keys)):
+    for s in range(0, len(empty_case.keys), every):
         st0 = empty_case.move_state(s, rng)
         hosts, _ = moves.index(st0).hosts()
         for h, host in enumerate(hosts):
@@ -1520,7 +1561,7 @@ def test_an_insertion_and_the_lift_that_undoes_it_have_opposite_log_ratios(empty
                 assert forward + reverse == pytest.approx(0.0, abs=1e-9), (s, host, b)
                 assert empty_case.key(st.tree, st.labels) == empty_case.key(st0.tree, st0.labels)
                 pairs += 1
-    assert pairs > 100
+    return pairs
 
 
 def test_dropping_the_lifted_childrens_links_is_detected(empty_case, monkeypatch):
