@@ -457,13 +457,13 @@ def test_a_relocation_and_the_relocation_back_have_opposite_log_ratios(nested, r
     assert pairs > 250
 
 
-def _split_merge_pairs(case, accept, proposal: str, adopting: bool = False, every: int = 1) -> tuple[int, int]:
-    """Every split-and-merge-back pair of :func:`_split_and_merge_back` from every (``every``-th)
-    state of ``case`` (a :class:`Case` or a :class:`NestedCase`), its two log ratios checked to
-    cancel and the state checked to come back; the pairs and the refills of kept nodes among
-    them (with ``adopting``, only the pairs whose new node adopts children are counted)."""
+def _split_merge_pairs(case, accept, proposal: str, adopting: bool = False) -> tuple[int, int]:
+    """Every split-and-merge-back pair of :func:`_split_and_merge_back` from every state of
+    ``case`` (a :class:`Case` or a :class:`NestedCase`), its two log ratios checked to cancel and
+    the state checked to come back; the pairs and the refills of kept nodes among them (with
+    ``adopting``, only the pairs whose new node adopts children are counted)."""
     moves = SplitMerge(case.lik, case.kw, integrate_split_node=case.integrated, subset_min_docs=1)
-    states, key = _move_states(case, np.random.default_rng(0), every)
+    states, key = _move_states(case, np.random.default_rng(0))
     pairs = refills = 0
     for s, st0 in states:
         idx = moves.index(st0)
@@ -1308,14 +1308,20 @@ def test_rehangs_keep_the_windowed_target_on_the_circle(vmf_empty_case):
     _rehangs_keep_the_target(vmf_empty_case, 2500, 7, rounds=3)
 
 
-@pytest.mark.slow  # about 2 minutes
+@pytest.mark.slow  # about 1 minute, and the shared fixture's 75 s
 def test_vmf_lifts_and_adopting_splits_keep_the_windowed_target_on_the_circle(vmf_empty_case):
     """vMF on the circle: insertions and lifts of empty nodes (a direction drawn from its parent
-    link, its adopted children's links scored at the draw), and splits whose new node adopts
-    children with the merges that lift them, beside relocations, leave p(z_window | tree) x
-    data invariant, newborn directions integrated (by quadrature)."""
+    link, its adopted children's links scored at the draw) beside relocations and split-merge
+    moves leave p(z_window | tree) x data invariant, newborn directions integrated (by
+    quadrature). Each lift kernel step is in detailed balance with the target, so accepted
+    insertions and lifts balance (:func:`_flux_z`), a check of that move alone which the
+    other moves' routes between the same trees cannot hide. Splits whose new node adopts
+    children are reached too (too rarely here for their own balance check, which
+    :func:`test_adopting_splits_and_their_merges_balance_at_the_target` makes on word
+    distributions)."""
     pval, kinds, hist = _nested_chain(vmf_empty_case, 1500, 9, rounds=3)
     assert kinds["lift"] > 50 and kinds["insert"] > 50 and kinds["adopt split"] >= 1, kinds
+    assert abs(_flux_z(kinds, "insert", "lift")) < 3.0, kinds
     assert pval > 1e-3
     assert abs(_empty_share_z(vmf_empty_case, hist)) < 4.0
 
@@ -1526,28 +1532,32 @@ def test_an_insertion_and_the_lift_that_undoes_it_have_opposite_log_ratios(empty
     assert _insertion_lift_pairs(empty_case, monkeypatch) > 100
 
 
-@pytest.mark.slow  # about 1 minute
+@pytest.mark.slow  # about 1 minute, and the shared fixture's 75 s
 def test_vmf_insertions_and_adopting_splits_have_opposite_log_ratios_to_their_undoing(vmf_empty_case, monkeypatch):
-    """The same pair checks for the vMF, whose link densities and normalisers differ from the
-    word distributions': an insertion and its lift, an adopting split and its merge (every
-    fifth state, for time)."""
-    assert _insertion_lift_pairs(vmf_empty_case, monkeypatch, every=5) > 20
+    """The same pair checks for the vMF: an insertion and its lift, an adopting split and its
+    merge (both proposals); insertions from every fifth state, for time. A pair check
+    catches a term read differently by the two directions (a count or a link read in the
+    wrong state); a wrong term that both read alike cancels here, and the chain test on the
+    circle is the check for those."""
+    assert _insertion_lift_pairs(vmf_empty_case, monkeypatch, every=5) > 100
     accept = _Accepting()
     monkeypatch.setattr(sm, "_log_uniform", accept)
-    pairs, _ = _split_merge_pairs(vmf_empty_case, accept, "launch", adopting=True, every=5)
-    assert pairs > 5
+    for proposal in ("launch", "subset"):
+        pairs, _ = _split_merge_pairs(vmf_empty_case, accept, proposal, adopting=True)
+        assert pairs > 40, proposal
 
 
-def _insertion_lift_pairs(empty_case, monkeypatch, every: int = 1) -> int:
-    """Every insertion-and-lift-back pair from every ``every``-th state of ``empty_case``, their
-    two log ratios checked to cancel and the state checked to come back; the pairs."""
+def _insertion_lift_pairs(case, monkeypatch, every: int = 1) -> int:
+    """Every insertion-and-lift-back pair from every ``every``-th state of ``case`` (with empty
+    newborns), their two log ratios checked to cancel and the state checked to come back; the
+    pairs."""
     accept = _Accepting()
     monkeypatch.setattr(sm, "_log_uniform", accept)
-    moves = SplitMerge(empty_case.lik, empty_case.kw)
+    moves = SplitMerge(case.lik, case.kw)
     rng = np.random.default_rng(0)
     pairs = 0
-    for s in range(0, len(empty_case.keys), every):
-        st0 = empty_case.move_state(s, rng)
+    for s in range(0, len(case.keys), every):
+        st0 = case.move_state(s, rng)
         hosts, _ = moves.index(st0).hosts()
         for h, host in enumerate(hosts):
             for b in range(len(moves._blocks(st0, st0.tree, host))):
@@ -1559,7 +1569,7 @@ def _insertion_lift_pairs(empty_case, monkeypatch, every: int = 1) -> int:
                 assert back is not None and back.kind == "lift"
                 forward, reverse = accept.log_a[-2:]
                 assert forward + reverse == pytest.approx(0.0, abs=1e-9), (s, host, b)
-                assert empty_case.key(st.tree, st.labels) == empty_case.key(st0.tree, st0.labels)
+                assert case.key(st.tree, st.labels) == case.key(st0.tree, st0.labels)
                 pairs += 1
     return pairs
 
@@ -1595,7 +1605,14 @@ def _adoption_flux_z(kinds) -> float:
     expectation (every step: the chain stays at the target). The statistic reads only this
     pair, so the other moves' exact routes between the same trees cannot hide an error in it,
     as they can in the chi-square of the final states."""
-    a, m = kinds.get("adopt split", 0), kinds.get("lift merge", 0)
+    return _flux_z(kinds, "adopt split", "lift merge")
+
+
+def _flux_z(kinds, forward: str, backward: str) -> float:
+    """z-score of the accepted ``backward`` moves against the accepted ``forward`` ones that
+    they undo, equally frequent in expectation for a chain started at its target by a kernel
+    in detailed balance with it."""
+    a, m = kinds.get(forward, 0), kinds.get(backward, 0)
     return (m - a) / np.sqrt(max(a + m, 1))
 
 
