@@ -1597,21 +1597,14 @@ def alike_case():
     return _alike_documents_case()
 
 
-def _adoption_flux_z(kinds) -> float:
-    """z-score of the accepted adopting splits against the accepted merges that lift children.
-
-    Each adopting split is the reverse of one such merge, and a chain started at its target
-    by a kernel in detailed balance with it makes both transitions equally often in
-    expectation (every step: the chain stays at the target). The statistic reads only this
-    pair, so the other moves' exact routes between the same trees cannot hide an error in it,
-    as they can in the chi-square of the final states."""
-    return _flux_z(kinds, "adopt split", "lift merge")
-
-
 def _flux_z(kinds, forward: str, backward: str) -> float:
-    """z-score of the accepted ``backward`` moves against the accepted ``forward`` ones that
-    they undo, equally frequent in expectation for a chain started at its target by a kernel
-    in detailed balance with it."""
+    """z-score of the accepted ``backward`` moves against the accepted ``forward`` moves they
+    undo (an adopting split and a merge that lifts children; an insertion and a lift).
+
+    A chain started at its target by a kernel in detailed balance with it makes both
+    transitions equally often in expectation (every step: the chain stays at the target). The
+    statistic reads only this pair, so the other moves' exact routes between the same trees
+    cannot hide an error in it, as they can in the chi-square of the final states."""
     a, m = kinds.get(forward, 0), kinds.get(backward, 0)
     return (m - a) / np.sqrt(max(a + m, 1))
 
@@ -1621,11 +1614,11 @@ def test_adopting_splits_and_their_merges_balance_at_the_target(alike_case):
     """Splits whose new node adopts newborn siblings and merges that remove such a node,
     lifting its children (the children's links rescored, :meth:`SplitMerge._log_adoption`),
     beside relocations: the final states follow the target, and the adopting splits balance the
-    lifting merges (:func:`_adoption_flux_z`)."""
+    lifting merges (:func:`_flux_z`)."""
     pval, kinds, _ = _nested_chain(alike_case, 16000, 5, rounds=8, lifts=False)
     assert kinds["adopt split"] >= 5 and kinds["lift merge"] >= 5
     assert pval > 1e-3
-    assert abs(_adoption_flux_z(kinds)) < 3.0
+    assert abs(_flux_z(kinds, "adopt split", "lift merge")) < 3.0
 
 
 @pytest.mark.slow  # about 18 s
@@ -1635,7 +1628,7 @@ def test_dropping_the_adopted_childrens_links_is_detected(alike_case, monkeypatc
     4 sd apart."""
     monkeypatch.setattr(SplitMerge, "_log_adoption", lambda self, *args: 0.0)
     _, kinds, _ = _nested_chain(alike_case, 16000, 5, rounds=8, lifts=False)
-    assert _adoption_flux_z(kinds) > 4.0
+    assert _flux_z(kinds, "adopt split", "lift merge") > 4.0
 
 
 # ---------------------------------------------------------------------- carried internal nodes
@@ -2274,13 +2267,13 @@ def test_subset_proposals_keep_the_windowed_nested_target(alike_case):
     """Subset splits and their merges in the nested windowed states (depth cap 2: split nodes
     with children, new nodes that adopt their newborn siblings, merges that lift them), with
     relocations: the final states follow the target, and the adopting splits balance the
-    lifting merges (:func:`_adoption_flux_z`)."""
+    lifting merges (:func:`_flux_z`)."""
     moves = _SubsetAttempts(alike_case.lik, alike_case.kw, subset_min_docs=1)
     pval, kinds, _ = _nested_chain(alike_case, 16000, 11, moves=moves, rounds=8, lifts=False)
     assert kinds["split"] > 1000 and kinds["merge"] > 1000
     assert kinds["adopt split"] >= 5 and kinds["lift merge"] >= 5
     assert pval > 1e-3
-    assert abs(_adoption_flux_z(kinds)) < 3.0
+    assert abs(_flux_z(kinds, "adopt split", "lift merge")) < 3.0
 
 
 class RootAnchorCase(NestedCase):
