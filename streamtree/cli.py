@@ -34,7 +34,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from streamtree.events import merged_deaths
-from streamtree.relays import RELAY_LEGEND, relay_chains
+from streamtree.relays import RELAY_LEGEND, chain_events, relay_chains
 from streamtree.wording import counted
 
 logger = logging.getLogger(__name__)
@@ -715,7 +715,9 @@ def format_epoch(stored, vocabulary=None, *, top_words: int | None = None, min_d
     that holds none of the epoch's documents and has no event (a node the window carries over
     from earlier epochs) just to fill the cap; ``min_docs`` hides
     nodes with fewer documents in their subtree. Then the evolution since the previous epoch:
-    splits and merges with their words, births and deaths (``previous``, the previous
+    splits and merges with their words, births and deaths, less the events that only re-draw
+    a relay chain (:func:`~streamtree.relays.chain_events`; the head line counts them apart,
+    and every id keeps its mark) (``previous``, the previous
     :class:`~connectors.stores.snapshot.StoredEpoch`, gives the words of nodes that died or
     merged; ``remembered`` words, where it has a node's, name it instead: a node's words in its
     last epoch can be those of a few leftover documents, and :func:`format_epochs` remembers
@@ -750,12 +752,27 @@ def format_epoch(stored, vocabulary=None, *, top_words: int | None = None, min_d
     n_docs = int(tree.assignments.shape[0])
     merged_ids = {int(a) for a, _ in merged}
     gone = [int(n) for n in tree.died if int(n) not in merged_ids]  # a merge is a node's end: said once, as such
+    # every id keeps its mark; the counts and lists leave out the events that only re-draw a
+    # relay chain (relays.chain_events), which are counted apart
+    before = None if previous is None else (previous.tree.node_ids, previous.tree.parent, previous.tree.counts)
+    after = (tree.node_ids, tree.parent, tree.counts)
+    chain = {kind: {n for n, c in zip(nodes, chain_events(nodes, [kind] * len(nodes), before, after).tolist()) if c}
+             for kind, nodes in (("born", born), ("died", gone), ("split_from", list(split_from)),
+                                 ("merged_into", list(merged_ids)), ("parent_changed", list(moved)))}
+    n_chain = sum(len(nodes) for nodes in chain.values())
+    born = [n for n in born if n not in chain["born"]]
+    gone = [n for n in gone if n not in chain["died"]]
+    said_split = {n: o for n, o in split_from.items() if n not in chain["split_from"]}
+    merged = [(a, b) for a, b in merged if a not in chain["merged_into"]]
+    n_moved = len(moved) - len(chain["parent_changed"])
     head = (f"epoch {tree.epoch}" + (f" ({tree.label})" if tree.label else "")
             + f": {counted(n_docs, 'document')}, {counted(tree.n_nodes, 'node')}"
             + (f" ({tree.n_occupied} holding them)" if tree.n_occupied < tree.n_nodes else "")
             + f"; {len(born)} born, {len(gone)} died")
     if events is not None:
-        head += f", {len(split_from)} split, {len(merged)} merged, {len(moved)} changed parent"
+        head += f", {len(said_split)} split, {len(merged)} merged, {n_moved} changed parent"
+    if n_chain:
+        head += f" (and {counted(n_chain, 'change')} to [a] > [b] chains)"
     lines = [head]
     marks = ["<" if nid in split_from else "*" if tree.born[k] == tree.epoch else "^" if nid in moved else " "
              for k, nid in enumerate(tree.node_ids.tolist())]
@@ -787,7 +804,7 @@ def format_epoch(stored, vocabulary=None, *, top_words: int | None = None, min_d
         lines.append(f"  ({why} not shown; --all shows every node)")
     cap = (lambda xs: _capped(xs, max_ids)) if max_ids else (lambda xs: ", ".join(map(str, xs)))
     splits = [f"{said(int(o), before=True) if int(o) in prev_words else f'[{o}]'} -> {said(int(n))}"
-              for n, o in split_from.items()]
+              for n, o in said_split.items()]
     if splits:
         lines.append("  split: " + cap(splits))
     if merged:
@@ -825,22 +842,32 @@ def _shown_nodes(tree, max_nodes: int | None, min_docs: int, marked: set[int] = 
 
 def format_evolution(store, entries: list[dict]) -> str:
     """One line for a run: births, deaths, splits, merges and parent changes over ``entries``
-    (a node that merged is counted as merged, not as died too)."""
+    (a node that merged is counted as merged, not as died too), and apart from them the
+    changes that only re-draw a relay chain (:func:`~streamtree.relays.chain_events`)."""
     totals = {"born": 0, "died": 0, "split_from": 0, "merged_into": 0, "parent_changed": 0}
-    nodes = []
+    nodes, n_chain, before = [], 0, None
     for entry in entries:
         ev = store.events(entry["epoch"])
         if ev is not None:
+            table = store.nodes(entry["epoch"])
+            after = tuple(table.column(c).to_numpy() for c in ("id", "parent", "count"))
             kinds = ev.column("event").to_pylist()
-            merged_death = merged_deaths(ev.column("epoch").to_numpy(), ev.column("node_id").to_numpy(), kinds)
-            for kind, skip in zip(kinds, merged_death.tolist()):
+            node_ids = ev.column("node_id").to_numpy()
+            merged_death = merged_deaths(ev.column("epoch").to_numpy(), node_ids, kinds)
+            in_chain = chain_events(node_ids, kinds, before, after)
+            for kind, skip, chain_only in zip(kinds, merged_death.tolist(), in_chain.tolist()):
                 if kind in totals and not skip:
-                    totals[kind] += 1
+                    if chain_only:
+                        n_chain += 1
+                    else:
+                        totals[kind] += 1
+            before = after
         nodes.append(int(entry.get("n_nodes", 0)))
     span = f"{entries[0]['label']} .. {entries[-1]['label']}" if entries else "no epochs"
+    chains = f" (and {counted(n_chain, 'change')} to [a] > [b] chains)" if n_chain else ""
     return (f"evolution over {counted(len(entries), 'epoch')} ({span}): {totals['born']} born, {totals['died']} died, "
             f"{totals['split_from']} split, {totals['merged_into']} merged, {totals['parent_changed']} changed "
-            f"parent; nodes per epoch {min(nodes, default=0)} .. {max(nodes, default=0)}")
+            f"parent{chains}; nodes per epoch {min(nodes, default=0)} .. {max(nodes, default=0)}")
 
 
 def format_lineage(store, node_id: int, *, top_words: int | None = None) -> str:

@@ -7,7 +7,9 @@ node's words are those of its subtree's documents, so a chain of relays reads as
 line or box repeated. The views draw a chain and the node it leads to as one entry, the ids
 of the relays shown on the way (``[209] > [212] > [213]`` in ``show``, ``209 › 212 › 213`` in
 the report), so no id and no document is hidden; :func:`relay_chains` finds the chains, once
-for both views.
+for both views. Events that only re-draw such a chain (a relay born, gone, or hung
+elsewhere with its line staying where it was) are counted apart from the topics' own by
+:func:`chain_events`.
 """
 
 from __future__ import annotations
@@ -58,3 +60,59 @@ def relay_chains(ids, parents, counts) -> dict[int, tuple[int, ...]]:
             at = parent_of[at]
         chains[nid] = tuple(reversed(above))
     return chains
+
+
+def _lines(ids, parents, counts) -> tuple[set[int], dict[int, int]]:
+    """A tree's relays, and per node the id of the line drawn above its own (the node the top
+    of its chain hangs from; -1 for a line at the top)."""
+    ids = [int(i) for i in np.asarray(ids).ravel()]
+    parent_of = dict(zip(ids, (int(p) for p in np.asarray(parents).ravel())))
+    chains = relay_chains(ids, list(parent_of.values()), counts)
+    end = {n: n for n in ids}
+    end.update({r: e for e, chain in chains.items() for r in chain})
+    relays = {r for chain in chains.values() for r in chain}
+    above = {}
+    for n in ids:
+        top = chains.get(end[n], (end[n],))[0]
+        p = parent_of[top]  # no relay: a relay's relay parent is in its chain
+        above[n] = p if p in parent_of else -1
+    return relays, above
+
+
+def chain_events(node_id, event, before, after) -> np.ndarray:
+    """Which of an epoch's events change nothing but a relay chain.
+
+    The views draw a relay chain and the node it leads to as one line, so such an event shows
+    no topic being born, ending or moving: a relay born or split off in this epoch's tree (a
+    new empty node above a node), a relay of the previous tree that died or merged (a chain
+    made shorter), and a parent change after which the node's line hangs below the same line
+    as before (a relay put in or taken out between a node and its parent). A relay that takes
+    its line to a new place is a move of that line, so its parent change counts.
+
+    Parameters
+    ----------
+    node_id, event : array-like
+        Aligned event columns (as in :class:`~streamtree.events.Events` or the stored table).
+    before, after : tuple of (ids, parents, counts) or None
+        The previous and this epoch's trees: node ids, parent ids (-1 for the root) and the
+        epoch's documents at each node. ``before`` is None where the previous tree is not at
+        hand; then deaths, merges and parent changes all count as the topics' own.
+
+    Returns
+    -------
+    numpy.ndarray of bool
+        True for each event that only re-draws a relay chain.
+    """
+    node_id = np.asarray(node_id, dtype=np.int64).ravel()
+    event = np.asarray(event, dtype=object).ravel()
+    relays_now, above_now = _lines(*after)
+    relays_then, above_then = _lines(*before) if before is not None else (set(), {})
+    out = np.zeros(node_id.size, dtype=bool)
+    for i, (n, kind) in enumerate(zip(node_id.tolist(), event.tolist())):
+        if kind in ("born", "split_from"):
+            out[i] = n in relays_now
+        elif kind in ("died", "merged_into"):
+            out[i] = n in relays_then
+        elif kind == "parent_changed":
+            out[i] = n in above_then and n in above_now and above_then[n] == above_now[n]
+    return out

@@ -819,6 +819,30 @@ def test_a_node_that_merged_is_said_merged_not_also_died(tmp_path, capsys):
     assert "gone from epoch 1 (2001)" in format_lineage(store, 3)
 
 
+def test_changes_to_relay_chains_are_counted_apart_from_the_topics(tmp_path, capsys):
+    """A relay (no documents of its own, one child) is drawn with its child: its birth, its end
+    and a parent change that leaves a line where it was are no topic's. show counts them apart
+    and does not list them; the other events are said as before."""
+    from test_report import hand_store
+
+    # 0 -> {1, 2 -> 3}: 2 a relay; then 2 merges into the root (3 now below the root), a relay 5
+    # is born above 1, and 4 is born with documents of its own
+    store = hand_store(tmp_path / "store", [([0, 1, 2, 3], [-1, 0, 0, 2], [1, 3, 0, 2]),
+                                            ([0, 1, 3, 4, 5], [-1, 5, 0, 0, 0], [1, 3, 2, 2, 0],
+                                             [(2, "merged_into", 0)])])
+    kinds = {(e["node_id"], e["event"]) for e in store.events(1).to_pylist()}
+    assert kinds == {(2, "died"), (2, "merged_into"), (4, "born"), (5, "born"), (1, "parent_changed"),
+                     (3, "parent_changed")}  # the stored table keeps every event
+    assert main(["show", store.uri]) == 0
+    out = capsys.readouterr().out
+    head = next(line for line in out.splitlines() if line.startswith("epoch 1 "))
+    assert head.endswith("; 1 born, 0 died, 0 split, 0 merged, 0 changed parent (and 4 changes to [a] > [b] chains)")
+    assert "  born: [4] (t4)" in out and "merged:" not in out and "died:" not in out
+    assert " *[5] > ^[1] " in out  # every id keeps its mark (1 hangs below 5 now; its line is where it was)
+    assert ("evolution over 2 epochs (2000 .. 2001): 4 born, 0 died, 0 split, 0 merged, 0 changed parent "
+            "(and 5 changes to [a] > [b] chains)") in out
+
+
 def test_a_node_that_ended_is_named_by_the_words_it_had_at_its_peak(tmp_path, capsys):
     """A node's last epoch may hold only a few leftover documents, whose words say little: a
     death or merge names the node by remembered words where there are some (show remembers

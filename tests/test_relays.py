@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from streamtree.relays import relay_chains
+from streamtree.relays import chain_events, relay_chains
 
 
 def test_chains_of_empty_single_child_nodes():
@@ -52,3 +52,31 @@ def test_every_relay_is_in_exactly_one_chain():
 def test_arrays_of_other_lengths_are_refused():
     with pytest.raises(ValueError, match="one entry per node"):
         relay_chains([0, 1], [-1, 0], [0])
+
+
+def test_events_that_only_redraw_a_relay_chain():
+    # before: 0 -> 1 (3 docs), 0 -> 2 (relay) -> 3 (2 docs), 0 -> 4 (1 doc)
+    before = ([0, 1, 2, 3, 4], [-1, 0, 0, 2, 0], [1, 3, 0, 2, 1])
+    # after: relay 2 gone (merged into the root), a new relay 5 above 1, 4 moved below 1's line
+    # (under 5's child 1: a real move), 6 a new node of its own, 7 a relay born above it
+    after = ([0, 1, 3, 4, 5, 6, 7], [-1, 5, 0, 1, 0, 7, 0], [1, 3, 2, 1, 0, 4, 0])
+    rows = [(5, "born"), (6, "born"), (7, "born"), (2, "died"), (2, "merged_into"),
+            (1, "parent_changed"), (3, "parent_changed"), (4, "parent_changed"), (6, "split_from")]
+    node_id, event = zip(*rows)
+    got = dict(zip(rows, chain_events(node_id, event, before, after).tolist()))
+    assert got[(5, "born")] and got[(7, "born")]  # new relays above 1 and 6
+    assert not got[(6, "born")] and not got[(6, "split_from")]  # a node with documents: a topic of its own
+    assert got[(2, "died")] and got[(2, "merged_into")]  # a relay of the previous tree: the chain got shorter
+    assert got[(1, "parent_changed")]  # 0 -> 1 became 0 -> 5 -> 1: drawn below the root as before
+    assert got[(3, "parent_changed")]  # 0 -> 2 -> 3 became 0 -> 3: the same
+    assert not got[(4, "parent_changed")]  # from the root to below 1: its line moved
+
+
+def test_a_relay_that_takes_its_line_elsewhere_is_a_move():
+    # 0 -> 1 (2 docs), 0 -> 2 (relay) -> 3 (4 docs); then the relay 2 hangs below 1
+    before = ([0, 1, 2, 3], [-1, 0, 0, 2], [0, 2, 0, 4])
+    after = ([0, 1, 2, 3], [-1, 0, 1, 2], [0, 2, 0, 4])
+    assert chain_events([2], ["parent_changed"], before, after).tolist() == [False]
+    # without the previous tree only the births and splits of relays can be told
+    got = chain_events([2, 2, 3], ["born", "died", "parent_changed"], None, after)
+    assert got.tolist() == [True, False, False]

@@ -336,6 +336,23 @@ def test_script_json_cannot_close_the_script_element():
     assert json.loads(text) == {"w": "</script><script>alert(1)</script> & <!--"}
 
 
+def test_changes_to_relay_chains_are_counted_apart_and_still_marked(tmp_path):
+    """A relay is drawn in the box of the node it leads to: its birth, its merge and a parent
+    change that leaves a box below the same box are no topic's event. The counts leave them
+    out and count them apart; the page still has every event, so each keeps its mark."""
+    # 0 -> {1, 2 -> 3}: 2 a relay; then 2 merges into the root, a relay 5 is born above 1, 4 is born
+    store = hand_store(tmp_path / "store", [([0, 1, 2, 3], [-1, 0, 0, 2], [1, 3, 0, 2]),
+                                            ([0, 1, 3, 4, 5], [-1, 5, 0, 0, 0], [1, 3, 2, 2, 0],
+                                             [(2, "merged_into", 0)])])
+    data = report_data(read_store(store))
+    s, ev = data["summary"], data["events"]
+    assert s["event_counts"] == {"born": 4, "died": 0, "split_from": 0, "merged_into": 0, "parent_changed": 0}
+    assert s["chain_changes"] == 5  # 2 born at first (a relay then), 5 born; 2 merged; 1 and 3 re-hung
+    assert data["epochs"]["born"] == [3, 1] and data["epochs"]["merged"] == [0, 0]
+    assert data["epochs"]["chain"] == [1, 4]
+    assert len(ev["kind"]) == 9  # 4 + 1 births, 2's merge, two parent changes: all on the page
+
+
 def test_a_node_that_merged_ends_as_merged_not_also_died(tmp_path):
     """The store has a 'died' and a 'merged_into' row for a node that merged; the page's events
     keep the merge alone (its marks, its lineage and the counts say it once), another death stays."""

@@ -239,6 +239,33 @@ def test_a_node_that_merged_ends_as_merged_not_also_died(tmp_path):
         assert browser.errors() == []
 
 
+def test_changes_to_relay_chains_are_said_apart_on_the_page(tmp_path):
+    """The relay 2 merges into the root and a relay 5 is born above 1: the key figures, the
+    epoch's note and the events table count them as relay changes, not as a merge and a birth;
+    their marks are still drawn."""
+    from test_report import hand_store
+
+    store = hand_store(tmp_path / "store", [([0, 1, 2, 3], [-1, 0, 0, 2], [1, 3, 0, 2]),
+                                            ([0, 1, 3, 4, 5], [-1, 5, 0, 0, 0], [1, 3, 2, 2, 0],
+                                             [(2, "merged_into", 0)])])
+    path = write_report(store, tmp_path / "report.html")
+    with HeadlessChromium(width=1280, height=900) as browser:
+        assert browser.load(path).errors == []
+        figures = texts(browser, "#key-figures .figure")
+        assert "4births" in figures and "0merges" in figures and "5relay changes" in figures, figures
+        events = texts(browser, "#events-table td")
+        assert events[:10] == ["born", "4", "died", "0", "split from", "0", "merged into", "0", "parent changed", "0"]
+        assert events[10].startswith("relay changes") and events[11] == "5"
+        assert browser.evaluate("document.getElementById('epoch-next').click() || "
+                                "document.getElementById('epoch-note').textContent").endswith(
+            "1 born, 0 died, 0 merged, 4 relay changes, 0 rejects")
+        marks = browser.evaluate("document.getElementById('evolution').data.filter(t => t.meta && t.meta.kind"
+                                 " && t.meta.kind.startsWith('event') && t.meta.kind === 'event')"
+                                 ".map(t => t.meta.event)")
+        assert "merged_into_root" in marks  # the relay's merge is still marked
+        assert browser.errors() == []
+
+
 def test_an_empty_node_with_children_is_drawn_as_a_visible_band(tmp_path):
     """The root holds no documents and has two children: its band (grey, at the top of the
     column) is a few pixels high on the screen, not a line of no height."""
