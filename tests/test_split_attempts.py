@@ -8,8 +8,11 @@ from sklearn.metrics import adjusted_rand_score
 
 from streamtree.inference.epoch_sampler import (
     DOCS_PER_SPLIT_ATTEMPT,
+    GROWTH_SWEEPS,
     MIN_SPLIT_ATTEMPTS,
+    SETTLED_SPLIT_PROPOSALS,
     SPLIT_ATTEMPTS_PER_DOC,
+    SPLIT_PROPOSALS,
     SamplerSettings,
 )
 from streamtree.model import DTSSBP
@@ -30,6 +33,53 @@ def test_auto_attempts_scale_with_small_epochs_and_keep_the_floor_from_50_docume
         assert auto.split_attempts(n) == max(MIN_SPLIT_ATTEMPTS, -(-n // DOCS_PER_SPLIT_ATTEMPT))
     assert auto.split_attempts(500) == MIN_SPLIT_ATTEMPTS and auto.split_attempts(5_001) == 51
     assert _settings(7).split_attempts(4) == 7 and _settings(0).split_attempts(10_000) == 0
+    # a growing first tree's factor multiplies the automatic number, not one the user gave
+    assert auto.split_attempts(500, 5) == 5 * MIN_SPLIT_ATTEMPTS and auto.split_attempts(17, 5) == 85
+    assert _settings(7).split_attempts(4, 5) == 7
+
+
+def test_a_chain_grows_its_first_tree_with_the_familys_extra_attempts(monkeypatch):
+    """The split-merge attempts of each sweep: the family's ``growth_attempts`` times the usual
+    number in the first ``GROWTH_SWEEPS`` sweeps of the chain's first epoch, the usual number
+    after them and in every sweep of the next epoch (whose tree is carried, not grown)."""
+    from streamtree.inference.epoch_sampler import EpochSampler
+    from streamtree.inference.split_merge import SplitMerge
+    from streamtree.likelihoods.vmf import VonMisesFisher
+
+    per_sweep: list[tuple[bool, int]] = []
+    attempt = SplitMerge.attempt
+
+    def counted(self, st, rng, **kw):
+        sampler = counted.sampler
+        key = (bool(sampler.prev_slot), sampler.sweep)
+        if not per_sweep or per_sweep[-1][0] != key:
+            per_sweep.append([key, 0])
+        per_sweep[-1][1] += 1
+        return attempt(self, st, rng, **kw)
+
+    split_merge = EpochSampler._split_merge
+
+    def tracked(self, *a, **kw):
+        counted.sampler = self
+        return split_merge(self, *a, **kw)
+
+    monkeypatch.setattr(SplitMerge, "attempt", counted)
+    monkeypatch.setattr(EpochSampler, "_split_merge", tracked)
+    rng = np.random.default_rng(0)
+    X = np.abs(rng.standard_normal((60, 20)))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    n_sweeps = GROWTH_SWEEPS + 3
+    m = DTSSBP(likelihood="vmf", n_sweeps=n_sweeps, random_state=0)
+    m.partial_fit(X).partial_fit(X)
+    usual = _settings("auto").split_attempts(60)
+    growth = VonMisesFisher.growth_attempts
+    assert growth > 1
+    by_sweep = {key: n for key, n in per_sweep}
+    # an attempt with each split proposal of the sweep (more once the epoch has settled)
+    proposals = [len(SPLIT_PROPOSALS if s < n_sweeps // 2 else SETTLED_SPLIT_PROPOSALS) for s in range(n_sweeps)]
+    assert [by_sweep[(False, s)] for s in range(n_sweeps)] == [
+        (growth if s < GROWTH_SWEEPS else 1) * usual * proposals[s] for s in range(n_sweeps)]
+    assert [by_sweep[(True, s)] for s in range(n_sweeps)] == [usual * proposals[s] for s in range(n_sweeps)]
 
 
 def test_a_tiny_epoch_still_finds_its_planted_groups():

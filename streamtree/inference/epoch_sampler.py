@@ -65,6 +65,11 @@ MIN_SPLIT_ATTEMPTS = 50
 #: caps ``MIN_SPLIT_ATTEMPTS`` in epochs of fewer than 50 documents (see
 #: :meth:`SamplerSettings.split_attempts`)
 SPLIT_ATTEMPTS_PER_DOC = 1
+#: sweeps of a chain's first epoch (its tree grown from the root) whose split-merge attempts are
+#: :attr:`Likelihood.growth_attempts` times the usual number: the vMF's moves are almost never
+#: accepted after about ten sweeps of that epoch (BENCHMARKS.md, "Where the planted tree's
+#: first-epoch misses come from")
+GROWTH_SWEEPS = 10
 #: a rehang attempt (:meth:`~streamtree.inference.split_merge.SplitMerge.rehang`) runs in every
 #: this many rounds of split-merge attempts, in epochs after the first: each draws up to
 #: ``max_depth - 1`` relay parameters over the vocabulary, and run in every round the attempts
@@ -131,11 +136,12 @@ class SamplerSettings:
         heat-bath merge) run from then."""
         return sweep >= self.n_sweeps // 2
 
-    def split_attempts(self, n_docs: int) -> int:
+    def split_attempts(self, n_docs: int, growth: int = 1) -> int:
         """Split-merge attempts per sweep for an epoch of ``n_docs`` documents: the number given,
         or for ``"auto"`` one per ``DOCS_PER_SPLIT_ATTEMPT`` documents (at least
         ``MIN_SPLIT_ATTEMPTS``), so that in a large epoch every document's node meets proposals
-        at the same rate (a fixed number would mix ever slower as epochs grow).
+        at the same rate (a fixed number would mix ever slower as epochs grow), times
+        ``growth`` (:attr:`Likelihood.growth_attempts` while a chain's first tree grows).
 
         The floor is at most ``SPLIT_ATTEMPTS_PER_DOC`` per document, so an epoch of fewer
         than 50 documents makes one attempt per document. An attempt's split draw is an
@@ -147,7 +153,7 @@ class SamplerSettings:
         proposals). Epochs of 50 or more documents are unaffected."""
         if self.split_proposals == "auto":
             floor = min(MIN_SPLIT_ATTEMPTS, SPLIT_ATTEMPTS_PER_DOC * n_docs)
-            return max(floor, -(-n_docs // DOCS_PER_SPLIT_ATTEMPT))
+            return max(floor, -(-n_docs // DOCS_PER_SPLIT_ATTEMPT)) * growth
         return int(self.split_proposals)
 
     def with_hyper(self, hyper: dict[str, float]) -> "SamplerSettings":
@@ -633,7 +639,8 @@ class EpochSampler:
         move, moves = self._moves(X)
         touched: set[int] = set()
         proposals = SETTLED_SPLIT_PROPOSALS if cfg.settled(self.sweep) else SPLIT_PROPOSALS
-        for attempt in range(cfg.split_attempts(X.shape[0])):
+        growing = not self.prev_slot and self.sweep < GROWTH_SWEEPS  # the chain's first tree
+        for attempt in range(cfg.split_attempts(X.shape[0], self.likelihood.growth_attempts if growing else 1)):
             self._take_placement(moves.relocate(move, self.rng), move)
             if attempt % REHANG_EVERY == 0 and self.prev_slot:  # an epoch after the first
                 self._take_placement(moves.rehang(move, self.rng, born=epoch), move)
