@@ -49,7 +49,7 @@ Jaccard index between the top-10 words of an id's first and last decade, over id
 more than 3 decades; the number of decade-to-decade transitions (an id present in two
 consecutive decades) whose parent changes; the same two figures over the lines the views draw
 (ids that are relays in every decade they appear left out, and parent changes that only put a
-relay in or take one out, :func:`streamtree.relays.chain_events`, not counted); the single-decade ids by the documents they held in
+relay in or take one out, :func:`streamtree.relays.relay_changes`, not counted); the single-decade ids by the documents they held in
 their decade (births that die at once hold few); node-decades whose concentration sits at the
 cap ``concentration_bounds[1]`` (and how many of those hold at most 2 documents). The progress
 lines print the link strength in use (``kappa0_``, estimated under ``kappa0="auto"``).
@@ -72,7 +72,7 @@ from sou_corpus import SouCorpus, load_sou
 from streamtree.coherence import topic_npmi
 from streamtree.model import DTSSBP
 from streamtree.records import DEFAULT_DUPLICATE_TEXTS, DUPLICATE_TEXTS
-from streamtree.relays import chain_events, relay_chains
+from streamtree.relays import own_lines, relay_changes
 from streamtree.text import DEFAULT_LENGTH_POWER, reference_length, weighted_rows
 
 N_TOP_NODES = 20
@@ -163,17 +163,17 @@ def identity_figures(trees, model) -> dict:
     # the same over the lines the views draw: a relay (no documents of its own, one child) is
     # drawn with the node it leads to, so ids that are relays in every decade are no topic's,
     # and a parent change that leaves a line below the same line is none of a topic's
-    relay_in = [{r for chain in relay_chains(t.node_ids, t.parent, t.counts).values() for r in chain} for t in trees]
-    topic_ids = [nid for nid, where in present.items() if any(nid not in relay_in[t] for t, _ in where)]
+    lines = [own_lines(t.node_ids, t.parent, t.counts) for t in trees]
+    topic_ids = [nid for nid, where in present.items() if any(nid in lines[t] for t, _ in where)]
     topic_single = sum(len(present[nid]) == 1 for nid in topic_ids)
     line_changes = 0
     for prev, now in zip(trees[:-1], trees[1:]):
         par_prev = dict(zip(prev.node_ids.tolist(), prev.parent.tolist()))
         moved = [nid for nid, par in zip(now.node_ids.tolist(), now.parent.tolist())
                  if nid in par_prev and par_prev[nid] != par]
-        chain_only = chain_events(moved, ["parent_changed"] * len(moved), (prev.node_ids, prev.parent, prev.counts),
-                                  (now.node_ids, now.parent, now.counts))
-        line_changes += int(np.sum(~chain_only))
+        relay = relay_changes(moved, ["parent_changed"] * len(moved), (prev.node_ids, prev.parent, prev.counts),
+                              (now.node_ids, now.parent, now.counts))
+        line_changes += int(np.sum(~relay))
     cap = model.concentration_bounds[1]
     at_cap = sum(int(np.sum(t.concentration >= cap * (1 - 1e-9))) for t in trees)
     at_cap_small = sum(int(np.sum((t.concentration >= cap * (1 - 1e-9)) & (t.counts <= 2))) for t in trees)

@@ -34,7 +34,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from streamtree.events import merged_deaths
-from streamtree.relays import RELAY_LEGEND, chain_events, relay_chains
+from streamtree.relays import RELAY_LEGEND, own_lines, relay_chains, relay_changes
 from streamtree.wording import counted
 
 logger = logging.getLogger(__name__)
@@ -658,7 +658,8 @@ def resolve_epoch(entries: list[dict], text: str) -> dict:
 LEGEND = ("* born this epoch, < born by splitting from another node, ^ parent changed; counts are the "
           "epoch's documents in the node's subtree (and at the node itself); words: of word distributions, the "
           "most frequent terms of those documents; of vMF directions, their largest entries; "
-          f"[a] > [b]: {RELAY_LEGEND}")
+          f"[a] > [b]: {RELAY_LEGEND}; relay changes: births, ends and parent changes that only re-draw such a "
+          "chain, counted apart and not listed")
 
 
 def _top_words(top_words: int | None) -> int:
@@ -692,20 +693,38 @@ def format_epochs(store, entries: list[dict], vocabulary=None, *, previous=None,
             if w and n >= peak.get(nid, (-1, None))[0]:
                 peak[nid] = (n, w)
 
+    had_lines: set[int] = set()  # ids with a line of their own in the epochs before
     if previous is not None:
         remember(previous)
+        had_lines = _lines_before(store, entries[0]["epoch"]) if entries else set()
     for entry in entries:
         stored = store.read(entry["epoch"])
         yield format_epoch(stored, vocabulary, top_words=top_words, min_docs=min_docs,
                            events=store.events(entry["epoch"]), max_nodes=max_nodes, previous=previous,
-                           max_ids=max_ids, remembered={k: w for k, (_, w) in peak.items()})
+                           max_ids=max_ids, remembered={k: w for k, (_, w) in peak.items()}, had_lines=had_lines)
         remember(stored)
+        had_lines |= own_lines(stored.tree.node_ids, stored.tree.parent, stored.tree.counts)
         previous = stored
+
+
+def _tree_columns(nodes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Ids, parents and the epoch's documents at each node, from a stored ``nodes`` table."""
+    return tuple(nodes.column(c).to_numpy() for c in ("id", "parent", "count"))
+
+
+def _lines_before(store, epoch: int) -> set[int]:
+    """The ids with a line of their own (:func:`~streamtree.relays.own_lines`) in the published
+    epochs before ``epoch``."""
+    out: set[int] = set()
+    for entry in store.epochs():
+        if entry["epoch"] < epoch:
+            out |= own_lines(*_tree_columns(store.nodes(entry["epoch"])))
+    return out
 
 
 def format_epoch(stored, vocabulary=None, *, top_words: int | None = None, min_docs: int = 0, events=None,
                  max_nodes: int | None = None, previous=None, legend: bool = False, max_ids: int | None = 8,
-                 remembered: dict[int, list[str]] | None = None) -> str:
+                 remembered: dict[int, list[str]] | None = None, had_lines: set[int] | None = None) -> str:
     """One epoch's tree in the style of the dTSSBP paper's Figures 4 and 5, with what changed.
 
     One line per node, indented by depth: a mark (``*`` born this epoch, ``<`` split from
@@ -715,9 +734,10 @@ def format_epoch(stored, vocabulary=None, *, top_words: int | None = None, min_d
     that holds none of the epoch's documents and has no event (a node the window carries over
     from earlier epochs) just to fill the cap; ``min_docs`` hides
     nodes with fewer documents in their subtree. Then the evolution since the previous epoch:
-    splits and merges with their words, births and deaths, less the events that only re-draw
-    a relay chain (:func:`~streamtree.relays.chain_events`; the head line counts them apart,
-    and every id keeps its mark) (``previous``, the previous
+    splits and merges with their words, births and deaths, less the relay changes
+    (:func:`~streamtree.relays.relay_changes`: the head line counts them apart, and every id
+    keeps its mark; ``had_lines``, the ids with a line of their own in earlier epochs, tells a
+    topic that ended as a relay from a relay) (``previous``, the previous
     :class:`~connectors.stores.snapshot.StoredEpoch`, gives the words of nodes that died or
     merged; ``remembered`` words, where it has a node's, name it instead: a node's words in its
     last epoch can be those of a few leftover documents, and :func:`format_epochs` remembers
@@ -752,27 +772,28 @@ def format_epoch(stored, vocabulary=None, *, top_words: int | None = None, min_d
     n_docs = int(tree.assignments.shape[0])
     merged_ids = {int(a) for a, _ in merged}
     gone = [int(n) for n in tree.died if int(n) not in merged_ids]  # a merge is a node's end: said once, as such
-    # every id keeps its mark; the counts and lists leave out the events that only re-draw a
-    # relay chain (relays.chain_events), which are counted apart
+    # every id keeps its mark; the counts and lists leave out the relay changes
+    # (relays.relay_changes), which are counted apart
     before = None if previous is None else (previous.tree.node_ids, previous.tree.parent, previous.tree.counts)
     after = (tree.node_ids, tree.parent, tree.counts)
-    chain = {kind: {n for n, c in zip(nodes, chain_events(nodes, [kind] * len(nodes), before, after).tolist()) if c}
-             for kind, nodes in (("born", born), ("died", gone), ("split_from", list(split_from)),
-                                 ("merged_into", list(merged_ids)), ("parent_changed", list(moved)))}
-    n_chain = sum(len(nodes) for nodes in chain.values())
-    born = [n for n in born if n not in chain["born"]]
-    gone = [n for n in gone if n not in chain["died"]]
-    said_split = {n: o for n, o in split_from.items() if n not in chain["split_from"]}
-    merged = [(a, b) for a, b in merged if a not in chain["merged_into"]]
-    n_moved = len(moved) - len(chain["parent_changed"])
+    candidates = [("born", n) for n in born] + [("died", n) for n in gone] + [("split_from", n) for n in split_from] \
+        + [("merged_into", n) for n in merged_ids] + [("parent_changed", n) for n in moved]
+    flags = relay_changes([n for _, n in candidates], [k for k, _ in candidates], before, after, had_lines or frozenset())
+    relay_only = {kind: {n for (k, n), f in zip(candidates, flags.tolist()) if f and k == kind} for kind, _ in candidates}
+    n_relay = int(flags.sum())
+    born = [n for n in born if n not in relay_only.get("born", ())]
+    gone = [n for n in gone if n not in relay_only.get("died", ())]
+    said_split = {n: o for n, o in split_from.items() if n not in relay_only.get("split_from", ())}
+    merged = [(a, b) for a, b in merged if a not in relay_only.get("merged_into", ())]
+    n_moved = len(moved) - len(relay_only.get("parent_changed", ()))
     head = (f"epoch {tree.epoch}" + (f" ({tree.label})" if tree.label else "")
             + f": {counted(n_docs, 'document')}, {counted(tree.n_nodes, 'node')}"
             + (f" ({tree.n_occupied} holding them)" if tree.n_occupied < tree.n_nodes else "")
             + f"; {len(born)} born, {len(gone)} died")
     if events is not None:
         head += f", {len(said_split)} split, {len(merged)} merged, {n_moved} changed parent"
-    if n_chain:
-        head += f" (and {counted(n_chain, 'change')} to [a] > [b] chains)"
+    if n_relay:
+        head += f" (and {counted(n_relay, 'relay change')})"
     lines = [head]
     marks = ["<" if nid in split_from else "*" if tree.born[k] == tree.epoch else "^" if nid in moved else " "
              for k, nid in enumerate(tree.node_ids.tolist())]
@@ -843,31 +864,33 @@ def _shown_nodes(tree, max_nodes: int | None, min_docs: int, marked: set[int] = 
 def format_evolution(store, entries: list[dict]) -> str:
     """One line for a run: births, deaths, splits, merges and parent changes over ``entries``
     (a node that merged is counted as merged, not as died too), and apart from them the
-    changes that only re-draw a relay chain (:func:`~streamtree.relays.chain_events`)."""
+    relay changes (:func:`~streamtree.relays.relay_changes`)."""
     totals = {"born": 0, "died": 0, "split_from": 0, "merged_into": 0, "parent_changed": 0}
-    nodes, n_chain, before = [], 0, None
+    nodes, n_relay, before, had_lines = [], 0, None, set()
     for entry in entries:
         ev = store.events(entry["epoch"])
-        if ev is not None:
-            table = store.nodes(entry["epoch"])
-            after = tuple(table.column(c).to_numpy() for c in ("id", "parent", "count"))
+        if ev is None:  # no events to read, and no tree to read the next epoch's against
+            before = None
+        else:
+            after = _tree_columns(store.nodes(entry["epoch"]))
             kinds = ev.column("event").to_pylist()
             node_ids = ev.column("node_id").to_numpy()
             merged_death = merged_deaths(ev.column("epoch").to_numpy(), node_ids, kinds)
-            in_chain = chain_events(node_ids, kinds, before, after)
-            for kind, skip, chain_only in zip(kinds, merged_death.tolist(), in_chain.tolist()):
+            relay = relay_changes(node_ids, kinds, before, after, had_lines)
+            for kind, skip, relay_only in zip(kinds, merged_death.tolist(), relay.tolist()):
                 if kind in totals and not skip:
-                    if chain_only:
-                        n_chain += 1
+                    if relay_only:
+                        n_relay += 1
                     else:
                         totals[kind] += 1
             before = after
+            had_lines |= own_lines(*after)
         nodes.append(int(entry.get("n_nodes", 0)))
     span = f"{entries[0]['label']} .. {entries[-1]['label']}" if entries else "no epochs"
-    chains = f" (and {counted(n_chain, 'change')} to [a] > [b] chains)" if n_chain else ""
+    relays = f" (and {counted(n_relay, 'relay change')})" if n_relay else ""
     return (f"evolution over {counted(len(entries), 'epoch')} ({span}): {totals['born']} born, {totals['died']} died, "
             f"{totals['split_from']} split, {totals['merged_into']} merged, {totals['parent_changed']} changed "
-            f"parent{chains}; nodes per epoch {min(nodes, default=0)} .. {max(nodes, default=0)}")
+            f"parent{relays}; nodes per epoch {min(nodes, default=0)} .. {max(nodes, default=0)}")
 
 
 def format_lineage(store, node_id: int, *, top_words: int | None = None) -> str:

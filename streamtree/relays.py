@@ -7,14 +7,15 @@ node's words are those of its subtree's documents, so a chain of relays reads as
 line or box repeated. The views draw a chain and the node it leads to as one entry, the ids
 of the relays shown on the way (``[209] > [212] > [213]`` in ``show``, ``209 › 212 › 213`` in
 the report), so no id and no document is hidden; :func:`relay_chains` finds the chains, once
-for both views. Events that only re-draw such a chain (a relay born, gone, or hung
-elsewhere with its line staying where it was) are counted apart from the topics' own by
-:func:`chain_events`.
+for both views. Events that only re-draw such a chain, *relay changes* (a relay born or
+gone, a node hung elsewhere with its line staying where it was), are told apart from the
+topics' own events by :func:`relay_changes`.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 #: What a chain ``a > b`` means, for the legends of ``show`` and the report.
 RELAY_LEGEND = ("a holds no documents of its own and b is its only child, so both are drawn as one, with b's "
@@ -62,7 +63,10 @@ def relay_chains(ids, parents, counts) -> dict[int, tuple[int, ...]]:
     return chains
 
 
-def _lines(ids, parents, counts) -> tuple[set[int], dict[int, int]]:
+Tree = tuple[ArrayLike, ArrayLike, ArrayLike]
+
+
+def _lines(ids: ArrayLike, parents: ArrayLike, counts: ArrayLike) -> tuple[set[int], dict[int, int]]:
     """A tree's relays, and per node the id of the line drawn above its own (the node the top
     of its chain hangs from; -1 for a line at the top)."""
     ids = [int(i) for i in np.asarray(ids).ravel()]
@@ -79,29 +83,41 @@ def _lines(ids, parents, counts) -> tuple[set[int], dict[int, int]]:
     return relays, above
 
 
-def chain_events(node_id, event, before, after) -> np.ndarray:
-    """Which of an epoch's events change nothing but a relay chain.
+def own_lines(ids: ArrayLike, parents: ArrayLike, counts: ArrayLike) -> set[int]:
+    """The ids of a tree drawn on a line of their own: every node but the relays."""
+    relays, _ = _lines(ids, parents, counts)
+    return {int(i) for i in np.asarray(ids).ravel()} - relays
+
+
+def relay_changes(node_id: ArrayLike, event: ArrayLike, before: Tree | None, after: Tree,
+                  had_lines: set[int] | frozenset[int] = frozenset()) -> np.ndarray:
+    """Which of an epoch's events only re-draw a relay chain (its *relay changes*).
 
     The views draw a relay chain and the node it leads to as one line, so such an event shows
     no topic being born, ending or moving: a relay born or split off in this epoch's tree (a
-    new empty node above a node), a relay of the previous tree that died or merged (a chain
-    made shorter), and a parent change after which the node's line hangs below the same line
-    as before (a relay put in or taken out between a node and its parent). A relay that takes
-    its line to a new place is a move of that line, so its parent change counts.
+    new empty node above a node), the death or merge of a node that was a relay in the previous
+    tree and never had a line of its own (a chain made shorter), and a parent change after
+    which the node's line hangs below the same line as before (a relay put in or taken out
+    between a node and its parent). A topic that emptied into a relay and then ends is a
+    topic's end; a relay that takes its line to a new place is a move of that line. A relay
+    born now that later holds documents has a line from then on, with no event of its own.
 
     Parameters
     ----------
     node_id, event : array-like
         Aligned event columns (as in :class:`~streamtree.events.Events` or the stored table).
-    before, after : tuple of (ids, parents, counts) or None
+    before, after : tuple of (ids, parents, counts), or None for ``before``
         The previous and this epoch's trees: node ids, parent ids (-1 for the root) and the
         epoch's documents at each node. ``before`` is None where the previous tree is not at
         hand; then deaths, merges and parent changes all count as the topics' own.
+    had_lines : set of int
+        Ids drawn on a line of their own (:func:`own_lines`) in any epoch before this one that
+        the caller has read.
 
     Returns
     -------
     numpy.ndarray of bool
-        True for each event that only re-draws a relay chain.
+        True for each relay change.
     """
     node_id = np.asarray(node_id, dtype=np.int64).ravel()
     event = np.asarray(event, dtype=object).ravel()
@@ -112,7 +128,7 @@ def chain_events(node_id, event, before, after) -> np.ndarray:
         if kind in ("born", "split_from"):
             out[i] = n in relays_now
         elif kind in ("died", "merged_into"):
-            out[i] = n in relays_then
+            out[i] = n in relays_then and n not in had_lines
         elif kind == "parent_changed":
             out[i] = n in above_then and n in above_now and above_then[n] == above_now[n]
     return out

@@ -819,7 +819,7 @@ def test_a_node_that_merged_is_said_merged_not_also_died(tmp_path, capsys):
     assert "gone from epoch 1 (2001)" in format_lineage(store, 3)
 
 
-def test_changes_to_relay_chains_are_counted_apart_from_the_topics(tmp_path, capsys):
+def test_relay_changes_are_counted_apart_from_the_topics_events(tmp_path, capsys):
     """A relay (no documents of its own, one child) is drawn with its child: its birth, its end
     and a parent change that leaves a line where it was are no topic's. show counts them apart
     and does not list them; the other events are said as before."""
@@ -836,11 +836,31 @@ def test_changes_to_relay_chains_are_counted_apart_from_the_topics(tmp_path, cap
     assert main(["show", store.uri]) == 0
     out = capsys.readouterr().out
     head = next(line for line in out.splitlines() if line.startswith("epoch 1 "))
-    assert head.endswith("; 1 born, 0 died, 0 split, 0 merged, 0 changed parent (and 4 changes to [a] > [b] chains)")
+    assert head.endswith("; 1 born, 0 died, 0 split, 0 merged, 0 changed parent (and 4 relay changes)")
     assert "  born: [4] (t4)" in out and "merged:" not in out and "died:" not in out
     assert " *[5] > ^[1] " in out  # every id keeps its mark (1 hangs below 5 now; its line is where it was)
     assert ("evolution over 2 epochs (2000 .. 2001): 4 born, 0 died, 0 split, 0 merged, 0 changed parent "
-            "(and 5 changes to [a] > [b] chains)") in out
+            "(and 5 relay changes)") in out
+
+
+def test_a_topic_that_emptied_into_a_relay_ends_as_a_topic_in_show(tmp_path, capsys):
+    """Node 1 holds documents, then none above its only child, then is gone: its end is a
+    topic's death in every view of show, the whole run or its last epoch alone (which reads the
+    earlier epochs to know that 1 had a line of its own)."""
+    from test_report import hand_store
+
+    store = hand_store(tmp_path / "store", [([0, 1, 2], [-1, 0, 1], [1, 4, 3]), ([0, 1, 2], [-1, 0, 1], [1, 0, 3]),
+                                            ([0, 2], [-1, 0], [1, 3])])
+    assert main(["show", store.uri]) == 0
+    out = capsys.readouterr().out
+    head = next(line for line in out.splitlines() if line.startswith("epoch 2 "))
+    assert "; 0 born, 1 died, 0 split, 0 merged, 0 changed parent (and 1 relay change)" in head  # 2 re-hung
+    assert "  died: [1]" in out
+    assert "evolution over 3 epochs (2000 .. 2002): 3 born, 1 died, 0 split, 0 merged, 0 changed parent " \
+           "(and 1 relay change)" in out
+    assert main(["show", store.uri, "--epoch", "2002"]) == 0
+    alone = capsys.readouterr().out
+    assert "; 0 born, 1 died" in alone and "  died: [1]" in alone
 
 
 def test_a_node_that_ended_is_named_by_the_words_it_had_at_its_peak(tmp_path, capsys):

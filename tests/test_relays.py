@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from streamtree.relays import chain_events, relay_chains
+from streamtree.relays import own_lines, relay_chains, relay_changes
 
 
 def test_chains_of_empty_single_child_nodes():
@@ -54,7 +54,7 @@ def test_arrays_of_other_lengths_are_refused():
         relay_chains([0, 1], [-1, 0], [0])
 
 
-def test_events_that_only_redraw_a_relay_chain():
+def test_relay_changes_are_the_events_that_only_redraw_a_relay_chain():
     # before: 0 -> 1 (3 docs), 0 -> 2 (relay) -> 3 (2 docs), 0 -> 4 (1 doc)
     before = ([0, 1, 2, 3, 4], [-1, 0, 0, 2, 0], [1, 3, 0, 2, 1])
     # after: relay 2 gone (merged into the root), a new relay 5 above 1, 4 moved below 1's line
@@ -63,7 +63,7 @@ def test_events_that_only_redraw_a_relay_chain():
     rows = [(5, "born"), (6, "born"), (7, "born"), (2, "died"), (2, "merged_into"),
             (1, "parent_changed"), (3, "parent_changed"), (4, "parent_changed"), (6, "split_from")]
     node_id, event = zip(*rows)
-    got = dict(zip(rows, chain_events(node_id, event, before, after).tolist()))
+    got = dict(zip(rows, relay_changes(node_id, event, before, after).tolist()))
     assert got[(5, "born")] and got[(7, "born")]  # new relays above 1 and 6
     assert not got[(6, "born")] and not got[(6, "split_from")]  # a node with documents: a topic of its own
     assert got[(2, "died")] and got[(2, "merged_into")]  # a relay of the previous tree: the chain got shorter
@@ -76,7 +76,32 @@ def test_a_relay_that_takes_its_line_elsewhere_is_a_move():
     # 0 -> 1 (2 docs), 0 -> 2 (relay) -> 3 (4 docs); then the relay 2 hangs below 1
     before = ([0, 1, 2, 3], [-1, 0, 0, 2], [0, 2, 0, 4])
     after = ([0, 1, 2, 3], [-1, 0, 1, 2], [0, 2, 0, 4])
-    assert chain_events([2], ["parent_changed"], before, after).tolist() == [False]
+    assert relay_changes([2], ["parent_changed"], before, after).tolist() == [False]
     # without the previous tree only the births and splits of relays can be told
-    got = chain_events([2, 2, 3], ["born", "died", "parent_changed"], None, after)
+    got = relay_changes([2, 2, 3], ["born", "died", "parent_changed"], None, after)
     assert got.tolist() == [True, False, False]
+
+
+def test_a_topic_that_emptied_into_a_relay_ends_as_a_topic():
+    # epoch 1: 0 -> 1 (4 docs) -> 2 (3 docs); epoch 2: 1 holds none, a relay above 2; epoch 3: 1 is gone
+    first = ([0, 1, 2], [-1, 0, 1], [1, 4, 3])
+    second = ([0, 1, 2], [-1, 0, 1], [1, 0, 3])
+    third = ([0, 2], [-1, 0], [1, 3])
+    had = own_lines(*first)
+    assert had == {0, 1, 2} and own_lines(*second) == {0, 2}
+    ends = relay_changes([1, 1, 2], ["died", "merged_into", "parent_changed"], second, third, had)
+    assert ends.tolist() == [False, False, True]  # 1's end is a topic's; 2's line stays below the root's
+    # a relay that never had a line of its own: its end only shortens a chain
+    assert relay_changes([1], ["died"], second, third, own_lines(*second)).tolist() == [True]
+
+
+def test_relay_changes_in_a_chain_of_relays_and_at_a_relay_root():
+    # before: 0 (relay root) -> 1 (relay) -> 2 (relay) -> 3 (5 docs); after: 0 -> 2 -> 3, 1 gone,
+    # 4 a new relay between 2 and 3
+    before = ([0, 1, 2, 3], [-1, 0, 1, 2], [0, 0, 0, 5])
+    after = ([0, 2, 3, 4], [-1, 0, 4, 2], [0, 0, 5, 0])
+    got = relay_changes([1, 4, 2, 3], ["died", "born", "parent_changed", "parent_changed"], before, after)
+    assert got.tolist() == [True, True, True, True]  # one line, [0] > ... > [3], at the top throughout
+    # the chain's end moved below a line of its own: a move
+    moved = ([0, 2, 3, 5], [-1, 0, 5, 0], [0, 0, 5, 1])
+    assert relay_changes([3], ["parent_changed"], before, moved).tolist() == [False]

@@ -336,7 +336,7 @@ def test_script_json_cannot_close_the_script_element():
     assert json.loads(text) == {"w": "</script><script>alert(1)</script> & <!--"}
 
 
-def test_changes_to_relay_chains_are_counted_apart_and_still_marked(tmp_path):
+def test_relay_changes_are_counted_apart_and_still_marked(tmp_path):
     """A relay is drawn in the box of the node it leads to: its birth, its merge and a parent
     change that leaves a box below the same box are no topic's event. The counts leave them
     out and count them apart; the page still has every event, so each keeps its mark."""
@@ -347,10 +347,20 @@ def test_changes_to_relay_chains_are_counted_apart_and_still_marked(tmp_path):
     data = report_data(read_store(store))
     s, ev = data["summary"], data["events"]
     assert s["event_counts"] == {"born": 4, "died": 0, "split_from": 0, "merged_into": 0, "parent_changed": 0}
-    assert s["chain_changes"] == 5  # 2 born at first (a relay then), 5 born; 2 merged; 1 and 3 re-hung
+    assert s["relay_changes"] == 5  # 2 born at first (a relay then), 5 born; 2 merged; 1 and 3 re-hung
     assert data["epochs"]["born"] == [3, 1] and data["epochs"]["merged"] == [0, 0]
-    assert data["epochs"]["chain"] == [1, 4]
+    assert data["epochs"]["relay"] == [1, 4]
     assert len(ev["kind"]) == 9  # 4 + 1 births, 2's merge, two parent changes: all on the page
+
+
+def test_a_topic_that_emptied_into_a_relay_ends_as_a_topic_on_the_page(tmp_path):
+    """Node 1 holds documents, then none above its only child, then is gone: the page counts
+    its end as a death, as show does."""
+    store = hand_store(tmp_path / "store", [([0, 1, 2], [-1, 0, 1], [1, 4, 3]), ([0, 1, 2], [-1, 0, 1], [1, 0, 3]),
+                                            ([0, 2], [-1, 0], [1, 3])])
+    data = report_data(read_store(store))
+    assert data["epochs"]["died"] == [0, 0, 1] and data["epochs"]["relay"] == [0, 0, 1]
+    assert data["summary"]["event_counts"]["died"] == 1 and data["summary"]["relay_changes"] == 1
 
 
 def test_a_node_that_merged_ends_as_merged_not_also_died(tmp_path):

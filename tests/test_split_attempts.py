@@ -33,8 +33,10 @@ def test_auto_attempts_scale_with_small_epochs_and_keep_the_floor_from_50_docume
         assert auto.split_attempts(n) == max(MIN_SPLIT_ATTEMPTS, -(-n // DOCS_PER_SPLIT_ATTEMPT))
     assert auto.split_attempts(500) == MIN_SPLIT_ATTEMPTS and auto.split_attempts(5_001) == 51
     assert _settings(7).split_attempts(4) == 7 and _settings(0).split_attempts(10_000) == 0
-    # a growing first tree's factor multiplies the automatic number, not one the user gave
-    assert auto.split_attempts(500, 5) == 5 * MIN_SPLIT_ATTEMPTS and auto.split_attempts(17, 5) == 85
+    # a growing first tree's factor multiplies the automatic number, up to one per document,
+    # and not a number the user gave
+    assert auto.split_attempts(5_000, 5) == 5 * MIN_SPLIT_ATTEMPTS and auto.split_attempts(20_000, 5) == 1_000
+    assert auto.split_attempts(60, 5) == 60 and auto.split_attempts(17, 5) == 17
     assert _settings(7).split_attempts(4, 5) == 7
 
 
@@ -66,14 +68,17 @@ def test_a_chain_grows_its_first_tree_with_the_familys_extra_attempts(monkeypatc
     monkeypatch.setattr(SplitMerge, "attempt", counted)
     monkeypatch.setattr(EpochSampler, "_split_merge", tracked)
     rng = np.random.default_rng(0)
-    X = np.abs(rng.standard_normal((60, 20)))
+    X = np.abs(rng.standard_normal((600, 20)))
     X /= np.linalg.norm(X, axis=1, keepdims=True)
     n_sweeps = GROWTH_SWEEPS + 3
     m = DTSSBP(likelihood="vmf", n_sweeps=n_sweeps, random_state=0)
     m.partial_fit(X).partial_fit(X)
-    usual = _settings("auto").split_attempts(60)
+    usual = _settings("auto").split_attempts(600)
     growth = VonMisesFisher.growth_attempts
     assert growth > 1
+    from streamtree.likelihoods.gaussian import Gaussian
+    from streamtree.likelihoods.multinomial import Multinomial
+    assert Multinomial.growth_attempts == Gaussian.growth_attempts == 1  # their moves go on being accepted
     by_sweep = {key: n for key, n in per_sweep}
     # an attempt with each split proposal of the sweep (more once the epoch has settled)
     proposals = [len(SPLIT_PROPOSALS if s < n_sweeps // 2 else SETTLED_SPLIT_PROPOSALS) for s in range(n_sweeps)]

@@ -23,9 +23,9 @@ child's band (its hover and its event marks are the child's, naming it).
 **Events** are the store's, less the ``died`` row of a node that merged into another in that
 epoch (:func:`~streamtree.events.merged_deaths`): the page says a node's end once, and a merge
 is its end; the counts of deaths are of nodes that ended without merging. The counts are the
-topics' events: those that only re-draw a relay chain (a chain node born, gone or merged, a
-parent change that leaves a box below the same box, :func:`~streamtree.relays.chain_events`)
-are counted apart, as relay changes, and still marked.
+topics' events: the relay changes (a relay born, a relay that never had a box of its own gone
+or merged, a parent change that leaves a box below the same box,
+:func:`~streamtree.relays.relay_changes`) are counted apart and still marked.
 
 **Long runs** (more epochs than ``max_columns``) are aggregated: consecutive epochs are
 grouped into ``ceil(n_epochs / max_columns)`` per column; a node's documents are summed over
@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from streamtree.events import EVENT_KINDS, merged_deaths
-from streamtree.relays import chain_events, relay_chains
+from streamtree.relays import own_lines, relay_chains, relay_changes
 
 #: Colours of the top-level branches (colour-blind friendly, after Okabe and Ito, and Tol).
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
@@ -417,18 +417,18 @@ def report_data(content: StoreContent, options: ReportOptions | None = None) -> 
     keep = ~merged_deaths(content.event_epoch, content.event_node, content.event_kind)
     ev_kind = [str(k) for k in content.event_kind[keep]]
     ev_pos = [pos_of_epoch.get(int(e), -1) for e in content.event_epoch[keep].tolist()]
-    in_chain = _chain_events(content, node_pos, n_epochs, ev_pos, content.event_node[keep], ev_kind)
+    relay = _relay_changes(content, node_pos, n_epochs, ev_pos, content.event_node[keep], ev_kind)
     events = {"e": ev_pos, "id": content.event_node[keep].tolist(), "kind": ev_kind,
               "other": content.event_other[keep].tolist()}
-    # the counts are the topics' events; those that only re-draw a relay chain are counted apart
+    # the counts are the topics' events; the relay changes are counted apart
     epochs["born"], epochs["died"], epochs["merged"] = [0] * n_epochs, [0] * n_epochs, [0] * n_epochs
-    epochs["chain"] = [0] * n_epochs
-    for p, kind, chain_only in zip(ev_pos, ev_kind, in_chain.tolist()):
-        if p >= 0 and chain_only:
-            epochs["chain"][p] += 1
+    epochs["relay"] = [0] * n_epochs
+    for p, kind, relay_only in zip(ev_pos, ev_kind, relay.tolist()):
+        if p >= 0 and relay_only:
+            epochs["relay"][p] += 1
         elif p >= 0 and kind in ("born", "died", "merged_into"):
             epochs["merged" if kind == "merged_into" else kind][p] += 1
-    topic_kinds = [k for k, chain_only in zip(ev_kind, in_chain.tolist()) if not chain_only]
+    topic_kinds = [k for k, relay_only in zip(ev_kind, relay.tolist()) if not relay_only]
 
     evolution = _evolution(content, node_pos, events, options) if n_epochs else None
     return {
@@ -443,29 +443,31 @@ def report_data(content: StoreContent, options: ReportOptions | None = None) -> 
             "rejects_by_reason": dict(sorted(content.rejects_by_reason.items(), key=lambda kv: (-kv[1], kv[0]))),
             "config": _flatten(content.config), "versions": dict(content.versions),
             "event_counts": {k: topic_kinds.count(k) for k in EVENT_KINDS},  # "died": not by a merge
-            "chain_changes": int(in_chain.sum()),
+            "relay_changes": int(relay.sum()),
         },
         "epochs": epochs, "nodes": nodes, "events": events, "evolution": evolution,
         "static": [_dendrogram(s, content, pos_of_epoch, words) for s in content.static],
     }
 
 
-def _chain_events(content: StoreContent, node_pos: np.ndarray, n_epochs: int, ev_pos: list[int], ev_node,
-                  ev_kind: list[str]) -> np.ndarray:
-    """Which events only re-draw a relay chain (:func:`~streamtree.relays.chain_events`), each
-    epoch's read against the tree of the epoch before it in the report."""
+def _relay_changes(content: StoreContent, node_pos: np.ndarray, n_epochs: int, ev_pos: list[int], ev_node,
+                   ev_kind: list[str]) -> np.ndarray:
+    """Which events are relay changes (:func:`~streamtree.relays.relay_changes`), each epoch's
+    read against the tree of the epoch before it in the report and the ids with a line of
+    their own in the epochs before."""
     out = np.zeros(len(ev_kind), dtype=bool)
     pos = np.asarray(ev_pos, dtype=np.int64)
     node = np.asarray(ev_node, dtype=np.int64)
     kind = np.asarray(ev_kind, dtype=object)
     starts = np.searchsorted(node_pos, np.arange(n_epochs + 1))  # rows are in epoch order
-    before = None
+    before, had_lines = None, set()
     for p, (lo, hi) in enumerate(zip(starts[:-1].tolist(), starts[1:].tolist())):
         after = (content.node_id[lo:hi], content.node_parent[lo:hi], content.node_count[lo:hi])
         mine = np.flatnonzero(pos == p)
         if mine.size:
-            out[mine] = chain_events(node[mine], kind[mine], before, after)
+            out[mine] = relay_changes(node[mine], kind[mine], before, after, had_lines)
         before = after
+        had_lines |= own_lines(*after)
     return out
 
 

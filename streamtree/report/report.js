@@ -101,7 +101,7 @@
       [S.event_counts.born, "birth"], [S.event_counts.died, "death"],
       [S.event_counts.split_from, "split"], [S.event_counts.merged_into, "merge"],
       [S.event_counts.parent_changed, "parent change"],
-    ].concat(S.chain_changes ? [[S.chain_changes, "relay change"]] : []);
+    ].concat(S.relay_changes ? [[S.relay_changes, "relay change"]] : []);
     $("key-figures").replaceChildren(...items.map(([v, one, many]) => {
       const d = el("div", null, "figure");
       d.append(el("b", v === null ? "-" : fmt(v)), el("span", v === null ? noun(2, one, many) : noun(v, one, many)));
@@ -250,7 +250,7 @@
       noun(relays, "a relay, in the box of the node its chain leads to", "relays, in the box of the node their chain " +
         "leads to") + ")" : "") + ", " + count(docs, "document") + ", " +
       fmt(E.born[e]) + " born, " + fmt(E.died[e]) + " died, " + fmt(E.merged[e]) + " merged, " +
-      (E.chain[e] ? count(E.chain[e], "relay change") + ", " : "") + count(E.n_rejects[e], "reject");
+      (E.relay[e] ? count(E.relay[e], "relay change") + ", " : "") + count(E.n_rejects[e], "reject");
   }
   function setupEpoch() {
     const sel = $("epoch");
@@ -435,8 +435,9 @@
     const reasons = Object.entries(S.rejects_by_reason);
     fillTable($("rejects-table"), ["reason", "records"], reasons.length ? reasons : [["(none)", 0]]);
     fillTable($("events-table"), ["event", "count"], Object.keys(S.event_counts).map((k) => [MARKS[k].name,
-      S.event_counts[k]]).concat(S.chain_changes ? [["relay changes (a relay born, gone or merged, or a parent " +
-      "change that leaves a box where it was; not counted above)", S.chain_changes]] : []));
+      S.event_counts[k]]).concat(S.relay_changes ? [["relay changes (a relay born, a relay that never had a box " +
+      "of its own gone or merged, or a parent change that leaves a box where it was; not counted above)",
+      S.relay_changes]] : []));
     fillTable($("config-table"), ["setting", "value"],
       S.config.concat(Object.entries(S.versions).map(([k, v]) => ["version." + k, v])));
   }
