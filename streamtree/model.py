@@ -140,9 +140,10 @@ class DTSSBP(BaseEstimator):
         (``DOCS_PER_SPLIT_ATTEMPT``, ``MIN_SPLIT_ATTEMPTS`` and ``SPLIT_ATTEMPTS_PER_DOC`` in
         :mod:`streamtree.inference.epoch_sampler`), so the moves keep pace with the documents
         in large epochs and a tiny epoch costs little; in the first ``GROWTH_SWEEPS`` sweeps of
-        the first epoch, while the tree grows from the root, the family's ``growth_attempts``
-        times that, up to one per document (5 for the vMF, whose moves stop being accepted once
-        its nodes are fitted; 1 for the others; relocations follow, lifts do not).
+        the first epoch, while the tree grows from the root, at least the family's
+        ``growth_attempts`` times 50, up to one per document (5 for the vMF, whose moves stop
+        being accepted once its nodes are fitted; 1 for the others; relocations follow, lifts
+        do not).
     split_node : {"fixed", "integrated"}
         How a split-merge move treats the parameter of the node it splits (or merges into).
         ``"fixed"`` (the default) holds it at its current value: the moved documents' collapsed

@@ -33,17 +33,20 @@ def test_auto_attempts_scale_with_small_epochs_and_keep_the_floor_from_50_docume
         assert auto.split_attempts(n) == max(MIN_SPLIT_ATTEMPTS, -(-n // DOCS_PER_SPLIT_ATTEMPT))
     assert auto.split_attempts(500) == MIN_SPLIT_ATTEMPTS and auto.split_attempts(5_001) == 51
     assert _settings(7).split_attempts(4) == 7 and _settings(0).split_attempts(10_000) == 0
-    # a growing first tree's factor multiplies the automatic number, up to one per document,
-    # and not a number the user gave
-    assert auto.split_attempts(5_000, 5) == 5 * MIN_SPLIT_ATTEMPTS and auto.split_attempts(20_000, 5) == 1_000
+    # a growing first tree makes at least its factor times the fewest attempts, up to one per
+    # document; a large epoch's usual number already holds them; a number the user gave stays
+    assert auto.split_attempts(5_000, 5) == 5 * MIN_SPLIT_ATTEMPTS and auto.split_attempts(20_000, 5) == 250
+    assert auto.split_attempts(50_000, 5) == auto.split_attempts(50_000) == 500
     assert auto.split_attempts(60, 5) == 60 and auto.split_attempts(17, 5) == 17
+    assert all(auto.split_attempts(n, 1) == auto.split_attempts(n) for n in (0, 17, 60, 5_000, 50_000))
     assert _settings(7).split_attempts(4, 5) == 7
 
 
 def test_a_chain_grows_its_first_tree_with_the_familys_extra_attempts(monkeypatch):
-    """The split-merge attempts of each sweep: the family's ``growth_attempts`` times the usual
-    number in the first ``GROWTH_SWEEPS`` sweeps of the chain's first epoch, the usual number
-    after them and in every sweep of the next epoch (whose tree is carried, not grown)."""
+    """The split-merge attempts of each sweep: the grown number (the family's
+    ``growth_attempts`` times the fewest) in the first ``GROWTH_SWEEPS`` sweeps of the chain's
+    first epoch, the usual number after them and in every sweep of the next epoch (whose tree
+    is carried, not grown)."""
     from streamtree.inference.epoch_sampler import EpochSampler
     from streamtree.inference.split_merge import SplitMerge
     from streamtree.likelihoods.vmf import VonMisesFisher
@@ -74,6 +77,7 @@ def test_a_chain_grows_its_first_tree_with_the_familys_extra_attempts(monkeypatc
     m = DTSSBP(likelihood="vmf", n_sweeps=n_sweeps, random_state=0)
     m.partial_fit(X).partial_fit(X)
     usual = _settings("auto").split_attempts(600)
+    grown = _settings("auto").split_attempts(600, VonMisesFisher.growth_attempts)
     growth = VonMisesFisher.growth_attempts
     assert growth > 1
     from streamtree.likelihoods.gaussian import Gaussian
@@ -82,8 +86,9 @@ def test_a_chain_grows_its_first_tree_with_the_familys_extra_attempts(monkeypatc
     by_sweep = {key: n for key, n in per_sweep}
     # an attempt with each split proposal of the sweep (more once the epoch has settled)
     proposals = [len(SPLIT_PROPOSALS if s < n_sweeps // 2 else SETTLED_SPLIT_PROPOSALS) for s in range(n_sweeps)]
+    assert grown == growth * usual  # 250 of 600 documents
     assert [by_sweep[(False, s)] for s in range(n_sweeps)] == [
-        (growth if s < GROWTH_SWEEPS else 1) * usual * proposals[s] for s in range(n_sweeps)]
+        (grown if s < GROWTH_SWEEPS else usual) * proposals[s] for s in range(n_sweeps)]
     assert [by_sweep[(True, s)] for s in range(n_sweeps)] == [usual * proposals[s] for s in range(n_sweeps)]
 
 

@@ -65,10 +65,10 @@ MIN_SPLIT_ATTEMPTS = 50
 #: caps ``MIN_SPLIT_ATTEMPTS`` in epochs of fewer than 50 documents (see
 #: :meth:`SamplerSettings.split_attempts`)
 SPLIT_ATTEMPTS_PER_DOC = 1
-#: sweeps of a chain's first epoch (its tree grown from the root) that make
-#: :attr:`Likelihood.growth_attempts` times the usual rounds of relocation and split-merge
-#: attempts (not of lifts): the vMF's moves are almost never accepted after about ten sweeps of
-#: that epoch (BENCHMARKS.md, "Where the planted tree's first-epoch misses come from")
+#: sweeps of a chain's first epoch (its tree grown from the root) that make at least
+#: :attr:`Likelihood.growth_attempts` times ``MIN_SPLIT_ATTEMPTS`` rounds of relocation and
+#: split-merge attempts (not of lifts): the vMF's moves are almost never accepted after about
+#: ten sweeps of that epoch (BENCHMARKS.md, "Where the planted tree's first-epoch misses come from")
 GROWTH_SWEEPS = 10
 #: a rehang attempt (:meth:`~streamtree.inference.split_merge.SplitMerge.rehang`) runs in every
 #: this many rounds of split-merge attempts, in epochs after the first: each draws up to
@@ -140,9 +140,11 @@ class SamplerSettings:
         """Split-merge attempts per sweep for an epoch of ``n_docs`` documents: the number given,
         or for ``"auto"`` one per ``DOCS_PER_SPLIT_ATTEMPT`` documents (at least
         ``MIN_SPLIT_ATTEMPTS``), so that in a large epoch every document's node meets proposals
-        at the same rate (a fixed number would mix ever slower as epochs grow); ``growth``
-        times that while a chain's first tree grows (:attr:`Likelihood.growth_attempts`), up to
-        one per document.
+        at the same rate (a fixed number would mix ever slower as epochs grow). While a chain's
+        first tree grows, at least ``growth`` times ``MIN_SPLIT_ATTEMPTS``
+        (:attr:`Likelihood.growth_attempts`), up to one per document: growing a tree takes
+        proposals in proportion to the nodes it grows, not to the documents, so a large epoch's
+        usual number already holds them.
 
         The floor is at most ``SPLIT_ATTEMPTS_PER_DOC`` per document, so an epoch of fewer
         than 50 documents makes one attempt per document. An attempt's split draw is an
@@ -155,8 +157,7 @@ class SamplerSettings:
         if self.split_proposals == "auto":
             floor = min(MIN_SPLIT_ATTEMPTS, SPLIT_ATTEMPTS_PER_DOC * n_docs)
             usual = max(floor, -(-n_docs // DOCS_PER_SPLIT_ATTEMPT))
-            # grown, but not past one per document where the usual number is below that
-            return max(usual, min(usual * growth, SPLIT_ATTEMPTS_PER_DOC * n_docs))
+            return max(usual, min(growth * MIN_SPLIT_ATTEMPTS, SPLIT_ATTEMPTS_PER_DOC * n_docs))
         return int(self.split_proposals)
 
     def with_hyper(self, hyper: dict[str, float]) -> "SamplerSettings":

@@ -505,9 +505,9 @@ class Likelihood(ABC):
     #: document; three scans raised the planted trees' mean ARI from 0.61 (no scan) to 0.74 over
     #: five seeds. A family sets its own where its launches grow more slowly (BENCHMARKS.md)
     launch_scans: ClassVar[int] = 3
-    #: rounds of relocation and split-merge attempts per sweep, as a multiple of the usual number
-    #: (up to one per document), while a chain's first tree grows from the root (its first
-    #: :data:`~streamtree.inference.epoch_sampler.GROWTH_SWEEPS` sweeps, under
+    #: the fewest rounds of relocation and split-merge attempts per sweep, as a multiple of
+    #: ``MIN_SPLIT_ATTEMPTS`` (up to one per document), while a chain's first tree grows from the
+    #: root (its first :data:`~streamtree.inference.epoch_sampler.GROWTH_SWEEPS` sweeps, under
     #: ``split_proposals="auto"``). A family whose moves stop being accepted once its nodes'
     #: parameters are fitted to their documents sets more, so that its first tree is grown
     #: before that (BENCHMARKS.md, "The vMF's first tree grown with five times the attempts")
