@@ -49,8 +49,8 @@ Jaccard index between the top-10 words of an id's first and last decade, over id
 more than 3 decades; the number of decade-to-decade transitions (an id present in two
 consecutive decades) whose parent changes; the same two figures over the lines the views draw
 (ids that are relays in every decade they appear left out, and parent changes that only put a
-relay in or take one out, :func:`streamtree.relays.relay_changes`, not counted); the single-decade ids by the documents they held in
-their decade (births that die at once hold few); node-decades whose concentration sits at the
+relay in or take one out, :func:`streamtree.relays.relay_changes`, not counted); the
+single-decade ids by the documents they held in their decade (births that die at once hold few); node-decades whose concentration sits at the
 cap ``concentration_bounds[1]`` (and how many of those hold at most 2 documents). The progress
 lines print the link strength in use (``kappa0_``, estimated under ``kappa0="auto"``).
 
@@ -424,9 +424,10 @@ def main() -> None:
         print(f"   identity: {f['single']} of {f['ids']} ids ({100 * f['single'] / max(f['ids'], 1):.0f}%) live a "
               f"single decade; first-vs-last top-{N_TOP_WORDS} Jaccard of ids alive > 3 decades: {jac}; "
               f"{f['parent_changes']} of {f['transitions']} decade-to-decade transitions change the parent")
+        share = 100 * f["topic_single"] / max(f["topic_ids"], 1)
         print(f"   identity over the lines drawn (relays with the node they lead to): {f['topic_single']} of "
-              f"{f['topic_ids']} ids that are ever more than a relay ({100 * f['topic_single'] / max(f['topic_ids'], 1):.0f}%) "
-              f"live a single decade; {f['line_changes']} of {f['transitions']} transitions move a line")
+              f"{f['topic_ids']} ids that are ever more than a relay ({share:.0f}%) live a single decade; "
+              f"{f['line_changes']} of {f['transitions']} transitions move a line")
         print("   single-decade ids by their documents in that decade: "
               + ", ".join(f"{k}: {v}" for k, v in f["single_by_docs"].items()))
         print(f"   concentration at the cap {f['cap']:g}: {f['at_cap']} of {f['node_decades']} node-decades, "

@@ -778,8 +778,12 @@ def format_epoch(stored, vocabulary=None, *, top_words: int | None = None, min_d
     after = (tree.node_ids, tree.parent, tree.counts)
     candidates = [("born", n) for n in born] + [("died", n) for n in gone] + [("split_from", n) for n in split_from] \
         + [("merged_into", n) for n in merged_ids] + [("parent_changed", n) for n in moved]
-    flags = relay_changes([n for _, n in candidates], [k for k, _ in candidates], before, after, had_lines or frozenset())
-    relay_only = {kind: {n for (k, n), f in zip(candidates, flags.tolist()) if f and k == kind} for kind, _ in candidates}
+    flags = relay_changes([n for _, n in candidates], [k for k, _ in candidates], before, after,
+                          had_lines or frozenset())
+    relay_only: dict[str, set[int]] = {}
+    for (kind, n), flag in zip(candidates, flags.tolist()):
+        if flag:
+            relay_only.setdefault(kind, set()).add(n)
     n_relay = int(flags.sum())
     born = [n for n in born if n not in relay_only.get("born", ())]
     gone = [n for n in gone if n not in relay_only.get("died", ())]

@@ -63,7 +63,8 @@ def relay_chains(ids, parents, counts) -> dict[int, tuple[int, ...]]:
     return chains
 
 
-Tree = tuple[ArrayLike, ArrayLike, ArrayLike]
+#: a tree as the views read it: node ids, parent ids (-1 for the root), the epoch's documents at each
+TreeColumns = tuple[ArrayLike, ArrayLike, ArrayLike]
 
 
 def _lines(ids: ArrayLike, parents: ArrayLike, counts: ArrayLike) -> tuple[set[int], dict[int, int]]:
@@ -89,7 +90,7 @@ def own_lines(ids: ArrayLike, parents: ArrayLike, counts: ArrayLike) -> set[int]
     return {int(i) for i in np.asarray(ids).ravel()} - relays
 
 
-def relay_changes(node_id: ArrayLike, event: ArrayLike, before: Tree | None, after: Tree,
+def relay_changes(node_id: ArrayLike, event: ArrayLike, before: TreeColumns | None, after: TreeColumns,
                   had_lines: set[int] | frozenset[int] = frozenset()) -> np.ndarray:
     """Which of an epoch's events only re-draw a relay chain (its *relay changes*).
 
