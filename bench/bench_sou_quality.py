@@ -50,7 +50,8 @@ more than 3 decades; the number of decade-to-decade transitions (an id present i
 consecutive decades) whose parent changes; the same two figures over the lines the views draw
 (ids that are relays in every decade they appear left out, and parent changes that only put a
 relay in or take one out, :func:`streamtree.relays.relay_changes`, not counted); the
-single-decade ids by the documents they held in their decade (births that die at once hold few); node-decades whose concentration sits at the
+single-decade ids by the documents they held in their decade (births that die at once hold
+few); node-decades whose concentration sits at the
 cap ``concentration_bounds[1]`` (and how many of those hold at most 2 documents). The progress
 lines print the link strength in use (``kappa0_``, estimated under ``kappa0="auto"``).
 

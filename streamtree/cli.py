@@ -714,11 +714,13 @@ def _tree_columns(nodes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _lines_before(store, epoch: int) -> set[int]:
     """The ids with a line of their own (:func:`~streamtree.relays.own_lines`) in the published
-    epochs before ``epoch``."""
+    epochs before ``epoch`` (their node tables read in one pass)."""
+    nodes = store.all_nodes(["epoch", "id", "parent", "count"])
+    epochs = nodes.column("epoch").to_numpy()
     out: set[int] = set()
-    for entry in store.epochs():
-        if entry["epoch"] < epoch:
-            out |= own_lines(*_tree_columns(store.nodes(entry["epoch"])))
+    for e in np.unique(epochs[epochs < epoch]).tolist():
+        rows = np.flatnonzero(epochs == e)
+        out |= own_lines(*(nodes.column(c).to_numpy()[rows] for c in ("id", "parent", "count")))
     return out
 
 
@@ -873,10 +875,8 @@ def format_evolution(store, entries: list[dict]) -> str:
     nodes, n_relay, before, had_lines = [], 0, None, set()
     for entry in entries:
         ev = store.events(entry["epoch"])
-        if ev is None:  # no events to read, and no tree to read the next epoch's against
-            before = None
-        else:
-            after = _tree_columns(store.nodes(entry["epoch"]))
+        after = _tree_columns(store.nodes(entry["epoch"])) if ev is not None else None
+        if ev is not None:
             kinds = ev.column("event").to_pylist()
             node_ids = ev.column("node_id").to_numpy()
             merged_death = merged_deaths(ev.column("epoch").to_numpy(), node_ids, kinds)
@@ -887,8 +887,8 @@ def format_evolution(store, entries: list[dict]) -> str:
                         n_relay += 1
                     else:
                         totals[kind] += 1
-            before = after
             had_lines |= own_lines(*after)
+        before = after  # an epoch without events leaves none to read the next one against
         nodes.append(int(entry.get("n_nodes", 0)))
     span = f"{entries[0]['label']} .. {entries[-1]['label']}" if entries else "no epochs"
     relays = f" (and {counted(n_relay, 'relay change')})" if n_relay else ""

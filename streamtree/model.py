@@ -141,7 +141,7 @@ class DTSSBP(BaseEstimator):
         :mod:`streamtree.inference.epoch_sampler`), so the moves keep pace with the documents
         in large epochs and a tiny epoch costs little; in the first ``GROWTH_SWEEPS`` sweeps of
         the first epoch, while the tree grows from the root, at least the family's
-        ``growth_attempts`` times 50, up to one per document (5 for the vMF, whose moves stop
+        ``growth_attempts`` times ``MIN_SPLIT_ATTEMPTS`` (50), up to one per document (5 for the vMF, whose moves stop
         being accepted once its nodes are fitted; 1 for the others; relocations follow, lifts
         do not).
     split_node : {"fixed", "integrated"}

@@ -7,9 +7,9 @@ node's words are those of its subtree's documents, so a chain of relays reads as
 line or box repeated. The views draw a chain and the node it leads to as one entry, the ids
 of the relays shown on the way (``[209] > [212] > [213]`` in ``show``, ``209 › 212 › 213`` in
 the report), so no id and no document is hidden; :func:`relay_chains` finds the chains, once
-for both views. Events that only re-draw such a chain, *relay changes* (a relay born or
-gone, a node hung elsewhere with its line staying where it was), are told apart from the
-topics' own events by :func:`relay_changes`.
+for both views. Events that only re-draw such a chain, *relay changes* (a relay born, a
+relay that never had a line of its own gone, a node hung elsewhere with its line staying where
+it was), are told apart from the topics' own events by :func:`relay_changes`.
 """
 
 from __future__ import annotations

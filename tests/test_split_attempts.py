@@ -38,7 +38,8 @@ def test_auto_attempts_scale_with_small_epochs_and_keep_the_floor_from_50_docume
     assert auto.split_attempts(5_000, 5) == 5 * MIN_SPLIT_ATTEMPTS and auto.split_attempts(20_000, 5) == 250
     assert auto.split_attempts(50_000, 5) == auto.split_attempts(50_000) == 500
     assert auto.split_attempts(60, 5) == 60 and auto.split_attempts(17, 5) == 17
-    assert all(auto.split_attempts(n, 1) == auto.split_attempts(n) for n in (0, 17, 60, 5_000, 50_000))
+    for n in (0, 17, 60, 249, 5_000, 24_901, 50_000):  # a factor of 1: the usual rule
+        assert auto.split_attempts(n, 1) == max(min(MIN_SPLIT_ATTEMPTS, n), -(-n // DOCS_PER_SPLIT_ATTEMPT))
     assert _settings(7).split_attempts(4, 5) == 7
 
 

@@ -67,8 +67,9 @@ MIN_SPLIT_ATTEMPTS = 50
 SPLIT_ATTEMPTS_PER_DOC = 1
 #: sweeps of a chain's first epoch (its tree grown from the root) that make at least
 #: :attr:`Likelihood.growth_attempts` times ``MIN_SPLIT_ATTEMPTS`` rounds of relocation and
-#: split-merge attempts (not of lifts): the vMF's moves are almost never accepted after about
-#: ten sweeps of that epoch (BENCHMARKS.md, "Where the planted tree's first-epoch misses come from")
+#: split-merge attempts (not of lifts), up to one per document: the vMF's moves are almost
+#: never accepted after about ten sweeps of that epoch (BENCHMARKS.md, "Where the planted
+#: tree's first-epoch misses come from")
 GROWTH_SWEEPS = 10
 #: a rehang attempt (:meth:`~streamtree.inference.split_merge.SplitMerge.rehang`) runs in every
 #: this many rounds of split-merge attempts, in epochs after the first: each draws up to
@@ -146,8 +147,9 @@ class SamplerSettings:
         proposals in proportion to the nodes it grows, not to the documents, so a large epoch's
         usual number already holds them.
 
-        The floor is at most ``SPLIT_ATTEMPTS_PER_DOC`` per document, so an epoch of fewer
-        than 50 documents makes one attempt per document. An attempt's split draw is an
+        The floor ``MIN_SPLIT_ATTEMPTS`` is at most ``SPLIT_ATTEMPTS_PER_DOC`` per document,
+        so an epoch of fewer than 50 documents makes one attempt per document (and a growing
+        first tree's epoch of fewer than ``growth`` times 50 makes one per document too). An attempt's split draw is an
         ordered pair of documents of one node, so over the sweeps each of the ``n (n - 1)``
         pairs is drawn about ``n_sweeps / (2 (n - 1))`` times (8 times for 4 documents and 50
         sweeps; a 4-document epoch has 15 partitions), and each document anchors half an

@@ -510,7 +510,7 @@ class Likelihood(ABC):
     #: root (its first :data:`~streamtree.inference.epoch_sampler.GROWTH_SWEEPS` sweeps, under
     #: ``split_proposals="auto"``). A family whose moves stop being accepted once its nodes'
     #: parameters are fitted to their documents sets more, so that its first tree is grown
-    #: before that (BENCHMARKS.md, "The vMF's first tree grown with five times the attempts")
+    #: before that (BENCHMARKS.md, "The vMF's first tree grown with at least five times the fewest attempts")
     growth_attempts: ClassVar[int] = 1
     #: estimator parameters the family reads (their values come from ``DTSSBP.get_params()``)
     params: ClassVar[tuple[str, ...]] = ()

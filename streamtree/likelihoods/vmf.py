@@ -1179,7 +1179,7 @@ class VonMisesFisher(WordTopics, Likelihood):
     # sweeps (a new direction in thousands of dimensions costs hundreds of nats against it), so
     # the first tree is grown before then, with at least 250 attempts a sweep: the planted first
     # epochs' node counts rose from 0.66-0.70x the truth to 0.77-0.78x over three chains a
-    # seed, ARI level (BENCHMARKS.md, "The vMF's first tree grown with five times the attempts")
+    # seed, ARI level (BENCHMARKS.md, "The vMF's first tree grown with at least five times the fewest attempts")
     growth_attempts = 5
     #: whether a row's norm is its document's weight (concentration ``beta w``); else rows are unit
     #: (the estimator's setting, ``"auto"`` or a bool, resolved to a bool at construction)
