@@ -717,10 +717,11 @@ def _lines_before(store, epoch: int) -> set[int]:
     epochs before ``epoch`` (their node tables read in one pass)."""
     nodes = store.all_nodes(["epoch", "id", "parent", "count"])
     epochs = nodes.column("epoch").to_numpy()
+    columns = _tree_columns(nodes)
     out: set[int] = set()
     for e in np.unique(epochs[epochs < epoch]).tolist():
-        rows = np.flatnonzero(epochs == e)
-        out |= own_lines(*(nodes.column(c).to_numpy()[rows] for c in ("id", "parent", "count")))
+        rows = epochs == e
+        out |= own_lines(*(c[rows] for c in columns))
     return out
 
 

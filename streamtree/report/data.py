@@ -460,10 +460,12 @@ def _relay_changes(content: StoreContent, node_pos: np.ndarray, n_epochs: int, e
     node = np.asarray(ev_node, dtype=np.int64)
     kind = np.asarray(ev_kind, dtype=object)
     starts = np.searchsorted(node_pos, np.arange(n_epochs + 1))  # rows are in epoch order
+    by_epoch = np.argsort(pos, kind="stable")  # the events of each epoch, found once
+    ev_starts = np.searchsorted(pos[by_epoch], np.arange(n_epochs + 1))
     before, had_lines = None, set()
     for p, (lo, hi) in enumerate(zip(starts[:-1].tolist(), starts[1:].tolist())):
         after = (content.node_id[lo:hi], content.node_parent[lo:hi], content.node_count[lo:hi])
-        mine = np.flatnonzero(pos == p)
+        mine = by_epoch[ev_starts[p]:ev_starts[p + 1]]
         if mine.size:
             out[mine] = relay_changes(node[mine], kind[mine], before, after, had_lines)
         before = after
