@@ -34,7 +34,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from streamtree.events import merged_deaths
-from streamtree.relays import RELAY_LEGEND, own_lines, relay_chains, relay_changes
+from streamtree.relays import RELAY_LEGEND, RelayReader, TreeColumns, own_lines, relay_chains
 from streamtree.wording import counted
 
 logger = logging.getLogger(__name__)
@@ -693,23 +693,27 @@ def format_epochs(store, entries: list[dict], vocabulary=None, *, previous=None,
             if w and n >= peak.get(nid, (-1, None))[0]:
                 peak[nid] = (n, w)
 
-    had_lines: set[int] = set()  # ids with a line of their own in the epochs before
+    relays = RelayReader()
     if previous is not None:
         remember(previous)
-        had_lines = _lines_before(store, entries[0]["epoch"]) if entries else set()
+        relays = RelayReader(_stored_columns(previous), _lines_before(store, entries[0]["epoch"]) if entries else ())
     for entry in entries:
         stored = store.read(entry["epoch"])
         yield format_epoch(stored, vocabulary, top_words=top_words, min_docs=min_docs,
                            events=store.events(entry["epoch"]), max_nodes=max_nodes, previous=previous,
-                           max_ids=max_ids, remembered={k: w for k, (_, w) in peak.items()}, had_lines=had_lines)
+                           max_ids=max_ids, remembered={k: w for k, (_, w) in peak.items()}, relays=relays)
         remember(stored)
-        had_lines |= own_lines(stored.tree.node_ids, stored.tree.parent, stored.tree.counts)
         previous = stored
 
 
-def _tree_columns(nodes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _tree_columns(nodes) -> TreeColumns:
     """Ids, parents and the epoch's documents at each node, from a stored ``nodes`` table."""
     return tuple(nodes.column(c).to_numpy() for c in ("id", "parent", "count"))
+
+
+def _stored_columns(stored) -> TreeColumns:
+    """Ids, parents and the epoch's documents at each node of a stored epoch's tree."""
+    return stored.tree.node_ids, stored.tree.parent, stored.tree.counts
 
 
 def _lines_before(store, epoch: int) -> set[int]:
@@ -727,7 +731,7 @@ def _lines_before(store, epoch: int) -> set[int]:
 
 def format_epoch(stored, vocabulary=None, *, top_words: int | None = None, min_docs: int = 0, events=None,
                  max_nodes: int | None = None, previous=None, legend: bool = False, max_ids: int | None = 8,
-                 remembered: dict[int, list[str]] | None = None, had_lines: set[int] | None = None) -> str:
+                 remembered: dict[int, list[str]] | None = None, relays: RelayReader | None = None) -> str:
     """One epoch's tree in the style of the dTSSBP paper's Figures 4 and 5, with what changed.
 
     One line per node, indented by depth: a mark (``*`` born this epoch, ``<`` split from
@@ -739,8 +743,9 @@ def format_epoch(stored, vocabulary=None, *, top_words: int | None = None, min_d
     nodes with fewer documents in their subtree. Then the evolution since the previous epoch:
     splits and merges with their words, births and deaths, less the relay changes
     (:func:`~streamtree.relays.relay_changes`: the head line counts them apart, and every id
-    keeps its mark; ``had_lines``, the ids with a line of their own in earlier epochs, tells a
-    topic that ended as a relay from a relay) (``previous``, the previous
+    keeps its mark; ``relays``, the reader of the epochs before, knows the ids with a line of
+    their own in earlier epochs, which tells a topic that ended as a relay from a relay, and
+    moves on to this epoch) (``previous``, the previous
     :class:`~connectors.stores.snapshot.StoredEpoch`, gives the words of nodes that died or
     merged; ``remembered`` words, where it has a node's, name it instead: a node's words in its
     last epoch can be those of a few leftover documents, and :func:`format_epochs` remembers
@@ -777,12 +782,11 @@ def format_epoch(stored, vocabulary=None, *, top_words: int | None = None, min_d
     gone = [int(n) for n in tree.died if int(n) not in merged_ids]  # a merge is a node's end: said once, as such
     # every id keeps its mark; the counts and lists leave out the relay changes
     # (relays.relay_changes), which are counted apart
-    before = None if previous is None else (previous.tree.node_ids, previous.tree.parent, previous.tree.counts)
-    after = (tree.node_ids, tree.parent, tree.counts)
+    if relays is None:
+        relays = RelayReader(None if previous is None else _stored_columns(previous))
     candidates = [("born", n) for n in born] + [("died", n) for n in gone] + [("split_from", n) for n in split_from] \
         + [("merged_into", n) for n in merged_ids] + [("parent_changed", n) for n in moved]
-    flags = relay_changes([n for _, n in candidates], [k for k, _ in candidates], before, after,
-                          had_lines or frozenset())
+    flags = relays.read([n for _, n in candidates], [k for k, _ in candidates], _stored_columns(stored))
     relay_only: dict[str, set[int]] = {}
     for (kind, n), flag in zip(candidates, flags.tolist()):
         if flag:
@@ -873,23 +877,22 @@ def format_evolution(store, entries: list[dict]) -> str:
     (a node that merged is counted as merged, not as died too), and apart from them the
     relay changes (:func:`~streamtree.relays.relay_changes`)."""
     totals = {"born": 0, "died": 0, "split_from": 0, "merged_into": 0, "parent_changed": 0}
-    nodes, n_relay, before, had_lines = [], 0, None, set()
+    nodes, n_relay, relays = [], 0, RelayReader()
     for entry in entries:
         ev = store.events(entry["epoch"])
-        after = _tree_columns(store.nodes(entry["epoch"])) if ev is not None else None
-        if ev is not None:
+        if ev is None:
+            relays.passed(None)  # an epoch without events leaves no tree to read the next one against
+        else:
             kinds = ev.column("event").to_pylist()
             node_ids = ev.column("node_id").to_numpy()
             merged_death = merged_deaths(ev.column("epoch").to_numpy(), node_ids, kinds)
-            relay = relay_changes(node_ids, kinds, before, after, had_lines)
+            relay = relays.read(node_ids, kinds, _tree_columns(store.nodes(entry["epoch"])))
             for kind, skip, relay_only in zip(kinds, merged_death.tolist(), relay.tolist()):
                 if kind in totals and not skip:
                     if relay_only:
                         n_relay += 1
                     else:
                         totals[kind] += 1
-            had_lines |= own_lines(*after)
-        before = after  # an epoch without events leaves none to read the next one against
         nodes.append(int(entry.get("n_nodes", 0)))
     span = f"{entries[0]['label']} .. {entries[-1]['label']}" if entries else "no epochs"
     relays = f" (and {counted(n_relay, 'relay change')})" if n_relay else ""

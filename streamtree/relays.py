@@ -133,3 +133,36 @@ def relay_changes(node_id: ArrayLike, event: ArrayLike, before: TreeColumns | No
         elif kind == "parent_changed":
             out[i] = n in above_then and n in above_now and above_then[n] == above_now[n]
     return out
+
+
+class RelayReader:
+    """:func:`relay_changes` of a run's epochs in order: keeps the tree each epoch is read
+    against and the ids that had a line of their own before it, so that the views (``show``,
+    its evolution line, the report) walk the epochs the same way.
+
+    Parameters
+    ----------
+    before : tuple of (ids, parents, counts), or None
+        The tree of the epoch before the first one read, where it is at hand.
+    had_lines : set of int
+        Ids with a line of their own in the epochs before the first one read.
+    """
+
+    def __init__(self, before: TreeColumns | None = None, had_lines: set[int] | frozenset[int] = frozenset()) -> None:
+        self.before = before
+        self.had_lines: set[int] = set(had_lines)
+
+    def read(self, node_id: ArrayLike, event: ArrayLike, after: TreeColumns) -> np.ndarray:
+        """Which of this epoch's events (``after``: its tree) are relay changes; the epoch is
+        then the one the next is read against."""
+        flags = relay_changes(node_id, event, self.before, after, self.had_lines)
+        self.passed(after)
+        return flags
+
+    def passed(self, after: TreeColumns | None) -> None:
+        """Step over an epoch without reading its events: ``after`` its tree, or None where its
+        tree is not read (the next epoch's deaths, merges and parent changes then all count as
+        the topics' own)."""
+        if after is not None:
+            self.had_lines |= own_lines(*after)
+        self.before = after

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from streamtree.relays import own_lines, relay_chains, relay_changes
+from streamtree.relays import RelayReader, own_lines, relay_chains, relay_changes
 
 
 def test_chains_of_empty_single_child_nodes():
@@ -93,6 +93,23 @@ def test_a_topic_that_emptied_into_a_relay_ends_as_a_topic():
     assert ends.tolist() == [False, False, True]  # 1's end is a topic's; 2's line stays below the root's
     # a relay that never had a line of its own: its end only shortens a chain
     assert relay_changes([1], ["died"], second, third, own_lines(*second)).tolist() == [True]
+
+
+def test_the_reader_walks_the_epochs_as_the_views_do():
+    # the epochs of the test above, read in order: 1 had a line in the first, so its end is a topic's
+    first = ([0, 1, 2], [-1, 0, 1], [1, 4, 3])
+    second = ([0, 1, 2], [-1, 0, 1], [1, 0, 3])
+    third = ([0, 2], [-1, 0], [1, 3])
+    reader = RelayReader()
+    assert reader.read([1, 2], ["born", "born"], first).tolist() == [False, False]
+    reader.passed(second)  # an epoch whose events are not read still gives its lines and its tree
+    assert reader.read([1, 2], ["died", "parent_changed"], third).tolist() == [False, True]
+    # started after the first epoch, it knows only the second: 1 was a relay and never had a line
+    late = RelayReader(second, own_lines(*second))
+    assert late.read([1], ["died"], third).tolist() == [True]
+    # an epoch without a tree to read against: deaths and parent changes count as the topics' own
+    reader.passed(None)
+    assert reader.read([1, 2], ["died", "parent_changed"], third).tolist() == [False, False]
 
 
 def test_relay_changes_in_a_chain_of_relays_and_at_a_relay_root():

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from streamtree.events import EVENT_KINDS, merged_deaths
-from streamtree.relays import own_lines, relay_chains, relay_changes
+from streamtree.relays import RelayReader, relay_chains
 
 #: Colours of the top-level branches (colour-blind friendly, after Okabe and Ito, and Tol).
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
@@ -462,14 +462,14 @@ def _relay_changes(content: StoreContent, node_pos: np.ndarray, n_epochs: int, e
     starts = np.searchsorted(node_pos, np.arange(n_epochs + 1))  # rows are in epoch order
     by_epoch = np.argsort(pos, kind="stable")  # the events of each epoch, found once
     ev_starts = np.searchsorted(pos[by_epoch], np.arange(n_epochs + 1))
-    before, had_lines = None, set()
+    relays = RelayReader()
     for p, (lo, hi) in enumerate(zip(starts[:-1].tolist(), starts[1:].tolist())):
         after = (content.node_id[lo:hi], content.node_parent[lo:hi], content.node_count[lo:hi])
         mine = by_epoch[ev_starts[p]:ev_starts[p + 1]]
         if mine.size:
-            out[mine] = relay_changes(node[mine], kind[mine], before, after, had_lines)
-        before = after
-        had_lines |= own_lines(*after)
+            out[mine] = relays.read(node[mine], kind[mine], after)
+        else:
+            relays.passed(after)
     return out
 
 
