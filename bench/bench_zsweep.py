@@ -10,7 +10,9 @@ per row, planted topics). Prints:
 * one full epoch of ``DTSSBP(likelihood="vmf", max_depth=3)`` at its defaults otherwise (or
   ``--likelihood multinomial`` on the same documents as integer counts, or at ``--kappa0``; default 50 sweeps; ARI of its assignments against the planted topics) with ``n_jobs=1`` and
   ``n_jobs=--threads``, interleaved ``--repeat`` times: CPU seconds at n_jobs=1 (target < 30 s),
-  wall speed-up (target >= 1.7x), whether every run gave the same tree, and peak memory;
+  wall speed-up (target >= 1.7x), whether every run gave the same tree, what the tree's nodes
+  are (how many hold documents, how many fewer than ten, how many planted topics are cut into
+  two or more nodes and how the pieces are related), and peak memory;
 * with ``--parts``: one more ``n_jobs=1`` epoch with the thread CPU time of each step of the
   sweep loop, the share of the steps that run on ``n_jobs`` threads (the z-sweep's product and
   draw, the new-node table, the per-node sums, the MAP step's block passes) and the wall
@@ -104,6 +106,33 @@ STEPS = (
     ("streamtree.inference.theta_map", None, "_vmf_block", "  block passes", True),
     ("streamtree.likelihoods.multinomial", None, "_solve_nodes_nb", "  node solves (multinomial)", True),
 )
+
+
+def tree_composition(tree, labels: np.ndarray) -> str:
+    """What the live nodes of a fitted flat corpus are: how many hold documents, how many of the
+    planted topics are cut into two or more nodes (each holding at least a tenth of the topic),
+    how those pieces are related, and how many nodes hold fewer than ten documents. The
+    z-sweep and the node update cost in proportion to the live nodes; these say how many of them
+    a right-sized tree would not have."""
+    ids = tree.node_ids.tolist()
+    row = {n: k for k, n in enumerate(ids)}
+    counts = np.asarray(tree.counts)  # the epoch's documents at each node
+    table = np.zeros((labels.max() + 1, len(ids)), dtype=np.int64)
+    np.add.at(table, (labels, np.array([row[int(n)] for n in tree.assignments])), 1)
+    share = table / table.sum(axis=1, keepdims=True)
+    parent = {n: int(p) for n, p in zip(ids, tree.parent.tolist())}
+    kinds: dict[str, int] = defaultdict(int)
+    for t in range(table.shape[0]):
+        pieces = [ids[k] for k in np.flatnonzero(share[t] >= 0.1)]
+        if len(pieces) < 2:
+            continue
+        a, b = pieces[:2]
+        kinds["parent and child" if parent[a] == b or parent[b] == a else
+              "siblings" if parent[a] == parent[b] else "further apart"] += 1
+    n_cut = sum(kinds.values())
+    return (f"{int((counts > 0).sum())} of {len(ids)} nodes hold documents, {int(((counts > 0) & (counts < 10)).sum())} "
+            f"of them fewer than ten; {n_cut} of {table.shape[0]} planted topics cut into two or more nodes"
+            + (f" ({', '.join(f'{v} {k}' for k, v in sorted(kinds.items()))})" if n_cut else ""))
 
 
 @contextlib.contextmanager
@@ -211,7 +240,8 @@ def main() -> None:
                             n_jobs=jobs, **settings) as model:
                     cpu, wall, m = cpu_wall(lambda: model.partial_fit(X_fit))
                     tree = m.trees_[-1]
-                results[jobs].append((cpu, wall, tree.n_nodes, tree.assignments.copy()))
+                results[jobs].append((cpu, wall, tree.n_nodes, tree.assignments.copy(),
+                                      tree_composition(tree, corpus.labels)))
                 print(f"   run {r}: n_jobs={jobs}: {cpu:.1f} s CPU, {wall:.1f} s wall, {tree.n_nodes} nodes", flush=True)
         one = min(results[1], key=lambda x: x[0])
         many = min(results[args.threads], key=lambda x: x[1])
@@ -220,6 +250,7 @@ def main() -> None:
         print(f"one epoch, {args.sweeps} sweeps, n_jobs=1   : {one[0]:.1f} s CPU, {one[1]:.1f} s wall "
               f"({one[2]} live nodes at the end, ARI {ari:.3f} against the {args.nodes} planted topics; "
               f"{args.likelihood}, kappa0 {settings.get('kappa0', 'default')}; target < 30 s CPU)")
+        print(f"  its tree                   : {one[4]}")
         print(f"one epoch, {args.sweeps} sweeps, n_jobs={args.threads}   : {many[1]:.1f} s wall, {many[0]:.1f} s CPU; "
               f"wall speed-up {one[1] / many[1]:.2f}x (target >= 1.7x); same trees: {same}")
         print(f"per sweep at n_jobs=1        : {one[0] / args.sweeps:.3f} s CPU = "
