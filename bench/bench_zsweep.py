@@ -111,7 +111,7 @@ STEPS = (
 def tree_composition(tree, labels: np.ndarray) -> str:
     """What the live nodes of a fitted flat corpus are: how many hold documents, how many of the
     planted topics are cut into two or more nodes (each holding at least a tenth of the topic),
-    how those pieces are related, and how many nodes hold fewer than ten documents. The
+    how the two largest pieces are related, and how many nodes hold fewer than ten documents. The
     z-sweep and the node update cost in proportion to the live nodes; these say how many of them
     a right-sized tree would not have."""
     ids = tree.node_ids.tolist()
@@ -119,20 +119,21 @@ def tree_composition(tree, labels: np.ndarray) -> str:
     counts = np.asarray(tree.counts)  # the epoch's documents at each node
     table = np.zeros((labels.max() + 1, len(ids)), dtype=np.int64)
     np.add.at(table, (labels, np.array([row[int(n)] for n in tree.assignments])), 1)
+    table = table[table.sum(axis=1) > 0]  # the topics that drew documents
     share = table / table.sum(axis=1, keepdims=True)
     parent = {n: int(p) for n, p in zip(ids, tree.parent.tolist())}
     kinds: dict[str, int] = defaultdict(int)
     for t in range(table.shape[0]):
-        pieces = [ids[k] for k in np.flatnonzero(share[t] >= 0.1)]
+        pieces = [k for k in np.argsort(-share[t], kind="stable") if share[t, k] >= 0.1]
         if len(pieces) < 2:
             continue
-        a, b = pieces[:2]
+        a, b = ids[pieces[0]], ids[pieces[1]]  # the two largest
         kinds["parent and child" if parent[a] == b or parent[b] == a else
               "siblings" if parent[a] == parent[b] else "further apart"] += 1
     n_cut = sum(kinds.values())
     return (f"{int((counts > 0).sum())} of {len(ids)} nodes hold documents, {int(((counts > 0) & (counts < 10)).sum())} "
             f"of them fewer than ten; {n_cut} of {table.shape[0]} planted topics cut into two or more nodes"
-            + (f" ({', '.join(f'{v} {k}' for k, v in sorted(kinds.items()))})" if n_cut else ""))
+            + (f" ({', '.join(f'{k}: {v}' for k, v in sorted(kinds.items()))})" if n_cut else ""))
 
 
 @contextlib.contextmanager

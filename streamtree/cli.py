@@ -743,9 +743,10 @@ def format_epoch(stored, vocabulary=None, *, top_words: int | None = None, min_d
     nodes with fewer documents in their subtree. Then the evolution since the previous epoch:
     splits and merges with their words, births and deaths, less the relay changes
     (:func:`~streamtree.relays.relay_changes`: the head line counts them apart, and every id
-    keeps its mark; ``relays``, the reader of the epochs before, knows the ids with a line of
-    their own in earlier epochs, which tells a topic that ended as a relay from a relay, and
-    moves on to this epoch) (``previous``, the previous
+    keeps its mark; ``relays``, the reader of the epochs before, knows the tree before and the
+    ids with a line of their own in earlier epochs, which tells a topic that ended as a relay
+    from a relay; it is moved on to this epoch, so pass each epoch once; without it the tree
+    before is ``previous``'s) (``previous``, the previous
     :class:`~connectors.stores.snapshot.StoredEpoch`, gives the words of nodes that died or
     merged; ``remembered`` words, where it has a node's, name it instead: a node's words in its
     last epoch can be those of a few leftover documents, and :func:`format_epochs` remembers
@@ -877,16 +878,16 @@ def format_evolution(store, entries: list[dict]) -> str:
     (a node that merged is counted as merged, not as died too), and apart from them the
     relay changes (:func:`~streamtree.relays.relay_changes`)."""
     totals = {"born": 0, "died": 0, "split_from": 0, "merged_into": 0, "parent_changed": 0}
-    nodes, n_relay, relays = [], 0, RelayReader()
+    nodes, n_relay, reader = [], 0, RelayReader()
     for entry in entries:
         ev = store.events(entry["epoch"])
         if ev is None:
-            relays.passed(None)  # an epoch without events leaves no tree to read the next one against
+            reader.passed(None)  # an epoch without events leaves no tree to read the next one against
         else:
             kinds = ev.column("event").to_pylist()
             node_ids = ev.column("node_id").to_numpy()
             merged_death = merged_deaths(ev.column("epoch").to_numpy(), node_ids, kinds)
-            relay = relays.read(node_ids, kinds, _tree_columns(store.nodes(entry["epoch"])))
+            relay = reader.read(node_ids, kinds, _tree_columns(store.nodes(entry["epoch"])))
             for kind, skip, relay_only in zip(kinds, merged_death.tolist(), relay.tolist()):
                 if kind in totals and not skip:
                     if relay_only:

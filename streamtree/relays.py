@@ -137,8 +137,10 @@ def relay_changes(node_id: ArrayLike, event: ArrayLike, before: TreeColumns | No
 
 class RelayReader:
     """:func:`relay_changes` of a run's epochs in order: keeps the tree each epoch is read
-    against and the ids that had a line of their own before it, so that the views (``show``,
-    its evolution line, the report) walk the epochs the same way.
+    against and the ids that had a line of their own before it, for the views (``show``, its
+    evolution line, the report). Each view says what it passes for an epoch it does not read:
+    ``show``'s evolution line reads no tree for an epoch without an events table, the report
+    reads every epoch's tree.
 
     Parameters
     ----------
@@ -153,8 +155,8 @@ class RelayReader:
         self.had_lines: set[int] = set(had_lines)
 
     def read(self, node_id: ArrayLike, event: ArrayLike, after: TreeColumns) -> np.ndarray:
-        """Which of this epoch's events (``after``: its tree) are relay changes; the epoch is
-        then the one the next is read against."""
+        """Which of this epoch's events (``after``: its tree) are relay changes. The reader then
+        moves on: this epoch is the one the next is read against, so each epoch is read once."""
         flags = relay_changes(node_id, event, self.before, after, self.had_lines)
         self.passed(after)
         return flags

@@ -104,6 +104,12 @@ def test_the_reader_walks_the_epochs_as_the_views_do():
     assert reader.read([1, 2], ["born", "born"], first).tolist() == [False, False]
     reader.passed(second)  # an epoch whose events are not read still gives its lines and its tree
     assert reader.read([1, 2], ["died", "parent_changed"], third).tolist() == [False, True]
+    # read one after the other, each epoch against the one before: 2's line stays below the root's
+    walk = RelayReader()
+    walk.read([1, 2], ["born", "born"], first)
+    walk.read([], [], second)
+    assert walk.read([2], ["parent_changed"], third).tolist() == [True]
+    assert walk.before == third
     # started after the first epoch, it knows only the second: 1 was a relay and never had a line
     late = RelayReader(second, own_lines(*second))
     assert late.read([1], ["died"], third).tolist() == [True]
