@@ -693,10 +693,10 @@ def format_epochs(store, entries: list[dict], vocabulary=None, *, previous=None,
             if w and n >= peak.get(nid, (-1, None))[0]:
                 peak[nid] = (n, w)
 
-    relays = RelayReader()
+    relays = RelayReader()  # the first epoch read against none, or against ``previous``
     if previous is not None:
         remember(previous)
-        relays = RelayReader(_stored_columns(previous), _lines_before(store, entries[0]["epoch"]) if entries else ())
+        relays = RelayReader(_stored_columns(previous), _lines_before(store, entries[0]["epoch"]) if entries else set())
     for entry in entries:
         stored = store.read(entry["epoch"])
         yield format_epoch(stored, vocabulary, top_words=top_words, min_docs=min_docs,
