@@ -34,7 +34,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from streamtree.events import merged_deaths
-from streamtree.relays import RELAY_LEGEND, RelayReader, TreeColumns, own_lines, relay_chains
+from streamtree.relays import RELAY_LEGEND, RelayReader, TreeColumns, relay_chains
 from streamtree.wording import counted
 
 logger = logging.getLogger(__name__)
@@ -696,7 +696,8 @@ def format_epochs(store, entries: list[dict], vocabulary=None, *, previous=None,
     relays = RelayReader()  # the first epoch read against none, or against ``previous``
     if previous is not None:
         remember(previous)
-        relays = RelayReader(_stored_columns(previous), _lines_before(store, entries[0]["epoch"]) if entries else set())
+        if entries:
+            relays = _relays_before(store, entries[0]["epoch"])
     for entry in entries:
         stored = store.read(entry["epoch"])
         yield format_epoch(stored, vocabulary, top_words=top_words, min_docs=min_docs,
@@ -716,17 +717,17 @@ def _stored_columns(stored) -> TreeColumns:
     return stored.tree.node_ids, stored.tree.parent, stored.tree.counts
 
 
-def _lines_before(store, epoch: int) -> set[int]:
-    """The ids with a line of their own (:func:`~streamtree.relays.own_lines`) in the published
-    epochs before ``epoch`` (their node tables read in one pass)."""
+def _relays_before(store, epoch: int) -> RelayReader:
+    """A relay reader that has stepped over every published epoch before ``epoch`` (their node
+    tables read in one pass), so that it reads ``epoch`` against the one before it."""
     nodes = store.all_nodes(["epoch", "id", "parent", "count"])
     epochs = nodes.column("epoch").to_numpy()
     columns = _tree_columns(nodes)
-    out: set[int] = set()
+    reader = RelayReader()
     for e in np.unique(epochs[epochs < epoch]).tolist():
         rows = epochs == e
-        out |= own_lines(*(c[rows] for c in columns))
-    return out
+        reader.passed(tuple(c[rows] for c in columns))
+    return reader
 
 
 def format_epoch(stored, vocabulary=None, *, top_words: int | None = None, min_docs: int = 0, events=None,
