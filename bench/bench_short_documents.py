@@ -131,7 +131,9 @@ def main() -> None:
                 big = int(np.sum(tree.counts >= 0.01 * args.documents))
                 scattered = float(tree.counts[tree.counts < 0.01 * args.documents].sum()) / args.documents
                 ratio = big / k
-                relays = sum(len(chain) for chain in relay_chains(tree.node_ids, tree.parent, tree.counts).values())
+                chains = relay_chains(tree.node_ids, tree.parent, tree.counts)
+                below = dict(zip(tree.node_ids.tolist(), tree.subtree_counts.tolist()))
+                relays = sum(1 for chain in chains.values() for r in chain if below[r] > 0)  # occupied relays
                 ari = adjusted_rand_score(topic, tree.assignments)
                 size_ok, ari_ok = 0.67 <= ratio <= 1.5, ari >= max(km_ari, em_ari)
                 met[lik] += size_ok + ari_ok
