@@ -16,8 +16,8 @@ optimum, which the model sometimes beats).
 Per length and seed: whether the fit warned that the documents are too short
 (``DTSSBP``'s short-documents warning), nodes holding >= 1% of the documents against the truth (target
 0.67-1.5x, as the planted benchmark's), occupied nodes (holding documents, themselves or below
-them), how many of those are relays (no documents of their own and one child: on flat topics
-the drain of documents to the depth cap leaves them above each leaf), the share of the documents in nodes
+them), how many of those are relays (no documents of their own and one child; on flat topics
+most leaves end at the depth cap below them), the share of the documents in nodes
 holding < 1% (a scatter of small nodes the first count does not show), ARI against the topics (target: at or
 above the better baseline; on short documents k-means falls to about 0, so the planted
 benchmark's bar, k-means alone, would pass a model that recovers nothing), and CPU seconds of
