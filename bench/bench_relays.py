@@ -100,13 +100,17 @@ def through_relay(parent: np.ndarray, n: np.ndarray, strength: float, floor: flo
     return float(log_w.max() + np.log(w.mean())), float(w.sum() ** 2 / (w ** 2).sum())
 
 
+def occupied_relays(tree) -> int:
+    """The relays of an epoch's tree whose chain leads to documents (those among its occupied nodes)."""
+    below = dict(zip(tree.node_ids.tolist(), tree.subtree_counts.tolist()))
+    chains = relay_chains(tree.node_ids, tree.parent, tree.counts)
+    return sum(1 for chain in chains.values() for r in chain if below[r] > 0)
+
+
 def describe(model: DTSSBP) -> str:
     tree = model.trees_[-1]
-    chains = relay_chains(tree.node_ids, tree.parent, tree.counts)
-    below = dict(zip(tree.node_ids.tolist(), tree.subtree_counts.tolist()))
-    relays = sum(1 for chain in chains.values() for r in chain if below[r] > 0)
     held = np.bincount(tree.depth[tree.counts > 0], minlength=int(tree.depth.max()) + 1)
-    return (f"{tree.n_nodes} nodes, {relays} relays, nodes holding documents by depth {held.tolist()}, "
+    return (f"{tree.n_nodes} nodes, {occupied_relays(tree)} relays, nodes holding documents by depth {held.tolist()}, "
             f"kappa0_ {float(model.kappa0_):g}")
 
 

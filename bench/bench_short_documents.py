@@ -43,8 +43,8 @@ from sklearn.preprocessing import normalize
 
 import streamtree  # noqa: F401  (configures numba's cache before any model import)
 from bench_planted import parse_integers
+from bench_relays import occupied_relays
 from streamtree.model import DTSSBP
-from streamtree.relays import relay_chains
 
 EM_STARTS = 3
 EM_ITERATIONS = 200
@@ -131,14 +131,11 @@ def main() -> None:
                 big = int(np.sum(tree.counts >= 0.01 * args.documents))
                 scattered = float(tree.counts[tree.counts < 0.01 * args.documents].sum()) / args.documents
                 ratio = big / k
-                chains = relay_chains(tree.node_ids, tree.parent, tree.counts)
-                below = dict(zip(tree.node_ids.tolist(), tree.subtree_counts.tolist()))
-                relays = sum(1 for chain in chains.values() for r in chain if below[r] > 0)  # occupied relays
                 ari = adjusted_rand_score(topic, tree.assignments)
                 size_ok, ari_ok = 0.67 <= ratio <= 1.5, ari >= max(km_ari, em_ari)
                 met[lik] += size_ok + ari_ok
                 print(f"{lik:>12} {length:>6g} {seed:>4} {big:>9} {ratio:>5.2f}x {'met' if size_ok else 'NOT met':>11} "
-                      f"{tree.n_occupied:>8} {relays:>6} {scattered:>6.1%} {ari:>6.3f} {km_ari:>7.3f} {em_ari:>10.3f} {'met' if ari_ok else 'NOT met':>9} "
+                      f"{tree.n_occupied:>8} {occupied_relays(tree):>6} {scattered:>6.1%} {ari:>6.3f} {km_ari:>7.3f} {em_ari:>10.3f} {'met' if ari_ok else 'NOT met':>9} "
                       f"{'yes' if warned else 'no':>6} {cpu:>6.1f} {km_cpu:>11.1f} {em_cpu:>6.1f}", flush=True)
     for lik in likelihoods:
         print(f"   {lik}: {met[lik]} of {total} targets met")
