@@ -693,7 +693,7 @@ def format_epochs(store, entries: list[dict], vocabulary=None, *, previous=None,
             if w and n >= peak.get(nid, (-1, None))[0]:
                 peak[nid] = (n, w)
 
-    relays = RelayReader()  # the first epoch read against none, or against ``previous``
+    relays = RelayReader()  # the first epoch read against no tree, or, after ``previous``, against the one before it
     if previous is not None:
         remember(previous)
         if entries:
