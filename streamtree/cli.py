@@ -693,11 +693,10 @@ def format_epochs(store, entries: list[dict], vocabulary=None, *, previous=None,
             if w and n >= peak.get(nid, (-1, None))[0]:
                 peak[nid] = (n, w)
 
-    relays = RelayReader()  # the first epoch read against no tree, or, after ``previous``, against the one before it
     if previous is not None:
         remember(previous)
-        if entries:
-            relays = _relays_before(store, entries[0]["epoch"])
+    # after ``previous`` the first epoch is read against the stored epoch before it; else against no tree
+    relays = _relays_before(store, entries[0]["epoch"]) if previous is not None and entries else RelayReader()
     for entry in entries:
         stored = store.read(entry["epoch"])
         yield format_epoch(stored, vocabulary, top_words=top_words, min_docs=min_docs,
