@@ -604,20 +604,39 @@ def test_a_subset_merge_never_joins_a_node_below_the_floor(depth_two_case, monke
 def test_a_split_draws_its_place_with_the_probability_its_ratio_reads():
     """A kind first, uniformly (a new child of the node, a new child of its parent, each empty
     kept node a kind of its own), then a place of that kind uniformly: the empirical
-    frequencies match :func:`place_log_prob`, which sums to one over the places."""
-    from streamtree.inference.split_merge import draw_place, place_log_prob
+    frequencies match :meth:`SplitPlaces.log_prob`, which sums to one over the places."""
+    from streamtree.inference.split_merge import SplitPlaces
 
-    places = [("new", 4, 0, 0), ("new", 4, 1, 0), ("new", 1, 0, 0), ("new", 1, 1, 0), ("new", 1, 1, 1),
-              ("new", 1, 2, 0), ("new", 1, 3, 0), ("old", 7), ("old", 8)]
-    p = np.exp([place_log_prob(pl, places) for pl in places])
+    flat = [("new", 4, 0, 0), ("new", 4, 1, 0), ("new", 1, 0, 0), ("new", 1, 1, 0), ("new", 1, 1, 1),
+            ("new", 1, 2, 0), ("new", 1, 3, 0), ("old", 7), ("old", 8)]
+    places = SplitPlaces.grouped(flat)
+    assert list(places) == flat and len(places) == len(flat)
+    p = np.exp([places.log_prob(pl) for pl in flat])
     np.testing.assert_allclose(p.sum(), 1.0, rtol=1e-12)
     # four kinds: new child of 4 (2 places), new child of 1 (5 places), kept node 7, kept node 8
     np.testing.assert_allclose(p[[0, 2, 7, 8]], [1 / 8, 1 / 20, 1 / 4, 1 / 4], rtol=1e-12)
     rng = np.random.default_rng(0)
     n = 30_000
-    drawn = [places.index(draw_place(places, rng)) for _ in range(n)]
-    stat = float(np.sum((np.bincount(drawn, minlength=len(places)) - n * p) ** 2 / (n * p)))
-    assert chi2.sf(stat, df=len(places) - 1) > 1e-3
+    drawn = [flat.index(places.draw(rng)) for _ in range(n)]
+    stat = float(np.sum((np.bincount(drawn, minlength=len(flat)) - n * p) ** 2 / (n * p)))
+    assert chi2.sf(stat, df=len(flat) - 1) > 1e-3
+
+
+def test_split_places_hold_exactly_their_places():
+    """Membership, the draw's support and the kinds' order agree with the flat list, places of
+    another position, block, parent or kept node excluded."""
+    from streamtree.inference.split_merge import SplitPlaces
+
+    flat = [("new", 4, 0, 0), ("new", 4, 0, 1), ("new", 4, 1, 0), ("new", 2, 0, 0), ("new", 2, 1, 0),
+            ("new", 2, 1, 1), ("new", 2, 1, 2), ("new", 2, 2, 0), ("old", 9)]
+    places = SplitPlaces.grouped(flat)
+    assert all(pl in places for pl in flat)
+    for absent in [("new", 4, 1, 1), ("new", 4, 2, 0), ("new", 2, 2, 1), ("new", 3, 0, 0), ("old", 8),
+                   ("new", 2, 0, 1)]:
+        assert absent not in places
+    rng = np.random.default_rng(1)
+    assert {places.draw(rng) for _ in range(2000)} == set(flat)
+    assert not SplitPlaces([]) and len(SplitPlaces([[], [("old", 3)]]).groups) == 1
 
 
 def test_an_unknown_proposal_is_refused():

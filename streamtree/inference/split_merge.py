@@ -74,7 +74,7 @@ small nodes as frequent as those of large ones.
 * a split draw: propose a split of ``a``. Choose a place allowed in the current state: a
   kind uniformly (a new child of ``a``, if ``a`` is below the depth cap; a new child of
   ``a``'s parent; each empty kept child or sibling, a kind of its own), then a place of that
-  kind uniformly (each position and adopted block of a new node: :func:`place_log_prob`);
+  kind uniformly (each position and adopted block of a new node: :class:`SplitPlaces`);
   ``i`` stays, ``j`` moves. For a new node, a *launch* allocation of ``a``'s other documents
   is drawn from per-document probabilities comparing ``a``'s parameter with a seed parameter
   (:meth:`Likelihood.seed_child_theta` of ``x_j``). Then :attr:`Likelihood.launch_scans` restricted
@@ -116,9 +116,9 @@ Nothing here depends on the observation family: all of it goes through the
 
 from __future__ import annotations
 
+import bisect
 import math
-from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 import streamtree  # noqa: F401  (configures the numba cache directory)
@@ -209,22 +209,60 @@ def _place_kind(place: tuple) -> tuple:
     return place[:2] if place[0] == "new" else place
 
 
-def draw_place(places: list[tuple], rng: np.random.Generator) -> tuple:
-    """A split's place: a kind uniformly among those of ``places``, then a place of that kind
-    uniformly. Drawn uniformly over places, a split would go mostly to new siblings (a parent's
+class SplitPlaces:
+    """The places a split may send documents to, grouped by kind (:func:`_place_kind`) in the
+    order the kinds first appear. A kind is drawn uniformly, then a place of that kind
+    uniformly: drawn uniformly over places, a split would go mostly to new siblings (a parent's
     every position and block of adopted children) and rarely to a new child of the split node
     itself, which is how a topic's sub-topic is found (2 of 13 draws on a planted tree's depth-1
-    nodes); each empty kept node is a kind of its own, so it keeps a share of its own."""
-    kinds = list(dict.fromkeys(map(_place_kind, places)))
-    kind = kinds[int(rng.integers(len(kinds)))]
-    among = [pl for pl in places if _place_kind(pl) == kind]
-    return among[int(rng.integers(len(among)))]
+    nodes); each empty kept node is a kind of its own, so it keeps a share of its own.
 
+    A node with ``c`` adoptable children has O(c^2) new-child places; the groups are held as
+    given (the cached lists of the move index), so a draw, a probability and a membership test
+    cost O(number of kinds), not O(number of places)."""
 
-def place_log_prob(place: tuple, places: list[tuple]) -> float:
-    """log of the probability that :func:`draw_place` draws ``place`` from ``places``."""
-    sizes = Counter(map(_place_kind, places))
-    return -math.log(len(sizes) * sizes[_place_kind(place)])
+    __slots__ = ("groups", "_at")
+
+    def __init__(self, groups: Iterable[Sequence[tuple]]) -> None:
+        #: one sequence of places per kind, each sorted (a new child's places are listed by
+        #: position, then block size); empty ones are left out
+        self.groups: tuple[Sequence[tuple], ...] = tuple(g for g in groups if len(g))
+        self._at = {_place_kind(g[0]): n for n, g in enumerate(self.groups)}
+
+    @classmethod
+    def grouped(cls, places: Iterable[tuple]) -> SplitPlaces:
+        """The places of a flat sequence, grouped by kind in order of first appearance."""
+        kinds: dict[tuple, list[tuple]] = {}
+        for place in places:
+            kinds.setdefault(_place_kind(place), []).append(place)
+        return cls([sorted(g) for g in kinds.values()])
+
+    def __iter__(self) -> Iterator[tuple]:
+        for g in self.groups:
+            yield from g
+
+    def __len__(self) -> int:
+        return sum(len(g) for g in self.groups)
+
+    def __bool__(self) -> bool:
+        return bool(self.groups)
+
+    def __contains__(self, place: object) -> bool:
+        n = self._at.get(_place_kind(place))
+        if n is None:
+            return False
+        g = self.groups[n]
+        at = bisect.bisect_left(g, place)
+        return at < len(g) and g[at] == place
+
+    def draw(self, rng: np.random.Generator) -> tuple:
+        """A place: a kind uniformly, then a place of that kind uniformly."""
+        g = self.groups[int(rng.integers(len(self.groups)))]
+        return g[int(rng.integers(len(g)))]
+
+    def log_prob(self, place: tuple) -> float:
+        """log of the probability that :meth:`draw` draws ``place`` (one of the places)."""
+        return -math.log(len(self.groups) * len(self.groups[self._at[_place_kind(place)]]))
 
 
 def _log_count(n: int) -> float:
@@ -662,21 +700,21 @@ class SplitMerge:
                 m += 1
         return out
 
-    def places(self, st: MoveState, tree, held: Callable[[int], bool], a: int) -> list[tuple]:
+    def places(self, st: MoveState, tree, held: Callable[[int], bool], a: int) -> SplitPlaces:
         """Where a split of ``a`` in the merged state ``tree`` (``held(b)``: whether node ``b``
         holds current documents there) may send documents:
         ``("new", P, k, m)``, a new child of ``P`` at position ``k`` adopting ``P``'s next ``m``
         children (each adoptable, ``a`` excepted), for ``P`` = ``a`` (below the depth cap) and
         ``a``'s parent;
         ``("old", b)`` for each kept child or sibling ``b`` of ``a`` without current documents."""
-        out: list[tuple] = []
+        groups: list[Sequence[tuple]] = []
         if not tree.at_cap(a):
-            out.extend(self._new_places(st, tree, a, a))
+            groups.append(self._new_places(st, tree, a, a))
         if a != ROOT:
-            out.extend(self._new_places(st, tree, tree.parent[a], a))
+            groups.append(self._new_places(st, tree, tree.parent[a], a))
         near = list(tree.children[a]) + ([c for c in tree.children[tree.parent[a]] if c != a] if a != ROOT else [])
-        out.extend(("old", b) for b in near if self.kept(st, b) and not held(b))
-        return out
+        groups.extend([("old", b)] for b in near if self.kept(st, b) and not held(b))
+        return SplitPlaces(groups)
 
     @staticmethod
     def _insert(tree: TSSBTree, place: tuple, born: int) -> int:
@@ -797,7 +835,7 @@ class SplitMerge:
         parameter ``theta_b`` drawn from its conditional given its documents ``docs`` and parent:
         the documents' collapsed marginal, plus the link changes of adopted subtrees;
         ``log_prior`` is the collapsed prior's log ratio, ``split`` the split state's tree and
-        ``log_place`` the log probability that the split draws ``place`` (:func:`place_log_prob`).
+        ``log_place`` the log probability that the split draws ``place`` (:meth:`SplitPlaces.log_prob`).
 
         ``own``, when given, is the split node's term with its parameter integrated out too
         (:meth:`_own_marginal` of its documents in the split state minus in the merged state),
@@ -1472,7 +1510,7 @@ class SplitMerge:
         places = self.places(st, st.tree, lambda x: x in idx.rows, a)
         if not places:
             return None
-        place = draw_place(places, rng)
+        place = places.draw(rng)
         rows_a = idx.of(a)
         keep = (rows_a != i) & (rows_a != j)
         others = rows_a[keep]
@@ -1520,7 +1558,7 @@ class SplitMerge:
         n_partners = (len(t.children[place[1]]) - place[3] + 1 if place[0] == "new"
                       else len(t.children[t.parent[b]]))
         log_a = (self._log_ratio(st, split, a, b, place, docs, idx.prior.delta(edit, **self.kw),
-                                 place_log_prob(place, places),
+                                 places.log_prob(place),
                                  log_q, theta_b, own, host)
                  + self._log_select_merge(len(idx.rows) + 1, n_partners, rows_b.size, n_a - rows_b.size)
                  - self._log_select_split(st.labels.size, n_a))
@@ -1586,7 +1624,7 @@ class SplitMerge:
         # a merge) runs only when the bound leaves it a chance, and log_a is summed in the order it
         # always was: the same decisions from the same random stream, bit for bit.
         ratio = self._log_ratio(st, t, a, b, place, self._documents(st, b), -idx.prior.delta(edit, **self.kw),
-                                place_log_prob(place, places), 0.0, st.theta[b], own,
+                                places.log_prob(place), 0.0, st.theta[b], own,
                                 conc_b=st.concentration[b] if new else None)
         select_merge = self._log_select_merge(len(idx.rows), len(self.partners(st, t, b)), rows_b.size, n_a)
         select_split = self._log_select_split(st.labels.size, n_a + rows_b.size)
