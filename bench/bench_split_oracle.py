@@ -36,7 +36,7 @@ import numpy as np
 import streamtree  # noqa: F401  (configures numba's cache before any model import)
 from streamtree.inference import split_merge
 from streamtree.inference.epoch_sampler import EpochSampler
-from streamtree.inference.split_merge import SplitMerge
+from streamtree.inference.split_merge import SplitMerge, SplitPlaces
 from streamtree.model import DTSSBP
 from streamtree.synthetic import planted_dirichlet_tree
 from streamtree.text import reference_length
@@ -81,7 +81,7 @@ def scored_not_taken(moves: SplitMerge, place: tuple, allocation=None):
         return out
 
     SplitMerge._log_ratio = ratio
-    moves.places = lambda *args: [place]
+    moves.places = lambda *args: SplitPlaces([[place]])
     split_merge._log_uniform = lambda rng: np.inf
     if allocation is not None:
         split_merge.launch_probabilities = lambda log_odds, eps: allocation

@@ -218,8 +218,9 @@ class SplitPlaces:
     nodes); each empty kept node is a kind of its own, so it keeps a share of its own.
 
     A node with ``c`` adoptable children has O(c^2) new-child places; the groups are held as
-    given (the cached lists of the move index), so a draw, a probability and a membership test
-    cost O(number of kinds), not O(number of places)."""
+    given (the cached lists of the move index: do not change them), so a draw, a probability and
+    a membership test cost O(number of kinds), not O(number of places). Each group holds the
+    places of one kind, sorted, and no two groups share a kind (not checked)."""
 
     __slots__ = ("groups", "_at")
 
@@ -231,7 +232,8 @@ class SplitPlaces:
 
     @classmethod
     def grouped(cls, places: Iterable[tuple]) -> SplitPlaces:
-        """The places of a flat sequence, grouped by kind in order of first appearance."""
+        """The places of a flat sequence, grouped by kind in order of first appearance, each
+        group sorted (as :meth:`SplitMerge.places` lists a new child's places)."""
         kinds: dict[tuple, list[tuple]] = {}
         for place in places:
             kinds.setdefault(_place_kind(place), []).append(place)
