@@ -623,8 +623,8 @@ def test_a_split_draws_its_place_with_the_probability_its_ratio_reads():
 
 
 def test_split_places_hold_exactly_their_places():
-    """Membership, the draw's support and the kinds' order agree with the flat list, places of
-    another position, block, parent or kept node excluded."""
+    """Membership and the draw's support agree with the flat list, places of another position,
+    block, parent or kept node excluded."""
     from streamtree.inference.split_merge import SplitPlaces
 
     flat = [("new", 4, 0, 0), ("new", 4, 0, 1), ("new", 4, 1, 0), ("new", 2, 0, 0), ("new", 2, 1, 0),
