@@ -473,9 +473,9 @@ def _split_merge_pairs(case, accept, proposal: str, adopting: bool = False) -> t
             if rows_a.size < 2:
                 continue
             places = moves.places(st0, st0.tree, lambda x: x in idx.rows, a)
-            kinds = list(dict.fromkeys(map(sm._place_kind, places)))
-            for kind, kind_key in enumerate(kinds):
-                for among, place in enumerate(pl for pl in places if sm._place_kind(pl) == kind_key):
+            for kind, group in enumerate(places.groups):
+                kind_key = sm._place_kind(group[0])
+                for among, place in enumerate(group):
                     for size in range(rows_a.size - 1) if proposal == "subset" else (None,):
                         got = _split_and_merge_back(moves, st0, i, kind, among, size, accept, seed=s)
                         if got is None:
