@@ -20,18 +20,20 @@ within 5x the product floor. CPU times include every thread of the process (BLAS
 wall times are printed beside them.
 
 Usage: python bench/bench_sou_speed.py [--depths 3,4] [--sweeps N] [--demo-settings]
-       [--decades 6 | 1790s,1800s] [--hlda-burnin 50] [--hlda-chunk 5] [--profile] [--seed 0]
+       [--decades 6 | 1790s,1800s] [--hlda-burnin 50] [--hlda-chunk 5] [--profile] [--moves] [--seed 0]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import io
 import pstats
 import time
 
 import numpy as np
+from move_counts import move_counters, print_moves
 from sou_corpus import load_sou
 
 from streamtree.likelihoods import DEFAULT_LIKELIHOOD, LIKELIHOODS
@@ -88,6 +90,8 @@ def main() -> None:
                    help="HLDA iterations timed after each decade of each depth (default 5)")
     p.add_argument("--profile", action="store_true",
                    help="profile the streamtree side with cProfile (its times then include the profiler's overhead)")
+    p.add_argument("--moves", action="store_true",
+                   help="count each move kind's runs, acceptances and CPU, first decade apart from the later ones")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
     depths = [int(d) for d in args.depths.split(",")]
@@ -126,20 +130,26 @@ def main() -> None:
             hlda.train(args.hlda_burnin, workers=1)
         hlda_clock, hlda_iters = Clock(), 0
 
-    for t, label in enumerate(corpus.labels):
-        for d in depths:
-            if profiler:
-                profiler.enable()
-            with clocks[d]:
-                models[d].partial_fit(inputs[t], epoch=t, label=label)
-            if profiler:
-                profiler.disable()
-            if hlda is not None:
-                with hlda_clock:
-                    hlda.train(args.hlda_chunk, workers=1)
-                hlda_iters += args.hlda_chunk
-        print(f"   {label}: {inputs[t].shape[0]} documents, nodes "
-              + ", ".join(f"depth {d}: {models[d].trees_[-1].n_nodes}" for d in depths), flush=True)
+    moves: dict[tuple[str, str], list] = {}
+    at = {"depth": depths[0], "decade": 0}
+    counting = (move_counters(moves, lambda: f"depth {at['depth']}, {'first' if at['decade'] == 0 else 'later'} "
+                              "decades") if args.moves else contextlib.nullcontext())
+    with counting:
+        for t, label in enumerate(corpus.labels):
+            for d in depths:
+                at["depth"], at["decade"] = d, t
+                if profiler:
+                    profiler.enable()
+                with clocks[d]:
+                    models[d].partial_fit(inputs[t], epoch=t, label=label)
+                if profiler:
+                    profiler.disable()
+                if hlda is not None:
+                    with hlda_clock:
+                        hlda.train(args.hlda_chunk, workers=1)
+                    hlda_iters += args.hlda_chunk
+            print(f"   {label}: {inputs[t].shape[0]} documents, nodes "
+                  + ", ".join(f"depth {d}: {models[d].trees_[-1].n_nodes}" for d in depths), flush=True)
 
     shown = {k: v for k, v in params.items() if k != "random_state"}
     print(f"-- streamtree DTSSBP({', '.join(f'{k}={v!r}' for k, v in shown.items())}) at max_depth {depths}, "
@@ -168,6 +178,10 @@ def main() -> None:
         pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(20)
         print("-- where the streamtree time goes (all depths, by own time):")
         print(out.getvalue())
+    if args.moves:
+        print_moves(moves, sum(c.cpu for c in clocks.values()),
+                    "-- moves (runs, accepted, thread CPU and its share of every depth's CPU; the counting's "
+                    "overhead is in the times above):")
 
 
 if __name__ == "__main__":

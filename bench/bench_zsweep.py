@@ -16,7 +16,8 @@ per row, planted topics). Prints:
 * with ``--parts``: one more ``n_jobs=1`` epoch with the thread CPU time of each step of the
   sweep loop, the share of the steps that run on ``n_jobs`` threads (the z-sweep's product and
   draw, the new-node table, the per-node sums, the MAP step's block passes) and the wall
-  speed-up that share allows on ``--threads`` threads (Amdahl's bound).
+  speed-up that share allows on ``--threads`` threads (Amdahl's bound), and each move kind's
+  runs, acceptances and thread CPU (what the moves cost against what they change).
 
 Usage: python bench/bench_zsweep.py [--docs 50000] [--vocab 20000] [--nodes 100] [--sweeps 50]
        [--threads 2] [--repeat 2] [--skip-epoch] [--parts] [--kappa0 K]
@@ -38,6 +39,7 @@ from sklearn.metrics import adjusted_rand_score
 from threadpoolctl import threadpool_limits
 
 import streamtree  # noqa: F401
+from move_counts import move_counters, print_moves
 from streamtree.inference.enumerated import VMF, Candidates, row_sq_norms, sweep_rows
 from streamtree.inference.sticks import log_masses, sample_sticks, stick_params
 from streamtree.likelihoods.vmf import log_normalizer
@@ -173,8 +175,9 @@ def epoch_parts(X, sweeps: int, threads: int, settings: dict, likelihood: str) -
 
     cpu: dict[str, float] = defaultdict(float)
     wall: dict[str, float] = defaultdict(float)
-    with step_timers(cpu, wall), DTSSBP(likelihood=likelihood, max_depth=3, n_sweeps=sweeps,
-                                        random_state=0, n_jobs=1, **settings) as model:
+    moves: dict[tuple[str, str], list] = {}
+    with step_timers(cpu, wall), move_counters(moves), DTSSBP(
+            likelihood=likelihood, max_depth=3, n_sweeps=sweeps, random_state=0, n_jobs=1, **settings) as model:
         total, total_wall, m = cpu_wall(lambda: model.partial_fit(X))
     print(f"steps of one epoch at n_jobs=1 ({total:.1f} s CPU, {total_wall:.1f} s wall, load average "
           f"{os.getloadavg()[0]:.1f}, {m.trees_[-1].n_nodes} nodes; thread CPU per step):")
@@ -184,6 +187,7 @@ def epoch_parts(X, sweeps: int, threads: int, settings: dict, likelihood: str) -
     share = parallel / total
     print(f"share on n_jobs threads          : {100 * share:.1f}%  -> wall speed-up at most "
           f"{1 / (1 - share + share / threads):.2f}x on {threads} threads (Amdahl; target >= 1.7x)")
+    print_moves(moves, total, "moves of the epoch (runs, accepted, thread CPU):")
 
 
 def main() -> None:
