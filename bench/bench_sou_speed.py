@@ -132,8 +132,9 @@ def main() -> None:
 
     moves: dict[tuple[str, str], list] = {}
     at = {"depth": depths[0], "decade": 0}
-    counting = (move_counters(moves, lambda: f"depth {at['depth']}, {'first' if at['decade'] == 0 else 'later'} "
-                              "decades") if args.moves else contextlib.nullcontext())
+    counting = (move_counters(moves, lambda: f"depth {at['depth']}, "
+                              + ("first decade" if at["decade"] == 0 else "later decades"))
+                if args.moves else contextlib.nullcontext())
     with counting:
         for t, label in enumerate(corpus.labels):
             for d in depths:
