@@ -25,26 +25,29 @@ MOVES = (
 @contextlib.contextmanager
 def move_counters(counts: dict, group: Callable[[], str] = lambda: "") -> Iterator[dict]:
     """Add ``[runs, acceptances, thread CPU seconds, acceptances by result kind]`` of each move of
-    :data:`MOVES` into ``counts`` while the block runs, keyed by ``(group(), move name)``; a
-    split-merge attempt's name carries its proposal kind, and its accepted results are splits or
-    merges (a lift's: insertions or lifts)."""
+    :data:`MOVES` into ``counts`` while the block runs (a run that raises is counted too), keyed
+    by ``(group(), move name)``; a split-merge attempt's name carries its proposal kind, and its
+    accepted results are splits or merges (a lift's: insertions or lifts)."""
     from streamtree.inference.split_merge import SplitMerge
 
     undo = []
     for attr, name in MOVES:
         fn = getattr(SplitMerge, attr)
 
-        def counted(*a, _fn=fn, _name=name, **k):
-            key = (group(), f"{_name} ({k['proposal']})" if "proposal" in k else _name)
-            c = time.thread_time()
-            res = _fn(*a, **k)
+        def counted(*a, _fn=fn, _attr=attr, _name=name, **k):
+            key = (group(), f"{_name} ({k.get('proposal', 'launch')})" if _attr == "attempt" else _name)
             entry = counts.setdefault(key, [0, 0, 0.0, {}])
-            entry[0] += 1
-            entry[2] += time.thread_time() - c
-            if res is not None:
-                entry[1] += 1
-                entry[3][res.kind] = entry[3].get(res.kind, 0) + 1
-            return res
+            c = time.thread_time()
+            res = None
+            try:
+                res = _fn(*a, **k)
+                return res
+            finally:
+                entry[0] += 1
+                entry[2] += time.thread_time() - c
+                if res is not None:
+                    entry[1] += 1
+                    entry[3][res.kind] = entry[3].get(res.kind, 0) + 1
 
         setattr(SplitMerge, attr, functools.wraps(fn)(counted))
         undo.append((attr, fn))
@@ -56,11 +59,12 @@ def move_counters(counts: dict, group: Callable[[], str] = lambda: "") -> Iterat
 
 
 def print_moves(counts: dict, total_cpu: float, title: str) -> None:
-    """One line per counted ``(group, move)``: runs, acceptances (their share, and by result kind
-    where a move has several), thread CPU and its share of ``total_cpu``."""
+    """One line per counted ``(group, move)``: runs, acceptances (their share, and by result
+    kind), thread CPU and its share of ``total_cpu``."""
     print(title)
+    width = max((len(f"{g}: {n}" if g else n) for g, n in counts), default=0)
     for (group, name), (run, accepted, seconds, kinds) in counts.items():
         label = f"{group}: {name}" if group else name
-        by_kind = f"  [{', '.join(f'{k} {n}' for k, n in sorted(kinds.items()))}]" if len(kinds) > 1 else ""
-        print(f"  {label:58s} {run:7d} {accepted:6d} ({100 * accepted / max(run, 1):5.2f}%) {seconds:7.2f} s "
+        by_kind = f"  [{', '.join(f'{k} {n}' for k, n in sorted(kinds.items()))}]" if kinds else ""
+        print(f"  {label:{width}s} {run:7d} {accepted:6d} ({100 * accepted / max(run, 1):5.2f}%) {seconds:7.2f} s "
               f"{100 * seconds / total_cpu:5.1f}%{by_kind}")
