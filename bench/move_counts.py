@@ -62,9 +62,9 @@ def print_moves(counts: dict, total_cpu: float, title: str) -> None:
     """One line per counted ``(group, move)``: runs, acceptances (their share, and by result
     kind), thread CPU and its share of ``total_cpu``."""
     print(title)
-    width = max((len(f"{g}: {n}" if g else n) for g, n in counts), default=0)
-    for (group, name), (run, accepted, seconds, kinds) in counts.items():
-        label = f"{group}: {name}" if group else name
+    labels = [f"{group}: {name}" if group else name for group, name in counts]
+    width = max(map(len, labels), default=0)
+    for label, (run, accepted, seconds, kinds) in zip(labels, counts.values()):
         by_kind = f"  [{', '.join(f'{k} {n}' for k, n in sorted(kinds.items()))}]" if kinds else ""
         print(f"  {label:{width}s} {run:7d} {accepted:6d} ({100 * accepted / max(run, 1):5.2f}%) {seconds:7.2f} s "
               f"{100 * seconds / total_cpu:5.1f}%{by_kind}")
