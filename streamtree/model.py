@@ -177,8 +177,9 @@ class DTSSBP(BaseEstimator):
         but not on the engine or ``n_jobs``.
     n_jobs : int or None
         Threads for fitting (``None``: 1, ``-1``: all CPUs, ``-2``: all but one): the local
-        engine's z-kernel and the parallel numba steps of the coordinator. BLAS stays at one
-        thread inside fitting. Results do not depend on ``n_jobs``.
+        engine's z-kernel and the parallel numba steps of the coordinator, each step where its
+        rows are enough work for the threads (small epochs run on one thread). BLAS stays at
+        one thread inside fitting. Results do not depend on ``n_jobs``.
     engine_options : dict, optional
         Extra keyword arguments for the engine.
     random_state : int, numpy SeedSequence or None

@@ -40,6 +40,7 @@ CASES = {
 }
 
 
+@pytest.mark.usefixtures("threads_always")
 @pytest.mark.parametrize("likelihood", sorted(CASES))
 def test_restored_model_continues_bit_identically(likelihood):
     make, extra = CASES[likelihood]

@@ -321,6 +321,7 @@ def same_trees(a: DTSSBP, b: DTSSBP) -> bool:
     return all(np.array_equal(getattr(ta, f), getattr(tb, f)) for ta, tb in zip(a.trees_, b.trees_) for f in FIELDS)
 
 
+@pytest.mark.usefixtures("threads_always")
 def test_bursty_fit_samples_s_and_does_not_depend_on_threads():
     epochs = bursty_epochs(np.random.default_rng(0))
     params = dict(likelihood="multinomial", document_concentration="auto", n_sweeps=6, max_depth=2, n_shards=2,

@@ -49,6 +49,7 @@ def test_same_seed_same_trees_bit_identical():
             assert np.array_equal(getattr(a, field), getattr(b, field)), field
 
 
+@pytest.mark.usefixtures("threads_always")
 def test_threads_do_not_change_results():
     epochs = small_vmf_epochs(n_epochs=2)
     a = DTSSBP(likelihood="vmf", kappa0=1e3, n_sweeps=5, random_state=1, n_shards=2, n_jobs=1)

@@ -60,6 +60,7 @@ def vmf_candidates(rng, p, K, table):
                       new_node_table(p, beta[ph], prior) if table else None)
 
 
+@pytest.mark.usefixtures("threads_always")
 @pytest.mark.parametrize("dense", [False, True])
 def test_reached_table_gives_the_same_weights_and_draws(dense, monkeypatch):
     rng = np.random.default_rng(4)

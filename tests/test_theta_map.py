@@ -97,6 +97,7 @@ def test_vmf_node_without_data_takes_neighbour_direction():
     del c, p
 
 
+@pytest.mark.usefixtures("threads_always")
 def test_vmf_map_and_new_node_table_on_fitting_threads_are_bit_identical():
     """Inside ``fitting_threads(n)`` the block passes and the table fill run on row ranges of
     a thread pool: the same bits as on one thread."""

@@ -54,6 +54,7 @@ def test_set_normalizer_sums_each_documents_own():
     assert vmf.set_log_normalizer(P, 5.0, 3.0, None) == 5.0 * vmf.log_normalizer_nb(float(P), 3.0)
 
 
+@pytest.mark.usefixtures("threads_always")
 @pytest.mark.parametrize("p", [7, 2000])
 def test_compiled_normalizers_match_the_vectorised_ones(p):
     """``log_normalizers`` (compiled, per entry, on the fitting threads when long) agrees with
@@ -230,6 +231,7 @@ def test_weights_far_from_one_are_taken_for_unnormalised_rows_and_warned():
         vmf.VonMisesFisher.check_input(around_one, document_weights="auto")
 
 
+@pytest.mark.usefixtures("threads_always")
 def test_weighted_fit_is_reproducible_and_the_same_on_two_threads():
     rng = np.random.default_rng(5)
     centres = normalize(rng.standard_normal((3, P)))

@@ -2,6 +2,8 @@
 statistics, and ``n_jobs`` on every likelihood family give bit-identical output."""
 
 import pickle
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
@@ -16,6 +18,10 @@ from streamtree.inference import threads
 from streamtree.inference.threads import dealt_by_cost, fitting_threads, in_row_ranges
 from streamtree.likelihoods.vmf import _TABLE_CACHE, new_node_table
 from streamtree.synthetic import gaussian_evolving_tree, sparse_corpus, vmf_tree_corpus
+
+# every parallel region on the threads, however small (the fitting code runs small ones in the
+# calling thread, where these tests would check nothing)
+pytestmark = pytest.mark.usefixtures("threads_always")
 
 TREE_FIELDS = ("node_ids", "parent", "depth", "mass", "counts", "theta", "concentration", "born",
                "assignments", "died")
@@ -230,6 +236,38 @@ def test_rows_dealt_by_cost_split_evenly_over_the_fitting_threads():
         in_row_ranges(dealt.size, lambda a, z: halves.append(dealt[a:z]) or 0.0)
     assert len(halves) == 2
     assert sorted((cost[h] > 0).sum() for h in halves) == [2, 2]
+
+
+def test_regions_too_small_for_the_threads_run_in_the_calling_thread(monkeypatch):
+    """A parallel region goes to the threads only when its rows are predicted to take at least
+    ``MIN_PARALLEL_SECONDS`` on one thread, from the time a row its code took at its last run
+    (every closure made at one place shares it); until then, and below that, it runs once, in
+    the calling thread, over all the rows."""
+    monkeypatch.setattr(threads, "MIN_PARALLEL_SECONDS", 0.05)
+    monkeypatch.setattr(threads, "_SECONDS_A_ROW", {})
+    calls = []
+
+    def region(seconds):
+        def run(a, z):
+            time.sleep(seconds)
+            calls.append((a, z, threading.get_ident()))
+            return float(z - a)
+        return run
+
+    here = threading.get_ident()
+    with row_ranges(2):
+        assert in_row_ranges(10, region(0.1)) == 10.0  # not timed yet: here, once
+        assert calls == [(0, 10, here)]
+        calls.clear()
+        assert in_row_ranges(10, region(0.0)) == 5.0  # 0.1 s for ten rows last time: the threads
+        assert sorted(c[:2] for c in calls) == [(0, 5), (5, 10)] and all(c[2] != here for c in calls)
+        calls.clear()
+        in_row_ranges(10, region(0.0))  # that run took next to nothing: here again
+        assert calls == [(0, 10, here)]
+        calls.clear()
+        monkeypatch.setattr(threads, "MIN_PARALLEL_SECONDS", 0.0)  # 0: always the threads
+        in_row_ranges(10, region(0.0))
+        assert len(calls) == 2 and all(c[2] != here for c in calls)
 
 
 def test_row_logs_on_the_fitting_threads_are_numpys():

@@ -31,6 +31,7 @@ from numba import njit
 
 import streamtree  # noqa: F401  (numba cache configuration)
 from streamtree.elementary import EXP_CORE_MIN, exp_core, log_core, log_many_nb, log_nb
+from streamtree.inference.threads import run_ranges
 
 # Numeric forms of the placeholder (new-node) term; live columns are always linear.
 VMF = 0  # a tabulated function of the parent's score (the vMF collapsed new-node marginal)
@@ -942,8 +943,7 @@ def _in_row_ranges(pool: Executor | None, n_threads: int, n: int, unit: int, run
         if n:
             run(0, n)
     else:
-        for f in [pool.submit(run, int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]:
-            f.result()
+        run_ranges(pool, bounds, run)  # in one call where the rows are too few for the threads
 
 
 @njit(cache=True, nogil=True)
@@ -1057,12 +1057,11 @@ def dense_column_sums(X, labels: np.ndarray, counts: np.ndarray, occupied: np.nd
     data = np.asarray(X.data, dtype=np.float64)
     cuts = np.searchsorted(bounds, row_chunks(int(bounds[-1]), n_threads if pool is not None else 1))
     cuts[-1] = occupied.shape[0]
+    cuts = np.unique(cuts)  # no empty ranges
     if pool is None or cuts.shape[0] <= 2:
         _dense_column_sums(indptr, indices, data, rows, bounds, 0, occupied.shape[0], out)
     else:
-        for f in [pool.submit(_dense_column_sums, indptr, indices, data, rows, bounds, int(a), int(b), out)
-                  for a, b in zip(cuts[:-1], cuts[1:]) if b > a]:
-            f.result()
+        run_ranges(pool, cuts, lambda a, b: _dense_column_sums(indptr, indices, data, rows, bounds, a, b, out))
     return out
 
 
