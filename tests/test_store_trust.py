@@ -814,3 +814,70 @@ def test_a_claim_torn_by_an_earlier_writer_is_replaced(tmp_path, caplog, torn):
             with SnapshotStore(str(root)).writer("test"):
                 pass
         assert _files(root) == before
+
+
+MINE = {"epochs/000000/notes.txt": "mine", "epochs/000000/static/draft.parquet": "mine",
+        "epochs/my-folder/a.txt": "mine", "commits/README": "mine"}
+
+
+def _plant(root, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+
+
+def test_replacing_a_run_keeps_files_someone_put_in_its_folders(tmp_path, caplog):
+    """A replacement moves the old run's folders aside and deletes the aside once the new run
+    commits: only what the store wrote there goes. A file someone put in an epoch folder (or in
+    ``epochs``, ``commits`` or ``static``) stays, with the folders that hold it, and the writer
+    warns, naming it, until it is moved out."""
+    store = SnapshotStore(str(tmp_path))
+    with store.writer("old"):
+        store.begin({"run": "old"}, vocab6())
+        store.publish(make_tree(0, [0, 1], [-1, 0], [0, 0]), list("abcde"), tables={"ledger": pa.table({"a": [1]})})
+        store.write_static(0, "bhc", np.array([[0.0, 1.0, 0.5, 2.0]]))
+    _plant(tmp_path, MINE)
+    with caplog.at_level("WARNING", logger="connectors.stores.snapshot"):
+        with store.writer("new"):
+            store.begin({"run": "new"}, vocab6())
+            store.publish(make_tree(0, [0, 2], [-1, 0], [0, 0], seed=4), list("vwxyz"))
+    asides = list(tmp_path.glob(".replaced-*"))
+    assert len(asides) == 1
+    left = {str(p.relative_to(asides[0])) for p in asides[0].rglob("*") if p.is_file()}
+    assert left == set(MINE)  # the old run's own files are gone, every planted one is kept
+    for rel, text in MINE.items():
+        assert (asides[0] / rel).read_text() == text
+    assert "kept 4 entries that streamtree did not write" in caplog.text and "notes.txt" in caplog.text
+    fresh = SnapshotStore(str(tmp_path))
+    assert fresh.config() == {"run": "new"} and [e["epoch"] for e in fresh.epochs()] == [0]
+    assert_same_tree(fresh.read(0).tree, make_tree(0, [0, 2], [-1, 0], [0, 0], seed=4))
+    # moved out by their owner: the next writer removes the empty folders
+    import shutil
+    shutil.rmtree(asides[0] / "epochs")
+    (asides[0] / "commits" / "README").unlink()
+    with store.writer("later"):
+        pass
+    assert not list(tmp_path.glob(".replaced-*"))
+
+
+def test_replacing_an_epoch_keeps_files_someone_put_in_its_folder(tmp_path, caplog):
+    store = SnapshotStore(str(tmp_path))
+    store.publish(make_tree(0, [0], [-1], [0]), list("abcde"))
+    _plant(tmp_path, {"epochs/000000/notes.txt": "mine"})
+    with caplog.at_level("WARNING", logger="connectors.stores.snapshot"):
+        store.publish(make_tree(0, [0, 1], [-1, 0], [0, 0]), list("ABCDE"), replace=True)
+    assert (tmp_path / "epochs" / "000000" / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in (tmp_path / "epochs" / "000000").iterdir()) == ["notes.txt"]
+    assert "notes.txt" in caplog.text
+    assert_same_tree(SnapshotStore(str(tmp_path)).read(0).tree, make_tree(0, [0, 1], [-1, 0], [0, 0]))
+
+
+def test_an_uncommitted_epoch_folder_holding_someones_file_is_not_published_into(tmp_path):
+    store = SnapshotStore(str(tmp_path))
+    store.publish(make_tree(0, [0], [-1], [0]), list("abcde"))
+    _plant(tmp_path, {"epochs/000001/notes.txt": "mine", "epochs/000001/nodes.parquet": "left by a crash"})
+    store.publish(make_tree(1, [0], [-1], [0]), list("abcde"))
+    assert sorted(p.name for p in (tmp_path / "epochs" / "000001").iterdir()) == ["notes.txt"]
+    entry = SnapshotStore(str(tmp_path)).epochs()[1]
+    assert entry["path"].startswith("epochs/000001-")
+    assert_same_tree(SnapshotStore(str(tmp_path)).read(1).tree, make_tree(1, [0], [-1], [0]))

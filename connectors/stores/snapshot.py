@@ -47,7 +47,11 @@ files it creates, known by their exact names (one of its prefixes and a 32-digit
 looks temporary, such as ``.old-photos``, is someone else's) and its own epoch folders,
 records and files (a static snapshot's temporary file, ``static/.tmp-<method>-<id>``, at the
 next static write into that epoch), in a directory whose ``manifest.json`` is a streamtree store's (or, while a
-replacement is under way or was stopped, whose set-aside run holds one). A new store writes its
+replacement is under way or was stopped, whose set-aside run holds one). Inside its own folders
+too (an epoch folder it replaces or never committed, a run a replacement set aside), it deletes
+only the names it writes there: a file someone put in one stays, with the folders that hold it,
+and the writer warns, naming it, until it is moved out; an epoch whose folder name is taken so
+is published to a folder of its own. A new store writes its
 manifest before anything else, whole (through a temporary file of the store's own name, renamed
 into place), so no other file of it ever lies in a directory without that proof; a manifest that
 a crash tore in such a first write by an earlier writer (which created it in place: empty,
@@ -161,6 +165,7 @@ from connectors.stores.lease import DEFAULT_TIMEOUT, LEASE, Lease, os_reason, sy
 from streamtree.epoch_tree import EpochTree
 from streamtree.records import REJECT_SCHEMA
 from streamtree.text import DEFAULT_TOP_WORDS
+from streamtree.wording import counted
 
 logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -387,6 +392,7 @@ class SnapshotStore:
         self.root = root.rstrip("/")
         self._lease: Lease | None = None
         self._aside_pending = False
+        self._warned_kept: set[str] = set()  # files of others kept in the store's folders, warned of
         # A replacement's new manifest, written only with its first commit: until then the
         # store's manifest is the old run's, set aside with the rest of it (see begin).
         self._pending: dict | None = None
@@ -685,16 +691,19 @@ class SnapshotStore:
                         and int(name.split("-")[0]) not in unread:
                     leftover = True  # an epoch folder whose commit never happened
                 if leftover:
-                    self._delete(info)
+                    if where == EPOCHS and _FOLDER_RE.match(name):
+                        kept = self._remove_own(info, "epoch")
+                        self._warn_kept(kept, "an uncommitted epoch folder")
+                        if kept:
+                            continue
+                    else:
+                        self._delete(info)
                     removed.append(rel)
         self._checkpointed_known = False
         removed += self._drop_superseded_checkpoints()
-        asides = [i for i in self._ls(self.root) if _ASIDE_RE.match(i.base_name)]
-        if asides:
+        if any(_ASIDE_RE.match(i.base_name) for i in self._ls(self.root)):
             if committed:  # the new run has committed: the old one it replaced can go
-                for info in asides:
-                    self._delete(info)
-                    removed.append(info.base_name)
+                removed += self._drop_asides()
             else:
                 self._aside_pending = True
         if removed:
@@ -758,7 +767,12 @@ class SnapshotStore:
                 continue
             present = self.fs.get_file_info(self._path(item.base_name))
             if present.type != pafs.FileType.NotFound:
-                self._delete(present)
+                kept = self._remove_own(present, present.base_name) if present.base_name in (COMMITS, EPOCHS) \
+                    else self._delete(present)
+                if kept:
+                    raise StoreError(f"{self.root}: a replacement of this store stopped before its first commit, "
+                                     f"and restoring the previous run (in {aside}) would go over files that "
+                                     f"streamtree did not write: {', '.join(kept[:5])}; move them out and run again")
                 removed.append(item.base_name)
             write_point(f"restore {item.base_name}")
             self.fs.move(item.path, self._path(item.base_name))
@@ -825,6 +839,50 @@ class SnapshotStore:
                 self._delete(self.fs.get_file_info(path))
                 removed.append(f"{e['path']}/{CHECKPOINT_ARRAYS}")
         return removed
+
+    def _remove_own(self, info: pafs.FileInfo, level: str, entry: dict | None = None,
+                    records: dict[str, dict] | None = None) -> list[str]:
+        """Delete the store's folder (or file) ``info``, a ``level`` of a run (``"aside"``: a
+        run set aside by a replacement; ``"epochs"``, ``"commits"``, ``"epoch"``: one epoch's
+        folder, whose commit record is ``entry`` if known; ``"static"``), and of what it holds
+        only what the store writes there, by name: a file someone put in it stays, and so does
+        each folder that still holds one. Returns the paths kept, relative to the store."""
+        if info.type != pafs.FileType.Directory:
+            self._delete(info)
+            return []
+        kept = []
+        if level == "aside":  # its epoch folders' records, for the extra tables they name
+            records = {}
+            for rec in self._ls(f"{info.path}/{COMMITS}"):
+                if _RECORD_RE.match(rec.base_name):
+                    try:
+                        found = self._read_record(rec.path)
+                    except (FileNotFoundError, CorruptStoreError):
+                        continue
+                    if isinstance(found, dict) and isinstance(found.get("path"), str):
+                        records[found["path"].rsplit("/", 1)[-1]] = found
+        for child in self._ls(info.path):
+            inner = _own_entry(level, child, entry)
+            if inner is None:
+                kept.append(child.path[len(self.root) + 1:])
+            elif inner == "":
+                self._delete(child)
+            else:
+                below = (records or {}).get(child.base_name) if inner == "epoch" else entry
+                kept += self._remove_own(child, inner, below, records)
+        if not kept:
+            self._delete(info)
+        return kept
+
+    def _warn_kept(self, kept: list[str], what: str) -> None:
+        kept = [k for k in kept if k not in self._warned_kept]  # once a writer, not at each clean-up
+        self._warned_kept.update(kept)
+        if kept:
+            logger.warning("%s: kept %s that streamtree did not write in %s: %s; move %s out (the folders "
+                           "holding them are removed once they are empty)", self.root,
+                           counted(len(kept), "entry", "entries"), what,
+                           ", ".join(kept[:5]) + (f" ... (+{len(kept) - 5} more)" if len(kept) > 5 else ""),
+                           "it" if len(kept) == 1 else "them")
 
     def _delete(self, info: pafs.FileInfo) -> None:
         write_point(f"delete {info.base_name}")
@@ -1310,7 +1368,8 @@ class SnapshotStore:
                 self._write_manifest(manifest)
 
             record = self._path(self.record_name(epoch))
-            previous = self._read_json(record, "commit record").get("path") if self._exists(record) else None
+            replaced = self._read_json(record, "commit record") if self._exists(record) else None
+            previous = replaced.get("path") if replaced is not None else None
             superseded = None
             if ckpt is not None and self._checkpoint_policy(manifest) == "latest":
                 if not self._checkpointed_known:
@@ -1323,7 +1382,11 @@ class SnapshotStore:
             rel = self.epoch_dir(epoch) if previous is None else f"{self.epoch_dir(epoch)}-{uuid.uuid4().hex[:8]}"
             final = self._path(rel)
             if self._exists(final):  # an orphan folder of a crash before its commit: ours to replace
-                self._delete(self.fs.get_file_info(final))
+                kept = self._remove_own(self.fs.get_file_info(final), "epoch")
+                self._warn_kept(kept, "an uncommitted epoch folder")
+                if kept:  # someone's files stay there: the epoch goes to a folder of its own
+                    rel = f"{self.epoch_dir(epoch)}-{uuid.uuid4().hex[:8]}"
+                    final = self._path(rel)
             tmp = self._path(EPOCHS, f".tmp-{epoch:06d}-{uuid.uuid4().hex}")
             new_epochs = not self._exists(self._path(EPOCHS))
             try:
@@ -1361,7 +1424,8 @@ class SnapshotStore:
             except OSError as exc:
                 raise StoreAccessError(f"{self.root}: cannot commit epoch {epoch}: {os_reason(exc)}") from None
             if previous is not None and previous != rel and _FOLDER_RE.match(previous.rsplit("/", 1)[-1]):
-                self._delete(self.fs.get_file_info(self._path(previous)))
+                self._warn_kept(self._remove_own(self.fs.get_file_info(self._path(previous)), "epoch", replaced),
+                                f"the replaced folder of epoch {epoch}")
             if ckpt is not None and (self._checkpointed is None or self._checkpointed[0] <= epoch):
                 self._checkpointed = (epoch, rel)
             if superseded is not None and _FOLDER_RE.match(superseded.rsplit("/", 1)[-1]):
@@ -1374,12 +1438,19 @@ class SnapshotStore:
             if self._aside_pending:
                 self._drop_asides()
 
-    def _drop_asides(self) -> None:
-        """Delete the runs a replacement set aside, once the new run is in place."""
+    def _drop_asides(self) -> list[str]:
+        """Delete the runs a replacement set aside, once the new run is in place: all that the
+        store wrote in them. Returns the asides removed whole."""
+        removed, kept = [], []
         for info in self._ls(self.root):
             if _ASIDE_RE.match(info.base_name):
-                self._delete(info)
+                left = self._remove_own(info, "aside")
+                kept += left
+                if not left:
+                    removed.append(info.base_name)
+        self._warn_kept(kept, "the previous run's folders")
         self._aside_pending = False
+        return removed
 
     def _sync_commit(self, rel: str, epoch: int) -> None:
         """On a local disk, flush epoch ``epoch``'s checkpoint, its commit record and the folder
@@ -1738,6 +1809,48 @@ _ENTRY_TYPES = {"epoch": int, "n_nodes": int, "n_documents": int, "n_rejects": i
 
 #: the fields of a lease (see connectors.stores.lease), all written by every streamtree version
 _LEASE_FIELDS = ("token", "owner", "host", "pid", "command")
+
+
+#: the files an epoch's folder holds besides its extra tables (named in its commit record)
+_EPOCH_FILES = frozenset({"nodes.parquet", "theta.parquet", "assignments.parquet", "rejects.parquet",
+                          "events.parquet", CHECKPOINT_ARRAYS, CHECKPOINT_META})
+
+
+def _own_entry(level: str, child: pafs.FileInfo, entry: dict | None) -> str | None:
+    """What ``child`` of a store's folder at ``level`` is to :meth:`SnapshotStore._remove_own`:
+    ``""`` a file or temporary folder of the store's own (deleted whole), a level to walk into,
+    or None if the store does not write that name there (someone else's, kept)."""
+    name, folder = child.base_name, child.type == pafs.FileType.Directory
+    if level == "aside":
+        if name in (COMMITS, EPOCHS) and folder:
+            return name
+        return "" if (name in _OWN_NAMES and not folder) or _TEMPORARY[""].match(name) else None
+    if level == COMMITS:
+        return "" if (_RECORD_RE.match(name) and not folder) or _TEMPORARY[COMMITS].match(name) else None
+    if level == EPOCHS:
+        if _FOLDER_RE.match(name) and folder:
+            return "epoch"
+        return "" if _TEMPORARY[EPOCHS].match(name) else None
+    if level == "epoch":
+        if name == "static" and folder:
+            return "static"
+        if folder:
+            return None
+        if name in _EPOCH_FILES:
+            return ""
+        stem = name[:-len(".parquet")] if name.endswith(".parquet") else None
+        # an epoch folder whose record is unknown (never committed) may hold any extra table
+        tables = entry.get("tables") if entry is not None else None
+        ours = stem is not None and (stem in tables if isinstance(tables, list) else bool(_METHOD_RE.match(stem)))
+        return "" if ours else None
+    if level == "static":
+        if _TEMPORARY["static"].match(name):
+            return ""
+        stem = name[:-len(".parquet")] if name.endswith(".parquet") and not folder else None
+        methods = entry.get("static") if entry is not None else None
+        ours = stem is not None and (stem in methods if isinstance(methods, list) else bool(_METHOD_RE.match(stem)))
+        return "" if ours else None
+    raise ValueError(f"unknown level of a store's folder: {level!r}")
 
 
 def _is_lease(fs: pafs.FileSystem, path: str) -> bool:
