@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import json
 import logging
 import os
 import signal
 import sys
 import threading
+import uuid
 import warnings
 from collections.abc import Iterator, Sequence
 
@@ -460,6 +462,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("source", help="Parquet/Arrow/JSONL/CSV file, directory or dataset of new documents")
     a.add_argument("--epoch", help="epoch index or label whose tree is used (default: the latest)")
     a.add_argument("-o", "--output", required=True, help="Parquet file to write")
+    a.add_argument("--force", action="store_true",
+                   help="replace OUTPUT even if it is a file streamtree did not write")
     a.add_argument("--text-col", help="column holding the document text (default: the stored replay's)")
     a.add_argument("--time-col", help="column holding the document time, to check each row's (a row whose time "
                                       "cannot be read is then a reject); times play no part in an assignment, "
@@ -477,6 +481,8 @@ def build_parser() -> argparse.ArgumentParser:
                                     "and the data are inlined: the file needs no network.")
     rp.add_argument("store", help="snapshot store directory (or pyarrow.fs URI)")
     rp.add_argument("-o", "--output", default="report.html", help="HTML file to write (default report.html)")
+    rp.add_argument("--force", action="store_true",
+                    help="replace OUTPUT even if it is a file streamtree did not write")
     from streamtree.report.data import ReportOptions
 
     rp.add_argument("--top-words", type=_positive_int, default=ReportOptions.top_words,
@@ -1188,12 +1194,60 @@ def _capped(items, limit: int = 8) -> str:
     return ", ".join(items[:limit]) + (f" ... (+{len(items) - limit} more)" if len(items) > limit else "")
 
 
+#: how a file of each kind streamtree writes shows it is streamtree's: the report's generator
+#: tag near the top of the page, and the assignments' Parquet metadata key
+_OUTPUT_MARK = {"report": b'<meta name="generator" content="streamtree', "assignments": b"streamtree.assign"}
+
+
+def _written_by_us(path: str, kind: str) -> bool:
+    try:
+        if kind == "assignments":
+            import pyarrow.parquet as pq
+
+            return _OUTPUT_MARK[kind] in (pq.read_schema(path).metadata or {})
+        with open(path, "rb") as f:
+            return _OUTPUT_MARK[kind] in f.read(4096)
+    except (OSError, ValueError):  # unreadable, or not that format (Arrow's errors are these): not ours
+        return False
+
+
+def _check_output(path: str, kind: str, store: str, inputs: tuple[str, ...] = (), force: bool = False) -> None:
+    """Before any work: refuse an ``-o`` that would go over what the command reads or what
+    someone else wrote. The output may not be a folder, one of the inputs, or inside the store;
+    its folder must exist; an existing file is replaced only if streamtree wrote it (a report or
+    assignments of an earlier run), or with --force."""
+    example, format_ = {"report": ("report.html", "HTML"), "assignments": ("assignments.parquet", "Parquet")}[kind]
+    if os.path.isdir(path):
+        raise _UserError(f"{path} is a folder", "-o/--output",
+                         f"name the {format_} file to write, e.g. {os.path.join(path, example)}")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise _UserError(f"{folder}: no such folder", "-o/--output", "create it first, or name a file in another folder")
+    from connectors.sources.files import canonical_uri
+
+    real = os.path.realpath(path)
+    for source in inputs:  # compared as local real paths; a remote URI is never where -o writes
+        where = canonical_uri(source)
+        if real == where:
+            raise _UserError(f"{path} is the input {source}", "-o/--output",
+                             "name another file: the output would go over what the command reads")
+        if os.path.isdir(where) and real.startswith(where + os.sep):
+            raise _UserError(f"{path} is inside the input folder {source}", "-o/--output",
+                             "write it outside: a later read of that folder would take it for documents")
+    root = canonical_uri(store)
+    if "://" not in root:
+        if real == root or real.startswith(root + os.sep):
+            raise _UserError(f"{path} is inside the store {store}", "-o/--output",
+                             f"write it outside the store, e.g. {example} in the current folder")
+    if os.path.exists(path) and not force and not _written_by_us(path, kind):
+        raise _UserError(f"{path} exists and is not a file streamtree wrote", "-o/--output",
+                         "name another file, or pass --force to replace it")
+
+
 def cmd_report(args) -> int:
     from streamtree.report import ReportOptions, write_report
 
-    if os.path.isdir(args.output):
-        raise _UserError(f"{args.output} is a folder", "-o/--output",
-                         f"name the HTML file to write, e.g. {os.path.join(args.output, 'report.html')}")
+    _check_output(args.output, "report", args.store, force=args.force)
     store, _ = _read_store(args.store)
     options = ReportOptions(top_words=args.top_words, max_columns=args.max_columns, max_bands=args.max_bands,
                             readable_bands=min(ReportOptions.readable_bands, args.max_bands))
@@ -1305,6 +1359,7 @@ def cmd_assign(args) -> int:
     from streamtree.replay import StoredTreeModel, load_model
     from streamtree.text import TextVectorizer
 
+    _check_output(args.output, "assignments", args.store, inputs=(args.source,), force=args.force)
     store, entries = _read_store(args.store)
     entry = entries[-1] if args.epoch is None else resolve_epoch(entries, args.epoch)
     vec = store.vectorizer()
@@ -1355,7 +1410,17 @@ def cmd_assign(args) -> int:
         "log_density": pa.array(np.concatenate([log_density, pad]), pa.float64(), mask=~assigned),
         "reason": pa.array(out_reason, pa.string()),
     })
-    pq.write_table(table, args.output)
+    table = table.replace_schema_metadata({_OUTPUT_MARK["assignments"]: json.dumps(
+        {"store": args.store, "epoch": int(entry["epoch"]), "label": entry["label"]}).encode()})
+    # under a temporary name, renamed into place: an earlier file is replaced only by a whole one
+    tmp = os.path.join(os.path.dirname(os.path.abspath(args.output)),
+                       f".{os.path.basename(args.output)}.tmp-{uuid.uuid4().hex}")
+    try:
+        pq.write_table(table, tmp)
+        os.replace(tmp, args.output)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
     n_nodes = len(np.unique(node[keep])) if keep.size else 0
     counts = ", ".join(f"{r}: {c}" for r, c in src.rejects.counts.most_common())
     mean = f", mean log density {log_density[keep].mean():.4g}" if keep.size else ""

@@ -169,6 +169,49 @@ def test_assign_cli_errors(sou_store, tmp_path, capsys):
     assert "time column 'year' not found" in capsys.readouterr().err
 
 
+def test_outputs_never_go_over_inputs_stores_or_files_streamtree_did_not_write(sou_store, tmp_path, capsys):
+    """`assign -o` and `report -o` are checked before any work: not over the input, not inside
+    the store, not into a missing folder, and not over a file someone else wrote (--force
+    replaces it); a file of their own kind from an earlier run is replaced."""
+    import os
+
+    from streamtree.cli import main
+
+    uri, corpus = sou_store
+    store_files = {p: os.path.getmtime(os.path.join(uri, p)) for p in ("manifest.json", "vocabulary.parquet")}
+    before = corpus.read_bytes()
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    copy = tmp_path / "docs"
+    copy.mkdir()
+    (copy / "part.parquet").write_bytes(before)
+    cases = [
+        (["assign", uri, str(corpus), "-o", str(corpus)], "is the input"),
+        (["assign", uri, str(copy), "-o", str(copy / "out.parquet")], "inside the input folder"),
+        (["assign", uri, str(corpus), "-o", os.path.join(uri, "manifest.json")], "inside the store"),
+        (["assign", uri, str(corpus), "-o", str(tmp_path / "missing" / "o.parquet")], "no such folder"),
+        (["assign", uri, str(corpus), "-o", str(notes)], "not a file streamtree wrote"),
+        (["report", uri, "-o", os.path.join(uri, "manifest.json")], "inside the store"),
+        (["report", uri, "-o", str(notes)], "not a file streamtree wrote"),
+        (["report", uri, "-o", str(tmp_path)], "is a folder"),
+    ]
+    for argv, message in cases:
+        assert main(argv) == 2, argv
+        assert message in capsys.readouterr().err, argv
+    assert corpus.read_bytes() == before and notes.read_text() == "mine"
+    assert sorted(p.name for p in copy.iterdir()) == ["part.parquet"]
+    assert {p: os.path.getmtime(os.path.join(uri, p)) for p in store_files} == store_files
+    # an earlier run's own output is replaced; someone's file only with --force
+    out, page = tmp_path / "o.parquet", tmp_path / "r.html"
+    for _ in range(2):
+        assert main(["assign", uri, str(corpus), "-o", str(out)]) == 0
+        assert main(["report", uri, "-o", str(page)]) == 0
+    assert b"streamtree.assign" in pq.read_schema(out).metadata
+    assert main(["assign", uri, str(corpus), "-o", str(notes), "--force"]) == 0
+    assert pq.read_table(notes).num_rows == pq.read_table(out).num_rows
+    assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
+
+
 @pytest.mark.parametrize("likelihood", ["vmf", "multinomial"])
 def test_an_older_epoch_of_a_compact_store_scores_against_its_stored_tree(tmp_path, capsys, likelihood):
     """A store keeps the latest epoch's full model only: an older epoch's comes back from its
