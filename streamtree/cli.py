@@ -1403,13 +1403,20 @@ def cmd_assign(args) -> int:
     n_rej = 0 if rejects is None else rejects.num_rows
     assigned = np.concatenate([~empty, np.zeros(n_rej, dtype=bool)])
     pad = np.zeros(n_rej)
+    # rows in the source's order (files as read, rows by position), rejects in their places
+    sources = rows.column("source").to_pylist() + ([] if rejects is None else rejects.column("source").to_pylist())
+    rank = {name: k for k, name in enumerate(dict.fromkeys(sources))}
+    positions = rows.column("position").to_numpy(zero_copy_only=False)
+    if rejects is not None:
+        positions = np.concatenate([positions, rejects.column("position").to_numpy(zero_copy_only=False)])
+    order = np.lexsort((positions, np.array([rank[name] for name in sources], dtype=np.int64)))
     table = pa.table({
         "id": pa.array(out_ids, pa.string()),
         "node": pa.array(np.concatenate([node, pad.astype(np.int64)]), pa.int64(), mask=~assigned),
         "probability": pa.array(np.concatenate([probability, pad]), pa.float64(), mask=~assigned),
         "log_density": pa.array(np.concatenate([log_density, pad]), pa.float64(), mask=~assigned),
         "reason": pa.array(out_reason, pa.string()),
-    })
+    }).take(order)
     table = table.replace_schema_metadata({_OUTPUT_MARK["assignments"]: json.dumps(
         {"store": args.store, "epoch": int(entry["epoch"]), "label": entry["label"]}).encode()})
     # under a temporary name, renamed into place: an earlier file is replaced only by a whole one
@@ -1427,7 +1434,7 @@ def cmd_assign(args) -> int:
     print(f"assigned {keep.size} of {counted(n + n_rej, 'document')} to {counted(n_nodes, 'node')} of epoch "
           f"{entry['epoch']} "
           f"({entry['label']}){mean}; empty after vocabulary filtering: {int(empty.sum())}"
-          + (f"; unreadable records: {n_rej} ({counts})" if n_rej else ""))
+          + (f"; records not read as documents: {n_rej} ({counts})" if n_rej else ""))
     print(f"written: {args.output}")
     return 0
 

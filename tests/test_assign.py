@@ -122,9 +122,9 @@ def test_assign_cli_matches_the_model_of_the_epoch(sou_store, tmp_path, capsys):
 
     uri, corpus = sou_store
     rows = pq.read_table(corpus)
-    new = pa.table({"doc_id": ["a", "b", "c", "d"],
-                    "text": [rows.column("text")[0].as_py(), rows.column("text")[5].as_py(),
-                             "zzzqx qqqzy", None],
+    new = pa.table({"doc_id": ["a", "d", "b", "c"],
+                    "text": [rows.column("text")[0].as_py(), None, rows.column("text")[5].as_py(),
+                             "zzzqx qqqzy"],
                     "year": [1800, 1800, 1800, 1800]})
     source = tmp_path / "new.parquet"
     pq.write_table(new, source)
@@ -135,12 +135,12 @@ def test_assign_cli_matches_the_model_of_the_epoch(sou_store, tmp_path, capsys):
     summary = capsys.readouterr().out
     assert "assigned 2 of 4 documents" in summary and "empty after vocabulary filtering: 1" in summary
     got = pq.read_table(out).to_pydict()
-    assert sorted(got["id"]) == ["a", "b", "c", "d"]  # nothing dropped
+    assert got["id"] == ["a", "d", "b", "c"]  # nothing dropped, in the source's order
     by_id = {i: k for k, i in enumerate(got["id"])}
     assert got["node"][by_id["c"]] is None and got["reason"][by_id["c"]] == "empty after vocabulary filtering"
     assert got["node"][by_id["d"]] is None and got["reason"][by_id["d"]]  # unreadable record, with its reason
     model = DTSSBP.from_checkpoint(*store.read_checkpoint(first["epoch"]))
-    X = store.vectorizer().transform([new.column("text")[0].as_py(), new.column("text")[1].as_py()])
+    X = store.vectorizer().transform([new.column("text")[0].as_py(), new.column("text")[2].as_py()])
     want_nodes = model.predict(X)
     want_p = model.transform(X).max(axis=1)
     for k, doc in enumerate(["a", "b"]):
