@@ -881,3 +881,11 @@ def test_an_uncommitted_epoch_folder_holding_someones_file_is_not_published_into
     entry = SnapshotStore(str(tmp_path)).epochs()[1]
     assert entry["path"].startswith("epochs/000001-")
     assert_same_tree(SnapshotStore(str(tmp_path)).read(1).tree, make_tree(1, [0], [-1], [0]))
+
+
+def test_a_store_that_was_never_made_is_not_discarded_with_a_warning(tmp_path, caplog):
+    """A replay stopped before its store's folder could be made (its parent not writable, say)
+    has nothing to remove, and says nothing about removing it."""
+    with caplog.at_level("WARNING", logger="connectors.stores.snapshot"):
+        SnapshotStore(str(tmp_path / "missing" / "store")).discard_if_empty()
+    assert caplog.text == "" and not (tmp_path / "missing").exists()

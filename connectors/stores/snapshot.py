@@ -522,8 +522,8 @@ class SnapshotStore:
     def discard_if_empty(self) -> None:
         """Remove the store's directory if it holds nothing: for a run that created it and
         stopped before it wrote anything (a source it could not read). Anything in it is kept."""
-        if self._ls(self.root):
-            return
+        if not self.exists() or self._ls(self.root):
+            return  # never made (its parent not writable, say), or holding something
         try:
             self.fs.delete_dir(self.root)
         except OSError as exc:
