@@ -525,8 +525,8 @@ def _start(store: SnapshotStore, config: ReplayConfig, mode: str) -> _Start:
                          "the store's settings, or use --overwrite or another --store")
     what = "the same configuration" if same else \
         f"a different configuration ({identity_differences(stored, config.identity(), ReplayConfig)})"
-    hint = "--resume to finish it, " if same else ""
     state = "complete" if manifest.get("complete") else "unfinished"
+    hint = "--resume to finish it, " if same and state == "unfinished" else ""
     raise StoreError(f"{store.uri}: the store already holds {store.count_published()} published epochs of "
                      f"{what}, {state}, through {last['label']}; pass {hint}--overwrite to replace "
                      "them, or choose another --store")
@@ -599,6 +599,15 @@ def replay(
     store = SnapshotStore(store_uri, **theta_storage(config.model_params()),
                           keep_checkpoints=keep_checkpoints)
     created = not store.exists()
+    if mode == "resume" and not created:
+        # a finished run is only read, so a store one may not write (read-only, a reader's copy)
+        # answers as well; anything else goes to the writer's path, which says what is wrong
+        try:
+            begin = _start(store, config, mode)
+        except StoreError:
+            begin = None
+        if begin is not None and begin.complete is not None:
+            return _finished(store, config, begin, start)
     try:
         store.check_writable()  # before the source is read
         kw = {} if lease_timeout is None else {"timeout": lease_timeout}
@@ -610,19 +619,25 @@ def replay(
         raise
 
 
+def _finished(store, config, begin: _Start, start: float) -> ReplaySummary:
+    """The summary of a resume of a run that had finished: nothing to do, once the source is
+    checked to be the one the run read."""
+    src = open_source(config.source, config.text_col, config.time_col, config.id_col, config.epoch_col,
+                      time_unit=config.time_unit, time_format=config.time_format, format=config.format,
+                      delimiter=config.delimiter)
+    _check_source(store, src, store.config().get("source_files"))
+    summary = ReplaySummary(n_published=0, complete_before=True, **begin.complete["summary"])
+    summary.seconds = time.perf_counter() - start
+    return summary
+
+
 def _replay(store, config, mode, progress, static, start) -> ReplaySummary:
     from streamtree.model import DTSSBP
 
     begin = _start(store, config, mode)
     stored_files = store.config().get("source_files") if begin.resume_from is not None else None
     if begin.complete is not None:
-        src = open_source(config.source, config.text_col, config.time_col, config.id_col, config.epoch_col,
-                          time_unit=config.time_unit, time_format=config.time_format, format=config.format,
-                          delimiter=config.delimiter)
-        _check_source(store, src, stored_files)
-        summary = ReplaySummary(n_published=0, complete_before=True, **begin.complete["summary"])
-        summary.seconds = time.perf_counter() - start
-        return summary
+        return _finished(store, config, begin, start)
     reader, src = open_epochs(config)
     try:
         notes = src.notes + reader.notes

@@ -14,7 +14,7 @@ import pytest
 from service_corpus import MODEL, day_rows, store_epochs, write_jsonl, write_partition_copies
 
 from connectors.sources import SourceError
-from connectors.stores.snapshot import SnapshotStore, StoreError
+from connectors.stores.snapshot import SnapshotStore, StoreAccessError, StoreError
 from streamtree.records import DUPLICATE_TEXT, EMPTY_AFTER_VOCABULARY, EMPTY_TEXT, MISSING_TIME
 from streamtree.replay import ReplayConfig, replay
 
@@ -332,8 +332,9 @@ def interrupted_replay(corpus, uri: str) -> None:
 
 def test_refuse_resume_overwrite(corpus, replayed, tmp_path):
     uri, _ = replayed
-    with pytest.raises(StoreError, match="already holds 3 published epochs of the same configuration.*--resume"):
+    with pytest.raises(StoreError, match="already holds 3 published epochs of the same configuration, complete") as info:
         replay(config(corpus), uri)
+    assert "--resume" not in str(info.value)  # a finished run has nothing to resume
     with pytest.raises(StoreError, match="different configuration"):
         replay(config(corpus, kappa0=10.0), uri, mode="resume")
     # refused, it also says what differs
@@ -347,6 +348,8 @@ def test_refuse_resume_overwrite(corpus, replayed, tmp_path):
     store = SnapshotStore(part)
     assert [e["label"] for e in store.epochs()] == ["1790s", "1800s"]
     store.read(1)
+    with pytest.raises(StoreError, match="2 published epochs of the same configuration, unfinished.*--resume to finish"):
+        replay(config(corpus), part)
     # ... and resuming it gives exactly the store of an uninterrupted run
     seen = []
     summary = replay(config(corpus), part, mode="resume", progress=seen.append)
@@ -359,6 +362,21 @@ def test_refuse_resume_overwrite(corpus, replayed, tmp_path):
     summary = replay(config(corpus, kappa0=10.0, n_sweeps=2), part, mode="overwrite")
     assert summary.n_published == 3
     assert SnapshotStore(part).config()["replay"]["model"]["kappa0"] == 10.0
+
+
+def test_a_resume_of_a_finished_run_needs_no_write_access(corpus, replayed, monkeypatch):
+    """Resuming a run that finished only reads the store: it answers on a store the user may not
+    write (a read-only copy) instead of failing on the writer's checks."""
+    uri, _ = replayed
+
+    def refuse(self):
+        raise StoreAccessError(f"{self.root}: not writable")
+
+    monkeypatch.setattr(SnapshotStore, "check_writable", refuse)
+    summary = replay(config(corpus), uri, mode="resume")
+    assert summary.complete_before and summary.n_published == 0
+    with pytest.raises(StoreAccessError):  # anything left to do still needs the writer
+        replay(config(corpus), uri, mode="overwrite")
 
 
 def test_overwrite_keeps_store_when_source_is_bad(replayed, tmp_path):
