@@ -1126,7 +1126,12 @@ def _read_store(uri: str):
 
 
 def cmd_show(args) -> int:
+    from streamtree.replay import unfinished_note
+
     store, entries = _read_store(args.store)
+    note = unfinished_note(store)
+    if note is not None:
+        print(f"note: {note}\n")
     if args.node is not None:
         print(format_lineage(store, args.node, top_words=args.top_words))
         return 0

@@ -619,6 +619,17 @@ def replay(
         raise
 
 
+def unfinished_note(store: SnapshotStore) -> str | None:
+    """What a reader of a store (``show``, the report) should know when its replay has not
+    finished; None for a finished replay and for a service's store, which is never finished."""
+    if "replay" not in store.config() or store.complete():
+        return None
+    epochs = store.epochs()
+    through = f", through {epochs[-1]['label']}" if epochs else ""
+    return (f"this replay has not finished: {counted(len(epochs), 'epoch')} published{through} (still running, or "
+            "stopped: the same `streamtree replay` command with --resume finishes it)")
+
+
 def _finished(store, config, begin: _Start, start: float) -> ReplaySummary:
     """The summary of a resume of a run that had finished: nothing to do, once the source is
     checked to be the one the run read."""
@@ -1126,5 +1137,5 @@ def load_model(store_uri: str, epoch: int | None = None, **overrides) -> DTSSBP:
     return model
 
 
-__all__ = ["MODES", "REPLAY_SEED", "drop_unset_weighting", "row_form", "identity_differences", "identity_model", "same_identity", "settings_identity", "stored_identity", "record_week_origin", "theta_storage", "text_model_params", "text_vectorizer", "EpochFitter", "EpochProgress", "FittedEpoch", "QuietEpochs", "ReplayConfig", "ReplaySummary", "StoredTreeModel", "fit_vocabulary", "load_model",
+__all__ = ["MODES", "REPLAY_SEED", "unfinished_note", "drop_unset_weighting", "row_form", "identity_differences", "identity_model", "same_identity", "settings_identity", "stored_identity", "record_week_origin", "theta_storage", "text_model_params", "text_vectorizer", "EpochFitter", "EpochProgress", "FittedEpoch", "QuietEpochs", "ReplayConfig", "ReplaySummary", "StoredTreeModel", "fit_vocabulary", "load_model",
            "open_epochs", "read_epochs", "replay", "stderr_progress"]

@@ -603,3 +603,20 @@ def test_the_summary_time_line_says_whose_time_it_is():
     assert resumed == "time: 21.0s this run, for 1 of the 4 epochs (the whole replay so far: 40.0s fitting, 10 documents/s)"
     done = ReplaySummary(n_published=0, complete_before=True, **base).format().splitlines()[-1]
     assert done.startswith("time: 21.0s (nothing left to fit; the replay that wrote the store: 40.0s fitting")
+
+
+def test_show_and_report_say_when_a_replay_has_not_finished(corpus, replayed, tmp_path, capsys):
+    from streamtree.cli import main
+
+    part = str(tmp_path / "part")
+    interrupted_replay(corpus, part)
+    assert main(["show", part]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("note: this replay has not finished: 2 epochs published, through 1800s")
+    assert "--resume" in first
+    page = tmp_path / "r.html"
+    assert main(["report", part, "-o", str(page)]) == 0
+    assert 'id="unfinished">Note: this replay has not finished' in page.read_text()
+    uri, _ = replayed  # a finished one says nothing
+    assert main(["show", uri]) == 0 and "not finished" not in capsys.readouterr().out
+    assert main(["report", uri, "-o", str(page)]) == 0 and 'id="unfinished"' not in page.read_text()

@@ -139,11 +139,13 @@ class StoreContent:
     event_other: np.ndarray
     static: list[StaticContent] = field(default_factory=list)
     versions: dict = field(default_factory=dict)
+    unfinished: str | None = None  # why the run shown may not be whole (a replay not finished)
 
 
 def read_store(store, *, max_dendrograms: int = ReportOptions.max_dendrograms) -> StoreContent:
     """Read everything the report needs from a :class:`~connectors.stores.SnapshotStore`."""
     from streamtree.records import RejectLog
+    from streamtree.replay import unfinished_note
 
     manifest = store.manifest()
     entries = manifest["epochs"]
@@ -182,7 +184,7 @@ def read_store(store, *, max_dendrograms: int = ReportOptions.max_dendrograms) -
         event_node=np.asarray(events.column("node_id").to_numpy(), dtype=np.int64),
         event_kind=np.asarray(events.column("event").to_pylist(), dtype=object),
         event_other=np.asarray(other.to_numpy(), dtype=np.int64),
-        static=static, versions=dict(manifest.get("versions") or {}),
+        static=static, versions=dict(manifest.get("versions") or {}), unfinished=unfinished_note(store),
     )
 
 
@@ -434,6 +436,7 @@ def report_data(content: StoreContent, options: ReportOptions | None = None) -> 
     return {
         "title": _title(content),
         "store": content.uri,
+        "unfinished": content.unfinished,
         "options": {"top_words": options.top_words, "max_columns": options.max_columns,
                     "max_bands": options.max_bands},
         "summary": {

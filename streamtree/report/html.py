@@ -36,6 +36,8 @@ def render(data: dict) -> str:
     """The report page for :func:`streamtree.report.data.report_data`'s ``data``."""
     title = html.escape(data["title"])
     relays = html.escape(f"a › b (in a label or hover): {RELAY_LEGEND}.")
+    unfinished = (f'<p class="note" id="unfinished">Note: {html.escape(data["unfinished"])}.</p>\n  '
+                  if data.get("unfinished") else "")
     thin, thin_max = f"{100 * EMPTY_BAND:g}", f"{100 * EMPTY_BANDS_MAX:g}"
     return f"""<!DOCTYPE html>
 <html lang="en">
@@ -56,7 +58,7 @@ def render(data: dict) -> str:
   <h1>{title}</h1>
   <p class="sub">Store <code>{html.escape(data["store"])}</code>. Hover for details; click a node (a band, a box)
   to follow it across epochs.</p>
-  <div id="key-figures" class="figures"></div>
+  {unfinished}<div id="key-figures" class="figures"></div>
 </header>
 <main>
 <section id="evolution-section">
