@@ -804,10 +804,11 @@ def format_epoch(stored, vocabulary=None, *, top_words: int | None = None, min_d
     said_split = {n: o for n, o in split_from.items() if n not in relay_only.get("split_from", ())}
     merged = [(a, b) for a, b in merged if a not in relay_only.get("merged_into", ())]
     n_moved = len(moved) - len(relay_only.get("parent_changed", ()))
+    n_by_split = sum(n in split_from for n in born)  # listed under split: rather than born:
     head = (f"epoch {tree.epoch}" + (f" ({tree.label})" if tree.label else "")
             + f": {counted(n_docs, 'document')}, {counted(tree.n_nodes, 'node')}"
             + (f" ({tree.n_occupied} holding them)" if tree.n_occupied < tree.n_nodes else "")
-            + f"; {len(born)} born, {len(gone)} died")
+            + f"; {len(born)} born" + (f" ({n_by_split} by a split)" if n_by_split else "") + f", {len(gone)} died")
     if events is not None:
         head += f", {len(said_split)} split, {len(merged)} merged, {n_moved} changed parent"
     if n_relay:

@@ -708,6 +708,14 @@ def test_a_chain_of_empty_single_child_nodes_is_one_line():
     assert [line.split(" docs")[0].strip() for line in capped.splitlines()[1:3]] == ["[0] 17", "[1] > [2] 8"]
     assert "(6 smaller or empty nodes not shown" in capped  # 4, 5, 6, 7, 8, 9: 3 shown, with 0, 1, 2
     assert "[a] > [b]: a holds no documents of its own and b is its only child" in LEGEND
+    # a node born by a split is counted among the born, said so, and listed under split: only
+    tree = dataclasses.replace(make_tree(4, [0, 1, 2], [-1, 0, 0], [0, 4, 4], label="2004"),
+                               counts=np.array([3, 2, 2]), subtree_counts=np.array([7, 2, 2]))
+    stored = SimpleNamespace(tree=tree, top_words=[["t0"], ["t1"], ["t2"]], theta_exact=True)
+    events = pa.table({"epoch": [4], "node_id": [2], "event": ["split_from"], "other_id": [0]})
+    lines = format_epoch(stored, vocab[:tree.theta.shape[1]], events=events, max_nodes=None).splitlines()
+    assert lines[0].endswith("; 2 born (1 by a split), 0 died, 1 split, 0 merged, 0 changed parent"), lines[0]
+    assert "  born: [1] (t1)" in lines and "  split: [0] -> [2] (t2)" in lines, lines
 
 
 def test_document_concentration_reaches_the_estimator(corpus, tmp_path):
