@@ -447,15 +447,26 @@ def test_year_unit_out_of_range_and_source_rejects_follow_their_epochs(tmp_path)
     assert dict(src.rejects.counts) == {"empty text": 1, "missing time": 1, "unparsable time": 1}
 
 
-def test_malformed_and_type_changing_jsonl_name_the_file(tmp_path):
+def test_malformed_and_type_changing_jsonl_name_the_file_and_line(tmp_path, monkeypatch):
+    """pyarrow counts the row it fails on from the start of its block; the error names the
+    file's own line (1-based), and what to do."""
+    import connectors.sources.files as files
+
+    monkeypatch.setattr(files, "_BLOCK_BYTES", 4096)
+    good = "".join(f'{{"text": "a b", "t": "{1790 + i % 50}"}}\n' for i in range(3000))
     broken = tmp_path / "broken.jsonl"
-    broken.write_text('{"text": "a b", "t": 1790}\n{"text": "c d",\n')
-    with pytest.raises(SourceError, match="broken.jsonl"):
+    broken.write_text(good + '{"text": "c d",\n' + good)
+    with pytest.raises(SourceError, match=r"broken.jsonl: .*line 3001, column 16: not valid JSON"):
         open_source(str(broken), "text", "t").read_all()
     mixed = tmp_path / "mixed.jsonl"
-    mixed.write_text('{"text": "a b", "t": 1790}\n{"text": "c d", "t": "1791"}\n')
-    with pytest.raises(SourceError, match="mixed.jsonl.*changed from number to string"):
+    mixed.write_text(good + '\n{"text": "c d", "t": 1791}\n')  # a blank line counts as a line
+    with pytest.raises(SourceError, match=r"mixed.jsonl: .*line 3002: field 't' is a number \(1791\) where line 1 "
+                                          r"has a string.*write every 't' as a string"):
         open_source(str(mixed), "text", "t").read_all()
+    listed = tmp_path / "listed.jsonl"
+    listed.write_text('{"text": "a b", "t": 1790}\n[1, 2]\n')
+    with pytest.raises(SourceError, match=r"line 2 is not a JSON object \(list\)"):
+        open_source(str(listed), "text", "t").read_all()
 
 
 def test_a_bad_time_after_the_first_jsonl_block_is_one_reject(tmp_path, monkeypatch):

@@ -19,10 +19,10 @@ service skips too), with a warning naming both (:attr:`Source.duplicate_files`).
 Format notes: CSV files need a header row; the text column is read as bytes and checked for
 UTF-8 by us (so a bad row is rejected, not the file). JSON Lines are parsed by pyarrow, which
 infers one type per field: a field must keep one JSON type throughout a file (a time that
-is sometimes a number and sometimes a string is an error naming the file), and a single
+is sometimes a number and sometimes a string is an error naming the file and the line), and a single
 record may not exceed the 4 MiB parse block. Times written as strings are read as strings
 and parsed row by row, so a bad one is a rejected row, wherever it is in the file. A
-malformed line is an error naming the file. In a directory, all files must share one format,
+malformed line is an error naming the file and the line. In a directory, all files must share one format,
 and a file lacking a mapped column is an error naming that file.
 """
 
@@ -35,7 +35,7 @@ import logging
 import os
 import urllib.parse
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -408,7 +408,8 @@ class Source:
                               partition_base_dir=self.root)
 
     def _wrap(self, path: str, fmt: str | None = None):
-        return _Wrap(path, fmt or self.formats.get(path, self.format))
+        fmt = fmt or self.formats.get(path, self.format)
+        return _Wrap(path, fmt, (lambda: self._json_fault(path)) if fmt == "jsonl" else None)
 
     def _open_text(self, path: str):
         return self.fs.open_input_stream(path, compression="detect")
@@ -483,6 +484,35 @@ class Source:
             self._check_named_format(path, fmt)  # the clearer error, if that is what is wrong
             raise
 
+    def _json_fault(self, path: str) -> str | None:
+        """The first line of a JSON Lines file that is not a JSON object, or whose field has
+        another JSON type than on an earlier line (pyarrow reads one type per field), said with
+        its line number and what to do; None if no line is at fault that way."""
+        kinds: dict[str, tuple[str, int]] = {}  # field -> (JSON type, the line it was first seen)
+        with self._open_text(path) as f:
+            for n, raw in enumerate(_lines(f), start=1):
+                line = raw.strip()
+                if not line:
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    return f"line {n}, column {exc.colno}: not valid JSON ({exc.msg}); mend or remove that line"
+                except ValueError:  # not UTF-8
+                    return f"line {n}: not valid JSON (not UTF-8 text); mend or remove that line"
+                if not isinstance(record, dict):
+                    return f"line {n} is not a JSON object ({_json_kind(record)}); each line must be one record"
+                for field, value in record.items():
+                    kind = _json_kind(value)
+                    if kind == "null":
+                        continue
+                    first = kinds.setdefault(field, (kind, n))
+                    if first[0] != kind:
+                        return (f"line {n}: field {field!r} is a {kind} ({json.dumps(value)[:40]}) where line "
+                                f"{first[1]} has a {first[0]}; a field keeps one JSON type throughout a file: "
+                                f"write every {field!r} as a {first[0]}, or convert the file to CSV or Parquet")
+        return None
+
     def _read_file(self, path: str, fmt: str, cols: list[str]) -> Iterator[tuple[str, pa.RecordBatch]]:
         with self._wrap(path, fmt), contextlib.ExitStack() as stack:
             f = stack.enter_context(self._open_text(path) if fmt in ("csv", "jsonl")
@@ -554,11 +584,33 @@ class Source:
         return pa.Table.from_batches(list(self), schema=self.schema)
 
 
+def _lines(f, chunk: int = 1 << 20) -> Iterator[bytes]:
+    """The lines of a binary stream (pyarrow's streams have no line reading)."""
+    rest = b""
+    while block := f.read(chunk):
+        lines = (rest + block).split(b"\n")
+        rest = lines.pop()
+        yield from lines
+    if rest:
+        yield rest
+
+
+def _json_kind(value) -> str:
+    """The JSON type of a parsed value, as pyarrow's JSON reader tells types apart."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    return {str: "string", list: "list", dict: "object"}[type(value)]
+
+
 class _Wrap:
     """Turns pyarrow's I/O and format errors into :class:`SourceError` naming the file."""
 
-    def __init__(self, path: str, fmt: str) -> None:
-        self.path, self.fmt = path, fmt
+    def __init__(self, path: str, fmt: str, locate: Callable[[], str | None] | None = None) -> None:
+        self.path, self.fmt, self.locate = path, fmt, locate
 
     def __enter__(self):
         return self
@@ -566,6 +618,11 @@ class _Wrap:
     def __exit__(self, kind, exc, tb):
         if exc is None or isinstance(exc, (SourceError, GeneratorExit)):
             return False
+        if isinstance(exc, pa.ArrowInvalid) and self.locate is not None:
+            # pyarrow names a row counted from the start of its block: say the line itself
+            found = self.locate()
+            if found is not None:
+                raise SourceError(self.path, f"not a valid JSON Lines file: {found}") from exc
         if isinstance(exc, (pa.ArrowException, OSError, ValueError)):
             what = {"parquet": "Parquet", "ipc": "Arrow IPC file", "ipc-stream": "Arrow IPC stream",
                     "jsonl": "JSON Lines", "csv": "CSV"}[self.fmt]
