@@ -36,7 +36,7 @@ import streamtree
 from connectors.sources import open_source
 from connectors.sources.files import canonical_uri, exists, nesting
 from connectors.stores.snapshot import (THETA_STORAGE, CheckpointNotKeptError, CorruptStoreError, SnapshotStore,
-                                       StoreError)
+                                       StoreAccessError, StoreError)
 from streamtree.epochs import Epoch, EpochReader, EpochSpec, TimeRange
 from streamtree.events import epoch_events
 from streamtree.likelihoods.vmf import reads_document_weights
@@ -599,21 +599,18 @@ def replay(
     store = SnapshotStore(store_uri, **theta_storage(config.model_params()),
                           keep_checkpoints=keep_checkpoints)
     created = not store.exists()
-    if mode == "resume" and not created:
-        # a finished run is only read, so a store one may not write (read-only, a reader's copy)
-        # answers as well; anything else goes to the writer's path, which says what is wrong
-        try:
-            begin = _start(store, config, mode)
-        except StoreError:
-            begin = None
-        if begin is not None and begin.complete is not None:
-            return _finished(store, config, begin, start)
     try:
         store.check_writable()  # before the source is read
         kw = {} if lease_timeout is None else {"timeout": lease_timeout}
         with store.writer("replay", **kw):
             return _replay(store, config, mode, progress, static, start)
-    except BaseException:
+    except BaseException as exc:
+        if isinstance(exc, StoreAccessError) and mode == "resume" and not created:
+            # a resume of a finished run only reads: on a store this user may not write
+            # (read-only, a reader's copy) it answers all the same
+            begin = _start(store, config, mode)
+            if begin.complete is not None:
+                return _finished(store, config, begin, start)
         if created:  # a run that stopped before writing anything leaves no empty folder behind
             store.discard_if_empty()
         raise
