@@ -237,6 +237,9 @@ class ReplaySummary:
     fit_seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
     complete_before: bool = False  # resume of a store that was already complete
+    #: epochs with no records (gaps in the stream), fitted and not published; 0 for a store
+    #: resumed from one written before they were counted
+    n_quiet: int = 0
     #: the earliest and latest time of the rows kept (microseconds since 1970); None without a
     #: time column, and for a store whose summary was written before it was recorded
     time_span_us: list[int] | None = None
@@ -253,8 +256,10 @@ class ReplaySummary:
         copies = (self.n_repeated_texts or 0) if self.duplicate_texts == "collapse" else 0  # published, not fitted
         fitted = self.n_documents - copies
         documents = f"{self.n_documents} published ({fitted} distinct texts fitted)" if copies else f"{fitted} fitted"
+        quiet = (f", {self.n_quiet} without records: gaps in the stream, fitted and not published"
+                 if self.n_quiet else "")
         lines = [f"epochs: {self.n_epochs} ({self.n_published} published now"
-                 + (", the store was already complete)" if self.complete_before else ")"),
+                 + (", the store was already complete" if self.complete_before else "") + quiet + ")",
                  f"documents: {documents} of {counted(self.n_records, 'record')} read"]
         if self.duplicate_files:
             lines.append(f"duplicate files skipped: {len(self.duplicate_files)} (same content as an earlier file: "
@@ -271,9 +276,10 @@ class ReplaySummary:
         fitting = f"{self.fit_seconds:.1f}s fitting, {rate:.0f} documents/s"
         if self.complete_before:
             lines.append(f"time: {self.seconds:.1f}s (nothing left to fit; the replay that wrote the store: {fitting})")
-        elif self.n_published < self.n_epochs:  # a resume: the fitting time is the whole replay's
-            lines.append(f"time: {self.seconds:.1f}s this run, for {self.n_published} of the {self.n_epochs} "
-                         f"epochs (the whole replay so far: {fitting})")
+        elif self.n_published + self.n_quiet < self.n_epochs:  # a resume: the fitting time is the whole replay's
+            lines.append(f"time: {self.seconds:.1f}s this run, for {self.n_published} of the "
+                         f"{self.n_epochs - self.n_quiet} epochs{' with records' if self.n_quiet else ''} "
+                         f"(the whole replay so far: {fitting})")
         else:
             lines.append(f"time: {self.seconds:.1f}s ({fitting})")
         return "\n".join(lines)
@@ -664,6 +670,7 @@ def _replay(store, config, mode, progress, static, start) -> ReplaySummary:
             totals = dict(begin.resume_from["state"])
             totals.pop("static", None)  # the static options, committed with the totals
             totals.setdefault("repeated_texts", None)  # a store written before the count: unknown
+            totals.setdefault("quiet", 0)  # likewise; said only when some were counted
             first = begin.resume_from["epoch"] + 1
             _check_numbering(store, reader, begin.resume_from)
             logger.info("resuming after epoch %d (%s)", begin.resume_from["epoch"], begin.resume_from["label"])
@@ -678,7 +685,7 @@ def _replay(store, config, mode, progress, static, start) -> ReplaySummary:
             vec = fit_vocabulary(config, reader)
             model = config.estimator()
             totals = {"documents": 0, "rejects": {}, "empty_after_filter": 0, "repeated_texts": 0, "fit_seconds": 0.0,
-                      "epochs": 0}
+                      "epochs": 0, "quiet": 0}
             first = 0
         notes = notes + [vocabulary_note(vec)]  # on resume too: the summaries of both runs agree
         run = _Run(store, config, vec, model, reader, totals, progress, static,
@@ -692,7 +699,8 @@ def _replay(store, config, mode, progress, static, start) -> ReplaySummary:
         reader.close()
     t = run.totals
     summary = ReplaySummary(
-        n_epochs=t["epochs"], n_published=n_published, n_documents=t["documents"], n_records=src.n_read,
+        n_epochs=t["epochs"], n_published=n_published, n_quiet=t["quiet"], n_documents=t["documents"],
+        n_records=src.n_read,
         rejects=dict(t["rejects"]), n_empty_after_filter=t["empty_after_filter"],
         n_repeated_texts=t["repeated_texts"], duplicate_texts=config.duplicate_texts,
         vocabulary_size=int(vec.vocabulary_.shape[0]), seconds=time.perf_counter() - start,
@@ -792,6 +800,7 @@ class _Run:
             quiet = X.shape[0] == 0 and rejects.num_rows == 0 and ep.index != last_index
             if quiet:
                 quiet_run.add(ep, tree, model.trees_[-2] if len(model.trees_) > 1 else None)
+                t["quiet"] += 1
             else:
                 if not self.begun:
                     self._begin()

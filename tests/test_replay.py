@@ -532,8 +532,11 @@ def test_a_replay_keeps_no_more_trees_than_an_epoch_needs(corpus, tmp_path, monk
 
     monkeypatch.setattr(DTSSBP, "partial_fit", counting)
     uri = str(tmp_path / "run")
-    replay(config(corpus, epoch="1y"), uri)
+    summary = replay(config(corpus, epoch="1y"), uri)
     assert len(held) > 20 and max(held) <= 1, held
+    # the years without records are counted as such, apart from the published ones
+    assert summary.n_quiet > 0 and summary.n_published + summary.n_quiet == summary.n_epochs
+    assert summary.n_published == len(SnapshotStore(uri).epochs())
 
 
 def test_epochs_are_compared_by_meaning_not_spelling(corpus, tmp_path):
@@ -603,6 +606,13 @@ def test_the_summary_time_line_says_whose_time_it_is():
     assert resumed == "time: 21.0s this run, for 1 of the 4 epochs (the whole replay so far: 40.0s fitting, 10 documents/s)"
     done = ReplaySummary(n_published=0, complete_before=True, **base).format().splitlines()[-1]
     assert done.startswith("time: 21.0s (nothing left to fit; the replay that wrote the store: 40.0s fitting")
+    # epochs without records (a weekly replay of a stream with gaps) are not published, and a
+    # run that fitted all the others reads as a whole run, not a resume
+    gaps = ReplaySummary(n_published=3, n_quiet=1, **base).format().splitlines()
+    assert gaps[0] == "epochs: 4 (3 published now, 1 without records: gaps in the stream, fitted and not published)"
+    assert gaps[-1] == "time: 21.0s (40.0s fitting, 10 documents/s)"
+    resumed = ReplaySummary(n_published=1, n_quiet=1, **base).format().splitlines()[-1]
+    assert resumed.startswith("time: 21.0s this run, for 1 of the 3 epochs with records (the whole replay so far")
 
 
 def test_show_and_report_say_when_a_replay_has_not_finished(corpus, replayed, tmp_path, capsys):
