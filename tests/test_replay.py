@@ -532,11 +532,24 @@ def test_a_replay_keeps_no_more_trees_than_an_epoch_needs(corpus, tmp_path, monk
 
     monkeypatch.setattr(DTSSBP, "partial_fit", counting)
     uri = str(tmp_path / "run")
-    summary = replay(config(corpus, epoch="1y"), uri)
+    replay(config(corpus, epoch="1y"), uri)
     assert len(held) > 20 and max(held) <= 1, held
-    # the years without records are counted as such, apart from the published ones
-    assert summary.n_quiet > 0 and summary.n_published + summary.n_quiet == summary.n_epochs
-    assert summary.n_published == len(SnapshotStore(uri).epochs())
+
+
+def test_epochs_without_records_are_counted_apart_from_the_published(corpus, tmp_path):
+    rows = pq.read_table(corpus)
+    years = sorted(set(rows.column("year").to_pylist()))
+    keep = pc.is_in(rows.column("year"), pa.array([years[0], years[1], years[-1]]))
+    gappy = tmp_path / "gappy.parquet"
+    pq.write_table(rows.filter(keep), gappy)
+    uri = str(tmp_path / "run")
+    summary = replay(config(gappy, epoch="1y"), uri)
+    assert summary.n_quiet == years[-1] - years[1] - 1 > 0
+    assert summary.n_published + summary.n_quiet == summary.n_epochs and summary.n_published == 3
+    assert len(SnapshotStore(uri).epochs()) == 3
+    lines = summary.format().splitlines()
+    assert f"3 published now, {summary.n_quiet} without records" in lines[0]
+    assert "this run" not in lines[-1]
 
 
 def test_epochs_are_compared_by_meaning_not_spelling(corpus, tmp_path):
