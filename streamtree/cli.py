@@ -1228,7 +1228,8 @@ def _check_output(path: str, kind: str, store: str, inputs: tuple[str, ...] = ()
                          f"name the {format_} file to write, e.g. {os.path.join(path, example)}")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
-        raise _UserError(f"{folder}: no such folder", "-o/--output", "create it first, or name a file in another folder")
+        raise _UserError(f"{folder}: no such folder", "-o/--output",
+                         "create it first, or name a file in another folder")
     from connectors.sources.files import canonical_uri
 
     real = os.path.realpath(path)
@@ -1302,7 +1303,7 @@ def _stored_epoch_rows(store, entry: dict, stored, args):
     """The stored epoch's documents re-read from the source, vectorised with the stored vocabulary,
     in the stored document order."""
     from connectors.stores.snapshot import StoreError
-    from streamtree.replay import ReplayConfig, read_epochs
+    from streamtree.replay import ReplayConfig, open_epochs, source_changes
 
     stored_config = store.config()
     # a replay's settings, or a service's (its columns, time reading and epochs; the source is
@@ -1336,7 +1337,16 @@ def _stored_epoch_rows(store, entry: dict, stored, args):
     vec = store.vectorizer()
     if vec is None:
         raise StoreError(f"{args.store}: no stored vocabulary; cannot vectorise documents")
-    epochs, _ = read_epochs(config)
+    reader, src = open_epochs(config)
+    with reader:
+        # a source given anew (--source, a copy say) is the user's word; the stored one must not have changed
+        changed = source_changes(None if args.source else stored_config.get("source_files"), src.fingerprint())
+        if changed:
+            raise _UserError(f"the source changed since the store was written ({counted(len(changed), 'file')} added, "
+                             f"removed or rewritten, e.g. {changed[0]!r})", "--over documents",
+                             "the documents read back would not be the ones fitted: use the source as it was "
+                             "replayed, or --over nodes")
+        epochs = list(reader.epochs())
     # by epoch key: a service numbers its epochs from the first it published, a replay from the
     # first of its source, so only the key (the time span) is the same
     match = [e for e in epochs if e.key == entry["key"]]

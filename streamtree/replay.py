@@ -727,14 +727,23 @@ def _check_numbering(store: SnapshotStore, reader: EpochReader, last: dict) -> N
                          "another streamtree version?); replay it again with --overwrite")
 
 
+def source_changes(stored_files: list | None, now: list) -> list[str]:
+    """The files added, removed or rewritten between a store's record of its source's files
+    (``source_files``, :meth:`~connectors.sources.files.FileSource.fingerprint`) and ``now``;
+    none when the store recorded none."""
+    if stored_files is None or now == stored_files:
+        return []
+    before = {f[0]: f[1:] for f in stored_files}
+    after = {f[0]: f[1:] for f in now}
+    return sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
+
+
 def _check_source(store: SnapshotStore, src, stored_files) -> None:
-    now = src.fingerprint()
-    if stored_files is not None and now != stored_files:
-        before = {f[0]: f[1:] for f in stored_files}
-        after = {f[0]: f[1:] for f in now}
-        changed = sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
-        raise StoreError(f"{store.uri}: the source changed since the store was written ({len(changed)} files "
-                         f"added, removed or rewritten, e.g. {changed[0]!r}); use --overwrite to replay it again")
+    changed = source_changes(stored_files, src.fingerprint())
+    if changed:
+        raise StoreError(f"{store.uri}: the source changed since the store was written "
+                         f"({counted(len(changed), 'file')} added, removed or rewritten, e.g. {changed[0]!r}); "
+                         "use --overwrite to replay it again")
 
 
 def _check_duplicates(store: SnapshotStore, src) -> None:
@@ -1143,5 +1152,5 @@ def load_model(store_uri: str, epoch: int | None = None, **overrides) -> DTSSBP:
     return model
 
 
-__all__ = ["MODES", "REPLAY_SEED", "unfinished_note", "drop_unset_weighting", "row_form", "identity_differences", "identity_model", "same_identity", "settings_identity", "stored_identity", "record_week_origin", "theta_storage", "text_model_params", "text_vectorizer", "EpochFitter", "EpochProgress", "FittedEpoch", "QuietEpochs", "ReplayConfig", "ReplaySummary", "StoredTreeModel", "fit_vocabulary", "load_model",
+__all__ = ["MODES", "REPLAY_SEED", "source_changes", "unfinished_note", "drop_unset_weighting", "row_form", "identity_differences", "identity_model", "same_identity", "settings_identity", "stored_identity", "record_week_origin", "theta_storage", "text_model_params", "text_vectorizer", "EpochFitter", "EpochProgress", "FittedEpoch", "QuietEpochs", "ReplayConfig", "ReplaySummary", "StoredTreeModel", "fit_vocabulary", "load_model",
            "open_epochs", "read_epochs", "replay", "stderr_progress"]

@@ -332,7 +332,8 @@ def interrupted_replay(corpus, uri: str) -> None:
 
 def test_refuse_resume_overwrite(corpus, replayed, tmp_path):
     uri, _ = replayed
-    with pytest.raises(StoreError, match="already holds 3 published epochs of the same configuration, complete") as info:
+    with pytest.raises(StoreError,
+                       match="already holds 3 published epochs of the same configuration, complete") as info:
         replay(config(corpus), uri)
     assert "--resume" not in str(info.value)  # a finished run has nothing to resume
     with pytest.raises(StoreError, match="different configuration"):

@@ -157,6 +157,27 @@ def test_snapshot_command_over_nodes_and_documents_then_show(static_store, capsy
     assert cluster_words and set(cluster_words) <= vocab
 
 
+def test_snapshot_over_documents_refuses_a_source_changed_since_the_replay(tmp_path, capsys):
+    """The documents are read back from the source by id: a source rewritten since the replay
+    could hand back other texts under the same ids, so it is refused, naming a changed file;
+    a source given with --source is taken as the user's word."""
+    import os
+
+    path = sou_slice(tmp_path / "slice.parquet", n=60)
+    uri = str(tmp_path / "store")
+    replay(config(path), uri)
+    argv = ["snapshot", uri, "--method", "tmc", "--epoch", "0", "--over", "documents"]
+    assert main(argv) == 0
+    capsys.readouterr()
+    later = os.stat(path).st_mtime_ns + 10**9
+    os.utime(path, ns=(later, later))  # rewritten (the same bytes, as a copy or a re-export would be)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "the source changed since the store was written (1 file added, removed or rewritten, e.g. 'slice.parquet')" \
+        in err and "--over nodes" in err
+    assert main([*argv, "--source", str(path)]) == 0
+
+
 @pytest.mark.parametrize("args", [["--static", "foo"], ["--static", "coalescent", "--epoch", "2"]])
 def test_show_static_unknown_or_missing_is_an_error(static_store, capsys, args):
     _, uri = static_store
