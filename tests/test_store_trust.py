@@ -160,8 +160,11 @@ def test_checkpoint_and_tables_round_trip(tmp_path):
     assert store.read_table(0, "ledger").equals(ledger)
     raw = pq.read_table(tmp_path / "epochs" / "000000" / "checkpoint.parquet")
     assert raw.column_names == ["name", "dtype", "shape", "data"]
-    with pytest.raises(ValueError, match="reserved"):
-        store.publish(make_tree(1, [0], [-1], [0]), list("abcde"), tables={"nodes": ledger})
+    # every name whose file is one the epoch writes itself, in any case, is refused before any write
+    for name in ("nodes", "events", "checkpoint", "Theta", "ASSIGNMENTS", "Rejects"):
+        with pytest.raises(ValueError, match="reserved"):
+            store.publish(make_tree(1, [0], [-1], [0]), list("abcde"), tables={name: ledger})
+    assert [e["epoch"] for e in store.epochs()] == [0]
 
 
 @pytest.mark.parametrize("damage, message", [

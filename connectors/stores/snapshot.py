@@ -230,7 +230,6 @@ _DENSE_FRACTION = 2 / 3
 _DIR_SYNC_REFUSED = {errno.EINVAL, errno.ENOTSUP, errno.EBADF, errno.EISDIR, errno.EACCES, errno.EPERM}
 _METHOD_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _RECORD_RE = re.compile(r"^(\d{6,})\.json$")
-_RESERVED_TABLES = {"nodes", "theta", "assignments", "rejects", "checkpoint"}
 
 NODE_SCHEMA = pa.schema([
     pa.field("id", pa.int64(), nullable=False),
@@ -1344,8 +1343,11 @@ class SnapshotStore:
         state = None if state is None else _to_json(state, "state")
         tables = dict(tables or {})
         for name in tables:
-            if not _METHOD_RE.match(name) or name in _RESERVED_TABLES:
-                raise ValueError(f"table name {name!r} is reserved or not a simple name")
+            if not _METHOD_RE.match(name) or name.casefold() in _RESERVED_TABLES:
+                raise ValueError(f"table name {name!r} is reserved (the epoch's own "
+                                 f"{sorted(_RESERVED_TABLES)} and names differing from them only in "
+                                 f"case) or not a simple name (letters, digits, '_', '.', '-'); "
+                                 f"rename the table")
         ckpt = None if checkpoint is None else _checkpoint_table(*checkpoint)
         with self._writing():
             manifest = self._base_manifest()
@@ -1814,6 +1816,9 @@ _LEASE_FIELDS = ("token", "owner", "host", "pid", "command")
 #: the files an epoch's folder holds besides its extra tables (named in its commit record)
 _EPOCH_FILES = frozenset({"nodes.parquet", "theta.parquet", "assignments.parquet", "rejects.parquet",
                           "events.parquet", CHECKPOINT_ARRAYS, CHECKPOINT_META})
+#: extra table names whose files would land on the epoch's own (on a case-blind file system,
+#: also names differing only in case: compared casefolded)
+_RESERVED_TABLES = frozenset(n.split(".")[0].casefold() for n in _EPOCH_FILES)
 
 
 def _own_entry(level: str, child: pafs.FileInfo, entry: dict | None) -> str | None:
