@@ -1324,6 +1324,9 @@ class SnapshotStore:
             numpy arrays and scalars are stored as lists and numbers.
         tables : dict of str to pyarrow.Table, optional
             Extra tables committed with the epoch as ``<name>.parquet`` (e.g. a file ledger).
+            Names are letters, digits, ``_``, ``.`` and ``-``, and not those of the epoch's own
+            files (``nodes``, ``theta``, ``assignments``, ``rejects``, ``events``,
+            ``checkpoint``) in any case.
         empty_before : dict, optional
             A run of epochs with no documents and no rejects fitted just before this one and
             not written as folders: ``{"first": i, "last": j, "first_label": .., "last_label": ..}``.
