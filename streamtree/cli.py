@@ -372,7 +372,7 @@ def _top_parser() -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
                             "3 damaged or unwritable store, 75 store busy (another writer), "
                             "130/143 interrupted (SIGINT/SIGTERM).")
     parser.add_argument("--version", action="version", version=f"streamtree {streamtree.__version__}")
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="log progress (-vv: debug)")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="log progress (serve logs it anyway); -vv: debug")
     return parser, parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
 
@@ -1073,7 +1073,9 @@ def serve_config(args):
 def cmd_serve(args) -> int:
     from streamtree.service import EXIT_ABANDONED, MetricsAddressError, Service, configure_logging, parse_address
 
-    configure_logging(args.log_format, logging.DEBUG if args.verbose >= 1 else logging.INFO)
+    # a service logs its progress by default; -v adds nothing more to it, -vv the debug lines
+    # (each sweep of each epoch), as -vv does for every other command
+    configure_logging(args.log_format, logging.DEBUG if args.verbose >= 2 else logging.INFO)
     if args.poll_interval <= 0:
         raise _UserError("--poll-interval must be positive", "serve", "use e.g. 5s")
     config = serve_config(args)

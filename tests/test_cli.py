@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import re
 
 import shutil
@@ -916,3 +917,23 @@ def test_unspaced_terms_reach_the_vectoriser_and_the_identity(corpus, tmp_path):
     from connectors.stores import SnapshotStore
 
     assert SnapshotStore(uri).vectorizer().unspaced_terms == "runs"
+
+
+@pytest.mark.parametrize("flags, level", [([], logging.INFO), (["-v"], logging.INFO), (["-vv"], logging.DEBUG)])
+def test_serve_logs_progress_by_default_and_debug_lines_only_at_vv(flags, level, tmp_path, monkeypatch, capsys):
+    """A service logs its progress anyway; -v must not turn on every sweep's debug line."""
+    import streamtree.service
+
+    levels = []
+    monkeypatch.setattr(streamtree.service, "configure_logging", lambda fmt, lvl: levels.append(lvl))
+    # a poll interval of 0 is refused right after logging is set up, before anything is read
+    # (in one line, or at -vv with its traceback)
+    argv = [*flags, "serve", str(tmp_path / "landing"), "--store", str(tmp_path / "store"),
+            "--text-col", "text", "--time-col", "time", "--poll-interval", "0"]
+    if level == logging.DEBUG:
+        with pytest.raises(Exception, match="--poll-interval must be positive"):
+            main(argv)
+    else:
+        assert main(argv) == 2
+        assert "--poll-interval must be positive" in capsys.readouterr().err
+    assert levels == [level]
