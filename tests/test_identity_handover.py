@@ -5,10 +5,14 @@ from __future__ import annotations
 import collections
 
 import numpy as np
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from test_replay import SOU
 
 import streamtree.inference.epoch_sampler as epoch_sampler
 from streamtree.model import DTSSBP
 from streamtree.synthetic import planted_topic_mixture
+from streamtree.text import TextVectorizer
 
 
 def _fit(seed: int, hand_over: bool, monkeypatch) -> tuple[DTSSBP, object]:
@@ -124,3 +128,19 @@ def test_topics_that_do_not_change_keep_their_ids():
             born = set(tree.events.of("born").node_id.tolist())
             assert not holding & born, (t, holding, born)
             assert not len(tree.events.of("died")), t
+
+
+def test_the_root_never_takes_another_nodes_id():
+    """The root is the stream's node, not a topic. Small epochs of one era's paragraphs empty a
+    carried topic into the root at these seeds; its id was then handed to the root, and every
+    later tree was published under a root of that id (the stream's first root id gone)."""
+    t = pq.read_table(SOU, columns=["year", "text"])
+    texts = t.filter(pc.greater_equal(t["year"], 1990)).slice(0, 640)["text"].to_pylist()
+    vectorizer = TextVectorizer().fit(texts)
+    X = vectorizer.transform(texts)
+    X = X[np.asarray(X.sum(axis=1)).ravel() > 0]
+    for seed in (1, 3):
+        model = DTSSBP(random_state=seed)
+        for epoch in range(2):
+            model.partial_fit(X[80 * epoch: 80 * (epoch + 1)], epoch=epoch)
+        assert [int(tree.node_ids[tree.parent == -1][0]) for tree in model.trees_] == [0, 0]

@@ -783,7 +783,8 @@ class EpochSampler:
         follows the larger part of a split. The evidence is the documents themselves: those the
         previous epoch's tree gives to ``c`` (:meth:`_lineage`). At the end of the epoch, a
         carried ``c`` given at least :data:`IDENTITY_MIN_DOCS` documents that way hands its
-        published id to the node ``b`` holding most of them when ``b`` holds more than half of
+        published id to the node ``b`` holding most of them when ``b`` is not the root (whose
+        id is the stream's and never changes), holds more than half of
         them and at least :data:`IDENTITY_MIN_DOCS` in all, more than half of ``b``'s
         documents come from ``c`` that way (so ``b`` is not another node's continuation or
         new content), and ``b`` is recognised as ``c``'s content
@@ -811,7 +812,8 @@ class EpochSampler:
             k = int(np.argmax(moved[mine]))
             b, n_b = int(dst[mine][k]), int(moved[mine][k])
             # n_b is both how many of c's documents went to b and how many of b's came from c
-            if (b == c or b not in st.tree or 2 * n_b <= held or current.get(b, 0) < IDENTITY_MIN_DOCS
+            # the root is the stream's node, not a topic: it never takes another node's id
+            if (b == c or b == ROOT or b not in st.tree or 2 * n_b <= held or current.get(b, 0) < IDENTITY_MIN_DOCS
                     or 2 * n_b <= current.get(b, 0) or not self._recognised(X, c, b)):
                 continue
             pairs.append((c, b))
