@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 from test_replay import SOU
 
 import streamtree.inference.epoch_sampler as epoch_sampler
+from streamtree.likelihoods.base import top_words
 from streamtree.model import DTSSBP
 from streamtree.synthetic import planted_topic_mixture
 from streamtree.text import TextVectorizer
@@ -109,6 +110,34 @@ def test_exchanges_of_published_ids_stay_a_permutation():
     st.exchange_published(3, 4)
     st.exchange_published(1, 3)
     assert all(st.published_id(i) == i for i in range(5)) and not st.published
+
+
+def test_an_id_is_judged_by_the_words_of_its_own_birth(monkeypatch):
+    """The identity rule compares an id with its birth, so that it cannot drift a few words an
+    epoch. Its signature went with the node, not the id: a handed-over id was judged from then on
+    by its heir's birth words. In the SOU demo an id born on the 1890s' fiscal accounts went in
+    the 1950s to a node on budgets, and was published until the 2010s on health and children
+    programmes. Now every signature is that of the id the node is published under, taken at that
+    id's birth."""
+    model, _ = _fit(0, True, monkeypatch)
+    st = model.state_
+    assert st.published  # ids were handed over in this chain
+    birth_words = {}
+    for tree in model.trees_:
+        for k, pid in enumerate(tree.node_ids.tolist()):
+            birth_words.setdefault(pid, top_words(tree.theta[k]))
+    assert set(st.signatures) == set(st.tree.preorder())
+    for node, signature in st.signatures.items():
+        np.testing.assert_array_equal(signature.astype(np.int64), birth_words[st.published_id(node)], err_msg=node)
+
+    st = epoch_sampler.ChainState.empty(3, 2, 5)
+    for born in (0, 0, 1):
+        st.tree.add_child(0, born=born)
+    st.signatures.update({1: np.array([1.0]), 2: np.array([2.0])})
+    st.exchange_published(1, 2)  # both signed: they swap
+    assert st.signatures[1][0] == 2.0 and st.signatures[2][0] == 1.0
+    st.exchange_published(2, 3)  # the heir unsigned (born this epoch): the giver is signed anew later
+    assert st.signatures[3][0] == 1.0 and 2 not in st.signatures
 
 
 def test_topics_that_do_not_change_keep_their_ids():

@@ -245,8 +245,8 @@ class ChainState:
     #: current stick hyperparameters (alpha0, lam, gamma) and, under ``kappa0="auto"``, the
     #: estimated link strength ``kappa0``; empty until the first epoch starts
     hyper: dict[str, float] = field(default_factory=dict)
-    #: node id -> what the node is recognised by, from the epoch its id was born
-    #: (:meth:`Likelihood.identity_signature`); empty for families without one
+    #: node id -> what the node is recognised by, from the epoch the id it is published under
+    #: was born (:meth:`Likelihood.identity_signature`); empty for families without one
     signatures: dict[int, np.ndarray] = field(default_factory=dict)
     #: node id -> the id its trees publish, where the two differ (ids follow documents:
     #: :meth:`EpochSampler._hand_over_ids`); a permutation of ids ever given out
@@ -272,10 +272,19 @@ class ChainState:
         return self.published_born[pid] if pid in self.published_born else self.tree.born[node_id]
 
     def exchange_published(self, a: int, b: int) -> None:
-        """Nodes ``a`` and ``b`` exchange the ids they are published under (each published id
-        keeps its birth epoch)."""
+        """Nodes ``a`` and ``b`` exchange the ids they are published under. Each published id
+        keeps its birth epoch and its signature, so the identity rule goes on judging an id by
+        the words of its own birth: were the signature left with the node, an id handed over
+        would be judged from then on by its heir's birth, and could drift a little at every
+        hand-over. A node without a signature (born this epoch) leaves the other without one,
+        to be signed at the end of the epoch under the new id it is published under."""
         pa, pb = self.published_id(a), self.published_id(b)
         self.published_born[pa], self.published_born[pb] = self.published_birth(a), self.published_birth(b)
+        sa, sb = self.signatures.pop(a, None), self.signatures.pop(b, None)
+        if sb is not None:
+            self.signatures[a] = sb
+        if sa is not None:
+            self.signatures[b] = sa
         for node, pid in ((a, pb), (b, pa)):
             if pid == node:
                 self.published.pop(node, None)
@@ -789,10 +798,12 @@ class EpochSampler:
         documents come from ``c`` that way (so ``b`` is not another node's continuation or
         new content), and ``b`` is recognised as ``c``'s content
         (:meth:`_recognised`, the identity rule's test). The two exchange the ids they are
-        published under (each id keeps its birth epoch: ``c`` is then published under ``b``'s,
-        a new one if ``b`` was born now). Only the published names change
-        (:attr:`ChainState.published`): the chain, its past counts and its time links are
-        those of the nodes as they are, so the trees the sampler grows do not depend on it.
+        published under (each id keeps its birth epoch and the words the identity rule judges
+        it by: ``c`` is then published under ``b``'s, a new one if ``b`` was born now). In
+        this epoch only the published names change (:attr:`ChainState.published`): the chain,
+        its past counts and its time links are those of the nodes as they are, so the epoch's
+        trees do not depend on it; in later epochs the identity rule judges ``b`` by the
+        words of ``c``'s birth.
         Not run when parameters are frozen after their birth epoch (o-TSSBP): there an id
         names a parameter that never changes, and handed over it would name a new one."""
         st = self.state
