@@ -71,10 +71,13 @@ import scipy.sparse as sp
 from sou_corpus import SouCorpus, load_sou
 
 from streamtree.coherence import topic_npmi
+from streamtree.inference.epoch_sampler import IDENTITY_MIN_DOCS
+from streamtree.likelihoods.base import WordTopics, top_words
 from streamtree.model import DTSSBP
 from streamtree.records import DEFAULT_DUPLICATE_TEXTS, DUPLICATE_TEXTS
 from streamtree.relays import own_lines, relay_changes
 from streamtree.text import DEFAULT_LENGTH_POWER, reference_length, weighted_rows
+from streamtree.tree import ROOT
 
 N_TOP_NODES = 20
 N_TOP_WORDS = 10
@@ -175,13 +178,25 @@ def identity_figures(trees, model) -> dict:
         relay = relay_changes(moved, ["parent_changed"] * len(moved), (prev.node_ids, prev.parent, prev.counts),
                               (now.node_ids, now.parent, now.counts))
         line_changes += int(np.sum(~relay))
+    # the identity rule's promise: an id holding enough of a decade's documents to be judged is
+    # recognised by the top words of its birth decade (the root, the stream's node, excepted)
+    judged = unrecognised = 0
+    words = WordTopics()  # both text families (vMF, multinomial) are word families
+    for nid, where in present.items():
+        t0, k0 = where[0]
+        birth = top_words(trees[t0].theta[k0]).astype(np.float64)
+        for t, k in where[1:]:
+            if nid != ROOT and trees[t].counts[k] >= IDENTITY_MIN_DOCS:
+                judged += 1
+                unrecognised += not words.recognises(birth, trees[t].theta[k])
     cap = model.concentration_bounds[1]
     at_cap = sum(int(np.sum(t.concentration >= cap * (1 - 1e-9))) for t in trees)
     at_cap_small = sum(int(np.sum((t.concentration >= cap * (1 - 1e-9)) & (t.counts <= 2))) for t in trees)
     return {"ids": len(present), "single": single, "jaccard": jacc, "transitions": transitions,
             "parent_changes": changes, "node_decades": sum(t.n_nodes for t in trees), "at_cap": at_cap,
             "at_cap_small": at_cap_small, "cap": cap, "single_by_docs": single_by_docs,
-            "topic_ids": len(topic_ids), "topic_single": topic_single, "line_changes": line_changes}
+            "topic_ids": len(topic_ids), "topic_single": topic_single, "line_changes": line_changes,
+            "judged": judged, "unrecognised": unrecognised}
 
 
 def carried_share(tree) -> float:
@@ -429,6 +444,9 @@ def main() -> None:
         print(f"   identity over the lines drawn (relays with the node they lead to): {f['topic_single']} of "
               f"{f['topic_ids']} ids that are ever more than a relay ({share:.0f}%) live a single decade; "
               f"{f['line_changes']} of {f['transitions']} transitions move a line")
+        print(f"   ids against their birth words: {f['unrecognised']} of {f['judged']} node-decades holding >= "
+              f"{IDENTITY_MIN_DOCS} documents are not recognised by the top words of their id's birth decade "
+              "(the identity rule's promise: 0)")
         print("   single-decade ids by their documents in that decade: "
               + ", ".join(f"{k}: {v}" for k, v in f["single_by_docs"].items()))
         print(f"   concentration at the cap {f['cap']:g}: {f['at_cap']} of {f['node_decades']} node-decades, "
