@@ -95,6 +95,17 @@ def test_rfc_2822_dates_with_zone_offsets_are_detected():
     assert any("%a, %d %b %Y %H:%M:%S %z" in n and "auto-detected" in n for n in parser.notes)
 
 
+def test_the_detected_format_is_shown_with_a_value_it_reads():
+    """The note named the column's first string, which may be one the format rejects."""
+    from connectors.sources.times import TimeParser
+
+    parser = TimeParser()
+    _, _, bad = parser.parse(pa.array(["not a date", "2/7/2017", "12/25/2018"]))
+    assert bad.tolist() == [True, False, False]
+    note = next(n for n in parser.notes if "auto-detected" in n)
+    assert "'2/7/2017'" in note and "not a date" not in note, note
+
+
 @pytest.mark.parametrize("value, utc", [
     ("Tue, 10 Jun 2003 04:00:00 GMT", datetime(2003, 6, 10, 4, 0, 0, tzinfo=timezone.utc)),  # RSS 2.0
     ("Mon Jul 3 17:18:43 2006 +0200", datetime(2006, 7, 3, 15, 18, 43, tzinfo=timezone.utc)),  # git log

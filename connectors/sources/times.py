@@ -336,7 +336,10 @@ def _detect_format(parser: "TimeParser", strings: pa.Array) -> None:
         return  # nothing recognisable: these rows are rejected as unparsable, the next batch may decide
     fmt = COMMON_FORMATS[best]
     parser.string_format = fmt
-    note = (f"strings like {values[0].as_py()!r} read with the format {fmt!r} "
+    # the example is one the format reads: the first value may be one that is rejected
+    read = pc.strptime(sample, format=fmt, unit="us", error_is_null=True).is_valid()
+    example = sample.filter(read)[0].as_py()
+    note = (f"strings like {example!r} read with the format {fmt!r} "
             f"(auto-detected; --time-format overrides)")
     swapped = {"%m/%d": "%d/%m", "%d/%m": "%m/%d"}
     for a, b in swapped.items():
