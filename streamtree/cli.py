@@ -1123,6 +1123,8 @@ def _read_store(uri: str):
                "metrics show how far it is")
     elif "replay" in config:
         why = "a replay began it and published no epoch yet (still running, or stopped: --resume continues it)"
+    elif "://" not in uri and not os.path.exists(uri):
+        why = "no such folder: check the path; a store is the folder replay or serve wrote (their --store)"
     else:
         why = "is this a store? run `streamtree replay` or `streamtree serve` first"
     raise StoreError(f"{uri}: no published epochs ({why})")

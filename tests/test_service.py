@@ -1217,8 +1217,12 @@ def test_reading_a_store_before_its_first_epoch_says_why_it_is_empty(tmp_path, c
     err = capsys.readouterr().err
     assert "no published epochs (a service writes it and has published no epoch yet" in err
     assert "--warmup-docs" in err
+    (tmp_path / "nothing").mkdir()
     assert main(["show", str(tmp_path / "nothing")]) == 2
     assert "no published epochs (is this a store?" in capsys.readouterr().err
+    # a path that is not there at all is a wrong path, not a folder of something else
+    assert main(["show", str(tmp_path / "typo")]) == 2
+    assert "no such folder: check the path" in capsys.readouterr().err
 
 
 def test_a_landed_parquet_file_named_csv_is_unreadable_with_a_reason(tmp_path):
