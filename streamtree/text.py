@@ -257,7 +257,15 @@ class TextVectorizer(TransformerMixin, BaseEstimator):
         try:
             counts = counter.fit_transform(texts)
         except ValueError as exc:  # e.g. every term pruned by min_df / max_df
-            raise ValueError(f"vocabulary fitting failed on {len(texts)} documents with min_df={self.min_df} and "
+            n = len(texts)
+            fractions = isinstance(self.min_df, float) and isinstance(self.max_df, float)
+            if "max_df corresponds to < documents than min_df" in str(exc) and not fractions:
+                # a count and a share: too few documents for the two together, whatever their words
+                raise ValueError(f"vocabulary fitting failed: {n} document{'s are' if n != 1 else ' is'} too few for "
+                                 f"min_df={self.min_df} and max_df={self.max_df} together (a term must be in at "
+                                 f"least min_df documents and at most max_df of them); give more documents, or "
+                                 f"lower min_df or raise max_df") from None
+            raise ValueError(f"vocabulary fitting failed on {n} documents with min_df={self.min_df} and "
                              f"max_df={self.max_df}: {exc}; lower min_df or raise max_df") from None
         self.vocabulary_ = np.asarray(counter.get_feature_names_out(), dtype=str)
         self.document_frequency_ = np.asarray((counts > 0).sum(axis=0), dtype=np.int64).ravel()

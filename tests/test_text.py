@@ -104,6 +104,11 @@ def test_document_frequency_pruning():
     assert TextVectorizer(min_df=1, max_df=1.0, max_features=2, stop_words=None).fit(docs).vocabulary_.tolist() == ["common", "other"]
     with pytest.raises(ValueError, match="vocabulary fitting failed"):
         TextVectorizer(min_df=10).fit(docs)
+    # one document cannot hold a term in two documents and in at most half of them: say so, not
+    # the library's "max_df corresponds to < documents than min_df"
+    with pytest.raises(ValueError, match="1 document is too few for min_df=2 and max_df=0.5 together") as err:
+        TextVectorizer().fit(["one document left after the rejects"])
+    assert "corresponds" not in str(err.value)
 
 
 def test_hash_and_persistence_round_trip(tmp_path):
