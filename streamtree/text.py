@@ -252,24 +252,25 @@ class TextVectorizer(TransformerMixin, BaseEstimator):
                                        caller_name=type(self).__name__)
         if not texts:
             raise ValueError("cannot fit a vocabulary on zero documents")
-        cap = vocabulary_cap(len(texts)) if self.max_features == "auto" else self.max_features
+        n = len(texts)
+        # document-count bounds as scikit-learn derives them (a count as given, a share of n); with a
+        # count and a share, too few documents leave no room between them, whatever their words
+        low, high = ((df if isinstance(df, numbers.Integral) else df * n) for df in (self.min_df, self.max_df))
+        if high < low and not (isinstance(self.min_df, float) and isinstance(self.max_df, float)):
+            raise ValueError(f"vocabulary fitting failed: {n} document{'s are' if n != 1 else ' is'} too few for "
+                             f"min_df={self.min_df} and max_df={self.max_df} together (a term must be in at "
+                             f"least min_df documents and at most max_df of them); give more documents, or "
+                             f"lower min_df or raise max_df")
+        cap = vocabulary_cap(n) if self.max_features == "auto" else self.max_features
         counter = self._counter(max_features=cap)
         try:
             counts = counter.fit_transform(texts)
         except ValueError as exc:  # e.g. every term pruned by min_df / max_df
-            n = len(texts)
-            fractions = isinstance(self.min_df, float) and isinstance(self.max_df, float)
-            if "max_df corresponds to < documents than min_df" in str(exc) and not fractions:
-                # a count and a share: too few documents for the two together, whatever their words
-                raise ValueError(f"vocabulary fitting failed: {n} document{'s are' if n != 1 else ' is'} too few for "
-                                 f"min_df={self.min_df} and max_df={self.max_df} together (a term must be in at "
-                                 f"least min_df documents and at most max_df of them); give more documents, or "
-                                 f"lower min_df or raise max_df") from None
             raise ValueError(f"vocabulary fitting failed on {n} documents with min_df={self.min_df} and "
                              f"max_df={self.max_df}: {exc}; lower min_df or raise max_df") from None
         self.vocabulary_ = np.asarray(counter.get_feature_names_out(), dtype=str)
         self.document_frequency_ = np.asarray((counts > 0).sum(axis=0), dtype=np.int64).ravel()
-        self.n_fit_documents_ = len(texts)
+        self.n_fit_documents_ = n
         self.max_features_ = cap
         self.reference_length_ = reference_length(counts)
         self._fixed = self._counter({t: i for i, t in enumerate(self.vocabulary_)})

@@ -329,16 +329,14 @@ def _detect_format(parser: "TimeParser", strings: pa.Array) -> None:
     if len(values) == 0:
         return
     sample = values.slice(0, 1000)
-    counts = [int(pc.strptime(sample, format=f, unit="us", error_is_null=True).is_valid().sum().as_py() or 0)
-              for f in COMMON_FORMATS]
+    read = [pc.strptime(sample, format=f, unit="us", error_is_null=True).is_valid() for f in COMMON_FORMATS]
+    counts = [int(r.sum().as_py() or 0) for r in read]
     best = int(np.argmax(counts))
     if counts[best] == 0:
         return  # nothing recognisable: these rows are rejected as unparsable, the next batch may decide
     fmt = COMMON_FORMATS[best]
     parser.string_format = fmt
-    # the example is one the format reads: the first value may be one that is rejected
-    read = pc.strptime(sample, format=fmt, unit="us", error_is_null=True).is_valid()
-    example = sample.filter(read)[0].as_py()
+    example = sample.filter(read[best])[0].as_py()  # one the format reads: the first may be rejected
     note = (f"strings like {example!r} read with the format {fmt!r} "
             f"(auto-detected; --time-format overrides)")
     swapped = {"%m/%d": "%d/%m", "%d/%m": "%m/%d"}
